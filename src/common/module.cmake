@@ -1,0 +1,1 @@
+list(APPEND KVP_LIB_SOURCES common/status.c common/log.c common/config.c common/clock.c)

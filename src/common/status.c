@@ -1,0 +1,30 @@
+/* Status code names and messages, generated from KVP_STATUS_MAP. */
+#include "kvplane/status.h"
+
+const char *kvp_strerror(int status) {
+  switch (status) {
+  case KVP_OK:
+    return "success";
+#define XX(name, msg)                                                          \
+  case KVP_##name:                                                             \
+    return msg;
+    KVP_STATUS_MAP(XX)
+#undef XX
+  default:
+    return "unknown error";
+  }
+}
+
+const char *kvp_err_name(int status) {
+  switch (status) {
+  case KVP_OK:
+    return "KVP_OK";
+#define XX(name, msg)                                                          \
+  case KVP_##name:                                                             \
+    return "KVP_" #name;
+    KVP_STATUS_MAP(XX)
+#undef XX
+  default:
+    return "KVP_EUNKNOWN";
+  }
+}

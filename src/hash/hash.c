@@ -1,0 +1,68 @@
+/* Dynamo-compatible block and sequence hashes over libxxhash's XXH3-64. */
+#include "kvplane/hash.h"
+
+#include <string.h>
+#include <xxhash.h>
+
+static inline void put_le64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+uint64_t kvp_hash_seed(const char *lora_name) {
+  if (lora_name == NULL || lora_name[0] == '\0')
+    return KVP_HASH_SEED;
+  return KVP_HASH_SEED + XXH3_64bits_withSeed(lora_name, strlen(lora_name), 0);
+}
+
+uint64_t kvp_hash_block(const uint32_t *tokens, size_t ntokens, uint64_t seed) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  /* Host order is the wire order: hash the array in place. */
+  return XXH3_64bits_withSeed(tokens, ntokens * sizeof(uint32_t), seed);
+#else
+  XXH3_state_t st;
+  unsigned char buf[256];
+  size_t fill = 0;
+
+  XXH3_64bits_reset_withSeed(&st, seed);
+  for (size_t i = 0; i < ntokens; i++) {
+    uint32_t t = tokens[i];
+    buf[fill++] = (unsigned char)t;
+    buf[fill++] = (unsigned char)(t >> 8);
+    buf[fill++] = (unsigned char)(t >> 16);
+    buf[fill++] = (unsigned char)(t >> 24);
+    if (fill == sizeof buf) {
+      XXH3_64bits_update(&st, buf, fill);
+      fill = 0;
+    }
+  }
+  XXH3_64bits_update(&st, buf, fill);
+  return XXH3_64bits_digest(&st);
+#endif
+}
+
+uint64_t kvp_hash_chain(uint64_t parent_seq, uint64_t local, uint64_t seed) {
+  unsigned char buf[16];
+
+  put_le64(buf, parent_seq);
+  put_le64(buf + 8, local);
+  return XXH3_64bits_withSeed(buf, sizeof buf, seed);
+}
+
+size_t kvp_hash_sequence(const uint32_t *tokens, size_t ntokens,
+                         size_t block_tokens, uint64_t seed, uint64_t *out,
+                         size_t cap) {
+  size_t nblocks, n;
+  uint64_t prev = 0;
+
+  if (block_tokens == 0)
+    return 0;
+  nblocks = ntokens / block_tokens;
+  n = nblocks < cap ? nblocks : cap;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t local = kvp_hash_block(tokens + i * block_tokens, block_tokens, seed);
+    prev = i == 0 ? local : kvp_hash_chain(prev, local, seed);
+    out[i] = prev;
+  }
+  return nblocks;
+}

@@ -1,0 +1,84 @@
+/* Test harness; see harness.h. */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int kvp_test_run(const char *group, const struct CMUnitTest *tests, size_t n,
+                 int argc, char **argv) {
+  if (argc > 1)
+    cmocka_set_test_filter(argv[1]);
+  return _cmocka_run_group_tests(group, tests, n, NULL, NULL);
+}
+
+const char *kvp_test_srcdir(void) { return KVP_TEST_SRCDIR; }
+
+char *kvp_test_tmpdir(char *buf, size_t len) {
+  const char *base = getenv("TMPDIR");
+
+  if (base == NULL || base[0] == '\0')
+    base = "/tmp";
+  if ((size_t)snprintf(buf, len, "%s/kvp-test-XXXXXX", base) >= len)
+    return NULL;
+  return mkdtemp(buf);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+void kvp_test_rmtree(const char *path) {
+  if (path && path[0])
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int kvp_test_free_port(void) {
+  struct sockaddr_in sa = {0};
+  socklen_t sl = sizeof sa;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int port = -1;
+
+  if (fd < 0)
+    return -1;
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+      getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+    port = ntohs(sa.sin_port);
+  close(fd);
+  return port;
+}
+
+int kvp_test_spawn_wait(char *const argv[], const char *in_path, const char *out_path) {
+  pid_t pid = fork();
+  int st;
+
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+    int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in < 0 || out < 0)
+      _exit(127);
+    dup2(in, 0);
+    dup2(out, 1);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+    return -1;
+  return WEXITSTATUS(st);
+}

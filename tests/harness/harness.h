@@ -1,0 +1,44 @@
+/* Test harness shared by every test program.
+ *
+ * Each test program registers its cases in a cmocka table and ends with
+ * KVP_TEST_MAIN(group, tests). CMake registers one ctest per case (it reads the
+ * cmocka_unit_test* lines of the source) and runs "<program> <case>", so a
+ * failure names the case. With no argument the program runs every case. */
+#ifndef KVP_TEST_HARNESS_H
+#define KVP_TEST_HARNESS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka.h needs the three includes above first. */
+#include <cmocka.h>
+
+int kvp_test_run(const char *group, const struct CMUnitTest *tests, size_t n,
+                 int argc, char **argv);
+
+#define KVP_TEST_MAIN(group, tests)                                            \
+  int main(int argc, char **argv) {                                            \
+    return kvp_test_run(group, tests, sizeof(tests) / sizeof((tests)[0]), argc, \
+                        argv);                                                 \
+  }
+
+/* Directory of the source tree's tests/ (for data files), set by CMake. */
+const char *kvp_test_srcdir(void);
+
+/* A fresh empty temporary directory (mkdtemp under $TMPDIR or /tmp) written
+ * to buf; returns buf, or NULL on failure. */
+char *kvp_test_tmpdir(char *buf, size_t len);
+
+/* Removes a directory tree; errors are ignored (test cleanup). */
+void kvp_test_rmtree(const char *path);
+
+/* A 127.0.0.1 TCP port that was free a moment ago. */
+int kvp_test_free_port(void);
+
+/* Runs argv (argv[0] looked up in PATH) with stdin from in_path (or
+ * /dev/null), stdout to out_path (or /dev/null); returns the exit status, or
+ * -1 when it could not be run or was killed by a signal. */
+int kvp_test_spawn_wait(char *const argv[], const char *in_path, const char *out_path);
+
+#endif

@@ -1,0 +1,116 @@
+/* INI config: good files load; each kind of mistake names file, line and key. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "harness.h"
+#include "kvplane/status.h"
+
+typedef struct {
+  char url[128];
+  int64_t batch;
+  int64_t delay_ms;
+  int64_t cap;
+  int flag;
+  int mode;
+  double decay;
+} conf_t;
+
+static const char *const modes[] = {"core", "jetstream", NULL};
+static const kvp_conf_key_t keys[] = {
+    {"nats", "url", KVP_CONF_STR, offsetof(conf_t, url), 0, 128, NULL, "server"},
+    {"nats", "mode", KVP_CONF_ENUM, offsetof(conf_t, mode), 0, 0, modes, "mode"},
+    {"batch", "max_events", KVP_CONF_INT, offsetof(conf_t, batch), 1, 65536, NULL, "n"},
+    {"batch", "max_delay", KVP_CONF_DURATION, offsetof(conf_t, delay_ms), 0, 60000, NULL, "d"},
+    {"batch", "max_bytes", KVP_CONF_SIZE, offsetof(conf_t, cap), 1024, 1 << 30, NULL, "b"},
+    {"batch", "coalesce", KVP_CONF_BOOL, offsetof(conf_t, flag), 0, 0, NULL, "c"},
+    {"index", "decay", KVP_CONF_DOUBLE, offsetof(conf_t, decay), 0, 1, NULL, "x"},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static char path[256];
+
+static int load(const char *text, conf_t *c, char *err, size_t n) {
+  snprintf(path, sizeof path, "%s/kvp-conf-%d.conf",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  FILE *f = fopen(path, "w");
+  fputs(text, f);
+  fclose(f);
+  memset(c, 0, sizeof *c);
+  int rc = kvp__conf_load(path, keys, NKEYS, c, err, n);
+  remove(path);
+  return rc;
+}
+
+static void loads_every_type(void **state) {
+  (void)state;
+  conf_t c;
+  char err[512];
+  assert_int_equal(load("# comment\n[nats]\nurl = nats://127.0.0.1:4222\nmode = jetstream\n"
+                        "[batch]\nmax_events = 512\nmax_delay = 5s\nmax_bytes = 64KiB\n"
+                        "coalesce = yes\n[index]\ndecay = 0.5\n",
+                        &c, err, sizeof err),
+                   0);
+  assert_string_equal(c.url, "nats://127.0.0.1:4222");
+  assert_int_equal(c.mode, 1);
+  assert_int_equal(c.batch, 512);
+  assert_int_equal(c.delay_ms, 5000);
+  assert_int_equal(c.cap, 65536);
+  assert_int_equal(c.flag, 1);
+  assert_true(c.decay == 0.5);
+}
+
+static void expect_error(const char *text, const char *needle) {
+  conf_t c;
+  char err[512] = "";
+  assert_int_equal(load(text, &c, err, sizeof err), KVP_ECONFIG);
+  if (strstr(err, needle) == NULL || strstr(err, path) == NULL)
+    fail_msg("error '%s' lacks '%s' or the path", err, needle);
+}
+
+static void errors_name_file_line_key(void **state) {
+  (void)state;
+  expect_error("[nats]\nurl = x\nbogus = 1\n", ":3: [nats] bogus: unknown key");
+  expect_error("[nope]\nurl = x\n", ":2: unknown section [nope]");
+  expect_error("[batch]\nmax_events = lots\n", ":2: [batch] max_events: 'lots' is not an integer");
+  expect_error("[batch]\nmax_events = 0\n", "[batch] max_events: 0 is out of range");
+  expect_error("[batch]\nmax_delay = 5 fortnights\n", "max_delay: '5 fortnights' is not a duration");
+  expect_error("[batch]\nmax_bytes = 12XB\n", "max_bytes: '12XB' is not a size");
+  expect_error("[batch]\ncoalesce = maybe\n", "coalesce: 'maybe' is not a boolean");
+  expect_error("[nats]\nmode = carrier-pigeon\n", "mode: 'carrier-pigeon' is not one of core jetstream");
+  expect_error("[index]\ndecay = 2\n", "decay: '2' is not a number");
+  expect_error("[nats]\nthis line is not ini\n", ":2:");
+}
+
+static void missing_file_is_eio(void **state) {
+  (void)state;
+  conf_t c;
+  char err[512];
+  assert_int_equal(kvp__conf_load("/nonexistent/kvp.conf", keys, NKEYS, &c, err, sizeof err),
+                   KVP_EIO);
+  assert_non_null(strstr(err, "/nonexistent/kvp.conf"));
+}
+
+static void command_line_override(void **state) {
+  (void)state;
+  conf_t c = {0};
+  char err[512];
+  assert_int_equal(kvp__conf_override("batch.max_events=9", keys, NKEYS, &c, err, sizeof err), 0);
+  assert_int_equal(c.batch, 9);
+  assert_int_equal(kvp__conf_override("batch.max_events", keys, NKEYS, &c, err, sizeof err),
+                   KVP_ECONFIG);
+  assert_int_equal(kvp__conf_override("batch.nope=1", keys, NKEYS, &c, err, sizeof err),
+                   KVP_ECONFIG);
+  assert_non_null(strstr(err, "nope"));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(loads_every_type),
+    cmocka_unit_test(errors_name_file_line_key),
+    cmocka_unit_test(missing_file_is_eio),
+    cmocka_unit_test(command_line_override),
+};
+
+KVP_TEST_MAIN("config", tests)
