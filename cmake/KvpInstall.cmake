@@ -21,6 +21,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvplaneConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/kvplaneConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvplane)
 
+file(RELATIVE_PATH KVP_PC_TO_PREFIX "${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "${CMAKE_INSTALL_PREFIX}")
 configure_file(cmake/kvplane.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvplane.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvplane.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
