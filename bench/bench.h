@@ -17,11 +17,11 @@ typedef int (*kvp_bench_fn)(int argc, char **argv);
 
 void kvp_bench_register(const char *name, const char *desc, kvp_bench_fn fn);
 
-#define KVP_BENCH_SUITE(name, desc)                                            \
-  static int bench_suite_##name(int argc, char **argv);                        \
-  __attribute__((constructor)) static void bench_register_##name(void) {       \
-    kvp_bench_register(#name, desc, bench_suite_##name);                       \
-  }                                                                            \
+#define KVP_BENCH_SUITE(name, desc)                                                                \
+  static int bench_suite_##name(int argc, char **argv);                                            \
+  __attribute__((constructor)) static void bench_register_##name(void) {                           \
+    kvp_bench_register(#name, desc, bench_suite_##name);                                           \
+  }                                                                                                \
   static int bench_suite_##name(int argc, char **argv)
 
 /* Prints one figure. baseline_label NULL (or baseline <= 0) prints the figure

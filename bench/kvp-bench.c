@@ -23,8 +23,8 @@ void kvp_bench_register(const char *name, const char *desc, kvp_bench_fn fn) {
 void kvp_bench_report(const char *figure, double value, const char *unit,
                       const char *baseline_label, double baseline) {
   if (baseline_label && baseline > 0)
-    printf("%-34s %14.3f %-12s baseline %-22s %14.3f %-12s ratio %.3f\n", figure,
-           value, unit, baseline_label, baseline, unit, value / baseline);
+    printf("%-34s %14.3f %-12s baseline %-22s %14.3f %-12s ratio %.3f\n", figure, value, unit,
+           baseline_label, baseline, unit, value / baseline);
   else
     printf("%-34s %14.3f %s\n", figure, value, unit);
   fflush(stdout);
@@ -47,7 +47,9 @@ size_t kvp_bench_rss_bytes(void) {
   return (size_t)rss * 4096u;
 }
 
-void kvp_bench_sink(uint64_t v) { sink_value ^= v; }
+void kvp_bench_sink(uint64_t v) {
+  sink_value ^= v;
+}
 
 const char *kvp_bench_trace_path(void) {
   const char *p = getenv("KVP_TRACE");

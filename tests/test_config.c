@@ -33,8 +33,8 @@ static const kvp_conf_key_t keys[] = {
 static char path[256];
 
 static int load(const char *text, conf_t *c, char *err, size_t n) {
-  snprintf(path, sizeof path, "%s/kvp-conf-%d.conf",
-           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  snprintf(path, sizeof path, "%s/kvp-conf-%d.conf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+           (int)getpid());
   FILE *f = fopen(path, "w");
   fputs(text, f);
   fclose(f);
@@ -76,10 +76,12 @@ static void errors_name_file_line_key(void **state) {
   expect_error("[nope]\nurl = x\n", ":2: unknown section [nope]");
   expect_error("[batch]\nmax_events = lots\n", ":2: [batch] max_events: 'lots' is not an integer");
   expect_error("[batch]\nmax_events = 0\n", "[batch] max_events: 0 is out of range");
-  expect_error("[batch]\nmax_delay = 5 fortnights\n", "max_delay: '5 fortnights' is not a duration");
+  expect_error("[batch]\nmax_delay = 5 fortnights\n",
+               "max_delay: '5 fortnights' is not a duration");
   expect_error("[batch]\nmax_bytes = 12XB\n", "max_bytes: '12XB' is not a size");
   expect_error("[batch]\ncoalesce = maybe\n", "coalesce: 'maybe' is not a boolean");
-  expect_error("[nats]\nmode = carrier-pigeon\n", "mode: 'carrier-pigeon' is not one of core jetstream");
+  expect_error("[nats]\nmode = carrier-pigeon\n",
+               "mode: 'carrier-pigeon' is not one of core jetstream");
   expect_error("[index]\ndecay = 2\n", "decay: '2' is not a number");
   expect_error("[nats]\nthis line is not ini\n", ":2:");
 }

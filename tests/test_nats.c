@@ -35,10 +35,18 @@ static void publish_and_decode_batch(void **state) {
 
   for (int i = 0; i < 64; i++)
     hashes[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-  kvp_event_t ev = {.event_id = 1, .type = KVP_EV_STORED, .tier = KVP_TIER_G1,
-                    .hashes = hashes, .nhashes = 64, .block_tokens = 16};
-  kvp_batch_t b = {.ns = "test", .worker_id = "w0", .epoch = 1, .first_event_id = 1,
-                   .events = &ev, .nevents = 1};
+  kvp_event_t ev = {.event_id = 1,
+                    .type = KVP_EV_STORED,
+                    .tier = KVP_TIER_G1,
+                    .hashes = hashes,
+                    .nhashes = 64,
+                    .block_tokens = 16};
+  kvp_batch_t b = {.ns = "test",
+                   .worker_id = "w0",
+                   .epoch = 1,
+                   .first_event_id = 1,
+                   .events = &ev,
+                   .nevents = 1};
   assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
 
   assert_int_equal(natsConnection_ConnectTo(&sub_nc, d->url), NATS_OK);

@@ -7,9 +7,9 @@
 static void codes_are_negative_and_distinct(void **state) {
   (void)state;
   int seen[KVP__STATUS_COUNT] = {0};
-#define XX(name, msg)                                                          \
-  assert_true(KVP_##name < 0);                                                 \
-  assert_int_equal(seen[-KVP_##name], 0);                                      \
+#define XX(name, msg)                                                                              \
+  assert_true(KVP_##name < 0);                                                                     \
+  assert_int_equal(seen[-KVP_##name], 0);                                                          \
   seen[-KVP_##name] = 1;
   KVP_STATUS_MAP(XX)
 #undef XX
@@ -23,8 +23,8 @@ static void names_and_messages(void **state) {
   assert_string_equal(kvp_strerror(0), "success");
   assert_string_equal(kvp_err_name(-9999), "KVP_EUNKNOWN");
   assert_string_equal(kvp_strerror(12345), "unknown error");
-#define XX(name, msg)                                                          \
-  assert_string_equal(kvp_err_name(KVP_##name), "KVP_" #name);                 \
+#define XX(name, msg)                                                                              \
+  assert_string_equal(kvp_err_name(KVP_##name), "KVP_" #name);                                     \
   assert_string_equal(kvp_strerror(KVP_##name), msg);
   KVP_STATUS_MAP(XX)
 #undef XX

@@ -9,8 +9,7 @@
 #include "kvplane/status.h"
 #include "kvplane/wire.h"
 
-static const uint64_t H1[] = {0x1111111111111111ull, 0x2222222222222222ull,
-                              0xfedcba9876543210ull};
+static const uint64_t H1[] = {0x1111111111111111ull, 0x2222222222222222ull, 0xfedcba9876543210ull};
 static const uint32_t HITS[] = {3, 1, 7};
 static const uint32_t TOKS[] = {1, 2, 3, 4};
 
@@ -19,21 +18,50 @@ static kvp_event_t sample_events[5];
 static kvp_batch_t sample_batch(void) {
   kvp_event_t *e = sample_events;
   memset(sample_events, 0, sizeof sample_events);
-  e[0] = (kvp_event_t){.event_id = 10, .type = KVP_EV_STORED, .tier = KVP_TIER_G1,
-                       .has_parent = 1, .parent_hash = 0xabcdef, .hashes = H1,
-                       .nhashes = 3, .block_tokens = 16, .block_bytes = 65536,
-                       .lora_id = 2, .token_ids = TOKS, .ntoken_ids = 4};
-  e[1] = (kvp_event_t){.event_id = 11, .type = KVP_EV_REMOVED, .tier = KVP_TIER_G3,
-                       .volume = "nvme0", .hashes = H1, .nhashes = 1};
-  e[2] = (kvp_event_t){.event_id = 12, .type = KVP_EV_ACCESSED, .tier = KVP_TIER_G2,
-                       .hashes = H1, .nhashes = 3, .hit_counts = HITS};
+  e[0] = (kvp_event_t){.event_id = 10,
+                       .type = KVP_EV_STORED,
+                       .tier = KVP_TIER_G1,
+                       .has_parent = 1,
+                       .parent_hash = 0xabcdef,
+                       .hashes = H1,
+                       .nhashes = 3,
+                       .block_tokens = 16,
+                       .block_bytes = 65536,
+                       .lora_id = 2,
+                       .token_ids = TOKS,
+                       .ntoken_ids = 4};
+  e[1] = (kvp_event_t){.event_id = 11,
+                       .type = KVP_EV_REMOVED,
+                       .tier = KVP_TIER_G3,
+                       .volume = "nvme0",
+                       .hashes = H1,
+                       .nhashes = 1};
+  e[2] = (kvp_event_t){.event_id = 12,
+                       .type = KVP_EV_ACCESSED,
+                       .tier = KVP_TIER_G2,
+                       .hashes = H1,
+                       .nhashes = 3,
+                       .hit_counts = HITS};
   e[3] = (kvp_event_t){.event_id = 13, .type = KVP_EV_CLEARED, .tier = KVP_TIER_ALL};
-  e[4] = (kvp_event_t){.event_id = 14, .type = KVP_EV_SNAPSHOT, .tier = KVP_TIER_G2,
-                       .snapshot_id = 5, .chunk = 1, .last = 1, .hashes = H1,
-                       .nhashes = 2, .block_tokens = 16};
-  return (kvp_batch_t){.ns = "prod", .worker_id = "w-1", .dp_rank = 3, .epoch = 99,
-                       .model = "llama", .first_event_id = 10, .timestamp_ms = 1700000000000ull,
-                       .dropped_events = 4, .events = sample_events, .nevents = 5};
+  e[4] = (kvp_event_t){.event_id = 14,
+                       .type = KVP_EV_SNAPSHOT,
+                       .tier = KVP_TIER_G2,
+                       .snapshot_id = 5,
+                       .chunk = 1,
+                       .last = 1,
+                       .hashes = H1,
+                       .nhashes = 2,
+                       .block_tokens = 16};
+  return (kvp_batch_t){.ns = "prod",
+                       .worker_id = "w-1",
+                       .dp_rank = 3,
+                       .epoch = 99,
+                       .model = "llama",
+                       .first_event_id = 10,
+                       .timestamp_ms = 1700000000000ull,
+                       .dropped_events = 4,
+                       .events = sample_events,
+                       .nevents = 5};
 }
 
 static void round_trip(void **state) {
@@ -109,7 +137,9 @@ static void encode_rejects_bad_batches(void **state) {
   assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
 }
 
-static const char *tmp(void) { return getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"; }
+static const char *tmp(void) {
+  return getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+}
 
 static char *proto_args(char *buf, size_t n) {
   snprintf(buf, n, "-I%s/../src/wire", kvp_test_srcdir());
@@ -140,7 +170,8 @@ static void decodes_protoc_encoding(void **state) {
   FILE *f = fopen(txt, "w");
   assert_non_null(f);
   fputs("worker_id: \"engine-7\" dp_rank: 1 epoch: 42 model: \"m\" first_event_id: 100\n"
-        "events { event_id: 100 stored { tier: TIER_G2 has_parent: true parent_hash: 18446744073709551615\n"
+        "events { event_id: 100 stored { tier: TIER_G2 has_parent: true parent_hash: "
+        "18446744073709551615\n"
         "  block_hashes: [1, 2, 3] block_tokens: 512 block_bytes: 1048576 } }\n"
         "events { event_id: 101 removed { tier: TIER_G4 volume: \"s3-cold\" block_hashes: 9 } }\n"
         "events { event_id: 105 cleared { tier: TIER_ALL } }\n",
@@ -247,8 +278,9 @@ static void rejects_contract_violations(void **state) {
   kvp_wire_batch_t *wb;
   /* Unknown tier 9 in a stored event: hand-encoded (our encoder refuses it).
    * EventBatch{worker_id:"w", events:{event_id:1, stored:{tier:9, block_hashes:[1]}}} */
-  static const uint8_t bad_tier[] = {0x0a, 0x01, 'w', 0x3a, 0x10, 0x08, 0x01, 0x12, 0x0c,
-                                     0x08, 0x09, 0x2a, 0x08, 1, 0, 0, 0, 0, 0, 0, 0};
+  static const uint8_t bad_tier[] = {0x0a, 0x01, 'w',  0x3a, 0x10, 0x08, 0x01,
+                                     0x12, 0x0c, 0x08, 0x09, 0x2a, 0x08, 1,
+                                     0,    0,    0,    0,    0,    0,    0};
   assert_int_equal(kvp_wire_decode(bad_tier, sizeof bad_tier, NULL, &wb), KVP_ETIER);
   /* Event with no payload. */
   static const uint8_t no_payload[] = {0x0a, 0x01, 'w', 0x3a, 0x02, 0x08, 0x01};

@@ -53,9 +53,9 @@ const char *kvp_event_type_name(int type);
  *             means "no parent"), block_tokens, block_bytes
  */
 typedef struct kvp_event_s {
-  uint64_t event_id; /* assigned by the publisher; 0 when not yet assigned */
-  int type;          /* kvp_event_type_t */
-  int tier;          /* kvp_tier_t */
+  uint64_t event_id;  /* assigned by the publisher; 0 when not yet assigned */
+  int type;           /* kvp_event_type_t */
+  int tier;           /* kvp_tier_t */
   const char *volume; /* NULL or "" for G1/G2 */
   int has_parent;
   uint64_t parent_hash;

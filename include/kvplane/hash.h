@@ -35,9 +35,8 @@ uint64_t kvp_hash_chain(uint64_t parent_seq, uint64_t local, uint64_t seed);
  * min(ntokens / block_tokens, cap) hashes to out and returns how many full
  * blocks there are (which may exceed cap). A trailing partial block is not
  * hashed. Returns 0 when block_tokens is 0. */
-size_t kvp_hash_sequence(const uint32_t *tokens, size_t ntokens,
-                         size_t block_tokens, uint64_t seed, uint64_t *out,
-                         size_t cap);
+size_t kvp_hash_sequence(const uint32_t *tokens, size_t ntokens, size_t block_tokens, uint64_t seed,
+                         uint64_t *out, size_t cap);
 
 /* Reinterpret a hash as the signed 64-bit integer that SQLite and JSON see,
  * and back. Same bits, two's complement. */

@@ -12,27 +12,27 @@ extern "C" {
 #endif
 
 /* XX(name, message). The value of KVP_E<name> is minus its 1-based position. */
-#define KVP_STATUS_MAP(XX)                                                     \
-  XX(EINVAL, "invalid argument")                                               \
-  XX(ENOMEM, "out of memory")                                                  \
-  XX(ENOSPC, "no free or evictable block")                                     \
-  XX(ENOENT, "not found")                                                      \
-  XX(EEXIST, "already exists")                                                 \
-  XX(ESTATE, "illegal block state transition")                                 \
-  XX(EBUSY, "resource busy")                                                   \
-  XX(ETOOBIG, "size limit exceeded")                                           \
-  XX(EPROTO, "malformed message")                                              \
-  XX(ETIER, "unknown tier")                                                    \
-  XX(EIO, "I/O error")                                                         \
-  XX(ETIMEDOUT, "timed out")                                                   \
-  XX(ECONN, "connection failed")                                               \
-  XX(ECONFIG, "bad configuration")                                             \
-  XX(ENOTSUP, "operation not supported")                                       \
-  XX(ECLOSED, "object is closed")                                              \
-  XX(ECORRUPT, "checksum mismatch")                                            \
-  XX(EDB, "database error")                                                    \
-  XX(EAGAIN, "resource temporarily unavailable")                               \
-  XX(EOVERFLOW, "queue full")                                                  \
+#define KVP_STATUS_MAP(XX)                                                                         \
+  XX(EINVAL, "invalid argument")                                                                   \
+  XX(ENOMEM, "out of memory")                                                                      \
+  XX(ENOSPC, "no free or evictable block")                                                         \
+  XX(ENOENT, "not found")                                                                          \
+  XX(EEXIST, "already exists")                                                                     \
+  XX(ESTATE, "illegal block state transition")                                                     \
+  XX(EBUSY, "resource busy")                                                                       \
+  XX(ETOOBIG, "size limit exceeded")                                                               \
+  XX(EPROTO, "malformed message")                                                                  \
+  XX(ETIER, "unknown tier")                                                                        \
+  XX(EIO, "I/O error")                                                                             \
+  XX(ETIMEDOUT, "timed out")                                                                       \
+  XX(ECONN, "connection failed")                                                                   \
+  XX(ECONFIG, "bad configuration")                                                                 \
+  XX(ENOTSUP, "operation not supported")                                                           \
+  XX(ECLOSED, "object is closed")                                                                  \
+  XX(ECORRUPT, "checksum mismatch")                                                                \
+  XX(EDB, "database error")                                                                        \
+  XX(EAGAIN, "resource temporarily unavailable")                                                   \
+  XX(EOVERFLOW, "queue full")                                                                      \
   XX(EAUTH, "authentication failed")
 
 enum kvp_status_offset_e {
@@ -40,7 +40,7 @@ enum kvp_status_offset_e {
 #define KVP__XX(name, msg) KVP__OFF_##name,
   KVP_STATUS_MAP(KVP__XX)
 #undef KVP__XX
-  KVP__STATUS_COUNT
+      KVP__STATUS_COUNT
 };
 
 typedef enum kvp_status_e {

@@ -46,9 +46,9 @@ int kvp__parse_size(const char *s, int64_t *out) {
   static const struct {
     const char *suffix;
     int64_t mul;
-  } units[] = {{"", 1},          {"B", 1},          {"KiB", 1 << 10},
-               {"MiB", 1 << 20}, {"GiB", 1 << 30},  {"TiB", (int64_t)1 << 40},
-               {"K", 1 << 10},   {"M", 1 << 20},    {"G", 1 << 30}};
+  } units[] = {{"", 1},          {"B", 1},         {"KiB", 1 << 10},
+               {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", (int64_t)1 << 40},
+               {"K", 1 << 10},   {"M", 1 << 20},   {"G", 1 << 30}};
   char *end;
   int64_t v;
 
@@ -81,8 +81,8 @@ int kvp__parse_bool(const char *s, int *out) {
   return KVP_ECONFIG;
 }
 
-static const kvp_conf_key_t *find_key(const kvp_conf_key_t *keys, size_t n,
-                                      const char *section, const char *name) {
+static const kvp_conf_key_t *find_key(const kvp_conf_key_t *keys, size_t n, const char *section,
+                                      const char *name) {
   for (size_t i = 0; i < n; i++)
     if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].name, name) == 0)
       return &keys[i];
@@ -96,9 +96,8 @@ static int section_known(const kvp_conf_key_t *keys, size_t n, const char *secti
   return 0;
 }
 
-int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj,
-                  const char *section, const char *name, const char *value,
-                  char *err, size_t errlen) {
+int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const char *section,
+                  const char *name, const char *value, char *err, size_t errlen) {
   const kvp_conf_key_t *k;
   char *p = (char *)obj;
   int64_t v = 0;
@@ -118,26 +117,25 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj,
   switch (k->type) {
   case KVP_CONF_STR:
     if (strlen(value) >= (size_t)k->max) {
-      snprintf(err, errlen, "[%s] %s: value longer than %" PRId64 " characters",
-               section, name, k->max - 1);
+      snprintf(err, errlen, "[%s] %s: value longer than %" PRId64 " characters", section, name,
+               k->max - 1);
       return KVP_ECONFIG;
     }
     memcpy(p, value, strlen(value) + 1);
     return 0;
   case KVP_CONF_BOOL:
     if (kvp__parse_bool(value, (int *)(void *)p) != 0) {
-      snprintf(err, errlen, "[%s] %s: '%s' is not a boolean (true/false)", section,
-               name, value);
+      snprintf(err, errlen, "[%s] %s: '%s' is not a boolean (true/false)", section, name, value);
       return KVP_ECONFIG;
     }
     return 0;
   case KVP_CONF_DOUBLE: {
     errno = 0;
     double d = strtod(value, &end);
-    if (errno != 0 || end == value || *end != '\0' || !isfinite(d) ||
-        d < (double)k->min || d > (double)k->max) {
-      snprintf(err, errlen, "[%s] %s: '%s' is not a number in [%" PRId64 ", %" PRId64 "]",
-               section, name, value, k->min, k->max);
+    if (errno != 0 || end == value || *end != '\0' || !isfinite(d) || d < (double)k->min ||
+        d > (double)k->max) {
+      snprintf(err, errlen, "[%s] %s: '%s' is not a number in [%" PRId64 ", %" PRId64 "]", section,
+               name, value, k->min, k->max);
       return KVP_ECONFIG;
     }
     *(double *)(void *)p = d;
@@ -151,8 +149,8 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj,
       }
     }
     {
-      size_t off = (size_t)snprintf(err, errlen, "[%s] %s: '%s' is not one of", section,
-                                    name, value);
+      size_t off =
+          (size_t)snprintf(err, errlen, "[%s] %s: '%s' is not one of", section, name, value);
       for (int i = 0; k->choices[i] != NULL && off < errlen; i++)
         off += (size_t)snprintf(err + off, errlen - off, " %s", k->choices[i]);
     }
@@ -169,16 +167,15 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj,
     break;
   }
   if (rc != 0) {
-    static const char *const what[] = {
-        [KVP_CONF_INT] = "an integer",
-        [KVP_CONF_DURATION] = "a duration (e.g. 250ms, 5s, 2m)",
-        [KVP_CONF_SIZE] = "a size (e.g. 4096, 64KiB, 16MiB)"};
+    static const char *const what[] = {[KVP_CONF_INT] = "an integer",
+                                       [KVP_CONF_DURATION] = "a duration (e.g. 250ms, 5s, 2m)",
+                                       [KVP_CONF_SIZE] = "a size (e.g. 4096, 64KiB, 16MiB)"};
     snprintf(err, errlen, "[%s] %s: '%s' is not %s", section, name, value, what[k->type]);
     return KVP_ECONFIG;
   }
   if (v < k->min || v > k->max) {
-    snprintf(err, errlen, "[%s] %s: %s is out of range [%" PRId64 ", %" PRId64 "]",
-             section, name, value, k->min, k->max);
+    snprintf(err, errlen, "[%s] %s: %s is out of range [%" PRId64 ", %" PRId64 "]", section, name,
+             value, k->min, k->max);
     return KVP_ECONFIG;
   }
   *(int64_t *)(void *)p = v;
@@ -212,8 +209,7 @@ static char *read_line(char *str, int num, void *stream) {
   return r;
 }
 
-static int on_entry(void *user, const char *section, const char *name,
-                    const char *value) {
+static int on_entry(void *user, const char *section, const char *name, const char *value) {
   struct load_ctx *c = user;
   int lineno = c->lineno;
   char why[512];
@@ -222,8 +218,7 @@ static int on_entry(void *user, const char *section, const char *name,
     return 0;
   if (name == NULL) /* section header with INI_CALL_HANDLER_ON_NEW_SECTION */
     return 1;
-  if (kvp__conf_set(c->keys, c->nkeys, c->obj, section, name, value, why,
-                    sizeof why) != 0) {
+  if (kvp__conf_set(c->keys, c->nkeys, c->obj, section, name, value, why, sizeof why) != 0) {
     snprintf(c->err, c->errlen, "%s:%d: %s", c->path, lineno, why);
     c->failed = 1;
     return 0;
@@ -231,8 +226,8 @@ static int on_entry(void *user, const char *section, const char *name,
   return 1;
 }
 
-int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys,
-                   void *obj, char *err, size_t errlen) {
+int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj, char *err,
+                   size_t errlen) {
   struct load_ctx c = {keys, nkeys, obj, path, err, errlen, 0, NULL, 0, 1};
   FILE *f = fopen(path, "r");
   int rc;
@@ -247,15 +242,14 @@ int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys,
   if (c.failed)
     return KVP_ECONFIG;
   if (rc != 0) {
-    snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)",
-             path, rc);
+    snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)", path, rc);
     return KVP_ECONFIG;
   }
   return 0;
 }
 
-int kvp__conf_override(const char *assignment, const kvp_conf_key_t *keys,
-                       size_t nkeys, void *obj, char *err, size_t errlen) {
+int kvp__conf_override(const char *assignment, const kvp_conf_key_t *keys, size_t nkeys, void *obj,
+                       char *err, size_t errlen) {
   char buf[1024], *dot, *eq;
 
   if (strlen(assignment) >= sizeof buf) {

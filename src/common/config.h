@@ -27,26 +27,25 @@ typedef struct kvp_conf_key_s {
   const char *name;
   kvp_conf_type_t type;
   size_t offset;
-  int64_t min, max; /* bounds (INT, DURATION, SIZE); capacity for STR */
+  int64_t min, max;           /* bounds (INT, DURATION, SIZE); capacity for STR */
   const char *const *choices; /* ENUM only */
   const char *help;
 } kvp_conf_key_t;
 
 /* Loads path into obj. Returns 0, KVP_EIO when the file cannot be read, or
  * KVP_ECONFIG; on error err holds "path:line: [section] key: cause". */
-int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys,
-                   void *obj, char *err, size_t errlen);
+int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj, char *err,
+                   size_t errlen);
 
 /* Applies "section.key=value" (from the command line). Returns 0 or
  * KVP_ECONFIG with err set. */
-int kvp__conf_override(const char *assignment, const kvp_conf_key_t *keys,
-                       size_t nkeys, void *obj, char *err, size_t errlen);
+int kvp__conf_override(const char *assignment, const kvp_conf_key_t *keys, size_t nkeys, void *obj,
+                       char *err, size_t errlen);
 
 /* Sets one key from text. Returns 0 or KVP_ECONFIG with err naming the cause
  * (without file or line). */
-int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj,
-                  const char *section, const char *name, const char *value,
-                  char *err, size_t errlen);
+int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const char *section,
+                  const char *name, const char *value, char *err, size_t errlen);
 
 /* Parsers shared with command-line handling. Return 0 or KVP_ECONFIG. */
 int kvp__parse_duration_ms(const char *s, int64_t *out);

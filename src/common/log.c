@@ -74,7 +74,9 @@ int kvp__log_reopen(void) {
   return path[0] ? kvp__log_set_file(path) : 0;
 }
 
-int kvp__log_enabled(int level) { return level <= g_level; }
+int kvp__log_enabled(int level) {
+  return level <= g_level;
+}
 
 void kvp__vlog(int level, const char *fmt, va_list ap) {
   char line[2048];
@@ -96,9 +98,9 @@ void kvp__vlog(int level, const char *fmt, va_list ap) {
   }
   clock_gettime(CLOCK_REALTIME, &ts);
   gmtime_r(&ts.tv_sec, &tm);
-  n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
-               tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-               tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], g_tag);
+  n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ", tm.tm_year + 1900,
+               tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+               level_names[level], g_tag);
   m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
   if (m < 0)
     m = 0;

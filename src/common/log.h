@@ -41,10 +41,10 @@ void kvp__vlog(int level, const char *fmt, va_list ap);
 #define kvp_log_error(...) kvp__log(KVP_LOG_ERROR, __VA_ARGS__)
 #define kvp_log_warn(...) kvp__log(KVP_LOG_WARN, __VA_ARGS__)
 #define kvp_log_info(...) kvp__log(KVP_LOG_INFO, __VA_ARGS__)
-#define kvp_log_debug(...)                                                     \
-  do {                                                                         \
-    if (kvp__log_enabled(KVP_LOG_DEBUG))                                       \
-      kvp__log(KVP_LOG_DEBUG, __VA_ARGS__);                                    \
+#define kvp_log_debug(...)                                                                         \
+  do {                                                                                             \
+    if (kvp__log_enabled(KVP_LOG_DEBUG))                                                           \
+      kvp__log(KVP_LOG_DEBUG, __VA_ARGS__);                                                        \
   } while (0)
 
 #endif

@@ -5,8 +5,8 @@ const char *kvp_strerror(int status) {
   switch (status) {
   case KVP_OK:
     return "success";
-#define XX(name, msg)                                                          \
-  case KVP_##name:                                                             \
+#define XX(name, msg)                                                                              \
+  case KVP_##name:                                                                                 \
     return msg;
     KVP_STATUS_MAP(XX)
 #undef XX
@@ -19,8 +19,8 @@ const char *kvp_err_name(int status) {
   switch (status) {
   case KVP_OK:
     return "KVP_OK";
-#define XX(name, msg)                                                          \
-  case KVP_##name:                                                             \
+#define XX(name, msg)                                                                              \
+  case KVP_##name:                                                                                 \
     return "KVP_" #name;
     KVP_STATUS_MAP(XX)
 #undef XX

@@ -49,9 +49,8 @@ uint64_t kvp_hash_chain(uint64_t parent_seq, uint64_t local, uint64_t seed) {
   return XXH3_64bits_withSeed(buf, sizeof buf, seed);
 }
 
-size_t kvp_hash_sequence(const uint32_t *tokens, size_t ntokens,
-                         size_t block_tokens, uint64_t seed, uint64_t *out,
-                         size_t cap) {
+size_t kvp_hash_sequence(const uint32_t *tokens, size_t ntokens, size_t block_tokens, uint64_t seed,
+                         uint64_t *out, size_t cap) {
   size_t nblocks, n;
   uint64_t prev = 0;
 

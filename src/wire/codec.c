@@ -22,8 +22,7 @@ const char *kvp_tier_name(int tier) {
 }
 
 const char *kvp_event_type_name(int type) {
-  static const char *const names[] = {"?",       "stored",  "removed",
-                                      "accessed", "cleared", "snapshot"};
+  static const char *const names[] = {"?", "stored", "removed", "accessed", "cleared", "snapshot"};
   return type >= KVP_EV_STORED && type <= KVP_EV_SNAPSHOT ? names[type] : "?";
 }
 
@@ -34,8 +33,8 @@ int kvp_worker_id_valid(const char *s) {
     return 0;
   for (; s[n] != '\0'; n++) {
     unsigned char c = (unsigned char)s[n];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-          (c >= '0' && c <= '9') || c == '_' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
       return 0;
     if (n >= 64)
       return 0;
@@ -43,12 +42,13 @@ int kvp_worker_id_valid(const char *s) {
   return n > 0;
 }
 
-static size_t slen(const char *s) { return s ? strlen(s) : 0; }
+static size_t slen(const char *s) {
+  return s ? strlen(s) : 0;
+}
 
 /* Events that must carry at least one hash. */
 static int needs_hashes(int type) {
-  return type == KVP_EV_STORED || type == KVP_EV_REMOVED ||
-         type == KVP_EV_ACCESSED;
+  return type == KVP_EV_STORED || type == KVP_EV_REMOVED || type == KVP_EV_ACCESSED;
 }
 
 static int event_valid(const kvp_event_t *e) {
@@ -234,8 +234,7 @@ static void limits_or_default(const kvp_wire_limits_t *lim, kvp_wire_limits_t *l
 }
 
 static int tier_ok(int tier, int allow_all) {
-  return (tier >= KVP_TIER_G1 && tier <= KVP_TIER_MAX) ||
-         (allow_all && tier == KVP_TIER_ALL);
+  return (tier >= KVP_TIER_G1 && tier <= KVP_TIER_MAX) || (allow_all && tier == KVP_TIER_ALL);
 }
 
 /* Fills e from ev; returns 0 or a KVP_E* code. *blocks accumulates the block

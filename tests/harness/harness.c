@@ -13,14 +13,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int kvp_test_run(const char *group, const struct CMUnitTest *tests, size_t n,
-                 int argc, char **argv) {
+int kvp_test_run(const char *group, const struct CMUnitTest *tests, size_t n, int argc,
+                 char **argv) {
   if (argc > 1)
     cmocka_set_test_filter(argv[1]);
   return _cmocka_run_group_tests(group, tests, n, NULL, NULL);
 }
 
-const char *kvp_test_srcdir(void) { return KVP_TEST_SRCDIR; }
+const char *kvp_test_srcdir(void) {
+  return KVP_TEST_SRCDIR;
+}
 
 char *kvp_test_tmpdir(char *buf, size_t len) {
   const char *base = getenv("TMPDIR");

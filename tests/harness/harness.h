@@ -14,13 +14,12 @@
 /* cmocka.h needs the three includes above first. */
 #include <cmocka.h>
 
-int kvp_test_run(const char *group, const struct CMUnitTest *tests, size_t n,
-                 int argc, char **argv);
+int kvp_test_run(const char *group, const struct CMUnitTest *tests, size_t n, int argc,
+                 char **argv);
 
-#define KVP_TEST_MAIN(group, tests)                                            \
-  int main(int argc, char **argv) {                                            \
-    return kvp_test_run(group, tests, sizeof(tests) / sizeof((tests)[0]), argc, \
-                        argv);                                                 \
+#define KVP_TEST_MAIN(group, tests)                                                                \
+  int main(int argc, char **argv) {                                                                \
+    return kvp_test_run(group, tests, sizeof(tests) / sizeof((tests)[0]), argc, argv);             \
   }
 
 /* Directory of the source tree's tests/ (for data files), set by CMake. */

@@ -150,7 +150,9 @@ static void reap(kvp_natsd_t *d, int first_sig) {
   d->pid = 0;
 }
 
-void kvp_natsd_kill(kvp_natsd_t *d) { reap(d, SIGKILL); }
+void kvp_natsd_kill(kvp_natsd_t *d) {
+  reap(d, SIGKILL);
+}
 
 int kvp_natsd_restart(kvp_natsd_t *d) {
   reap(d, SIGKILL);

@@ -10,8 +10,8 @@
 #include <sys/types.h>
 
 typedef struct kvp_natsd_opts_s {
-  int jetstream;     /* -js with a file store under the temp dir */
-  const char *user;  /* with pass: --user/--pass */
+  int jetstream;    /* -js with a file store under the temp dir */
+  const char *user; /* with pass: --user/--pass */
   const char *pass;
   const char *token; /* --auth */
 } kvp_natsd_opts_t;
@@ -19,8 +19,8 @@ typedef struct kvp_natsd_opts_s {
 typedef struct kvp_natsd_s {
   pid_t pid;
   int port;
-  char dir[256];  /* temp dir: store and log */
-  char url[64];   /* nats://127.0.0.1:<port> */
+  char dir[256]; /* temp dir: store and log */
+  char url[64];  /* nats://127.0.0.1:<port> */
   kvp_natsd_opts_t opts;
 } kvp_natsd_t;
 
