@@ -1,0 +1,124 @@
+/* kvplane-advisor: the storage-advisor daemon as a library (DESIGN.md,
+ * "Advisor" and "SQL inspection").
+ *
+ * The advisor consumes event batches from NATS (a JetStream durable consumer
+ * or core subscriptions on kvplane.ev.<ns>.>), keeps an index of where every
+ * block lives, writes it behind to a SQLite database, asks workers for a
+ * resync on kvplane.ctl.<ns>.<worker>.resync when their stream has a gap,
+ * and answers queries on kvplane.api.<ns>.match and kvplane.api.<ns>.stats.
+ * The kvplane-advisor program is a thin main over this API, so tests run the
+ * whole daemon in-process.
+ *
+ * Query formats (request/reply, replies are JSON objects):
+ *   match request:  {"hashes": ["<hex u64>", ...]} (hex with or without 0x;
+ *                   JSON integers are accepted too and read as the same
+ *                   64 bits), or binary: the 4 bytes "KVPM" followed by
+ *                   little-endian u64 sequence hashes.
+ *   match reply:    {"hashes": N, "matches": [{"worker": "w0", "dp_rank": 0,
+ *                   "tier": "G1", "length": 12}, ...]} longest first; length
+ *                   is the number of leading hashes the (worker, tier) holds
+ *                   consecutively. Errors: {"error": "<cause>"}.
+ *   stats request:  anything; reply: {"blocks":..., "locations":...,
+ *                   "tiers": {...}, "ingest": {...}, "store": {...}, ...}.
+ * Resync request payload (published, no reply expected):
+ *   {"worker": "w0", "dp_rank": 0, "epoch": 17, "reason": "gap"}. */
+#ifndef KVPLANE_ADVISOR_H
+#define KVPLANE_ADVISOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kvp_advisor_mode_e {
+  KVP_ADVISOR_CORE = 0,      /* plain subscriptions; gaps recovered by resync */
+  KVP_ADVISOR_JETSTREAM = 1, /* durable consumer; resumes at the committed sequence */
+} kvp_advisor_mode_t;
+
+/* Every key of etc/kvplane-advisor.conf; see that file for the meaning. */
+typedef struct kvp_advisor_config_s {
+  /* [nats] */
+  char url[512];
+  int mode; /* kvp_advisor_mode_t */
+  char user[128];
+  char password[128];
+  char token[256];
+  char creds[512];
+  char tls_ca[512];
+  char tls_cert[512];
+  char tls_key[512];
+  int64_t connect_timeout_ms;
+  /* [advisor] */
+  char ns[64];
+  /* [jetstream] */
+  char stream[64];
+  char consumer[64];
+  int64_t fetch_batch;
+  /* [store] */
+  char db_path[512];
+  int64_t flush_interval_ms;
+  /* [ingest] */
+  int64_t max_message_bytes;
+  int64_t max_events;
+  int64_t max_blocks;
+  int64_t queue_max;
+  /* [workers] */
+  int64_t heartbeat_timeout_ms;
+  int64_t resync_retry_ms;
+  /* [index] */
+  int64_t initial_blocks;
+  int64_t hit_half_life_ms;
+  /* [log] */
+  int log_level; /* KVP_LOG_* as an enum index: error, warn, info, debug */
+  char log_file[512];
+  int log_syslog;
+  /* Not from the file: the program sets it. */
+  int handle_signals; /* SIGTERM/SIGINT stop, SIGHUP reopens the log */
+} kvp_advisor_config_t;
+
+/* Fills cfg with the defaults (the values shown in etc/kvplane-advisor.conf). */
+void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg);
+
+/* Reads an INI file over cfg. Returns 0, KVP_EIO (file unreadable) or
+ * KVP_ECONFIG; err then reads "path:line: [section] key: cause". */
+int kvp_advisor_config_load(kvp_advisor_config_t *cfg, const char *path, char *err, size_t errlen);
+
+/* Applies one "section.key=value" override. Returns 0 or KVP_ECONFIG. */
+int kvp_advisor_config_set(kvp_advisor_config_t *cfg, const char *assignment, char *err,
+                           size_t errlen);
+
+/* Checks the keys against each other (namespace syntax, TLS pairs, one auth
+ * method). Returns 0 or KVP_ECONFIG with err naming the key. */
+int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t errlen);
+
+/* Writes every key with its help text and current value, INI syntax. */
+void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, void *file);
+
+typedef struct kvp_advisor_s kvp_advisor_t;
+
+/* Opens the database (loading the index from it), connects to NATS, creates
+ * the JetStream stream and consumer if absent and subscribes. Returns 0 or
+ * KVP_ECONFIG, KVP_EDB, KVP_EIO, KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err
+ * describing the cause; nothing is left open on error. */
+int kvp_advisor_open(kvp_advisor_t **out, const kvp_advisor_config_t *cfg, char *err,
+                     size_t errlen);
+
+/* Runs the daemon's loop on the calling thread until kvp_advisor_stop() or a
+ * handled signal; then applies what was received, flushes a last time and
+ * returns 0, or the code of a failed final flush. */
+int kvp_advisor_run(kvp_advisor_t *adv);
+
+/* Asks a running advisor to stop. Safe from any thread (it takes a mutex,
+ * so not from a signal handler: set handle_signals instead). */
+void kvp_advisor_stop(kvp_advisor_t *adv);
+
+/* Closes everything; NULL is accepted. Call after kvp_advisor_run returned
+ * (or without running it). */
+void kvp_advisor_close(kvp_advisor_t *adv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVPLANE_ADVISOR_H */

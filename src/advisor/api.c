@@ -1,0 +1,187 @@
+/* Advisor queries; see api.h. */
+#include "advisor/api.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvplane/event.h"
+#include "kvplane/status.h"
+
+static int parse_hex(const char *s, uint64_t *out) {
+  char *end;
+  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+    s += 2;
+  if (*s == '\0' || strlen(s) > 16)
+    return KVP_EPROTO;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 16);
+  if (errno != 0 || *end != '\0')
+    return KVP_EPROTO;
+  *out = v;
+  return 0;
+}
+
+int kvp__adv_api_parse_match(const void *data, size_t len, uint64_t **hashes, size_t *n, char *err,
+                             size_t errlen) {
+  const uint8_t *p = data;
+  json_t *root = NULL, *arr;
+  json_error_t jerr;
+  uint64_t *h = NULL;
+  size_t cnt;
+  int rc = KVP_EPROTO;
+
+  *hashes = NULL;
+  *n = 0;
+  if (len >= 4 && memcmp(p, KVP__ADV_MATCH_MAGIC, 4) == 0) {
+    if ((len - 4) % 8 != 0) {
+      snprintf(err, errlen, "binary request: length %zu is not 4 + 8n", len);
+      return KVP_EPROTO;
+    }
+    cnt = (len - 4) / 8;
+    if (cnt > KVP__ADV_MATCH_MAX)
+      return KVP_ETOOBIG;
+    if (cnt && (h = malloc(cnt * sizeof *h)) == NULL)
+      return KVP_ENOMEM;
+    for (size_t i = 0; i < cnt; i++) {
+      uint64_t v = 0;
+      for (int b = 7; b >= 0; b--)
+        v = v << 8 | p[4 + i * 8 + (size_t)b];
+      h[i] = v;
+    }
+    *hashes = h;
+    *n = cnt;
+    return 0;
+  }
+  root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (root == NULL) {
+    snprintf(err, errlen, "bad JSON: %s", jerr.text);
+    return KVP_EPROTO;
+  }
+  arr = json_object_get(root, "hashes");
+  if (!json_is_array(arr)) {
+    snprintf(err, errlen, "expected {\"hashes\": [...]}");
+    goto done;
+  }
+  cnt = json_array_size(arr);
+  if (cnt > KVP__ADV_MATCH_MAX) {
+    rc = KVP_ETOOBIG;
+    snprintf(err, errlen, "more than %d hashes", KVP__ADV_MATCH_MAX);
+    goto done;
+  }
+  if (cnt && (h = malloc(cnt * sizeof *h)) == NULL) {
+    rc = KVP_ENOMEM;
+    goto done;
+  }
+  for (size_t i = 0; i < cnt; i++) {
+    json_t *v = json_array_get(arr, i);
+    if (json_is_string(v) && parse_hex(json_string_value(v), &h[i]) == 0)
+      continue;
+    if (json_is_integer(v)) {
+      h[i] = (uint64_t)json_integer_value(v);
+      continue;
+    }
+    snprintf(err, errlen, "hashes[%zu]: expected a hex string or an integer", i);
+    goto done;
+  }
+  *hashes = h;
+  *n = cnt;
+  h = NULL;
+  rc = 0;
+done:
+  free(h);
+  json_decref(root);
+  return rc;
+}
+
+static int dump(json_t *o, char **reply) {
+  *reply = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  return *reply ? 0 : KVP_ENOMEM;
+}
+
+static int by_length(const void *a, const void *b) {
+  const kvp__adv_match_t *x = a, *y = b;
+  if (x->length != y->length)
+    return x->length > y->length ? -1 : 1;
+  if (x->worker != y->worker)
+    return x->worker < y->worker ? -1 : 1;
+  return x->tier - y->tier;
+}
+
+int kvp__adv_api_match(const kvp__adv_index_t *ix, const void *data, size_t len, char **reply) {
+  uint64_t *h = NULL;
+  size_t n, cap = 4 * (kvp__adv_index_worker_count(ix) + 1);
+  kvp__adv_match_t *rows = NULL;
+  char err[256];
+  json_t *o = NULL, *arr;
+  int rc, nrows;
+
+  rc = kvp__adv_api_parse_match(data, len, &h, &n, err, sizeof err);
+  if (rc == KVP_ETOOBIG)
+    snprintf(err, sizeof err, "more than %d hashes", KVP__ADV_MATCH_MAX);
+  if (rc != 0 && rc != KVP_ENOMEM)
+    return dump(json_pack("{s:s}", "error", err), reply);
+  if (rc != 0)
+    return rc;
+  if ((rows = malloc(cap * sizeof *rows)) == NULL) {
+    rc = KVP_ENOMEM;
+    goto done;
+  }
+  nrows = kvp__adv_index_match(ix, h, n, rows, cap);
+  if (nrows < 0)
+    nrows = 0; /* cap covers every (worker, tier) pair */
+  qsort(rows, (size_t)nrows, sizeof *rows, by_length);
+  o = json_pack("{s:I, s:[]}", "hashes", (json_int_t)n, "matches");
+  arr = o ? json_object_get(o, "matches") : NULL;
+  for (int i = 0; arr && i < nrows; i++) {
+    uint32_t dp = 0;
+    const char *w = kvp__adv_index_worker_name(ix, rows[i].worker, &dp);
+    json_array_append_new(arr, json_pack("{s:s, s:I, s:s, s:I}", "worker", w, "dp_rank",
+                                         (json_int_t)dp, "tier", kvp_tier_name(rows[i].tier),
+                                         "length", (json_int_t)rows[i].length));
+  }
+  rc = dump(o, reply);
+done:
+  free(rows);
+  free(h);
+  return rc;
+}
+
+int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
+                       const kvp__adv_api_extra_t *x, char **reply) {
+  kvp__adv_index_stats_t s;
+  const kvp__adv_ingest_counters_t *c = kvp__adv_ingest_counters(ing);
+  json_t *tiers = json_object();
+
+  kvp__adv_index_stats(ix, &s);
+  for (int t = 1; tiers && t <= KVP_TIER_MAX; t++)
+    json_object_set_new(tiers, kvp_tier_name(t),
+                        json_pack("{s:I, s:I}", "locations", (json_int_t)s.tier_locations[t],
+                                  "bytes", (json_int_t)s.tier_bytes[t]));
+  json_t *ingest =
+      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+                "messages", (json_int_t)c->messages, "batches", (json_int_t)c->batches,
+                "heartbeats", (json_int_t)c->heartbeats, "events", (json_int_t)c->events,
+                "block_events", (json_int_t)c->block_events, "malformed", (json_int_t)c->malformed,
+                "oversized", (json_int_t)c->oversized, "bad_events", (json_int_t)c->bad_events,
+                "duplicates", (json_int_t)c->duplicates, "stale", (json_int_t)c->stale, "gaps",
+                (json_int_t)c->gaps, "resyncs", (json_int_t)c->resyncs, "snapshots",
+                (json_int_t)c->snapshots, "epochs", (json_int_t)c->epochs, "downs",
+                (json_int_t)c->downs, "unknown_removes", (json_int_t)c->unknown_removes);
+  json_t *store = json_pack(
+      "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream_seq", (json_int_t)x->stream_seq,
+      "committed_seq", (json_int_t)x->committed_seq, "flushes", (json_int_t)x->flushes,
+      "flush_errors", (json_int_t)x->flush_errors, "last_flush_ms", (json_int_t)x->last_flush_ms,
+      "last_flush_blocks", (json_int_t)x->last_flush_blocks, "dirty", (json_int_t)x->dirty);
+  json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I}", "namespace",
+                        x->ns, "mode", x->mode, "uptime_ms", (json_int_t)x->uptime_ms, "blocks",
+                        (json_int_t)s.blocks, "locations", (json_int_t)s.locations, "workers",
+                        (json_int_t)kvp__adv_index_worker_count(ix), "workers_up",
+                        (json_int_t)kvp__adv_ingest_workers_up(ing), "index_memory_bytes",
+                        (json_int_t)s.memory_bytes, "tiers", tiers, "ingest", ingest, "store",
+                        store, "queue_dropped", (json_int_t)x->queue_dropped);
+  return dump(o, reply);
+}

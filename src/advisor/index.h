@@ -1,0 +1,149 @@
+/* Advisor block index (DESIGN.md, "Advisor"): where every block lives.
+ *
+ * A hash map (open addressing, linear probing, u32 slots) from sequence hash
+ * to a compact node: parent hash (the prefix-tree link), size, last access,
+ * decayed hit frequency, and a list of locations. A location is one
+ * (worker, tier, volume) copy of a block and sits on its tier's LRU list.
+ * Nodes and locations live in dense pools addressed by u32 indexes (0 is
+ * nil), so a node costs 40 bytes, a location 20, a map slot 4.
+ *
+ * Workers and volumes are interned as u16 ids. A "worker" here is one
+ * (worker id, dp rank) pair: every data-parallel rank has its own caches.
+ *
+ * Every change marks the block dirty (once) so the store can write it behind;
+ * kvp__adv_index_dirty_take() hands the list over.
+ *
+ * Not thread-safe: the advisor's loop thread owns it. */
+#ifndef KVP_ADVISOR_INDEX_H
+#define KVP_ADVISOR_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVP__ADV_MAX_WORKERS 8191u
+#define KVP__ADV_MAX_VOLUMES 65535u
+#define KVP__ADV_NO_VOLUME 0xffffu /* "any volume" in kvp__adv_index_remove */
+/* In-memory last access is kept in seconds since this Unix time (2020-01-01)
+ * to keep the node small; the store writes it back as Unix milliseconds. */
+#define KVP__ADV_EPOCH_S 1577836800u
+
+typedef struct kvp__adv_index_s kvp__adv_index_t;
+
+/* A block as the store and the queries see it. */
+typedef struct kvp__adv_block_s {
+  uint64_t hash;
+  uint64_t parent; /* equal to hash when the block has no parent */
+  uint32_t tokens;
+  uint64_t bytes;
+  uint64_t last_access_ms;
+  uint32_t hits;
+  double freq; /* decayed hit frequency at last access */
+} kvp__adv_block_t;
+
+typedef struct kvp__adv_loc_s {
+  uint16_t worker;
+  uint16_t volume; /* 0 = none (G1/G2) */
+  uint8_t tier;
+} kvp__adv_loc_t;
+
+/* One row of a match answer: worker, tier and the number of leading hashes
+ * of the query that this (worker, tier) holds, consecutively from the first. */
+typedef struct kvp__adv_match_s {
+  uint16_t worker;
+  uint8_t tier;
+  uint32_t length;
+} kvp__adv_match_t;
+
+/* Creates an empty index sized for about cap_hint blocks; half_life_s is the
+ * half-life of the decayed hit frequency. Returns 0 or KVP_ENOMEM. */
+int kvp__adv_index_create(kvp__adv_index_t **out, size_t cap_hint, double half_life_s);
+
+/* Frees everything; NULL is accepted. */
+void kvp__adv_index_destroy(kvp__adv_index_t *ix);
+
+/* Interns a (worker id, dp rank) pair. Returns 0, KVP_EINVAL for a bad id or
+ * KVP_ENOSPC past KVP__ADV_MAX_WORKERS. */
+int kvp__adv_index_worker(kvp__adv_index_t *ix, const char *name, uint32_t dp_rank, uint16_t *id);
+/* Name and dp rank of an interned worker; NULL for an unknown id. */
+const char *kvp__adv_index_worker_name(const kvp__adv_index_t *ix, uint16_t id, uint32_t *dp_rank);
+size_t kvp__adv_index_worker_count(const kvp__adv_index_t *ix);
+
+/* Interns a volume name; NULL or "" is volume 0. Returns 0, KVP_EINVAL for a
+ * name over 255 bytes, or KVP_ENOSPC. */
+int kvp__adv_index_volume(kvp__adv_index_t *ix, const char *name, uint16_t *id);
+/* Name of a volume id ("" for 0); NULL for an unknown id. */
+const char *kvp__adv_index_volume_name(const kvp__adv_index_t *ix, uint16_t id);
+size_t kvp__adv_index_volume_count(const kvp__adv_index_t *ix);
+
+/* Records that worker holds block hash in tier (and volume). Creates the
+ * block if it is new (has_parent 0: no parent); refreshes size and last
+ * access; a location already present is only moved to the front of its LRU.
+ * Returns 0, KVP_ETIER for a tier outside 1..4, or KVP_ENOMEM (index
+ * unchanged). */
+int kvp__adv_index_store(kvp__adv_index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
+                         uint16_t worker, int tier, uint16_t volume, uint32_t tokens,
+                         uint64_t bytes, uint64_t now_ms);
+
+/* Removes worker's location of hash in tier (volume KVP__ADV_NO_VOLUME: any
+ * volume). A block with no location left is deleted. Returns 0, or KVP_ENOENT
+ * when there was no such location (not an error for event streams). */
+int kvp__adv_index_remove(kvp__adv_index_t *ix, uint64_t hash, uint16_t worker, int tier,
+                          uint16_t volume);
+
+/* Counts hits on a block: hit counter, decayed frequency, last access, and
+ * the LRU position of the tier's locations (tier 0: all). KVP_ENOENT when the
+ * block is unknown. */
+int kvp__adv_index_access(kvp__adv_index_t *ix, uint64_t hash, int tier, uint32_t hits,
+                          uint64_t now_ms);
+
+/* Drops every location of worker in the tiers of tier_mask (bit t for tier
+ * t). Returns the number of locations dropped. */
+size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_mask);
+
+/* Longest consecutive cached prefix of hashes[0..n) per (worker, tier).
+ * Writes up to cap rows to out and returns the number of rows, or a negative
+ * KVP_ENOSPC when more than cap (worker, tier) pairs matched. Rows with
+ * length 0 are not reported. */
+int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n,
+                         kvp__adv_match_t *out, size_t cap);
+
+/* Looks a block up. Returns 0 or KVP_ENOENT. locs (cap entries) receives
+ * its locations; *nlocs their total count (may exceed cap). */
+int kvp__adv_index_get(const kvp__adv_index_t *ix, uint64_t hash, kvp__adv_block_t *b,
+                       kvp__adv_loc_t *locs, size_t cap, size_t *nlocs);
+
+/* Loads a block row (from the store) without marking it dirty. */
+int kvp__adv_index_load_block(kvp__adv_index_t *ix, const kvp__adv_block_t *b);
+/* Loads a location row; the block must have been loaded. KVP_ENOENT if not. */
+int kvp__adv_index_load_loc(kvp__adv_index_t *ix, uint64_t hash, const kvp__adv_loc_t *loc);
+
+/* Least recently used locations of tier, coldest first: up to cap hashes. */
+size_t kvp__adv_index_lru(const kvp__adv_index_t *ix, int tier, uint64_t *hashes, size_t cap);
+
+/* Figures. */
+typedef struct kvp__adv_index_stats_s {
+  size_t blocks;
+  size_t locations;
+  size_t tier_locations[5]; /* by tier; [0] unused */
+  uint64_t tier_bytes[5];
+  size_t memory_bytes; /* allocated by the index (map, pools, names) */
+} kvp__adv_index_stats_t;
+void kvp__adv_index_stats(const kvp__adv_index_t *ix, kvp__adv_index_stats_t *st);
+
+/* Turns dirty tracking on (default) or off (benchmarks, fuzzing). */
+void kvp__adv_index_track_dirty(kvp__adv_index_t *ix, int on);
+
+/* Hands over the dirty hashes (each changed or deleted block at least once
+ * since the last take; a hash may appear twice when a block was deleted and
+ * created again) and clears the dirty marks. The caller owns *hashes (free
+ * it; NULL when the count is 0). Returns the count. */
+size_t kvp__adv_index_dirty_take(kvp__adv_index_t *ix, uint64_t **hashes);
+
+/* Marks hash dirty again (a flush that failed gives its hashes back).
+ * Returns 0 or KVP_ENOMEM. */
+int kvp__adv_index_dirty_mark(kvp__adv_index_t *ix, uint64_t hash);
+
+/* Number of dirty hashes pending. */
+size_t kvp__adv_index_dirty_count(const kvp__adv_index_t *ix);
+
+#endif

@@ -1,0 +1,397 @@
+/* Advisor ingest; see ingest.h. */
+#include "advisor/ingest.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "kvplane/status.h"
+
+typedef struct staging_s {
+  int active;
+  uint64_t snapshot_id;
+  uint32_t next_chunk;
+  size_t n, cap;
+  uint64_t *hashes, *parents;
+  uint32_t *tokens;
+  uint64_t *bytes;
+  uint16_t *volumes;
+} staging_t;
+
+typedef struct wstate_s {
+  int present;
+  kvp__adv_worker_state_t st;
+  int resync_pending;
+  uint64_t resync_sent_ms;
+  staging_t snap[KVP_TIER_MAX + 1];
+} wstate_t;
+
+struct kvp__adv_ingest_s {
+  kvp__adv_index_t *ix;
+  kvp__adv_ingest_opts_t opts;
+  wstate_t *w; /* by index worker id */
+  size_t nw;
+  kvp__adv_ingest_counters_t c;
+};
+
+#define G12_MASK ((1u << KVP_TIER_G1) | (1u << KVP_TIER_G2))
+#define ALL_MASK (G12_MASK | (1u << KVP_TIER_G3) | (1u << KVP_TIER_G4))
+
+static void staging_reset(staging_t *s) {
+  s->active = 0;
+  s->n = 0;
+  s->next_chunk = 0;
+}
+
+static void staging_free(staging_t *s) {
+  free(s->hashes);
+  free(s->parents);
+  free(s->tokens);
+  free(s->bytes);
+  free(s->volumes);
+  memset(s, 0, sizeof *s);
+}
+
+static int staging_reserve(staging_t *s, size_t need) {
+  if (need <= s->cap)
+    return 0;
+  size_t cap = s->cap ? s->cap : 256;
+  while (cap < need)
+    cap *= 2;
+  void *h = realloc(s->hashes, cap * sizeof *s->hashes);
+  if (h)
+    s->hashes = h;
+  void *p = realloc(s->parents, cap * sizeof *s->parents);
+  if (p)
+    s->parents = p;
+  void *t = realloc(s->tokens, cap * sizeof *s->tokens);
+  if (t)
+    s->tokens = t;
+  void *b = realloc(s->bytes, cap * sizeof *s->bytes);
+  if (b)
+    s->bytes = b;
+  void *v = realloc(s->volumes, cap * sizeof *s->volumes);
+  if (v)
+    s->volumes = v;
+  if (!h || !p || !t || !b || !v)
+    return KVP_ENOMEM;
+  s->cap = cap;
+  return 0;
+}
+
+int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__adv_index_t *ix,
+                           const kvp__adv_ingest_opts_t *opts) {
+  kvp__adv_ingest_t *ing = calloc(1, sizeof *ing);
+  *out = NULL;
+  if (ing == NULL)
+    return KVP_ENOMEM;
+  ing->ix = ix;
+  if (opts)
+    ing->opts = *opts;
+  if (ing->opts.resync_retry_ms == 0)
+    ing->opts.resync_retry_ms = 5000;
+  *out = ing;
+  return 0;
+}
+
+void kvp__adv_ingest_destroy(kvp__adv_ingest_t *ing) {
+  if (ing == NULL)
+    return;
+  for (size_t i = 0; i < ing->nw; i++)
+    for (int t = 0; t <= KVP_TIER_MAX; t++)
+      staging_free(&ing->w[i].snap[t]);
+  free(ing->w);
+  free(ing);
+}
+
+static wstate_t *wstate(kvp__adv_ingest_t *ing, uint16_t id) {
+  if (id >= ing->nw) {
+    size_t n = (size_t)id + 1;
+    wstate_t *w = realloc(ing->w, n * sizeof *w);
+    if (w == NULL)
+      return NULL;
+    memset(w + ing->nw, 0, (n - ing->nw) * sizeof *w);
+    ing->w = w;
+    ing->nw = n;
+  }
+  return &ing->w[id];
+}
+
+static void request_resync(kvp__adv_ingest_t *ing, wstate_t *ws, const char *reason,
+                           uint64_t now_ms) {
+  uint32_t dp = 0;
+  const char *name = kvp__adv_index_worker_name(ing->ix, ws->st.id, &dp);
+  ws->resync_pending = 1;
+  ws->resync_sent_ms = now_ms;
+  ing->c.resyncs++;
+  kvp_log_info("advisor: worker %s dp %" PRIu32 " epoch %" PRIu64 ": resync requested (%s)", name,
+               dp, ws->st.epoch, reason);
+  if (ing->opts.resync)
+    ing->opts.resync(ing->opts.resync_ctx, name, dp, ws->st.epoch, reason);
+}
+
+static void apply_stored(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *ev,
+                         uint64_t now_ms) {
+  uint16_t vol;
+  int rc = kvp__adv_index_volume(ing->ix, ev->volume, &vol);
+  for (size_t i = 0; rc == 0 && i < ev->nhashes; i++) {
+    int hp = i > 0 || ev->has_parent;
+    uint64_t parent = i > 0 ? ev->hashes[i - 1] : ev->parent_hash;
+    rc = kvp__adv_index_store(ing->ix, ev->hashes[i], hp, parent, w, ev->tier, vol,
+                              ev->block_tokens, ev->block_bytes, now_ms);
+  }
+  if (rc != 0)
+    ing->c.bad_events++;
+}
+
+static void apply_removed(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *ev) {
+  uint16_t vol = KVP__ADV_NO_VOLUME;
+  if (ev->volume && ev->volume[0] && kvp__adv_index_volume(ing->ix, ev->volume, &vol) != 0) {
+    ing->c.bad_events++;
+    return;
+  }
+  for (size_t i = 0; i < ev->nhashes; i++)
+    if (kvp__adv_index_remove(ing->ix, ev->hashes[i], w, ev->tier, vol) != 0)
+      ing->c.unknown_removes++;
+}
+
+static void apply_accessed(kvp__adv_ingest_t *ing, const kvp_event_t *ev, uint64_t now_ms) {
+  for (size_t i = 0; i < ev->nhashes; i++) {
+    uint32_t hits = ev->hit_counts ? ev->hit_counts[i] : 1;
+    kvp__adv_index_access(ing->ix, ev->hashes[i], ev->tier, hits, now_ms);
+  }
+}
+
+/* Replaces the worker's set of one tier with the staged snapshot. */
+static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint64_t now_ms) {
+  staging_t *s = &ws->snap[tier];
+  int rc = 0;
+  kvp__adv_index_drop(ing->ix, ws->st.id, 1u << tier);
+  for (size_t i = 0; rc == 0 && i < s->n; i++) {
+    int hp = s->parents[i] != s->hashes[i];
+    rc = kvp__adv_index_store(ing->ix, s->hashes[i], hp, s->parents[i], ws->st.id, tier,
+                              s->volumes[i], s->tokens[i], s->bytes[i], now_ms);
+  }
+  if (rc != 0)
+    ing->c.bad_events++;
+  ing->c.snapshots++;
+  ws->resync_pending = 0;
+  staging_reset(s);
+}
+
+static void apply_snapshot(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *ev,
+                           uint64_t now_ms) {
+  staging_t *s;
+  uint16_t vol;
+
+  if (ev->tier < KVP_TIER_G1 || ev->tier > KVP_TIER_G4 ||
+      kvp__adv_index_volume(ing->ix, ev->volume, &vol) != 0) {
+    ing->c.bad_events++;
+    return;
+  }
+  s = &ws->snap[ev->tier];
+  if (ev->chunk == 0) {
+    staging_reset(s);
+    s->active = 1;
+    s->snapshot_id = ev->snapshot_id;
+  } else if (!s->active || s->snapshot_id != ev->snapshot_id || s->next_chunk != ev->chunk) {
+    kvp_log_warn("advisor: snapshot %" PRIu64 " chunk %" PRIu32 " out of order; discarded",
+                 ev->snapshot_id, ev->chunk);
+    staging_reset(s);
+    ing->c.bad_events++;
+    request_resync(ing, ws, "snapshot", now_ms);
+    return;
+  }
+  if (staging_reserve(s, s->n + ev->nhashes) != 0) {
+    staging_reset(s);
+    ing->c.bad_events++;
+    return;
+  }
+  for (size_t i = 0; i < ev->nhashes; i++) {
+    s->hashes[s->n] = ev->hashes[i];
+    s->parents[s->n] = ev->parent_hashes ? ev->parent_hashes[i] : ev->hashes[i];
+    s->tokens[s->n] = ev->block_tokens;
+    s->bytes[s->n] = ev->block_bytes;
+    s->volumes[s->n] = vol;
+    s->n++;
+  }
+  s->next_chunk = ev->chunk + 1;
+  if (ev->last)
+    snapshot_commit(ing, ws, ev->tier, now_ms);
+}
+
+static void apply_event(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *ev,
+                        uint64_t now_ms) {
+  uint16_t w = ws->st.id;
+  switch (ev->type) {
+  case KVP_EV_STORED:
+    apply_stored(ing, w, ev, now_ms);
+    break;
+  case KVP_EV_REMOVED:
+    apply_removed(ing, w, ev);
+    break;
+  case KVP_EV_ACCESSED:
+    apply_accessed(ing, ev, now_ms);
+    break;
+  case KVP_EV_CLEARED:
+    kvp__adv_index_drop(ing->ix, w, ev->tier == KVP_TIER_ALL ? ALL_MASK : 1u << ev->tier);
+    break;
+  case KVP_EV_SNAPSHOT:
+    apply_snapshot(ing, ws, ev, now_ms);
+    break;
+  default:
+    ing->c.bad_events++;
+    return;
+  }
+  ing->c.events++;
+  ing->c.block_events += ev->nhashes;
+}
+
+int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t now_ms) {
+  uint16_t id;
+  wstate_t *ws;
+  int rc;
+  const char *need_resync = NULL;
+
+  if ((rc = kvp__adv_index_worker(ing->ix, b->worker_id, b->dp_rank, &id)) != 0)
+    return rc;
+  if ((ws = wstate(ing, id)) == NULL)
+    return KVP_ENOMEM;
+  if (!ws->present) {
+    ws->present = 1;
+    ws->st.id = id;
+  }
+  if (ws->st.known && b->epoch < ws->st.epoch) {
+    ing->c.stale++;
+    return 0;
+  }
+  if (ws->st.known && b->epoch > ws->st.epoch) {
+    size_t n = kvp__adv_index_drop(ing->ix, id, G12_MASK);
+    kvp_log_info("advisor: worker %s dp %" PRIu32 ": new epoch %" PRIu64 " (was %" PRIu64
+                 "), %zu G1/G2 locations dropped",
+                 b->worker_id, b->dp_rank, b->epoch, ws->st.epoch, n);
+    ing->c.epochs++;
+    ws->st.known = 0;
+    ws->resync_pending = 0;
+    for (int t = 0; t <= KVP_TIER_MAX; t++)
+      staging_reset(&ws->snap[t]);
+  }
+  if (!ws->st.known) {
+    ws->st.epoch = b->epoch;
+    ws->st.last_event_id = b->first_event_id ? b->first_event_id - 1 : 0;
+    ws->st.known = 1;
+    if (b->first_event_id > 1)
+      need_resync = "unknown";
+  } else if (b->first_event_id > ws->st.last_event_id + 1) {
+    need_resync = "gap";
+  }
+  if (b->dropped_events > 0)
+    need_resync = "gap";
+  if (ws->st.down) {
+    ws->st.down = 0;
+    need_resync = "down";
+  }
+  ws->st.last_seen_ms = now_ms;
+  if (need_resync) {
+    if (strcmp(need_resync, "gap") == 0)
+      ing->c.gaps++;
+    if (!ws->resync_pending || now_ms - ws->resync_sent_ms >= ing->opts.resync_retry_ms)
+      request_resync(ing, ws, need_resync, now_ms);
+  }
+  ing->c.batches++;
+  if (b->nevents == 0) {
+    ing->c.heartbeats++;
+    /* A heartbeat carries the next id: everything before it was sent. */
+    if (b->first_event_id > ws->st.last_event_id + 1)
+      ws->st.last_event_id = b->first_event_id - 1;
+    return 0;
+  }
+  for (size_t i = 0; i < b->nevents; i++) {
+    const kvp_event_t *ev = &b->events[i];
+    uint64_t eid = ev->event_id ? ev->event_id : b->first_event_id + i;
+    if (eid <= ws->st.last_event_id) {
+      ing->c.duplicates++;
+      continue;
+    }
+    apply_event(ing, ws, ev, now_ms);
+    ws->st.last_event_id = eid;
+  }
+  return 0;
+}
+
+int kvp__adv_ingest_message(kvp__adv_ingest_t *ing, const uint8_t *buf, size_t len,
+                            const kvp_wire_limits_t *lim, uint64_t now_ms) {
+  kvp_wire_batch_t *wb = NULL;
+  int rc;
+
+  ing->c.messages++;
+  rc = kvp_wire_decode(buf, len, lim, &wb);
+  if (rc != 0) {
+    ing->c.malformed++;
+    if (rc == KVP_ETOOBIG)
+      ing->c.oversized++;
+    kvp_log_warn("advisor: message of %zu bytes skipped: %s", len, kvp_strerror(rc));
+    return rc;
+  }
+  rc = kvp__adv_ingest_apply(ing, kvp_wire_batch_view(wb), now_ms);
+  if (rc == KVP_EINVAL)
+    ing->c.malformed++;
+  kvp_wire_batch_free(wb);
+  return rc;
+}
+
+void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms) {
+  for (size_t i = 0; i < ing->nw; i++) {
+    wstate_t *ws = &ing->w[i];
+    if (!ws->present || ws->st.down)
+      continue;
+    if (ing->opts.heartbeat_timeout_ms && ws->st.last_seen_ms &&
+        now_ms > ws->st.last_seen_ms + ing->opts.heartbeat_timeout_ms) {
+      uint32_t dp = 0;
+      const char *name = kvp__adv_index_worker_name(ing->ix, ws->st.id, &dp);
+      size_t n = kvp__adv_index_drop(ing->ix, ws->st.id, G12_MASK);
+      ws->st.down = 1;
+      ws->resync_pending = 0;
+      ing->c.downs++;
+      kvp_log_warn("advisor: worker %s dp %" PRIu32 " silent for %" PRIu64
+                   " ms: marked down, %zu G1/G2 locations dropped",
+                   name, dp, now_ms - ws->st.last_seen_ms, n);
+      continue;
+    }
+    if (ws->resync_pending && now_ms - ws->resync_sent_ms >= ing->opts.resync_retry_ms)
+      request_resync(ing, ws, "retry", now_ms);
+  }
+}
+
+const kvp__adv_ingest_counters_t *kvp__adv_ingest_counters(const kvp__adv_ingest_t *ing) {
+  return &ing->c;
+}
+
+size_t kvp__adv_ingest_worker_count(const kvp__adv_ingest_t *ing) {
+  return ing->nw;
+}
+
+int kvp__adv_ingest_worker_get(const kvp__adv_ingest_t *ing, size_t i,
+                               kvp__adv_worker_state_t *st) {
+  if (i >= ing->nw || !ing->w[i].present)
+    return KVP_ENOENT;
+  *st = ing->w[i].st;
+  return 0;
+}
+
+int kvp__adv_ingest_worker_set(kvp__adv_ingest_t *ing, const kvp__adv_worker_state_t *st) {
+  wstate_t *ws = wstate(ing, st->id);
+  if (ws == NULL)
+    return KVP_ENOMEM;
+  ws->present = 1;
+  ws->st = *st;
+  return 0;
+}
+
+size_t kvp__adv_ingest_workers_up(const kvp__adv_ingest_t *ing) {
+  size_t n = 0;
+  for (size_t i = 0; i < ing->nw; i++)
+    n += ing->w[i].present && !ing->w[i].st.down;
+  return n;
+}

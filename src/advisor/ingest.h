@@ -1,0 +1,114 @@
+/* Advisor ingest: applies decoded event batches to the index (DESIGN.md,
+ * "Advisor").
+ *
+ * Per (worker, dp rank) it tracks the epoch and the last applied event id:
+ *   - events with an id at or below the last applied one are duplicates
+ *     (JetStream redelivery, a replay) and are skipped;
+ *   - a batch whose first id jumps past last + 1, or that carries
+ *     dropped_events > 0, is a gap: the batch is still applied, and a resync
+ *     is requested (the worker answers with a Snapshot per tier);
+ *   - the first batch of a worker or epoch that does not start at event id 1
+ *     means the advisor does not know the worker's state: resync as well;
+ *   - a higher epoch means the worker restarted: its G1/G2 locations from
+ *     the old epoch are dropped (G3/G4 blocks outlive the process); a lower
+ *     epoch is a straggler from before the restart and is skipped. Epochs
+ *     are compared as numbers, so publishers must make them increase (the
+ *     publisher uses its start time);
+ *   - a worker silent for longer than the heartbeat timeout is marked down
+ *     and its G1/G2 locations are dropped; when it speaks again a resync is
+ *     requested because its G1/G2 set is no longer known.
+ * Snapshot chunks (snapshot_id, chunk 0..n, last) are staged and replace the
+ * worker's set for that tier when the last chunk arrives; a chunk out of
+ * order discards the staging and asks for a new resync.
+ *
+ * Not thread-safe: the advisor's loop thread owns it. */
+#ifndef KVP_ADVISOR_INGEST_H
+#define KVP_ADVISOR_INGEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "advisor/index.h"
+#include "kvplane/event.h"
+#include "kvplane/wire.h"
+
+typedef struct kvp__adv_ingest_s kvp__adv_ingest_t;
+
+/* Called when a worker must resend its state. reason is "gap", "unknown",
+ * "down", "epoch" or "snapshot". Runs on the caller's thread, inside apply
+ * or tick. */
+typedef void (*kvp__adv_resync_fn)(void *ctx, const char *worker, uint32_t dp_rank, uint64_t epoch,
+                                   const char *reason);
+
+typedef struct kvp__adv_ingest_opts_s {
+  uint64_t heartbeat_timeout_ms; /* 0: workers are never marked down */
+  uint64_t resync_retry_ms;      /* resend an unanswered resync after this */
+  kvp__adv_resync_fn resync;     /* may be NULL */
+  void *resync_ctx;
+} kvp__adv_ingest_opts_t;
+
+/* Counters, all monotonic. */
+typedef struct kvp__adv_ingest_counters_s {
+  uint64_t messages; /* messages handed to kvp__adv_ingest_message */
+  uint64_t batches;  /* batches applied (heartbeats included) */
+  uint64_t heartbeats;
+  uint64_t events;       /* events applied */
+  uint64_t block_events; /* hashes in applied events */
+  uint64_t malformed;    /* messages that failed to decode */
+  uint64_t oversized;    /* of which: over the size limits */
+  uint64_t bad_events;   /* decoded events that could not be applied */
+  uint64_t duplicates;   /* events skipped as already applied */
+  uint64_t stale;        /* batches from an older epoch */
+  uint64_t gaps;
+  uint64_t resyncs;         /* resync requests sent */
+  uint64_t snapshots;       /* snapshots completed */
+  uint64_t epochs;          /* worker restarts seen */
+  uint64_t downs;           /* workers marked down */
+  uint64_t unknown_removes; /* removes of blocks or locations not indexed */
+} kvp__adv_ingest_counters_t;
+
+/* The persistent part of a worker's state (the store's workers table). */
+typedef struct kvp__adv_worker_state_s {
+  uint16_t id; /* index worker id */
+  uint64_t epoch;
+  uint64_t last_event_id;
+  uint64_t last_seen_ms;
+  int known; /* last_event_id is meaningful */
+  int down;
+} kvp__adv_worker_state_t;
+
+/* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or
+ * KVP_ENOMEM. */
+int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__adv_index_t *ix,
+                           const kvp__adv_ingest_opts_t *opts);
+
+/* Frees it; NULL is accepted. */
+void kvp__adv_ingest_destroy(kvp__adv_ingest_t *ing);
+
+/* Applies one decoded batch at time now_ms. Returns 0, KVP_EINVAL for a
+ * batch without a valid worker id, or KVP_ENOMEM; bad events inside a batch
+ * are counted and skipped. */
+int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t now_ms);
+
+/* Decodes len bytes with lim and applies them. A message that does not
+ * decode is counted (malformed, oversized) and its code returned; it
+ * changes nothing. */
+int kvp__adv_ingest_message(kvp__adv_ingest_t *ing, const uint8_t *buf, size_t len,
+                            const kvp_wire_limits_t *lim, uint64_t now_ms);
+
+/* Periodic work: marks silent workers down, resends unanswered resyncs. */
+void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms);
+
+const kvp__adv_ingest_counters_t *kvp__adv_ingest_counters(const kvp__adv_ingest_t *ing);
+
+/* Worker states, for the store: count, and the i-th one (0 <= i < count). */
+size_t kvp__adv_ingest_worker_count(const kvp__adv_ingest_t *ing);
+int kvp__adv_ingest_worker_get(const kvp__adv_ingest_t *ing, size_t i, kvp__adv_worker_state_t *st);
+
+/* Restores a worker's state loaded from the store. Returns 0 or KVP_ENOMEM. */
+int kvp__adv_ingest_worker_set(kvp__adv_ingest_t *ing, const kvp__adv_worker_state_t *st);
+
+/* Number of workers currently up. */
+size_t kvp__adv_ingest_workers_up(const kvp__adv_ingest_t *ing);
+
+#endif

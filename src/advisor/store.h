@@ -1,0 +1,55 @@
+/* Advisor persistence: the SQLite database that operators query
+ * (DESIGN.md, "SQL inspection"; docs/sql.md documents every table and view).
+ *
+ * Write-behind: the index marks changed blocks dirty; kvp__adv_store_flush()
+ * writes every dirty block, the worker states and the last applied stream
+ * sequence in ONE transaction, so the database always holds a state that
+ * matches exactly one stream position. A restart loads that state and resumes
+ * the stream right after it: nothing is lost, nothing counted twice.
+ *
+ * The database runs in WAL mode (readers never block the writer) and is
+ * created with mode 0600. The schema is versioned in meta.schema_version; an
+ * older database is upgraded on open, a newer one is refused. */
+#ifndef KVP_ADVISOR_STORE_H
+#define KVP_ADVISOR_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "advisor/index.h"
+#include "advisor/ingest.h"
+
+#define KVP__ADV_SCHEMA_VERSION 2
+
+typedef struct kvp__adv_store_s kvp__adv_store_t;
+
+/* Opens (creating with mode 0600 if needed) and upgrades the database at
+ * path. Returns 0, KVP_EIO when the file cannot be created, KVP_EDB for a
+ * database error or KVP_ENOTSUP for a schema newer than this program; err
+ * then says why. */
+int kvp__adv_store_open(kvp__adv_store_t **out, const char *path, char *err, size_t errlen);
+
+/* Closes; NULL is accepted. Nothing pending is written: flush first. */
+void kvp__adv_store_close(kvp__adv_store_t *st);
+
+/* Loads blocks, locations and worker states into an empty ix and ing, and
+ * the committed stream sequence into *stream_seq (0 when none). Returns 0,
+ * KVP_EDB or KVP_ENOMEM. */
+int kvp__adv_store_load(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
+                        uint64_t *stream_seq);
+
+/* Writes the dirty blocks of ix, the worker states of ing (may be NULL) and
+ * stream_seq in one transaction. *nblocks (may be NULL) receives the number
+ * of blocks written. On failure the transaction is rolled back, the dirty
+ * marks are restored and KVP_EDB is returned. */
+int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
+                         uint64_t stream_seq, size_t *nblocks);
+
+/* The stream sequence of the last committed flush. */
+uint64_t kvp__adv_store_stream_seq(const kvp__adv_store_t *st);
+
+/* Runs the SQL of schema versions 1..version on a fresh database, for the
+ * upgrade tests. Returns 0 or KVP_EDB. */
+int kvp__adv_store_create_version(const char *path, int version);
+
+#endif
