@@ -78,9 +78,10 @@ static uint32_t secs_of(uint64_t ms) {
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap)
     return 0;
-  size_t n = *cap ? *cap : 16;
+  /* 1.5x: the slack of a pool is part of the published memory figure. */
+  size_t n = *cap ? *cap : (need > 16 ? need : 16);
   while (n < need)
-    n *= 2;
+    n += n / 2;
   void *q = realloc(*p, n * elem);
   if (q == NULL)
     return KVP_ENOMEM;
@@ -97,7 +98,7 @@ int kvp__adv_index_create(kvp__adv_index_t **out, size_t cap_hint, double half_l
   *out = NULL;
   if (ix == NULL)
     return KVP_ENOMEM;
-  while (cap < cap_hint * 2)
+  while (cap * 7 < cap_hint * 10)
     cap *= 2;
   ix->slots = calloc(cap, sizeof *ix->slots);
   if (ix->slots == NULL)

@@ -1,0 +1,302 @@
+/* Advisor ingest: event ids, gaps, epochs, snapshots, heartbeats, clears,
+ * malformed input. In memory, through the wire codec, no NATS. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "advisor/index.h"
+#include "advisor/ingest.h"
+#include "harness.h"
+#include "kvplane/event.h"
+#include "kvplane/status.h"
+#include "kvplane/wire.h"
+
+#define NOW 1800000000000ull
+
+typedef struct fx_s {
+  kvp__adv_index_t *ix;
+  kvp__adv_ingest_t *ing;
+  int resyncs;
+  char last_reason[32];
+  char last_worker[65];
+} fx_t;
+
+static void on_resync(void *ctx, const char *worker, uint32_t dp, uint64_t epoch,
+                      const char *reason) {
+  fx_t *f = ctx;
+  (void)dp;
+  (void)epoch;
+  f->resyncs++;
+  strncpy(f->last_reason, reason, sizeof f->last_reason - 1);
+  strncpy(f->last_worker, worker, sizeof f->last_worker - 1);
+}
+
+static int setup(void **state) {
+  fx_t *f = calloc(1, sizeof *f);
+  kvp__adv_ingest_opts_t o = {
+      .heartbeat_timeout_ms = 10000, .resync_retry_ms = 1000, .resync = on_resync, .resync_ctx = f};
+  if (kvp__adv_index_create(&f->ix, 16, 3600) != 0 ||
+      kvp__adv_ingest_create(&f->ing, f->ix, &o) != 0)
+    return -1;
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *f = *state;
+  kvp__adv_ingest_destroy(f->ing);
+  kvp__adv_index_destroy(f->ix);
+  free(f);
+  return 0;
+}
+
+/* Encodes and feeds one batch of events. */
+static int feed(fx_t *f, const char *worker, uint64_t epoch, uint64_t first, kvp_event_t *ev,
+                size_t n, uint64_t dropped, uint64_t now) {
+  uint8_t buf[65536];
+  size_t len;
+  for (size_t i = 0; i < n; i++)
+    ev[i].event_id = first + i;
+  kvp_batch_t b = {.worker_id = worker,
+                   .epoch = epoch,
+                   .first_event_id = first,
+                   .events = ev,
+                   .nevents = n,
+                   .dropped_events = dropped};
+  assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
+  return kvp__adv_ingest_message(f->ing, buf, len, NULL, now);
+}
+
+static kvp_event_t stored(int tier, const uint64_t *h, size_t n) {
+  return (kvp_event_t){.type = KVP_EV_STORED,
+                       .tier = tier,
+                       .volume = tier >= 3 ? "vol" : NULL,
+                       .hashes = h,
+                       .nhashes = n,
+                       .block_tokens = 16,
+                       .block_bytes = 4096};
+}
+
+static size_t locs_of(fx_t *f, const char *worker, int tier) {
+  uint16_t w;
+  size_t n = 0;
+  kvp__adv_match_t m[16];
+  /* Count via match over each known test hash range. */
+  if (kvp__adv_index_worker(f->ix, worker, 0, &w) != 0)
+    return 0;
+  for (uint64_t h = 1; h < 200; h++) {
+    uint64_t q = h;
+    int k = kvp__adv_index_match(f->ix, &q, 1, m, 16);
+    for (int i = 0; i < k; i++)
+      n += m[i].worker == w && m[i].tier == tier;
+  }
+  return n;
+}
+
+static void applies_stored_removed_accessed(void **state) {
+  fx_t *f = *state;
+  uint64_t h[4] = {1, 2, 3, 4}, r[1] = {2};
+  uint32_t hits[1] = {5};
+  kvp_event_t ev[3] = {
+      stored(1, h, 4),
+      {.type = KVP_EV_REMOVED, .tier = 1, .hashes = r, .nhashes = 1},
+      {.type = KVP_EV_ACCESSED, .tier = 1, .hashes = h, .nhashes = 1, .hit_counts = hits}};
+  assert_int_equal(feed(f, "w", 1, 1, ev, 3, 0, NOW), 0);
+  assert_int_equal(locs_of(f, "w", 1), 3);
+  kvp__adv_block_t b;
+  assert_int_equal(kvp__adv_index_get(f->ix, 3, &b, NULL, 0, NULL), 0);
+  assert_true(b.parent == 2);
+  assert_int_equal(kvp__adv_index_get(f->ix, 1, &b, NULL, 0, NULL), 0);
+  assert_int_equal(b.hits, 5);
+  assert_int_equal(f->resyncs, 0);
+  const kvp__adv_ingest_counters_t *c = kvp__adv_ingest_counters(f->ing);
+  assert_int_equal(c->events, 3);
+  assert_int_equal(c->block_events, 6);
+}
+
+static void duplicate_events_are_skipped(void **state) {
+  fx_t *f = *state;
+  uint64_t h[2] = {1, 2}, r[1] = {1};
+  kvp_event_t ev[2] = {stored(1, h, 2),
+                       {.type = KVP_EV_REMOVED, .tier = 1, .hashes = r, .nhashes = 1}};
+  assert_int_equal(feed(f, "w", 1, 1, ev, 2, 0, NOW), 0);
+  /* The same batch again (a redelivery): the removed block stays removed. */
+  assert_int_equal(feed(f, "w", 1, 1, ev, 1, 0, NOW), 0);
+  assert_int_equal(locs_of(f, "w", 1), 1);
+  assert_int_equal(kvp__adv_ingest_counters(f->ing)->duplicates, 1);
+}
+
+static void gap_requests_resync_and_snapshot_converges(void **state) {
+  fx_t *f = *state;
+  uint64_t h[3] = {1, 2, 3}, h2[1] = {4};
+  kvp_event_t ev = stored(1, h, 3);
+  assert_int_equal(feed(f, "w", 1, 1, &ev, 1, 0, NOW), 0);
+  ev = stored(1, h2, 1);
+  assert_int_equal(feed(f, "w", 1, 5, &ev, 1, 0, NOW), 0); /* ids 2..4 lost */
+  assert_int_equal(f->resyncs, 1);
+  assert_string_equal(f->last_reason, "gap");
+  /* The worker's real G1 set is {1, 3, 4, 9} (parents: 9 has none). */
+  uint64_t snap[4] = {1, 3, 4, 9}, par[4] = {1, 1, 3, 9};
+  kvp_event_t s0 = {.type = KVP_EV_SNAPSHOT,
+                    .tier = 1,
+                    .snapshot_id = 7,
+                    .chunk = 0,
+                    .hashes = snap,
+                    .parent_hashes = par,
+                    .nhashes = 2,
+                    .block_tokens = 16};
+  kvp_event_t s1 = s0;
+  s1.chunk = 1;
+  s1.last = 1;
+  s1.hashes = snap + 2;
+  s1.parent_hashes = par + 2;
+  assert_int_equal(feed(f, "w", 1, 6, &s0, 1, 0, NOW), 0);
+  assert_int_equal(locs_of(f, "w", 1), 4); /* {1,2,3,4}: nothing replaced before the last chunk */
+  assert_int_equal(feed(f, "w", 1, 7, &s1, 1, 0, NOW), 0);
+  assert_int_equal(locs_of(f, "w", 1), 4);
+  assert_int_equal(kvp__adv_index_get(f->ix, 2, NULL, NULL, 0, NULL), KVP_ENOENT);
+  kvp__adv_block_t b;
+  assert_int_equal(kvp__adv_index_get(f->ix, 9, &b, NULL, 0, NULL), 0);
+  assert_true(b.parent == 9);
+  assert_int_equal(kvp__adv_ingest_counters(f->ing)->snapshots, 1);
+  /* Answered: no retry. */
+  kvp__adv_ingest_tick(f->ing, NOW + 5000);
+  assert_int_equal(f->resyncs, 1);
+}
+
+static void dropped_events_marker_is_a_gap(void **state) {
+  fx_t *f = *state;
+  uint64_t h[1] = {1};
+  kvp_event_t ev = stored(1, h, 1);
+  assert_int_equal(feed(f, "w", 1, 1, &ev, 1, 3, NOW), 0);
+  assert_int_equal(f->resyncs, 1);
+  assert_int_equal(kvp__adv_ingest_counters(f->ing)->gaps, 1);
+  /* Unanswered: sent again after the retry interval. */
+  kvp__adv_ingest_tick(f->ing, NOW + 500);
+  assert_int_equal(f->resyncs, 1);
+  kvp__adv_ingest_tick(f->ing, NOW + 1500);
+  assert_int_equal(f->resyncs, 2);
+}
+
+static void first_contact_mid_stream_is_unknown_state(void **state) {
+  fx_t *f = *state;
+  uint64_t h[1] = {1};
+  kvp_event_t ev = stored(1, h, 1);
+  assert_int_equal(feed(f, "w", 1, 40, &ev, 1, 0, NOW), 0);
+  assert_int_equal(f->resyncs, 1);
+  assert_string_equal(f->last_reason, "unknown");
+}
+
+static void new_epoch_drops_g1_g2_keeps_g3(void **state) {
+  fx_t *f = *state;
+  uint64_t a[2] = {1, 2}, b[1] = {3}, c[1] = {4}, n[1] = {5};
+  kvp_event_t ev[3] = {stored(1, a, 2), stored(2, b, 1), stored(3, c, 1)};
+  assert_int_equal(feed(f, "w", 10, 1, ev, 3, 0, NOW), 0);
+  assert_int_equal(feed(f, "other", 1, 1, ev, 1, 0, NOW), 0);
+  kvp_event_t e2 = stored(1, n, 1);
+  assert_int_equal(feed(f, "w", 11, 1, &e2, 1, 0, NOW), 0);
+  assert_int_equal(locs_of(f, "w", 1), 1);
+  assert_int_equal(locs_of(f, "w", 2), 0);
+  assert_int_equal(locs_of(f, "w", 3), 1);
+  assert_int_equal(locs_of(f, "other", 1), 2);
+  assert_int_equal(f->resyncs, 0);
+  /* A straggler from the old epoch changes nothing. */
+  assert_int_equal(feed(f, "w", 10, 4, ev, 1, 0, NOW), 0);
+  assert_int_equal(kvp__adv_ingest_counters(f->ing)->stale, 1);
+  assert_int_equal(kvp__adv_ingest_counters(f->ing)->epochs, 1);
+}
+
+static void cleared_drops_tier_or_all(void **state) {
+  fx_t *f = *state;
+  uint64_t a[1] = {1}, b[1] = {2}, c[1] = {3};
+  kvp_event_t ev[3] = {stored(1, a, 1), stored(2, b, 1), stored(3, c, 1)};
+  assert_int_equal(feed(f, "w", 1, 1, ev, 3, 0, NOW), 0);
+  kvp_event_t cl = {.type = KVP_EV_CLEARED, .tier = 2};
+  assert_int_equal(feed(f, "w", 1, 4, &cl, 1, 0, NOW), 0);
+  assert_int_equal(locs_of(f, "w", 2), 0);
+  assert_int_equal(locs_of(f, "w", 1), 1);
+  cl.tier = KVP_TIER_ALL;
+  assert_int_equal(feed(f, "w", 1, 5, &cl, 1, 0, NOW), 0);
+  kvp__adv_index_stats_t st;
+  kvp__adv_index_stats(f->ix, &st);
+  assert_int_equal(st.locations, 0);
+}
+
+static void silent_worker_goes_down_and_resyncs_on_return(void **state) {
+  fx_t *f = *state;
+  uint64_t a[1] = {1}, c[1] = {3};
+  const uint8_t *unused = NULL;
+  (void)unused;
+  kvp_event_t ev[2] = {stored(1, a, 1), stored(4, c, 1)};
+  assert_int_equal(feed(f, "w", 1, 1, ev, 2, 0, NOW), 0);
+  /* A heartbeat keeps it up. */
+  assert_int_equal(feed(f, "w", 1, 3, NULL, 0, 0, NOW + 8000), 0);
+  kvp__adv_ingest_tick(f->ing, NOW + 12000);
+  assert_int_equal(kvp__adv_ingest_workers_up(f->ing), 1);
+  kvp__adv_ingest_tick(f->ing, NOW + 18001);
+  assert_int_equal(kvp__adv_ingest_workers_up(f->ing), 0);
+  assert_int_equal(locs_of(f, "w", 1), 0);
+  assert_int_equal(locs_of(f, "w", 4), 1);
+  assert_int_equal(feed(f, "w", 1, 3, NULL, 0, 0, NOW + 20000), 0);
+  assert_int_equal(kvp__adv_ingest_workers_up(f->ing), 1);
+  assert_int_equal(f->resyncs, 1);
+  assert_string_equal(f->last_reason, "down");
+}
+
+static void malformed_and_oversized_are_counted(void **state) {
+  fx_t *f = *state;
+  uint8_t junk[64];
+  uint64_t h[64];
+  uint8_t buf[4096];
+  size_t len;
+  for (int i = 0; i < 64; i++) {
+    junk[i] = (uint8_t)(i * 37 + 11);
+    h[i] = (uint64_t)i + 1;
+  }
+  assert_int_not_equal(kvp__adv_ingest_message(f->ing, junk, sizeof junk, NULL, NOW), 0);
+  kvp_event_t ev = stored(1, h, 64);
+  kvp_batch_t b = {.worker_id = "w", .epoch = 1, .first_event_id = 1, .events = &ev, .nevents = 1};
+  assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
+  kvp_wire_limits_t lim = {.max_bytes = 128};
+  assert_int_equal(kvp__adv_ingest_message(f->ing, buf, len, &lim, NOW), KVP_ETOOBIG);
+  const kvp__adv_ingest_counters_t *c = kvp__adv_ingest_counters(f->ing);
+  assert_int_equal(c->malformed, 2);
+  assert_int_equal(c->oversized, 1);
+  assert_int_equal(c->batches, 0);
+  /* The next good batch applies normally. */
+  assert_int_equal(kvp__adv_ingest_message(f->ing, buf, len, NULL, NOW), 0);
+  assert_int_equal(locs_of(f, "w", 1), 64);
+}
+
+static void out_of_order_snapshot_chunk_is_discarded(void **state) {
+  fx_t *f = *state;
+  uint64_t h[2] = {1, 2};
+  kvp_event_t ev = stored(1, h, 2);
+  assert_int_equal(feed(f, "w", 1, 1, &ev, 1, 0, NOW), 0);
+  kvp_event_t s = {.type = KVP_EV_SNAPSHOT,
+                   .tier = 1,
+                   .snapshot_id = 3,
+                   .chunk = 1,
+                   .last = 1,
+                   .hashes = h,
+                   .nhashes = 1};
+  assert_int_equal(feed(f, "w", 1, 2, &s, 1, 0, NOW), 0);
+  assert_int_equal(locs_of(f, "w", 1), 2);
+  assert_int_equal(f->resyncs, 1);
+  assert_string_equal(f->last_reason, "snapshot");
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+static const struct CMUnitTest tests[] = {
+    T(applies_stored_removed_accessed),
+    T(duplicate_events_are_skipped),
+    T(gap_requests_resync_and_snapshot_converges),
+    T(dropped_events_marker_is_a_gap),
+    T(first_contact_mid_stream_is_unknown_state),
+    T(new_epoch_drops_g1_g2_keeps_g3),
+    T(cleared_drops_tier_or_all),
+    T(silent_worker_goes_down_and_resyncs_on_return),
+    T(malformed_and_oversized_are_counted),
+    T(out_of_order_snapshot_chunk_is_discarded),
+};
+
+KVP_TEST_MAIN("advisor_ingest", tests)

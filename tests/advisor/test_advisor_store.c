@@ -1,0 +1,263 @@
+/* Advisor persistence (real SQLite files in a temp dir) and configuration
+ * errors. */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "advisor/index.h"
+#include "advisor/ingest.h"
+#include "advisor/store.h"
+#include "harness.h"
+#include "kvplane/advisor.h"
+#include "kvplane/event.h"
+#include "kvplane/status.h"
+
+#define NOW 1800000000000ull
+
+typedef struct fx_s {
+  char dir[256], path[300];
+} fx_t;
+
+static int setup(void **state) {
+  fx_t *f = calloc(1, sizeof *f);
+  if (kvp_test_tmpdir(f->dir, sizeof f->dir) == NULL)
+    return -1;
+  snprintf(f->path, sizeof f->path, "%s/advisor.db", f->dir);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *f = *state;
+  kvp_test_rmtree(f->dir);
+  free(f);
+  return 0;
+}
+
+static int64_t q1(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int64_t v = -1;
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+    v = sqlite3_column_int64(s, 0);
+  else
+    print_message("query failed: %s: %s\n", sql, sqlite3_errmsg(db));
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+static void flush_then_load_restores_everything(void **state) {
+  fx_t *f = *state;
+  kvp__adv_index_t *ix = NULL, *ix2 = NULL;
+  kvp__adv_ingest_t *ing = NULL, *ing2 = NULL;
+  kvp__adv_store_t *st = NULL;
+  char err[256];
+  uint16_t a, b, vol;
+  uint64_t seq;
+
+  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__adv_index_worker(ix, "a", 0, &a), 0);
+  assert_int_equal(kvp__adv_index_worker(ix, "b", 3, &b), 0);
+  assert_int_equal(kvp__adv_index_volume(ix, "nvme0", &vol), 0);
+  /* Hashes with the top bit set are stored as negative integers. */
+  uint64_t big = 0xfedcba9876543210ull;
+  assert_int_equal(kvp__adv_index_store(ix, big, 0, 0, a, 1, 0, 16, 4096, NOW), 0);
+  assert_int_equal(kvp__adv_index_store(ix, 5, 1, big, a, 1, 0, 16, 4096, NOW), 0);
+  assert_int_equal(kvp__adv_index_store(ix, 5, 1, big, b, 3, vol, 16, 8192, NOW), 0);
+  assert_int_equal(kvp__adv_index_store(ix, 6, 1, 5, b, 3, vol, 16, 8192, NOW), 0);
+  assert_int_equal(kvp__adv_index_access(ix, 5, 0, 4, NOW), 0);
+  kvp__adv_worker_state_t ws = {
+      .id = a, .epoch = 9, .last_event_id = 77, .known = 1, .last_seen_ms = NOW};
+  assert_int_equal(kvp__adv_ingest_worker_set(ing, &ws), 0);
+  assert_int_equal(kvp__adv_store_flush(st, ix, ing, 1234, NULL), 0);
+  /* Removed after a flush: the next flush deletes the rows. */
+  assert_int_equal(kvp__adv_index_remove(ix, 6, b, 3, vol), 0);
+  size_t n = 0;
+  assert_int_equal(kvp__adv_store_flush(st, ix, ing, 1240, &n), 0);
+  assert_int_equal(n, 1);
+  kvp__adv_store_close(st);
+  st = NULL;
+
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM blocks"), 2);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM block_locations"), 3);
+  assert_int_equal(q1(f->path, "SELECT parent FROM blocks WHERE hash = 5"), (int64_t)big);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM blocks WHERE hash < 0"), 1);
+  assert_int_equal(q1(f->path, "SELECT hits FROM blocks WHERE hash = 5"), 4);
+  assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'stream_seq'"), 1240);
+  assert_int_equal(q1(f->path, "SELECT last_event_id FROM workers WHERE worker = 'a'"), 77);
+  assert_int_equal(q1(f->path, "SELECT blocks FROM tier_usage WHERE tier = 3"), 1);
+  assert_int_equal(q1(f->path, "SELECT bytes FROM tier_usage WHERE tier = 1"), 8192 + 4096);
+  assert_int_equal(q1(f->path, "SELECT g1_blocks FROM worker_status WHERE worker = 'a'"), 2);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM volumes WHERE volume = 'nvme0'"), 1);
+  assert_int_equal(q1(f->path, "SELECT hits FROM hot_blocks LIMIT 1"), 4);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM cold_blocks"), 2);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM recent_migrations"), 0);
+
+  assert_int_equal(kvp__adv_index_create(&ix2, 16, 3600), 0);
+  assert_int_equal(kvp__adv_ingest_create(&ing2, ix2, NULL), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__adv_store_load(st, ix2, ing2, &seq), 0);
+  assert_int_equal(seq, 1240);
+  kvp__adv_block_t blk;
+  kvp__adv_loc_t locs[4];
+  assert_int_equal(kvp__adv_index_get(ix2, 5, &blk, locs, 4, &n), 0);
+  assert_int_equal(n, 2);
+  assert_true(blk.parent == big);
+  assert_int_equal(blk.hits, 4);
+  assert_int_equal(kvp__adv_index_get(ix2, 6, NULL, NULL, 0, NULL), KVP_ENOENT);
+  assert_int_equal(kvp__adv_index_dirty_count(ix2), 0);
+  kvp__adv_worker_state_t ws2;
+  assert_int_equal(kvp__adv_ingest_worker_get(ing2, 0, &ws2), 0);
+  assert_int_equal(ws2.last_event_id, 77);
+  assert_int_equal(ws2.epoch, 9);
+  kvp__adv_store_close(st);
+  kvp__adv_ingest_destroy(ing2);
+  kvp__adv_index_destroy(ix2);
+  kvp__adv_ingest_destroy(ing);
+  kvp__adv_index_destroy(ix);
+}
+
+static void database_files_are_private(void **state) {
+  fx_t *f = *state;
+  kvp__adv_store_t *st = NULL;
+  char err[256], wal[320];
+  struct stat sb;
+  mode_t old = umask(0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  umask(old);
+  assert_int_equal(stat(f->path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  snprintf(wal, sizeof wal, "%s-wal", f->path);
+  assert_int_equal(stat(wal, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  kvp__adv_store_close(st);
+}
+
+static void old_schema_is_upgraded(void **state) {
+  fx_t *f = *state;
+  kvp__adv_store_t *st = NULL;
+  char err[256];
+  assert_int_equal(kvp__adv_store_create_version(f->path, 1), 0);
+  assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"), 1);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'tier_usage'"), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  kvp__adv_store_close(st);
+  assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"),
+                   KVP__ADV_SCHEMA_VERSION);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM sqlite_master WHERE type = 'view'"), 5);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM pragma_table_info('blocks')"
+                               " WHERE name = 'hits'"),
+                   1);
+}
+
+static void newer_schema_is_refused(void **state) {
+  fx_t *f = *state;
+  kvp__adv_store_t *st = NULL;
+  sqlite3 *db = NULL;
+  char err[256] = "";
+  assert_int_equal(kvp__adv_store_create_version(f->path, KVP__ADV_SCHEMA_VERSION), 0);
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  assert_int_equal(
+      sqlite3_exec(db, "UPDATE meta SET value = 99 WHERE key = 'schema_version'", 0, 0, 0), 0);
+  sqlite3_close(db);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), KVP_ENOTSUP);
+  assert_null(st);
+  assert_non_null(strstr(err, "99"));
+}
+
+static void unwritable_path_is_an_error(void **state) {
+  (void)state;
+  kvp__adv_store_t *st = NULL;
+  char err[256] = "";
+  assert_int_equal(kvp__adv_store_open(&st, "/nonexistent-dir/x/advisor.db", err, sizeof err),
+                   KVP_EIO);
+  assert_non_null(strstr(err, "/nonexistent-dir/x/advisor.db"));
+}
+
+/* --- configuration ------------------------------------------------------ */
+
+static int load_text(fx_t *f, const char *text, char *err, size_t n) {
+  char p[320];
+  kvp_advisor_config_t c;
+  snprintf(p, sizeof p, "%s/a.conf", f->dir);
+  FILE *fp = fopen(p, "w");
+  fputs(text, fp);
+  fclose(fp);
+  kvp_advisor_config_defaults(&c);
+  int rc = kvp_advisor_config_load(&c, p, err, n);
+  if (rc == 0)
+    rc = kvp_advisor_config_check(&c, err, n);
+  return rc;
+}
+
+static void shipped_config_loads(void **state) {
+  (void)state;
+  kvp_advisor_config_t c;
+  char err[512], p[512];
+  snprintf(p, sizeof p, "%s/../etc/kvplane-advisor.conf", kvp_test_srcdir());
+  kvp_advisor_config_defaults(&c);
+  assert_int_equal(kvp_advisor_config_load(&c, p, err, sizeof err), 0);
+  assert_int_equal(kvp_advisor_config_check(&c, err, sizeof err), 0);
+  kvp_advisor_config_t d;
+  kvp_advisor_config_defaults(&d);
+  /* The file documents the defaults: loading it changes nothing. */
+  assert_memory_equal(&c, &d, sizeof c);
+}
+
+static void each_config_mistake_names_the_key(void **state) {
+  fx_t *f = *state;
+  static const struct {
+    const char *text, *want;
+  } cases[] = {
+      {"[nats]\nmode = fast\n", "[nats] mode"},
+      {"[nats]\nurls = x\n", "[nats] urls"},
+      {"[natz]\nurl = x\n", "[natz]"},
+      {"[store]\nflush_interval = soon\n", "[store] flush_interval"},
+      {"[store]\nflush_interval = 1ms\n", "[store] flush_interval"},
+      {"[ingest]\nmax_message_bytes = 12XB\n", "[ingest] max_message_bytes"},
+      {"[ingest]\nqueue_max = -3\n", "[ingest] queue_max"},
+      {"[log]\nsyslog = maybe\n", "[log] syslog"},
+      {"[log]\nlevel = loud\n", "[log] level"},
+      {"[advisor]\nnamespace = a.b\n", "[advisor] namespace"},
+      {"[nats]\nuser = u\n", "[nats] password"},
+      {"[nats]\ntoken = t\ncreds = /c\n", "[nats] token"},
+      {"[nats]\ntls_cert = /c.pem\n", "[nats] tls_key"},
+      {"[store]\npath =\n", "[store] path"},
+      {"[jetstream]\nconsumer = a b\n", "[jetstream] consumer"},
+      {"[workers]\nheartbeat_timeout = 2d\n", "[workers] heartbeat_timeout"},
+  };
+  char err[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    err[0] = 0;
+    assert_int_equal(load_text(f, cases[i].text, err, sizeof err), KVP_ECONFIG);
+    if (strstr(err, cases[i].want) == NULL)
+      fail_msg("case %zu: '%s' does not name '%s'", i, err, cases[i].want);
+  }
+  kvp_advisor_config_t c;
+  kvp_advisor_config_defaults(&c);
+  assert_int_equal(kvp_advisor_config_set(&c, "store.flush_interval=2s", err, sizeof err), 0);
+  assert_int_equal(c.flush_interval_ms, 2000);
+  assert_int_equal(kvp_advisor_config_set(&c, "store.flush=2s", err, sizeof err), KVP_ECONFIG);
+  assert_non_null(strstr(err, "flush"));
+  assert_int_equal(kvp_advisor_config_set(&c, "nonsense", err, sizeof err), KVP_ECONFIG);
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+static const struct CMUnitTest tests[] = {
+    T(flush_then_load_restores_everything),
+    T(database_files_are_private),
+    T(old_schema_is_upgraded),
+    T(newer_schema_is_refused),
+    T(unwritable_path_is_an_error),
+    T(shipped_config_loads),
+    T(each_config_mistake_names_the_key),
+};
+
+KVP_TEST_MAIN("advisor_store", tests)
