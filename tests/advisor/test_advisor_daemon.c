@@ -1,0 +1,308 @@
+/* The advisor daemon in-process against a real nats-server, with real
+ * SQLite files: replays, gaps and resyncs, restarts, malformed input, the
+ * query API and the kvplane CLI, sqlite3 readers while it writes. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "advfix.h"
+#include "harness.h"
+#include "kvplane/event.h"
+#include "kvplane/status.h"
+#include "kvplane/wire.h"
+
+static int setup_core(void **state) {
+  advfix_t *f = calloc(1, sizeof *f);
+  *state = f;
+  return advfix_setup(f, 0);
+}
+
+static int setup_js(void **state) {
+  advfix_t *f = calloc(1, sizeof *f);
+  *state = f;
+  return advfix_setup(f, 1);
+}
+
+static int teardown(void **state) {
+  advfix_teardown(*state);
+  free(*state);
+  return 0;
+}
+
+static void publish_batches(advfix_t *f, tw_t *w, int nbatches, int nevents) {
+  const uint8_t *buf;
+  size_t len;
+  for (int i = 0; i < nbatches; i++) {
+    assert_int_equal(tw_batch(w, nevents, &buf, &len), 0);
+    assert_int_equal(tw_publish(w, f->nc, f->js, buf, len), 0);
+    if (i % 50 == 49)
+      natsConnection_Flush(f->nc);
+  }
+  natsConnection_Flush(f->nc);
+}
+
+static void assert_equal_soon(advfix_t *f, tw_t **w, int n) {
+  char why[512] = "";
+  if (advfix_wait_equal(f, w, n, 20000, why, sizeof why) != 0)
+    fail_msg("database differs from the workers: %s", why);
+}
+
+static void core_replay_equals_registered_sets(void **state) {
+  advfix_t *f = *state;
+  tw_t *w[3] = {tw_create("t", "w0", 0, 1, 1), tw_create("t", "w1", 0, 1, 2),
+                tw_create("t", "w2", 1, 1, 3)};
+  assert_int_equal(advfix_start(f), 0);
+  for (int r = 0; r < 4; r++)
+    for (int i = 0; i < 3; i++)
+      publish_batches(f, w[i], 50, 12);
+  assert_equal_soon(f, w, 3);
+  assert_int_equal(advfix_stat(f, "ingest.resyncs"), 0);
+  assert_int_equal(advfix_stat(f, "ingest.batches"), 600);
+  assert_int_equal(advfix_stop(f), 0);
+  for (int i = 0; i < 3; i++)
+    tw_destroy(w[i]);
+}
+
+static void jetstream_restart_resumes_exactly(void **state) {
+  advfix_t *f = *state;
+  tw_t *w[2] = {tw_create("t", "w0", 0, 1, 11), tw_create("t", "w1", 0, 1, 12)};
+  assert_int_equal(advfix_start(f), 0);
+  publish_batches(f, w[0], 100, 8);
+  publish_batches(f, w[1], 100, 8);
+  assert_equal_soon(f, w, 2);
+  assert_int_equal(advfix_stop(f), 0);
+  /* Published while the advisor is down: the stream keeps it. */
+  publish_batches(f, w[0], 100, 8);
+  publish_batches(f, w[1], 50, 8);
+  assert_int_equal(advfix_start(f), 0);
+  assert_equal_soon(f, w, 2);
+  /* Nothing was applied twice: the restarted advisor saw only the new part. */
+  assert_int_equal(advfix_stat(f, "ingest.batches"), 150);
+  assert_int_equal(advfix_stat(f, "ingest.duplicates"), 0);
+  assert_int_equal(advfix_stat(f, "store.stream_seq"), 350);
+  assert_int_equal(advfix_stop(f), 0);
+  tw_destroy(w[0]);
+  tw_destroy(w[1]);
+}
+
+static void gap_leads_to_resync_and_convergence(void **state) {
+  advfix_t *f = *state;
+  natsSubscription *ctl = NULL;
+  natsMsg *req = NULL;
+  const uint8_t *buf;
+  size_t len;
+  tw_t *w[1] = {tw_create("t", "w0", 0, 1, 21)};
+  assert_int_equal(natsConnection_SubscribeSync(&ctl, f->nc, "kvplane.ctl.t.w0.resync"), NATS_OK);
+  assert_int_equal(advfix_start(f), 0);
+  publish_batches(f, w[0], 20, 8);
+  /* A batch lost on the way. */
+  assert_int_equal(tw_batch(w[0], 8, &buf, &len), 0);
+  publish_batches(f, w[0], 20, 8);
+  assert_int_equal(natsSubscription_NextMsg(&req, ctl, 10000), NATS_OK);
+  json_t *j = json_loadb(natsMsg_GetData(req), (size_t)natsMsg_GetDataLength(req), 0, NULL);
+  assert_non_null(j);
+  assert_string_equal(json_string_value(json_object_get(j, "reason")), "gap");
+  assert_string_equal(json_string_value(json_object_get(j, "worker")), "w0");
+  json_decref(j);
+  natsMsg_Destroy(req);
+  /* The worker answers with its full state; more events follow. */
+  assert_int_equal(tw_publish_snapshot(w[0], f->nc, NULL, 16), 0);
+  publish_batches(f, w[0], 10, 8);
+  assert_equal_soon(f, w, 1);
+  assert_true(advfix_stat(f, "ingest.snapshots") >= 4);
+  assert_int_equal(advfix_stat(f, "ingest.gaps"), 1);
+  natsSubscription_Destroy(ctl);
+  assert_int_equal(advfix_stop(f), 0);
+  tw_destroy(w[0]);
+}
+
+static void restarted_worker_loses_stale_locations(void **state) {
+  advfix_t *f = *state;
+  tw_t *w[2] = {tw_create("t", "w0", 0, 100, 31), tw_create("t", "w1", 0, 5, 32)};
+  assert_int_equal(advfix_start(f), 0);
+  publish_batches(f, w[0], 60, 8);
+  publish_batches(f, w[1], 30, 8);
+  assert_equal_soon(f, w, 2);
+  tw_restart(w[0], 101);
+  publish_batches(f, w[0], 5, 4);
+  assert_equal_soon(f, w, 2);
+  assert_int_equal(advfix_stat(f, "ingest.epochs"), 1);
+  assert_int_equal(advfix_stat(f, "ingest.resyncs"), 0);
+  assert_int_equal(advfix_stop(f), 0);
+  tw_destroy(w[0]);
+  tw_destroy(w[1]);
+}
+
+static void malformed_and_oversized_are_skipped(void **state) {
+  advfix_t *f = *state;
+  tw_t *w[1] = {tw_create("t", "w0", 0, 1, 41)};
+  uint8_t junk[300], big[20000];
+  f->cfg.max_message_bytes = 16384;
+  for (size_t i = 0; i < sizeof junk; i++)
+    junk[i] = (uint8_t)(i * 131 + 7);
+  memset(big, 0x0a, sizeof big);
+  assert_int_equal(advfix_start(f), 0);
+  publish_batches(f, w[0], 10, 8);
+  assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.w0", junk, sizeof junk), NATS_OK);
+  assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.evil", big, sizeof big), NATS_OK);
+  assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.w0", "", 0), NATS_OK);
+  publish_batches(f, w[0], 10, 8);
+  assert_equal_soon(f, w, 1);
+  assert_int_equal(advfix_stat(f, "ingest.oversized"), 1);
+  /* junk and the empty message (no worker id) are malformed too. */
+  assert_int_equal(advfix_stat(f, "ingest.malformed"), 3);
+  assert_int_equal(advfix_stat(f, "ingest.batches"), 20);
+  assert_int_equal(advfix_stop(f), 0);
+  tw_destroy(w[0]);
+}
+
+static void match_and_stats_answer(void **state) {
+  advfix_t *f = *state;
+  uint64_t h[10];
+  uint8_t buf[4096], bin[4 + 11 * 8];
+  size_t len;
+  for (int i = 0; i < 10; i++)
+    h[i] = 0xa000000000000000ull + (uint64_t)i;
+  kvp_event_t ev[2] = {
+      {.event_id = 1,
+       .type = KVP_EV_STORED,
+       .tier = 1,
+       .hashes = h,
+       .nhashes = 10,
+       .block_tokens = 16,
+       .block_bytes = 4096},
+      {.event_id = 2,
+       .type = KVP_EV_STORED,
+       .tier = 3,
+       .volume = "nvme0",
+       .hashes = h,
+       .nhashes = 4,
+       .block_tokens = 16,
+       .block_bytes = 4096},
+  };
+  kvp_batch_t b = {.worker_id = "m0", .epoch = 1, .first_event_id = 1, .events = ev, .nevents = 2};
+  assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
+  assert_int_equal(advfix_start(f), 0);
+  assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.m0", buf, (int)len), NATS_OK);
+  natsConnection_Flush(f->nc);
+  for (int t = 0; t < 100 && advfix_stat(f, "locations") != 14; t++)
+    nats_Sleep(50);
+  const char *q = "{\"hashes\":[\"a000000000000000\",\"0xa000000000000001\",\"a000000000000002\","
+                  "\"a000000000000003\",\"a000000000000004\",\"a000000000000005\","
+                  "\"a000000000000006\",\"a000000000000007\",\"a000000000000008\","
+                  "\"a000000000000009\",\"ffff\"]}";
+  char *rep = advfix_request(f, "match", q, (int)strlen(q));
+  assert_non_null(rep);
+  json_t *j = json_loads(rep, 0, NULL);
+  json_t *m = json_object_get(j, "matches");
+  assert_int_equal(json_array_size(m), 2);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(m, 0), "tier")), "G1");
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(m, 0), "length")), 10);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(m, 1), "tier")), "G3");
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(m, 1), "length")), 4);
+  json_decref(j);
+  free(rep);
+  /* The binary form: "KVPM" and little-endian u64s. */
+  memcpy(bin, "KVPM", 4);
+  for (int i = 0; i < 11; i++)
+    for (int k = 0; k < 8; k++)
+      bin[4 + i * 8 + k] = (uint8_t)((i < 10 ? h[i] : 1) >> (8 * k));
+  rep = advfix_request(f, "match", bin, sizeof bin);
+  assert_non_null(strstr(rep, "\"length\":10"));
+  free(rep);
+  rep = advfix_request(f, "match", "{\"hashes\":[\"zz\"]}", 17);
+  assert_non_null(strstr(rep, "\"error\""));
+  free(rep);
+  assert_int_equal(advfix_stat(f, "tiers.G3.locations"), 4);
+  assert_int_equal(advfix_stat(f, "workers"), 1);
+
+  /* The kvplane CLI sends the same requests. */
+  char cli[512], out[512], *txt = NULL;
+  snprintf(cli, sizeof cli, "%s/tools/kvplane", getenv("KVP_TEST_BINDIR"));
+  snprintf(out, sizeof out, "%s/cli.out", f->dir);
+  char *argv1[] = {cli,    "match", "--server",         f->natsd.url,
+                   "--ns", "t",     "a000000000000000", "a000000000000001",
+                   NULL};
+  assert_int_equal(kvp_test_spawn_wait(argv1, NULL, out), 0);
+  FILE *fp = fopen(out, "r");
+  txt = calloc(1, 8192);
+  assert_true(fread(txt, 1, 8191, fp) > 0);
+  fclose(fp);
+  assert_non_null(strstr(txt, "\"length\": 2"));
+  free(txt);
+  char *argv2[] = {cli, "stats", "-s", f->natsd.url, "-n", "t", NULL};
+  assert_int_equal(kvp_test_spawn_wait(argv2, NULL, NULL), 0);
+  char *argv3[] = {cli, "match", "-s", f->natsd.url, "-n", "nobody", "-w", "300", "ab", NULL};
+  assert_int_equal(kvp_test_spawn_wait(argv3, NULL, NULL), 2);
+  assert_int_equal(advfix_stop(f), 0);
+}
+
+/* Operators read the views with the sqlite3 shell while the daemon writes. */
+static void sqlite3_shell_reads_views_while_writing(void **state) {
+  advfix_t *f = *state;
+  tw_t *w[2] = {tw_create("t", "w0", 0, 1, 51), tw_create("t", "w1", 0, 1, 52)};
+  char out[512];
+  snprintf(out, sizeof out, "%s/sql.out", f->dir);
+  assert_int_equal(advfix_start(f), 0);
+  for (int r = 0; r < 21; r++) {
+    if (r < 20)
+      publish_batches(f, w[r % 2], 40, 16);
+    else
+      assert_equal_soon(f, w, 2); /* the last read sees the final state */
+    nats_Sleep(20);
+    char *argv[] = {"sqlite3",
+                    "-readonly",
+                    "-bail",
+                    f->db,
+                    "SELECT tier, volume, blocks, bytes FROM tier_usage;"
+                    "SELECT count(*) FROM hot_blocks; SELECT count(*) FROM cold_blocks;"
+                    "SELECT worker, status, g1_blocks FROM worker_status;"
+                    "SELECT count(*) FROM recent_migrations;",
+                    NULL};
+    assert_int_equal(kvp_test_spawn_wait(argv, NULL, out), 0);
+  }
+  FILE *fp = fopen(out, "r");
+  char line[256];
+  int g1 = 0;
+  while (fgets(line, sizeof line, fp))
+    g1 += strncmp(line, "1||", 3) == 0;
+  fclose(fp);
+  assert_int_equal(g1, 1);
+  assert_int_equal(advfix_stop(f), 0);
+  tw_destroy(w[0]);
+  tw_destroy(w[1]);
+}
+
+static void open_fails_cleanly(void **state) {
+  advfix_t *f = *state;
+  kvp_advisor_t *adv = NULL;
+  char err[512] = "";
+  kvp_advisor_config_t c = f->cfg;
+  snprintf(c.url, sizeof c.url, "nats://127.0.0.1:%d", kvp_test_free_port());
+  c.connect_timeout_ms = 500;
+  assert_int_equal(kvp_advisor_open(&adv, &c, err, sizeof err), KVP_ECONN);
+  assert_null(adv);
+  c = f->cfg;
+  snprintf(c.db_path, sizeof c.db_path, "/nonexistent-dir/a.db");
+  assert_int_equal(kvp_advisor_open(&adv, &c, err, sizeof err), KVP_EIO);
+  assert_non_null(strstr(err, "/nonexistent-dir/a.db"));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(core_replay_equals_registered_sets, setup_core, teardown),
+    cmocka_unit_test_setup_teardown(jetstream_restart_resumes_exactly, setup_js, teardown),
+    cmocka_unit_test_setup_teardown(gap_leads_to_resync_and_convergence, setup_core, teardown),
+    cmocka_unit_test_setup_teardown(restarted_worker_loses_stale_locations, setup_core, teardown),
+    cmocka_unit_test_setup_teardown(malformed_and_oversized_are_skipped, setup_js, teardown),
+    cmocka_unit_test_setup_teardown(match_and_stats_answer, setup_core, teardown),
+    cmocka_unit_test_setup_teardown(sqlite3_shell_reads_views_while_writing, setup_core, teardown),
+    cmocka_unit_test_setup_teardown(open_fails_cleanly, setup_core, teardown),
+};
+
+int main(int argc, char **argv) {
+  int rc = kvp_test_run("advisor_daemon", tests, sizeof tests / sizeof tests[0], argc, argv);
+  nats_Close();
+  return rc;
+}
