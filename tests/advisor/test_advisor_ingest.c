@@ -285,18 +285,17 @@ static void out_of_order_snapshot_chunk_is_discarded(void **state) {
   assert_string_equal(f->last_reason, "snapshot");
 }
 
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 static const struct CMUnitTest tests[] = {
-    T(applies_stored_removed_accessed),
-    T(duplicate_events_are_skipped),
-    T(gap_requests_resync_and_snapshot_converges),
-    T(dropped_events_marker_is_a_gap),
-    T(first_contact_mid_stream_is_unknown_state),
-    T(new_epoch_drops_g1_g2_keeps_g3),
-    T(cleared_drops_tier_or_all),
-    T(silent_worker_goes_down_and_resyncs_on_return),
-    T(malformed_and_oversized_are_counted),
-    T(out_of_order_snapshot_chunk_is_discarded),
+    cmocka_unit_test_setup_teardown(applies_stored_removed_accessed, setup, teardown),
+    cmocka_unit_test_setup_teardown(duplicate_events_are_skipped, setup, teardown),
+    cmocka_unit_test_setup_teardown(gap_requests_resync_and_snapshot_converges, setup, teardown),
+    cmocka_unit_test_setup_teardown(dropped_events_marker_is_a_gap, setup, teardown),
+    cmocka_unit_test_setup_teardown(first_contact_mid_stream_is_unknown_state, setup, teardown),
+    cmocka_unit_test_setup_teardown(new_epoch_drops_g1_g2_keeps_g3, setup, teardown),
+    cmocka_unit_test_setup_teardown(cleared_drops_tier_or_all, setup, teardown),
+    cmocka_unit_test_setup_teardown(silent_worker_goes_down_and_resyncs_on_return, setup, teardown),
+    cmocka_unit_test_setup_teardown(malformed_and_oversized_are_counted, setup, teardown),
+    cmocka_unit_test_setup_teardown(out_of_order_snapshot_chunk_is_discarded, setup, teardown),
 };
 
 KVP_TEST_MAIN("advisor_ingest", tests)

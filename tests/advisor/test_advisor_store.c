@@ -249,15 +249,14 @@ static void each_config_mistake_names_the_key(void **state) {
   assert_int_equal(kvp_advisor_config_set(&c, "nonsense", err, sizeof err), KVP_ECONFIG);
 }
 
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 static const struct CMUnitTest tests[] = {
-    T(flush_then_load_restores_everything),
-    T(database_files_are_private),
-    T(old_schema_is_upgraded),
-    T(newer_schema_is_refused),
-    T(unwritable_path_is_an_error),
-    T(shipped_config_loads),
-    T(each_config_mistake_names_the_key),
+    cmocka_unit_test_setup_teardown(flush_then_load_restores_everything, setup, teardown),
+    cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
+    cmocka_unit_test_setup_teardown(old_schema_is_upgraded, setup, teardown),
+    cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
+    cmocka_unit_test_setup_teardown(unwritable_path_is_an_error, setup, teardown),
+    cmocka_unit_test_setup_teardown(shipped_config_loads, setup, teardown),
+    cmocka_unit_test_setup_teardown(each_config_mistake_names_the_key, setup, teardown),
 };
 
 KVP_TEST_MAIN("advisor_store", tests)
