@@ -162,7 +162,10 @@ static void *fetch_main(void *arg) {
     pthread_mutex_unlock(&adv->qlock);
     if (atomic_load(&adv->stopping))
       break;
+    uint64_t t0 = kvp__now_ns();
     s = natsSubscription_Fetch(&list, adv->ev_sub, (int)adv->cfg.fetch_batch, 500, &jerr);
+    kvp_log_debug("advisor: fetch: %d messages in %.1f ms (%s)", list.Count,
+                  (double)(kvp__now_ns() - t0) / 1e6, natsStatus_GetText(s));
     if (s == NATS_TIMEOUT)
       continue;
     if (s != NATS_OK) {
@@ -280,7 +283,10 @@ static void drain(kvp_advisor_t *adv) {
 
 static int flush(kvp_advisor_t *adv) {
   size_t n = 0;
+  uint64_t t0 = kvp__now_ns();
   int rc = kvp__adv_store_flush(adv->store, adv->ix, adv->ing, adv->applied_seq, &n);
+  kvp_log_debug("advisor: flush: %zu blocks, sequence %" PRIu64 ", %.1f ms", n, adv->applied_seq,
+                (double)(kvp__now_ns() - t0) / 1e6);
   if (rc != 0) {
     adv->flush_errors++;
     return rc;

@@ -8,7 +8,7 @@
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 
-enum { NODE_DIRTY = 1 };
+enum { NODE_DIRTY = 1, NODE_LOCS = 2 };
 
 /* 40 bytes. parent == hash means no parent. */
 typedef struct node_s {
@@ -54,6 +54,8 @@ struct kvp__adv_index_s {
   size_t nvolumes;
   uint64_t *dirty;
   size_t ndirty, dirty_cap;
+  kvp__adv_gone_t *gone; /* locations removed since the last take */
+  size_t ngone, gone_cap;
   int track_dirty;
   double half_life_s;
 };
@@ -137,6 +139,7 @@ void kvp__adv_index_destroy(kvp__adv_index_t *ix) {
   free(ix->nodes);
   free(ix->locs);
   free(ix->dirty);
+  free(ix->gone);
   free(ix);
 }
 
@@ -263,9 +266,12 @@ static int mark_dirty(kvp__adv_index_t *ix, uint64_t h) {
   return 0;
 }
 
-static void touch_node(kvp__adv_index_t *ix, uint32_t n) {
+static void touch_node(kvp__adv_index_t *ix, uint32_t n, uint16_t extra) {
   node_t *nd = &ix->nodes[n];
-  if (!ix->track_dirty || (nd->flags & NODE_DIRTY))
+  if (!ix->track_dirty)
+    return;
+  nd->flags |= extra;
+  if (nd->flags & NODE_DIRTY)
     return;
   /* On ENOMEM the block stays clean in the store until its next change. */
   if (mark_dirty(ix, nd->hash) == 0)
@@ -365,7 +371,17 @@ static int loc_add(kvp__adv_index_t *ix, uint32_t n, uint16_t worker, int tier, 
   ix->locations++;
   ix->tier_locs[tier]++;
   ix->tier_bytes[tier] += ix->nodes[n].bytes;
-  return 0;
+  return 1;
+}
+
+static void record_gone(kvp__adv_index_t *ix, uint64_t h, const loc_t *lc) {
+  if (!ix->track_dirty)
+    return;
+  /* On ENOMEM the row stays in the store until the block is deleted. */
+  if (grow((void **)&ix->gone, &ix->gone_cap, ix->ngone + 1, sizeof *ix->gone) != 0)
+    return;
+  ix->gone[ix->ngone++] = (kvp__adv_gone_t){
+      .hash = h, .worker = loc_worker(lc), .volume = lc->volume, .tier = (uint8_t)loc_tier(lc)};
 }
 
 /* Unlinks location l (whose predecessor in the block's list is prev, 0 when
@@ -373,6 +389,7 @@ static int loc_add(kvp__adv_index_t *ix, uint32_t n, uint16_t worker, int tier, 
 static void loc_del(kvp__adv_index_t *ix, uint32_t n, uint32_t prev, uint32_t l) {
   loc_t *lc = &ix->locs[l];
   int t = loc_tier(lc);
+  record_gone(ix, ix->nodes[n].hash, lc);
   lru_unlink(ix, l);
   if (prev)
     ix->locs[prev].next = lc->next;
@@ -417,12 +434,12 @@ int kvp__adv_index_store(kvp__adv_index_t *ix, uint64_t hash, int has_parent, ui
   nd->bytes = b32;
   nd->tokens = tokens > UINT16_MAX ? UINT16_MAX : (uint16_t)tokens;
   nd->last_access_s = secs_of(now_ms);
-  if ((rc = loc_add(ix, n, worker, tier, volume)) != 0) {
+  if ((rc = loc_add(ix, n, worker, tier, volume)) < 0) {
     if (created)
       node_free(ix, n);
     return rc;
   }
-  touch_node(ix, n);
+  touch_node(ix, n, rc == 1 ? NODE_LOCS : 0);
   return 0;
 }
 
@@ -450,7 +467,7 @@ int kvp__adv_index_remove(kvp__adv_index_t *ix, uint64_t hash, uint16_t worker, 
   if (ix->nodes[n].loc_head == 0)
     node_free(ix, n);
   else
-    touch_node(ix, n);
+    touch_node(ix, n, 0);
   return 0;
 }
 
@@ -471,7 +488,7 @@ int kvp__adv_index_access(kvp__adv_index_t *ix, uint64_t hash, int tier, uint32_
       lru_push(ix, l);
     }
   }
-  touch_node(ix, n);
+  touch_node(ix, n, 0);
   return 0;
 }
 
@@ -490,7 +507,7 @@ size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_
     if (ix->nodes[n].loc_head == 0)
       node_free(ix, n);
     else
-      touch_node(ix, n);
+      touch_node(ix, n, 0);
   }
   return dropped;
 }
@@ -606,7 +623,8 @@ int kvp__adv_index_load_loc(kvp__adv_index_t *ix, uint64_t hash, const kvp__adv_
     return KVP_ETIER;
   if (loc->worker >= ix->nworkers || loc->volume >= ix->nvolumes)
     return KVP_EINVAL;
-  return loc_add(ix, n, loc->worker, loc->tier, loc->volume);
+  int rc = loc_add(ix, n, loc->worker, loc->tier, loc->volume);
+  return rc < 0 ? rc : 0;
 }
 
 size_t kvp__adv_index_lru(const kvp__adv_index_t *ix, int tier, uint64_t *hashes, size_t cap) {
@@ -627,7 +645,8 @@ void kvp__adv_index_stats(const kvp__adv_index_t *ix, kvp__adv_index_stats_t *st
     st->tier_bytes[t] = ix->tier_bytes[t];
   }
   st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * sizeof(node_t) +
-                     ix->loc_cap * sizeof(loc_t) + ix->dirty_cap * sizeof *ix->dirty;
+                     ix->loc_cap * sizeof(loc_t) + ix->dirty_cap * sizeof *ix->dirty +
+                     ix->gone_cap * sizeof *ix->gone;
   for (size_t i = 0; i < ix->nworkers; i++)
     st->memory_bytes += sizeof(name_t) + strlen(ix->workers[i].name) + 1;
   for (size_t i = 0; i < ix->nvolumes; i++)
@@ -638,31 +657,49 @@ void kvp__adv_index_track_dirty(kvp__adv_index_t *ix, int on) {
   ix->track_dirty = on;
 }
 
-size_t kvp__adv_index_dirty_take(kvp__adv_index_t *ix, uint64_t **hashes) {
-  size_t n = ix->ndirty;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t nd = find(ix, ix->dirty[i]);
-    if (nd)
-      ix->nodes[nd].flags &= (uint16_t)~NODE_DIRTY;
+int kvp__adv_index_changes_take(kvp__adv_index_t *ix, kvp__adv_changes_t *ch) {
+  size_t k = 0;
+  memset(ch, 0, sizeof *ch);
+  if (ix->ndirty && (ch->blocks = malloc(ix->ndirty * sizeof *ch->blocks)) == NULL)
+    return KVP_ENOMEM;
+  for (size_t i = 0; i < ix->ndirty; i++) {
+    uint32_t n = find(ix, ix->dirty[i]);
+    uint32_t what = 0;
+    if (n) {
+      node_t *nd = &ix->nodes[n];
+      if (!(nd->flags & NODE_DIRTY))
+        continue; /* listed twice: deleted, then created again */
+      what = KVP__ADV_CH_BLOCK | ((nd->flags & NODE_LOCS) ? KVP__ADV_CH_LOCS : 0);
+      nd->flags &= (uint16_t) ~(NODE_DIRTY | NODE_LOCS);
+    }
+    ch->blocks[k++] = (kvp__adv_change_t){.hash = ix->dirty[i], .what = what};
   }
-  *hashes = n ? ix->dirty : NULL;
-  if (n == 0)
-    return 0;
-  ix->dirty = NULL;
-  ix->ndirty = ix->dirty_cap = 0;
-  return n;
+  ch->nblocks = k;
+  ch->gone = ix->gone;
+  ch->ngone = ix->ngone;
+  ix->gone = NULL;
+  ix->ngone = ix->gone_cap = 0;
+  ix->ndirty = 0;
+  return 0;
 }
 
-int kvp__adv_index_dirty_mark(kvp__adv_index_t *ix, uint64_t hash) {
-  uint32_t n = find(ix, hash);
-  if (n == 0)
-    return mark_dirty(ix, hash);
-  if (ix->nodes[n].flags & NODE_DIRTY)
-    return 0;
-  int rc = mark_dirty(ix, hash);
-  if (rc == 0)
-    ix->nodes[n].flags |= NODE_DIRTY;
-  return rc;
+void kvp__adv_index_changes_restore(kvp__adv_index_t *ix, const kvp__adv_changes_t *ch) {
+  for (size_t i = 0; i < ch->ngone; i++)
+    if (grow((void **)&ix->gone, &ix->gone_cap, ix->ngone + 1, sizeof *ix->gone) == 0)
+      ix->gone[ix->ngone++] = ch->gone[i];
+  for (size_t i = 0; i < ch->nblocks; i++) {
+    uint32_t n = find(ix, ch->blocks[i].hash);
+    if (n)
+      touch_node(ix, n, NODE_LOCS);
+    else
+      mark_dirty(ix, ch->blocks[i].hash);
+  }
+}
+
+void kvp__adv_changes_free(kvp__adv_changes_t *ch) {
+  free(ch->blocks);
+  free(ch->gone);
+  memset(ch, 0, sizeof *ch);
 }
 
 size_t kvp__adv_index_dirty_count(const kvp__adv_index_t *ix) {

@@ -11,7 +11,7 @@
  * (worker id, dp rank) pair: every data-parallel rank has its own caches.
  *
  * Every change marks the block dirty (once) so the store can write it behind;
- * kvp__adv_index_dirty_take() hands the list over.
+ * kvp__adv_index_changes_take() hands the changes over.
  *
  * Not thread-safe: the advisor's loop thread owns it. */
 #ifndef KVP_ADVISOR_INDEX_H
@@ -133,17 +133,41 @@ void kvp__adv_index_stats(const kvp__adv_index_t *ix, kvp__adv_index_stats_t *st
 /* Turns dirty tracking on (default) or off (benchmarks, fuzzing). */
 void kvp__adv_index_track_dirty(kvp__adv_index_t *ix, int on);
 
-/* Hands over the dirty hashes (each changed or deleted block at least once
- * since the last take; a hash may appear twice when a block was deleted and
- * created again) and clears the dirty marks. The caller owns *hashes (free
- * it; NULL when the count is 0). Returns the count. */
-size_t kvp__adv_index_dirty_take(kvp__adv_index_t *ix, uint64_t **hashes);
+/* Changes since the last take, for the write-behind store. */
+enum { KVP__ADV_CH_BLOCK = 1, KVP__ADV_CH_LOCS = 2 };
 
-/* Marks hash dirty again (a flush that failed gives its hashes back).
- * Returns 0 or KVP_ENOMEM. */
-int kvp__adv_index_dirty_mark(kvp__adv_index_t *ix, uint64_t hash);
+typedef struct kvp__adv_change_s {
+  uint64_t hash;
+  uint32_t what; /* 0: the block is gone; else KVP__ADV_CH_BLOCK, plus
+                    KVP__ADV_CH_LOCS when locations were added */
+} kvp__adv_change_t;
 
-/* Number of dirty hashes pending. */
+/* One removed location. */
+typedef struct kvp__adv_gone_s {
+  uint64_t hash;
+  uint16_t worker, volume;
+  uint8_t tier;
+} kvp__adv_gone_t;
+
+typedef struct kvp__adv_changes_s {
+  kvp__adv_change_t *blocks; /* each changed or deleted block once */
+  size_t nblocks;
+  kvp__adv_gone_t *gone; /* removed locations, in order */
+  size_t ngone;
+} kvp__adv_changes_t;
+
+/* Hands the changes over and clears the marks. Write the removed locations
+ * first, then the blocks. Returns 0 or KVP_ENOMEM (nothing taken). Free ch
+ * with kvp__adv_changes_free(). */
+int kvp__adv_index_changes_take(kvp__adv_index_t *ix, kvp__adv_changes_t *ch);
+
+/* Gives the changes of a failed write back (conservatively: every block's
+ * locations are written again). */
+void kvp__adv_index_changes_restore(kvp__adv_index_t *ix, const kvp__adv_changes_t *ch);
+
+void kvp__adv_changes_free(kvp__adv_changes_t *ch);
+
+/* Number of changed blocks pending. */
 size_t kvp__adv_index_dirty_count(const kvp__adv_index_t *ix);
 
 #endif

@@ -37,9 +37,9 @@ static const char *const steps[] = {
     /* 2: hit counters and the inspection views. */
     "ALTER TABLE blocks ADD COLUMN hits INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE blocks ADD COLUMN freq REAL NOT NULL DEFAULT 0;"
-    "CREATE INDEX block_locations_by_tier ON block_locations(tier, volume);"
+    /* One secondary index only (worker_status): every index costs the
+     * write-behind a B-tree update per change; tier_usage scans anyway. */
     "CREATE INDEX block_locations_by_worker ON block_locations(worker, dp_rank, tier);"
-    "CREATE INDEX blocks_by_last_access ON blocks(last_access);"
     "CREATE VIEW tier_usage AS SELECT l.tier AS tier, l.volume AS volume,"
     " count(*) AS blocks, sum(b.bytes) AS bytes, v.capacity AS capacity,"
     " CASE WHEN v.capacity > 0 THEN round(sum(b.bytes) * 1.0 / v.capacity, 4) END AS fill"
@@ -77,6 +77,7 @@ enum {
   S_BLOCK_UPSERT,
   S_BLOCK_DELETE,
   S_LOC_DELETE,
+  S_LOC_DELETE_ONE,
   S_LOC_INSERT,
   S_WORKER_UPSERT,
   S_VOLUME_INSERT,
@@ -91,6 +92,8 @@ static const char *const stmt_sql[S_COUNT] = {
                        " last_access = ?6, hits = ?7, freq = ?8",
     [S_BLOCK_DELETE] = "DELETE FROM blocks WHERE hash = ?1",
     [S_LOC_DELETE] = "DELETE FROM block_locations WHERE hash = ?1",
+    [S_LOC_DELETE_ONE] = "DELETE FROM block_locations WHERE hash = ?1 AND worker = ?2"
+                         " AND dp_rank = ?3 AND tier = ?4 AND volume = ?5",
     [S_LOC_INSERT] = "INSERT OR IGNORE INTO block_locations(hash, worker, dp_rank, tier, volume)"
                      " VALUES(?1, ?2, ?3, ?4, ?5)",
     [S_WORKER_UPSERT] = "INSERT INTO workers(worker, dp_rank, epoch, last_event_id, last_seen,"
@@ -191,7 +194,10 @@ static int open_db(sqlite3 **db, const char *path, char *err, size_t errlen) {
   /* WAL: sqlite3 shells read while the daemon writes. NORMAL is durable
    * against a killed process (the WAL is in the page cache) and keeps the
    * database consistent across power loss. */
-  return exec(*db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;", err, errlen);
+  return exec(*db,
+              "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+              " PRAGMA cache_size = -65536;",
+              err, errlen);
 }
 
 int kvp__adv_store_create_version(const char *path, int version) {
@@ -249,14 +255,32 @@ static int step_done(sqlite3_stmt *s) {
   return rc == SQLITE_DONE ? 0 : KVP_EDB;
 }
 
-static int write_block(kvp__adv_store_t *st, kvp__adv_index_t *ix, uint64_t h, uint64_t now_ms) {
+static void bind_loc(sqlite3_stmt *s, kvp__adv_index_t *ix, uint64_t h, uint16_t worker, int tier,
+                     uint16_t volume) {
+  uint32_t dp = 0;
+  const char *w = kvp__adv_index_worker_name(ix, worker, &dp);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)h);
+  sqlite3_bind_text(s, 2, w, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 3, dp);
+  sqlite3_bind_int(s, 4, tier);
+  sqlite3_bind_text(s, 5, kvp__adv_index_volume_name(ix, volume), -1, SQLITE_STATIC);
+}
+
+static int write_gone(kvp__adv_store_t *st, kvp__adv_index_t *ix, const kvp__adv_gone_t *g) {
+  bind_loc(st->s[S_LOC_DELETE_ONE], ix, g->hash, g->worker, g->tier, g->volume);
+  return step_done(st->s[S_LOC_DELETE_ONE]);
+}
+
+static int write_block(kvp__adv_store_t *st, kvp__adv_index_t *ix, const kvp__adv_change_t *c,
+                       uint64_t now_ms) {
   kvp__adv_block_t b;
   kvp__adv_loc_t locs[64];
   size_t n;
   sqlite3_stmt *s;
+  uint64_t h = c->hash;
   int rc;
 
-  if (kvp__adv_index_get(ix, h, &b, locs, 64, &n) != 0) {
+  if (c->what == 0 || kvp__adv_index_get(ix, h, &b, locs, 64, &n) != 0) {
     sqlite3_bind_int64(st->s[S_BLOCK_DELETE], 1, (sqlite3_int64)h);
     sqlite3_bind_int64(st->s[S_LOC_DELETE], 1, (sqlite3_int64)h);
     if ((rc = step_done(st->s[S_BLOCK_DELETE])) != 0)
@@ -275,26 +299,18 @@ static int write_block(kvp__adv_store_t *st, kvp__adv_index_t *ix, uint64_t h, u
   sqlite3_bind_int64(s, 6, (sqlite3_int64)(b.last_access_ms ? b.last_access_ms : now_ms));
   sqlite3_bind_int64(s, 7, b.hits);
   sqlite3_bind_double(s, 8, b.freq);
-  if ((rc = step_done(s)) != 0)
-    return rc;
-  sqlite3_bind_int64(st->s[S_LOC_DELETE], 1, (sqlite3_int64)h);
-  if ((rc = step_done(st->s[S_LOC_DELETE])) != 0)
+  if ((rc = step_done(s)) != 0 || !(c->what & KVP__ADV_CH_LOCS))
     return rc;
   if (n > 64) {
     kvp_log_warn("advisor: block %016llx has %zu locations; only 64 persisted",
                  (unsigned long long)h, n);
     n = 64;
   }
-  s = st->s[S_LOC_INSERT];
+  /* Rows of locations that stayed are kept (OR IGNORE); removed ones went
+   * with the gone list. */
   for (size_t i = 0; i < n; i++) {
-    uint32_t dp = 0;
-    const char *w = kvp__adv_index_worker_name(ix, locs[i].worker, &dp);
-    sqlite3_bind_int64(s, 1, (sqlite3_int64)h);
-    sqlite3_bind_text(s, 2, w, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, dp);
-    sqlite3_bind_int(s, 4, locs[i].tier);
-    sqlite3_bind_text(s, 5, kvp__adv_index_volume_name(ix, locs[i].volume), -1, SQLITE_STATIC);
-    if ((rc = step_done(s)) != 0)
+    bind_loc(st->s[S_LOC_INSERT], ix, h, locs[i].worker, locs[i].tier, locs[i].volume);
+    if ((rc = step_done(st->s[S_LOC_INSERT])) != 0)
       return rc;
   }
   return 0;
@@ -337,17 +353,21 @@ static int write_volumes(kvp__adv_store_t *st, kvp__adv_index_t *ix, uint64_t no
 
 int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
                          uint64_t stream_seq, size_t *nblocks) {
-  uint64_t *dirty = NULL;
-  size_t n = kvp__adv_index_dirty_take(ix, &dirty);
+  kvp__adv_changes_t ch;
   uint64_t now_ms = kvp__unix_ms();
   int rc;
 
   if (nblocks)
     *nblocks = 0;
+  if (kvp__adv_index_changes_take(ix, &ch) != 0)
+    return KVP_ENOMEM;
   if ((rc = exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
     goto fail;
-  for (size_t i = 0; i < n; i++)
-    if ((rc = write_block(st, ix, dirty[i], now_ms)) != 0)
+  for (size_t i = 0; i < ch.ngone; i++)
+    if ((rc = write_gone(st, ix, &ch.gone[i])) != 0)
+      goto rollback;
+  for (size_t i = 0; i < ch.nblocks; i++)
+    if ((rc = write_block(st, ix, &ch.blocks[i], now_ms)) != 0)
       goto rollback;
   if ((rc = write_workers(st, ix, ing)) != 0 || (rc = write_volumes(st, ix, now_ms)) != 0)
     goto rollback;
@@ -360,16 +380,15 @@ int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_in
   st->stream_seq = stream_seq;
   st->volumes_written = kvp__adv_index_volume_count(ix);
   if (nblocks)
-    *nblocks = n;
-  free(dirty);
+    *nblocks = ch.nblocks;
+  kvp__adv_changes_free(&ch);
   return 0;
 rollback:
-  kvp_log_error("advisor: flush of %zu blocks failed: %s", n, sqlite3_errmsg(st->db));
+  kvp_log_error("advisor: flush of %zu blocks failed: %s", ch.nblocks, sqlite3_errmsg(st->db));
   exec(st->db, "ROLLBACK", NULL, 0);
 fail:
-  for (size_t i = 0; i < n; i++)
-    kvp__adv_index_dirty_mark(ix, dirty[i]);
-  free(dirty);
+  kvp__adv_index_changes_restore(ix, &ch);
+  kvp__adv_changes_free(&ch);
   return KVP_EDB;
 }
 

@@ -189,22 +189,41 @@ static void drop_removes_worker_tiers_only(void **state) {
   kvp__adv_index_destroy(ix);
 }
 
-static void dirty_marks_each_block_once(void **state) {
+static void changes_list_each_block_once(void **state) {
   (void)state;
   kvp__adv_index_t *ix = mk();
-  uint16_t a = wid(ix, "a");
-  uint64_t *d = NULL;
+  uint16_t a = wid(ix, "a"), b = wid(ix, "b");
+  kvp__adv_changes_t ch;
   for (int r = 0; r < 3; r++)
     for (uint64_t h = 1; h <= 5; h++)
       assert_int_equal(kvp__adv_index_store(ix, h, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
-  assert_int_equal(kvp__adv_index_dirty_take(ix, &d), 5);
-  free(d);
-  assert_int_equal(kvp__adv_index_dirty_take(ix, &d), 0);
-  assert_null(d);
+  assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+  assert_int_equal(ch.nblocks, 5);
+  assert_int_equal(ch.blocks[0].what, KVP__ADV_CH_BLOCK | KVP__ADV_CH_LOCS);
+  assert_int_equal(ch.ngone, 0);
+  kvp__adv_changes_free(&ch);
+  assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+  assert_int_equal(ch.nblocks, 0);
+  kvp__adv_changes_free(&ch);
+  /* An access changes the block row only. */
+  assert_int_equal(kvp__adv_index_access(ix, 2, 0, 1, NOW), 0);
+  assert_int_equal(kvp__adv_index_store(ix, 4, 0, 0, b, KVP_TIER_G2, 0, 16, 1, NOW), 0);
   assert_int_equal(kvp__adv_index_remove(ix, 3, a, KVP_TIER_G1, 0), 0);
-  assert_int_equal(kvp__adv_index_dirty_take(ix, &d), 1);
-  assert_true(d[0] == 3);
-  free(d);
+  assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+  assert_int_equal(ch.nblocks, 3);
+  assert_true(ch.blocks[0].hash == 2 && ch.blocks[0].what == KVP__ADV_CH_BLOCK);
+  assert_true(ch.blocks[1].hash == 4 &&
+              ch.blocks[1].what == (KVP__ADV_CH_BLOCK | KVP__ADV_CH_LOCS));
+  assert_true(ch.blocks[2].hash == 3 && ch.blocks[2].what == 0);
+  assert_int_equal(ch.ngone, 1);
+  assert_true(ch.gone[0].hash == 3 && ch.gone[0].worker == a && ch.gone[0].tier == 1);
+  /* A failed write gives everything back. */
+  kvp__adv_index_changes_restore(ix, &ch);
+  kvp__adv_changes_free(&ch);
+  assert_int_equal(kvp__adv_index_dirty_count(ix), 3);
+  assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+  assert_int_equal(ch.ngone, 1);
+  kvp__adv_changes_free(&ch);
   kvp__adv_index_track_dirty(ix, 0);
   assert_int_equal(kvp__adv_index_store(ix, 9, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
   assert_int_equal(kvp__adv_index_dirty_count(ix), 0);
@@ -258,7 +277,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(lru_orders_by_last_touch),
     cmocka_unit_test(hit_frequency_decays_with_half_life),
     cmocka_unit_test(drop_removes_worker_tiers_only),
-    cmocka_unit_test(dirty_marks_each_block_once),
+    cmocka_unit_test(changes_list_each_block_once),
     cmocka_unit_test(rejects_bad_tier_and_names),
     cmocka_unit_test(memory_per_location_is_bounded),
 };

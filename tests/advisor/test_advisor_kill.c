@@ -1,0 +1,264 @@
+/* kill -9 of the real kvplane-advisor process at random points of a long
+ * JetStream stream, several times, then a clean finish: the database must
+ * equal the expected state exactly. Expected = the workers' registered sets
+ * (locations) and an in-process reference advisor fed every published
+ * message once (blocks, parents, hit counts), so both a lost and a doubly
+ * applied message would show. */
+#include <fcntl.h>
+#include <nats/nats.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "advisor/index.h"
+#include "advisor/ingest.h"
+#include "harness.h"
+#include "kvplane/status.h"
+#include "natsd.h"
+#include "testworker.h"
+
+#define NWORKERS 4
+#define NBATCHES 3000
+#define NKILLS 6
+
+typedef struct fx_s {
+  kvp_natsd_t natsd;
+  char dir[256], db[320], log[320];
+  tw_t *w[NWORKERS];
+  uint8_t *msgs[NBATCHES];
+  size_t lens[NBATCHES];
+  int published;
+  int failed;
+} fx_t;
+
+static void *publisher(void *arg) {
+  fx_t *f = arg;
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  if (natsConnection_ConnectTo(&nc, f->natsd.url) != NATS_OK ||
+      natsConnection_JetStream(&js, nc, NULL) != NATS_OK) {
+    f->failed = 1;
+    goto done;
+  }
+  for (int i = 0; i < NBATCHES; i++) {
+    tw_t *w = f->w[i % NWORKERS];
+    const uint8_t *buf;
+    size_t len;
+    if (tw_batch(w, 16, &buf, &len) != 0) {
+      f->failed = 1;
+      break;
+    }
+    f->msgs[i] = malloc(len);
+    memcpy(f->msgs[i], buf, len);
+    f->lens[i] = len;
+    if (tw_publish(w, nc, js, buf, len) != 0) {
+      f->failed = 1;
+      break;
+    }
+    __atomic_store_n(&f->published, i + 1, __ATOMIC_RELEASE);
+    if (i % 10 == 9)
+      nats_Sleep(2);
+  }
+done:
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(nc);
+  return NULL;
+}
+
+static pid_t spawn_advisor(fx_t *f) {
+  char bin[512], url[128], db[400];
+  snprintf(bin, sizeof bin, "%s/tools/kvplane-advisor", getenv("KVP_TEST_BINDIR"));
+  snprintf(url, sizeof url, "nats.url=%s", f->natsd.url);
+  snprintf(db, sizeof db, "store.path=%s", f->db);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(f->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(bin, bin, "-o", url, "-o", db, "-o", "nats.mode=jetstream", "-o", "advisor.namespace=k",
+          "-o", "store.flush_interval=20ms", "-o", "workers.heartbeat_timeout=0", "-o",
+          "jetstream.fetch_batch=512", "-o", "log.level=warn", (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int64_t committed_seq(fx_t *f) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int64_t v = -1;
+  if (sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 1000);
+    if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'stream_seq'", -1, &s, NULL) ==
+            SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW)
+      v = sqlite3_column_int64(s, 0);
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+/* Blocks in the database against the reference index, row by row. */
+static void compare_blocks(fx_t *f, kvp__adv_index_t *ref) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  size_t rows = 0;
+  kvp__adv_index_stats_t st;
+  assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  assert_int_equal(
+      sqlite3_prepare_v2(db, "SELECT hash, parent, hits, tokens, bytes FROM blocks", -1, &s, NULL),
+      SQLITE_OK);
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    kvp__adv_block_t b;
+    uint64_t h = (uint64_t)sqlite3_column_int64(s, 0);
+    if (kvp__adv_index_get(ref, h, &b, NULL, 0, NULL) != 0)
+      fail_msg("block %016llx in the database, not in the reference", (unsigned long long)h);
+    uint64_t parent =
+        sqlite3_column_type(s, 1) == SQLITE_NULL ? h : (uint64_t)sqlite3_column_int64(s, 1);
+    if (parent != b.parent || (uint32_t)sqlite3_column_int64(s, 2) != b.hits ||
+        (uint32_t)sqlite3_column_int64(s, 3) != b.tokens ||
+        (uint64_t)sqlite3_column_int64(s, 4) != b.bytes)
+      fail_msg("block %016llx: hits %lld (want %u), parent %016llx (want %016llx)",
+               (unsigned long long)h, (long long)sqlite3_column_int64(s, 2), b.hits,
+               (unsigned long long)parent, (unsigned long long)b.parent);
+    rows++;
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  kvp__adv_index_stats(ref, &st);
+  assert_int_equal(rows, st.blocks);
+}
+
+static void kill9_at_random_points_loses_nothing(void **state) {
+  (void)state;
+  fx_t *f = calloc(1, sizeof *f);
+  kvp_natsd_opts_t o = {.jetstream = 1};
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  jsStreamInfo *si = NULL;
+  jsErrCode jerr = 0;
+  pthread_t th;
+  unsigned seed = (unsigned)time(NULL);
+  char why[512];
+
+  print_message("kill points seeded with %u\n", seed);
+  srand(seed);
+  assert_non_null(kvp_test_tmpdir(f->dir, sizeof f->dir));
+  snprintf(f->db, sizeof f->db, "%s/advisor.db", f->dir);
+  snprintf(f->log, sizeof f->log, "%s/advisor.log", f->dir);
+  assert_int_equal(kvp_natsd_start(&f->natsd, &o), 0);
+  assert_int_equal(natsConnection_ConnectTo(&nc, f->natsd.url), NATS_OK);
+  assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+  {
+    const char *subjects[] = {"kvplane.ev.>"};
+    jsStreamConfig sc;
+    jsStreamConfig_Init(&sc);
+    sc.Name = "KVPLANE_EVENTS";
+    sc.Subjects = subjects;
+    sc.SubjectsLen = 1;
+    sc.Storage = js_FileStorage;
+    assert_int_equal(js_AddStream(&si, js, &sc, NULL, &jerr), NATS_OK);
+    jsStreamInfo_Destroy(si);
+  }
+  for (int i = 0; i < NWORKERS; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "gpu%d", i);
+    f->w[i] = tw_create("k", name, 0, 1000 + (uint64_t)i, 100 + (uint64_t)i);
+  }
+  assert_int_equal(pthread_create(&th, NULL, publisher, f), 0);
+  int kills = 0, mid_stream = 0;
+  for (int k = 0; k < NKILLS; k++) {
+    pid_t pid = spawn_advisor(f);
+    assert_true(pid > 0);
+    nats_Sleep(120 + rand() % 400);
+    int pub = __atomic_load_n(&f->published, __ATOMIC_ACQUIRE);
+    int64_t seq = committed_seq(f);
+    kill(pid, SIGKILL);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    kills++;
+    mid_stream += pub < NBATCHES;
+    print_message("kill -9 #%d: %d published, %lld committed\n", k + 1, pub, (long long)seq);
+  }
+  pthread_join(th, NULL);
+  assert_false(f->failed);
+  assert_true(mid_stream >= 2);
+
+  /* Clean finish: catch up, then SIGTERM (final flush, exit 0). */
+  int64_t from = committed_seq(f);
+  uint64_t t0 = (uint64_t)nats_Now();
+  pid_t pid = spawn_advisor(f);
+  for (int t = 0; t < 600 && committed_seq(f) != NBATCHES; t++)
+    nats_Sleep(50);
+  assert_int_equal(committed_seq(f), NBATCHES);
+  print_message("clean finish: %lld messages caught up in %llu ms\n", (long long)(NBATCHES - from),
+                (unsigned long long)((uint64_t)nats_Now() - t0));
+  kill(pid, SIGTERM);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+
+  /* Locations: the workers' registered sets, exactly. */
+  sqlite3 *db = NULL;
+  size_t want = 0;
+  assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  for (int i = 0; i < NWORKERS; i++) {
+    if (tw_check_db(f->w[i], db, why, sizeof why) != 0)
+      fail_msg("after %d kills: %s", kills, why);
+    want += tw_size(f->w[i]);
+  }
+  sqlite3_stmt *s = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM block_locations", -1, &s, NULL),
+                   SQLITE_OK);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  assert_int_equal((size_t)sqlite3_column_int64(s, 0), want);
+  sqlite3_finalize(s);
+  assert_int_equal(sqlite3_prepare_v2(db, "SELECT sum(last_event_id) FROM workers", -1, &s, NULL),
+                   SQLITE_OK);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  assert_int_equal(sqlite3_column_int64(s, 0), (int64_t)NBATCHES * 16);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+
+  /* Blocks and hit counts: every message applied exactly once. */
+  kvp__adv_index_t *ref = NULL;
+  kvp__adv_ingest_t *ing = NULL;
+  assert_int_equal(kvp__adv_index_create(&ref, 1024, 3600), 0);
+  assert_int_equal(kvp__adv_ingest_create(&ing, ref, NULL), 0);
+  uint64_t a0 = (uint64_t)nats_Now();
+  for (int i = 0; i < NBATCHES; i++)
+    assert_int_equal(kvp__adv_ingest_message(ing, f->msgs[i], f->lens[i], NULL, 1), 0);
+  print_message("reference apply: %llu ms\n", (unsigned long long)((uint64_t)nats_Now() - a0));
+  compare_blocks(f, ref);
+  kvp__adv_ingest_destroy(ing);
+  kvp__adv_index_destroy(ref);
+
+  for (int i = 0; i < NBATCHES; i++)
+    free(f->msgs[i]);
+  for (int i = 0; i < NWORKERS; i++)
+    tw_destroy(f->w[i]);
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(nc);
+  kvp_natsd_stop(&f->natsd);
+  kvp_test_rmtree(f->dir);
+  free(f);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(kill9_at_random_points_loses_nothing),
+};
+
+int main(int argc, char **argv) {
+  int rc = kvp_test_run("advisor_kill", tests, sizeof tests / sizeof tests[0], argc, argv);
+  nats_Close();
+  return rc;
+}
