@@ -512,6 +512,23 @@ size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_
   return dropped;
 }
 
+void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n) {
+  /* Two passes so the slot loads of the first overlap, then the node loads
+   * of the second: the apply loop that follows finds them in cache. */
+  for (size_t i = 0; i < n; i++)
+    __builtin_prefetch(&ix->slots[slot_of(hashes[i], ix->mask)]);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t nd = ix->slots[slot_of(hashes[i], ix->mask)];
+    if (nd)
+      __builtin_prefetch(&ix->nodes[nd]);
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t nd = ix->slots[slot_of(hashes[i], ix->mask)];
+    if (nd && ix->nodes[nd].hash == hashes[i] && ix->nodes[nd].loc_head)
+      __builtin_prefetch(&ix->locs[ix->nodes[nd].loc_head]);
+  }
+}
+
 /* --- queries ------------------------------------------------------------ */
 
 #define MATCH_BATCH 64

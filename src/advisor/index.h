@@ -100,6 +100,10 @@ int kvp__adv_index_access(kvp__adv_index_t *ix, uint64_t hash, int tier, uint32_
  * t). Returns the number of locations dropped. */
 size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_mask);
 
+/* Hints that hashes are about to be stored, removed or accessed: issues
+ * the memory loads of their map slots and nodes in parallel. */
+void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n);
+
 /* Longest consecutive cached prefix of hashes[0..n) per (worker, tier).
  * Writes up to cap rows to out and returns the number of rows, or a negative
  * KVP_ENOSPC when more than cap (worker, tier) pairs matched. Rows with

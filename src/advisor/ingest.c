@@ -221,8 +221,8 @@ static void apply_snapshot(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event
     snapshot_commit(ing, ws, ev->tier, now_ms);
 }
 
-static void apply_event(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *ev,
-                        uint64_t now_ms) {
+static int apply_part(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *ev,
+                      uint64_t now_ms) {
   uint16_t w = ws->st.id;
   switch (ev->type) {
   case KVP_EV_STORED:
@@ -242,6 +242,30 @@ static void apply_event(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t 
     break;
   default:
     ing->c.bad_events++;
+    return -1;
+  }
+  return 0;
+}
+
+static void apply_event(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *ev,
+                        uint64_t now_ms) {
+  /* Chunks of 32: enough loads in flight, few enough to stay in cache. */
+  if (ev->nhashes > 1 && ev->type != KVP_EV_SNAPSHOT) {
+    for (size_t off = 0; off < ev->nhashes; off += 32) {
+      kvp_event_t part = *ev;
+      size_t n = ev->nhashes - off < 32 ? ev->nhashes - off : 32;
+      part.hashes = ev->hashes + off;
+      part.nhashes = n;
+      part.hit_counts = ev->hit_counts ? ev->hit_counts + off : NULL;
+      if (off > 0) {
+        part.has_parent = 1;
+        part.parent_hash = ev->hashes[off - 1];
+      }
+      kvp__adv_index_prefetch(ing->ix, part.hashes, n);
+      if (apply_part(ing, ws, &part, now_ms) != 0)
+        return;
+    }
+  } else if (apply_part(ing, ws, ev, now_ms) != 0) {
     return;
   }
   ing->c.events++;
