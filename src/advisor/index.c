@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kvplane/event.h"
 #include "kvplane/status.h"
@@ -77,6 +78,16 @@ static uint32_t secs_of(uint64_t ms) {
   return s <= KVP__ADV_EPOCH_S ? 0 : (uint32_t)(s - KVP__ADV_EPOCH_S);
 }
 
+/* Big tables are read at random: transparent huge pages spare a TLB miss
+ * per access (the kernel may ignore the hint). */
+static void hint_huge(void *p, size_t bytes) {
+  const uintptr_t huge = 2u << 20;
+  uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1),
+            end = ((uintptr_t)p + bytes) & ~(huge - 1);
+  if (bytes >= 2 * huge && end > start)
+    madvise((void *)start, end - start, MADV_HUGEPAGE);
+}
+
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap)
     return 0;
@@ -89,6 +100,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     return KVP_ENOMEM;
   *p = q;
   *cap = n;
+  hint_huge(q, n * elem);
   return 0;
 }
 
@@ -105,6 +117,7 @@ int kvp__adv_index_create(kvp__adv_index_t **out, size_t cap_hint, double half_l
   ix->slots = calloc(cap, sizeof *ix->slots);
   if (ix->slots == NULL)
     goto fail;
+  hint_huge(ix->slots, cap * sizeof *ix->slots);
   ix->cap = cap;
   ix->mask = cap - 1;
   ix->nnodes = 1;
@@ -212,11 +225,34 @@ size_t kvp__adv_index_volume_count(const kvp__adv_index_t *ix) {
 
 /* --- map --------------------------------------------------------------- */
 
+/* A slot holds a node index in its low IDX_BITS bits and the top bits of
+ * the block's hash above them, so probing skips most foreign nodes without
+ * loading them. 0 is an empty slot (node 0 is never used). */
+#define IDX_BITS 27
+#define IDX_MASK ((1u << IDX_BITS) - 1)
+
+static inline uint32_t tag_of(uint64_t h) {
+  return (uint32_t)(h >> (64 - (32 - IDX_BITS))) << IDX_BITS;
+}
+
 static uint32_t find(const kvp__adv_index_t *ix, uint64_t h) {
+  uint32_t tag = tag_of(h);
   for (size_t s = slot_of(h, ix->mask);; s = (s + 1) & ix->mask) {
-    uint32_t n = ix->slots[s];
-    if (n == 0 || ix->nodes[n].hash == h)
-      return n;
+    uint32_t v = ix->slots[s];
+    if (v == 0)
+      return 0;
+    if ((v & ~IDX_MASK) == tag && ix->nodes[v & IDX_MASK].hash == h)
+      return v & IDX_MASK;
+  }
+}
+
+/* The first node whose tag matches: right almost always, for prefetching. */
+static uint32_t candidate(const kvp__adv_index_t *ix, uint64_t h) {
+  uint32_t tag = tag_of(h);
+  for (size_t s = slot_of(h, ix->mask);; s = (s + 1) & ix->mask) {
+    uint32_t v = ix->slots[s];
+    if (v == 0 || (v & ~IDX_MASK) == tag)
+      return v & IDX_MASK;
   }
 }
 
@@ -224,14 +260,15 @@ static int rehash(kvp__adv_index_t *ix, size_t cap) {
   uint32_t *slots = calloc(cap, sizeof *slots);
   if (slots == NULL)
     return KVP_ENOMEM;
+  hint_huge(slots, cap * sizeof *slots);
   for (size_t i = 0; i < ix->cap; i++) {
-    uint32_t n = ix->slots[i];
-    if (n == 0)
+    uint32_t v = ix->slots[i];
+    if (v == 0)
       continue;
-    size_t s = slot_of(ix->nodes[n].hash, cap - 1);
+    size_t s = slot_of(ix->nodes[v & IDX_MASK].hash, cap - 1);
     while (slots[s] != 0)
       s = (s + 1) & (cap - 1);
-    slots[s] = n;
+    slots[s] = v;
   }
   free(ix->slots);
   ix->slots = slots;
@@ -243,16 +280,16 @@ static int rehash(kvp__adv_index_t *ix, size_t cap) {
 /* Backward-shift deletion keeps linear probing free of tombstones. */
 static void unmap(kvp__adv_index_t *ix, uint64_t h) {
   size_t s = slot_of(h, ix->mask);
-  while (ix->nodes[ix->slots[s]].hash != h)
+  while (ix->slots[s] == 0 || ix->nodes[ix->slots[s] & IDX_MASK].hash != h)
     s = (s + 1) & ix->mask;
   for (size_t j = (s + 1) & ix->mask;; j = (j + 1) & ix->mask) {
-    uint32_t n = ix->slots[j];
-    if (n == 0)
+    uint32_t v = ix->slots[j];
+    if (v == 0)
       break;
-    size_t home = slot_of(ix->nodes[n].hash, ix->mask);
-    /* Move n back into the hole when its home is not in (s, j]. */
+    size_t home = slot_of(ix->nodes[v & IDX_MASK].hash, ix->mask);
+    /* Move v back into the hole when its home is not in (s, j]. */
     if (((j - home) & ix->mask) >= ((j - s) & ix->mask)) {
-      ix->slots[s] = n;
+      ix->slots[s] = v;
       s = j;
     }
   }
@@ -286,8 +323,9 @@ static int node_new(kvp__adv_index_t *ix, uint64_t h, uint32_t *out) {
     n = (uint32_t)ix->node_free;
     ix->node_free = ix->nodes[n].loc_head;
   } else {
-    if (ix->nnodes >= UINT32_MAX ||
-        grow((void **)&ix->nodes, &ix->node_cap, ix->nnodes + 1, sizeof(node_t)) != 0)
+    if (ix->nnodes > IDX_MASK)
+      return KVP_ENOSPC;
+    if (grow((void **)&ix->nodes, &ix->node_cap, ix->nnodes + 1, sizeof(node_t)) != 0)
       return KVP_ENOMEM;
     n = (uint32_t)ix->nnodes++;
   }
@@ -297,7 +335,7 @@ static int node_new(kvp__adv_index_t *ix, uint64_t h, uint32_t *out) {
   size_t s = slot_of(h, ix->mask);
   while (ix->slots[s] != 0)
     s = (s + 1) & ix->mask;
-  ix->slots[s] = n;
+  ix->slots[s] = tag_of(h) | n;
   ix->blocks++;
   *out = n;
   return 0;
@@ -518,12 +556,12 @@ void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes,
   for (size_t i = 0; i < n; i++)
     __builtin_prefetch(&ix->slots[slot_of(hashes[i], ix->mask)]);
   for (size_t i = 0; i < n; i++) {
-    uint32_t nd = ix->slots[slot_of(hashes[i], ix->mask)];
+    uint32_t nd = candidate(ix, hashes[i]);
     if (nd)
       __builtin_prefetch(&ix->nodes[nd]);
   }
   for (size_t i = 0; i < n; i++) {
-    uint32_t nd = ix->slots[slot_of(hashes[i], ix->mask)];
+    uint32_t nd = candidate(ix, hashes[i]);
     if (nd && ix->nodes[nd].hash == hashes[i] && ix->nodes[nd].loc_head)
       __builtin_prefetch(&ix->locs[ix->nodes[nd].loc_head]);
   }
@@ -544,10 +582,8 @@ int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, siz
      * so the memory system works on them in parallel. */
     for (size_t i = 0; i < m; i++)
       __builtin_prefetch(&ix->slots[slot_of(hashes[base + i], ix->mask)]);
-    for (size_t i = 0; i < m; i++) {
-      size_t s = slot_of(hashes[base + i], ix->mask);
-      __builtin_prefetch(&ix->nodes[ix->slots[s]]);
-    }
+    for (size_t i = 0; i < m; i++)
+      __builtin_prefetch(&ix->nodes[candidate(ix, hashes[base + i])]);
     for (size_t i = 0; i < m; i++) {
       nodes[i] = find(ix, hashes[base + i]);
       if (nodes[i])

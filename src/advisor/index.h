@@ -22,7 +22,8 @@
 
 #define KVP__ADV_MAX_WORKERS 8191u
 #define KVP__ADV_MAX_VOLUMES 65535u
-#define KVP__ADV_NO_VOLUME 0xffffu /* "any volume" in kvp__adv_index_remove */
+#define KVP__ADV_MAX_BLOCKS ((1u << 27) - 2) /* node ids share a u32 slot with a tag */
+#define KVP__ADV_NO_VOLUME 0xffffu           /* "any volume" in kvp__adv_index_remove */
 /* In-memory last access is kept in seconds since this Unix time (2020-01-01)
  * to keep the node small; the store writes it back as Unix milliseconds. */
 #define KVP__ADV_EPOCH_S 1577836800u
@@ -78,8 +79,8 @@ size_t kvp__adv_index_volume_count(const kvp__adv_index_t *ix);
 /* Records that worker holds block hash in tier (and volume). Creates the
  * block if it is new (has_parent 0: no parent); refreshes size and last
  * access; a location already present is only moved to the front of its LRU.
- * Returns 0, KVP_ETIER for a tier outside 1..4, or KVP_ENOMEM (index
- * unchanged). */
+ * Returns 0, KVP_ETIER for a tier outside 1..4, KVP_ENOSPC past
+ * KVP__ADV_MAX_BLOCKS blocks, or KVP_ENOMEM (index unchanged). */
 int kvp__adv_index_store(kvp__adv_index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
                          uint16_t worker, int tier, uint16_t volume, uint32_t tokens,
                          uint64_t bytes, uint64_t now_ms);
