@@ -351,6 +351,19 @@ static int write_volumes(kvp__adv_store_t *st, kvp__adv_index_t *ix, uint64_t no
   return 0;
 }
 
+/* Signed order, as SQLite stores the hashes. */
+static int by_change_hash(const void *a, const void *b) {
+  int64_t x = (int64_t)((const kvp__adv_change_t *)a)->hash;
+  int64_t y = (int64_t)((const kvp__adv_change_t *)b)->hash;
+  return x < y ? -1 : x > y;
+}
+
+static int by_gone_hash(const void *a, const void *b) {
+  int64_t x = (int64_t)((const kvp__adv_gone_t *)a)->hash;
+  int64_t y = (int64_t)((const kvp__adv_gone_t *)b)->hash;
+  return x < y ? -1 : x > y;
+}
+
 int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
                          uint64_t stream_seq, size_t *nblocks) {
   kvp__adv_changes_t ch;
@@ -361,6 +374,12 @@ int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_in
     *nblocks = 0;
   if (kvp__adv_index_changes_take(ix, &ch) != 0)
     return KVP_ENOMEM;
+  /* In key order the B-tree writes walk the pages once instead of jumping
+   * between them: the coalescing buys this for free. */
+  if (ch.ngone > 1)
+    qsort(ch.gone, ch.ngone, sizeof *ch.gone, by_gone_hash);
+  if (ch.nblocks > 1)
+    qsort(ch.blocks, ch.nblocks, sizeof *ch.blocks, by_change_hash);
   if ((rc = exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
     goto fail;
   for (size_t i = 0; i < ch.ngone; i++)
