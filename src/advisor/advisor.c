@@ -504,6 +504,12 @@ static int subscribe(kvp_advisor_t *adv, char *err, size_t errlen) {
     return nats_fail(s, subj, err, errlen);
   if ((s = natsConnection_Flush(adv->nc)) != NATS_OK)
     return nats_fail(s, "subscribe", err, errlen);
+  {
+    char url[256] = "";
+    natsConnection_GetConnectedUrl(adv->nc, url, sizeof url);
+    kvp_log_info("advisor: connected to %s; answering on kvplane.api.%s.match and .stats", url,
+                 adv->cfg.ns);
+  }
   return 0;
 }
 

@@ -153,6 +153,7 @@ static int upgrade(sqlite3 *db, int target, char *err, size_t errlen) {
 
   if ((rc = schema_version(db, &v)) != 0)
     return rc;
+  int from = v;
   if (v > KVP__ADV_SCHEMA_VERSION) {
     snprintf(err, errlen, "schema version %d is newer than this program's %d", v,
              KVP__ADV_SCHEMA_VERSION);
@@ -171,8 +172,8 @@ static int upgrade(sqlite3 *db, int target, char *err, size_t errlen) {
     }
     if ((rc = exec(db, "COMMIT", err, errlen)) != 0)
       return rc;
-    if (v > 0)
-      kvp_log_info("advisor: database upgraded to schema version %d", v + 1);
+    if (from > 0)
+      kvp_log_info("advisor: database upgraded from schema version %d to %d", v, v + 1);
   }
   return 0;
 }

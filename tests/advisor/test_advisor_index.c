@@ -269,7 +269,61 @@ static void memory_per_location_is_bounded(void **state) {
   kvp__adv_index_destroy(ix);
 }
 
+/* Random stores, removes and drops against a plain reference array. */
+static void random_operations_match_a_reference(void **state) {
+  (void)state;
+  kvp__adv_index_t *ix = mk();
+  enum { N = 20000 };
+  static uint64_t keys[N];
+  static int in[N][2];
+  uint64_t x = 88172645463325252ull;
+  uint16_t w[2] = {wid(ix, "a"), wid(ix, "b")};
+  for (int i = 0; i < N; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    /* Many keys share their top bits (tags) and home slots. */
+    keys[i] = (i % 3 == 0) ? x : (x & 0x07ffffffffffff00ull) | (uint64_t)(i & 0xff);
+  }
+  for (int op = 0; op < 400000; op++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int k = (int)(x % N), who = (int)((x >> 20) & 1), what = (int)((x >> 30) % 10);
+    if (what < 6) {
+      assert_int_equal(kvp__adv_index_store(ix, keys[k], 0, 0, w[who], 1, 0, 16, 1, NOW), 0);
+      in[k][who] = 1;
+    } else if (what < 9) {
+      int rc = kvp__adv_index_remove(ix, keys[k], w[who], 1, 0);
+      assert_int_equal(rc, in[k][who] ? 0 : KVP_ENOENT);
+      in[k][who] = 0;
+    } else if (op % 1000 == 0) {
+      kvp__adv_index_drop(ix, w[who], 0x1e);
+      for (int i = 0; i < N; i++)
+        in[i][who] = 0;
+    }
+    if (op % 50000 == 0) {
+      kvp__adv_changes_t ch;
+      assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+      kvp__adv_changes_free(&ch);
+    }
+  }
+  size_t blocks = 0;
+  for (int i = 0; i < N; i++) {
+    size_t n = 0;
+    int rc = kvp__adv_index_get(ix, keys[i], NULL, NULL, 0, &n);
+    if (in[i][0] || in[i][1]) {
+      assert_int_equal(rc, 0);
+      assert_int_equal(n, (size_t)(in[i][0] + in[i][1]));
+      blocks++;
+    } else {
+      assert_int_equal(rc, KVP_ENOENT);
+    }
+  }
+  kvp__adv_index_stats_t st;
+  kvp__adv_index_stats(ix, &st);
+  assert_int_equal(st.blocks, blocks);
+  kvp__adv_index_destroy(ix);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(random_operations_match_a_reference),
     cmocka_unit_test(match_longest_prefix_per_worker_and_tier),
     cmocka_unit_test(match_long_query_crosses_batches),
     cmocka_unit_test(remove_deletes_block_with_last_location),

@@ -196,6 +196,16 @@ static void kill9_at_random_points_loses_nothing(void **state) {
   int64_t from = committed_seq(f);
   uint64_t t0 = (uint64_t)nats_Now();
   pid_t pid = spawn_advisor(f);
+  /* Running (signals handled) once it answers a stats request. */
+  natsMsg *rep = NULL;
+  /* "No responders" comes back at once while it starts: pace the tries. */
+  for (int t = 0; t < 200 && rep == NULL; t++)
+    if (natsConnection_RequestString(&rep, nc, "kvplane.api.k.stats", "{}", 500) != NATS_OK) {
+      rep = NULL;
+      nats_Sleep(50);
+    }
+  assert_non_null(rep);
+  natsMsg_Destroy(rep);
   for (int t = 0; t < 600 && committed_seq(f) != NBATCHES; t++)
     nats_Sleep(50);
   assert_int_equal(committed_seq(f), NBATCHES);
