@@ -263,8 +263,92 @@ static void kill9_at_random_points_loses_nothing(void **state) {
   free(f);
 }
 
+/* Runs the binary with args, stdout and stderr to out; returns the exit
+ * status, or -1 when it did not exit. */
+static int run_binary(char *const args[], const char *out) {
+  pid_t pid = fork();
+  int st;
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(args[0], args);
+    _exit(127);
+  }
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+    return -1;
+  return WEXITSTATUS(st);
+}
+
+static int file_has(const char *path, const char *needle) {
+  char buf[8192] = "";
+  FILE *fp = fopen(path, "r");
+  if (fp == NULL)
+    return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, fp);
+  buf[n] = 0;
+  fclose(fp);
+  return strstr(buf, needle) != NULL;
+}
+
+static int wait_file_has(const char *path, const char *needle, int ms) {
+  for (int t = 0; t < ms; t += 20) {
+    if (file_has(path, needle))
+      return 1;
+    nats_Sleep(20);
+  }
+  return 0;
+}
+
+/* --help tells the truth, a bad key is named, SIGHUP reopens the log file
+ * (logrotate), SIGTERM flushes and exits 0. */
+static void daemon_cli_and_signals(void **state) {
+  (void)state;
+  kvp_natsd_t d;
+  char dir[256], bin[512], out[320], log[320], rotated[330], db[320], url[128], lf[400], dbo[400];
+  assert_non_null(kvp_test_tmpdir(dir, sizeof dir));
+  snprintf(bin, sizeof bin, "%s/tools/kvplane-advisor", getenv("KVP_TEST_BINDIR"));
+  snprintf(out, sizeof out, "%s/out.txt", dir);
+  snprintf(log, sizeof log, "%s/advisor.log", dir);
+  snprintf(rotated, sizeof rotated, "%s.1", log);
+  snprintf(db, sizeof db, "%s/advisor.db", dir);
+
+  char *help[] = {bin, "--help", NULL};
+  assert_int_equal(run_binary(help, out), 0);
+  assert_true(file_has(out, "--config FILE") && file_has(out, "SIGHUP"));
+  char *bad[] = {bin, "-o", "store.flush_interval=soon", NULL};
+  assert_int_equal(run_binary(bad, out), 1);
+  assert_true(file_has(out, "[store] flush_interval"));
+  char *missing[] = {bin, "--config", "/nonexistent/kvplane-advisor.conf", NULL};
+  assert_int_equal(run_binary(missing, out), 1);
+  assert_true(file_has(out, "/nonexistent/kvplane-advisor.conf"));
+
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  snprintf(url, sizeof url, "nats.url=%s", d.url);
+  snprintf(lf, sizeof lf, "log.file=%s", log);
+  snprintf(dbo, sizeof dbo, "store.path=%s", db);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(bin, bin, "-o", url, "-o", dbo, "-o", lf, "-o", "nats.mode=core", (char *)NULL);
+    _exit(127);
+  }
+  assert_true(wait_file_has(log, "running", 10000));
+  assert_int_equal(rename(log, rotated), 0);
+  kill(pid, SIGHUP);
+  assert_true(wait_file_has(log, "log reopened", 5000));
+  kill(pid, SIGTERM);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  assert_true(file_has(log, "stopped"));
+  kvp_natsd_stop(&d);
+  kvp_test_rmtree(dir);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(kill9_at_random_points_loses_nothing),
+    cmocka_unit_test(daemon_cli_and_signals),
 };
 
 int main(int argc, char **argv) {
