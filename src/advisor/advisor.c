@@ -5,7 +5,9 @@
  * threads, and in JetStream mode a fetch thread pulls batches; all of them
  * only append to a locked queue and wake the libuv loop with uv_async_send.
  * The loop thread alone touches the index, the ingest state and SQLite: it
- * drains the queue, applies batches, answers queries, and flushes on a timer.
+ * drains the queue, applies batches, answers queries, and on a timer takes
+ * the changes and hands the SQLite transaction to libuv's thread pool (one
+ * at a time), so ingest does not stop while a flush is written.
  *
  * JetStream resume: the database, not the server, owns the position. At
  * start the durable consumer is deleted and created again to deliver from
@@ -77,6 +79,14 @@ struct kvp_advisor_s {
   natsMsg *ack_pending; /* last applied JetStream message, acked after commit */
   uint64_t ack_seq;
   uint64_t flushes, flush_errors, last_flush_ms, last_flush_blocks;
+  uint64_t committed_seq;
+  /* The flush running on the thread pool, if any. */
+  uv_work_t flush_req;
+  kvp__adv_flush_t *inflight;
+  natsMsg *inflight_ack;
+  uint64_t inflight_seq, inflight_t0;
+  int flush_rc;
+  int shutdown_waiting;
   uint64_t start_ms;
   char subj[256];
 };
@@ -247,7 +257,7 @@ static void handle(kvp_advisor_t *adv, qitem_t *it) {
         .ns = adv->cfg.ns,
         .mode = adv->cfg.mode == KVP_ADVISOR_JETSTREAM ? "jetstream" : "core",
         .stream_seq = adv->applied_seq,
-        .committed_seq = kvp__adv_store_stream_seq(adv->store),
+        .committed_seq = adv->committed_seq,
         .flushes = adv->flushes,
         .flush_errors = adv->flush_errors,
         .last_flush_ms = adv->last_flush_ms,
@@ -281,26 +291,84 @@ static void drain(kvp_advisor_t *adv) {
   }
 }
 
-static int flush(kvp_advisor_t *adv) {
+/* After a committed flush, on the loop thread. */
+static void flush_done(kvp_advisor_t *adv, size_t nblocks, uint64_t seq, natsMsg *ack,
+                       uint64_t t0) {
+  adv->flushes++;
+  adv->last_flush_ms = kvp__unix_ms();
+  adv->last_flush_blocks = nblocks;
+  adv->committed_seq = seq;
+  kvp_log_debug("advisor: flush: %zu blocks, sequence %" PRIu64 ", %.1f ms", nblocks, seq,
+                (double)(kvp__now_ns() - t0) / 1e6);
+  if (ack) {
+    /* Committed: the server may now forget everything up to here. */
+    natsMsg_Ack(ack, NULL);
+    natsMsg_Destroy(ack);
+  }
+}
+
+/* A flush on the loop thread (the last one, at stop). */
+static int flush_sync(kvp_advisor_t *adv) {
   size_t n = 0;
   uint64_t t0 = kvp__now_ns();
   int rc = kvp__adv_store_flush(adv->store, adv->ix, adv->ing, adv->applied_seq, &n);
-  kvp_log_debug("advisor: flush: %zu blocks, sequence %" PRIu64 ", %.1f ms", n, adv->applied_seq,
-                (double)(kvp__now_ns() - t0) / 1e6);
   if (rc != 0) {
     adv->flush_errors++;
     return rc;
   }
-  adv->flushes++;
-  adv->last_flush_ms = kvp__unix_ms();
-  adv->last_flush_blocks = n;
-  if (adv->ack_pending) {
-    /* Committed: the server may now forget everything up to here. */
-    natsMsg_Ack(adv->ack_pending, NULL);
-    natsMsg_Destroy(adv->ack_pending);
-    adv->ack_pending = NULL;
-  }
+  flush_done(adv, n, adv->applied_seq, adv->ack_pending, t0);
+  adv->ack_pending = NULL;
   return 0;
+}
+
+static void shutdown_finish(kvp_advisor_t *adv);
+
+static void flush_work(uv_work_t *req) {
+  kvp_advisor_t *adv = req->data;
+  adv->flush_rc = kvp__adv_store_write(adv->store, adv->inflight);
+}
+
+static void flush_after(uv_work_t *req, int status) {
+  kvp_advisor_t *adv = req->data;
+  if (status == 0 && adv->flush_rc == 0) {
+    flush_done(adv, kvp__adv_flush_blocks(adv->inflight), adv->inflight_seq, adv->inflight_ack,
+               adv->inflight_t0);
+    kvp__adv_flush_free(adv->inflight);
+  } else {
+    /* The changes go back to the index; the next flush writes them. */
+    adv->flush_errors++;
+    kvp__adv_store_abandon(adv->ix, adv->inflight);
+    if (adv->ack_pending == NULL)
+      adv->ack_pending = adv->inflight_ack;
+    else
+      natsMsg_Destroy(adv->inflight_ack); /* a later message acks it too */
+  }
+  adv->inflight = NULL;
+  adv->inflight_ack = NULL;
+  if (adv->shutdown_waiting)
+    shutdown_finish(adv);
+}
+
+/* Takes the changes on the loop thread and writes them on libuv's thread
+ * pool, so ingest goes on while SQLite works. One flush at a time: a tick
+ * that finds one running waits for the next. */
+static void flush_async(kvp_advisor_t *adv) {
+  if (adv->inflight || adv->stopped)
+    return;
+  adv->inflight_t0 = kvp__now_ns();
+  if (kvp__adv_store_prepare(adv->store, adv->ix, adv->ing, adv->applied_seq, &adv->inflight) !=
+      0) {
+    adv->flush_errors++;
+    return;
+  }
+  adv->inflight_seq = adv->applied_seq;
+  adv->inflight_ack = adv->ack_pending;
+  adv->ack_pending = NULL;
+  adv->flush_req.data = adv;
+  if (uv_queue_work(&adv->loop, &adv->flush_req, flush_work, flush_after) != 0) {
+    flush_work(&adv->flush_req);
+    flush_after(&adv->flush_req, 0);
+  }
 }
 
 static void on_close(uv_handle_t *h) {
@@ -338,7 +406,17 @@ static void shutdown_loop(kvp_advisor_t *adv) {
   adv->wake_closed = 1;
   pthread_mutex_unlock(&adv->qlock);
   drain(adv);
-  adv->final_rc = flush(adv);
+  if (adv->inflight) {
+    adv->shutdown_waiting = 1; /* flush_after finishes */
+    return;
+  }
+  shutdown_finish(adv);
+}
+
+/* The last flush, then the loop's handles close and uv_run returns. */
+static void shutdown_finish(kvp_advisor_t *adv) {
+  adv->shutdown_waiting = 0;
+  adv->final_rc = flush_sync(adv);
   if (adv->final_rc == 0)
     kvp_log_info("advisor: stopped; stream sequence %" PRIu64 " committed", adv->applied_seq);
   close_handle(adv, (uv_handle_t *)&adv->wake);
@@ -359,7 +437,7 @@ static void on_wake(uv_async_t *h) {
 }
 
 static void on_flush_timer(uv_timer_t *h) {
-  flush(h->data);
+  flush_async(h->data);
 }
 
 static void on_tick_timer(uv_timer_t *h) {
@@ -589,6 +667,8 @@ int kvp_advisor_open(kvp_advisor_t **out, const kvp_advisor_config_t *cfg, char 
     snprintf(err, errlen, "%s: cannot load the index: %s", cfg->db_path, kvp_strerror(rc));
     goto fail;
   }
+  adv->committed_seq = adv->applied_seq;
+
   /* Loaded workers get a full heartbeat timeout to speak again. */
   for (size_t i = 0; i < kvp__adv_ingest_worker_count(adv->ing); i++) {
     kvp__adv_worker_state_t ws;

@@ -45,7 +45,27 @@ int kvp__adv_store_load(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ing
 int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
                          uint64_t stream_seq, size_t *nblocks);
 
-/* The stream sequence of the last committed flush. */
+/* The same flush in two halves, so that the write can run off the loop
+ * thread (the daemon queues it on libuv's thread pool):
+ *   prepare  (index owner's thread) takes the changes and copies the rows;
+ *   write    (any thread, one at a time per store) runs the transaction;
+ *   abandon  (index owner's thread) gives the changes back after a failed
+ *            write, and frees the flush; otherwise free it.
+ * prepare returns 0 or KVP_ENOMEM (nothing taken); write returns 0 or
+ * KVP_EDB (rolled back). The flush borrows names from ix: free it before
+ * ix. */
+typedef struct kvp__adv_flush_s kvp__adv_flush_t;
+
+int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
+                           uint64_t stream_seq, kvp__adv_flush_t **out);
+int kvp__adv_store_write(kvp__adv_store_t *st, const kvp__adv_flush_t *fl);
+void kvp__adv_store_abandon(kvp__adv_index_t *ix, kvp__adv_flush_t *fl);
+void kvp__adv_flush_free(kvp__adv_flush_t *fl);
+/* Blocks (rows of the blocks table) the flush writes. */
+size_t kvp__adv_flush_blocks(const kvp__adv_flush_t *fl);
+
+/* The stream sequence of the last committed flush (not thread-safe against
+ * a write running elsewhere). */
 uint64_t kvp__adv_store_stream_seq(const kvp__adv_store_t *st);
 
 /* Runs the SQL of schema versions 1..version on a fresh database, for the

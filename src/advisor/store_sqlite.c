@@ -256,101 +256,42 @@ static int step_done(sqlite3_stmt *s) {
   return rc == SQLITE_DONE ? 0 : KVP_EDB;
 }
 
-static void bind_loc(sqlite3_stmt *s, kvp__adv_index_t *ix, uint64_t h, uint16_t worker, int tier,
-                     uint16_t volume) {
-  uint32_t dp = 0;
-  const char *w = kvp__adv_index_worker_name(ix, worker, &dp);
-  sqlite3_bind_int64(s, 1, (sqlite3_int64)h);
-  sqlite3_bind_text(s, 2, w, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(s, 3, dp);
-  sqlite3_bind_int(s, 4, tier);
-  sqlite3_bind_text(s, 5, kvp__adv_index_volume_name(ix, volume), -1, SQLITE_STATIC);
-}
+/* --- write-behind ------------------------------------------------------- */
 
-static int write_gone(kvp__adv_store_t *st, kvp__adv_index_t *ix, const kvp__adv_gone_t *g) {
-  bind_loc(st->s[S_LOC_DELETE_ONE], ix, g->hash, g->worker, g->tier, g->volume);
-  return step_done(st->s[S_LOC_DELETE_ONE]);
-}
+/* Rows copied out of the index on the loop thread, so that the write can run
+ * on another thread while the index keeps changing. Names point into the
+ * index's interned tables, which live as long as the index. */
+typedef struct frow_s {
+  uint64_t hash, parent, bytes, last_access_ms;
+  uint32_t tokens, hits, what, loc_off, nlocs;
+  double freq;
+} frow_t;
 
-static int write_block(kvp__adv_store_t *st, kvp__adv_index_t *ix, const kvp__adv_change_t *c,
-                       uint64_t now_ms) {
-  kvp__adv_block_t b;
-  kvp__adv_loc_t locs[64];
-  size_t n;
-  sqlite3_stmt *s;
-  uint64_t h = c->hash;
-  int rc;
+typedef struct floc_s {
+  uint64_t hash;
+  const char *worker, *volume;
+  uint32_t dp_rank;
+  int tier;
+} floc_t;
 
-  if (c->what == 0 || kvp__adv_index_get(ix, h, &b, locs, 64, &n) != 0) {
-    sqlite3_bind_int64(st->s[S_BLOCK_DELETE], 1, (sqlite3_int64)h);
-    sqlite3_bind_int64(st->s[S_LOC_DELETE], 1, (sqlite3_int64)h);
-    if ((rc = step_done(st->s[S_BLOCK_DELETE])) != 0)
-      return rc;
-    return step_done(st->s[S_LOC_DELETE]);
-  }
-  s = st->s[S_BLOCK_UPSERT];
-  sqlite3_bind_int64(s, 1, (sqlite3_int64)h);
-  if (b.parent != h)
-    sqlite3_bind_int64(s, 2, (sqlite3_int64)b.parent);
-  else
-    sqlite3_bind_null(s, 2);
-  sqlite3_bind_int64(s, 3, b.tokens);
-  sqlite3_bind_int64(s, 4, (sqlite3_int64)b.bytes);
-  sqlite3_bind_int64(s, 5, (sqlite3_int64)now_ms);
-  sqlite3_bind_int64(s, 6, (sqlite3_int64)(b.last_access_ms ? b.last_access_ms : now_ms));
-  sqlite3_bind_int64(s, 7, b.hits);
-  sqlite3_bind_double(s, 8, b.freq);
-  if ((rc = step_done(s)) != 0 || !(c->what & KVP__ADV_CH_LOCS))
-    return rc;
-  if (n > 64) {
-    kvp_log_warn("advisor: block %016llx has %zu locations; only 64 persisted",
-                 (unsigned long long)h, n);
-    n = 64;
-  }
-  /* Rows of locations that stayed are kept (OR IGNORE); removed ones went
-   * with the gone list. */
-  for (size_t i = 0; i < n; i++) {
-    bind_loc(st->s[S_LOC_INSERT], ix, h, locs[i].worker, locs[i].tier, locs[i].volume);
-    if ((rc = step_done(st->s[S_LOC_INSERT])) != 0)
-      return rc;
-  }
-  return 0;
-}
+typedef struct fworker_s {
+  const char *name, *status;
+  uint32_t dp_rank;
+  uint64_t epoch, last_event_id, last_seen_ms;
+} fworker_t;
 
-static int write_workers(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {
-  kvp__adv_worker_state_t ws;
-  sqlite3_stmt *s = st->s[S_WORKER_UPSERT];
-  int rc;
-
-  for (size_t i = 0; ing && i < kvp__adv_ingest_worker_count(ing); i++) {
-    uint32_t dp = 0;
-    if (kvp__adv_ingest_worker_get(ing, i, &ws) != 0)
-      continue;
-    sqlite3_bind_text(s, 1, kvp__adv_index_worker_name(ix, ws.id, &dp), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, dp);
-    sqlite3_bind_int64(s, 3, (sqlite3_int64)ws.epoch);
-    sqlite3_bind_int64(s, 4, (sqlite3_int64)ws.last_event_id);
-    sqlite3_bind_int64(s, 5, (sqlite3_int64)ws.last_seen_ms);
-    sqlite3_bind_text(s, 6, ws.down ? "down" : (ws.known ? "up" : "unknown"), -1, SQLITE_STATIC);
-    if ((rc = step_done(s)) != 0)
-      return rc;
-  }
-  return 0;
-}
-
-static int write_volumes(kvp__adv_store_t *st, kvp__adv_index_t *ix, uint64_t now_ms) {
-  size_t n = kvp__adv_index_volume_count(ix);
-  int rc;
-  for (size_t i = st->volumes_written ? st->volumes_written : 1; i < n; i++) {
-    sqlite3_stmt *s = st->s[S_VOLUME_INSERT];
-    sqlite3_bind_text(s, 1, kvp__adv_index_volume_name(ix, (uint16_t)i), -1, SQLITE_STATIC);
-    sqlite3_bind_null(s, 2);
-    sqlite3_bind_int64(s, 3, (sqlite3_int64)now_ms);
-    if ((rc = step_done(s)) != 0)
-      return rc;
-  }
-  return 0;
-}
+struct kvp__adv_flush_s {
+  kvp__adv_changes_t ch; /* given back to the index if the write fails */
+  frow_t *rows;
+  size_t nrows;
+  floc_t *locs, *gone;
+  size_t nlocs, ngone;
+  fworker_t *workers;
+  size_t nworkers;
+  const char **volumes;
+  size_t nvolumes, volumes_total;
+  uint64_t stream_seq;
+};
 
 /* Signed order, as SQLite stores the hashes. */
 static int by_change_hash(const void *a, const void *b) {
@@ -365,51 +306,264 @@ static int by_gone_hash(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static void floc_fill(floc_t *f, kvp__adv_index_t *ix, uint64_t h, uint16_t worker, int tier,
+                      uint16_t volume) {
+  f->hash = h;
+  f->worker = kvp__adv_index_worker_name(ix, worker, &f->dp_rank);
+  f->volume = kvp__adv_index_volume_name(ix, volume);
+  f->tier = tier;
+}
+
+void kvp__adv_flush_free(kvp__adv_flush_t *fl) {
+  if (fl == NULL)
+    return;
+  kvp__adv_changes_free(&fl->ch);
+  free(fl->rows);
+  free(fl->locs);
+  free(fl->gone);
+  free(fl->workers);
+  free(fl->volumes);
+  free(fl);
+}
+
+size_t kvp__adv_flush_blocks(const kvp__adv_flush_t *fl) {
+  return fl->nrows;
+}
+
+static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
+  kvp__adv_loc_t locs[64];
+  size_t cap = 0;
+
+  if (fl->ch.nblocks && (fl->rows = malloc(fl->ch.nblocks * sizeof *fl->rows)) == NULL)
+    return KVP_ENOMEM;
+  if (fl->ch.ngone && (fl->gone = malloc(fl->ch.ngone * sizeof *fl->gone)) == NULL)
+    return KVP_ENOMEM;
+  for (size_t i = 0; i < fl->ch.ngone; i++) {
+    const kvp__adv_gone_t *g = &fl->ch.gone[i];
+    floc_fill(&fl->gone[i], ix, g->hash, g->worker, g->tier, g->volume);
+  }
+  fl->ngone = fl->ch.ngone;
+  for (size_t i = 0; i < fl->ch.nblocks; i++) {
+    const kvp__adv_change_t *c = &fl->ch.blocks[i];
+    frow_t *r = &fl->rows[fl->nrows++];
+    kvp__adv_block_t b;
+    size_t n = 0;
+    memset(r, 0, sizeof *r);
+    r->hash = c->hash;
+    if (c->what == 0 || kvp__adv_index_get(ix, c->hash, &b, locs, 64, &n) != 0)
+      continue; /* what 0: delete */
+    r->what = c->what;
+    r->parent = b.parent;
+    r->tokens = b.tokens;
+    r->bytes = b.bytes;
+    r->last_access_ms = b.last_access_ms;
+    r->hits = b.hits;
+    r->freq = b.freq;
+    if (!(c->what & KVP__ADV_CH_LOCS))
+      continue;
+    if (n > 64) {
+      kvp_log_warn("advisor: block %016llx has %zu locations; only 64 persisted",
+                   (unsigned long long)c->hash, n);
+      n = 64;
+    }
+    if (fl->nlocs + n > cap) {
+      size_t ncap = cap ? cap * 2 : 1024;
+      while (ncap < fl->nlocs + n)
+        ncap *= 2;
+      floc_t *p = realloc(fl->locs, ncap * sizeof *p);
+      if (p == NULL)
+        return KVP_ENOMEM;
+      fl->locs = p;
+      cap = ncap;
+    }
+    r->loc_off = (uint32_t)fl->nlocs;
+    r->nlocs = (uint32_t)n;
+    for (size_t k = 0; k < n; k++)
+      floc_fill(&fl->locs[fl->nlocs++], ix, c->hash, locs[k].worker, locs[k].tier, locs[k].volume);
+  }
+  return 0;
+}
+
+static int prepare_workers(kvp__adv_flush_t *fl, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {
+  size_t n = ing ? kvp__adv_ingest_worker_count(ing) : 0;
+  kvp__adv_worker_state_t ws;
+  if (n && (fl->workers = malloc(n * sizeof *fl->workers)) == NULL)
+    return KVP_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    if (kvp__adv_ingest_worker_get(ing, i, &ws) != 0)
+      continue;
+    fworker_t *w = &fl->workers[fl->nworkers++];
+    w->name = kvp__adv_index_worker_name(ix, ws.id, &w->dp_rank);
+    w->epoch = ws.epoch;
+    w->last_event_id = ws.last_event_id;
+    w->last_seen_ms = ws.last_seen_ms;
+    w->status = ws.down ? "down" : (ws.known ? "up" : "unknown");
+  }
+  return 0;
+}
+
+int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
+                           uint64_t stream_seq, kvp__adv_flush_t **out) {
+  kvp__adv_flush_t *fl = calloc(1, sizeof *fl);
+  size_t from = st->volumes_written ? st->volumes_written : 1;
+  int rc;
+
+  *out = NULL;
+  if (fl == NULL)
+    return KVP_ENOMEM;
+  if (kvp__adv_index_changes_take(ix, &fl->ch) != 0) {
+    free(fl);
+    return KVP_ENOMEM;
+  }
+  /* In key order the B-tree writes walk the pages once instead of jumping
+   * between them: the coalescing buys this for free. */
+  if (fl->ch.ngone > 1)
+    qsort(fl->ch.gone, fl->ch.ngone, sizeof *fl->ch.gone, by_gone_hash);
+  if (fl->ch.nblocks > 1)
+    qsort(fl->ch.blocks, fl->ch.nblocks, sizeof *fl->ch.blocks, by_change_hash);
+  fl->stream_seq = stream_seq;
+  fl->volumes_total = kvp__adv_index_volume_count(ix);
+  if ((rc = prepare_rows(fl, ix)) != 0 || (rc = prepare_workers(fl, ix, ing)) != 0)
+    goto fail;
+  if (fl->volumes_total > from) {
+    if ((fl->volumes = malloc((fl->volumes_total - from) * sizeof *fl->volumes)) == NULL) {
+      rc = KVP_ENOMEM;
+      goto fail;
+    }
+    for (size_t v = from; v < fl->volumes_total; v++)
+      fl->volumes[fl->nvolumes++] = kvp__adv_index_volume_name(ix, (uint16_t)v);
+  }
+  *out = fl;
+  return 0;
+fail:
+  kvp__adv_store_abandon(ix, fl);
+  return rc;
+}
+
+void kvp__adv_store_abandon(kvp__adv_index_t *ix, kvp__adv_flush_t *fl) {
+  if (fl == NULL)
+    return;
+  kvp__adv_index_changes_restore(ix, &fl->ch);
+  kvp__adv_flush_free(fl);
+}
+
+static void bind_floc(sqlite3_stmt *s, const floc_t *f) {
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)f->hash);
+  sqlite3_bind_text(s, 2, f->worker, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 3, f->dp_rank);
+  sqlite3_bind_int(s, 4, f->tier);
+  sqlite3_bind_text(s, 5, f->volume, -1, SQLITE_STATIC);
+}
+
+static int write_row(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, const frow_t *r,
+                     uint64_t now_ms) {
+  sqlite3_stmt *s;
+  int rc;
+
+  if (r->what == 0) {
+    sqlite3_bind_int64(st->s[S_BLOCK_DELETE], 1, (sqlite3_int64)r->hash);
+    sqlite3_bind_int64(st->s[S_LOC_DELETE], 1, (sqlite3_int64)r->hash);
+    if ((rc = step_done(st->s[S_BLOCK_DELETE])) != 0)
+      return rc;
+    return step_done(st->s[S_LOC_DELETE]);
+  }
+  s = st->s[S_BLOCK_UPSERT];
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)r->hash);
+  if (r->parent != r->hash)
+    sqlite3_bind_int64(s, 2, (sqlite3_int64)r->parent);
+  else
+    sqlite3_bind_null(s, 2);
+  sqlite3_bind_int64(s, 3, r->tokens);
+  sqlite3_bind_int64(s, 4, (sqlite3_int64)r->bytes);
+  sqlite3_bind_int64(s, 5, (sqlite3_int64)now_ms);
+  sqlite3_bind_int64(s, 6, (sqlite3_int64)(r->last_access_ms ? r->last_access_ms : now_ms));
+  sqlite3_bind_int64(s, 7, r->hits);
+  sqlite3_bind_double(s, 8, r->freq);
+  if ((rc = step_done(s)) != 0)
+    return rc;
+  /* Rows of locations that stayed are kept (OR IGNORE); removed ones went
+   * with the gone list. */
+  for (uint32_t k = 0; k < r->nlocs; k++) {
+    bind_floc(st->s[S_LOC_INSERT], &fl->locs[r->loc_off + k]);
+    if ((rc = step_done(st->s[S_LOC_INSERT])) != 0)
+      return rc;
+  }
+  return 0;
+}
+
+static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t now_ms) {
+  sqlite3_stmt *s = st->s[S_WORKER_UPSERT];
+  int rc;
+  for (size_t i = 0; i < fl->nworkers; i++) {
+    const fworker_t *w = &fl->workers[i];
+    sqlite3_bind_text(s, 1, w->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, w->dp_rank);
+    sqlite3_bind_int64(s, 3, (sqlite3_int64)w->epoch);
+    sqlite3_bind_int64(s, 4, (sqlite3_int64)w->last_event_id);
+    sqlite3_bind_int64(s, 5, (sqlite3_int64)w->last_seen_ms);
+    sqlite3_bind_text(s, 6, w->status, -1, SQLITE_STATIC);
+    if ((rc = step_done(s)) != 0)
+      return rc;
+  }
+  s = st->s[S_VOLUME_INSERT];
+  for (size_t i = 0; i < fl->nvolumes; i++) {
+    sqlite3_bind_text(s, 1, fl->volumes[i], -1, SQLITE_STATIC);
+    sqlite3_bind_null(s, 2);
+    sqlite3_bind_int64(s, 3, (sqlite3_int64)now_ms);
+    if ((rc = step_done(s)) != 0)
+      return rc;
+  }
+  s = st->s[S_META_SET];
+  sqlite3_bind_text(s, 1, "stream_seq", -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->stream_seq);
+  return step_done(s);
+}
+
+int kvp__adv_store_write(kvp__adv_store_t *st, const kvp__adv_flush_t *fl) {
+  uint64_t now_ms = kvp__unix_ms();
+  int rc;
+
+  if ((rc = exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
+    goto fail;
+  for (size_t i = 0; i < fl->ngone; i++) {
+    bind_floc(st->s[S_LOC_DELETE_ONE], &fl->gone[i]);
+    if ((rc = step_done(st->s[S_LOC_DELETE_ONE])) != 0)
+      goto rollback;
+  }
+  for (size_t i = 0; i < fl->nrows; i++)
+    if ((rc = write_row(st, fl, &fl->rows[i], now_ms)) != 0)
+      goto rollback;
+  if ((rc = write_rest(st, fl, now_ms)) != 0)
+    goto rollback;
+  if ((rc = exec(st->db, "COMMIT", NULL, 0)) != 0)
+    goto rollback;
+  st->stream_seq = fl->stream_seq;
+  st->volumes_written = fl->volumes_total;
+  return 0;
+rollback:
+  kvp_log_error("advisor: flush of %zu blocks failed: %s", fl->nrows, sqlite3_errmsg(st->db));
+  exec(st->db, "ROLLBACK", NULL, 0);
+fail:
+  return KVP_EDB;
+}
+
 int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
                          uint64_t stream_seq, size_t *nblocks) {
-  kvp__adv_changes_t ch;
-  uint64_t now_ms = kvp__unix_ms();
+  kvp__adv_flush_t *fl = NULL;
   int rc;
 
   if (nblocks)
     *nblocks = 0;
-  if (kvp__adv_index_changes_take(ix, &ch) != 0)
-    return KVP_ENOMEM;
-  /* In key order the B-tree writes walk the pages once instead of jumping
-   * between them: the coalescing buys this for free. */
-  if (ch.ngone > 1)
-    qsort(ch.gone, ch.ngone, sizeof *ch.gone, by_gone_hash);
-  if (ch.nblocks > 1)
-    qsort(ch.blocks, ch.nblocks, sizeof *ch.blocks, by_change_hash);
-  if ((rc = exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
-    goto fail;
-  for (size_t i = 0; i < ch.ngone; i++)
-    if ((rc = write_gone(st, ix, &ch.gone[i])) != 0)
-      goto rollback;
-  for (size_t i = 0; i < ch.nblocks; i++)
-    if ((rc = write_block(st, ix, &ch.blocks[i], now_ms)) != 0)
-      goto rollback;
-  if ((rc = write_workers(st, ix, ing)) != 0 || (rc = write_volumes(st, ix, now_ms)) != 0)
-    goto rollback;
-  sqlite3_bind_text(st->s[S_META_SET], 1, "stream_seq", -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st->s[S_META_SET], 2, (sqlite3_int64)stream_seq);
-  if ((rc = step_done(st->s[S_META_SET])) != 0)
-    goto rollback;
-  if ((rc = exec(st->db, "COMMIT", NULL, 0)) != 0)
-    goto rollback;
-  st->stream_seq = stream_seq;
-  st->volumes_written = kvp__adv_index_volume_count(ix);
+  if ((rc = kvp__adv_store_prepare(st, ix, ing, stream_seq, &fl)) != 0)
+    return rc;
+  if ((rc = kvp__adv_store_write(st, fl)) != 0) {
+    kvp__adv_store_abandon(ix, fl);
+    return rc;
+  }
   if (nblocks)
-    *nblocks = ch.nblocks;
-  kvp__adv_changes_free(&ch);
+    *nblocks = fl->nrows;
+  kvp__adv_flush_free(fl);
   return 0;
-rollback:
-  kvp_log_error("advisor: flush of %zu blocks failed: %s", ch.nblocks, sqlite3_errmsg(st->db));
-  exec(st->db, "ROLLBACK", NULL, 0);
-fail:
-  kvp__adv_index_changes_restore(ix, &ch);
-  kvp__adv_changes_free(&ch);
-  return KVP_EDB;
 }
 
 static int load_workers(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {
