@@ -1,0 +1,2 @@
+list(APPEND KVP_LIB_SOURCES publish/options.c publish/queue.c publish/batch.c publish/transport.c
+  publish/loop.c publish/publisher.c)

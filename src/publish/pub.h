@@ -1,0 +1,91 @@
+/* Internal state of a publisher, shared by the files of src/publish. */
+#ifndef KVP_PUBLISH_PUB_H
+#define KVP_PUBLISH_PUB_H
+
+#include <nats/nats.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <uv.h>
+
+#include "kvplane/publisher.h"
+#include "publish/batch.h"
+#include "publish/queue.h"
+
+/* A JetStream batch awaiting its ack. */
+typedef struct kvp__pend_s {
+  uint64_t first_id;
+  uint64_t nevents;
+  uint64_t nblocks;
+  uint64_t ticket; /* queue items up to here are in this or earlier batches */
+  uint8_t *buf;
+  size_t len;
+  int state; /* 0 to send, 1 in flight, 2 acked */
+} kvp__pend_t;
+
+struct kvp_publisher_s {
+  kvp_publisher_opts_t o; /* strings point into strs */
+  char *strs;
+  char subject[256];
+  char ctl_subject[256];
+  uint64_t epoch;
+  /* producers */
+  kvp__pubq_t q;
+  uv_async_t async;
+  /* loop thread */
+  uv_loop_t loop;
+  uv_timer_t delay_timer;
+  uv_timer_t tick_timer;
+  uv_thread_t thread;
+  kvp__batch_t batch;
+  uint64_t next_id;
+  uint64_t consumed; /* queue items fully added to the window */
+  uint64_t last_send_ns;
+  uint64_t core_lost; /* events of failed core publishes, for the next batch */
+  kvp__pend_t *pend;  /* ring */
+  size_t pcap, phead, ptail;
+  size_t inflight;
+  int retry; /* an ack failed: resend unacked batches in order */
+  uint64_t retry_at_ns;
+  int stopping;
+  /* nats */
+  natsOptions *nopts;
+  natsConnection *nc;
+  jsCtx *js;
+  natsSubscription *ctl_sub;
+  /* acks from nats threads */
+  pthread_mutex_t amu;
+  uint64_t *acks; /* first ids; top bit set = failed */
+  size_t nacks, ackcap;
+  /* flush */
+  pthread_mutex_t fmu;
+  pthread_cond_t fcond;
+  uint64_t done_ticket;
+  _Atomic uint64_t flush_want;
+  _Atomic int stop;
+  _Atomic int link_up;
+  _Atomic int resync_due;
+  _Atomic uint64_t snap_seq;
+  /* figures */
+  _Atomic uint64_t f_queued, f_sent, f_acked, f_dropped, f_batches, f_bytes, f_reconnects,
+      f_resyncs, f_blocks, f_retries;
+};
+
+/* options.c: validates o, writes "<option>: <why>" to err. */
+int kvp__pub_opts_check(const kvp_publisher_opts_t *o, char *err, size_t errlen);
+/* Copies o with its strings into pub->o. */
+int kvp__pub_opts_copy(kvp_publisher_t *pub, const kvp_publisher_opts_t *o);
+
+/* transport.c */
+int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen);
+void kvp__pub_disconnect(kvp_publisher_t *pub);
+/* Core publish of one encoded batch; 0 or KVP_ECONN. */
+int kvp__pub_send_core(kvp_publisher_t *pub, const uint8_t *buf, size_t len);
+/* JetStream async publish of a pending batch; 0 or KVP_ECONN. */
+int kvp__pub_send_js(kvp_publisher_t *pub, kvp__pend_t *p);
+
+/* loop.c */
+void kvp__pub_loop_main(void *arg);
+void kvp__pub_wake(kvp_publisher_t *pub);
+void kvp__pub_on_async(uv_async_t *a);
+
+#endif

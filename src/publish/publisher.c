@@ -1,0 +1,337 @@
+/* Publisher lifecycle and the producer-side API: open, emit and its
+ * shortcuts, poll (snapshots on the embedder's thread), flush, close,
+ * figures. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "kvplane/status.h"
+#include "publish/pub.h"
+
+static uint64_t unix_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, char *err,
+                       size_t errlen) {
+  char scratch[8];
+  kvp_publisher_t *pub = NULL;
+  pthread_condattr_t ca;
+  int rc;
+
+  if (err == NULL || errlen == 0) {
+    err = scratch;
+    errlen = sizeof scratch;
+  }
+  err[0] = '\0';
+  if (out == NULL)
+    return KVP_EINVAL;
+  *out = NULL;
+  if ((rc = kvp__pub_opts_check(o, err, errlen)) != 0)
+    goto fail;
+  rc = KVP_ENOMEM;
+  pub = calloc(1, sizeof *pub);
+  if (pub == NULL)
+    goto fail;
+  if ((rc = kvp__pub_opts_copy(pub, o)) != 0)
+    goto fail_pub;
+  pub->epoch = unix_ns();
+  pub->next_id = 1;
+  snprintf(pub->subject, sizeof pub->subject, "kvplane.ev.%s.%s", pub->o.ns, pub->o.worker_id);
+  snprintf(pub->ctl_subject, sizeof pub->ctl_subject, "kvplane.ctl.%s.%s.resync", pub->o.ns,
+           pub->o.worker_id);
+  if ((rc = kvp__pubq_init(&pub->q, pub->o.queue_capacity, pub->o.overflow == KVP_OVERFLOW_DROP)) !=
+      0)
+    goto fail_strs;
+  kvp__batch_init(&pub->batch, pub->o.coalesce);
+  rc = KVP_ENOMEM;
+  if (pthread_mutex_init(&pub->amu, NULL) != 0)
+    goto fail_q;
+  if (pthread_mutex_init(&pub->fmu, NULL) != 0)
+    goto fail_amu;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int crc = pthread_cond_init(&pub->fcond, &ca);
+  pthread_condattr_destroy(&ca);
+  if (crc != 0)
+    goto fail_fmu;
+  if (uv_loop_init(&pub->loop) != 0)
+    goto fail_fcond;
+  uv_async_init(&pub->loop, &pub->async, NULL);
+  pub->async.data = pub;
+  uv_timer_init(&pub->loop, &pub->delay_timer);
+  pub->delay_timer.data = pub;
+  uv_timer_init(&pub->loop, &pub->tick_timer);
+  pub->tick_timer.data = pub;
+  if ((rc = kvp__pub_connect(pub, err, errlen)) != 0)
+    goto fail_loop;
+  /* The async callback is set only now: before, a nats callback may wake a
+   * loop that does not run yet, which is harmless. */
+  pub->async.async_cb = kvp__pub_on_async;
+  if (uv_thread_create(&pub->thread, kvp__pub_loop_main, pub) != 0) {
+    rc = KVP_ENOMEM;
+    snprintf(err, errlen, "publisher: cannot start the loop thread");
+    goto fail_conn;
+  }
+  *out = pub;
+  return 0;
+fail_conn:
+  kvp__pub_disconnect(pub);
+fail_loop:
+  uv_close((uv_handle_t *)&pub->async, NULL);
+  uv_close((uv_handle_t *)&pub->delay_timer, NULL);
+  uv_close((uv_handle_t *)&pub->tick_timer, NULL);
+  uv_run(&pub->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&pub->loop);
+fail_fcond:
+  pthread_cond_destroy(&pub->fcond);
+fail_fmu:
+  pthread_mutex_destroy(&pub->fmu);
+fail_amu:
+  pthread_mutex_destroy(&pub->amu);
+fail_q:
+  kvp__batch_destroy(&pub->batch);
+  kvp__pubq_destroy(&pub->q);
+fail_strs:
+  free(pub->strs);
+fail_pub:
+  free(pub);
+fail:
+  if (err[0] == '\0')
+    snprintf(err, errlen, "%s", kvp_strerror(rc));
+  return rc;
+}
+
+static int valid_tier(int t) {
+  return t >= KVP_TIER_G1 && t <= KVP_TIER_MAX;
+}
+
+int kvp_publisher_emit(kvp_publisher_t *pub, const kvp_event_t *ev) {
+  int was_empty = 0;
+  if (pub == NULL || ev == NULL)
+    return KVP_EINVAL;
+  switch (ev->type) {
+  case KVP_EV_STORED:
+  case KVP_EV_REMOVED:
+  case KVP_EV_ACCESSED:
+    if (!valid_tier(ev->tier) || ev->hashes == NULL || ev->nhashes == 0 || ev->nhashes > (1u << 20))
+      return KVP_EINVAL;
+    break;
+  case KVP_EV_CLEARED:
+    if (ev->tier < KVP_TIER_ALL || ev->tier > KVP_TIER_MAX)
+      return KVP_EINVAL;
+    break;
+  case KVP_EV_SNAPSHOT: /* only from kvp_publisher_poll */
+  default:
+    return KVP_EINVAL;
+  }
+  if (ev->volume != NULL && strlen(ev->volume) >= KVP__VOLUME_MAX)
+    return KVP_EINVAL;
+  int rc = kvp__pubq_push(&pub->q, ev, &was_empty);
+  if (rc == 0) {
+    atomic_fetch_add_explicit(&pub->f_queued, 1, memory_order_relaxed);
+    if (was_empty)
+      kvp__pub_wake(pub);
+  } else if (rc == KVP_EOVERFLOW) {
+    atomic_fetch_add_explicit(&pub->f_dropped, 1, memory_order_relaxed);
+    atomic_store(&pub->resync_due, 1);
+  }
+  return rc;
+}
+
+int kvp_publisher_stored(kvp_publisher_t *pub, int tier, const char *volume, const uint64_t *parent,
+                         const uint64_t *hashes, size_t n, uint32_t block_tokens,
+                         uint64_t block_bytes, int32_t lora_id) {
+  kvp_event_t ev = {.type = KVP_EV_STORED,
+                    .tier = tier,
+                    .volume = volume,
+                    .has_parent = parent != NULL,
+                    .parent_hash = parent ? *parent : 0,
+                    .hashes = hashes,
+                    .nhashes = n,
+                    .block_tokens = block_tokens,
+                    .block_bytes = block_bytes,
+                    .lora_id = lora_id};
+  return kvp_publisher_emit(pub, &ev);
+}
+
+int kvp_publisher_removed(kvp_publisher_t *pub, int tier, const char *volume,
+                          const uint64_t *hashes, size_t n) {
+  kvp_event_t ev = {
+      .type = KVP_EV_REMOVED, .tier = tier, .volume = volume, .hashes = hashes, .nhashes = n};
+  return kvp_publisher_emit(pub, &ev);
+}
+
+int kvp_publisher_accessed(kvp_publisher_t *pub, int tier, const uint64_t *hashes,
+                           const uint32_t *hit_counts, size_t n) {
+  kvp_event_t ev = {.type = KVP_EV_ACCESSED,
+                    .tier = tier,
+                    .hashes = hashes,
+                    .nhashes = n,
+                    .hit_counts = hit_counts};
+  return kvp_publisher_emit(pub, &ev);
+}
+
+int kvp_publisher_cleared(kvp_publisher_t *pub, int tier) {
+  kvp_event_t ev = {.type = KVP_EV_CLEARED, .tier = tier};
+  return kvp_publisher_emit(pub, &ev);
+}
+
+static int sink_emit(void *ctx, const kvp_event_t *ev) {
+  return kvp_publisher_emit(ctx, ev);
+}
+
+kvp_event_sink_t kvp_publisher_sink(kvp_publisher_t *pub) {
+  kvp_event_sink_t s = {.emit = sink_emit, .ctx = pub};
+  return s;
+}
+
+void kvp_publisher_request_resync(kvp_publisher_t *pub) {
+  if (pub != NULL)
+    atomic_store(&pub->resync_due, 1);
+}
+
+/* Queues one tier's snapshot in chunks. */
+static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint64_t *h,
+                         const uint64_t *p, size_t n) {
+  size_t chunk = (pub->o.batch_max_bytes - 512) / 18;
+  if (chunk > pub->o.batch_max_blocks)
+    chunk = pub->o.batch_max_blocks;
+  if (chunk == 0)
+    chunk = 1;
+  uint32_t c = 0;
+  size_t off = 0;
+  do {
+    size_t k = n - off < chunk ? n - off : chunk;
+    kvp_event_t ev = {.type = KVP_EV_SNAPSHOT,
+                      .tier = tier,
+                      .snapshot_id = id,
+                      .chunk = c++,
+                      .last = off + k == n,
+                      .hashes = h + off,
+                      .nhashes = k,
+                      .parent_hashes = p ? p + off : NULL,
+                      .block_tokens = pub->o.block_tokens,
+                      .block_bytes = pub->o.block_bytes};
+    int was_empty = 0;
+    int rc = kvp__pubq_push(&pub->q, &ev, &was_empty);
+    if (rc != 0)
+      return rc;
+    atomic_fetch_add(&pub->f_queued, 1);
+    if (was_empty)
+      kvp__pub_wake(pub);
+    off += k;
+  } while (off < n);
+  return 0;
+}
+
+int kvp_publisher_poll(kvp_publisher_t *pub) {
+  int rc = 0;
+  if (pub == NULL)
+    return KVP_EINVAL;
+  if (pub->o.snapshot == NULL || !atomic_load(&pub->resync_due) || !atomic_load(&pub->link_up))
+    return 0;
+  atomic_store(&pub->resync_due, 0);
+  uint64_t id = atomic_fetch_add(&pub->snap_seq, 1) + 1;
+  for (int tier = KVP_TIER_G1; tier <= KVP_TIER_MAX; tier++) {
+    uint64_t *h = NULL, *p = NULL;
+    size_t n = 0;
+    if (!(pub->o.snapshot_tiers & (1u << tier)))
+      continue;
+    rc = pub->o.snapshot(pub->o.snapshot_ctx, tier, &h, &p, &n);
+    if (rc == KVP_ETIER) {
+      rc = 0;
+      continue;
+    }
+    if (rc == 0)
+      rc = snapshot_tier(pub, id, tier, h, p, n);
+    free(h);
+    free(p);
+    if (rc != 0)
+      goto fail;
+  }
+  atomic_fetch_add(&pub->f_resyncs, 1);
+  return 1;
+fail:
+  atomic_store(&pub->resync_due, 1);
+  return rc;
+}
+
+int kvp_publisher_flush(kvp_publisher_t *pub, uint32_t timeout_ms) {
+  int rc = 0;
+  if (pub == NULL)
+    return KVP_EINVAL;
+  uint64_t deadline = kvp__now_ns() + (uint64_t)timeout_ms * 1000000u;
+  uint64_t want = kvp__pubq_head(&pub->q);
+  pthread_mutex_lock(&pub->fmu);
+  while (pub->done_ticket < want) {
+    uint64_t now = kvp__now_ns();
+    if (now >= deadline) {
+      rc = KVP_ETIMEDOUT;
+      break;
+    }
+    atomic_store(&pub->flush_want, want);
+    kvp__pub_wake(pub);
+    uint64_t until = now + 20000000u < deadline ? now + 20000000u : deadline;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
+                          .tv_nsec = (long)(until % 1000000000u)};
+    pthread_cond_timedwait(&pub->fcond, &pub->fmu, &ts);
+  }
+  pthread_mutex_unlock(&pub->fmu);
+  if (rc == 0 && pub->o.mode == KVP_PUB_CORE) {
+    uint64_t now = kvp__now_ns();
+    int64_t left = now >= deadline ? 1 : (int64_t)((deadline - now) / 1000000u) + 1;
+    if (natsConnection_FlushTimeout(pub->nc, left) != NATS_OK)
+      rc = KVP_ETIMEDOUT;
+  }
+  return rc;
+}
+
+void kvp_publisher_close(kvp_publisher_t *pub) {
+  if (pub == NULL)
+    return;
+  kvp_publisher_flush(pub, pub->o.close_timeout_ms);
+  kvp__pubq_close(&pub->q);
+  atomic_store(&pub->stop, 1);
+  kvp__pub_wake(pub);
+  uv_thread_join(&pub->thread);
+  uv_loop_close(&pub->loop);
+  kvp__pub_disconnect(pub);
+  for (size_t i = pub->ptail; i < pub->phead; i++)
+    free(pub->pend[i & (pub->pcap - 1)].buf);
+  free(pub->pend);
+  free(pub->acks);
+  kvp__batch_destroy(&pub->batch);
+  kvp__pubq_destroy(&pub->q);
+  pthread_cond_destroy(&pub->fcond);
+  pthread_mutex_destroy(&pub->fmu);
+  pthread_mutex_destroy(&pub->amu);
+  free(pub->strs);
+  free(pub);
+}
+
+void kvp_publisher_figures(kvp_publisher_t *pub, kvp_publisher_figures_t *f) {
+  memset(f, 0, sizeof *f);
+  if (pub == NULL)
+    return;
+  f->queued = atomic_load(&pub->f_queued);
+  f->sent = atomic_load(&pub->f_sent);
+  f->acked = atomic_load(&pub->f_acked);
+  f->dropped = atomic_load(&pub->f_dropped);
+  f->batches = atomic_load(&pub->f_batches);
+  f->bytes = atomic_load(&pub->f_bytes);
+  f->reconnects = atomic_load(&pub->f_reconnects);
+  f->resyncs = atomic_load(&pub->f_resyncs);
+  f->blocks = atomic_load(&pub->f_blocks);
+  f->retries = atomic_load(&pub->f_retries);
+}
+
+uint64_t kvp_publisher_epoch(const kvp_publisher_t *pub) {
+  return pub ? pub->epoch : 0;
+}

@@ -1,0 +1,3 @@
+# Publisher tests (issue 5). Sources are relative to tests/.
+kvp_add_test(publish_core publish/test_publisher_core.c publish/pubfix.c
+  LABELS publish nats TIMEOUT 60)
