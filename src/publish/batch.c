@@ -136,6 +136,8 @@ static uint32_t unpack32(const uint64_t *w, size_t i) {
 }
 
 static int push_hashes(kvp__batch_t *b, const uint64_t *src, size_t n) {
+  if (n == 0)
+    return 0;
   GROW(b->h, b->hcap, b->nh + n);
   uint8_t *nd = realloc(b->dead, b->hcap);
   if (nd == NULL)

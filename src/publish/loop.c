@@ -244,6 +244,14 @@ static void drain(kvp_publisher_t *pub) {
           count = room_b;
         if (count > room_y)
           count = room_y;
+        if (it->type == KVP_EV_SNAPSHOT && count < it->nhashes && pub->batch.nev > 0) {
+          /* A snapshot chunk is never split: it keeps its chunk number. */
+          emit_window(pub, 0);
+          pub->batch.oldest_ns = kvp__now_ns();
+          continue;
+        }
+        if (it->type == KVP_EV_SNAPSHOT)
+          count = it->nhashes;
         if (count == 0 && it->nhashes > from)
           count = 1;
         int rc = kvp__batch_add(&pub->batch, it, from, count);

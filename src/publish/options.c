@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <errno.h>
 
 #include "kvplane/status.h"
 #include "publish/pub.h"
@@ -70,6 +72,16 @@ int kvp__pub_opts_check(const kvp_publisher_opts_t *o, char *err, size_t errlen)
     return bad(err, errlen, KVP_ECONFIG, "snapshot_tiers: only bits 1 << 1 .. 1 << 4");
   if (o->model != NULL && strlen(o->model) > 255)
     return bad(err, errlen, KVP_ECONFIG, "model: at most 255 characters");
+  const struct {
+    const char *name, *path;
+  } files[] = {{"creds_file", o->creds_file},
+               {"tls_ca", o->tls_ca},
+               {"tls_cert", o->tls_cert},
+               {"tls_key", o->tls_key}};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+    if (set(files[i].path) && access(files[i].path, R_OK) != 0)
+      return bad(err, errlen, KVP_ECONFIG, "%s: cannot read %s: %s", files[i].name, files[i].path,
+                 strerror(errno));
   if (set(o->servers) && strstr(o->servers, "://") == NULL)
     return bad(err, errlen, KVP_ECONFIG, "servers: expected URLs like nats://host:4222");
   return 0;

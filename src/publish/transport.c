@@ -206,6 +206,8 @@ int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen) {
              natsStatus_GetText(s));
     goto out;
   }
+  /* The subscription must be known to the server before open returns. */
+  natsConnection_FlushTimeout(pub->nc, o->connect_timeout_ms);
   pub->nopts = no;
   no = NULL;
   rc = 0;

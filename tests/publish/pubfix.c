@@ -150,6 +150,7 @@ static void apply(pf_sub_t *s, const kvp_batch_t *b) {
           s->tier[t].n = 0;
       break;
     case KVP_EV_SNAPSHOT:
+      s->snapshot_chunks++;
       if (e->chunk == 0)
         s->stage[e->tier].n = 0;
       for (size_t k = 0; k < e->nhashes; k++)

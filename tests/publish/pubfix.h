@@ -21,7 +21,7 @@ typedef struct pf_sub_s {
   natsSubscription *sub;
   jsCtx *js;
   /* what arrived */
-  size_t batches, heartbeats, events, blocks, snapshots_done;
+  size_t batches, heartbeats, events, blocks, snapshots_done, snapshot_chunks;
   uint64_t dropped_total;
   uint64_t next_id; /* expected next event id, 0 before the first batch */
   int id_errors;    /* ids not contiguous (gaps not announced by dropped_events) */
