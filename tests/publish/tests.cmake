@@ -1,3 +1,5 @@
 # Publisher tests (issue 5). Sources are relative to tests/.
 kvp_add_test(publish_core publish/test_publisher_core.c publish/pubfix.c
   LABELS publish nats TIMEOUT 60)
+kvp_add_test(publish_faults publish/test_publisher_faults.c publish/pubfix.c
+  LABELS publish nats TIMEOUT 90)

@@ -1,0 +1,264 @@
+/* Publisher tests that break the server or the credentials: JetStream with
+ * nats-server killed and restarted mid-stream (nothing acked lost, nothing
+ * duplicated), kill -STOP / -CONT mid-stream in both modes (no crash, no hang
+ * past a bound, recovery), and user/password and token authentication. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kvplane/publisher.h"
+#include "kvplane/status.h"
+#include "natsd.h"
+#include "pubfix.h"
+
+static kvp_natsd_t g_d;
+
+static int setup_js(void **state) {
+  kvp_natsd_opts_t o = {.jetstream = 1};
+  if (kvp_natsd_start(&g_d, &o) != 0)
+    return -1;
+  *state = &g_d;
+  return 0;
+}
+
+static int setup_core(void **state) {
+  if (kvp_natsd_start(&g_d, NULL) != 0)
+    return -1;
+  *state = &g_d;
+  return 0;
+}
+
+static int setup_user(void **state) {
+  kvp_natsd_opts_t o = {.user = "alice", .pass = "s3cret"};
+  if (kvp_natsd_start(&g_d, &o) != 0)
+    return -1;
+  *state = &g_d;
+  return 0;
+}
+
+static int setup_token(void **state) {
+  kvp_natsd_opts_t o = {.token = "tok-123"};
+  if (kvp_natsd_start(&g_d, &o) != 0)
+    return -1;
+  *state = &g_d;
+  return 0;
+}
+
+static int teardown(void **state) {
+  kvp_natsd_stop(*state);
+  return 0;
+}
+
+static void opts_for(kvp_publisher_opts_t *o, const kvp_natsd_t *d, const char *worker, int js) {
+  kvp_publisher_opts_init(o);
+  o->servers = d->url;
+  o->ns = "f";
+  o->worker_id = worker;
+  o->mode = js ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
+  o->ack_wait_ms = 1000;
+}
+
+typedef struct feed_s {
+  kvp_publisher_t *pub;
+  uint64_t n;  /* events to emit */
+  int pace_us; /* pause every 100 events */
+  uint64_t max_call_ms;
+  int errors;
+  _Atomic uint64_t done;
+} feed_t;
+
+static void *feeder(void *arg) {
+  feed_t *f = arg;
+  for (uint64_t i = 1; i <= f->n; i++) {
+    uint64_t t0 = pf_now_ms();
+    int rc = kvp_publisher_stored(f->pub, KVP_TIER_G1, NULL, NULL, &i, 1, 16, 0, 0);
+    uint64_t dt = pf_now_ms() - t0;
+    if (dt > f->max_call_ms)
+      f->max_call_ms = dt;
+    if (rc != 0 && rc != KVP_EOVERFLOW)
+      f->errors++;
+    if (f->pace_us > 0 && i % 100 == 0)
+      pf_sleep_ms(f->pace_us / 1000 ? f->pace_us / 1000 : 1);
+    atomic_store(&f->done, i);
+  }
+  return NULL;
+}
+
+static void jetstream_acks_everything(void **state) {
+  kvp_natsd_t *d = *state;
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  pf_sub_t s;
+  char err[256];
+
+  opts_for(&o, d, "w-js", 1);
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  for (uint64_t i = 1; i <= 50000; i++)
+    assert_int_equal(kvp_publisher_stored(pub, 1, NULL, NULL, &i, 1, 16, 0, 0), 0);
+  assert_int_equal(kvp_publisher_flush(pub, 10000), 0);
+  kvp_publisher_figures_t f;
+  kvp_publisher_figures(pub, &f);
+  assert_int_equal(f.acked, 50000);
+  kvp_publisher_close(pub);
+  assert_int_equal(pf_sub_open(&s, d->url, "f", 1, NULL, NULL), 0);
+  pf_sub_wait_events(&s, 50000, 10000);
+  pf_sub_drain(&s, 300, 2000);
+  assert_int_equal(s.events, 50000);
+  assert_int_equal(s.id_errors, 0);
+  pf_sub_close(&s);
+}
+
+/* Every stored hash 1..n exactly once, event ids 1..n exactly once, in
+ * stream order. */
+static void check_exactly_once(const pf_sub_t *s, uint64_t n) {
+  assert_int_equal(s->decode_errors, 0);
+  assert_int_equal(s->ids.n, n);
+  for (size_t i = 0; i < s->ids.n; i++)
+    if (s->ids.v[i] != i + 1)
+      fail_msg("stream position %zu holds event id %llu", i, (unsigned long long)s->ids.v[i]);
+  assert_int_equal(s->stored.n, n);
+  for (size_t i = 0; i < s->stored.n; i++)
+    assert_int_equal(s->stored.v[i], i + 1);
+}
+
+static void jetstream_kill_restart(void **state) {
+  kvp_natsd_t *d = *state;
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  pf_sub_t s;
+  char err[256];
+  pthread_t th;
+  const uint64_t n = 200000;
+
+  opts_for(&o, d, "w-jskill", 1);
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  feed_t f = {.pub = pub, .n = n, .pace_us = 1000};
+  pthread_create(&th, NULL, feeder, &f);
+  while (atomic_load(&f.done) < n / 4)
+    pf_sleep_ms(5);
+  kvp_natsd_kill(d);
+  pf_sleep_ms(500);
+  assert_int_equal(kvp_natsd_restart(d), 0);
+  pthread_join(th, NULL);
+  assert_int_equal(f.errors, 0);
+  int rc = kvp_publisher_flush(pub, 30000);
+  kvp_publisher_figures_t fig;
+  kvp_publisher_figures(pub, &fig);
+  print_message("acked %llu retries %llu reconnects %llu\n", (unsigned long long)fig.acked,
+                (unsigned long long)fig.retries, (unsigned long long)fig.reconnects);
+  assert_int_equal(rc, 0);
+  assert_int_equal(fig.acked, n);
+  assert_true(fig.reconnects >= 1);
+  kvp_publisher_close(pub);
+  assert_int_equal(pf_sub_open(&s, d->url, "f", 1, NULL, NULL), 0);
+  pf_sub_wait_events(&s, n, 20000);
+  pf_sub_drain(&s, 500, 3000);
+  check_exactly_once(&s, n);
+  pf_sub_close(&s);
+}
+
+static void stop_cont(kvp_natsd_t *d, int js) {
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  pf_sub_t s;
+  char err[256];
+  pthread_t th;
+  const uint64_t n = 100000;
+
+  assert_int_equal(pf_sub_open(&s, d->url, "f", 0, NULL, NULL), 0);
+  opts_for(&o, d, js ? "w-stop-js" : "w-stop", js);
+  o.overflow = KVP_OVERFLOW_DROP;
+  o.close_timeout_ms = 2000;
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  feed_t f = {.pub = pub, .n = n, .pace_us = 1000};
+  pthread_create(&th, NULL, feeder, &f);
+  while (atomic_load(&f.done) < n / 10)
+    pf_sleep_ms(5);
+  kvp_natsd_signal(d, SIGSTOP);
+  pf_sleep_ms(3000);
+  kvp_natsd_signal(d, SIGCONT);
+  pthread_join(th, NULL);
+  assert_int_equal(f.errors, 0);
+  assert_true(f.max_call_ms < 100); /* ms: drop mode never blocks a caller */
+  /* recovers: new events get through and flush completes within a bound */
+  uint64_t t0 = pf_now_ms();
+  int rc = kvp_publisher_flush(pub, 20000);
+  print_message("flush after SIGCONT: %d in %llu ms\n", rc, (unsigned long long)(pf_now_ms() - t0));
+  assert_int_equal(rc, 0);
+  size_t before = s.stored.n;
+  pf_sub_drain(&s, 300, 15000);
+  before = s.stored.n;
+  for (uint64_t i = n + 1; i <= n + 100; i++)
+    assert_int_equal(kvp_publisher_stored(pub, 1, NULL, NULL, &i, 1, 16, 0, 0), 0);
+  assert_int_equal(kvp_publisher_flush(pub, 10000), 0);
+  uint64_t end = pf_now_ms() + 10000;
+  while (!pf_set_has(&s.stored, n + 100) && pf_now_ms() < end)
+    pf_sub_drain(&s, 100, 500);
+  assert_true(pf_set_has(&s.stored, n + 100));
+  assert_true(s.stored.n > before);
+  t0 = pf_now_ms();
+  kvp_publisher_close(pub);
+  assert_true(pf_now_ms() - t0 < 4000);
+  pf_sub_close(&s);
+}
+
+static void stop_cont_core(void **state) {
+  stop_cont(*state, 0);
+}
+static void stop_cont_jetstream(void **state) {
+  stop_cont(*state, 1);
+}
+
+static void auth(kvp_natsd_t *d, const char *user, const char *pass, const char *token) {
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  char err[256];
+  uint64_t h = 1;
+
+  opts_for(&o, d, "w-auth", 0);
+  o.connect_timeout_ms = 2000;
+  int rc = kvp_publisher_open(&o, &pub, err, sizeof err);
+  print_message("without credentials: %s: %s\n", kvp_err_name(rc), err);
+  assert_int_equal(rc, KVP_EAUTH);
+  assert_null(pub);
+  o.user = user ? "wrong" : NULL;
+  o.password = pass ? "wrong" : NULL;
+  o.token = token ? "wrong" : NULL;
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), KVP_EAUTH);
+  o.user = user;
+  o.password = pass;
+  o.token = token;
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  assert_int_equal(kvp_publisher_stored(pub, 1, NULL, NULL, &h, 1, 16, 0, 0), 0);
+  assert_int_equal(kvp_publisher_flush(pub, 5000), 0);
+  kvp_publisher_figures_t f;
+  kvp_publisher_figures(pub, &f);
+  assert_int_equal(f.sent, 1);
+  kvp_publisher_close(pub);
+}
+
+static void auth_user_password(void **state) {
+  auth(*state, "alice", "s3cret", NULL);
+}
+static void auth_token(void **state) {
+  auth(*state, NULL, NULL, "tok-123");
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(jetstream_acks_everything, setup_js, teardown),
+    cmocka_unit_test_setup_teardown(jetstream_kill_restart, setup_js, teardown),
+    cmocka_unit_test_setup_teardown(stop_cont_core, setup_core, teardown),
+    cmocka_unit_test_setup_teardown(stop_cont_jetstream, setup_js, teardown),
+    cmocka_unit_test_setup_teardown(auth_user_password, setup_user, teardown),
+    cmocka_unit_test_setup_teardown(auth_token, setup_token, teardown),
+};
+
+int main(int argc, char **argv) {
+  int rc = kvp_test_run("publish_faults", tests, sizeof tests / sizeof tests[0], argc, argv);
+  nats_Close();
+  return rc;
+}
