@@ -1,0 +1,201 @@
+/* kvp-bench publish: end to end through a real nats-server on loopback:
+ * publisher -> server -> a subscriber thread that decodes every batch.
+ *
+ * Workloads, in core and JetStream mode:
+ *   single  one Stored event per block, unrelated blocks (no merging);
+ *   chain   one Stored event per block, blocks of 32-block chains emitted in
+ *           order, the shape of the block manager's registrations (merged
+ *           into one Stored event per chain run). This is a synthetic stand-in
+ *           for the trace replay, which needs block.h and trace.h.
+ * Baseline in the same run: plain nats.c publishing one ~100-byte message per
+ * event to a subscriber that receives every message.
+ * Printed: block-events/s (producer start to the subscriber's last block),
+ * batches/s, wire bytes per block-event, p50/p99 of the enqueue call. */
+#include <nats/nats.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "kvplane/publisher.h"
+#include "kvplane/status.h"
+#include "kvplane/wire.h"
+#include "natsd.h"
+
+typedef struct sub_s {
+  natsConnection *nc;
+  natsSubscription *sub;
+  uint64_t want_blocks; /* stop when this many arrived (decode mode) */
+  uint64_t want_msgs;   /* stop when this many arrived (baseline) */
+  int decode;
+  uint64_t blocks, msgs, errors;
+  uint64_t end_ns;
+  uint64_t deadline_ns;
+  pthread_t th;
+} sub_t;
+
+static void *sub_main(void *arg) {
+  sub_t *s = arg;
+  while (kvp_bench_now_ns() < s->deadline_ns) {
+    natsMsg *m = NULL;
+    if (natsSubscription_NextMsg(&m, s->sub, 100) != NATS_OK)
+      continue;
+    s->msgs++;
+    if (s->decode) {
+      kvp_wire_batch_t *wb = NULL;
+      if (kvp_wire_decode((const uint8_t *)natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m),
+                          NULL, &wb) == 0) {
+        const kvp_batch_t *b = kvp_wire_batch_view(wb);
+        for (size_t i = 0; i < b->nevents; i++)
+          s->blocks += b->events[i].nhashes;
+        kvp_wire_batch_free(wb);
+      } else {
+        s->errors++;
+      }
+    }
+    natsMsg_Destroy(m);
+    if ((s->decode && s->blocks >= s->want_blocks) || (!s->decode && s->msgs >= s->want_msgs)) {
+      s->end_ns = kvp_bench_now_ns();
+      break;
+    }
+  }
+  return NULL;
+}
+
+static int sub_start(sub_t *s, const char *url, const char *subj, int decode) {
+  s->decode = decode;
+  s->deadline_ns = kvp_bench_now_ns() + 20000000000ull;
+  if (natsConnection_ConnectTo(&s->nc, url) != NATS_OK ||
+      natsConnection_SubscribeSync(&s->sub, s->nc, subj) != NATS_OK)
+    return -1;
+  natsSubscription_SetPendingLimits(s->sub, -1, -1);
+  natsConnection_Flush(s->nc);
+  return pthread_create(&s->th, NULL, sub_main, s) == 0 ? 0 : -1;
+}
+
+static void sub_stop(sub_t *s) {
+  pthread_join(s->th, NULL);
+  natsSubscription_Destroy(s->sub);
+  natsConnection_Destroy(s->nc);
+}
+
+static int cmpu32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Baseline: one ~100-byte message per event. Returns events/s. */
+static double baseline(const char *url, uint64_t n) {
+  sub_t s = {.want_msgs = n};
+  natsConnection *nc = NULL;
+  char msg[100];
+  memset(msg, 'x', sizeof msg);
+  if (sub_start(&s, url, "kvplane.base.>", 0) != 0)
+    return 0;
+  natsConnection_ConnectTo(&nc, url);
+  uint64_t t0 = kvp_bench_now_ns();
+  for (uint64_t i = 0; i < n; i++) {
+    memcpy(msg, &i, sizeof i);
+    natsConnection_Publish(nc, "kvplane.base.w0", msg, sizeof msg);
+  }
+  natsConnection_Flush(nc);
+  sub_stop(&s);
+  double rate = s.end_ns ? (double)s.msgs * 1e9 / (double)(s.end_ns - t0) : 0;
+  printf("# baseline: %llu of %llu messages received\n", (unsigned long long)s.msgs,
+         (unsigned long long)n);
+  natsConnection_Destroy(nc);
+  return rate;
+}
+
+static double run(const char *url, int js, int chain, uint64_t n, double base) {
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  char err[256], name[96], worker[32];
+  const char *mode = js ? "jetstream" : "core", *wl = chain ? "chain" : "single";
+  uint32_t *lat = malloc(n * sizeof *lat);
+  sub_t s = {.want_blocks = n};
+  double rate = 0;
+
+  snprintf(worker, sizeof worker, "w-%s-%s", mode, wl);
+  kvp_publisher_opts_init(&o);
+  o.servers = url;
+  o.ns = "bench";
+  o.worker_id = worker;
+  o.mode = js ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
+  o.queue_capacity = 1u << 18;
+  if (lat == NULL || sub_start(&s, url, "kvplane.ev.bench.>", 1) != 0)
+    goto out;
+  int rc = kvp_publisher_open(&o, &pub, err, sizeof err);
+  if (rc != 0) {
+    printf("# open: %s\n", err);
+    goto out_sub;
+  }
+  uint64_t base_hash = (uint64_t)(js * 2 + chain + 1) << 40;
+  uint64_t t0 = kvp_bench_now_ns(), prev = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t h = base_hash + i;
+    int first = !chain || i % 32 == 0;
+    uint64_t a = kvp_bench_now_ns();
+    kvp_publisher_stored(pub, KVP_TIER_G1, NULL, first ? NULL : &prev, &h, 1, 16, 2u << 20, 0);
+    uint64_t b = kvp_bench_now_ns();
+    lat[i] = (uint32_t)(b - a);
+    prev = h;
+  }
+  kvp_publisher_flush(pub, 20000);
+  sub_stop(&s);
+  kvp_publisher_figures_t f;
+  kvp_publisher_figures(pub, &f);
+  kvp_publisher_close(pub);
+  pub = NULL;
+  if (s.end_ns == 0) {
+    printf("# %s %s: subscriber saw %llu of %llu blocks\n", mode, wl, (unsigned long long)s.blocks,
+           (unsigned long long)n);
+    goto out;
+  }
+  double secs = (double)(s.end_ns - t0) / 1e9;
+  rate = (double)n / secs;
+  qsort(lat, n, sizeof *lat, cmpu32);
+  snprintf(name, sizeof name, "publish.%s.%s.block_events_per_s", mode, wl);
+  kvp_bench_report(name, rate, "ev/s", "nats-msg-per-event", base);
+  snprintf(name, sizeof name, "publish.%s.%s.batches_per_s", mode, wl);
+  kvp_bench_report(name, (double)f.batches / secs, "batches/s", NULL, 0);
+  snprintf(name, sizeof name, "publish.%s.%s.wire_bytes_per_block_event", mode, wl);
+  kvp_bench_report(name, (double)f.bytes / (double)n, "B", "nats-msg-per-event", 100);
+  snprintf(name, sizeof name, "publish.%s.%s.enqueue_p50", mode, wl);
+  kvp_bench_report(name, (double)lat[n / 2] / 1000.0, "us", NULL, 0);
+  snprintf(name, sizeof name, "publish.%s.%s.enqueue_p99", mode, wl);
+  kvp_bench_report(name, (double)lat[n * 99 / 100] / 1000.0, "us", NULL, 0);
+  printf("# %s %s: %llu events in %llu batches, %llu dropped, %llu acked, decode errors %llu\n",
+         mode, wl, (unsigned long long)f.queued, (unsigned long long)f.batches,
+         (unsigned long long)f.dropped, (unsigned long long)f.acked, (unsigned long long)s.errors);
+  goto out;
+out_sub:
+  sub_stop(&s);
+out:
+  kvp_publisher_close(pub);
+  free(lat);
+  return rate;
+}
+
+KVP_BENCH_SUITE(publish, "publisher end to end through nats-server vs one NATS message per event") {
+  kvp_natsd_t d;
+  kvp_natsd_opts_t no = {.jetstream = 1};
+  uint64_t n = 2000000;
+  (void)argc;
+  (void)argv;
+  if (kvp_natsd_start(&d, &no) != 0) {
+    fprintf(stderr, "publish: cannot start nats-server\n");
+    return 1;
+  }
+  double base = baseline(d.url, 1000000);
+  kvp_bench_report("publish.baseline.events_per_s", base, "ev/s", NULL, 0);
+  run(d.url, 0, 0, n, base);
+  run(d.url, 0, 1, n, base);
+  run(d.url, 1, 0, n, base);
+  run(d.url, 1, 1, n, base);
+  kvp_natsd_stop(&d);
+  nats_Close();
+  return 0;
+}
