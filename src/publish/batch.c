@@ -138,11 +138,14 @@ static uint32_t unpack32(const uint64_t *w, size_t i) {
 static int push_hashes(kvp__batch_t *b, const uint64_t *src, size_t n) {
   if (n == 0)
     return 0;
+  size_t oldcap = b->hcap;
   GROW(b->h, b->hcap, b->nh + n);
-  uint8_t *nd = realloc(b->dead, b->hcap);
-  if (nd == NULL)
-    return KVP_ENOMEM;
-  b->dead = nd;
+  if (b->hcap != oldcap || b->dead == NULL) {
+    uint8_t *nd = realloc(b->dead, b->hcap);
+    if (nd == NULL)
+      return KVP_ENOMEM;
+    b->dead = nd;
+  }
   memcpy(b->h + b->nh, src, n * sizeof *src);
   memset(b->dead + b->nh, 0, n);
   b->nh += n;

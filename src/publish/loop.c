@@ -12,7 +12,11 @@
 #include "publish/pub.h"
 
 void kvp__pub_wake(kvp_publisher_t *pub) {
-  uv_async_send(&pub->async);
+  /* nats.c threads may still call back while the loop stops. */
+  pthread_mutex_lock(&pub->wmu);
+  if (pub->wake_ok)
+    uv_async_send(&pub->async);
+  pthread_mutex_unlock(&pub->wmu);
 }
 
 static void set_done(kvp_publisher_t *pub, uint64_t ticket) {
@@ -283,6 +287,9 @@ static void stop_loop(kvp_publisher_t *pub) {
   if (pub->stopping)
     return;
   pub->stopping = 1;
+  pthread_mutex_lock(&pub->wmu);
+  pub->wake_ok = 0;
+  pthread_mutex_unlock(&pub->wmu);
   uv_close((uv_handle_t *)&pub->async, on_close);
   uv_close((uv_handle_t *)&pub->delay_timer, on_close);
   uv_close((uv_handle_t *)&pub->tick_timer, on_close);

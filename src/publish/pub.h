@@ -60,6 +60,8 @@ struct kvp_publisher_s {
   pthread_mutex_t fmu;
   pthread_cond_t fcond;
   uint64_t done_ticket;
+  pthread_mutex_t wmu; /* guards wake_ok: no uv_async_send once the handle closes */
+  int wake_ok;
   _Atomic uint64_t flush_want;
   _Atomic int stop;
   _Atomic int link_up;

@@ -55,6 +55,10 @@ int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, cha
     goto fail_q;
   if (pthread_mutex_init(&pub->fmu, NULL) != 0)
     goto fail_amu;
+  if (pthread_mutex_init(&pub->wmu, NULL) != 0) {
+    pthread_mutex_destroy(&pub->fmu);
+    goto fail_amu;
+  }
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   int crc = pthread_cond_init(&pub->fcond, &ca);
@@ -74,6 +78,9 @@ int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, cha
   /* The async callback is set only now: before, a nats callback may wake a
    * loop that does not run yet, which is harmless. */
   pub->async.async_cb = kvp__pub_on_async;
+  pthread_mutex_lock(&pub->wmu);
+  pub->wake_ok = 1;
+  pthread_mutex_unlock(&pub->wmu);
   if (uv_thread_create(&pub->thread, kvp__pub_loop_main, pub) != 0) {
     rc = KVP_ENOMEM;
     snprintf(err, errlen, "publisher: cannot start the loop thread");
@@ -82,6 +89,9 @@ int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, cha
   *out = pub;
   return 0;
 fail_conn:
+  pthread_mutex_lock(&pub->wmu);
+  pub->wake_ok = 0;
+  pthread_mutex_unlock(&pub->wmu);
   kvp__pub_disconnect(pub);
 fail_loop:
   uv_close((uv_handle_t *)&pub->async, NULL);
@@ -92,6 +102,7 @@ fail_loop:
 fail_fcond:
   pthread_cond_destroy(&pub->fcond);
 fail_fmu:
+  pthread_mutex_destroy(&pub->wmu);
   pthread_mutex_destroy(&pub->fmu);
 fail_amu:
   pthread_mutex_destroy(&pub->amu);
@@ -310,6 +321,7 @@ void kvp_publisher_close(kvp_publisher_t *pub) {
   kvp__batch_destroy(&pub->batch);
   kvp__pubq_destroy(&pub->q);
   pthread_cond_destroy(&pub->fcond);
+  pthread_mutex_destroy(&pub->wmu);
   pthread_mutex_destroy(&pub->fmu);
   pthread_mutex_destroy(&pub->amu);
   free(pub->strs);
