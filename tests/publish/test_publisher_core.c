@@ -364,6 +364,87 @@ static void heartbeat_when_idle(void **state) {
   pf_sub_close(&s);
 }
 
+static void sink_carries_every_field(void **state) {
+  kvp_natsd_t *d = *state;
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  natsConnection *nc = NULL;
+  natsSubscription *sub = NULL;
+  natsMsg *m = NULL;
+  kvp_wire_batch_t *wb = NULL;
+  char err[256];
+  uint64_t h[2] = {0xa1, 0xa2}, parent = 0xa0;
+  uint32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8}, hits[2] = {3, 9};
+
+  assert_int_equal(natsConnection_ConnectTo(&nc, d->url), NATS_OK);
+  assert_int_equal(natsConnection_SubscribeSync(&sub, nc, "kvplane.ev.t.w-sink"), NATS_OK);
+  natsConnection_Flush(nc);
+  opts_for(&o, d, "w-sink");
+  o.dp_rank = 3;
+  o.max_delay_ms = 2000;
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  kvp_event_sink_t sink = kvp_publisher_sink(pub);
+  kvp_event_t st = {.type = KVP_EV_STORED,
+                    .tier = KVP_TIER_G3,
+                    .volume = "nvme0",
+                    .has_parent = 1,
+                    .parent_hash = parent,
+                    .hashes = h,
+                    .nhashes = 2,
+                    .block_tokens = 4,
+                    .block_bytes = 65536,
+                    .lora_id = 7,
+                    .token_ids = toks,
+                    .ntoken_ids = 8};
+  kvp_event_t ac = {
+      .type = KVP_EV_ACCESSED, .tier = KVP_TIER_G3, .hashes = h, .nhashes = 2, .hit_counts = hits};
+  kvp_event_t cl = {.type = KVP_EV_CLEARED, .tier = KVP_TIER_ALL};
+  kvp_event_t snap = {.type = KVP_EV_SNAPSHOT, .tier = 1, .hashes = h, .nhashes = 2};
+  kvp_event_t bad = {.type = KVP_EV_STORED, .tier = 9, .hashes = h, .nhashes = 2};
+  assert_int_equal(sink.emit(sink.ctx, &st), 0);
+  assert_int_equal(sink.emit(sink.ctx, &ac), 0);
+  assert_int_equal(sink.emit(sink.ctx, &cl), 0);
+  assert_int_equal(sink.emit(sink.ctx, &snap), KVP_EINVAL); /* snapshots come from poll */
+  assert_int_equal(sink.emit(sink.ctx, &bad), KVP_EINVAL);
+  assert_int_equal(kvp_publisher_flush(pub, 5000), 0);
+  assert_int_equal(natsSubscription_NextMsg(&m, sub, 5000), NATS_OK);
+  assert_int_equal(kvp_wire_decode((const uint8_t *)natsMsg_GetData(m),
+                                   (size_t)natsMsg_GetDataLength(m), NULL, &wb),
+                   0);
+  const kvp_batch_t *b = kvp_wire_batch_view(wb);
+  assert_string_equal(b->worker_id, "w-sink");
+  assert_string_equal(b->ns, "t");
+  assert_string_equal(b->model, "m");
+  assert_int_equal(b->dp_rank, 3);
+  assert_int_equal(b->epoch, kvp_publisher_epoch(pub));
+  assert_int_equal(b->first_event_id, 1);
+  assert_int_equal(b->nevents, 3);
+  const kvp_event_t *e = &b->events[0];
+  assert_int_equal(e->type, KVP_EV_STORED);
+  assert_string_equal(e->volume, "nvme0");
+  assert_true(e->has_parent);
+  assert_int_equal(e->parent_hash, parent);
+  assert_int_equal(e->nhashes, 2);
+  assert_memory_equal(e->hashes, h, sizeof h);
+  assert_int_equal(e->block_tokens, 4);
+  assert_int_equal(e->block_bytes, 65536);
+  assert_int_equal(e->lora_id, 7);
+  assert_int_equal(e->ntoken_ids, 8);
+  assert_memory_equal(e->token_ids, toks, sizeof toks);
+  e = &b->events[1];
+  assert_int_equal(e->type, KVP_EV_ACCESSED);
+  assert_non_null(e->hit_counts);
+  assert_memory_equal(e->hit_counts, hits, sizeof hits);
+  e = &b->events[2];
+  assert_int_equal(e->type, KVP_EV_CLEARED);
+  assert_int_equal(e->tier, KVP_TIER_ALL);
+  kvp_wire_batch_free(wb);
+  natsMsg_Destroy(m);
+  kvp_publisher_close(pub);
+  natsSubscription_Destroy(sub);
+  natsConnection_Destroy(nc);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(order_and_completeness, setup, teardown),
     cmocka_unit_test_setup_teardown(merge_and_coalesce, setup, teardown),
@@ -373,6 +454,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(close_during_disconnect, setup, teardown),
     cmocka_unit_test_setup_teardown(bad_options_named, setup, teardown),
     cmocka_unit_test_setup_teardown(heartbeat_when_idle, setup, teardown),
+    cmocka_unit_test_setup_teardown(sink_carries_every_field, setup, teardown),
 };
 
 int main(int argc, char **argv) {
