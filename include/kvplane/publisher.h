@@ -149,7 +149,10 @@ int kvp_publisher_flush(kvp_publisher_t *pub, uint32_t timeout_ms);
  * accepted. */
 void kvp_publisher_close(kvp_publisher_t *pub);
 
-/* Cumulative figures, in events unless noted. */
+/* Cumulative figures. queued counts accepted calls; sent, acked and the
+ * publish failures in dropped count wire events, after chains were merged
+ * and coalescing removed blocks (so sent can be below queued); blocks counts
+ * block hashes on the wire. */
 typedef struct kvp_publisher_figures_s {
   uint64_t queued;     /* accepted into the queue */
   uint64_t sent;       /* published (handed to NATS) */

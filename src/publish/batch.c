@@ -194,8 +194,10 @@ int kvp__batch_add(kvp__batch_t *b, const kvp__pubq_item_t *it, size_t from, siz
 
   if (it->type == KVP_EV_REMOVED)
     return add_removed(b, it, hs, count);
-  if (it->type == KVP_EV_CLEARED && b->icount > 0) {
-    memset(b->ipos, 0, b->icap * sizeof *b->ipos); /* no coalescing across a clear */
+  if ((it->type == KVP_EV_CLEARED || it->type == KVP_EV_SNAPSHOT) && b->icount > 0) {
+    /* No coalescing across a clear or a snapshot: a removal after either
+     * must reach the consumer, which no longer knows the earlier store. */
+    memset(b->ipos, 0, b->icap * sizeof *b->ipos);
     b->icount = 0;
   }
   int has_parent = it->has_parent;

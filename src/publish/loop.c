@@ -54,7 +54,29 @@ static int pend_push(kvp_publisher_t *pub, kvp__pend_t *p) {
   return 0;
 }
 
+/* After a disconnect, batches in flight on the old connection may be lost
+ * while newer ones get through: resend all of them, oldest first, before
+ * anything new (JetStream's duplicate window drops those that had arrived). */
+static int check_relink(kvp_publisher_t *pub) {
+  uint64_t g = atomic_load(&pub->gen);
+  if (g == pub->seen_gen)
+    return 0;
+  pub->seen_gen = g;
+  for (size_t j = pub->ptail; j < pub->phead; j++) {
+    kvp__pend_t *p = pat(pub, j);
+    if (p->state == 1 && p->gen < g) {
+      p->state = 0;
+      pub->inflight--;
+    }
+  }
+  if (!pub->retry)
+    pub->retry_at_ns = kvp__now_ns() + 50000000ull;
+  pub->retry = 1;
+  return 1;
+}
+
 static void js_send(kvp_publisher_t *pub, kvp__pend_t *p) {
+  p->gen = pub->seen_gen;
   if (kvp__pub_send_js(pub, p) == 0) {
     p->state = 1;
     pub->inflight++;
@@ -140,6 +162,7 @@ static void emit_window(kvp_publisher_t *pub, int hb) {
   memcpy(p.buf, buf, len);
   pub->next_id += n;
   kvp__pend_t *pp = pat(pub, pub->phead - 1);
+  check_relink(pub);
   if (!pub->retry)
     js_send(pub, pp);
 }
@@ -186,7 +209,9 @@ static void process_acks(kvp_publisher_t *pub) {
 }
 
 static void retry_unacked(kvp_publisher_t *pub) {
-  if (!pub->retry || pub->inflight > 0 || kvp__now_ns() < pub->retry_at_ns)
+  check_relink(pub);
+  if (!pub->retry || pub->inflight > 0 || kvp__now_ns() < pub->retry_at_ns ||
+      !kvp__pub_connected(pub))
     return;
   pub->retry = 0;
   for (size_t j = pub->ptail; j < pub->phead && !pub->retry; j++) {

@@ -19,7 +19,8 @@ typedef struct kvp__pend_s {
   uint64_t ticket; /* queue items up to here are in this or earlier batches */
   uint8_t *buf;
   size_t len;
-  int state; /* 0 to send, 1 in flight, 2 acked */
+  int state;    /* 0 to send, 1 in flight, 2 acked */
+  uint64_t gen; /* connection generation it was last sent on */
 } kvp__pend_t;
 
 struct kvp_publisher_s {
@@ -65,6 +66,8 @@ struct kvp_publisher_s {
   _Atomic uint64_t flush_want;
   _Atomic int stop;
   _Atomic int link_up;
+  _Atomic uint64_t gen; /* bumped at every disconnect */
+  uint64_t seen_gen;    /* loop thread's view of gen */
   _Atomic int resync_due;
   _Atomic uint64_t snap_seq;
   /* figures */
@@ -84,6 +87,8 @@ void kvp__pub_disconnect(kvp_publisher_t *pub);
 int kvp__pub_send_core(kvp_publisher_t *pub, const uint8_t *buf, size_t len);
 /* JetStream async publish of a pending batch; 0 or KVP_ECONN. */
 int kvp__pub_send_js(kvp_publisher_t *pub, kvp__pend_t *p);
+/* 1 when the NATS connection is up right now. */
+int kvp__pub_connected(kvp_publisher_t *pub);
 
 /* loop.c */
 void kvp__pub_loop_main(void *arg);

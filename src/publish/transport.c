@@ -15,6 +15,8 @@ static void on_disconnected(natsConnection *nc, void *closure) {
   kvp_publisher_t *pub = closure;
   (void)nc;
   atomic_store(&pub->link_up, 0);
+  atomic_fetch_add(&pub->gen, 1);
+  kvp__pub_wake(pub);
 }
 
 static void on_reconnected(natsConnection *nc, void *closure) {
@@ -160,7 +162,9 @@ int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen) {
       natsOptions_SetPingInterval(no, 1000) != NATS_OK ||
       natsOptions_SetMaxPingsOut(no, 2) != NATS_OK ||
       natsOptions_SetWriteDeadline(no, 1000) != NATS_OK ||
-      natsOptions_SetReconnectBufSize(no, 32 << 20) != NATS_OK ||
+      /* JetStream: nothing is buffered while reconnecting, so no new batch
+       * can reach the stream ahead of the resend of older lost ones. */
+      natsOptions_SetReconnectBufSize(no, o->mode == KVP_PUB_JETSTREAM ? 1 : 32 << 20) != NATS_OK ||
       natsOptions_SetDisconnectedCB(no, on_disconnected, pub) != NATS_OK ||
       natsOptions_SetReconnectedCB(no, on_reconnected, pub) != NATS_OK)
     goto out;
@@ -240,7 +244,13 @@ int kvp__pub_send_core(kvp_publisher_t *pub, const uint8_t *buf, size_t len) {
   return s == NATS_OK ? 0 : KVP_ECONN;
 }
 
+int kvp__pub_connected(kvp_publisher_t *pub) {
+  return natsConnection_Status(pub->nc) == NATS_CONN_STATUS_CONNECTED;
+}
+
 int kvp__pub_send_js(kvp_publisher_t *pub, kvp__pend_t *p) {
+  if (!kvp__pub_connected(pub))
+    return KVP_ECONN;
   char id[160];
   jsPubOptions po;
   natsMsg *m = NULL;
