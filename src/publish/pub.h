@@ -61,6 +61,11 @@ struct kvp_publisher_s {
   pthread_mutex_t fmu;
   pthread_cond_t fcond;
   uint64_t done_ticket;
+  /* closing: nats.c delivers callbacks on its own threads, possibly after
+   * natsConnection_Close returns; wait for its last ones before freeing */
+  pthread_mutex_t cmu;
+  pthread_cond_t ccond;
+  int nc_closed, sub_done;
   pthread_mutex_t wmu; /* guards wake_ok: no uv_async_send once the handle closes */
   int wake_ok;
   _Atomic uint64_t flush_want;

@@ -59,6 +59,11 @@ int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, cha
     pthread_mutex_destroy(&pub->fmu);
     goto fail_amu;
   }
+  if (pthread_mutex_init(&pub->cmu, NULL) != 0 || pthread_cond_init(&pub->ccond, NULL) != 0) {
+    pthread_mutex_destroy(&pub->wmu);
+    pthread_mutex_destroy(&pub->fmu);
+    goto fail_amu; /* a failed cmu/ccond init leaves nothing to destroy on Linux */
+  }
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   int crc = pthread_cond_init(&pub->fcond, &ca);
@@ -102,6 +107,8 @@ fail_loop:
 fail_fcond:
   pthread_cond_destroy(&pub->fcond);
 fail_fmu:
+  pthread_cond_destroy(&pub->ccond);
+  pthread_mutex_destroy(&pub->cmu);
   pthread_mutex_destroy(&pub->wmu);
   pthread_mutex_destroy(&pub->fmu);
 fail_amu:
@@ -321,6 +328,8 @@ void kvp_publisher_close(kvp_publisher_t *pub) {
   kvp__batch_destroy(&pub->batch);
   kvp__pubq_destroy(&pub->q);
   pthread_cond_destroy(&pub->fcond);
+  pthread_cond_destroy(&pub->ccond);
+  pthread_mutex_destroy(&pub->cmu);
   pthread_mutex_destroy(&pub->wmu);
   pthread_mutex_destroy(&pub->fmu);
   pthread_mutex_destroy(&pub->amu);

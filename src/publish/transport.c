@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "kvplane/status.h"
@@ -28,6 +29,23 @@ static void on_reconnected(natsConnection *nc, void *closure) {
   if (pub->o.mode == KVP_PUB_CORE)
     atomic_store(&pub->resync_due, 1);
   kvp__pub_wake(pub);
+}
+
+static void on_closed(natsConnection *nc, void *closure) {
+  kvp_publisher_t *pub = closure;
+  (void)nc;
+  pthread_mutex_lock(&pub->cmu);
+  pub->nc_closed = 1;
+  pthread_cond_broadcast(&pub->ccond);
+  pthread_mutex_unlock(&pub->cmu);
+}
+
+static void on_sub_done(void *closure) {
+  kvp_publisher_t *pub = closure;
+  pthread_mutex_lock(&pub->cmu);
+  pub->sub_done = 1;
+  pthread_cond_broadcast(&pub->ccond);
+  pthread_mutex_unlock(&pub->cmu);
 }
 
 static void on_resync(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
@@ -166,7 +184,8 @@ int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen) {
        * can reach the stream ahead of the resend of older lost ones. */
       natsOptions_SetReconnectBufSize(no, o->mode == KVP_PUB_JETSTREAM ? 1 : 32 << 20) != NATS_OK ||
       natsOptions_SetDisconnectedCB(no, on_disconnected, pub) != NATS_OK ||
-      natsOptions_SetReconnectedCB(no, on_reconnected, pub) != NATS_OK)
+      natsOptions_SetReconnectedCB(no, on_reconnected, pub) != NATS_OK ||
+      natsOptions_SetClosedCB(no, on_closed, pub) != NATS_OK)
     goto out;
   s = natsConnection_Connect(&pub->nc, no);
   if (s != NATS_OK) {
@@ -210,6 +229,7 @@ int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen) {
              natsStatus_GetText(s));
     goto out;
   }
+  natsSubscription_SetOnCompleteCB(pub->ctl_sub, on_sub_done, pub);
   /* The subscription must be known to the server before open returns. */
   natsConnection_FlushTimeout(pub->nc, o->connect_timeout_ms);
   pub->nopts = no;
@@ -223,14 +243,28 @@ out:
   return rc;
 }
 
+/* Waits (at most 2 s) for nats.c's last callbacks into pub. */
+static void wait_quiet(kvp_publisher_t *pub, int want_sub) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 2;
+  pthread_mutex_lock(&pub->cmu);
+  while (!pub->nc_closed || (want_sub && !pub->sub_done))
+    if (pthread_cond_timedwait(&pub->ccond, &pub->cmu, &ts) != 0)
+      break;
+  pthread_mutex_unlock(&pub->cmu);
+}
+
 void kvp__pub_disconnect(kvp_publisher_t *pub) {
-  if (pub->ctl_sub != NULL) {
+  int want_sub = pub->ctl_sub != NULL;
+  if (pub->ctl_sub != NULL)
     natsSubscription_Unsubscribe(pub->ctl_sub);
-    natsSubscription_Destroy(pub->ctl_sub);
-    pub->ctl_sub = NULL;
-  }
-  if (pub->nc != NULL)
+  if (pub->nc != NULL) {
     natsConnection_Close(pub->nc);
+    wait_quiet(pub, want_sub);
+  }
+  natsSubscription_Destroy(pub->ctl_sub);
+  pub->ctl_sub = NULL;
   jsCtx_Destroy(pub->js);
   pub->js = NULL;
   natsConnection_Destroy(pub->nc);
