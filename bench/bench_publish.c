@@ -10,7 +10,8 @@
  * Baseline in the same run: plain nats.c publishing one ~100-byte message per
  * event to a subscriber that receives every message.
  * Printed: block-events/s (producer start to the subscriber's last block),
- * batches/s, wire bytes per block-event, p50/p99 of the enqueue call. */
+ * batches/s, wire bytes per block-event, p50/p99 of the enqueue call, and
+ * the enqueue latency with 4 producer threads sharing one publisher. */
 #include <nats/nats.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -184,6 +185,66 @@ out:
   return rate;
 }
 
+typedef struct mt_s {
+  kvp_publisher_t *pub;
+  uint64_t base, n;
+  uint32_t *lat;
+} mt_t;
+
+static void *mt_main(void *arg) {
+  mt_t *m = arg;
+  for (uint64_t i = 0; i < m->n; i++) {
+    uint64_t h = m->base + i;
+    uint64_t a = kvp_bench_now_ns();
+    kvp_publisher_stored(m->pub, KVP_TIER_G1, NULL, NULL, &h, 1, 16, 2u << 20, 0);
+    m->lat[i] = (uint32_t)(kvp_bench_now_ns() - a);
+  }
+  return NULL;
+}
+
+/* Enqueue latency with 4 producer threads on one publisher (queue mutex
+ * contention), core mode, single-block events. */
+static void run_threads(const char *url, uint64_t per) {
+  enum { T = 4 };
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  pthread_t th[T];
+  mt_t m[T];
+  char err[256];
+  uint32_t *lat = malloc(T * per * sizeof *lat);
+  sub_t s = {.want_blocks = T * per};
+
+  kvp_publisher_opts_init(&o);
+  o.servers = url;
+  o.ns = "bench";
+  o.worker_id = "w-threads";
+  o.queue_capacity = 1u << 18;
+  if (lat == NULL || sub_start(&s, url, "kvplane.ev.bench.w-threads", 1) != 0 ||
+      kvp_publisher_open(&o, &pub, err, sizeof err) != 0) {
+    free(lat);
+    return;
+  }
+  uint64_t t0 = kvp_bench_now_ns();
+  for (int i = 0; i < T; i++) {
+    m[i] = (mt_t){.pub = pub, .base = ((uint64_t)(9 + i) << 40), .n = per, .lat = lat + i * per};
+    pthread_create(&th[i], NULL, mt_main, &m[i]);
+  }
+  for (int i = 0; i < T; i++)
+    pthread_join(th[i], NULL);
+  kvp_publisher_flush(pub, 20000);
+  sub_stop(&s);
+  kvp_publisher_close(pub);
+  if (s.end_ns != 0)
+    kvp_bench_report("publish.core.single.4threads.block_events_per_s",
+                     (double)(T * per) * 1e9 / (double)(s.end_ns - t0), "ev/s", NULL, 0);
+  qsort(lat, T * per, sizeof *lat, cmpu32);
+  kvp_bench_report("publish.core.single.4threads.enqueue_p50", (double)lat[T * per / 2] / 1000.0,
+                   "us", NULL, 0);
+  kvp_bench_report("publish.core.single.4threads.enqueue_p99",
+                   (double)lat[T * per * 99 / 100] / 1000.0, "us", NULL, 0);
+  free(lat);
+}
+
 KVP_BENCH_SUITE(publish, "publisher end to end through nats-server vs one NATS message per event") {
   kvp_natsd_t d;
   kvp_natsd_opts_t no = {.jetstream = 1};
@@ -200,6 +261,7 @@ KVP_BENCH_SUITE(publish, "publisher end to end through nats-server vs one NATS m
   run(d.url, 0, 1, n, base);
   run(d.url, 1, 0, n, base);
   run(d.url, 1, 1, n, base);
+  run_threads(d.url, 250000);
   kvp_natsd_stop(&d);
   nats_Close();
   return 0;
