@@ -216,6 +216,12 @@ static void retry_unacked(kvp_publisher_t *pub) {
       !kvp__pub_connected(pub))
     return;
   pub->retry = 0;
+  for (size_t j = pub->ptail; j < pub->phead; j++)
+    if (pat(pub, j)->state == 0) {
+      kvp_log_warn("publisher %s: resending unacked JetStream batches from event id %llu",
+                   pub->o.worker_id, (unsigned long long)pat(pub, j)->first_id);
+      break;
+    }
   for (size_t j = pub->ptail; j < pub->phead && !pub->retry; j++) {
     kvp__pend_t *p = pat(pub, j);
     if (p->state != 0)
