@@ -1,0 +1,1 @@
+kvp_add_test(sim sim/test_sim.c)
