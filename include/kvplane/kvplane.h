@@ -3,8 +3,10 @@
 #ifndef KVPLANE_KVPLANE_H
 #define KVPLANE_KVPLANE_H
 
+#include "kvplane/advisor.h"
 #include "kvplane/event.h"
 #include "kvplane/hash.h"
+#include "kvplane/publisher.h"
 #include "kvplane/status.h"
 #include "kvplane/wire.h"
 
