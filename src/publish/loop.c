@@ -175,7 +175,8 @@ static void process_acks(kvp_publisher_t *pub) {
   do {
     pthread_mutex_lock(&pub->amu);
     n = pub->nacks < 256 ? pub->nacks : 256;
-    memcpy(local, pub->acks + (pub->nacks - n), n * sizeof *local);
+    if (n > 0) /* acks is NULL until the first ack arrives */
+      memcpy(local, pub->acks + (pub->nacks - n), n * sizeof *local);
     pub->nacks -= n;
     pthread_mutex_unlock(&pub->amu);
     for (size_t i = 0; i < n; i++) {

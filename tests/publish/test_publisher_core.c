@@ -147,7 +147,8 @@ static int model_snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **par
   *hashes = malloc((*n + 1) * sizeof **hashes);
   if (*hashes == NULL)
     return KVP_ENOMEM;
-  memcpy(*hashes, m->tier[tier].v, *n * sizeof **hashes);
+  if (*n > 0)
+    memcpy(*hashes, m->tier[tier].v, *n * sizeof **hashes);
   return 0;
 }
 
