@@ -1,13 +1,18 @@
 /* kvplane-sim: simulated workers replaying a request trace.
  *
- * Each worker is a thread that owns a simulated two-tier KV cache
- * (src/sim/simcache.h) and a real publisher; requests are routed to workers
- * round robin, each
- * request's blocks are hashed with kvplane's chained sequence hashes over
- * deterministic tokens, and every cache change goes out as KV events over
- * NATS. With --expect the final registered sets are written as CSV
- * (worker,tier,hash as signed 64-bit) so they can be compared with the
- * advisor's database. */
+ * Each worker is a thread that embeds what a real worker embeds: a block
+ * manager (include/kvplane/blockmgr.h) with G1 and G2 pools, and a publisher
+ * fed by the block manager's event sink. Requests are routed to workers
+ * round robin. A request's prompt is input_length tokens, the deterministic
+ * tokens behind its trace hash ids (kvp_trace_block_tokens), so requests
+ * that share leading ids share chained sequence hashes and prefix-cache
+ * hits; then output_length decoded tokens are appended. A worker keeps up to
+ * --batch sequences running at once, freeing the oldest when it needs room.
+ * The "engine" writes each new block's sequence hash into its KV bytes and
+ * checks it on every prefix hit, so a wrong onboard copy would be counted.
+ * With --expect the final registered sets are written as CSV
+ * (worker,tier,hash as signed 64-bit) for comparison with the advisor's
+ * database. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -20,7 +25,7 @@
 #include "kvplane/hash.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
-#include "sim/simcache.h"
+#include "kvplane/blockmgr.h"
 #include "sim/trace.h"
 
 #define BLOCK_TOKENS 512
@@ -28,52 +33,62 @@
 typedef struct req_s {
   uint64_t ts_ms;
   size_t off, n; /* into the shared id array */
+  uint32_t input_len, output_len;
 } req_t;
+
+#define MAX_BATCH 256
 
 typedef struct worker_s {
   int index;
   pthread_t thread;
   req_t *reqs;
   size_t nreqs, cap;
-  kvp_simcache_t *cache;
+  kvp_blockmgr_t *bm;
   kvp_publisher_t *pub;
+  kvp_seq_t *live[MAX_BATCH]; /* running sequences, oldest at head */
+  size_t head, nlive;
+  uint64_t skipped, corrupt, decode_stops;
   int rc;
 } worker_t;
 
 static struct {
   const char *server, *ns, *trace, *expect;
-  int workers, mode;
-  size_t g1, g2, limit;
-  uint64_t block_bytes;
+  int workers, mode, decode;
+  size_t g1, g2, limit, batch;
+  uint32_t layers, inner_dim;
   double speedup;
   uint64_t *ids;
   size_t nids;
-} g = {"nats://127.0.0.1:4222", "default", NULL, NULL, 4, KVP_PUB_CORE, 2048, 8192, 0,
-       /* Llama-3-8B in fp16: 2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 bytes
-        * = 128 KiB per token, 64 MiB per 512-token block. */
-       UINT64_C(512) * 131072, 0, NULL, 0};
+} g = {"nats://127.0.0.1:4222", "default", NULL, NULL, 4, KVP_PUB_CORE, 1, 2048, 8192, 0, 8,
+       /* The KV bytes the workers really allocate and copy: 2 layers x 512
+        * tokens x 8 fp16 elements = 16 KiB per block, so four workers fit in
+        * memory on a laptop (a Llama-3-8B block would be 64 MiB). */
+       2, 8, 0, NULL, 0};
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kvplane-sim --trace FILE [options]\n\n"
           "Replays a Mooncake-format trace (JSONL, plain or gzip) through simulated\n"
-          "workers, each with a two-tier (G1/G2) LRU KV cache and a kvplane publisher.\n\n"
+          "workers, each embedding a kvplane block manager (G1 and G2 pools, offload on\n"
+          "eviction, onboarding) and a kvplane publisher.\n\n"
           "  -t, --trace FILE       trace to replay (required)\n"
           "  -s, --server URL       NATS server(s), comma-separated (default %s)\n"
           "  -n, --ns NAME          namespace (default %s)\n"
           "  -w, --workers N        simulated workers, 1..256 (default %d)\n"
           "  -m, --mode MODE        core or jetstream (default core)\n"
           "      --g1-blocks N      G1 capacity per worker in 512-token blocks (default %zu)\n"
-          "      --g2-blocks N      G2 capacity per worker (default %zu)\n"
-          "      --block-bytes N    bytes of KV data per block (default %" PRIu64
-          ", Llama-3-8B fp16)\n"
+          "      --g2-blocks N      G2 capacity per worker, 0 for none (default %zu)\n"
+          "      --layers N         KV layers per block (default %u)\n"
+          "      --inner-dim N      fp16 elements per token and layer (default %u)\n"
+          "      --batch N          sequences running at once per worker, 1..%d (default %zu)\n"
+          "      --no-decode        do not append the output tokens\n"
           "  -l, --limit N          replay only the first N requests (default: all)\n"
           "  -x, --speedup X        pace requests at X times trace time (default 0: no pacing)\n"
           "  -e, --expect FILE      write the final registered sets as CSV worker,tier,hash\n"
           "  -h, --help             this text\n\n"
           "exit status: 0 when every event was published (and acked in JetStream mode),\n"
           "1 for bad arguments or an unreadable trace, 2 when publishing failed.\n",
-          g.server, g.ns, g.workers, g.g1, g.g2, g.block_bytes);
+          g.server, g.ns, g.workers, g.g1, g.g2, g.layers, g.inner_dim, MAX_BATCH, g.batch);
 }
 
 static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64_t max) {
@@ -122,7 +137,13 @@ static int load_trace(worker_t *w) {
       return KVP_ENOMEM;
     }
     memcpy(g.ids + g.nids, r.hash_ids, r.nhash_ids * sizeof *g.ids);
-    dst->reqs[dst->nreqs++] = (req_t){r.timestamp_ms, g.nids, r.nhash_ids};
+    /* The prompt is input_length tokens, clamped to what the ids cover. */
+    uint64_t in = r.input_length;
+    if (in == 0 || in > (uint64_t)r.nhash_ids * BLOCK_TOKENS)
+      in = (uint64_t)r.nhash_ids * BLOCK_TOKENS;
+    dst->reqs[dst->nreqs++] =
+        (req_t){r.timestamp_ms, g.nids, r.nhash_ids, (uint32_t)in,
+                (uint32_t)(r.output_length > 65536 ? 65536 : r.output_length)};
     g.nids += r.nhash_ids;
     count++;
   }
@@ -132,34 +153,97 @@ static int load_trace(worker_t *w) {
   return 0;
 }
 
-/* The cache is created after the publisher (it needs the publisher's sink),
- * so the snapshot callback goes through the worker. */
+/* The block manager is created after the publisher (it needs the
+ * publisher's sink), so the snapshot callback goes through the worker. */
 static int worker_snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **parents, size_t *n) {
   worker_t *w = ctx;
-  return kvp_simcache_snapshot(w->cache, tier, hashes, parents, n);
+  return kvp_blockmgr_snapshot(w->bm, tier, hashes, parents, n);
+}
+
+static uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+/* Frees the oldest running sequence. Returns 0 when none was running. */
+static int retire_oldest(worker_t *w) {
+  if (w->nlive == 0)
+    return 0;
+  kvp_seq_free(w->live[w->head]);
+  w->head = (w->head + 1) % MAX_BATCH;
+  w->nlive--;
+  return 1;
+}
+
+/* The engine's side of a block: it writes the block's identity into its KV
+ * bytes when it computes it, and checks them when it reuses it. */
+static void engine_touch(worker_t *w, kvp_seq_t *s) {
+  kvp_pool_t *g1 = kvp_blockmgr_pool(w->bm, KVP_TIER_G1);
+  size_t nb, nh, cached = kvp_seq_cached_tokens(s) / BLOCK_TOKENS;
+  const uint32_t *blocks = kvp_seq_blocks(s, &nb);
+  const uint64_t *hashes = kvp_seq_hashes(s, &nh);
+
+  for (size_t i = 0; i < nh && i < nb; i++) {
+    uint64_t *kv = kvp_pool_block_layer(g1, blocks[i], 0);
+    if (i < cached) {
+      if (*kv != hashes[i])
+        w->corrupt++;
+    } else {
+      *kv = hashes[i];
+    }
+  }
+}
+
+static int run_request(worker_t *w, const req_t *r, uint64_t rid, uint32_t *tokens) {
+  kvp_seq_t *s;
+  int rc;
+
+  for (size_t b = 0; b < r->n; b++)
+    kvp_trace_block_tokens(g.ids[r->off + b], tokens + b * BLOCK_TOKENS, BLOCK_TOKENS);
+  if ((rc = kvp_seq_create(w->bm, tokens, r->input_len, NULL, 0, &s)) != 0)
+    return rc;
+  while ((rc = kvp_seq_allocate(s)) == KVP_ENOSPC && retire_oldest(w))
+    ;
+  if (rc != 0) { /* larger than G1 even with nothing else running */
+    kvp_seq_free(s);
+    w->skipped++;
+    return rc == KVP_ENOSPC ? 0 : rc;
+  }
+  engine_touch(w, s);
+  if (w->nlive == g.batch)
+    retire_oldest(w);
+  w->live[(w->head + w->nlive++) % MAX_BATCH] = s;
+  for (uint32_t i = 0; g.decode && i < r->output_len; i++) {
+    uint32_t tok = (uint32_t)(mix(rid << 20 | i) % 151936u);
+    while ((rc = kvp_seq_append(s, tok)) == KVP_ENOSPC && w->nlive > 1 && retire_oldest(w))
+      ;
+    if (rc == KVP_ENOSPC) {
+      w->decode_stops++;
+      break;
+    }
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
 }
 
 static void *worker_main(void *arg) {
   worker_t *w = arg;
-  uint32_t tokens[BLOCK_TOKENS];
-  uint64_t *seq = NULL;
-  size_t seq_cap = 0;
+  uint32_t *tokens = NULL;
+  size_t tokens_cap = 0;
   uint64_t start = kvp__now_ns();
 
   for (size_t i = 0; i < w->nreqs && w->rc == 0; i++) {
     const req_t *r = &w->reqs[i];
-    if (r->n > seq_cap) {
-      seq_cap = r->n;
-      seq = realloc(seq, seq_cap * sizeof *seq);
-      if (seq == NULL) {
+    if (r->n * BLOCK_TOKENS > tokens_cap) {
+      tokens_cap = r->n * BLOCK_TOKENS;
+      free(tokens);
+      if ((tokens = malloc(tokens_cap * sizeof *tokens)) == NULL) {
         w->rc = KVP_ENOMEM;
         break;
       }
-    }
-    for (size_t b = 0; b < r->n; b++) {
-      kvp_trace_block_tokens(g.ids[r->off + b], tokens, BLOCK_TOKENS);
-      uint64_t local = kvp_hash_block(tokens, BLOCK_TOKENS, KVP_HASH_SEED);
-      seq[b] = b == 0 ? local : kvp_hash_chain(seq[b - 1], local, KVP_HASH_SEED);
     }
     if (g.speedup > 0) {
       uint64_t due = start + (uint64_t)((double)r->ts_ms * 1e6 / g.speedup);
@@ -170,10 +254,13 @@ static void *worker_main(void *arg) {
         nanosleep(&ts, NULL);
       }
     }
-    w->rc = kvp_simcache_request(w->cache, seq, r->n);
+    w->rc = run_request(w, r, (uint64_t)i * (uint64_t)g.workers + (uint64_t)w->index, tokens);
     kvp_publisher_poll(w->pub); /* answer resync requests on the owner thread */
   }
-  free(seq);
+  /* Requests finish: their blocks stay cached. */
+  while (retire_oldest(w))
+    ;
+  free(tokens);
   if (w->rc == 0) {
     kvp_publisher_poll(w->pub);
     w->rc = kvp_publisher_flush(w->pub, 60000);
@@ -191,7 +278,7 @@ static void write_expect(worker_t *w) {
     for (int tier = KVP_TIER_G1; tier <= KVP_TIER_G2; tier++) {
       uint64_t *h, *p;
       size_t n;
-      if (kvp_simcache_snapshot(w[i].cache, tier, &h, &p, &n) != 0)
+      if (kvp_blockmgr_snapshot(w[i].bm, tier, &h, &p, &n) != 0)
         continue;
       for (size_t k = 0; k < n; k++)
         fprintf(f, "sim-%d,%d,%" PRId64 "\n", i, tier, kvp_hash_to_i64(h[k]));
@@ -203,19 +290,15 @@ static void write_expect(worker_t *w) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"trace", required_argument, 0, 't'},
-                                       {"server", required_argument, 0, 's'},
-                                       {"ns", required_argument, 0, 'n'},
-                                       {"workers", required_argument, 0, 'w'},
-                                       {"mode", required_argument, 0, 'm'},
-                                       {"g1-blocks", required_argument, 0, 1},
-                                       {"g2-blocks", required_argument, 0, 2},
-                                       {"limit", required_argument, 0, 'l'},
-                                       {"block-bytes", required_argument, 0, 3},
-                                       {"speedup", required_argument, 0, 'x'},
-                                       {"expect", required_argument, 0, 'e'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"trace", required_argument, 0, 't'},   {"server", required_argument, 0, 's'},
+      {"ns", required_argument, 0, 'n'},      {"workers", required_argument, 0, 'w'},
+      {"mode", required_argument, 0, 'm'},    {"g1-blocks", required_argument, 0, 1},
+      {"g2-blocks", required_argument, 0, 2}, {"limit", required_argument, 0, 'l'},
+      {"layers", required_argument, 0, 3},    {"inner-dim", required_argument, 0, 4},
+      {"batch", required_argument, 0, 5},     {"no-decode", no_argument, 0, 6},
+      {"speedup", required_argument, 0, 'x'}, {"expect", required_argument, 0, 'e'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   worker_t *w;
   char err[512];
   int c, status = 0;
@@ -245,7 +328,19 @@ int main(int argc, char **argv) {
       g.g1 = parse_count("--g1-blocks", optarg, 1, 1u << 30);
       break;
     case 2:
-      g.g2 = parse_count("--g2-blocks", optarg, 1, 1u << 30);
+      g.g2 = parse_count("--g2-blocks", optarg, 0, 1u << 30);
+      break;
+    case 3:
+      g.layers = (uint32_t)parse_count("--layers", optarg, 1, 1024);
+      break;
+    case 4:
+      g.inner_dim = (uint32_t)parse_count("--inner-dim", optarg, 1, 1u << 20);
+      break;
+    case 5:
+      g.batch = parse_count("--batch", optarg, 1, MAX_BATCH);
+      break;
+    case 6:
+      g.decode = 0;
       break;
     case 'l':
       g.limit = parse_count("--limit", optarg, 1, UINT32_MAX);
@@ -275,6 +370,16 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 1;
   }
+  kvp_layout_t layout = {.num_layers = g.layers,
+                         .page_size = BLOCK_TOKENS,
+                         .inner_dim = g.inner_dim,
+                         .elem_size = 2,
+                         .alignment = 64};
+  int lrc = kvp_layout_check(&layout);
+  if (lrc != 0) {
+    fprintf(stderr, "kvplane-sim: --layers/--inner-dim: %s\n", kvp_strerror(lrc));
+    return 1;
+  }
   w = calloc((size_t)g.workers, sizeof *w);
   if (w == NULL || load_trace(w) != 0)
     return 1;
@@ -292,7 +397,7 @@ int main(int argc, char **argv) {
     o.mode = g.mode;
     o.stream_create = 1;
     o.block_tokens = BLOCK_TOKENS;
-    o.block_bytes = g.block_bytes;
+    o.block_bytes = kvp_layout_block_stride(&layout);
     o.snapshot_tiers = (1u << KVP_TIER_G1) | (1u << KVP_TIER_G2);
     /* Resync snapshots: called inside kvp_publisher_poll on the worker's own
      * thread, the one that owns the cache. */
@@ -302,9 +407,15 @@ int main(int argc, char **argv) {
       fprintf(stderr, "kvplane-sim: worker %s: publisher: %s\n", id, err);
       return 2;
     }
-    if (kvp_simcache_create(&w[i].cache, g.g1, g.g2, BLOCK_TOKENS, g.block_bytes,
-                            kvp_publisher_sink(w[i].pub)) != 0) {
-      fprintf(stderr, "kvplane-sim: worker %s: out of memory\n", id);
+    kvp_blockmgr_opts_t bo;
+    kvp_blockmgr_opts_init(&bo);
+    bo.layout = layout;
+    bo.g1_blocks = (uint32_t)g.g1;
+    bo.g2_blocks = (uint32_t)g.g2;
+    bo.sink = kvp_publisher_sink(w[i].pub);
+    int rc = kvp_blockmgr_create(&bo, &w[i].bm);
+    if (rc != 0) {
+      fprintf(stderr, "kvplane-sim: worker %s: block manager: %s\n", id, kvp_strerror(rc));
       return 2;
     }
   }
@@ -315,35 +426,41 @@ int main(int argc, char **argv) {
     pthread_join(w[i].thread, NULL);
   double secs = (double)(kvp__now_ns() - t0) / 1e9;
 
-  uint64_t hits = 0, g2hits = 0, misses = 0, events = 0, blocks = 0;
+  uint64_t lookups = 0, hits = 0, g2hits = 0, events = 0, blocks = 0, corrupt = 0;
   for (int i = 0; i < g.workers; i++) {
-    kvp_simcache_figures_t cf;
+    kvp_blockmgr_stats_t bs;
     kvp_publisher_figures_t pf;
-    kvp_simcache_figures(w[i].cache, &cf);
+    kvp_blockmgr_stats(w[i].bm, &bs);
     kvp_publisher_figures(w[i].pub, &pf);
-    hits += cf.g1_hits;
-    g2hits += cf.g2_hits;
-    misses += cf.misses;
+    lookups += bs.lookups;
+    hits += bs.hits_g1;
+    g2hits += bs.hits_g2;
     events += pf.sent;
     blocks += pf.blocks;
+    corrupt += w[i].corrupt;
     if (w[i].rc != 0) {
       fprintf(stderr, "kvplane-sim: worker sim-%d: %s\n", i, kvp_strerror(w[i].rc));
       status = 2;
     }
-    printf("sim-%d: %zu requests, G1 %zu blocks, G2 %zu blocks, %" PRIu64 " events sent, %" PRIu64
-           " dropped\n",
-           i, w[i].nreqs, cf.g1_blocks, cf.g2_blocks, pf.sent, pf.dropped);
+    printf("sim-%d: %zu requests (%" PRIu64 " larger than G1, skipped), G1 %u blocks cached, "
+           "G2 %u, %" PRIu64 " G1 evictions, %" PRIu64 " offloads, %" PRIu64 " onboards, "
+           "%" PRIu64 " events sent, %" PRIu64 " dropped\n",
+           i, w[i].nreqs, w[i].skipped, bs.g1.state[KVP_BLOCK_REGISTERED],
+           bs.g2.state[KVP_BLOCK_REGISTERED], bs.g1.evictions, bs.offloads, bs.onboards, pf.sent,
+           pf.dropped);
   }
-  uint64_t refs = hits + g2hits + misses;
-  printf("replay: %.2f s, %" PRIu64 " block references, G1 hit rate %.1f%%, G2 hit rate %.1f%%, "
-         "%" PRIu64 " events carrying %" PRIu64 " block hashes\n",
-         secs, refs, refs ? 100.0 * (double)hits / (double)refs : 0.0,
-         refs ? 100.0 * (double)g2hits / (double)refs : 0.0, events, blocks);
+  printf("replay: %.2f s, %" PRIu64 " prompt blocks looked up, G1 hit rate %.1f%%, G2 (onboarded) "
+         "%.1f%%, %" PRIu64 " events carrying %" PRIu64 " block hashes, %" PRIu64
+         " reused blocks with wrong bytes\n",
+         secs, lookups, lookups ? 100.0 * (double)hits / (double)lookups : 0.0,
+         lookups ? 100.0 * (double)g2hits / (double)lookups : 0.0, events, blocks, corrupt);
+  if (corrupt > 0)
+    status = 2;
   if (g.expect)
     write_expect(w);
   for (int i = 0; i < g.workers; i++) {
     kvp_publisher_close(w[i].pub);
-    kvp_simcache_destroy(w[i].cache);
+    kvp_blockmgr_destroy(w[i].bm);
     free(w[i].reqs);
   }
   free(w);

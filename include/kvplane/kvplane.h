@@ -4,6 +4,7 @@
 #define KVPLANE_KVPLANE_H
 
 #include "kvplane/advisor.h"
+#include "kvplane/blockmgr.h"
 #include "kvplane/event.h"
 #include "kvplane/hash.h"
 #include "kvplane/publisher.h"

@@ -1,1 +1,1 @@
-list(APPEND KVP_LIB_SOURCES sim/simcache.c sim/trace.c)
+list(APPEND KVP_LIB_SOURCES sim/trace.c)

@@ -1,0 +1,279 @@
+/* The block manager: the pools of one worker, offload G1 -> G2, events,
+ * snapshots and figures. Sequences are in seq.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/bm.h"
+#include "kvplane/status.h"
+
+void kvp_blockmgr_opts_init(kvp_blockmgr_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->offload = KVP_OFFLOAD_ON_EVICT;
+}
+
+int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out) {
+  kvp_blockmgr_t *bm;
+  kvp_pool_opts_t po;
+  int rc;
+
+  *out = NULL;
+  if (o == NULL || o->g1_blocks == 0)
+    return KVP_EINVAL;
+  if (o->offload != KVP_OFFLOAD_ON_EVICT && o->offload != KVP_OFFLOAD_WRITE_THROUGH &&
+      o->offload != KVP_OFFLOAD_NONE)
+    return KVP_EINVAL;
+  if ((rc = kvp_layout_check(&o->layout)) != 0)
+    return rc;
+  if ((bm = calloc(1, sizeof *bm)) == NULL)
+    return KVP_ENOMEM;
+  bm->page = o->layout.page_size;
+  bm->block_bytes = kvp_layout_block_stride(&o->layout);
+  bm->offload = o->offload;
+  bm->min_hits = o->offload_min_hits;
+  bm->sink = o->sink;
+
+  memset(&po, 0, sizeof po);
+  po.layout = o->layout;
+  po.tier = KVP_TIER_G1;
+  po.num_blocks = o->g1_blocks;
+  po.storage = o->g1_storage;
+  if ((rc = kvp_pool_create(&po, &bm->g1)) != 0)
+    goto fail;
+  if (o->g2_blocks > 0) {
+    po.tier = KVP_TIER_G2;
+    po.num_blocks = o->g2_blocks;
+    po.storage = o->g2_storage;
+    if ((rc = kvp_pool_create(&po, &bm->g2)) != 0)
+      goto fail;
+  }
+  *out = bm;
+  return 0;
+
+fail:
+  kvp_blockmgr_destroy(bm);
+  return rc;
+}
+
+static void seq_release_memory(kvp_seq_t *s) {
+  free(s->hashes);
+  free(s->blocks);
+  free(s->tail);
+  free(s);
+}
+
+void kvp_blockmgr_destroy(kvp_blockmgr_t *bm) {
+  if (bm == NULL)
+    return;
+  while (bm->seqs) {
+    kvp_seq_t *s = bm->seqs;
+    bm->seqs = s->next;
+    seq_release_memory(s);
+  }
+  kvp_pool_destroy(bm->g1);
+  kvp_pool_destroy(bm->g2);
+  free(bm->g2_ids);
+  free(bm->fresh);
+  free(bm);
+}
+
+kvp_pool_t *kvp_blockmgr_pool(kvp_blockmgr_t *bm, int tier) {
+  if (tier == KVP_TIER_G1)
+    return bm->g1;
+  if (tier == KVP_TIER_G2)
+    return bm->g2;
+  return NULL;
+}
+
+/* ---- events ---- */
+
+void kvp__bm_emit(kvp_blockmgr_t *bm, const kvp_event_t *ev) {
+  if (bm->sink.emit == NULL)
+    return;
+  bm->events++;
+  if (bm->sink.emit(bm->sink.ctx, ev) != 0)
+    bm->event_errors++;
+}
+
+void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const uint64_t *hashes,
+                    size_t n, int32_t lora_id) {
+  kvp_event_t ev = {
+      .type = KVP_EV_STORED,
+      .tier = tier,
+      .has_parent = parent != NULL,
+      .parent_hash = parent ? *parent : 0,
+      .hashes = hashes,
+      .nhashes = n,
+      .block_tokens = bm->page,
+      .block_bytes = bm->block_bytes,
+      .lora_id = lora_id,
+  };
+  if (n > 0)
+    kvp__bm_emit(bm, &ev);
+}
+
+static void removed(kvp_blockmgr_t *bm, int tier, uint64_t hash) {
+  kvp_event_t ev = {.type = KVP_EV_REMOVED, .tier = tier, .hashes = &hash, .nhashes = 1};
+  kvp__bm_emit(bm, &ev);
+}
+
+/* ---- offload ---- */
+
+/* Copies G1 block b (registered or just evicted, its bytes intact) into a
+ * new G2 block registered under hash. Skipped when G2 has no block to give
+ * (all referenced) or the copy fails: G2 is a cache, losing a copy is
+ * allowed, serving wrong bytes is not. */
+static void copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t hash, const uint64_t *parent,
+                       uint32_t hits, int32_t lora_id) {
+  kvp_pool_evicted_t ev;
+  uint32_t d;
+
+  if (kvp_pool_alloc(bm->g2, &d, &ev) != 0)
+    return;
+  if (ev.evicted)
+    removed(bm, KVP_TIER_G2, ev.hash);
+  if (kvp_pool_copy_block(bm->g2, d, bm->g1, b) != 0) {
+    kvp_pool_release(bm->g2, d);
+    return;
+  }
+  kvp_block_init_sequence(bm->g2, d);
+  kvp_block_commit(bm->g2, d);
+  kvp_block_register(bm->g2, d, hash, parent, NULL);
+  bm->g2->blk[d].hits = hits;
+  bm->g2->blk[d].lora_id = lora_id;
+  kvp_pool_release(bm->g2, d);
+  bm->offloads++;
+  kvp__bm_stored(bm, KVP_TIER_G2, parent, &hash, 1, lora_id);
+}
+
+/* Whether a block leaving G1's use should be copied to G2, and if it is
+ * there already, refreshes its G2 recency instead. */
+static int wants_g2(kvp_blockmgr_t *bm, uint64_t hash, uint32_t hits) {
+  uint32_t g;
+
+  if (bm->g2 == NULL || bm->offload == KVP_OFFLOAD_NONE)
+    return 0;
+  if ((g = kvp__pool_find(bm->g2, hash)) != KVP__NIL) {
+    kvp__pool_touch(bm->g2, g);
+    return 0;
+  }
+  if (hits < bm->min_hits) {
+    bm->offloads_filtered++;
+    return 0;
+  }
+  return 1;
+}
+
+int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
+  kvp_pool_evicted_t ev;
+  int rc = kvp_pool_alloc(bm->g1, block, &ev);
+
+  if (rc != 0 || !ev.evicted)
+    return rc;
+  removed(bm, KVP_TIER_G1, ev.hash);
+  /* Under write-through the copy was made when the block was cached, or
+   * the filter kept it out; only eviction-time offload copies here. */
+  if (bm->offload == KVP_OFFLOAD_ON_EVICT && wants_g2(bm, ev.hash, ev.hits))
+    copy_to_g2(bm, *block, ev.hash, ev.has_parent ? &ev.parent_hash : NULL, ev.hits, ev.lora_id);
+  return 0;
+}
+
+void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {
+  kvp__blk_t *x = &bm->g1->blk[block];
+
+  if (bm->offload != KVP_OFFLOAD_WRITE_THROUGH || x->where != KVP__CACHED)
+    return;
+  if (wants_g2(bm, x->hash, x->hits))
+    copy_to_g2(bm, block, x->hash, x->has_parent ? &x->parent : NULL, x->hits, x->lora_id);
+}
+
+int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {
+  size_t cap = bm->scratch_cap ? bm->scratch_cap : 64;
+  uint32_t *ids;
+  uint8_t *fresh;
+
+  if (n <= bm->scratch_cap)
+    return 0;
+  while (cap < n)
+    cap *= 2;
+  if ((ids = realloc(bm->g2_ids, cap * sizeof *ids)) == NULL)
+    return KVP_ENOMEM;
+  bm->g2_ids = ids;
+  if ((fresh = realloc(bm->fresh, cap)) == NULL)
+    return KVP_ENOMEM;
+  bm->fresh = fresh;
+  bm->scratch_cap = cap;
+  return 0;
+}
+
+/* ---- reset, snapshot, figures ---- */
+
+int kvp_blockmgr_reset(kvp_blockmgr_t *bm) {
+  kvp_event_t ev = {.type = KVP_EV_CLEARED, .tier = KVP_TIER_ALL};
+
+  if (bm->g1->nactive > 0 || (bm->g2 && bm->g2->nactive > 0))
+    return KVP_EBUSY;
+  kvp_pool_evict_all(bm->g1);
+  if (bm->g2)
+    kvp_pool_evict_all(bm->g2);
+  kvp__bm_emit(bm, &ev);
+  return 0;
+}
+
+int kvp_blockmgr_snapshot(kvp_blockmgr_t *bm, int tier, uint64_t **hashes, uint64_t **parents,
+                          size_t *n) {
+  kvp_pool_t *p = kvp_blockmgr_pool(bm, tier);
+  uint32_t count, k = 0;
+
+  *hashes = *parents = NULL;
+  *n = 0;
+  if (p == NULL)
+    return KVP_ETIER;
+  count = p->nstate[KVP_BLOCK_REGISTERED];
+  if (count == 0)
+    return 0;
+  *hashes = malloc(count * sizeof **hashes);
+  *parents = malloc(count * sizeof **parents);
+  if (*hashes == NULL || *parents == NULL) {
+    free(*hashes);
+    free(*parents);
+    *hashes = *parents = NULL;
+    return KVP_ENOMEM;
+  }
+  for (uint32_t b = 0; b < p->n && k < count; b++) {
+    const kvp__blk_t *x = &p->blk[b];
+    if (x->state != KVP_BLOCK_REGISTERED)
+      continue;
+    (*hashes)[k] = x->hash;
+    (*parents)[k] = x->has_parent ? x->parent : x->hash;
+    k++;
+  }
+  *n = k;
+  return 0;
+}
+
+int kvp_blockmgr_snapshot_fn(void *bm, int tier, uint64_t **hashes, uint64_t **parents, size_t *n) {
+  return kvp_blockmgr_snapshot(bm, tier, hashes, parents, n);
+}
+
+void kvp_blockmgr_stats(const kvp_blockmgr_t *bm, kvp_blockmgr_stats_t *s) {
+  memset(s, 0, sizeof *s);
+  kvp_pool_counts(bm->g1, &s->g1);
+  s->metadata_bytes = kvp_pool_metadata_bytes(bm->g1);
+  if (bm->g2) {
+    kvp_pool_counts(bm->g2, &s->g2);
+    s->metadata_bytes += kvp_pool_metadata_bytes(bm->g2);
+  } else {
+    s->g2.tier = KVP_TIER_G2;
+  }
+  s->sequences = bm->nseqs;
+  s->lookups = bm->lookups;
+  s->hits_g1 = bm->hits_g1;
+  s->hits_g2 = bm->hits_g2;
+  s->onboards = bm->onboards;
+  s->offloads = bm->offloads;
+  s->offloads_filtered = bm->offloads_filtered;
+  s->dedups = bm->dedups;
+  s->events = bm->events;
+  s->event_errors = bm->event_errors;
+  s->hit_rate = bm->lookups ? (double)(bm->hits_g1 + bm->hits_g2) / (double)bm->lookups : 0.0;
+}

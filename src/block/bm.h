@@ -1,0 +1,60 @@
+/* Private view of the block manager, shared by blockmgr.c and seq.c. */
+#ifndef KVP_BLOCK_BM_H
+#define KVP_BLOCK_BM_H
+
+#include "block/pool.h"
+#include "kvplane/blockmgr.h"
+
+struct kvp_blockmgr_s {
+  kvp_pool_t *g1, *g2; /* g2 NULL when not configured */
+  uint32_t page;       /* tokens per block */
+  uint64_t block_bytes;
+  int offload;
+  uint32_t min_hits;
+  kvp_event_sink_t sink;
+  kvp_seq_t *seqs; /* live sequences, doubly linked */
+  uint64_t nseqs;
+  /* Scratch for kvp_seq_allocate, grown as needed, reused across calls. */
+  uint32_t *g2_ids;
+  uint8_t *fresh; /* 1: the block at this position was registered by this call */
+  size_t scratch_cap;
+  /* Figures. */
+  uint64_t lookups, hits_g1, hits_g2, onboards, offloads, offloads_filtered, dedups;
+  uint64_t events, event_errors;
+};
+
+struct kvp_seq_s {
+  kvp_blockmgr_t *bm;
+  kvp_seq_t *prev, *next;
+  uint64_t seed;
+  int32_t lora_id;
+  int allocated;
+  uint64_t *hashes; /* of the full blocks */
+  size_t nhashes, hashes_cap;
+  uint32_t *blocks; /* G1 block ids: the full blocks, then the tail's */
+  size_t nblocks, blocks_cap;
+  uint32_t *tail; /* tokens of the trailing partial block (page of them) */
+  size_t ntail;
+  size_t cached_tokens;
+};
+
+/* Emits one event, counting it and a refusal by the sink. */
+void kvp__bm_emit(kvp_blockmgr_t *bm, const kvp_event_t *ev);
+
+/* Stored event for a chain of blocks in tier. */
+void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const uint64_t *hashes,
+                    size_t n, int32_t lora_id);
+
+/* Takes a G1 block for writing, with one reference, in state Reset. An
+ * evicted cached block is announced (Removed G1) and, by policy, offloaded
+ * to G2 before the caller can overwrite it. Returns 0 or KVP_ENOSPC. */
+int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block);
+
+/* A G1 block's last reference is gone and it is cached: under write-through
+ * it is copied to G2 now (its data is final). */
+void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block);
+
+/* Grows the allocate scratch to n entries. Returns 0 or KVP_ENOMEM. */
+int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n);
+
+#endif

@@ -1,0 +1,102 @@
+/* Block layout arithmetic and the system (host heap) storage. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvplane/blockmgr.h"
+#include "kvplane/status.h"
+
+#define LAYOUT_MAX_BLOCK ((size_t)1 << 30)
+
+static uint32_t alignment_of(const kvp_layout_t *l) {
+  return l->alignment ? l->alignment : 64;
+}
+
+int kvp_layout_check(const kvp_layout_t *l) {
+  uint32_t a;
+  uint64_t layer;
+
+  if (l == NULL || l->num_layers == 0 || l->page_size == 0 || l->inner_dim == 0)
+    return KVP_EINVAL;
+  if (l->elem_size != 1 && l->elem_size != 2 && l->elem_size != 4 && l->elem_size != 8)
+    return KVP_EINVAL;
+  a = alignment_of(l);
+  if ((a & (a - 1)) != 0)
+    return KVP_EINVAL;
+  /* Each factor is below 2^32, so checking after every product keeps the
+   * 64-bit arithmetic exact. */
+  layer = (uint64_t)l->page_size * l->inner_dim;
+  if (layer > LAYOUT_MAX_BLOCK)
+    return KVP_ETOOBIG;
+  layer *= l->elem_size;
+  if (layer > LAYOUT_MAX_BLOCK || layer * l->num_layers > LAYOUT_MAX_BLOCK)
+    return KVP_ETOOBIG;
+  if (a > LAYOUT_MAX_BLOCK)
+    return KVP_ETOOBIG;
+  return 0;
+}
+
+size_t kvp_layout_layer_stride(const kvp_layout_t *l) {
+  return (size_t)l->page_size * l->inner_dim * l->elem_size;
+}
+
+size_t kvp_layout_block_stride(const kvp_layout_t *l) {
+  size_t a = alignment_of(l);
+  size_t raw = (size_t)l->num_layers * kvp_layout_layer_stride(l);
+  return (raw + a - 1) & ~(a - 1);
+}
+
+/* ---- system storage ---- */
+
+static int sys_alloc(void *ctx, size_t size, size_t alignment, void **base) {
+  (void)ctx;
+  if (alignment < sizeof(void *))
+    alignment = sizeof(void *);
+  *base = NULL;
+  if (posix_memalign(base, alignment, size ? size : alignment) != 0)
+    return KVP_ENOMEM;
+  return 0;
+}
+
+static void sys_free(void *ctx, void *base, size_t size) {
+  (void)ctx;
+  (void)size;
+  free(base);
+}
+
+static int sys_copy(void *ctx, void *dst, const kvp_storage_t *src_storage, const void *src,
+                    size_t n) {
+  const char *kind = src_storage && src_storage->ops ? src_storage->ops->kind : "system";
+
+  (void)ctx;
+  /* Only memory the CPU can address: a device source needs its own copy. */
+  if (kind == NULL || (strcmp(kind, "system") != 0 && strcmp(kind, "pinned") != 0))
+    return KVP_ENOTSUP;
+  memcpy(dst, src, n);
+  return 0;
+}
+
+static const kvp_storage_ops_t system_ops = {
+    .kind = "system",
+    .alloc = sys_alloc,
+    .free = sys_free,
+    .copy = sys_copy,
+};
+
+kvp_storage_t kvp_storage_system(void) {
+  return (kvp_storage_t){.ops = &system_ops, .ctx = NULL};
+}
+
+const char *kvp_block_state_name(int state) {
+  switch (state) {
+  case KVP_BLOCK_RESET:
+    return "reset";
+  case KVP_BLOCK_PARTIAL:
+    return "partial";
+  case KVP_BLOCK_COMPLETE:
+    return "complete";
+  case KVP_BLOCK_REGISTERED:
+    return "registered";
+  default:
+    return "?";
+  }
+}

@@ -1,0 +1,381 @@
+/* A tier pool: block records, the state machine, reference counts, the
+ * inactive lists (free blocks, cached blocks in LRU order) and the hash table
+ * from sequence hash to registered block. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/pool.h"
+#include "kvplane/status.h"
+
+#define POOL_MAX_BLOCKS 0x7fffffffu
+
+/* ---- inactive lists ---- */
+
+static uint32_t list_head(const kvp_pool_t *p, int which) {
+  return p->n + (which == KVP__FREE ? 0 : 1);
+}
+
+static void list_unlink(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  p->blk[x->prev].next = x->next;
+  p->blk[x->next].prev = x->prev;
+  x->prev = x->next = KVP__NIL;
+}
+
+/* Appends b at the tail (most recently used end) of a list. */
+static void list_push(kvp_pool_t *p, int which, uint32_t b) {
+  uint32_t s = list_head(p, which);
+  kvp__blk_t *x = &p->blk[b];
+  x->prev = p->blk[s].prev;
+  x->next = s;
+  p->blk[x->prev].next = b;
+  p->blk[s].prev = b;
+}
+
+/* The first (least recently used) block of a list, or KVP__NIL. */
+static uint32_t list_first(const kvp_pool_t *p, int which) {
+  uint32_t s = list_head(p, which), f = p->blk[s].next;
+  return f == s ? KVP__NIL : f;
+}
+
+/* ---- hash table ---- */
+
+static void map_insert(kvp_pool_t *p, uint64_t h, uint32_t b) {
+  uint64_t i = (h >> 32) & p->mask;
+  while (p->slots[i] != 0)
+    i = (i + 1) & p->mask;
+  p->slots[i] = (h >> 32) << 32 | ((uint64_t)b + 1);
+}
+
+static void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
+  uint64_t want = (h >> 32) << 32 | ((uint64_t)b + 1);
+  uint64_t i = (h >> 32) & p->mask, j;
+
+  while (p->slots[i] != want)
+    i = (i + 1) & p->mask;
+  /* Backward shift: move later entries of the cluster into the hole when
+   * their home slot does not lie cyclically in (i, j]. */
+  j = i;
+  for (;;) {
+    j = (j + 1) & p->mask;
+    uint64_t s = p->slots[j];
+    if (s == 0)
+      break;
+    uint64_t home = (s >> 32) & p->mask;
+    if (((j - home) & p->mask) >= ((j - i) & p->mask)) {
+      p->slots[i] = s;
+      i = j;
+    }
+  }
+  p->slots[i] = 0;
+}
+
+/* ---- counts ---- */
+
+static void set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
+  p->nstate[x->state]--;
+  p->nstate[state]++;
+  x->state = (uint8_t)state;
+}
+
+/* Moves an inactive block to the active set. */
+static void activate(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  if (x->where == KVP__FREE)
+    p->nfree--;
+  else
+    p->ncached--;
+  list_unlink(p, b);
+  x->where = KVP__ACTIVE;
+  p->nactive++;
+}
+
+/* Cached block -> Reset, out of the hash table, onto the free list. */
+static void evict(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  list_unlink(p, b);
+  p->ncached--;
+  map_delete(p, x->hash, b);
+  set_state(p, x, KVP_BLOCK_RESET);
+  x->hash = x->parent = 0;
+  x->has_parent = 0;
+  x->hits = 0;
+  x->where = KVP__FREE;
+  p->nfree++;
+  p->evictions++;
+  list_push(p, KVP__FREE, b);
+}
+
+/* ---- public ---- */
+
+int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
+  kvp_pool_t *p;
+  uint64_t nslots = 16;
+  int rc;
+
+  *out = NULL;
+  if (o == NULL)
+    return KVP_EINVAL;
+  if (o->tier != KVP_TIER_G1 && o->tier != KVP_TIER_G2)
+    return KVP_ETIER;
+  if (o->num_blocks == 0 || o->num_blocks > POOL_MAX_BLOCKS)
+    return KVP_EINVAL;
+  if ((rc = kvp_layout_check(&o->layout)) != 0)
+    return rc;
+  if ((p = calloc(1, sizeof *p)) == NULL)
+    return KVP_ENOMEM;
+  p->tier = o->tier;
+  p->n = o->num_blocks;
+  p->layout = o->layout;
+  if (p->layout.alignment == 0)
+    p->layout.alignment = 64;
+  p->layer_stride = kvp_layout_layer_stride(&p->layout);
+  p->block_stride = kvp_layout_block_stride(&p->layout);
+  p->storage = o->storage.ops ? o->storage : kvp_storage_system();
+  if ((uint64_t)p->n > SIZE_MAX / p->block_stride) {
+    free(p);
+    return KVP_ETOOBIG;
+  }
+  p->bytes = (size_t)p->n * p->block_stride;
+  /* Load factor at most 3/4 (tags keep probes inside the slot array) and
+   * at most 21 bytes of table per block. */
+  while (nslots * 3 < (uint64_t)p->n * 4)
+    nslots <<= 1;
+  p->mask = nslots - 1;
+  p->blk = calloc((size_t)p->n + 2, sizeof *p->blk);
+  p->slots = calloc(nslots, sizeof *p->slots);
+  if (p->blk == NULL || p->slots == NULL ||
+      p->storage.ops->alloc(p->storage.ctx, p->bytes, p->layout.alignment, (void **)&p->base) !=
+          0) {
+    p->base = NULL;
+    kvp_pool_destroy(p);
+    return KVP_ENOMEM;
+  }
+  for (uint32_t s = p->n; s < p->n + 2; s++)
+    p->blk[s].prev = p->blk[s].next = s;
+  for (uint32_t b = 0; b < p->n; b++) {
+    p->blk[b].where = KVP__FREE;
+    list_push(p, KVP__FREE, b);
+  }
+  p->nstate[KVP_BLOCK_RESET] = p->n;
+  p->nfree = p->n;
+  *out = p;
+  return 0;
+}
+
+void kvp_pool_destroy(kvp_pool_t *p) {
+  if (p == NULL)
+    return;
+  if (p->base)
+    p->storage.ops->free(p->storage.ctx, p->base, p->bytes);
+  free(p->slots);
+  free(p->blk);
+  free(p);
+}
+
+int kvp_pool_alloc(kvp_pool_t *p, uint32_t *block, kvp_pool_evicted_t *ev) {
+  uint32_t b = list_first(p, KVP__FREE);
+  kvp__blk_t *x;
+
+  if (ev)
+    ev->evicted = 0;
+  if (b == KVP__NIL) {
+    b = list_first(p, KVP__CACHED);
+    if (b == KVP__NIL)
+      return KVP_ENOSPC;
+    x = &p->blk[b];
+    if (ev) {
+      ev->evicted = 1;
+      ev->hash = x->hash;
+      ev->has_parent = x->has_parent;
+      ev->parent_hash = x->parent;
+      ev->hits = x->hits;
+      ev->lora_id = x->lora_id;
+    }
+    evict(p, b);
+  }
+  x = &p->blk[b];
+  activate(p, b);
+  x->refs = 1;
+  x->hits = 0;
+  x->lora_id = 0;
+  *block = b;
+  return 0;
+}
+
+/* The record of a referenced block, or NULL. */
+static kvp__blk_t *held(kvp_pool_t *p, uint32_t b) {
+  if (b >= p->n || p->blk[b].refs == 0)
+    return NULL;
+  return &p->blk[b];
+}
+
+int kvp_block_init_sequence(kvp_pool_t *p, uint32_t block) {
+  kvp__blk_t *x = held(p, block);
+  if (x == NULL)
+    return KVP_EINVAL;
+  if (x->state != KVP_BLOCK_RESET)
+    return KVP_ESTATE;
+  set_state(p, x, KVP_BLOCK_PARTIAL);
+  return 0;
+}
+
+int kvp_block_commit(kvp_pool_t *p, uint32_t block) {
+  kvp__blk_t *x = held(p, block);
+  if (x == NULL)
+    return KVP_EINVAL;
+  if (x->state != KVP_BLOCK_PARTIAL)
+    return KVP_ESTATE;
+  set_state(p, x, KVP_BLOCK_COMPLETE);
+  return 0;
+}
+
+int kvp_block_abort(kvp_pool_t *p, uint32_t block) {
+  kvp__blk_t *x = held(p, block);
+  if (x == NULL)
+    return KVP_EINVAL;
+  if (x->state != KVP_BLOCK_PARTIAL && x->state != KVP_BLOCK_COMPLETE)
+    return KVP_ESTATE;
+  set_state(p, x, KVP_BLOCK_RESET);
+  return 0;
+}
+
+int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const uint64_t *parent,
+                       uint32_t *existing) {
+  kvp__blk_t *x = held(p, block);
+  uint32_t other;
+
+  if (x == NULL)
+    return KVP_EINVAL;
+  if (x->state != KVP_BLOCK_COMPLETE)
+    return KVP_ESTATE;
+  if ((other = kvp__pool_find(p, seq_hash)) != KVP__NIL) {
+    if (existing)
+      *existing = other;
+    return KVP_EEXIST;
+  }
+  x->hash = seq_hash;
+  x->has_parent = parent != NULL;
+  x->parent = parent ? *parent : 0;
+  map_insert(p, seq_hash, block);
+  set_state(p, x, KVP_BLOCK_REGISTERED);
+  return 0;
+}
+
+int kvp_pool_lookup(const kvp_pool_t *p, uint64_t seq_hash, uint32_t *block) {
+  uint32_t b = kvp__pool_find(p, seq_hash);
+  if (b == KVP__NIL)
+    return KVP_ENOENT;
+  *block = b;
+  return 0;
+}
+
+int kvp_pool_acquire(kvp_pool_t *p, uint32_t block) {
+  kvp__blk_t *x;
+
+  if (block >= p->n)
+    return KVP_EINVAL;
+  x = &p->blk[block];
+  if (x->state != KVP_BLOCK_REGISTERED)
+    return KVP_ESTATE;
+  if (x->refs == UINT32_MAX)
+    return KVP_EINVAL;
+  if (x->refs++ == 0)
+    activate(p, block);
+  return 0;
+}
+
+int kvp_pool_release(kvp_pool_t *p, uint32_t block) {
+  kvp__blk_t *x = held(p, block);
+
+  if (x == NULL)
+    return KVP_EINVAL;
+  if (--x->refs > 0)
+    return 0;
+  p->nactive--;
+  if (x->state == KVP_BLOCK_REGISTERED) {
+    x->where = KVP__CACHED;
+    p->ncached++;
+    list_push(p, KVP__CACHED, block);
+  } else {
+    set_state(p, x, KVP_BLOCK_RESET);
+    x->where = KVP__FREE;
+    p->nfree++;
+    list_push(p, KVP__FREE, block);
+  }
+  return 0;
+}
+
+int kvp_pool_evict(kvp_pool_t *p, uint32_t block) {
+  if (block >= p->n)
+    return KVP_EINVAL;
+  if (p->blk[block].refs > 0)
+    return KVP_EBUSY;
+  if (p->blk[block].state != KVP_BLOCK_REGISTERED)
+    return KVP_ESTATE;
+  evict(p, block);
+  return 0;
+}
+
+size_t kvp_pool_evict_all(kvp_pool_t *p) {
+  size_t n = 0;
+  uint32_t b;
+  while ((b = list_first(p, KVP__CACHED)) != KVP__NIL) {
+    evict(p, b);
+    n++;
+  }
+  return n;
+}
+
+void kvp__pool_touch(kvp_pool_t *p, uint32_t b) {
+  if (p->blk[b].where != KVP__CACHED)
+    return;
+  list_unlink(p, b);
+  list_push(p, KVP__CACHED, b);
+}
+
+int kvp_pool_block_state(const kvp_pool_t *p, uint32_t block) {
+  return block < p->n ? p->blk[block].state : -1;
+}
+
+uint32_t kvp_pool_block_refs(const kvp_pool_t *p, uint32_t block) {
+  return block < p->n ? p->blk[block].refs : 0;
+}
+
+uint64_t kvp_pool_block_hash(const kvp_pool_t *p, uint32_t block) {
+  if (block >= p->n || p->blk[block].state != KVP_BLOCK_REGISTERED)
+    return 0;
+  return p->blk[block].hash;
+}
+
+void *kvp_pool_block_layer(kvp_pool_t *p, uint32_t block, uint32_t layer) {
+  if (block >= p->n || layer >= p->layout.num_layers)
+    return NULL;
+  return p->base + (size_t)block * p->block_stride + (size_t)layer * p->layer_stride;
+}
+
+int kvp_pool_copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src, uint32_t sb) {
+  if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
+      dst->layer_stride != src->layer_stride)
+    return KVP_EINVAL;
+  return dst->storage.ops->copy(dst->storage.ctx, dst->base + (size_t)db * dst->block_stride,
+                                &src->storage, src->base + (size_t)sb * src->block_stride,
+                                dst->block_stride);
+}
+
+void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {
+  memset(c, 0, sizeof *c);
+  c->tier = p->tier;
+  c->capacity = p->n;
+  memcpy(c->state, p->nstate, sizeof c->state);
+  c->active = p->nactive;
+  c->inactive = p->nfree + p->ncached;
+  c->free = p->nfree;
+  c->cached = p->ncached;
+  c->evictions = p->evictions;
+}
+
+size_t kvp_pool_metadata_bytes(const kvp_pool_t *p) {
+  return ((size_t)p->n + 2) * sizeof(kvp__blk_t) + (size_t)(p->mask + 1) * sizeof(uint64_t) +
+         sizeof *p;
+}

@@ -1,0 +1,287 @@
+/* Sequences: a request's tokens, its chained hashes and its G1 blocks. */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/bm.h"
+#include "kvplane/hash.h"
+#include "kvplane/status.h"
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
+  size_t c = *cap ? *cap : 4;
+  void *p;
+
+  if (need <= *cap)
+    return 0;
+  while (c < need)
+    c *= 2;
+  if ((p = realloc(*arr, c * elem)) == NULL)
+    return KVP_ENOMEM;
+  *arr = p;
+  *cap = c;
+  return 0;
+}
+
+int kvp_seq_create(kvp_blockmgr_t *bm, const uint32_t *tokens, size_t ntokens,
+                   const char *lora_name, int32_t lora_id, kvp_seq_t **out) {
+  kvp_seq_t *s;
+  size_t nfull;
+
+  if (out)
+    *out = NULL;
+  if (bm == NULL || out == NULL || (ntokens > 0 && tokens == NULL))
+    return KVP_EINVAL;
+  if ((s = calloc(1, sizeof *s)) == NULL)
+    return KVP_ENOMEM;
+  nfull = ntokens / bm->page;
+  s->bm = bm;
+  s->seed = kvp_hash_seed(lora_name);
+  s->lora_id = lora_id;
+  s->ntail = ntokens % bm->page;
+  if (grow((void **)&s->hashes, &s->hashes_cap, nfull + 1, sizeof *s->hashes) != 0 ||
+      grow((void **)&s->blocks, &s->blocks_cap, nfull + 1, sizeof *s->blocks) != 0 ||
+      (s->tail = malloc((size_t)bm->page * sizeof *s->tail)) == NULL) {
+    free(s->hashes);
+    free(s->blocks);
+    free(s);
+    return KVP_ENOMEM;
+  }
+  s->nhashes = kvp_hash_sequence(tokens, ntokens, bm->page, s->seed, s->hashes, nfull);
+  if (s->ntail > 0)
+    memcpy(s->tail, tokens + nfull * bm->page, s->ntail * sizeof *s->tail);
+  s->next = bm->seqs;
+  if (bm->seqs)
+    bm->seqs->prev = s;
+  bm->seqs = s;
+  bm->nseqs++;
+  *out = s;
+  return 0;
+}
+
+static void hit(kvp__blk_t *x) {
+  if (x->hits < UINT32_MAX)
+    x->hits++;
+}
+
+/* Emits Stored G1 for each run of blocks this call registered. */
+static void stored_runs(kvp_seq_t *s, size_t from, size_t to) {
+  kvp_blockmgr_t *bm = s->bm;
+  size_t i = from;
+
+  while (i < to) {
+    if (!bm->fresh[i]) {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    while (j < to && bm->fresh[j])
+      j++;
+    kvp__bm_stored(bm, KVP_TIER_G1, i > 0 ? &s->hashes[i - 1] : NULL, &s->hashes[i], j - i,
+                   s->lora_id);
+    i = j;
+  }
+}
+
+static void accessed(kvp_blockmgr_t *bm, int tier, const uint64_t *hashes, size_t n) {
+  kvp_event_t ev = {.type = KVP_EV_ACCESSED, .tier = tier, .hashes = hashes, .nhashes = n};
+  if (n > 0)
+    kvp__bm_emit(bm, &ev);
+}
+
+/* Registers the Complete block ids[j] under hashes[j]; when another block
+ * holds that hash already, shares it instead. Returns 1 when ids[j] was
+ * registered, 0 when it was replaced by the existing block. */
+static int register_or_share(kvp_seq_t *s, size_t j) {
+  kvp_blockmgr_t *bm = s->bm;
+  kvp_pool_t *g1 = bm->g1;
+  uint32_t b = s->blocks[j], e;
+  int rc = kvp_block_register(g1, b, s->hashes[j], j > 0 ? &s->hashes[j - 1] : NULL, &e);
+
+  if (rc == KVP_EEXIST) {
+    kvp_pool_acquire(g1, e);
+    hit(&g1->blk[e]);
+    kvp_pool_release(g1, b); /* Complete, so back to Reset and free */
+    s->blocks[j] = e;
+    bm->dedups++;
+    return 0;
+  }
+  assert(rc == 0);
+  g1->blk[b].lora_id = s->lora_id;
+  return 1;
+}
+
+int kvp_seq_allocate(kvp_seq_t *s) {
+  kvp_blockmgr_t *bm;
+  kvp_pool_t *g1, *g2;
+  size_t n, h1 = 0, h2 = 0, onboarded = 0, pinned = 0, need, tailb;
+  uint32_t *ids;
+  int rc;
+
+  if (s == NULL || s->allocated)
+    return KVP_EINVAL;
+  bm = s->bm;
+  g1 = bm->g1;
+  g2 = bm->g2;
+  n = s->nhashes;
+  tailb = s->ntail > 0;
+  if ((rc = kvp__bm_scratch(bm, n + 1)) != 0 ||
+      (rc = grow((void **)&s->blocks, &s->blocks_cap, n + 1, sizeof *s->blocks)) != 0)
+    return rc;
+  ids = s->blocks;
+
+  /* Read-only pass: the longest prefix registered in G1, then the blocks
+   * after it found in G2. Nothing changes until the blocks are known to be
+   * there. */
+  for (size_t i = 0; i < n && i < 8; i++)
+    kvp__pool_prefetch(g1, s->hashes[i]);
+  for (; h1 < n; h1++) {
+    if (h1 + 8 < n)
+      kvp__pool_prefetch(g1, s->hashes[h1 + 8]);
+    uint32_t b = kvp__pool_find(g1, s->hashes[h1]);
+    if (b == KVP__NIL)
+      break;
+    ids[h1] = b;
+    pinned += g1->blk[b].refs == 0;
+  }
+  if (g2) {
+    for (; h1 + h2 < n; h2++) {
+      uint32_t b = kvp__pool_find(g2, s->hashes[h1 + h2]);
+      if (b == KVP__NIL)
+        break;
+      bm->g2_ids[h2] = b;
+    }
+  }
+  need = (n - h1) + tailb;
+  if (need > (size_t)g1->nfree + g1->ncached - pinned)
+    return KVP_ENOSPC;
+
+  /* Pin the hits so that evictions below cannot take them. */
+  for (size_t i = 0; i < h1; i++) {
+    kvp_pool_acquire(g1, ids[i]);
+    hit(&g1->blk[ids[i]]);
+  }
+  for (size_t i = 0; i < h2; i++)
+    kvp_pool_acquire(g2, bm->g2_ids[i]);
+  for (size_t j = h1; j < n + tailb; j++) {
+    if (j + 8 < n)
+      kvp__pool_prefetch(g1, s->hashes[j + 8]);
+    rc = kvp__bm_take_g1(bm, &ids[j]);
+    assert(rc == 0); /* counted above: free + cached - pinned >= need */
+    bm->fresh[j] = 0;
+  }
+
+  /* Onboard G2 hits by copying their bytes into the new G1 blocks. A copy
+   * that fails ends the onboarded prefix: the rest is computed again. */
+  for (size_t i = 0; i < h2; i++) {
+    size_t j = h1 + i;
+    uint32_t g = bm->g2_ids[i];
+    if (onboarded == i && kvp_pool_copy_block(g1, ids[j], g2, g) == 0) {
+      kvp_block_init_sequence(g1, ids[j]);
+      kvp_block_commit(g1, ids[j]);
+      bm->fresh[j] = (uint8_t)register_or_share(s, j);
+      g1->blk[ids[j]].hits = g2->blk[g].hits;
+      hit(&g1->blk[ids[j]]);
+      hit(&g2->blk[g]);
+      onboarded++;
+    }
+    kvp_pool_release(g2, g);
+  }
+  /* New blocks: full ones registered, a partial tail left Partial. */
+  for (size_t j = h1 + onboarded; j < n; j++) {
+    kvp_block_init_sequence(g1, ids[j]);
+    kvp_block_commit(g1, ids[j]);
+    bm->fresh[j] = (uint8_t)register_or_share(s, j);
+  }
+  if (tailb)
+    kvp_block_init_sequence(g1, ids[n]);
+
+  s->nblocks = n + tailb;
+  s->allocated = 1;
+  s->cached_tokens = (h1 + onboarded) * bm->page;
+  bm->lookups += n;
+  bm->hits_g1 += h1;
+  bm->hits_g2 += onboarded;
+  bm->onboards += onboarded;
+  accessed(bm, KVP_TIER_G1, s->hashes, h1);
+  accessed(bm, KVP_TIER_G2, s->hashes + h1, onboarded);
+  stored_runs(s, h1, n);
+  return 0;
+}
+
+int kvp_seq_append(kvp_seq_t *s, uint32_t token) {
+  kvp_blockmgr_t *bm;
+  kvp_pool_t *g1;
+  int rc;
+
+  if (s == NULL || !s->allocated)
+    return KVP_EINVAL;
+  bm = s->bm;
+  g1 = bm->g1;
+  if (s->ntail == 0) {
+    uint32_t b;
+    /* Room for the block and its hash first, so that nothing below fails. */
+    if ((rc = grow((void **)&s->blocks, &s->blocks_cap, s->nblocks + 1, sizeof *s->blocks)) != 0 ||
+        (rc = grow((void **)&s->hashes, &s->hashes_cap, s->nhashes + 1, sizeof *s->hashes)) != 0)
+      return rc;
+    if ((rc = kvp__bm_take_g1(bm, &b)) != 0)
+      return rc;
+    kvp_block_init_sequence(g1, b);
+    s->blocks[s->nblocks++] = b;
+  }
+  s->tail[s->ntail++] = token;
+  if (s->ntail == bm->page) {
+    size_t j = s->nhashes;
+    uint64_t local = kvp_hash_block(s->tail, bm->page, s->seed);
+    s->hashes[j] = j == 0 ? local : kvp_hash_chain(s->hashes[j - 1], local, s->seed);
+    s->nhashes++;
+    s->ntail = 0;
+    kvp_block_commit(g1, s->blocks[j]);
+    if (register_or_share(s, j))
+      kvp__bm_stored(bm, KVP_TIER_G1, j > 0 ? &s->hashes[j - 1] : NULL, &s->hashes[j], 1,
+                     s->lora_id);
+  }
+  return 0;
+}
+
+void kvp_seq_free(kvp_seq_t *s) {
+  kvp_blockmgr_t *bm;
+
+  if (s == NULL)
+    return;
+  bm = s->bm;
+  if (s->allocated) {
+    for (size_t i = s->nblocks; i-- > 0;) {
+      kvp_pool_release(bm->g1, s->blocks[i]);
+      kvp__bm_cached(bm, s->blocks[i]);
+    }
+  }
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    bm->seqs = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  bm->nseqs--;
+  free(s->hashes);
+  free(s->blocks);
+  free(s->tail);
+  free(s);
+}
+
+size_t kvp_seq_num_tokens(const kvp_seq_t *s) {
+  return s->nhashes * s->bm->page + s->ntail;
+}
+
+size_t kvp_seq_cached_tokens(const kvp_seq_t *s) {
+  return s->cached_tokens;
+}
+
+const uint32_t *kvp_seq_blocks(const kvp_seq_t *s, size_t *n) {
+  *n = s->allocated ? s->nblocks : 0;
+  return s->allocated ? s->blocks : NULL;
+}
+
+const uint64_t *kvp_seq_hashes(const kvp_seq_t *s, size_t *n) {
+  *n = s->nhashes;
+  return s->hashes;
+}
