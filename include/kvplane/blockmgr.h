@@ -245,6 +245,12 @@ int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out);
  * handles become invalid). Emits nothing. NULL is accepted. */
 void kvp_blockmgr_destroy(kvp_blockmgr_t *bm);
 
+/* Replaces the event sink (emit NULL: no events). For embedders whose sink
+ * needs the manager first, such as a publisher whose snapshot callback is
+ * the manager's: create the manager, open the publisher, then set the sink
+ * before the first sequence. */
+void kvp_blockmgr_set_sink(kvp_blockmgr_t *bm, kvp_event_sink_t sink);
+
 /* The pool of a tier (G1, or G2 when configured), or NULL. For block
  * addresses and introspection; changing its state behind the manager's
  * back voids the manager's invariants. */

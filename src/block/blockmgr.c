@@ -76,6 +76,10 @@ void kvp_blockmgr_destroy(kvp_blockmgr_t *bm) {
   free(bm);
 }
 
+void kvp_blockmgr_set_sink(kvp_blockmgr_t *bm, kvp_event_sink_t sink) {
+  bm->sink = sink;
+}
+
 kvp_pool_t *kvp_blockmgr_pool(kvp_blockmgr_t *bm, int tier) {
   if (tier == KVP_TIER_G1)
     return bm->g1;
