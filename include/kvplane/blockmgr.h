@@ -129,7 +129,9 @@ typedef struct kvp_pool_evicted_s {
   uint64_t hash;        /* its sequence hash */
   int has_parent;       /* 0 for the first block of a sequence */
   uint64_t parent_hash; /* its parent's sequence hash */
-  uint32_t hits;        /* prefix hits it had in this tier */
+  uint32_t hits;        /* its prefix hits (carried along when a block moves
+                           between tiers; a decoded block found registered
+                           already counts as one) */
   int32_t lora_id;      /* LoRA id of the sequence that registered it */
 } kvp_pool_evicted_t;
 
@@ -218,7 +220,10 @@ typedef struct kvp_blockmgr_s kvp_blockmgr_t;
 
 typedef enum kvp_offload_e {
   KVP_OFFLOAD_ON_EVICT = 0,      /* copy a block to G2 when G1 evicts it (default) */
-  KVP_OFFLOAD_WRITE_THROUGH = 1, /* copy to G2 as soon as it is registered in G1 */
+  KVP_OFFLOAD_WRITE_THROUGH = 1, /* copy to G2 as soon as its data is final: when
+                                    the last sequence holding it releases it
+                                    (the engine may still be computing a block
+                                    at registration), not at eviction */
   KVP_OFFLOAD_NONE = 2,          /* never: G2 stays empty */
 } kvp_offload_t;
 
@@ -280,7 +285,9 @@ typedef struct kvp_blockmgr_stats_s {
   uint64_t hits_g2;           /* found only in G2 and onboarded */
   uint64_t onboards;          /* blocks copied G2 -> G1 */
   uint64_t offloads;          /* blocks copied G1 -> G2 */
-  uint64_t offloads_filtered; /* evicted blocks the frequency filter kept out of G2 */
+  uint64_t offloads_filtered; /* times the frequency filter kept a block out of
+                                 G2: at eviction, or under write-through each
+                                 time the block was cached again */
   uint64_t dedups;            /* filled blocks whose hash was registered already */
   uint64_t events;            /* events emitted */
   uint64_t event_errors;      /* events the sink refused */
@@ -301,6 +308,14 @@ typedef struct kvp_seq_s kvp_seq_t;
  * Returns 0, KVP_EINVAL, or KVP_ENOMEM. */
 int kvp_seq_create(kvp_blockmgr_t *bm, const uint32_t *tokens, size_t ntokens,
                    const char *lora_name, int32_t lora_id, kvp_seq_t **out);
+
+/* A sequence from the sequence hashes of its full blocks, for engines that
+ * hash their own blocks (vLLM's scheduler computes block hashes itself) and
+ * for replays. The hashes must be chained under kvp_hash_seed(lora_name),
+ * so that decode appends (hashed here) continue the chain. No partial tail.
+ * Returns 0, KVP_EINVAL, or KVP_ENOMEM. */
+int kvp_seq_create_hashed(kvp_blockmgr_t *bm, const uint64_t *hashes, size_t nhashes,
+                          const char *lora_name, int32_t lora_id, kvp_seq_t **out);
 
 /* Gives the sequence blocks for all its tokens: the longest prefix of its
  * full blocks found registered in G1 is shared (reference counted, Accessed

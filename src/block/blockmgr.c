@@ -142,7 +142,7 @@ static void copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t hash, const uint
   kvp_block_init_sequence(bm->g2, d);
   kvp_block_commit(bm->g2, d);
   kvp_block_register(bm->g2, d, hash, parent, NULL);
-  bm->g2->blk[d].hits = hits;
+  bm->g2->blk[d].hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
   bm->g2->blk[d].lora_id = lora_id;
   kvp_pool_release(bm->g2, d);
   bm->offloads++;
@@ -167,6 +167,17 @@ static int wants_g2(kvp_blockmgr_t *bm, uint64_t hash, uint32_t hits) {
   return 1;
 }
 
+/* Prefetches the first lines of a block's bytes (the hardware prefetcher
+ * follows a copy's stream after that). */
+static inline void prefetch_bytes(const unsigned char *p, size_t n, int write) {
+  for (size_t off = 0; off < n && off < 256; off += 64) {
+    if (write)
+      __builtin_prefetch(p + off, 1);
+    else
+      __builtin_prefetch(p + off, 0);
+  }
+}
+
 int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
   kvp_pool_evicted_t ev;
   int rc = kvp_pool_alloc(bm->g1, block, &ev);
@@ -174,6 +185,18 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
   if (rc != 0 || !ev.evicted)
     return rc;
   removed(bm, KVP_TIER_G1, ev.hash);
+  if (bm->g2 && bm->offload == KVP_OFFLOAD_ON_EVICT) {
+    /* A later G1 victim will be looked up in G2 and copied into a G2
+     * victim's bytes: start those loads now (see evict() in pool.c). */
+    uint32_t v = bm->g1->ahead;
+    if (v != KVP__NIL) {
+      kvp__pool_prefetch(bm->g2, bm->g1->blk[v].hash);
+      prefetch_bytes(bm->g1->base + (size_t)v * bm->g1->block_stride, bm->g1->block_stride, 0);
+    }
+    v = bm->g2->ahead;
+    if (v != KVP__NIL)
+      prefetch_bytes(bm->g2->base + (size_t)v * bm->g2->block_stride, bm->g2->block_stride, 1);
+  }
   /* Under write-through the copy was made when the block was cached, or
    * the filter kept it out; only eviction-time offload copies here. */
   if (bm->offload == KVP_OFFLOAD_ON_EVICT && wants_g2(bm, ev.hash, ev.hits))

@@ -1,10 +1,12 @@
 /* Block layout arithmetic and the system (host heap) storage. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kvplane/blockmgr.h"
 #include "kvplane/status.h"
 
+#define HUGE_PAGE ((size_t)2 << 20)
 #define LAYOUT_MAX_BLOCK ((size_t)1 << 30)
 
 static uint32_t alignment_of(const kvp_layout_t *l) {
@@ -52,8 +54,15 @@ static int sys_alloc(void *ctx, size_t size, size_t alignment, void **base) {
   if (alignment < sizeof(void *))
     alignment = sizeof(void *);
   *base = NULL;
+  if (size >= HUGE_PAGE && alignment < HUGE_PAGE)
+    alignment = HUGE_PAGE;
   if (posix_memalign(base, alignment, size ? size : alignment) != 0)
     return KVP_ENOMEM;
+  if (size >= HUGE_PAGE) /* blocks are copied at random: spare the TLB */
+    madvise(*base, size & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
+  /* A KV pool is meant to be resident, as pinned or device memory is: take
+   * the page faults now rather than on the first offload copy. */
+  memset(*base, 0, size);
   return 0;
 }
 
@@ -63,13 +72,17 @@ static void sys_free(void *ctx, void *base, size_t size) {
   free(base);
 }
 
+static const kvp_storage_ops_t system_ops;
+
 static int sys_copy(void *ctx, void *dst, const kvp_storage_t *src_storage, const void *src,
                     size_t n) {
-  const char *kind = src_storage && src_storage->ops ? src_storage->ops->kind : "system";
+  const kvp_storage_ops_t *ops = src_storage ? src_storage->ops : NULL;
+  const char *kind = ops ? ops->kind : "system";
 
   (void)ctx;
   /* Only memory the CPU can address: a device source needs its own copy. */
-  if (kind == NULL || (strcmp(kind, "system") != 0 && strcmp(kind, "pinned") != 0))
+  if (ops != NULL && ops != &system_ops &&
+      (kind == NULL || (strcmp(kind, "system") != 0 && strcmp(kind, "pinned") != 0)))
     return KVP_ENOTSUP;
   memcpy(dst, src, n);
   return 0;

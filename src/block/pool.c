@@ -3,39 +3,100 @@
  * from sequence hash to registered block. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "block/pool.h"
 #include "kvplane/status.h"
 
 #define POOL_MAX_BLOCKS 0x7fffffffu
 
-/* ---- inactive lists ---- */
+/* ---- tables ---- */
 
-static uint32_t list_head(const kvp_pool_t *p, int which) {
-  return p->n + (which == KVP__FREE ? 0 : 1);
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* Zeroed memory for a pool's tables. Large tables are probed at random, so
+ * with 4 KiB pages nearly every probe is also a TLB miss (a two-level page
+ * walk under virtualisation): ask for transparent huge pages. Freed with
+ * free(). */
+void *kvp__table_alloc(size_t bytes) {
+  void *p = NULL;
+
+  if (bytes == 0)
+    bytes = 1;
+  if (posix_memalign(&p, bytes >= HUGE_PAGE ? HUGE_PAGE : 64, bytes) != 0)
+    return NULL;
+  if (bytes >= HUGE_PAGE)
+    madvise(p, bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
+  memset(p, 0, bytes);
+  return p;
 }
 
-static void list_unlink(kvp_pool_t *p, uint32_t b) {
+/* ---- free stack ---- */
+
+static void free_push(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
-  p->blk[x->prev].next = x->next;
-  p->blk[x->next].prev = x->prev;
-  x->prev = x->next = KVP__NIL;
+  x->where = KVP__FREE;
+  x->link = p->free_head;
+  p->free_head = b;
+  p->nfree++;
 }
 
-/* Appends b at the tail (most recently used end) of a list. */
-static void list_push(kvp_pool_t *p, int which, uint32_t b) {
-  uint32_t s = list_head(p, which);
-  kvp__blk_t *x = &p->blk[b];
-  x->prev = p->blk[s].prev;
-  x->next = s;
-  p->blk[x->prev].next = b;
-  p->blk[s].prev = b;
+/* ---- LRU ring of cached blocks ---- */
+
+static uint32_t ring_next(const kvp_pool_t *p, uint32_t i) {
+  return i + 1 == p->rcap ? 0 : i + 1;
 }
 
-/* The first (least recently used) block of a list, or KVP__NIL. */
-static uint32_t list_first(const kvp_pool_t *p, int which) {
-  uint32_t s = list_head(p, which), f = p->blk[s].next;
-  return f == s ? KVP__NIL : f;
+static int ring_live(const kvp_pool_t *p, uint32_t i) {
+  const kvp__blk_t *x = &p->blk[p->ring[i]];
+  return x->where == KVP__CACHED && x->link == i;
+}
+
+/* Drops the stale entries, keeping the order of the live ones. In place:
+ * the write index never passes the read index. */
+static void ring_compact(kvp_pool_t *p) {
+  uint32_t r = p->rhead, w = p->rhead, live = 0;
+  for (uint32_t k = 0; k < p->rcount; k++, r = ring_next(p, r)) {
+    if (!ring_live(p, r))
+      continue;
+    uint32_t b = p->ring[r];
+    p->ring[w] = b;
+    p->blk[b].link = w;
+    w = ring_next(p, w);
+    live++;
+  }
+  p->rtail = w;
+  p->rcount = live;
+}
+
+/* b becomes the most recently used cached block. */
+static void ring_push(kvp_pool_t *p, uint32_t b) {
+  if (p->rcount == p->rcap)
+    ring_compact(p); /* at most n live entries, rcap >= n + n/2 */
+  p->ring[p->rtail] = b;
+  p->blk[b].link = p->rtail;
+  p->blk[b].where = KVP__CACHED;
+  p->rtail = ring_next(p, p->rtail);
+  p->rcount++;
+}
+
+/* The least recently used cached block, taken off the ring (still marked
+ * cached), or KVP__NIL when none is cached. */
+static uint32_t ring_pop(kvp_pool_t *p) {
+  while (p->rcount > 0) {
+    uint32_t i = p->rhead;
+    p->rhead = ring_next(p, i);
+    p->rcount--;
+    if (ring_live(p, i))
+      return p->ring[i];
+  }
+  return KVP__NIL;
+}
+
+/* The ring index k entries after i. */
+static uint32_t ring_at(const kvp_pool_t *p, uint32_t i, uint32_t k) {
+  uint32_t j = i + k;
+  return j >= p->rcap ? j - p->rcap : j;
 }
 
 /* ---- hash table ---- */
@@ -78,32 +139,51 @@ static void set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
   x->state = (uint8_t)state;
 }
 
-/* Moves an inactive block to the active set. */
+/* Moves an inactive block to the active set. A cached block's ring entry
+ * goes stale; a free block must be the top of the free stack (the only
+ * free block ever activated). */
 static void activate(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
-  if (x->where == KVP__FREE)
+  if (x->where == KVP__FREE) {
+    p->free_head = x->link;
     p->nfree--;
-  else
+  } else {
     p->ncached--;
-  list_unlink(p, b);
+  }
   x->where = KVP__ACTIVE;
   p->nactive++;
 }
 
-/* Cached block -> Reset, out of the hash table, onto the free list. */
+/* A cached block, already off the ring or left there stale -> Reset, out
+ * of the hash table, onto the free stack. */
 static void evict(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
-  list_unlink(p, b);
   p->ncached--;
   map_delete(p, x->hash, b);
   set_state(p, x, KVP_BLOCK_RESET);
   x->hash = x->parent = 0;
   x->has_parent = 0;
   x->hits = 0;
-  x->where = KVP__FREE;
-  p->nfree++;
   p->evictions++;
-  list_push(p, KVP__FREE, b);
+  free_push(p, b);
+}
+
+/* Evictions come in runs from the LRU end, and what one waits for is loads:
+ * the victim's record, its hash slot. The victims to come are the next ring
+ * entries, so start those loads a few evictions early: the records
+ * KVP__LOOKAHEAD_REC entries ahead, the hash slot of the entry
+ * KVP__LOOKAHEAD ahead (its record was prefetched earlier). p->ahead keeps
+ * that entry's block for the manager, which prefetches what it will do with
+ * it (kvp__bm_take_g1). Stale entries make these hints, never errors. */
+static void prefetch_victims(kvp_pool_t *p) {
+  p->ahead = KVP__NIL;
+  if (p->rcount > KVP__LOOKAHEAD_REC)
+    __builtin_prefetch(&p->blk[p->ring[ring_at(p, p->rhead, KVP__LOOKAHEAD_REC)]]);
+  if (p->rcount > KVP__LOOKAHEAD) {
+    uint32_t v = p->ring[ring_at(p, p->rhead, KVP__LOOKAHEAD)];
+    p->ahead = v;
+    kvp__pool_prefetch(p, p->blk[v].hash);
+  }
 }
 
 /* ---- public ---- */
@@ -142,23 +222,23 @@ int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
   while (nslots * 3 < (uint64_t)p->n * 4)
     nslots <<= 1;
   p->mask = nslots - 1;
-  p->blk = calloc((size_t)p->n + 2, sizeof *p->blk);
-  p->slots = calloc(nslots, sizeof *p->slots);
-  if (p->blk == NULL || p->slots == NULL ||
+  p->rcap = p->n + p->n / 2 + 16;
+  p->blk = kvp__table_alloc((size_t)p->n * sizeof *p->blk);
+  p->slots = kvp__table_alloc(nslots * sizeof *p->slots);
+  p->ring = kvp__table_alloc((size_t)p->rcap * sizeof *p->ring);
+  if (p->blk == NULL || p->slots == NULL || p->ring == NULL ||
       p->storage.ops->alloc(p->storage.ctx, p->bytes, p->layout.alignment, (void **)&p->base) !=
           0) {
     p->base = NULL;
     kvp_pool_destroy(p);
     return KVP_ENOMEM;
   }
-  for (uint32_t s = p->n; s < p->n + 2; s++)
-    p->blk[s].prev = p->blk[s].next = s;
-  for (uint32_t b = 0; b < p->n; b++) {
-    p->blk[b].where = KVP__FREE;
-    list_push(p, KVP__FREE, b);
-  }
+  /* Pushed last to first, so blocks are first handed out in address order. */
+  p->free_head = KVP__NIL;
+  for (uint32_t b = p->n; b-- > 0;)
+    free_push(p, b);
   p->nstate[KVP_BLOCK_RESET] = p->n;
-  p->nfree = p->n;
+  p->ahead = KVP__NIL;
   *out = p;
   return 0;
 }
@@ -169,20 +249,21 @@ void kvp_pool_destroy(kvp_pool_t *p) {
   if (p->base)
     p->storage.ops->free(p->storage.ctx, p->base, p->bytes);
   free(p->slots);
+  free(p->ring);
   free(p->blk);
   free(p);
 }
 
 int kvp_pool_alloc(kvp_pool_t *p, uint32_t *block, kvp_pool_evicted_t *ev) {
-  uint32_t b = list_first(p, KVP__FREE);
+  uint32_t b = p->free_head;
   kvp__blk_t *x;
 
   if (ev)
     ev->evicted = 0;
   if (b == KVP__NIL) {
-    b = list_first(p, KVP__CACHED);
-    if (b == KVP__NIL)
+    if ((b = ring_pop(p)) == KVP__NIL)
       return KVP_ENOSPC;
+    prefetch_victims(p);
     x = &p->blk[b];
     if (ev) {
       ev->evicted = 1;
@@ -294,14 +375,11 @@ int kvp_pool_release(kvp_pool_t *p, uint32_t block) {
     return 0;
   p->nactive--;
   if (x->state == KVP_BLOCK_REGISTERED) {
-    x->where = KVP__CACHED;
     p->ncached++;
-    list_push(p, KVP__CACHED, block);
+    ring_push(p, block);
   } else {
     set_state(p, x, KVP_BLOCK_RESET);
-    x->where = KVP__FREE;
-    p->nfree++;
-    list_push(p, KVP__FREE, block);
+    free_push(p, block);
   }
   return 0;
 }
@@ -313,14 +391,14 @@ int kvp_pool_evict(kvp_pool_t *p, uint32_t block) {
     return KVP_EBUSY;
   if (p->blk[block].state != KVP_BLOCK_REGISTERED)
     return KVP_ESTATE;
-  evict(p, block);
+  evict(p, block); /* its ring entry goes stale */
   return 0;
 }
 
 size_t kvp_pool_evict_all(kvp_pool_t *p) {
   size_t n = 0;
   uint32_t b;
-  while ((b = list_first(p, KVP__CACHED)) != KVP__NIL) {
+  while ((b = ring_pop(p)) != KVP__NIL) {
     evict(p, b);
     n++;
   }
@@ -328,10 +406,8 @@ size_t kvp_pool_evict_all(kvp_pool_t *p) {
 }
 
 void kvp__pool_touch(kvp_pool_t *p, uint32_t b) {
-  if (p->blk[b].where != KVP__CACHED)
-    return;
-  list_unlink(p, b);
-  list_push(p, KVP__CACHED, b);
+  if (p->blk[b].where == KVP__CACHED)
+    ring_push(p, b); /* the old entry goes stale */
 }
 
 int kvp_pool_block_state(const kvp_pool_t *p, uint32_t block) {
@@ -376,6 +452,6 @@ void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {
 }
 
 size_t kvp_pool_metadata_bytes(const kvp_pool_t *p) {
-  return ((size_t)p->n + 2) * sizeof(kvp__blk_t) + (size_t)(p->mask + 1) * sizeof(uint64_t) +
-         sizeof *p;
+  return (size_t)p->n * sizeof(kvp__blk_t) + (size_t)(p->mask + 1) * sizeof(uint64_t) +
+         (size_t)p->rcap * sizeof(uint32_t) + sizeof *p;
 }

@@ -9,35 +9,46 @@
 
 #define KVP__NIL UINT32_MAX
 
-/* Where a block is: referenced, or inactive on one of two lists. */
+/* Where a block is: referenced, free (Reset, unreferenced), or cached
+ * (Registered, unreferenced, evictable). */
 enum { KVP__ACTIVE = 0, KVP__FREE = 1, KVP__CACHED = 2 };
 
-/* One block's metadata: 40 bytes. The inactive lists (free, and the LRU of
- * cached blocks) are circular doubly-linked through prev/next, with two
- * sentinel records after the last block. */
+#define KVP__HITS_MAX 0xffffu
+
+/* One block's metadata: 32 bytes, two to a cache line. */
 typedef struct kvp__blk_s {
   uint64_t hash;   /* sequence hash, when registered */
   uint64_t parent; /* parent's sequence hash, when has_parent */
-  uint32_t prev, next;
+  uint32_t link;   /* cached: ring index of its latest LRU entry; free: next free block */
   uint32_t refs;
-  uint32_t hits; /* prefix hits in this tier, saturating */
   int32_t lora_id;
-  uint8_t state; /* kvp_block_state_t */
-  uint8_t has_parent;
-  uint8_t where; /* KVP__ACTIVE / FREE / CACHED */
+  uint16_t hits;     /* prefix hits in this tier, saturating at KVP__HITS_MAX */
+  uint8_t state : 3; /* kvp_block_state_t */
+  uint8_t where : 2; /* KVP__ACTIVE / FREE / CACHED */
+  uint8_t has_parent : 1;
   uint8_t pad;
 } kvp__blk_t;
 
 struct kvp_pool_s {
   int tier;
   uint32_t n;
-  kvp__blk_t *blk; /* n records + 2 sentinels: free at n, lru at n + 1 */
+  kvp__blk_t *blk;
   /* Open-addressing hash table, linear probing, deletion by backward
    * shift (no tombstones). A slot is (hash >> 32) << 32 | (block + 1), 0 when
    * empty; the home slot is (hash >> 32) & mask, so probes and deletions
    * read no block record until a tag matches. */
   uint64_t *slots;
   uint64_t mask;
+  /* LRU order of cached blocks: a ring of block ids in the order they were
+   * cached, oldest at rhead. A block leaving the cached set (a prefix hit, an
+   * eviction) or cached again leaves its old entry behind, stale: an entry
+   * at index i is live only when its block is cached with link == i. Pops
+   * skip stale entries; a full ring is compacted in place. Reading victims
+   * from an array rather than a linked list lets evictions prefetch the
+   * records of victims to come without chasing pointers. */
+  uint32_t *ring;
+  uint32_t rcap, rhead, rtail, rcount;
+  uint32_t free_head; /* free blocks, a stack linked through link */
   kvp_layout_t layout;
   size_t block_stride, layer_stride;
   kvp_storage_t storage;
@@ -46,6 +57,7 @@ struct kvp_pool_s {
   uint32_t nstate[4];
   uint32_t nactive, nfree, ncached;
   uint64_t evictions;
+  uint32_t ahead; /* after an eviction: a victim a few evictions ahead (a hint), or KVP__NIL */
 };
 
 static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
@@ -65,6 +77,15 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
 static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
   __builtin_prefetch(&p->slots[(h >> 32) & p->mask]);
 }
+
+/* How far ahead in the LRU ring evictions prefetch records (RECORDS) and
+ * what those records point to (KVP__LOOKAHEAD). */
+#define KVP__LOOKAHEAD 4
+#define KVP__LOOKAHEAD_REC 12
+
+/* Zeroed memory for large tables (huge-page hinted); freed with free().
+ * NULL when out of memory. */
+void *kvp__table_alloc(size_t bytes);
 
 /* Makes a cached block the most recently used one. */
 void kvp__pool_touch(kvp_pool_t *p, uint32_t b);

@@ -22,22 +22,17 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-int kvp_seq_create(kvp_blockmgr_t *bm, const uint32_t *tokens, size_t ntokens,
-                   const char *lora_name, int32_t lora_id, kvp_seq_t **out) {
+/* A sequence with room for nfull hashes and its tail, linked into bm. */
+static int seq_new(kvp_blockmgr_t *bm, size_t nfull, size_t ntail, const char *lora_name,
+                   int32_t lora_id, kvp_seq_t **out) {
   kvp_seq_t *s;
-  size_t nfull;
 
-  if (out)
-    *out = NULL;
-  if (bm == NULL || out == NULL || (ntokens > 0 && tokens == NULL))
-    return KVP_EINVAL;
   if ((s = calloc(1, sizeof *s)) == NULL)
     return KVP_ENOMEM;
-  nfull = ntokens / bm->page;
   s->bm = bm;
   s->seed = kvp_hash_seed(lora_name);
   s->lora_id = lora_id;
-  s->ntail = ntokens % bm->page;
+  s->ntail = ntail;
   if (grow((void **)&s->hashes, &s->hashes_cap, nfull + 1, sizeof *s->hashes) != 0 ||
       grow((void **)&s->blocks, &s->blocks_cap, nfull + 1, sizeof *s->blocks) != 0 ||
       (s->tail = malloc((size_t)bm->page * sizeof *s->tail)) == NULL) {
@@ -46,9 +41,6 @@ int kvp_seq_create(kvp_blockmgr_t *bm, const uint32_t *tokens, size_t ntokens,
     free(s);
     return KVP_ENOMEM;
   }
-  s->nhashes = kvp_hash_sequence(tokens, ntokens, bm->page, s->seed, s->hashes, nfull);
-  if (s->ntail > 0)
-    memcpy(s->tail, tokens + nfull * bm->page, s->ntail * sizeof *s->tail);
   s->next = bm->seqs;
   if (bm->seqs)
     bm->seqs->prev = s;
@@ -58,8 +50,46 @@ int kvp_seq_create(kvp_blockmgr_t *bm, const uint32_t *tokens, size_t ntokens,
   return 0;
 }
 
+int kvp_seq_create(kvp_blockmgr_t *bm, const uint32_t *tokens, size_t ntokens,
+                   const char *lora_name, int32_t lora_id, kvp_seq_t **out) {
+  kvp_seq_t *s;
+  size_t nfull;
+  int rc;
+
+  if (out)
+    *out = NULL;
+  if (bm == NULL || out == NULL || (ntokens > 0 && tokens == NULL))
+    return KVP_EINVAL;
+  nfull = ntokens / bm->page;
+  if ((rc = seq_new(bm, nfull, ntokens % bm->page, lora_name, lora_id, &s)) != 0)
+    return rc;
+  s->nhashes = kvp_hash_sequence(tokens, ntokens, bm->page, s->seed, s->hashes, nfull);
+  if (s->ntail > 0)
+    memcpy(s->tail, tokens + nfull * bm->page, s->ntail * sizeof *s->tail);
+  *out = s;
+  return 0;
+}
+
+int kvp_seq_create_hashed(kvp_blockmgr_t *bm, const uint64_t *hashes, size_t nhashes,
+                          const char *lora_name, int32_t lora_id, kvp_seq_t **out) {
+  kvp_seq_t *s;
+  int rc;
+
+  if (out)
+    *out = NULL;
+  if (bm == NULL || out == NULL || (nhashes > 0 && hashes == NULL))
+    return KVP_EINVAL;
+  if ((rc = seq_new(bm, nhashes, 0, lora_name, lora_id, &s)) != 0)
+    return rc;
+  if (nhashes > 0)
+    memcpy(s->hashes, hashes, nhashes * sizeof *hashes);
+  s->nhashes = nhashes;
+  *out = s;
+  return 0;
+}
+
 static void hit(kvp__blk_t *x) {
-  if (x->hits < UINT32_MAX)
+  if (x->hits < KVP__HITS_MAX)
     x->hits++;
 }
 
@@ -163,8 +193,6 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   for (size_t i = 0; i < h2; i++)
     kvp_pool_acquire(g2, bm->g2_ids[i]);
   for (size_t j = h1; j < n + tailb; j++) {
-    if (j + 8 < n)
-      kvp__pool_prefetch(g1, s->hashes[j + 8]);
     rc = kvp__bm_take_g1(bm, &ids[j]);
     assert(rc == 0); /* counted above: free + cached - pinned >= need */
     bm->fresh[j] = 0;
@@ -188,6 +216,8 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   }
   /* New blocks: full ones registered, a partial tail left Partial. */
   for (size_t j = h1 + onboarded; j < n; j++) {
+    if (j + 8 < n)
+      kvp__pool_prefetch(g1, s->hashes[j + 8]);
     kvp_block_init_sequence(g1, ids[j]);
     kvp_block_commit(g1, ids[j]);
     bm->fresh[j] = (uint8_t)register_or_share(s, j);

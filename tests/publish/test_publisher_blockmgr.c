@@ -162,13 +162,13 @@ static void core_drops_then_snapshot_converges(void **state) {
   assert_true(st.event_errors > 0); /* the tiny queue overflowed */
   /* The embedder's loop goes on polling: the resync snapshot is taken on
    * this thread, from the block manager, once the link is up. */
-  uint64_t end = pf_now_ms() + 10000;
+  uint64_t end = pf_now_ms() + 20000;
   int rc;
   while ((rc = kvp_publisher_poll(pub)) != 1 && pf_now_ms() < end)
     pf_sleep_ms(1);
   assert_int_equal(rc, 1);
   assert_int_equal(kvp_publisher_flush(pub, 10000), 0);
-  end = pf_now_ms() + 10000;
+  end = pf_now_ms() + 20000;
   while (s.snapshots_done < 2 && pf_now_ms() < end)
     pf_sub_drain(&s, 100, 500);
   pf_sub_drain(&s, 200, 2000);
