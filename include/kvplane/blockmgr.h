@@ -20,6 +20,16 @@
  * sequences (as in vLLM). The sink it feeds may be thread-safe (the
  * publisher's is).
  *
+ * Events of one call: a call that evicts (kvp_seq_allocate, _append, _free
+ * under write-through) queues its evictions and offloads and emits them
+ * coalesced before anything else it emits: one Removed G2 (G2's own
+ * evictions), Stored G2 for the offloaded blocks (one event per chain), one
+ * Removed G1. A block moving G1 -> G2 is thus Stored in G2 before it is
+ * Removed from G1, never absent from both. Then kvp_seq_allocate emits
+ * Accessed G1 (the shared prefix), Accessed G2 (the onboarded blocks) and
+ * Stored G1 (the blocks it registered, one event per run). Replaying the
+ * events in order always gives the registered sets (kvp_blockmgr_snapshot).
+ *
  * Sink failures: an event is emitted after the state change it describes is
  * done, so an operation never fails because its event could not be queued.
  * A sink error is counted (kvp_blockmgr_stats.event_errors) and the operation

@@ -73,6 +73,7 @@ void kvp_blockmgr_destroy(kvp_blockmgr_t *bm) {
   kvp_pool_destroy(bm->g2);
   free(bm->g2_ids);
   free(bm->fresh);
+  kvp__bm_events_free(bm);
   free(bm);
 }
 
@@ -115,11 +116,6 @@ void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const 
     kvp__bm_emit(bm, &ev);
 }
 
-static void removed(kvp_blockmgr_t *bm, int tier, uint64_t hash) {
-  kvp_event_t ev = {.type = KVP_EV_REMOVED, .tier = tier, .hashes = &hash, .nhashes = 1};
-  kvp__bm_emit(bm, &ev);
-}
-
 /* ---- offload ---- */
 
 /* Copies G1 block b (registered or just evicted, its bytes intact) into a
@@ -129,24 +125,14 @@ static void removed(kvp_blockmgr_t *bm, int tier, uint64_t hash) {
 static void copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t hash, const uint64_t *parent,
                        uint32_t hits, int32_t lora_id) {
   kvp_pool_evicted_t ev;
-  uint32_t d;
+  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, hash, parent, hits, lora_id, &ev);
 
-  if (kvp_pool_alloc(bm->g2, &d, &ev) != 0)
-    return;
   if (ev.evicted)
-    removed(bm, KVP_TIER_G2, ev.hash);
-  if (kvp_pool_copy_block(bm->g2, d, bm->g1, b) != 0) {
-    kvp_pool_release(bm->g2, d);
+    kvp__bm_pend_removed(bm, KVP_TIER_G2, ev.hash);
+  if (rc != 0)
     return;
-  }
-  kvp_block_init_sequence(bm->g2, d);
-  kvp_block_commit(bm->g2, d);
-  kvp_block_register(bm->g2, d, hash, parent, NULL);
-  bm->g2->blk[d].hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
-  bm->g2->blk[d].lora_id = lora_id;
-  kvp_pool_release(bm->g2, d);
   bm->offloads++;
-  kvp__bm_stored(bm, KVP_TIER_G2, parent, &hash, 1, lora_id);
+  kvp__bm_pend_stored_g2(bm, hash, parent, lora_id);
 }
 
 /* Whether a block leaving G1's use should be copied to G2, and if it is
@@ -184,7 +170,6 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
 
   if (rc != 0 || !ev.evicted)
     return rc;
-  removed(bm, KVP_TIER_G1, ev.hash);
   if (bm->g2 && bm->offload == KVP_OFFLOAD_ON_EVICT) {
     /* A later G1 victim will be looked up in G2 and copied into a G2
      * victim's bytes: start those loads now (see evict() in pool.c). */
@@ -201,6 +186,7 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
    * the filter kept it out; only eviction-time offload copies here. */
   if (bm->offload == KVP_OFFLOAD_ON_EVICT && wants_g2(bm, ev.hash, ev.hits))
     copy_to_g2(bm, *block, ev.hash, ev.has_parent ? &ev.parent_hash : NULL, ev.hits, ev.lora_id);
+  kvp__bm_pend_removed(bm, KVP_TIER_G1, ev.hash);
   return 0;
 }
 

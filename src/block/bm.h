@@ -5,6 +5,13 @@
 #include "block/pool.h"
 #include "kvplane/blockmgr.h"
 
+/* An offload whose Stored G2 event is queued (events.c). */
+typedef struct kvp__pend_s {
+  uint64_t hash, parent;
+  int32_t lora_id;
+  uint8_t has_parent;
+} kvp__pend_t;
+
 struct kvp_blockmgr_s {
   kvp_pool_t *g1, *g2; /* g2 NULL when not configured */
   uint32_t page;       /* tokens per block */
@@ -18,6 +25,17 @@ struct kvp_blockmgr_s {
   uint32_t *g2_ids;
   uint8_t *fresh; /* 1: the block at this position was registered by this call */
   size_t scratch_cap;
+  /* Events queued during one call (events.c). rm[0]: Removed G1, rm[1]:
+   * Removed G2; st2: Stored G2, with set/setused: the set of their hashes. */
+  uint64_t *rm[2];
+  size_t nrm[2], rmcap[2];
+  kvp__pend_t *st2;
+  size_t nst2, st2cap;
+  uint64_t *set;
+  uint8_t *setused;
+  size_t setcap;
+  uint64_t *run;
+  size_t runcap;
   /* Figures. */
   uint64_t lookups, hits_g1, hits_g2, onboards, offloads, offloads_filtered, dedups;
   uint64_t events, event_errors;
@@ -40,6 +58,15 @@ struct kvp_seq_s {
 
 /* Emits one event, counting it and a refusal by the sink. */
 void kvp__bm_emit(kvp_blockmgr_t *bm, const kvp_event_t *ev);
+
+/* Queue a Removed (tier G1 or G2) or a Stored G2 event of an offload; see
+ * events.c. kvp__bm_flush emits what is queued; every public call that can
+ * queue flushes before it returns or emits anything else. */
+void kvp__bm_pend_removed(kvp_blockmgr_t *bm, int tier, uint64_t hash);
+void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, uint64_t hash, const uint64_t *parent,
+                            int32_t lora_id);
+void kvp__bm_flush(kvp_blockmgr_t *bm);
+void kvp__bm_events_free(kvp_blockmgr_t *bm);
 
 /* Stored event for a chain of blocks in tier. */
 void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const uint64_t *hashes,

@@ -1,1 +1,1 @@
-list(APPEND KVP_LIB_SOURCES block/layout.c block/pool.c block/blockmgr.c block/seq.c)
+list(APPEND KVP_LIB_SOURCES block/layout.c block/pool.c block/blockmgr.c block/seq.c block/events.c)

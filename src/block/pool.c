@@ -101,29 +101,38 @@ static uint32_t ring_at(const kvp_pool_t *p, uint32_t i, uint32_t k) {
 
 /* ---- hash table ---- */
 
+static uint64_t slot_next(const kvp_pool_t *p, uint64_t i) {
+  return i + 1 == p->nslots ? 0 : i + 1;
+}
+
+/* Cyclic distance from slot a forward to slot b. */
+static uint64_t slot_dist(const kvp_pool_t *p, uint64_t a, uint64_t b) {
+  return b >= a ? b - a : b + p->nslots - a;
+}
+
 static void map_insert(kvp_pool_t *p, uint64_t h, uint32_t b) {
-  uint64_t i = (h >> 32) & p->mask;
+  uint64_t i = kvp__pool_home(p, h >> 32);
   while (p->slots[i] != 0)
-    i = (i + 1) & p->mask;
+    i = slot_next(p, i);
   p->slots[i] = (h >> 32) << 32 | ((uint64_t)b + 1);
 }
 
 static void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
   uint64_t want = (h >> 32) << 32 | ((uint64_t)b + 1);
-  uint64_t i = (h >> 32) & p->mask, j;
+  uint64_t i = kvp__pool_home(p, h >> 32), j;
 
   while (p->slots[i] != want)
-    i = (i + 1) & p->mask;
+    i = slot_next(p, i);
   /* Backward shift: move later entries of the cluster into the hole when
    * their home slot does not lie cyclically in (i, j]. */
   j = i;
   for (;;) {
-    j = (j + 1) & p->mask;
+    j = slot_next(p, j);
     uint64_t s = p->slots[j];
     if (s == 0)
       break;
-    uint64_t home = (s >> 32) & p->mask;
-    if (((j - home) & p->mask) >= ((j - i) & p->mask)) {
+    uint64_t home = kvp__pool_home(p, s >> 32);
+    if (slot_dist(p, home, j) >= slot_dist(p, i, j)) {
       p->slots[i] = s;
       i = j;
     }
@@ -190,7 +199,6 @@ static void prefetch_victims(kvp_pool_t *p) {
 
 int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
   kvp_pool_t *p;
-  uint64_t nslots = 16;
   int rc;
 
   *out = NULL;
@@ -217,14 +225,10 @@ int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
     return KVP_ETOOBIG;
   }
   p->bytes = (size_t)p->n * p->block_stride;
-  /* Load factor at most 3/4 (tags keep probes inside the slot array) and
-   * at most 21 bytes of table per block. */
-  while (nslots * 3 < (uint64_t)p->n * 4)
-    nslots <<= 1;
-  p->mask = nslots - 1;
+  p->nslots = (uint64_t)p->n * 2;
   p->rcap = p->n + p->n / 2 + 16;
   p->blk = kvp__table_alloc((size_t)p->n * sizeof *p->blk);
-  p->slots = kvp__table_alloc(nslots * sizeof *p->slots);
+  p->slots = kvp__table_alloc(p->nslots * sizeof *p->slots);
   p->ring = kvp__table_alloc((size_t)p->rcap * sizeof *p->ring);
   if (p->blk == NULL || p->slots == NULL || p->ring == NULL ||
       p->storage.ops->alloc(p->storage.ctx, p->bytes, p->layout.alignment, (void **)&p->base) !=
@@ -405,6 +409,45 @@ size_t kvp_pool_evict_all(kvp_pool_t *p) {
   return n;
 }
 
+int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
+                         const uint64_t *parent, uint32_t hits, int32_t lora_id,
+                         kvp_pool_evicted_t *ev) {
+  uint32_t b = p->free_head;
+  kvp__blk_t *x;
+  int rc;
+
+  ev->evicted = 0;
+  if (b == KVP__NIL) {
+    if ((b = ring_pop(p)) == KVP__NIL)
+      return KVP_ENOSPC;
+    prefetch_victims(p);
+    x = &p->blk[b];
+    ev->evicted = 1;
+    ev->hash = x->hash;
+    ev->has_parent = x->has_parent;
+    ev->parent_hash = x->parent;
+    ev->hits = x->hits;
+    ev->lora_id = x->lora_id;
+    evict(p, b); /* b is now the top of the free stack */
+  }
+  if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0)
+    return rc; /* b stays free */
+  x = &p->blk[b];
+  p->free_head = x->link;
+  p->nfree--;
+  set_state(p, x, KVP_BLOCK_REGISTERED);
+  x->refs = 0;
+  x->hash = hash;
+  x->has_parent = parent != NULL;
+  x->parent = parent ? *parent : 0;
+  x->hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
+  x->lora_id = lora_id;
+  map_insert(p, hash, b);
+  p->ncached++;
+  ring_push(p, b);
+  return 0;
+}
+
 void kvp__pool_touch(kvp_pool_t *p, uint32_t b) {
   if (p->blk[b].where == KVP__CACHED)
     ring_push(p, b); /* the old entry goes stale */
@@ -452,6 +495,6 @@ void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {
 }
 
 size_t kvp_pool_metadata_bytes(const kvp_pool_t *p) {
-  return (size_t)p->n * sizeof(kvp__blk_t) + (size_t)(p->mask + 1) * sizeof(uint64_t) +
+  return (size_t)p->n * sizeof(kvp__blk_t) + (size_t)p->nslots * sizeof(uint64_t) +
          (size_t)p->rcap * sizeof(uint32_t) + sizeof *p;
 }

@@ -35,10 +35,12 @@ struct kvp_pool_s {
   kvp__blk_t *blk;
   /* Open-addressing hash table, linear probing, deletion by backward
    * shift (no tombstones). A slot is (hash >> 32) << 32 | (block + 1), 0 when
-   * empty; the home slot is (hash >> 32) & mask, so probes and deletions
-   * read no block record until a tag matches. */
+   * empty; the home slot is the tag mapped onto [0, nslots) by a multiply
+   * (no power-of-two size), so probes and deletions read no block record
+   * until a tag matches. nslots = 2n: at most half full, so clusters and
+   * backward shifts stay short, at 16 bytes per block. */
   uint64_t *slots;
-  uint64_t mask;
+  uint64_t nslots;
   /* LRU order of cached blocks: a ring of block ids in the order they were
    * cached, oldest at rhead. A block leaving the cached set (a prefix hit, an
    * eviction) or cached again leaves its old entry behind, stale: an entry
@@ -60,8 +62,13 @@ struct kvp_pool_s {
   uint32_t ahead; /* after an eviction: a victim a few evictions ahead (a hint), or KVP__NIL */
 };
 
+/* The home slot of a tag (the high 32 bits of a hash). */
+static inline uint64_t kvp__pool_home(const kvp_pool_t *p, uint64_t tag) {
+  return (tag * p->nslots) >> 32;
+}
+
 static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
-  uint64_t i = (h >> 32) & p->mask;
+  uint64_t i = kvp__pool_home(p, h >> 32);
   uint32_t tag = (uint32_t)(h >> 32);
 
   for (;;) {
@@ -70,12 +77,13 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
       return KVP__NIL;
     if ((uint32_t)(s >> 32) == tag && p->blk[(uint32_t)s - 1].hash == h)
       return (uint32_t)s - 1;
-    i = (i + 1) & p->mask;
+    if (++i == p->nslots)
+      i = 0;
   }
 }
 
 static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
-  __builtin_prefetch(&p->slots[(h >> 32) & p->mask]);
+  __builtin_prefetch(&p->slots[kvp__pool_home(p, h >> 32)]);
 }
 
 /* How far ahead in the LRU ring evictions prefetch records (RECORDS) and
@@ -86,6 +94,15 @@ static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
 /* Zeroed memory for large tables (huge-page hinted); freed with free().
  * NULL when out of memory. */
 void *kvp__table_alloc(size_t bytes);
+
+/* Copies block sb of src into a block of p taken as kvp_pool_alloc would
+ * (a free block, else the LRU cached one, reported in *ev) and leaves it
+ * Registered under hash and cached, most recently used; in one step, for
+ * offload. hash must not be registered in p. Returns 0, KVP_ENOSPC (every
+ * block referenced), or the copy's error (the block taken stays free). */
+int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
+                         const uint64_t *parent, uint32_t hits, int32_t lora_id,
+                         kvp_pool_evicted_t *ev);
 
 /* Makes a cached block the most recently used one. */
 void kvp__pool_touch(kvp_pool_t *p, uint32_t b);

@@ -232,6 +232,7 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   bm->hits_g1 += h1;
   bm->hits_g2 += onboarded;
   bm->onboards += onboarded;
+  kvp__bm_flush(bm);
   accessed(bm, KVP_TIER_G1, s->hashes, h1);
   accessed(bm, KVP_TIER_G2, s->hashes + h1, onboarded);
   stored_runs(s, h1, n);
@@ -255,6 +256,7 @@ int kvp_seq_append(kvp_seq_t *s, uint32_t token) {
       return rc;
     if ((rc = kvp__bm_take_g1(bm, &b)) != 0)
       return rc;
+    kvp__bm_flush(bm);
     kvp_block_init_sequence(g1, b);
     s->blocks[s->nblocks++] = b;
   }
@@ -284,6 +286,7 @@ void kvp_seq_free(kvp_seq_t *s) {
       kvp_pool_release(bm->g1, s->blocks[i]);
       kvp__bm_cached(bm, s->blocks[i]);
     }
+    kvp__bm_flush(bm);
   }
   if (s->prev)
     s->prev->next = s->next;

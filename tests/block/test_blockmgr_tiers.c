@@ -330,10 +330,9 @@ static void expect_events(const bf_rec_t *r, size_t *at, const char *step, const
 #define AC(tier, n, ...)                                                                           \
   { KVP_EV_ACCESSED, tier, {__VA_ARGS__}, n, 0, 0 }
 
-/* Every event of a scripted scenario, in order. blockmgr.h says which events
- * an operation emits but not their order within one kvp_seq_allocate; the
- * order pinned here is: evictions as they happen (Removed G1, then that
- * block's offload: G2's own eviction as Removed G2, Stored G2), then
+/* Every event of a scripted scenario, in order (blockmgr.h, "Events of one
+ * call"): the call's evictions coalesced as Removed G2 (G2's own
+ * evictions), Stored G2 (offloads, one event per chain), Removed G1; then
  * Accessed G1 for the shared prefix, Accessed G2 for the onboarded blocks,
  * and Stored G1 for the blocks the call registered (onboarded and new, one
  * event per run). G1 4 blocks, G2 2, offload on eviction. */
@@ -391,7 +390,7 @@ static void scripted_event_sequence(void **state) {
   kvp_seq_free(sb);
   NONE("free B");
   assert_int_equal(kvp_seq_allocate(sd), 0);
-  EXPECT("allocate D (LoRA)", RM(KVP_TIER_G1, b[2]), ST(KVP_TIER_G2, 1, a[1], b[2]),
+  EXPECT("allocate D (LoRA)", ST(KVP_TIER_G2, 1, a[1], b[2]), RM(KVP_TIER_G1, b[2]),
          ST(KVP_TIER_G1, 1, 0, d0));
   assert_int_equal(r.ev[at - 1].lora_id, 7);
 
@@ -400,17 +399,17 @@ static void scripted_event_sequence(void **state) {
   NONE("free D and A"); /* G1 LRU: d0 a2 a1 a0 */
 
   sf = bf_seq(bm, v, 4, NULL, 0);
-  EXPECT("allocate F", RM(KVP_TIER_G1, d0), ST(KVP_TIER_G2, 1, 0, d0), ST(KVP_TIER_G1, 1, 0, f0));
-  assert_int_equal(r.ev[at - 2].lora_id, 7); /* d0 keeps D's LoRA id in G2 */
+  EXPECT("allocate F", ST(KVP_TIER_G2, 1, 0, d0), RM(KVP_TIER_G1, d0), ST(KVP_TIER_G1, 1, 0, f0));
+  assert_int_equal(r.ev[at - 3].lora_id, 7); /* d0 keeps D's LoRA id in G2 */
   sg = bf_seq(bm, w, 4, NULL, 0);            /* G2 full: b2 (LRU) goes */
-  EXPECT("allocate G", RM(KVP_TIER_G1, a[2]), RM(KVP_TIER_G2, b[2]), ST(KVP_TIER_G2, 1, a[1], a[2]),
+  EXPECT("allocate G", RM(KVP_TIER_G2, b[2]), ST(KVP_TIER_G2, 1, a[1], a[2]), RM(KVP_TIER_G1, a[2]),
          ST(KVP_TIER_G1, 1, 0, g0));
 
   kvp_seq_free(sf); /* G1 LRU: a1 a0 f0; G holds g0 */
   se = bf_seq(bm, t, 12, NULL, 0);
   assert_int_equal(kvp_seq_cached_tokens(se), 12);
-  EXPECT("allocate E (onboard a2)", RM(KVP_TIER_G1, f0), RM(KVP_TIER_G2, d0),
-         ST(KVP_TIER_G2, 1, 0, f0), AC(KVP_TIER_G1, 2, a[0], a[1]), AC(KVP_TIER_G2, 1, a[2]),
+  EXPECT("allocate E (onboard a2)", RM(KVP_TIER_G2, d0), ST(KVP_TIER_G2, 1, 0, f0),
+         RM(KVP_TIER_G1, f0), AC(KVP_TIER_G1, 2, a[0], a[1]), AC(KVP_TIER_G2, 1, a[2]),
          ST(KVP_TIER_G1, 1, a[1], a[2]));
 
   kvp_seq_free(se); /* G1 LRU: a2 a1 a0 */
