@@ -21,6 +21,18 @@ void kvp__pub_wake(kvp_publisher_t *pub) {
   pthread_mutex_unlock(&pub->wmu);
 }
 
+void kvp__pub_maybe_wake(kvp_publisher_t *pub, size_t before) {
+  /* Half a batch's worth of events, or a quarter of the queue, whichever is
+   * less: the loop starts encoding well before the queue fills. */
+  size_t at = pub->o.batch_max_events / 2;
+  if (at > pub->q.cap / 4)
+    at = pub->q.cap / 4;
+  if (at == 0)
+    at = 1;
+  if (before == 0 ? !atomic_load(&pub->armed) : before + 1 == at)
+    kvp__pub_wake(pub);
+}
+
 static void set_done(kvp_publisher_t *pub, uint64_t ticket) {
   pthread_mutex_lock(&pub->fmu);
   if (ticket > pub->done_ticket) {
@@ -232,10 +244,38 @@ static void retry_unacked(kvp_publisher_t *pub) {
   }
 }
 
+static void drain(kvp_publisher_t *pub);
+
+/* Ends every loop callback. With a window open (its max-delay timer
+ * running, started by drain) producers need not wake the loop: armed = 1.
+ * Otherwise armed = 0, then whatever a producer queued while it still saw
+ * armed = 1 is drained: a producer that reads armed = 1 queued before the
+ * store of 0, so the peek after that store sees its event. */
+static void settle(kvp_publisher_t *pub) {
+  uint64_t first;
+  size_t n;
+
+  if (pub->stopping)
+    return;
+  if (pub->batch.nev > 0) {
+    atomic_store(&pub->armed, 1);
+    return;
+  }
+  atomic_store(&pub->armed, 0);
+  kvp__pubq_peek(&pub->q, &first, &n);
+  if (n > 0) {
+    drain(pub);
+    if (pub->batch.nev > 0)
+      atomic_store(&pub->armed, 1);
+  }
+}
+
 static void on_delay(uv_timer_t *t) {
   kvp_publisher_t *pub = t->data;
+  drain(pub); /* what producers queued without waking the loop */
   if (pub->batch.nev > 0)
     emit_window(pub, 0);
+  settle(pub);
 }
 
 static size_t block_cost(const kvp__pubq_item_t *it) {
@@ -342,6 +382,7 @@ static void step(kvp_publisher_t *pub) {
     emit_window(pub, 0);
   if (atomic_load(&pub->stop))
     stop_loop(pub);
+  settle(pub);
 }
 
 void kvp__pub_on_async(uv_async_t *a) {
@@ -357,6 +398,7 @@ static void on_tick(uv_timer_t *t) {
   int idle = pub->batch.nev == 0 && (pub->o.mode == KVP_PUB_CORE || pcount(pub) == 0);
   if (idle && now - pub->last_send_ns >= (uint64_t)pub->o.heartbeat_ms * 1000000u)
     emit_window(pub, 1);
+  settle(pub);
 }
 
 void kvp__pub_loop_main(void *arg) {

@@ -69,6 +69,12 @@ struct kvp_publisher_s {
   pthread_mutex_t wmu; /* guards wake_ok: no uv_async_send once the handle closes */
   int wake_ok;
   _Atomic uint64_t flush_want;
+  /* Set by the loop while a batch window is open and its max-delay timer
+   * runs: producers then skip waking the loop for an event into an empty
+   * queue (the timer will take it), and wake it only when the queue
+   * reaches wake_at events. Saves a syscall and a context switch per burst
+   * of events on the producer's thread (loop.c, settle()). */
+  _Atomic int armed;
   _Atomic int stop;
   _Atomic int link_up;
   _Atomic uint64_t gen; /* bumped at every disconnect */
@@ -98,6 +104,11 @@ int kvp__pub_connected(kvp_publisher_t *pub);
 /* loop.c */
 void kvp__pub_loop_main(void *arg);
 void kvp__pub_wake(kvp_publisher_t *pub);
+
+/* A producer queued an event behind `before` others: wakes the loop when
+ * it must (an empty queue and no open window, or the queue reaching the
+ * wake threshold). */
+void kvp__pub_maybe_wake(kvp_publisher_t *pub, size_t before);
 void kvp__pub_on_async(uv_async_t *a);
 
 #endif

@@ -131,7 +131,7 @@ static int valid_tier(int t) {
 }
 
 int kvp_publisher_emit(kvp_publisher_t *pub, const kvp_event_t *ev) {
-  int was_empty = 0;
+  size_t before = 0;
   if (pub == NULL || ev == NULL)
     return KVP_EINVAL;
   switch (ev->type) {
@@ -151,11 +151,10 @@ int kvp_publisher_emit(kvp_publisher_t *pub, const kvp_event_t *ev) {
   }
   if (ev->volume != NULL && strlen(ev->volume) >= KVP__VOLUME_MAX)
     return KVP_EINVAL;
-  int rc = kvp__pubq_push(&pub->q, ev, &was_empty);
+  int rc = kvp__pubq_push(&pub->q, ev, &before);
   if (rc == 0) {
     atomic_fetch_add_explicit(&pub->f_queued, 1, memory_order_relaxed);
-    if (was_empty)
-      kvp__pub_wake(pub);
+    kvp__pub_maybe_wake(pub, before);
   } else if (rc == KVP_EOVERFLOW) {
     atomic_fetch_add_explicit(&pub->f_dropped, 1, memory_order_relaxed);
     atomic_store(&pub->resync_due, 1);
@@ -237,13 +236,12 @@ static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint
                       .parent_hashes = p ? p + off : NULL,
                       .block_tokens = pub->o.block_tokens,
                       .block_bytes = pub->o.block_bytes};
-    int was_empty = 0;
-    int rc = kvp__pubq_push(&pub->q, &ev, &was_empty);
+    size_t before = 0;
+    int rc = kvp__pubq_push(&pub->q, &ev, &before);
     if (rc != 0)
       return rc;
     atomic_fetch_add(&pub->f_queued, 1);
-    if (was_empty)
-      kvp__pub_wake(pub);
+    kvp__pub_maybe_wake(pub, before);
     off += k;
   } while (off < n);
   return 0;

@@ -49,6 +49,7 @@ typedef struct kvp__pubq_s {
   int waiters;
   int closed;
   int drop;         /* overflow policy drop */
+  int locked;       /* items and arena are mlock'ed */
   uint64_t dropped; /* events refused in drop mode, not yet reported */
   uint64_t dropped_total;
 } kvp__pubq_t;
@@ -57,10 +58,11 @@ typedef struct kvp__pubq_s {
 int kvp__pubq_init(kvp__pubq_t *q, size_t cap, int drop);
 void kvp__pubq_destroy(kvp__pubq_t *q);
 
-/* Copies ev (validated by the caller). *was_empty tells the caller to wake
- * the consumer. Returns 0, KVP_EOVERFLOW (drop mode, counted), KVP_ECLOSED
- * or KVP_ENOMEM (an oversized event could not be copied). */
-int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, int *was_empty);
+/* Copies ev (validated by the caller). *before receives how many events
+ * were queued before it (0: the consumer may need waking). Returns 0,
+ * KVP_EOVERFLOW (drop mode, counted), KVP_ECLOSED or KVP_ENOMEM (an
+ * oversized event could not be copied). */
+int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before);
 
 /* Consumer: the range [*first, *first + *n) of items ready to read. */
 void kvp__pubq_peek(kvp__pubq_t *q, uint64_t *first, size_t *n);
