@@ -24,8 +24,8 @@
  * 16-token block); offload and onboard copy those bytes. (With 2 layers x 8
  * x 2 B, 16 KiB per 512-token block, the cold copies of offloads and onboards
  * alone take longer than hashing: layers=2 inner=8 elem=2.) The pools'
- * memory is allocated and touched once and reused by every round (see
- * arena_alloc).
+ * memory is the library's system storage, touched when the pools are
+ * created (untimed).
  *
  * Best of N rounds (5 for 512 tokens, 3 for 16), each with a fresh manager,
  * block manager and baseline alternating so drift hits both; only the replay
@@ -294,46 +294,6 @@ static int count_emit(void *ctx, const kvp_event_t *ev) {
 
 /* --- storage ------------------------------------------------------------ */
 
-/* Host memory kept across rounds: a pool's region is allocated and touched
- * once (untimed), and handed to the next round's pool of the same tier, as
- * long-lived (pinned) pools are in a worker; otherwise every round would pay
- * first-touch page faults in its offload and onboard copies. Copies are the
- * library's own system-storage copy. */
-typedef struct arena_s {
-  void *base;
-  size_t size;
-  int used;
-} arena_t;
-
-static int arena_alloc(void *ctx, size_t size, size_t alignment, void **base) {
-  arena_t *a = ctx;
-  if (a->used)
-    return KVP_ENOMEM;
-  if (a->base == NULL || a->size < size || ((uintptr_t)a->base & (alignment - 1)) != 0) {
-    free(a->base);
-    a->base = NULL;
-    a->size = 0;
-    if (posix_memalign(&a->base, alignment > 4096 ? alignment : 4096, size ? size : 1) != 0) {
-      a->base = NULL;
-      return KVP_ENOMEM;
-    }
-    memset(a->base, 0, size);
-    a->size = size;
-  }
-  a->used = 1;
-  *base = a->base;
-  return 0;
-}
-
-static void arena_free(void *ctx, void *base, size_t size) {
-  arena_t *a = ctx;
-  (void)base;
-  (void)size;
-  a->used = 0;
-}
-
-static kvp_storage_ops_t arena_ops = {.kind = "system", .alloc = arena_alloc, .free = arena_free};
-
 /* --- one configuration -------------------------------------------------- */
 
 typedef struct cfg_s {
@@ -395,10 +355,8 @@ static int run(const trace_t *t, size_t page, int rounds, const cfg_t *cfg, resu
   if (o.g1_blocks < max_blocks)
     o.g1_blocks = (uint32_t)max_blocks; /* one request must fit */
   o.sink = (kvp_event_sink_t){count_emit, &sink};
-  arena_t arena[2] = {{0}};
-  arena_ops.copy = kvp_storage_system().ops->copy;
-  o.g1_storage = (kvp_storage_t){&arena_ops, &arena[0]};
-  o.g2_storage = (kvp_storage_t){&arena_ops, &arena[1]};
+  /* System storage, as a worker has it: allocated, touched and huge-page
+   * hinted when the manager is created (untimed), so copies do not fault. */
   size_t stride = kvp_layout_check(&o.layout) == 0 ? kvp_layout_block_stride(&o.layout) : 0;
 
   printf("# %s: %zu requests, %llu full blocks (%llu tokens); working set W = %zu distinct blocks;"
@@ -568,8 +526,6 @@ static int run(const trace_t *t, size_t page, int rounds, const cfg_t *cfg, resu
            " kvp_seq_allocate %.1f, kvp_seq_free %.1f ns per block\n",
            tag, (double)split[0] / nb, (double)split[1] / nb, (double)split[2] / nb);
   }
-  free(arena[0].base);
-  free(arena[1].base);
   free(buf);
   free(hashes);
   return rc;
