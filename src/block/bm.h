@@ -81,6 +81,10 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block);
  * it is copied to G2 now (its data is final). */
 void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block);
 
+/* Grows *arr (of *cap elements of elem bytes, doubling from first) to hold
+ * need elements. Returns 0 or KVP_ENOMEM (*arr unchanged). */
+int kvp__grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
+
 /* Grows the allocate scratch to n entries. Returns 0 or KVP_ENOMEM. */
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n);
 

@@ -19,17 +19,7 @@
 #include "kvplane/status.h"
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
-  size_t c = *cap ? *cap : 64;
-  void *p;
-  if (need <= *cap)
-    return 0;
-  while (c < need)
-    c *= 2;
-  if ((p = realloc(*arr, c * elem)) == NULL)
-    return KVP_ENOMEM;
-  *arr = p;
-  *cap = c;
-  return 0;
+  return kvp__grow(arr, cap, need, elem, 64);
 }
 
 static void removed_now(kvp_blockmgr_t *bm, int tier, const uint64_t *hashes, size_t n) {

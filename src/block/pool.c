@@ -295,34 +295,28 @@ static kvp__blk_t *held(kvp_pool_t *p, uint32_t b) {
   return &p->blk[b];
 }
 
-int kvp_block_init_sequence(kvp_pool_t *p, uint32_t block) {
+/* Moves a referenced block to state `to` from one of the states in `from`
+ * (a bit per state). */
+static int transition(kvp_pool_t *p, uint32_t block, unsigned from, int to) {
   kvp__blk_t *x = held(p, block);
   if (x == NULL)
     return KVP_EINVAL;
-  if (x->state != KVP_BLOCK_RESET)
+  if (!(from & (1u << x->state)))
     return KVP_ESTATE;
-  set_state(p, x, KVP_BLOCK_PARTIAL);
+  set_state(p, x, to);
   return 0;
+}
+
+int kvp_block_init_sequence(kvp_pool_t *p, uint32_t block) {
+  return transition(p, block, 1u << KVP_BLOCK_RESET, KVP_BLOCK_PARTIAL);
 }
 
 int kvp_block_commit(kvp_pool_t *p, uint32_t block) {
-  kvp__blk_t *x = held(p, block);
-  if (x == NULL)
-    return KVP_EINVAL;
-  if (x->state != KVP_BLOCK_PARTIAL)
-    return KVP_ESTATE;
-  set_state(p, x, KVP_BLOCK_COMPLETE);
-  return 0;
+  return transition(p, block, 1u << KVP_BLOCK_PARTIAL, KVP_BLOCK_COMPLETE);
 }
 
 int kvp_block_abort(kvp_pool_t *p, uint32_t block) {
-  kvp__blk_t *x = held(p, block);
-  if (x == NULL)
-    return KVP_EINVAL;
-  if (x->state != KVP_BLOCK_PARTIAL && x->state != KVP_BLOCK_COMPLETE)
-    return KVP_ESTATE;
-  set_state(p, x, KVP_BLOCK_RESET);
-  return 0;
+  return transition(p, block, 1u << KVP_BLOCK_PARTIAL | 1u << KVP_BLOCK_COMPLETE, KVP_BLOCK_RESET);
 }
 
 int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const uint64_t *parent,

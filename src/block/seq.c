@@ -7,8 +7,8 @@
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 
-static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
-  size_t c = *cap ? *cap : 4;
+int kvp__grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first) {
+  size_t c = *cap ? *cap : first;
   void *p;
 
   if (need <= *cap)
@@ -20,6 +20,10 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
   *arr = p;
   *cap = c;
   return 0;
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
+  return kvp__grow(arr, cap, need, elem, 4);
 }
 
 /* A sequence with room for nfull hashes and its tail, linked into bm. */

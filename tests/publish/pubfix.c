@@ -1,5 +1,6 @@
 /* Publisher test fixture (see pubfix.h). */
 #include "pubfix.h"
+#include "natsd.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -193,4 +194,38 @@ void pf_sub_wait_events(pf_sub_t *s, size_t nevents, int total_ms) {
   uint64_t end = pf_now_ms() + (uint64_t)total_ms;
   while (s->events < nevents && pf_now_ms() < end)
     read_one(s, 100);
+}
+
+const char *const pf_user = "alice", *const pf_pass = "s3cret", *const pf_token = "tok-123";
+static kvp_natsd_t pf_d;
+
+static int start(void **state, const kvp_natsd_opts_t *o) {
+  if (kvp_natsd_start(&pf_d, o) != 0)
+    return -1;
+  *state = &pf_d;
+  return 0;
+}
+
+int pf_setup_core(void **state) {
+  return start(state, NULL);
+}
+
+int pf_setup_js(void **state) {
+  kvp_natsd_opts_t o = {.jetstream = 1};
+  return start(state, &o);
+}
+
+int pf_setup_user(void **state) {
+  kvp_natsd_opts_t o = {.user = pf_user, .pass = pf_pass};
+  return start(state, &o);
+}
+
+int pf_setup_token(void **state) {
+  kvp_natsd_opts_t o = {.token = pf_token};
+  return start(state, &o);
+}
+
+int pf_teardown(void **state) {
+  kvp_natsd_stop(*state);
+  return 0;
 }

@@ -53,6 +53,16 @@ void pf_set_free(pf_set_t *s);
 /* 1 when a and b hold the same values (any order). */
 int pf_set_equal(const pf_set_t *a, const pf_set_t *b);
 
+/* cmocka fixtures: a real nats-server started for each test, handed to it
+ * as *state (a kvp_natsd_t *), stopped after it: core NATS, JetStream on,
+ * a user/password, or a token (see pf_user and pf_token). */
+int pf_setup_core(void **state);
+int pf_setup_js(void **state);
+int pf_setup_user(void **state);
+int pf_setup_token(void **state);
+int pf_teardown(void **state);
+extern const char *const pf_user, *const pf_pass, *const pf_token;
+
 void pf_sleep_ms(int ms);
 uint64_t pf_now_ms(void);
 

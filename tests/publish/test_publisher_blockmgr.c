@@ -15,28 +15,6 @@
 #include "natsd.h"
 #include "pubfix.h"
 
-static kvp_natsd_t g_d;
-
-static int setup_js(void **state) {
-  kvp_natsd_opts_t o = {.jetstream = 1};
-  if (kvp_natsd_start(&g_d, &o) != 0)
-    return -1;
-  *state = &g_d;
-  return 0;
-}
-
-static int setup_core(void **state) {
-  if (kvp_natsd_start(&g_d, NULL) != 0)
-    return -1;
-  *state = &g_d;
-  return 0;
-}
-
-static int teardown(void **state) {
-  kvp_natsd_stop(*state);
-  return 0;
-}
-
 static kvp_blockmgr_t *make_bm(void) {
   kvp_blockmgr_opts_t o;
   kvp_blockmgr_t *bm;
@@ -212,9 +190,10 @@ static void example_worker_publishes(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown(jetstream_events_rebuild_registered_sets, setup_js, teardown),
-    cmocka_unit_test_setup_teardown(core_drops_then_snapshot_converges, setup_core, teardown),
-    cmocka_unit_test_setup_teardown(example_worker_publishes, setup_core, teardown),
+    cmocka_unit_test_setup_teardown(jetstream_events_rebuild_registered_sets, pf_setup_js,
+                                    pf_teardown),
+    cmocka_unit_test_setup_teardown(core_drops_then_snapshot_converges, pf_setup_core, pf_teardown),
+    cmocka_unit_test_setup_teardown(example_worker_publishes, pf_setup_core, pf_teardown),
 };
 
 KVP_TEST_MAIN("publish_blockmgr", tests)

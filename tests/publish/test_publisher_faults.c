@@ -15,44 +15,6 @@
 #include "natsd.h"
 #include "pubfix.h"
 
-static kvp_natsd_t g_d;
-
-static int setup_js(void **state) {
-  kvp_natsd_opts_t o = {.jetstream = 1};
-  if (kvp_natsd_start(&g_d, &o) != 0)
-    return -1;
-  *state = &g_d;
-  return 0;
-}
-
-static int setup_core(void **state) {
-  if (kvp_natsd_start(&g_d, NULL) != 0)
-    return -1;
-  *state = &g_d;
-  return 0;
-}
-
-static int setup_user(void **state) {
-  kvp_natsd_opts_t o = {.user = "alice", .pass = "s3cret"};
-  if (kvp_natsd_start(&g_d, &o) != 0)
-    return -1;
-  *state = &g_d;
-  return 0;
-}
-
-static int setup_token(void **state) {
-  kvp_natsd_opts_t o = {.token = "tok-123"};
-  if (kvp_natsd_start(&g_d, &o) != 0)
-    return -1;
-  *state = &g_d;
-  return 0;
-}
-
-static int teardown(void **state) {
-  kvp_natsd_stop(*state);
-  return 0;
-}
-
 static void opts_for(kvp_publisher_opts_t *o, const kvp_natsd_t *d, const char *worker, int js) {
   kvp_publisher_opts_init(o);
   o->servers = d->url;
@@ -242,19 +204,19 @@ static void auth(kvp_natsd_t *d, const char *user, const char *pass, const char 
 }
 
 static void auth_user_password(void **state) {
-  auth(*state, "alice", "s3cret", NULL);
+  auth(*state, pf_user, pf_pass, NULL);
 }
 static void auth_token(void **state) {
-  auth(*state, NULL, NULL, "tok-123");
+  auth(*state, NULL, NULL, pf_token);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown(jetstream_acks_everything, setup_js, teardown),
-    cmocka_unit_test_setup_teardown(jetstream_kill_restart, setup_js, teardown),
-    cmocka_unit_test_setup_teardown(stop_cont_core, setup_core, teardown),
-    cmocka_unit_test_setup_teardown(stop_cont_jetstream, setup_js, teardown),
-    cmocka_unit_test_setup_teardown(auth_user_password, setup_user, teardown),
-    cmocka_unit_test_setup_teardown(auth_token, setup_token, teardown),
+    cmocka_unit_test_setup_teardown(jetstream_acks_everything, pf_setup_js, pf_teardown),
+    cmocka_unit_test_setup_teardown(jetstream_kill_restart, pf_setup_js, pf_teardown),
+    cmocka_unit_test_setup_teardown(stop_cont_core, pf_setup_core, pf_teardown),
+    cmocka_unit_test_setup_teardown(stop_cont_jetstream, pf_setup_js, pf_teardown),
+    cmocka_unit_test_setup_teardown(auth_user_password, pf_setup_user, pf_teardown),
+    cmocka_unit_test_setup_teardown(auth_token, pf_setup_token, pf_teardown),
 };
 
 int main(int argc, char **argv) {
