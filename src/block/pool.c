@@ -258,27 +258,39 @@ void kvp_pool_destroy(kvp_pool_t *p) {
   free(p);
 }
 
-int kvp_pool_alloc(kvp_pool_t *p, uint32_t *block, kvp_pool_evicted_t *ev) {
+/* Makes sure a block is free, evicting the least recently used cached block
+ * when none is (*ev, may be NULL, says which), and returns it: the top of
+ * the free stack. Returns KVP__NIL when every block is referenced. */
+static uint32_t free_or_evict(kvp_pool_t *p, kvp_pool_evicted_t *ev) {
   uint32_t b = p->free_head;
   kvp__blk_t *x;
 
   if (ev)
     ev->evicted = 0;
-  if (b == KVP__NIL) {
-    if ((b = ring_pop(p)) == KVP__NIL)
-      return KVP_ENOSPC;
-    prefetch_victims(p);
-    x = &p->blk[b];
-    if (ev) {
-      ev->evicted = 1;
-      ev->hash = x->hash;
-      ev->has_parent = x->has_parent;
-      ev->parent_hash = x->parent;
-      ev->hits = x->hits;
-      ev->lora_id = x->lora_id;
-    }
-    evict(p, b);
+  if (b != KVP__NIL)
+    return b;
+  if ((b = ring_pop(p)) == KVP__NIL)
+    return KVP__NIL;
+  prefetch_victims(p);
+  x = &p->blk[b];
+  if (ev) {
+    ev->evicted = 1;
+    ev->hash = x->hash;
+    ev->has_parent = x->has_parent;
+    ev->parent_hash = x->parent;
+    ev->hits = x->hits;
+    ev->lora_id = x->lora_id;
   }
+  evict(p, b); /* onto the free stack */
+  return b;
+}
+
+int kvp_pool_alloc(kvp_pool_t *p, uint32_t *block, kvp_pool_evicted_t *ev) {
+  uint32_t b = free_or_evict(p, ev);
+  kvp__blk_t *x;
+
+  if (b == KVP__NIL)
+    return KVP_ENOSPC;
   x = &p->blk[b];
   activate(p, b);
   x->refs = 1;
@@ -406,24 +418,12 @@ size_t kvp_pool_evict_all(kvp_pool_t *p) {
 int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
                          const uint64_t *parent, uint32_t hits, int32_t lora_id,
                          kvp_pool_evicted_t *ev) {
-  uint32_t b = p->free_head;
+  uint32_t b = free_or_evict(p, ev);
   kvp__blk_t *x;
   int rc;
 
-  ev->evicted = 0;
-  if (b == KVP__NIL) {
-    if ((b = ring_pop(p)) == KVP__NIL)
-      return KVP_ENOSPC;
-    prefetch_victims(p);
-    x = &p->blk[b];
-    ev->evicted = 1;
-    ev->hash = x->hash;
-    ev->has_parent = x->has_parent;
-    ev->parent_hash = x->parent;
-    ev->hits = x->hits;
-    ev->lora_id = x->lora_id;
-    evict(p, b); /* b is now the top of the free stack */
-  }
+  if (b == KVP__NIL)
+    return KVP_ENOSPC;
   if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0)
     return rc; /* b stays free */
   x = &p->blk[b];
