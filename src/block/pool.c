@@ -111,15 +111,17 @@ static uint64_t slot_dist(const kvp_pool_t *p, uint64_t a, uint64_t b) {
 }
 
 static void map_insert(kvp_pool_t *p, uint64_t h, uint32_t b) {
-  uint64_t i = kvp__pool_home(p, h >> 32);
+  uint64_t tag = kvp__pool_tag(h);
+  uint64_t i = kvp__pool_home(p, tag);
   while (p->slots[i] != 0)
     i = slot_next(p, i);
-  p->slots[i] = (h >> 32) << 32 | ((uint64_t)b + 1);
+  p->slots[i] = tag << 32 | ((uint64_t)b + 1);
 }
 
 static void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
-  uint64_t want = (h >> 32) << 32 | ((uint64_t)b + 1);
-  uint64_t i = kvp__pool_home(p, h >> 32), j;
+  uint64_t tag = kvp__pool_tag(h);
+  uint64_t want = tag << 32 | ((uint64_t)b + 1);
+  uint64_t i = kvp__pool_home(p, tag), j;
 
   while (p->slots[i] != want)
     i = slot_next(p, i);

@@ -26,7 +26,7 @@ typedef struct kvp__blk_s {
   uint8_t state : 3; /* kvp_block_state_t */
   uint8_t where : 2; /* KVP__ACTIVE / FREE / CACHED */
   uint8_t has_parent : 1;
-  uint8_t pad;
+  uint8_t mark; /* scratch for one kvp_seq_allocate scan, 0 outside it */
 } kvp__blk_t;
 
 struct kvp_pool_s {
@@ -34,8 +34,10 @@ struct kvp_pool_s {
   uint32_t n;
   kvp__blk_t *blk;
   /* Open-addressing hash table, linear probing, deletion by backward
-   * shift (no tombstones). A slot is (hash >> 32) << 32 | (block + 1), 0 when
-   * empty; the home slot is the tag mapped onto [0, nslots) by a multiply
+   * shift (no tombstones). A slot is tag << 32 | (block + 1), 0 when empty,
+   * where the tag is 32 bits of the hash multiplied by a 64-bit odd constant
+   * (so hashes from an engine with little entropy in some bits still
+   * spread); the home slot is the tag mapped onto [0, nslots) by a multiply
    * (no power-of-two size), so probes and deletions read no block record
    * until a tag matches. nslots = 2n: at most half full, so clusters and
    * backward shifts stay short, at 16 bytes per block. */
@@ -62,14 +64,20 @@ struct kvp_pool_s {
   uint32_t ahead; /* after an eviction: a victim a few evictions ahead (a hint), or KVP__NIL */
 };
 
-/* The home slot of a tag (the high 32 bits of a hash). */
+/* The tag of a hash: the high half of hash * 2^64/phi, which depends on
+ * every bit of the hash. */
+static inline uint64_t kvp__pool_tag(uint64_t h) {
+  return (h * UINT64_C(0x9e3779b97f4a7c15)) >> 32;
+}
+
+/* The home slot of a tag. */
 static inline uint64_t kvp__pool_home(const kvp_pool_t *p, uint64_t tag) {
   return (tag * p->nslots) >> 32;
 }
 
 static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
-  uint64_t i = kvp__pool_home(p, h >> 32);
-  uint32_t tag = (uint32_t)(h >> 32);
+  uint32_t tag = (uint32_t)kvp__pool_tag(h);
+  uint64_t i = kvp__pool_home(p, tag);
 
   for (;;) {
     uint64_t s = p->slots[i];
@@ -83,7 +91,7 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
 }
 
 static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
-  __builtin_prefetch(&p->slots[kvp__pool_home(p, h >> 32)]);
+  __builtin_prefetch(&p->slots[kvp__pool_home(p, kvp__pool_tag(h))]);
 }
 
 /* How far ahead in the LRU ring evictions prefetch records (RECORDS) and

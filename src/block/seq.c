@@ -147,7 +147,7 @@ static int register_or_share(kvp_seq_t *s, size_t j) {
 int kvp_seq_allocate(kvp_seq_t *s) {
   kvp_blockmgr_t *bm;
   kvp_pool_t *g1, *g2;
-  size_t n, h1 = 0, h2 = 0, onboarded = 0, pinned = 0, need, tailb;
+  size_t n, h1 = 0, h2 = 0, onboarded = 0, pinned = 0, need, avail, tailb;
   uint32_t *ids;
   int rc;
 
@@ -172,11 +172,17 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     if (h1 + 8 < n)
       kvp__pool_prefetch(g1, s->hashes[h1 + 8]);
     uint32_t b = kvp__pool_find(g1, s->hashes[h1]);
-    if (b == KVP__NIL)
+    /* A block met twice (hashes from kvp_seq_create_hashed are the
+     * engine's; chained ones cannot repeat) ends the prefix, so every
+     * pinned block is counted once. */
+    if (b == KVP__NIL || g1->blk[b].mark)
       break;
+    g1->blk[b].mark = 1;
     ids[h1] = b;
     pinned += g1->blk[b].refs == 0;
   }
+  for (size_t i = 0; i < h1; i++)
+    g1->blk[ids[i]].mark = 0;
   if (g2) {
     for (; h1 + h2 < n; h2++) {
       uint32_t b = kvp__pool_find(g2, s->hashes[h1 + h2]);
@@ -186,7 +192,8 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     }
   }
   need = (n - h1) + tailb;
-  if (need > (size_t)g1->nfree + g1->ncached - pinned)
+  avail = (size_t)g1->nfree + g1->ncached; /* pinned <= cached: each counted once */
+  if (pinned > avail || need > avail - pinned)
     return KVP_ENOSPC;
 
   /* Pin the hits so that evictions below cannot take them. */
@@ -210,9 +217,14 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     if (onboarded == i && kvp_pool_copy_block(g1, ids[j], g2, g) == 0) {
       kvp_block_init_sequence(g1, ids[j]);
       kvp_block_commit(g1, ids[j]);
+      /* Shared instead when another sequence registered the hash in G1
+       * meanwhile: the copy is dropped, the G1 block served. */
       bm->fresh[j] = (uint8_t)register_or_share(s, j);
-      g1->blk[ids[j]].hits = g2->blk[g].hits;
-      hit(&g1->blk[ids[j]]);
+      if (bm->fresh[j]) {
+        g1->blk[ids[j]].hits = g2->blk[g].hits;
+        hit(&g1->blk[ids[j]]);
+        bm->onboards++;
+      }
       hit(&g2->blk[g]);
       onboarded++;
     }
@@ -235,7 +247,6 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   bm->lookups += n;
   bm->hits_g1 += h1;
   bm->hits_g2 += onboarded;
-  bm->onboards += onboarded;
   kvp__bm_flush(bm);
   accessed(bm, KVP_TIER_G1, s->hashes, h1);
   accessed(bm, KVP_TIER_G2, s->hashes + h1, onboarded);

@@ -29,7 +29,7 @@ void kvp__pub_maybe_wake(kvp_publisher_t *pub, size_t before) {
     at = pub->q.cap / 4;
   if (at == 0)
     at = 1;
-  if (before == 0 ? !atomic_load(&pub->armed) : before + 1 == at)
+  if (before == KVP__PUBQ_HALF || (before == 0 ? !atomic_load(&pub->armed) : before + 1 == at))
     kvp__pub_wake(pub);
 }
 

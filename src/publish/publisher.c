@@ -18,6 +18,10 @@ static uint64_t unix_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static void queue_full(void *ctx) {
+  kvp__pub_wake(ctx);
+}
+
 int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, char *err,
                        size_t errlen) {
   char scratch[8];
@@ -49,6 +53,11 @@ int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, cha
   if ((rc = kvp__pubq_init(&pub->q, pub->o.queue_capacity, pub->o.overflow == KVP_OVERFLOW_DROP)) !=
       0)
     goto fail_strs;
+  /* A producer that finds the queue full wakes the loop before it waits or
+   * drops: with a window open the loop would otherwise sleep until its
+   * max-delay timer (loop.c, kvp__pub_maybe_wake). */
+  pub->q.on_full = queue_full;
+  pub->q.on_full_ctx = pub;
   kvp__batch_init(&pub->batch, pub->o.coalesce);
   rc = KVP_ENOMEM;
   if (pthread_mutex_init(&pub->amu, NULL) != 0)

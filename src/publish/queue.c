@@ -35,8 +35,11 @@ int kvp__pubq_init(kvp__pubq_t *q, size_t cap, int drop) {
    * cost 10-80 us, which was the call's p99 in the trace workload. */
   memset(q->items, 0, q->cap * sizeof *q->items);
   memset(q->arena, 0, q->wcap * sizeof *q->arena);
-  q->locked = mlock(q->items, q->cap * sizeof *q->items) == 0 &&
-              mlock(q->arena, q->wcap * sizeof *q->arena) == 0;
+  q->locked = mlock(q->items, q->cap * sizeof *q->items) == 0;
+  if (q->locked && mlock(q->arena, q->wcap * sizeof *q->arena) != 0) {
+    munlock(q->items, q->cap * sizeof *q->items);
+    q->locked = 0;
+  }
   /* The lock is held for a copy at most: an adaptive mutex spins briefly
    * instead of putting a producer to sleep behind the consumer's peek (a
    * futex sleep and wake-up cost 10-20 us here, the p99 of the call). */
@@ -157,6 +160,8 @@ int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before) {
     }
     if (room)
       break;
+    if (q->on_full)
+      q->on_full(q->on_full_ctx);
     if (q->drop) {
       q->dropped++;
       q->dropped_total++;
@@ -168,18 +173,21 @@ int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before) {
     q->waiters--;
   }
   kvp__pubq_item_t *it = kvp__pubq_at(q, q->head);
+  *before = (size_t)(q->head - q->tail);
   if (ext != NULL) {
     fill(it, ev, ext);
     it->ext = 1;
     it->arena_end = q->ahead;
     ext = NULL;
   } else {
+    uint64_t used = q->ahead - q->atail;
     fill(it, ev, q->arena + (pos & (q->wcap - 1)));
     it->ext = 0;
     q->ahead = pos + nw;
     it->arena_end = q->ahead;
+    if (used < q->wcap / 2 && q->ahead - q->atail >= q->wcap / 2)
+      *before = KVP__PUBQ_HALF; /* this event filled the arena past half */
   }
-  *before = (size_t)(q->head - q->tail);
   q->head++;
 out:
   pthread_mutex_unlock(&q->mu);

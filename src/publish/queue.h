@@ -48,8 +48,12 @@ typedef struct kvp__pubq_s {
   uint64_t ahead, atail; /* arena word counters */
   int waiters;
   int closed;
-  int drop;         /* overflow policy drop */
-  int locked;       /* items and arena are mlock'ed */
+  int drop;   /* overflow policy drop */
+  int locked; /* items and arena are mlock'ed */
+  /* Called under the lock when a producer finds no room, before it waits
+   * (block) or gives up (drop): the consumer must run to make room. */
+  void (*on_full)(void *ctx);
+  void *on_full_ctx;
   uint64_t dropped; /* events refused in drop mode, not yet reported */
   uint64_t dropped_total;
 } kvp__pubq_t;
@@ -59,9 +63,13 @@ int kvp__pubq_init(kvp__pubq_t *q, size_t cap, int drop);
 void kvp__pubq_destroy(kvp__pubq_t *q);
 
 /* Copies ev (validated by the caller). *before receives how many events
- * were queued before it (0: the consumer may need waking). Returns 0,
+ * were queued before it (0: the consumer may need waking), or
+ * KVP__PUBQ_HALF when this event filled the word arena past half: the
+ * consumer should run now. Returns 0,
  * KVP_EOVERFLOW (drop mode, counted), KVP_ECLOSED or KVP_ENOMEM (an
  * oversized event could not be copied). */
+#define KVP__PUBQ_HALF SIZE_MAX
+
 int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before);
 
 /* Consumer: the range [*first, *first + *n) of items ready to read. */
