@@ -250,7 +250,7 @@ static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint
     if (rc != 0)
       return rc;
     atomic_fetch_add(&pub->f_queued, 1);
-    kvp__pub_maybe_wake(pub, before);
+    kvp__pub_wake(pub); /* snapshots are rare and must get through whole */
     off += k;
   } while (off < n);
   return 0;
