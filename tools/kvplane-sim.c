@@ -87,7 +87,8 @@ static void usage(FILE *f) {
           "  -e, --expect FILE      write the final registered sets as CSV worker,tier,hash\n"
           "  -h, --help             this text\n\n"
           "exit status: 0 when every event was published (and acked in JetStream mode),\n"
-          "1 for bad arguments or an unreadable trace, 2 when publishing failed.\n",
+          "1 for bad arguments or an unreadable trace, 2 when publishing failed or a\n"
+          "reused block's KV bytes were wrong.\n",
           g.server, g.ns, g.workers, g.g1, g.g2, g.layers, g.inner_dim, MAX_BATCH, g.batch);
 }
 

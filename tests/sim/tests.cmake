@@ -1,1 +1,1 @@
-kvp_add_test(sim sim/test_sim.c)
+kvp_add_test(sim sim/test_sim.c LABELS nats)
