@@ -125,14 +125,16 @@ void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const 
 static void copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t hash, const uint64_t *parent,
                        uint32_t hits, int32_t lora_id) {
   kvp_pool_evicted_t ev;
-  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, hash, parent, hits, lora_id, &ev);
+  uint32_t d;
+  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, hash, parent, hits, lora_id, &ev, &d);
 
   if (ev.evicted)
-    kvp__bm_pend_removed(bm, KVP_TIER_G2, ev.hash);
+    kvp__bm_pend_removed_g2(bm, ev.hash, d);
   if (rc != 0)
     return;
   bm->offloads++;
-  kvp__bm_pend_stored_g2(bm, hash, parent, lora_id);
+  kvp__pend_t e = {hash, parent ? *parent : 0, lora_id, d, parent != NULL};
+  kvp__bm_pend_stored_g2(bm, &e);
 }
 
 /* Whether a block leaving G1's use should be copied to G2, and if it is
@@ -186,7 +188,7 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
    * the filter kept it out; only eviction-time offload copies here. */
   if (bm->offload == KVP_OFFLOAD_ON_EVICT && wants_g2(bm, ev.hash, ev.hits))
     copy_to_g2(bm, *block, ev.hash, ev.has_parent ? &ev.parent_hash : NULL, ev.hits, ev.lora_id);
-  kvp__bm_pend_removed(bm, KVP_TIER_G1, ev.hash);
+  kvp__bm_pend_removed_g1(bm, ev.hash);
   return 0;
 }
 

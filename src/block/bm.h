@@ -9,6 +9,7 @@
 typedef struct kvp__pend_s {
   uint64_t hash, parent;
   int32_t lora_id;
+  uint32_t block; /* the G2 block, marked (kvp__blk_t.mark) while queued */
   uint8_t has_parent;
 } kvp__pend_t;
 
@@ -26,14 +27,11 @@ struct kvp_blockmgr_s {
   uint8_t *fresh; /* 1: the block at this position was registered by this call */
   size_t scratch_cap;
   /* Events queued during one call (events.c). rm[0]: Removed G1, rm[1]:
-   * Removed G2; st2: Stored G2, with set/setused: the set of their hashes. */
+   * Removed G2; st2: Stored G2, whose G2 blocks carry mark = 1. */
   uint64_t *rm[2];
   size_t nrm[2], rmcap[2];
   kvp__pend_t *st2;
   size_t nst2, st2cap;
-  uint64_t *set;
-  uint8_t *setused;
-  size_t setcap;
   uint64_t *run;
   size_t runcap;
   /* Figures. */
@@ -59,14 +57,44 @@ struct kvp_seq_s {
 /* Emits one event, counting it and a refusal by the sink. */
 void kvp__bm_emit(kvp_blockmgr_t *bm, const kvp_event_t *ev);
 
-/* Queue a Removed (tier G1 or G2) or a Stored G2 event of an offload; see
- * events.c. kvp__bm_flush emits what is queued; every public call that can
- * queue flushes before it returns or emits anything else. */
-void kvp__bm_pend_removed(kvp_blockmgr_t *bm, int tier, uint64_t hash);
-void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, uint64_t hash, const uint64_t *parent,
-                            int32_t lora_id);
+/* Queue the events of offloads and evictions; see events.c. kvp__bm_flush
+ * emits what is queued; every public call that can queue flushes before it
+ * returns or emits anything else. The _slow functions are the rare paths
+ * (growth, a queued G2 block evicted again) of the inline ones. */
+void kvp__bm_pend_removed_slow(kvp_blockmgr_t *bm, int tier, uint64_t hash);
+void kvp__bm_pend_stored_g2_slow(kvp_blockmgr_t *bm, const kvp__pend_t *e);
 void kvp__bm_flush(kvp_blockmgr_t *bm);
 void kvp__bm_events_free(kvp_blockmgr_t *bm);
+
+/* Removed G1 of hash. */
+static inline void kvp__bm_pend_removed_g1(kvp_blockmgr_t *bm, uint64_t hash) {
+  if (bm->nrm[0] < bm->rmcap[0])
+    bm->rm[0][bm->nrm[0]++] = hash;
+  else
+    kvp__bm_pend_removed_slow(bm, KVP_TIER_G1, hash);
+}
+
+/* Removed G2 of hash, evicted from G2 block b. A block still marked was
+ * offloaded earlier in this call: what is queued goes out first, so its
+ * Stored precedes this Removed. */
+static inline void kvp__bm_pend_removed_g2(kvp_blockmgr_t *bm, uint64_t hash, uint32_t b) {
+  if (bm->g2->blk[b].mark)
+    kvp__bm_flush(bm);
+  if (bm->nrm[1] < bm->rmcap[1])
+    bm->rm[1][bm->nrm[1]++] = hash;
+  else
+    kvp__bm_pend_removed_slow(bm, KVP_TIER_G2, hash);
+}
+
+/* Stored G2 of an offload into G2 block e->block. */
+static inline void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, const kvp__pend_t *e) {
+  if (bm->nst2 < bm->st2cap) {
+    bm->st2[bm->nst2++] = *e;
+    bm->g2->blk[e->block].mark = 1;
+  } else {
+    kvp__bm_pend_stored_g2_slow(bm, e);
+  }
+}
 
 /* Stored event for a chain of blocks in tier. */
 void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const uint64_t *hashes,

@@ -10,9 +10,10 @@
  *
  * Reordering events of one tier is only wrong for the same hash. Within a
  * call the one case is a block offloaded to G2 and evicted from G2 again
- * before the call ends: that eviction flushes what is queued first, so the
- * Stored goes out before its Removed. (A block evicted from G2 and
- * offloaded there again is Removed, then Stored: the flush order.) */
+ * before the call ends: its G2 block is marked while its Stored is queued,
+ * and evicting a marked block flushes what is queued first, so the Stored
+ * goes out before its Removed. (A block evicted from G2 and offloaded there
+ * again is Removed, then Stored: the flush order.) */
 #include <stdlib.h>
 
 #include "block/bm.h"
@@ -28,69 +29,11 @@ static void removed_now(kvp_blockmgr_t *bm, int tier, const uint64_t *hashes, si
     kvp__bm_emit(bm, &ev);
 }
 
-/* ---- the set of hashes queued as Stored G2 ---- */
+/* ---- queueing, rare paths ---- */
 
-static size_t set_slot(uint64_t h, size_t mask) {
-  return (size_t)(h ^ (h >> 29)) & mask;
-}
-
-static int set_has(const kvp_blockmgr_t *bm, uint64_t h) {
-  if (bm->nst2 == 0)
-    return 0;
-  for (size_t i = set_slot(h, bm->setcap - 1);; i = (i + 1) & (bm->setcap - 1)) {
-    if (bm->set[i] == h && bm->setused[i])
-      return 1;
-    if (!bm->setused[i])
-      return 0;
-  }
-}
-
-/* Keeps the set at most half full of the queued entries. */
-static int set_add(kvp_blockmgr_t *bm, uint64_t h) {
-  if ((bm->nst2 + 1) * 2 > bm->setcap) {
-    size_t cap = bm->setcap ? bm->setcap * 2 : 256;
-    uint64_t *s = calloc(cap, sizeof *s);
-    uint8_t *u = calloc(cap, 1);
-    if (s == NULL || u == NULL) {
-      free(s);
-      free(u);
-      return KVP_ENOMEM;
-    }
-    free(bm->set);
-    free(bm->setused);
-    bm->set = s;
-    bm->setused = u;
-    bm->setcap = cap;
-    for (size_t k = 0; k < bm->nst2; k++) /* rehash what is queued */
-      for (size_t i = set_slot(bm->st2[k].hash, cap - 1);; i = (i + 1) & (cap - 1))
-        if (!u[i]) {
-          u[i] = 1;
-          s[i] = bm->st2[k].hash;
-          break;
-        }
-  }
-  for (size_t i = set_slot(h, bm->setcap - 1);; i = (i + 1) & (bm->setcap - 1))
-    if (!bm->setused[i]) {
-      bm->setused[i] = 1;
-      bm->set[i] = h;
-      return 0;
-    }
-}
-
-static void set_clear(kvp_blockmgr_t *bm) {
-  for (size_t k = 0; k < bm->nst2; k++)
-    for (size_t i = set_slot(bm->st2[k].hash, bm->setcap - 1); bm->setused[i];
-         i = (i + 1) & (bm->setcap - 1))
-      bm->setused[i] = 0;
-}
-
-/* ---- queueing ---- */
-
-void kvp__bm_pend_removed(kvp_blockmgr_t *bm, int tier, uint64_t hash) {
+void kvp__bm_pend_removed_slow(kvp_blockmgr_t *bm, int tier, uint64_t hash) {
   int t = tier == KVP_TIER_G2;
 
-  if (t && set_has(bm, hash))
-    kvp__bm_flush(bm);
   if (grow((void **)&bm->rm[t], &bm->rmcap[t], bm->nrm[t] + 1, sizeof(uint64_t)) != 0) {
     kvp__bm_flush(bm); /* out of memory: keep the order, unqueued */
     removed_now(bm, tier, &hash, 1);
@@ -99,15 +42,14 @@ void kvp__bm_pend_removed(kvp_blockmgr_t *bm, int tier, uint64_t hash) {
   bm->rm[t][bm->nrm[t]++] = hash;
 }
 
-void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, uint64_t hash, const uint64_t *parent,
-                            int32_t lora_id) {
-  if (grow((void **)&bm->st2, &bm->st2cap, bm->nst2 + 1, sizeof *bm->st2) != 0 ||
-      set_add(bm, hash) != 0) {
+void kvp__bm_pend_stored_g2_slow(kvp_blockmgr_t *bm, const kvp__pend_t *e) {
+  if (grow((void **)&bm->st2, &bm->st2cap, bm->nst2 + 1, sizeof *bm->st2) != 0) {
     kvp__bm_flush(bm);
-    kvp__bm_stored(bm, KVP_TIER_G2, parent, &hash, 1, lora_id);
+    kvp__bm_stored(bm, KVP_TIER_G2, e->has_parent ? &e->parent : NULL, &e->hash, 1, e->lora_id);
     return;
   }
-  bm->st2[bm->nst2++] = (kvp__pend_t){hash, parent ? *parent : 0, lora_id, parent != NULL};
+  bm->st2[bm->nst2++] = *e;
+  bm->g2->blk[e->block].mark = 1;
 }
 
 /* Whether b continues a's chain downwards (b is a's child). */
@@ -158,7 +100,8 @@ void kvp__bm_flush(kvp_blockmgr_t *bm) {
   removed_now(bm, KVP_TIER_G2, bm->rm[1], bm->nrm[1]);
   flush_stored_g2(bm);
   removed_now(bm, KVP_TIER_G1, bm->rm[0], bm->nrm[0]);
-  set_clear(bm);
+  for (size_t k = 0; k < bm->nst2; k++)
+    bm->g2->blk[bm->st2[k].block].mark = 0;
   bm->nrm[0] = bm->nrm[1] = 0;
   bm->nst2 = 0;
 }
@@ -167,7 +110,5 @@ void kvp__bm_events_free(kvp_blockmgr_t *bm) {
   free(bm->rm[0]);
   free(bm->rm[1]);
   free(bm->st2);
-  free(bm->set);
-  free(bm->setused);
   free(bm->run);
 }

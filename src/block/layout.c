@@ -5,6 +5,7 @@
 
 #include "kvplane/blockmgr.h"
 #include "kvplane/status.h"
+#include "block/pool.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define LAYOUT_MAX_BLOCK ((size_t)1 << 30)
@@ -94,6 +95,10 @@ static const kvp_storage_ops_t system_ops = {
     .free = sys_free,
     .copy = sys_copy,
 };
+
+int kvp__storage_is_system(const kvp_storage_t *s) {
+  return s->ops == &system_ops;
+}
 
 kvp_storage_t kvp_storage_system(void) {
   return (kvp_storage_t){.ops = &system_ops, .ctx = NULL};

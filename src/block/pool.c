@@ -222,6 +222,7 @@ int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
   p->layer_stride = kvp_layout_layer_stride(&p->layout);
   p->block_stride = kvp_layout_block_stride(&p->layout);
   p->storage = o->storage.ops ? o->storage : kvp_storage_system();
+  p->system = kvp__storage_is_system(&p->storage);
   if ((uint64_t)p->n > SIZE_MAX / p->block_stride) {
     free(p);
     return KVP_ETOOBIG;
@@ -342,15 +343,22 @@ int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const u
     return KVP_EINVAL;
   if (x->state != KVP_BLOCK_COMPLETE)
     return KVP_ESTATE;
-  if ((other = kvp__pool_find(p, seq_hash)) != KVP__NIL) {
-    if (existing)
-      *existing = other;
-    return KVP_EEXIST;
+  /* One probe: the hash's entry, or the empty slot that ends its cluster,
+   * where it goes. */
+  uint64_t tag = kvp__pool_tag(seq_hash), i = kvp__pool_home(p, tag), e;
+  while ((e = p->slots[i]) != 0) {
+    other = (uint32_t)e - 1;
+    if ((e >> 32) == tag && p->blk[other].hash == seq_hash) {
+      if (existing)
+        *existing = other;
+      return KVP_EEXIST;
+    }
+    i = slot_next(p, i);
   }
+  p->slots[i] = tag << 32 | ((uint64_t)block + 1);
   x->hash = seq_hash;
   x->has_parent = parent != NULL;
   x->parent = parent ? *parent : 0;
-  map_insert(p, seq_hash, block);
   set_state(p, x, KVP_BLOCK_REGISTERED);
   return 0;
 }
@@ -419,11 +427,12 @@ size_t kvp_pool_evict_all(kvp_pool_t *p) {
 
 int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
                          const uint64_t *parent, uint32_t hits, int32_t lora_id,
-                         kvp_pool_evicted_t *ev) {
+                         kvp_pool_evicted_t *ev, uint32_t *block) {
   uint32_t b = free_or_evict(p, ev);
   kvp__blk_t *x;
   int rc;
 
+  *block = b;
   if (b == KVP__NIL)
     return KVP_ENOSPC;
   if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0)
@@ -473,9 +482,13 @@ int kvp_pool_copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src, uin
   if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
       dst->layer_stride != src->layer_stride)
     return KVP_EINVAL;
-  return dst->storage.ops->copy(dst->storage.ctx, dst->base + (size_t)db * dst->block_stride,
-                                &src->storage, src->base + (size_t)sb * src->block_stride,
-                                dst->block_stride);
+  unsigned char *d = dst->base + (size_t)db * dst->block_stride;
+  const unsigned char *from = src->base + (size_t)sb * src->block_stride;
+  if (dst->system && src->system) { /* the common host-to-host case, inline */
+    memcpy(d, from, dst->block_stride);
+    return 0;
+  }
+  return dst->storage.ops->copy(dst->storage.ctx, d, &src->storage, from, dst->block_stride);
 }
 
 void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {

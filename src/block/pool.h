@@ -56,6 +56,7 @@ struct kvp_pool_s {
   kvp_layout_t layout;
   size_t block_stride, layer_stride;
   kvp_storage_t storage;
+  int system; /* storage is kvp_storage_system() */
   unsigned char *base;
   size_t bytes;
   uint32_t nstate[4];
@@ -104,13 +105,26 @@ static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
 void *kvp__table_alloc(size_t bytes);
 
 /* Copies block sb of src into a block of p taken as kvp_pool_alloc would
- * (a free block, else the LRU cached one, reported in *ev) and leaves it
+ * (a free block, else the LRU cached one, reported in *ev; *block is the
+ * block taken, the evicted one's id when one was evicted) and leaves it
  * Registered under hash and cached, most recently used; in one step, for
  * offload. hash must not be registered in p. Returns 0, KVP_ENOSPC (every
  * block referenced), or the copy's error (the block taken stays free). */
 int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
                          const uint64_t *parent, uint32_t hits, int32_t lora_id,
-                         kvp_pool_evicted_t *ev);
+                         kvp_pool_evicted_t *ev, uint32_t *block);
+
+/* A block this caller just took (Reset, one reference) goes to Complete in
+ * one step: init_sequence + commit for a block filled at once. */
+static inline void kvp__pool_fill(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  p->nstate[x->state]--;
+  p->nstate[KVP_BLOCK_COMPLETE]++;
+  x->state = KVP_BLOCK_COMPLETE;
+}
+
+/* Whether a storage is kvp_storage_system() (copies are a memcpy). */
+int kvp__storage_is_system(const kvp_storage_t *s);
 
 /* Makes a cached block the most recently used one. */
 void kvp__pool_touch(kvp_pool_t *p, uint32_t b);

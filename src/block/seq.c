@@ -215,8 +215,7 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     size_t j = h1 + i;
     uint32_t g = bm->g2_ids[i];
     if (onboarded == i && kvp_pool_copy_block(g1, ids[j], g2, g) == 0) {
-      kvp_block_init_sequence(g1, ids[j]);
-      kvp_block_commit(g1, ids[j]);
+      kvp__pool_fill(g1, ids[j]);
       /* Shared instead when another sequence registered the hash in G1
        * meanwhile: the copy is dropped, the G1 block served. */
       bm->fresh[j] = (uint8_t)register_or_share(s, j);
@@ -234,8 +233,7 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   for (size_t j = h1 + onboarded; j < n; j++) {
     if (j + 8 < n)
       kvp__pool_prefetch(g1, s->hashes[j + 8]);
-    kvp_block_init_sequence(g1, ids[j]);
-    kvp_block_commit(g1, ids[j]);
+    kvp__pool_fill(g1, ids[j]);
     bm->fresh[j] = (uint8_t)register_or_share(s, j);
   }
   if (tailb)
