@@ -335,16 +335,17 @@ int kvp_seq_create_hashed(kvp_blockmgr_t *bm, const uint64_t *hashes, size_t nha
  * parent hash), a trailing partial block left Partial. New blocks evict the
  * least recently used cached G1 blocks (Removed G1, and offload to G2 by
  * policy: Stored G2, with G2's own evictions as Removed G2).
- * Returns 0, KVP_EINVAL when already allocated, or KVP_ENOSPC when G1 has
- * too few free or evictable blocks: the sequence, the pools and the event
- * stream are then unchanged. */
+ * Returns 0, KVP_EINVAL when already allocated, KVP_ENOSPC when G1 has too
+ * few free or evictable blocks, or KVP_ENOMEM: on error the sequence, the
+ * pools and the event stream are unchanged. */
 int kvp_seq_allocate(kvp_seq_t *s);
 
 /* Appends one decoded token. A new block is taken when the tail is full; a
  * block that fills is committed, hashed and registered (Stored G1; when its
  * hash is registered already the sequence shares that block instead).
- * Returns 0, KVP_EINVAL before kvp_seq_allocate, or KVP_ENOSPC (no block
- * for a new tail; nothing changed, the token was not appended). */
+ * Returns 0, KVP_EINVAL before kvp_seq_allocate, KVP_ENOSPC (no block for
+ * a new tail) or KVP_ENOMEM; on error nothing changed and the token was not
+ * appended. */
 int kvp_seq_append(kvp_seq_t *s, uint32_t token);
 
 /* Releases the sequence's blocks, last block first so a shared prefix
