@@ -185,6 +185,8 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     g1->blk[ids[i]].mark = 0;
   if (g2) {
     for (; h1 + h2 < n; h2++) {
+      if (h1 + h2 + 8 < n)
+        kvp__pool_prefetch(g2, s->hashes[h1 + h2 + 8]);
       uint32_t b = kvp__pool_find(g2, s->hashes[h1 + h2]);
       if (b == KVP__NIL)
         break;
