@@ -54,20 +54,13 @@ fail:
   return rc;
 }
 
-static void seq_release_memory(kvp_seq_t *s) {
-  free(s->hashes);
-  free(s->blocks);
-  free(s->tail);
-  free(s);
-}
-
 void kvp_blockmgr_destroy(kvp_blockmgr_t *bm) {
   if (bm == NULL)
     return;
   while (bm->seqs) {
     kvp_seq_t *s = bm->seqs;
     bm->seqs = s->next;
-    seq_release_memory(s);
+    kvp__seq_free_memory(s);
   }
   kvp_pool_destroy(bm->g1);
   kvp_pool_destroy(bm->g2);
@@ -202,21 +195,9 @@ void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {
 }
 
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {
-  size_t cap = bm->scratch_cap ? bm->scratch_cap : 64;
-  uint32_t *ids;
-  uint8_t *fresh;
-
-  if (n <= bm->scratch_cap)
-    return 0;
-  while (cap < n)
-    cap *= 2;
-  if ((ids = realloc(bm->g2_ids, cap * sizeof *ids)) == NULL)
+  if (kvp__grow((void **)&bm->g2_ids, &bm->g2_ids_cap, n, sizeof *bm->g2_ids, 64) != 0 ||
+      kvp__grow((void **)&bm->fresh, &bm->fresh_cap, n, sizeof *bm->fresh, 64) != 0)
     return KVP_ENOMEM;
-  bm->g2_ids = ids;
-  if ((fresh = realloc(bm->fresh, cap)) == NULL)
-    return KVP_ENOMEM;
-  bm->fresh = fresh;
-  bm->scratch_cap = cap;
   return 0;
 }
 

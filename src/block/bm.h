@@ -25,7 +25,7 @@ struct kvp_blockmgr_s {
   /* Scratch for kvp_seq_allocate, grown as needed, reused across calls. */
   uint32_t *g2_ids;
   uint8_t *fresh; /* 1: the block at this position was registered by this call */
-  size_t scratch_cap;
+  size_t g2_ids_cap, fresh_cap;
   /* Events queued during one call (events.c). rm[0]: Removed G1, rm[1]:
    * Removed G2; st2: Stored G2, whose G2 blocks carry mark = 1. */
   uint64_t *rm[2];
@@ -115,5 +115,8 @@ int kvp__grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* Grows the allocate scratch to n entries. Returns 0 or KVP_ENOMEM. */
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n);
+
+/* Frees a sequence's memory (not its blocks, not its link in bm). */
+void kvp__seq_free_memory(kvp_seq_t *s);
 
 #endif

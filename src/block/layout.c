@@ -50,21 +50,32 @@ size_t kvp_layout_block_stride(const kvp_layout_t *l) {
 
 /* ---- system storage ---- */
 
-static int sys_alloc(void *ctx, size_t size, size_t alignment, void **base) {
-  (void)ctx;
+void *kvp__resident_alloc(size_t bytes, size_t alignment) {
+  void *p = NULL;
+
   if (alignment < sizeof(void *))
     alignment = sizeof(void *);
-  *base = NULL;
-  if (size >= HUGE_PAGE && alignment < HUGE_PAGE)
+  if (bytes == 0)
+    bytes = alignment;
+  if (bytes >= HUGE_PAGE && alignment < HUGE_PAGE)
     alignment = HUGE_PAGE;
-  if (posix_memalign(base, alignment, size ? size : alignment) != 0)
-    return KVP_ENOMEM;
-  if (size >= HUGE_PAGE) /* blocks are copied at random: spare the TLB */
-    madvise(*base, size & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
-  /* A KV pool is meant to be resident, as pinned or device memory is: take
-   * the page faults now rather than on the first offload copy. */
-  memset(*base, 0, size);
-  return 0;
+  if (posix_memalign(&p, alignment, bytes) != 0)
+    return NULL;
+  /* Tables are probed and blocks copied at random: with 4 KiB pages nearly
+   * every access would also be a TLB miss (a two-level walk under
+   * virtualisation). */
+  if (bytes >= HUGE_PAGE)
+    madvise(p, bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
+  /* Resident, as pinned or device memory is: the page faults are taken
+   * now rather than on a hot path (an offload copy, a table probe). */
+  memset(p, 0, bytes);
+  return p;
+}
+
+static int sys_alloc(void *ctx, size_t size, size_t alignment, void **base) {
+  (void)ctx;
+  *base = kvp__resident_alloc(size, alignment);
+  return *base ? 0 : KVP_ENOMEM;
 }
 
 static void sys_free(void *ctx, void *base, size_t size) {

@@ -3,33 +3,11 @@
  * from sequence hash to registered block. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "block/pool.h"
 #include "kvplane/status.h"
 
 #define POOL_MAX_BLOCKS 0x7fffffffu
-
-/* ---- tables ---- */
-
-#define HUGE_PAGE ((size_t)2 << 20)
-
-/* Zeroed memory for a pool's tables. Large tables are probed at random, so
- * with 4 KiB pages nearly every probe is also a TLB miss (a two-level page
- * walk under virtualisation): ask for transparent huge pages. Freed with
- * free(). */
-void *kvp__table_alloc(size_t bytes) {
-  void *p = NULL;
-
-  if (bytes == 0)
-    bytes = 1;
-  if (posix_memalign(&p, bytes >= HUGE_PAGE ? HUGE_PAGE : 64, bytes) != 0)
-    return NULL;
-  if (bytes >= HUGE_PAGE)
-    madvise(p, bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
-  memset(p, 0, bytes);
-  return p;
-}
 
 /* ---- free stack ---- */
 
@@ -39,6 +17,12 @@ static void free_push(kvp_pool_t *p, uint32_t b) {
   x->link = p->free_head;
   p->free_head = b;
   p->nfree++;
+}
+
+/* Takes b, the top of the free stack, off it. */
+static void free_pop(kvp_pool_t *p, uint32_t b) {
+  p->free_head = p->blk[b].link;
+  p->nfree--;
 }
 
 /* ---- LRU ring of cached blocks ---- */
@@ -110,12 +94,23 @@ static uint64_t slot_dist(const kvp_pool_t *p, uint64_t a, uint64_t b) {
   return b >= a ? b - a : b + p->nslots - a;
 }
 
-static void map_insert(kvp_pool_t *p, uint64_t h, uint32_t b) {
-  uint64_t tag = kvp__pool_tag(h);
-  uint64_t i = kvp__pool_home(p, tag);
-  while (p->slots[i] != 0)
+/* Probes for h once: returns the block holding it, or KVP__NIL with *slot
+ * the empty slot that ends its cluster, where it would go. */
+static uint32_t map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot) {
+  uint64_t tag = kvp__pool_tag(h), i = kvp__pool_home(p, tag), e;
+
+  while ((e = p->slots[i]) != 0) {
+    if ((e >> 32) == tag && p->blk[(uint32_t)e - 1].hash == h)
+      return (uint32_t)e - 1;
     i = slot_next(p, i);
-  p->slots[i] = tag << 32 | ((uint64_t)b + 1);
+  }
+  *slot = i;
+  return KVP__NIL;
+}
+
+/* Puts block b under h at slot (from map_probe). */
+static void map_put(kvp_pool_t *p, uint64_t slot, uint64_t h, uint32_t b) {
+  p->slots[slot] = kvp__pool_tag(h) << 32 | ((uint64_t)b + 1);
 }
 
 static void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
@@ -142,13 +137,7 @@ static void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
   p->slots[i] = 0;
 }
 
-/* ---- counts ---- */
-
-static void set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
-  p->nstate[x->state]--;
-  p->nstate[state]++;
-  x->state = (uint8_t)state;
-}
+/* ---- states ---- */
 
 /* Moves an inactive block to the active set. A cached block's ring entry
  * goes stale; a free block must be the top of the free stack (the only
@@ -156,8 +145,7 @@ static void set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
 static void activate(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
   if (x->where == KVP__FREE) {
-    p->free_head = x->link;
-    p->nfree--;
+    free_pop(p, b);
   } else {
     p->ncached--;
   }
@@ -171,7 +159,7 @@ static void evict(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
   p->ncached--;
   map_delete(p, x->hash, b);
-  set_state(p, x, KVP_BLOCK_RESET);
+  kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
   x->hash = x->parent = 0;
   x->has_parent = 0;
   x->hits = 0;
@@ -230,9 +218,9 @@ int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
   p->bytes = (size_t)p->n * p->block_stride;
   p->nslots = (uint64_t)p->n * 2;
   p->rcap = p->n + p->n / 2 + 16;
-  p->blk = kvp__table_alloc((size_t)p->n * sizeof *p->blk);
-  p->slots = kvp__table_alloc(p->nslots * sizeof *p->slots);
-  p->ring = kvp__table_alloc((size_t)p->rcap * sizeof *p->ring);
+  p->blk = kvp__resident_alloc((size_t)p->n * sizeof *p->blk, 64);
+  p->slots = kvp__resident_alloc(p->nslots * sizeof *p->slots, 64);
+  p->ring = kvp__resident_alloc((size_t)p->rcap * sizeof *p->ring, 64);
   if (p->blk == NULL || p->slots == NULL || p->ring == NULL ||
       p->storage.ops->alloc(p->storage.ctx, p->bytes, p->layout.alignment, (void **)&p->base) !=
           0) {
@@ -318,7 +306,7 @@ static int transition(kvp_pool_t *p, uint32_t block, unsigned from, int to) {
     return KVP_EINVAL;
   if (!(from & (1u << x->state)))
     return KVP_ESTATE;
-  set_state(p, x, to);
+  kvp__pool_set_state(p, x, to);
   return 0;
 }
 
@@ -343,23 +331,17 @@ int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const u
     return KVP_EINVAL;
   if (x->state != KVP_BLOCK_COMPLETE)
     return KVP_ESTATE;
-  /* One probe: the hash's entry, or the empty slot that ends its cluster,
-   * where it goes. */
-  uint64_t tag = kvp__pool_tag(seq_hash), i = kvp__pool_home(p, tag), e;
-  while ((e = p->slots[i]) != 0) {
-    other = (uint32_t)e - 1;
-    if ((e >> 32) == tag && p->blk[other].hash == seq_hash) {
-      if (existing)
-        *existing = other;
-      return KVP_EEXIST;
-    }
-    i = slot_next(p, i);
+  uint64_t slot;
+  if ((other = map_probe(p, seq_hash, &slot)) != KVP__NIL) {
+    if (existing)
+      *existing = other;
+    return KVP_EEXIST;
   }
-  p->slots[i] = tag << 32 | ((uint64_t)block + 1);
+  map_put(p, slot, seq_hash, block);
   x->hash = seq_hash;
   x->has_parent = parent != NULL;
   x->parent = parent ? *parent : 0;
-  set_state(p, x, KVP_BLOCK_REGISTERED);
+  kvp__pool_set_state(p, x, KVP_BLOCK_REGISTERED);
   return 0;
 }
 
@@ -398,7 +380,7 @@ int kvp_pool_release(kvp_pool_t *p, uint32_t block) {
     p->ncached++;
     ring_push(p, block);
   } else {
-    set_state(p, x, KVP_BLOCK_RESET);
+    kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
     free_push(p, block);
   }
   return 0;
@@ -437,17 +419,18 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
     return KVP_ENOSPC;
   if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0)
     return rc; /* b stays free */
+  free_pop(p, b);
   x = &p->blk[b];
-  p->free_head = x->link;
-  p->nfree--;
-  set_state(p, x, KVP_BLOCK_REGISTERED);
+  kvp__pool_set_state(p, x, KVP_BLOCK_REGISTERED);
   x->refs = 0;
   x->hash = hash;
   x->has_parent = parent != NULL;
   x->parent = parent ? *parent : 0;
   x->hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
   x->lora_id = lora_id;
-  map_insert(p, hash, b);
+  uint64_t slot;
+  map_probe(p, hash, &slot); /* absent: the caller checked */
+  map_put(p, slot, hash, b);
   p->ncached++;
   ring_push(p, b);
   return 0;

@@ -100,9 +100,10 @@ static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
 #define KVP__LOOKAHEAD 4
 #define KVP__LOOKAHEAD_REC 12
 
-/* Zeroed memory for large tables (huge-page hinted); freed with free().
- * NULL when out of memory. */
-void *kvp__table_alloc(size_t bytes);
+/* Zeroed, touched memory (huge-page hinted when 2 MiB or more) for a pool's
+ * tables and the system storage's blocks; freed with free(). NULL when out
+ * of memory. */
+void *kvp__resident_alloc(size_t bytes, size_t alignment);
 
 /* Copies block sb of src into a block of p taken as kvp_pool_alloc would
  * (a free block, else the LRU cached one, reported in *ev; *block is the
@@ -114,13 +115,17 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
                          const uint64_t *parent, uint32_t hits, int32_t lora_id,
                          kvp_pool_evicted_t *ev, uint32_t *block);
 
+/* Sets a block's state, keeping the per-state counts. */
+static inline void kvp__pool_set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
+  p->nstate[x->state]--;
+  p->nstate[state]++;
+  x->state = (uint8_t)state;
+}
+
 /* A block this caller just took (Reset, one reference) goes to Complete in
  * one step: init_sequence + commit for a block filled at once. */
 static inline void kvp__pool_fill(kvp_pool_t *p, uint32_t b) {
-  kvp__blk_t *x = &p->blk[b];
-  p->nstate[x->state]--;
-  p->nstate[KVP_BLOCK_COMPLETE]++;
-  x->state = KVP_BLOCK_COMPLETE;
+  kvp__pool_set_state(p, &p->blk[b], KVP_BLOCK_COMPLETE);
 }
 
 /* Whether a storage is kvp_storage_system() (copies are a memcpy). */

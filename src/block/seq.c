@@ -40,9 +40,7 @@ static int seq_new(kvp_blockmgr_t *bm, size_t nfull, size_t ntail, const char *l
   if (grow((void **)&s->hashes, &s->hashes_cap, nfull + 1, sizeof *s->hashes) != 0 ||
       grow((void **)&s->blocks, &s->blocks_cap, nfull + 1, sizeof *s->blocks) != 0 ||
       (s->tail = malloc((size_t)bm->page * sizeof *s->tail)) == NULL) {
-    free(s->hashes);
-    free(s->blocks);
-    free(s);
+    kvp__seq_free_memory(s);
     return KVP_ENOMEM;
   }
   s->next = bm->seqs;
@@ -310,6 +308,10 @@ void kvp_seq_free(kvp_seq_t *s) {
   if (s->next)
     s->next->prev = s->prev;
   bm->nseqs--;
+  kvp__seq_free_memory(s);
+}
+
+void kvp__seq_free_memory(kvp_seq_t *s) {
   free(s->hashes);
   free(s->blocks);
   free(s->tail);

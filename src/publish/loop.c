@@ -22,14 +22,8 @@ void kvp__pub_wake(kvp_publisher_t *pub) {
 }
 
 void kvp__pub_maybe_wake(kvp_publisher_t *pub, size_t before) {
-  /* Half a batch's worth of events, or a quarter of the queue, whichever is
-   * less: the loop starts encoding well before the queue fills. A queue of
-   * fewer than 8 events is too small to wait on: every event wakes. */
-  size_t at = pub->o.batch_max_events / 2;
-  if (at > pub->q.cap / 4)
-    at = pub->q.cap / 4;
-  if (before == KVP__PUBQ_HALF || at < 2 ||
-      (before == 0 ? !atomic_load(&pub->armed) : before + 1 == at))
+  if (before == KVP__PUBQ_HALF || pub->wake_at == 0 ||
+      (before == 0 ? !atomic_load(&pub->armed) : before + 1 == pub->wake_at))
     kvp__pub_wake(pub);
 }
 

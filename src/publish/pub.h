@@ -73,8 +73,10 @@ struct kvp_publisher_s {
    * runs: producers then skip waking the loop for an event into an empty
    * queue (the timer will take it), and wake it only when the queue
    * reaches wake_at events. Saves a syscall and a context switch per burst
-   * of events on the producer's thread (loop.c, settle()). */
+   * of events on the producer's thread (loop.c, kvp__pub_maybe_wake and
+   * settle). */
   _Atomic int armed;
+  size_t wake_at; /* 0: every event wakes the loop (a tiny queue) */
   _Atomic int stop;
   _Atomic int link_up;
   _Atomic uint64_t gen; /* bumped at every disconnect */

@@ -58,6 +58,14 @@ int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, cha
    * max-delay timer (loop.c, kvp__pub_maybe_wake). */
   pub->q.on_full = queue_full;
   pub->q.on_full_ctx = pub;
+  /* Producers wake the loop at half a batch's worth of queued events, or a
+   * quarter of the queue, whichever is less, so it encodes well before the
+   * queue fills; a queue under 8 events is too small to wait on. */
+  pub->wake_at = pub->o.batch_max_events / 2;
+  if (pub->wake_at > pub->q.cap / 4)
+    pub->wake_at = pub->q.cap / 4;
+  if (pub->wake_at < 2)
+    pub->wake_at = 0;
   kvp__batch_init(&pub->batch, pub->o.coalesce);
   rc = KVP_ENOMEM;
   if (pthread_mutex_init(&pub->amu, NULL) != 0)

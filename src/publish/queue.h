@@ -62,14 +62,15 @@ typedef struct kvp__pubq_s {
 int kvp__pubq_init(kvp__pubq_t *q, size_t cap, int drop);
 void kvp__pubq_destroy(kvp__pubq_t *q);
 
-/* Copies ev (validated by the caller). *before receives how many events
- * were queued before it (0: the consumer may need waking), or
- * KVP__PUBQ_HALF when this event filled the word arena past half: the
- * consumer should run now. Returns 0,
- * KVP_EOVERFLOW (drop mode, counted), KVP_ECLOSED or KVP_ENOMEM (an
- * oversized event could not be copied). */
+/* What kvp__pubq_push reports in *before for an event that filled the word
+ * arena past half. */
 #define KVP__PUBQ_HALF SIZE_MAX
 
+/* Copies ev (validated by the caller). *before receives how many events
+ * were queued before it (0: the consumer may need waking), or
+ * KVP__PUBQ_HALF: the consumer should run now. Returns 0, KVP_EOVERFLOW
+ * (drop mode, counted), KVP_ECLOSED or KVP_ENOMEM (an oversized event
+ * could not be copied). */
 int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before);
 
 /* Consumer: the range [*first, *first + *n) of items ready to read. */
