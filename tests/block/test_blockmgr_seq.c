@@ -580,6 +580,48 @@ static void destroy_frees_live_sequences(void **state) {
   bf_rec_free(&r);
 }
 
+/* Engine-supplied hashes may repeat (kvp_seq_create_hashed does not check
+ * them): a G1 block met twice in a prefix is counted once, so a sequence
+ * that does not fit gets KVP_ENOSPC with nothing changed, and one that fits
+ * shares the repeated block. */
+static void seq_create_hashed_with_repeated_hashes(void **state) {
+  (void)state;
+  bf_rec_t r;
+  bf_world_t before, after;
+  kvp_blockmgr_t *bm;
+  uint64_t a = 0x1111, c = 0x3333, dup[3] = {a, a, c};
+  kvp_seq_t *s;
+
+  bf_rec_init(&r, 1);
+  bm = bf_mgr(1, 0, KVP_OFFLOAD_ON_EVICT, 0, &r);
+  assert_int_equal(kvp_seq_create_hashed(bm, &a, 1, NULL, 0, &s), 0);
+  assert_int_equal(kvp_seq_allocate(s), 0);
+  kvp_seq_free(s); /* A cached in the only G1 block */
+  assert_int_equal(kvp_seq_create_hashed(bm, dup, 3, NULL, 0, &s), 0);
+  bf_world_take(bm, &r, &before);
+  assert_int_equal(kvp_seq_allocate(s), KVP_ENOSPC);
+  bf_world_take(bm, &r, &after);
+  bf_world_assert_same(&before, &after);
+  kvp_seq_free(s);
+  bf_world_free(&before);
+  bf_world_free(&after);
+  bf_assert_pool_consistent(kvp_blockmgr_pool(bm, KVP_TIER_G1));
+  kvp_blockmgr_destroy(bm);
+
+  bm = bf_mgr(4, 0, KVP_OFFLOAD_ON_EVICT, 0, NULL);
+  assert_int_equal(kvp_seq_create_hashed(bm, dup, 3, NULL, 0, &s), 0);
+  assert_int_equal(kvp_seq_allocate(s), 0);
+  size_t n;
+  const uint32_t *ids = kvp_seq_blocks(s, &n);
+  assert_int_equal(n, 3);
+  assert_int_equal(ids[0], ids[1]); /* the repeat shares the block */
+  assert_int_equal(kvp_pool_block_refs(kvp_blockmgr_pool(bm, KVP_TIER_G1), ids[0]), 2);
+  kvp_seq_free(s);
+  bf_assert_pool_consistent(kvp_blockmgr_pool(bm, KVP_TIER_G1));
+  kvp_blockmgr_destroy(bm);
+  bf_rec_free(&r);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(seq_create_hashes_and_errors),
     cmocka_unit_test(shared_prefix_refcounts),
@@ -588,6 +630,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(enospc_allocate_changes_nothing),
     cmocka_unit_test(enospc_append_changes_nothing),
     cmocka_unit_test(seq_create_hashed_continues_the_chain),
+    cmocka_unit_test(seq_create_hashed_with_repeated_hashes),
     cmocka_unit_test(set_sink_redirects_events),
     cmocka_unit_test(destroy_frees_live_sequences),
 };
