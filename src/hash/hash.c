@@ -1,12 +1,23 @@
-/* Dynamo-compatible block and sequence hashes over libxxhash's XXH3-64. */
+/* Dynamo-compatible block and sequence hashes over libxxhash's XXH3-64.
+ *
+ * XXH_INLINE_ALL compiles Debian's xxhash.h implementation into this file:
+ * the same algorithm as libxxhash.so, but the short inputs of every block
+ * (a 16-byte chain input, 64 bytes for a 16-token block) are hashed without
+ * a call into the shared library and its dispatch, which measured ~2x the
+ * cost of the hash itself for 16-token blocks (kvp-bench hash, blockmgr). */
 #include "kvplane/hash.h"
 
 #include <string.h>
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 static inline void put_le64(unsigned char *p, uint64_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  memcpy(p, &v, sizeof v);
+#else
   for (int i = 0; i < 8; i++)
     p[i] = (unsigned char)(v >> (8 * i));
+#endif
 }
 
 uint64_t kvp_hash_seed(const char *lora_name) {
