@@ -37,13 +37,17 @@ int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out) {
   po.tier = KVP_TIER_G1;
   po.num_blocks = o->g1_blocks;
   po.storage = o->g1_storage;
-  if ((rc = kvp_pool_create(&po, &bm->g1)) != 0)
+  /* G1 and G2 share one hash table (pool.h) unless together they hold more
+   * blocks than one table can address. */
+  uint64_t both = (uint64_t)o->g1_blocks + o->g2_blocks;
+  int share = o->g2_blocks > 0 && both <= 0x7fffffffu;
+  if ((rc = kvp__pool_create(&po, share ? both : o->g1_blocks, NULL, &bm->g1)) != 0)
     goto fail;
   if (o->g2_blocks > 0) {
     po.tier = KVP_TIER_G2;
     po.num_blocks = o->g2_blocks;
     po.storage = o->g2_storage;
-    if ((rc = kvp_pool_create(&po, &bm->g2)) != 0)
+    if ((rc = kvp__pool_create(&po, o->g2_blocks, share ? bm->g1 : NULL, &bm->g2)) != 0)
       goto fail;
   }
   *out = bm;
@@ -62,8 +66,8 @@ void kvp_blockmgr_destroy(kvp_blockmgr_t *bm) {
     bm->seqs = s->next;
     kvp__seq_free_memory(s);
   }
+  kvp_pool_destroy(bm->g2); /* may use G1's hash table */
   kvp_pool_destroy(bm->g1);
-  kvp_pool_destroy(bm->g2);
   free(bm->g2_ids);
   free(bm->fresh);
   kvp__bm_events_free(bm);
@@ -111,23 +115,26 @@ void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const 
 
 /* ---- offload ---- */
 
-/* Copies G1 block b (registered or just evicted, its bytes intact) into a
- * new G2 block registered under hash. Skipped when G2 has no block to give
- * (all referenced) or the copy fails: G2 is a cache, losing a copy is
- * allowed, serving wrong bytes is not. */
-static void copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t hash, const uint64_t *parent,
-                       uint32_t hits, int32_t lora_id) {
+/* Copies G1 block b (registered, or leaving G1 with its bytes intact)
+ * into a new G2 block registered under hash; with move, b's hash-table
+ * entry becomes the G2 block's (kvp__pool_put_cached). Skipped when G2 has
+ * no block to give (all referenced) or the copy fails: G2 is a cache,
+ * losing a copy is allowed, serving wrong bytes is not. Returns 1 when
+ * copied. */
+static int copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t hash, const uint64_t *parent,
+                      uint32_t hits, int32_t lora_id, int move) {
   kvp_pool_evicted_t ev;
   uint32_t d;
-  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, hash, parent, hits, lora_id, &ev, &d);
+  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, hash, parent, hits, lora_id, move, &ev, &d);
 
   if (ev.evicted)
     kvp__bm_pend_removed_g2(bm, ev.hash, d);
   if (rc != 0)
-    return;
+    return 0;
   bm->offloads++;
   kvp__pend_t e = {hash, parent ? *parent : 0, lora_id, d, parent != NULL};
   kvp__bm_pend_stored_g2(bm, &e);
+  return 1;
 }
 
 /* Whether a block leaving G1's use should be copied to G2, and if it is
@@ -160,28 +167,37 @@ static inline void prefetch_bytes(const unsigned char *p, size_t n, int write) {
 }
 
 int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
-  kvp_pool_evicted_t ev;
-  int rc = kvp_pool_alloc(bm->g1, block, &ev);
+  kvp_pool_t *g1 = bm->g1;
+  uint32_t b;
+  int moved = 0;
 
-  if (rc != 0 || !ev.evicted)
-    return rc;
+  if (g1->free_head != KVP__NIL)
+    return kvp_pool_alloc(g1, block, NULL);
+  if ((b = kvp__pool_pop_lru(g1)) == KVP__NIL)
+    return KVP_ENOSPC;
+  const kvp__blk_t *x = &g1->blk[b];
   if (bm->g2 && bm->offload == KVP_OFFLOAD_ON_EVICT) {
-    /* A later G1 victim will be looked up in G2 and copied into a G2
-     * victim's bytes: start those loads now (see evict() in pool.c). */
-    uint32_t v = bm->g1->ahead;
-    if (v != KVP__NIL) {
-      kvp__pool_prefetch(bm->g2, bm->g1->blk[v].hash);
-      prefetch_bytes(bm->g1->base + (size_t)v * bm->g1->block_stride, bm->g1->block_stride, 0);
-    }
+    /* A later G1 victim will be copied into a G2 victim's bytes: start
+     * those loads now (its record and hash slot: prefetch_victims). */
+    uint32_t v = g1->ahead;
+    if (v != KVP__NIL)
+      prefetch_bytes(g1->base + (size_t)v * g1->block_stride, g1->block_stride, 0);
     v = bm->g2->ahead;
     if (v != KVP__NIL)
       prefetch_bytes(bm->g2->base + (size_t)v * bm->g2->block_stride, bm->g2->block_stride, 1);
+    if (!kvp__pool_shared(g1, bm->g2) && g1->ahead != KVP__NIL)
+      kvp__pool_prefetch(bm->g2, g1->blk[g1->ahead].hash);
+    /* Under write-through the copy was made when the block was cached, or
+     * the filter kept it out; only eviction-time offload copies here. */
+    if (wants_g2(bm, x->hash, x->hits))
+      moved = copy_to_g2(bm, b, x->hash, x->has_parent ? &x->parent : NULL, x->hits, x->lora_id,
+                         kvp__pool_shared(g1, bm->g2));
   }
-  /* Under write-through the copy was made when the block was cached, or
-   * the filter kept it out; only eviction-time offload copies here. */
-  if (bm->offload == KVP_OFFLOAD_ON_EVICT && wants_g2(bm, ev.hash, ev.hits))
-    copy_to_g2(bm, *block, ev.hash, ev.has_parent ? &ev.parent_hash : NULL, ev.hits, ev.lora_id);
-  kvp__bm_pend_removed_g1(bm, ev.hash);
+  if (!moved)
+    kvp__pool_unmap(g1, b);
+  kvp__bm_pend_removed_g1(bm, x->hash);
+  kvp__pool_reuse(g1, b);
+  *block = b;
   return 0;
 }
 
@@ -191,7 +207,7 @@ void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {
   if (bm->offload != KVP_OFFLOAD_WRITE_THROUGH || x->where != KVP__CACHED)
     return;
   if (wants_g2(bm, x->hash, x->hits))
-    copy_to_g2(bm, block, x->hash, x->has_parent ? &x->parent : NULL, x->hits, x->lora_id);
+    copy_to_g2(bm, block, x->hash, x->has_parent ? &x->parent : NULL, x->hits, x->lora_id, 0);
 }
 
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {

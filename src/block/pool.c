@@ -98,10 +98,11 @@ static uint64_t slot_dist(const kvp_pool_t *p, uint64_t a, uint64_t b) {
  * the empty slot that ends its cluster, where it would go. */
 static uint32_t map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot) {
   uint64_t tag = kvp__pool_tag(h), i = kvp__pool_home(p, tag), e;
+  uint32_t b;
 
   while ((e = p->slots[i]) != 0) {
-    if ((e >> 32) == tag && p->blk[(uint32_t)e - 1].hash == h)
-      return (uint32_t)e - 1;
+    if (kvp__pool_slot_is(p, e, tag, &b) && p->blk[b].hash == h)
+      return b;
     i = slot_next(p, i);
   }
   *slot = i;
@@ -110,16 +111,21 @@ static uint32_t map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot) {
 
 /* Puts block b under h at slot (from map_probe). */
 static void map_put(kvp_pool_t *p, uint64_t slot, uint64_t h, uint32_t b) {
-  p->slots[slot] = kvp__pool_tag(h) << 32 | ((uint64_t)b + 1);
+  p->slots[slot] = kvp__pool_slot(p, kvp__pool_tag(h), b);
+}
+
+/* The slot holding `want`, which is in the table. */
+static uint64_t map_find_slot(const kvp_pool_t *p, uint64_t tag, uint64_t want) {
+  uint64_t i = kvp__pool_home(p, tag);
+  while (p->slots[i] != want)
+    i = slot_next(p, i);
+  return i;
 }
 
 static void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
   uint64_t tag = kvp__pool_tag(h);
-  uint64_t want = tag << 32 | ((uint64_t)b + 1);
-  uint64_t i = kvp__pool_home(p, tag), j;
+  uint64_t i = map_find_slot(p, tag, kvp__pool_slot(p, tag, b)), j;
 
-  while (p->slots[i] != want)
-    i = slot_next(p, i);
   /* Backward shift: move later entries of the cluster into the hole when
    * their home slot does not lie cyclically in (i, j]. */
   j = i;
@@ -188,6 +194,11 @@ static void prefetch_victims(kvp_pool_t *p) {
 /* ---- public ---- */
 
 int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
+  return kvp__pool_create(o, o ? o->num_blocks : 0, NULL, out);
+}
+
+int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t *share,
+                     kvp_pool_t **out) {
   kvp_pool_t *p;
   int rc;
 
@@ -216,10 +227,22 @@ int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
     return KVP_ETOOBIG;
   }
   p->bytes = (size_t)p->n * p->block_stride;
-  p->nslots = (uint64_t)p->n * 2;
+  if (share != NULL) {
+    p->slots = share->slots;
+    p->nslots = share->nslots;
+    p->tbit = KVP__SLOT_TBIT;
+  } else {
+    /* Block ids and the home-slot multiply need nslots < 2^32. */
+    if (table_blocks < p->n || table_blocks > POOL_MAX_BLOCKS) {
+      free(p);
+      return KVP_EINVAL;
+    }
+    p->nslots = table_blocks * 2;
+    p->owns_slots = 1;
+    p->slots = kvp__resident_alloc(p->nslots * sizeof *p->slots, 64);
+  }
   p->rcap = p->n + p->n / 2 + 16;
   p->blk = kvp__resident_alloc((size_t)p->n * sizeof *p->blk, 64);
-  p->slots = kvp__resident_alloc(p->nslots * sizeof *p->slots, 64);
   p->ring = kvp__resident_alloc((size_t)p->rcap * sizeof *p->ring, 64);
   if (p->blk == NULL || p->slots == NULL || p->ring == NULL ||
       p->storage.ops->alloc(p->storage.ctx, p->bytes, p->layout.alignment, (void **)&p->base) !=
@@ -243,50 +266,70 @@ void kvp_pool_destroy(kvp_pool_t *p) {
     return;
   if (p->base)
     p->storage.ops->free(p->storage.ctx, p->base, p->bytes);
-  free(p->slots);
+  if (p->owns_slots)
+    free(p->slots);
   free(p->ring);
   free(p->blk);
   free(p);
 }
 
-/* Makes sure a block is free, evicting the least recently used cached block
- * when none is (*ev, may be NULL, says which), and returns it: the top of
- * the free stack. Returns KVP__NIL when every block is referenced. */
-static uint32_t free_or_evict(kvp_pool_t *p, kvp_pool_evicted_t *ev) {
-  uint32_t b = p->free_head;
-  kvp__blk_t *x;
+uint32_t kvp__pool_pop_lru(kvp_pool_t *p) {
+  uint32_t b = ring_pop(p);
 
-  if (ev)
-    ev->evicted = 0;
-  if (b != KVP__NIL)
-    return b;
-  if ((b = ring_pop(p)) == KVP__NIL)
+  if (b == KVP__NIL)
     return KVP__NIL;
   prefetch_victims(p);
-  x = &p->blk[b];
-  if (ev) {
-    ev->evicted = 1;
-    ev->hash = x->hash;
-    ev->has_parent = x->has_parent;
-    ev->parent_hash = x->parent;
-    ev->hits = x->hits;
-    ev->lora_id = x->lora_id;
-  }
-  evict(p, b); /* onto the free stack */
+  p->blk[b].where = KVP__ACTIVE; /* in transit: neither cached nor counted active */
+  p->ncached--;
+  p->evictions++;
   return b;
 }
 
-int kvp_pool_alloc(kvp_pool_t *p, uint32_t *block, kvp_pool_evicted_t *ev) {
-  uint32_t b = free_or_evict(p, ev);
-  kvp__blk_t *x;
+void kvp__pool_unmap(kvp_pool_t *p, uint32_t b) {
+  map_delete(p, p->blk[b].hash, b);
+}
 
-  if (b == KVP__NIL)
-    return KVP_ENOSPC;
-  x = &p->blk[b];
-  activate(p, b);
+void kvp__pool_reuse(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
+  x->hash = x->parent = 0;
+  x->has_parent = 0;
   x->refs = 1;
   x->hits = 0;
   x->lora_id = 0;
+  p->nactive++;
+}
+
+/* What kvp_pool_alloc reports of the block it evicts (popped, not reused). */
+static void evicted_from(const kvp_pool_t *p, uint32_t b, kvp_pool_evicted_t *ev) {
+  const kvp__blk_t *x = &p->blk[b];
+  ev->evicted = 1;
+  ev->hash = x->hash;
+  ev->has_parent = x->has_parent;
+  ev->parent_hash = x->parent;
+  ev->hits = x->hits;
+  ev->lora_id = x->lora_id;
+}
+
+int kvp_pool_alloc(kvp_pool_t *p, uint32_t *block, kvp_pool_evicted_t *ev) {
+  uint32_t b = p->free_head;
+
+  if (ev)
+    ev->evicted = 0;
+  if (b != KVP__NIL) {
+    activate(p, b);
+    kvp__blk_t *x = &p->blk[b];
+    x->refs = 1;
+    x->hits = 0;
+    x->lora_id = 0;
+  } else {
+    if ((b = kvp__pool_pop_lru(p)) == KVP__NIL)
+      return KVP_ENOSPC;
+    if (ev)
+      evicted_from(p, b, ev);
+    kvp__pool_unmap(p, b);
+    kvp__pool_reuse(p, b);
+  }
   *block = b;
   return 0;
 }
@@ -408,29 +451,48 @@ size_t kvp_pool_evict_all(kvp_pool_t *p) {
 }
 
 int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
-                         const uint64_t *parent, uint32_t hits, int32_t lora_id,
+                         const uint64_t *parent, uint32_t hits, int32_t lora_id, int move,
                          kvp_pool_evicted_t *ev, uint32_t *block) {
-  uint32_t b = free_or_evict(p, ev);
+  uint32_t b = p->free_head;
   kvp__blk_t *x;
   int rc;
 
+  ev->evicted = 0;
+  if (b != KVP__NIL) {
+    free_pop(p, b);
+    kvp__pool_set_state(p, &p->blk[b], KVP_BLOCK_REGISTERED);
+  } else {
+    if ((b = kvp__pool_pop_lru(p)) == KVP__NIL) {
+      *block = KVP__NIL;
+      return KVP_ENOSPC;
+    }
+    evicted_from(p, b, ev);
+    kvp__pool_unmap(p, b); /* Registered still, under the new hash below */
+  }
   *block = b;
-  if (b == KVP__NIL)
-    return KVP_ENOSPC;
-  if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0)
-    return rc; /* b stays free */
-  free_pop(p, b);
   x = &p->blk[b];
-  kvp__pool_set_state(p, x, KVP_BLOCK_REGISTERED);
+  if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0) {
+    kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
+    x->hash = x->parent = 0;
+    x->has_parent = 0;
+    x->hits = 0;
+    free_push(p, b);
+    return rc;
+  }
   x->refs = 0;
   x->hash = hash;
   x->has_parent = parent != NULL;
   x->parent = parent ? *parent : 0;
   x->hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
   x->lora_id = lora_id;
-  uint64_t slot;
-  map_probe(p, hash, &slot); /* absent: the caller checked */
-  map_put(p, slot, hash, b);
+  uint64_t tag = kvp__pool_tag(hash), slot;
+  if (move) {
+    /* sb's entry sits in hash's cluster: it becomes b's, in place. */
+    p->slots[map_find_slot(p, tag, kvp__pool_slot(src, tag, sb))] = kvp__pool_slot(p, tag, b);
+  } else {
+    map_probe(p, hash, &slot); /* absent: the caller checked */
+    map_put(p, slot, hash, b);
+  }
   p->ncached++;
   ring_push(p, b);
   return 0;
@@ -487,6 +549,6 @@ void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {
 }
 
 size_t kvp_pool_metadata_bytes(const kvp_pool_t *p) {
-  return (size_t)p->n * sizeof(kvp__blk_t) + (size_t)p->nslots * sizeof(uint64_t) +
+  return (size_t)p->n * sizeof(kvp__blk_t) + (p->owns_slots ? (size_t)p->nslots * 8 : 0) +
          (size_t)p->rcap * sizeof(uint32_t) + sizeof *p;
 }

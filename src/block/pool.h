@@ -34,15 +34,22 @@ struct kvp_pool_s {
   uint32_t n;
   kvp__blk_t *blk;
   /* Open-addressing hash table, linear probing, deletion by backward
-   * shift (no tombstones). A slot is tag << 32 | (block + 1), 0 when empty,
-   * where the tag is 32 bits of the hash multiplied by a 64-bit odd constant
-   * (so hashes from an engine with little entropy in some bits still
-   * spread); the home slot is the tag mapped onto [0, nslots) by a multiply
-   * (no power-of-two size), so probes and deletions read no block record
-   * until a tag matches. nslots = 2n: at most half full, so clusters and
+   * shift (no tombstones). A slot is tag << 32 | tier bit << 31 | (block +
+   * 1), 0 when empty, where the tag is 32 bits of the hash multiplied by a
+   * 64-bit odd constant (so hashes from an engine with little entropy in
+   * some bits still spread); the home slot is the tag mapped onto [0,
+   * nslots) by a multiply (no power-of-two size), so probes and deletions
+   * read no block record until a tag matches. The tier bit (tbit) lets the
+   * G1 and G2 pools of a block manager share one table (owns_slots in G1
+   * only): a hash's G1 and G2 entries share a cluster, so the G2 lookup
+   * after a G1 miss reads lines already loaded, and an offload moves the
+   * G1 entry to the G2 block by rewriting one slot. nslots = 2 x the
+   * blocks of the pools using the table: at most half full, so clusters and
    * backward shifts stay short, at 16 bytes per block. */
   uint64_t *slots;
   uint64_t nslots;
+  uint32_t tbit; /* this pool's tier bit in a slot: 0, or 1u << 31 */
+  int owns_slots;
   /* LRU order of cached blocks: a ring of block ids in the order they were
    * cached, oldest at rhead. A block leaving the cached set (a prefix hit, an
    * eviction) or cached again leaves its old entry behind, stale: an entry
@@ -76,16 +83,30 @@ static inline uint64_t kvp__pool_home(const kvp_pool_t *p, uint64_t tag) {
   return (tag * p->nslots) >> 32;
 }
 
+#define KVP__SLOT_TBIT 0x80000000u
+
+/* The slot of block b under tag in p. */
+static inline uint64_t kvp__pool_slot(const kvp_pool_t *p, uint64_t tag, uint32_t b) {
+  return tag << 32 | p->tbit | (b + 1);
+}
+
+/* Whether slot s holds a block of p under tag; *b is that block. */
+static inline int kvp__pool_slot_is(const kvp_pool_t *p, uint64_t s, uint64_t tag, uint32_t *b) {
+  *b = ((uint32_t)s & ~KVP__SLOT_TBIT) - 1;
+  return (s >> 32) == tag && ((uint32_t)s & KVP__SLOT_TBIT) == p->tbit;
+}
+
 static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
-  uint32_t tag = (uint32_t)kvp__pool_tag(h);
+  uint64_t tag = kvp__pool_tag(h);
   uint64_t i = kvp__pool_home(p, tag);
 
   for (;;) {
     uint64_t s = p->slots[i];
+    uint32_t b;
     if (s == 0)
       return KVP__NIL;
-    if ((uint32_t)(s >> 32) == tag && p->blk[(uint32_t)s - 1].hash == h)
-      return (uint32_t)s - 1;
+    if (kvp__pool_slot_is(p, s, tag, &b) && p->blk[b].hash == h)
+      return b;
     if (++i == p->nslots)
       i = 0;
   }
@@ -105,14 +126,43 @@ static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
  * of memory. */
 void *kvp__resident_alloc(size_t bytes, size_t alignment);
 
+/* Creates pool o, its hash table sized for table_blocks blocks (o's and
+ * those of the pools that will share it; at least o->num_blocks), or, with
+ * share set, using share's table under the G2 tier bit. Otherwise as
+ * kvp_pool_create. */
+int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t *share,
+                     kvp_pool_t **out);
+
+/* Whether two pools share one hash table. */
+static inline int kvp__pool_shared(const kvp_pool_t *a, const kvp_pool_t *b) {
+  return a->slots == b->slots;
+}
+
+/* Takes the least recently used cached block out of the cached set: its
+ * record (hash, parent, hits, lora_id) and its hash-table entry stay as they
+ * were, for the caller to read and then drop (kvp__pool_unmap) or move
+ * (kvp__pool_put_cached). The block must then go through kvp__pool_reuse.
+ * Returns KVP__NIL when no block is cached. Counts an eviction. */
+uint32_t kvp__pool_pop_lru(kvp_pool_t *p);
+
+/* Removes block b's hash-table entry. */
+void kvp__pool_unmap(kvp_pool_t *p, uint32_t b);
+
+/* A block from kvp__pool_pop_lru, its entry gone, becomes active: Reset,
+ * one reference, its record cleared. */
+void kvp__pool_reuse(kvp_pool_t *p, uint32_t b);
+
 /* Copies block sb of src into a block of p taken as kvp_pool_alloc would
  * (a free block, else the LRU cached one, reported in *ev; *block is the
  * block taken, the evicted one's id when one was evicted) and leaves it
  * Registered under hash and cached, most recently used; in one step, for
- * offload. hash must not be registered in p. Returns 0, KVP_ENOSPC (every
- * block referenced), or the copy's error (the block taken stays free). */
+ * offload. hash must not be registered in p. With move (src shares p's
+ * table, sb is mapped under hash), sb's entry becomes the new block's: sb
+ * is no longer found in src; without, sb is left alone. Returns 0,
+ * KVP_ENOSPC (every block referenced), or the copy's error (the block
+ * taken stays free, sb stays mapped). */
 int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
-                         const uint64_t *parent, uint32_t hits, int32_t lora_id,
+                         const uint64_t *parent, uint32_t hits, int32_t lora_id, int move,
                          kvp_pool_evicted_t *ev, uint32_t *block);
 
 /* Sets a block's state, keeping the per-state counts. */
