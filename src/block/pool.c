@@ -89,11 +89,6 @@ static uint64_t slot_next(const kvp_pool_t *p, uint64_t i) {
   return i + 1 == p->nslots ? 0 : i + 1;
 }
 
-/* Cyclic distance from slot a forward to slot b. */
-static uint64_t slot_dist(const kvp_pool_t *p, uint64_t a, uint64_t b) {
-  return b >= a ? b - a : b + p->nslots - a;
-}
-
 /* Probes for h once: returns the block holding it, or KVP__NIL with *slot
  * the empty slot that ends its cluster, where it would go. */
 static uint32_t map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot) {
@@ -122,20 +117,15 @@ static uint64_t map_find_slot(const kvp_pool_t *p, uint64_t tag, uint64_t want) 
   return i;
 }
 
-static void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
+static inline void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
   uint64_t tag = kvp__pool_tag(h);
-  uint64_t i = map_find_slot(p, tag, kvp__pool_slot(p, tag, b)), j;
+  uint64_t i = map_find_slot(p, tag, kvp__pool_slot(p, tag, b)), j, s;
 
-  /* Backward shift: move later entries of the cluster into the hole when
-   * their home slot does not lie cyclically in (i, j]. */
-  j = i;
-  for (;;) {
-    j = slot_next(p, j);
-    uint64_t s = p->slots[j];
-    if (s == 0)
-      break;
+  /* Backward shift: an entry later in the cluster moves into the hole at i
+   * unless its home slot lies cyclically in (i, j]. */
+  for (j = slot_next(p, i); (s = p->slots[j]) != 0; j = slot_next(p, j)) {
     uint64_t home = kvp__pool_home(p, s >> 32);
-    if (slot_dist(p, home, j) >= slot_dist(p, i, j)) {
+    if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
       p->slots[i] = s;
       i = j;
     }
@@ -365,27 +355,40 @@ int kvp_block_abort(kvp_pool_t *p, uint32_t block) {
   return transition(p, block, 1u << KVP_BLOCK_PARTIAL | 1u << KVP_BLOCK_COMPLETE, KVP_BLOCK_RESET);
 }
 
-int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const uint64_t *parent,
-                       uint32_t *existing) {
-  kvp__blk_t *x = held(p, block);
+/* Registers Complete block x (b) under seq_hash, or finds the block that
+ * holds it already (*existing, KVP_EEXIST). */
+static inline int register_complete(kvp_pool_t *p, kvp__blk_t *x, uint32_t b, uint64_t seq_hash,
+                                    const uint64_t *parent, uint32_t *existing) {
+  uint64_t slot;
   uint32_t other;
 
-  if (x == NULL)
-    return KVP_EINVAL;
-  if (x->state != KVP_BLOCK_COMPLETE)
-    return KVP_ESTATE;
-  uint64_t slot;
   if ((other = map_probe(p, seq_hash, &slot)) != KVP__NIL) {
     if (existing)
       *existing = other;
     return KVP_EEXIST;
   }
-  map_put(p, slot, seq_hash, block);
+  map_put(p, slot, seq_hash, b);
   x->hash = seq_hash;
   x->has_parent = parent != NULL;
   x->parent = parent ? *parent : 0;
   kvp__pool_set_state(p, x, KVP_BLOCK_REGISTERED);
   return 0;
+}
+
+int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const uint64_t *parent,
+                       uint32_t *existing) {
+  kvp__blk_t *x = held(p, block);
+
+  if (x == NULL)
+    return KVP_EINVAL;
+  if (x->state != KVP_BLOCK_COMPLETE)
+    return KVP_ESTATE;
+  return register_complete(p, x, block, seq_hash, parent, existing);
+}
+
+int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
+                           const uint64_t *parent, uint32_t *existing) {
+  return register_complete(p, &p->blk[block], block, seq_hash, parent, existing);
 }
 
 int kvp_pool_lookup(const kvp_pool_t *p, uint64_t seq_hash, uint32_t *block) {
@@ -455,7 +458,7 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
                          kvp_pool_evicted_t *ev, uint32_t *block) {
   uint32_t b = p->free_head;
   kvp__blk_t *x;
-  int rc;
+  int rc = 0;
 
   ev->evicted = 0;
   if (b != KVP__NIL) {
@@ -467,11 +470,15 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
       return KVP_ENOSPC;
     }
     evicted_from(p, b, ev);
-    kvp__pool_unmap(p, b); /* Registered still, under the new hash below */
+    map_delete(p, p->blk[b].hash, b); /* Registered still, under the new hash below */
   }
   *block = b;
   x = &p->blk[b];
-  if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0) {
+  if (p->system && src->system && p->block_stride == src->block_stride &&
+      p->layer_stride == src->layer_stride)
+    memcpy(p->base + (size_t)b * p->block_stride, src->base + (size_t)sb * src->block_stride,
+           p->block_stride); /* the common host-to-host case, inline */
+  else if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0) {
     kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
     x->hash = x->parent = 0;
     x->has_parent = 0;

@@ -165,6 +165,11 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
                          const uint64_t *parent, uint32_t hits, int32_t lora_id, int move,
                          kvp_pool_evicted_t *ev, uint32_t *block);
 
+/* kvp_block_register for a block the caller holds and knows is Complete
+ * (a sequence's own block): the same, without the checks. */
+int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
+                           const uint64_t *parent, uint32_t *existing);
+
 /* Sets a block's state, keeping the per-state counts. */
 static inline void kvp__pool_set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
   p->nstate[x->state]--;

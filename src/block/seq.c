@@ -127,7 +127,7 @@ static int register_or_share(kvp_seq_t *s, size_t j) {
   kvp_blockmgr_t *bm = s->bm;
   kvp_pool_t *g1 = bm->g1;
   uint32_t b = s->blocks[j], e;
-  int rc = kvp_block_register(g1, b, s->hashes[j], j > 0 ? &s->hashes[j - 1] : NULL, &e);
+  int rc = kvp__pool_register_own(g1, b, s->hashes[j], j > 0 ? &s->hashes[j - 1] : NULL, &e);
 
   if (rc == KVP_EEXIST) {
     kvp_pool_acquire(g1, e);
