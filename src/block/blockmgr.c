@@ -116,35 +116,35 @@ void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const 
 /* ---- offload ---- */
 
 /* Copies G1 block b (registered, or leaving G1 with its bytes intact)
- * into a new G2 block registered under hash; with move, b's hash-table
- * entry becomes the G2 block's (kvp__pool_put_cached). Skipped when G2 has
- * no block to give (all referenced) or the copy fails: G2 is a cache,
- * losing a copy is allowed, serving wrong bytes is not. Returns 1 when
- * copied. */
-static int copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t hash, const uint64_t *parent,
-                      uint32_t hits, int32_t lora_id, int move) {
-  kvp_pool_evicted_t ev;
+ * into a new G2 block registered under b's hash; with move a slot, b's
+ * hash-table entry there becomes the G2 block's (kvp__pool_put_cached).
+ * Skipped when G2 has no block to give (all referenced) or the copy fails:
+ * G2 is a cache, losing a copy is allowed, serving wrong bytes is not.
+ * Returns 1 when copied. */
+static int copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t move) {
+  const kvp__blk_t *x = &bm->g1->blk[b];
+  const uint64_t *parent = x->has_parent ? &x->parent : NULL;
+  uint64_t gone;
   uint32_t d;
-  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, hash, parent, hits, lora_id, move, &ev, &d);
+  int evicted;
+  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, x->hash, parent, x->hits, x->lora_id, move,
+                                &evicted, &gone, &d);
 
-  if (ev.evicted)
-    kvp__bm_pend_removed_g2(bm, ev.hash, d);
+  if (evicted)
+    kvp__bm_pend_removed_g2(bm, gone, d);
   if (rc != 0)
     return 0;
   bm->offloads++;
-  kvp__pend_t e = {hash, parent ? *parent : 0, lora_id, d, parent != NULL};
+  kvp__pend_t e = {x->hash, x->parent, x->lora_id, d, x->has_parent};
   kvp__bm_pend_stored_g2(bm, &e);
   return 1;
 }
 
-/* Whether a block leaving G1's use should be copied to G2, and if it is
- * there already, refreshes its G2 recency instead. */
-static int wants_g2(kvp_blockmgr_t *bm, uint64_t hash, uint32_t hits) {
-  uint32_t g;
-
-  if (bm->g2 == NULL || bm->offload == KVP_OFFLOAD_NONE)
-    return 0;
-  if ((g = kvp__pool_find(bm->g2, hash)) != KVP__NIL) {
+/* Whether a block leaving G1's use, found in G2 as g (KVP__NIL: not
+ * there), should be copied to G2; when it is there already, refreshes its
+ * G2 recency instead. */
+static int wants_g2(kvp_blockmgr_t *bm, uint32_t g, uint32_t hits) {
+  if (g != KVP__NIL) {
     kvp__pool_touch(bm->g2, g);
     return 0;
   }
@@ -167,34 +167,39 @@ static inline void prefetch_bytes(const unsigned char *p, size_t n, int write) {
 }
 
 int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
-  kvp_pool_t *g1 = bm->g1;
+  kvp_pool_t *g1 = bm->g1, *g2 = bm->g2;
   uint32_t b;
-  int moved = 0;
 
   if (g1->free_head != KVP__NIL)
     return kvp_pool_alloc(g1, block, NULL);
   if ((b = kvp__pool_pop_lru(g1)) == KVP__NIL)
     return KVP_ENOSPC;
   const kvp__blk_t *x = &g1->blk[b];
-  if (bm->g2 && bm->offload == KVP_OFFLOAD_ON_EVICT) {
+  if (g2 && bm->offload == KVP_OFFLOAD_ON_EVICT) {
     /* A later G1 victim will be copied into a G2 victim's bytes: start
-     * those loads now (its record and hash slot: prefetch_victims). */
-    uint32_t v = g1->ahead;
-    if (v != KVP__NIL)
-      prefetch_bytes(g1->base + (size_t)v * g1->block_stride, g1->block_stride, 0);
-    v = bm->g2->ahead;
-    if (v != KVP__NIL)
-      prefetch_bytes(bm->g2->base + (size_t)v * bm->g2->block_stride, bm->g2->block_stride, 1);
-    if (!kvp__pool_shared(g1, bm->g2) && g1->ahead != KVP__NIL)
-      kvp__pool_prefetch(bm->g2, g1->blk[g1->ahead].hash);
-    /* Under write-through the copy was made when the block was cached, or
-     * the filter kept it out; only eviction-time offload copies here. */
-    if (wants_g2(bm, x->hash, x->hits))
-      moved = copy_to_g2(bm, b, x->hash, x->has_parent ? &x->parent : NULL, x->hits, x->lora_id,
-                         kvp__pool_shared(g1, bm->g2));
-  }
-  if (!moved)
+     * those loads now (their records and hash slots: prefetch_victims). */
+    if (g1->ahead != KVP__NIL)
+      prefetch_bytes(g1->base + (size_t)g1->ahead * g1->block_stride, g1->block_stride, 0);
+    if (g2->ahead != KVP__NIL)
+      prefetch_bytes(g2->base + (size_t)g2->ahead * g2->block_stride, g2->block_stride, 1);
+    if (kvp__pool_shared(g1, g2)) {
+      /* One scan of the cluster finds b's entry and a G2 copy. */
+      uint32_t g;
+      uint64_t slot = kvp__pool_pair(g1, g2, x->hash, b, &g);
+      if (!wants_g2(bm, g, x->hits) || !copy_to_g2(bm, b, slot))
+        kvp__pool_unmap(g1, b); /* b's slot may have shifted: found again */
+    } else {
+      if (g1->ahead != KVP__NIL)
+        kvp__pool_prefetch(g2, g1->blk[g1->ahead].hash);
+      if (wants_g2(bm, kvp__pool_find(g2, x->hash), x->hits))
+        copy_to_g2(bm, b, KVP__NO_MOVE);
+      kvp__pool_unmap(g1, b);
+    }
+  } else {
     kvp__pool_unmap(g1, b);
+  }
+  /* Under write-through the copy was made when the block was cached, or
+   * the filter kept it out; only eviction-time offload copies above. */
   kvp__bm_pend_removed_g1(bm, x->hash);
   kvp__pool_reuse(g1, b);
   *block = b;
@@ -204,10 +209,10 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
 void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {
   kvp__blk_t *x = &bm->g1->blk[block];
 
-  if (bm->offload != KVP_OFFLOAD_WRITE_THROUGH || x->where != KVP__CACHED)
+  if (bm->offload != KVP_OFFLOAD_WRITE_THROUGH || x->where != KVP__CACHED || bm->g2 == NULL)
     return;
-  if (wants_g2(bm, x->hash, x->hits))
-    copy_to_g2(bm, block, x->hash, x->has_parent ? &x->parent : NULL, x->hits, x->lora_id, 0);
+  if (wants_g2(bm, kvp__pool_find(bm->g2, x->hash), x->hits))
+    copy_to_g2(bm, block, KVP__NO_MOVE);
 }
 
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {

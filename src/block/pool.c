@@ -117,9 +117,9 @@ static uint64_t map_find_slot(const kvp_pool_t *p, uint64_t tag, uint64_t want) 
   return i;
 }
 
-static inline void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
-  uint64_t tag = kvp__pool_tag(h);
-  uint64_t i = map_find_slot(p, tag, kvp__pool_slot(p, tag, b)), j, s;
+/* Empties slot i, keeping every entry reachable from its home. */
+static inline void map_delete_at(kvp_pool_t *p, uint64_t i) {
+  uint64_t j, s;
 
   /* Backward shift: an entry later in the cluster moves into the hole at i
    * unless its home slot lies cyclically in (i, j]. */
@@ -131,6 +131,11 @@ static inline void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
     }
   }
   p->slots[i] = 0;
+}
+
+static inline void map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
+  uint64_t tag = kvp__pool_tag(h);
+  map_delete_at(p, map_find_slot(p, tag, kvp__pool_slot(p, tag, b)));
 }
 
 /* ---- states ---- */
@@ -277,6 +282,10 @@ uint32_t kvp__pool_pop_lru(kvp_pool_t *p) {
 
 void kvp__pool_unmap(kvp_pool_t *p, uint32_t b) {
   map_delete(p, p->blk[b].hash, b);
+}
+
+void kvp__pool_unmap_at(kvp_pool_t *p, uint64_t slot) {
+  map_delete_at(p, slot);
 }
 
 void kvp__pool_reuse(kvp_pool_t *p, uint32_t b) {
@@ -454,13 +463,13 @@ size_t kvp_pool_evict_all(kvp_pool_t *p) {
 }
 
 int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
-                         const uint64_t *parent, uint32_t hits, int32_t lora_id, int move,
-                         kvp_pool_evicted_t *ev, uint32_t *block) {
+                         const uint64_t *parent, uint32_t hits, int32_t lora_id, uint64_t move,
+                         int *evicted, uint64_t *evicted_hash, uint32_t *block) {
   uint32_t b = p->free_head;
   kvp__blk_t *x;
   int rc = 0;
 
-  ev->evicted = 0;
+  *evicted = 0;
   if (b != KVP__NIL) {
     free_pop(p, b);
     kvp__pool_set_state(p, &p->blk[b], KVP_BLOCK_REGISTERED);
@@ -469,7 +478,8 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
       *block = KVP__NIL;
       return KVP_ENOSPC;
     }
-    evicted_from(p, b, ev);
+    *evicted = 1;
+    *evicted_hash = p->blk[b].hash;
     map_delete(p, p->blk[b].hash, b); /* Registered still, under the new hash below */
   }
   *block = b;
@@ -493,9 +503,13 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
   x->hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
   x->lora_id = lora_id;
   uint64_t tag = kvp__pool_tag(hash), slot;
-  if (move) {
-    /* sb's entry sits in hash's cluster: it becomes b's, in place. */
-    p->slots[map_find_slot(p, tag, kvp__pool_slot(src, tag, sb))] = kvp__pool_slot(p, tag, b);
+  if (move != KVP__NO_MOVE) {
+    /* sb's entry sits in hash's cluster: it becomes b's, in place. The
+     * eviction above may have shifted it back within the cluster. */
+    uint64_t from = kvp__pool_slot(src, tag, sb);
+    if (p->slots[move] != from)
+      move = map_find_slot(p, tag, from);
+    p->slots[move] = kvp__pool_slot(p, tag, b);
   } else {
     map_probe(p, hash, &slot); /* absent: the caller checked */
     map_put(p, slot, hash, b);

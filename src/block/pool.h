@@ -145,25 +145,53 @@ static inline int kvp__pool_shared(const kvp_pool_t *a, const kvp_pool_t *b) {
  * Returns KVP__NIL when no block is cached. Counts an eviction. */
 uint32_t kvp__pool_pop_lru(kvp_pool_t *p);
 
-/* Removes block b's hash-table entry. */
+/* Removes block b's hash-table entry; _at: the entry at slot. */
 void kvp__pool_unmap(kvp_pool_t *p, uint32_t b);
+void kvp__pool_unmap_at(kvp_pool_t *p, uint64_t slot);
+
+/* For G1 block b of p1, mapped under h in the table p1 shares with p2:
+ * returns b's slot and sets *other to p2's block under h (KVP__NIL when
+ * none), from one scan of h's cluster. */
+static inline uint64_t kvp__pool_pair(const kvp_pool_t *p1, const kvp_pool_t *p2, uint64_t h,
+                                      uint32_t b, uint32_t *other) {
+  uint64_t tag = kvp__pool_tag(h), i = kvp__pool_home(p1, tag), mine = UINT64_MAX;
+  uint64_t want = kvp__pool_slot(p1, tag, b), s;
+
+  *other = KVP__NIL;
+  while ((s = p1->slots[i]) != 0) {
+    uint32_t o;
+    if (s == want) {
+      mine = i;
+      if (*other != KVP__NIL)
+        break;
+    } else if (kvp__pool_slot_is(p2, s, tag, &o) && p2->blk[o].hash == h) {
+      *other = o;
+      if (mine != UINT64_MAX)
+        break;
+    }
+    if (++i == p1->nslots)
+      i = 0;
+  }
+  return mine;
+}
 
 /* A block from kvp__pool_pop_lru, its entry gone, becomes active: Reset,
  * one reference, its record cleared. */
 void kvp__pool_reuse(kvp_pool_t *p, uint32_t b);
 
 /* Copies block sb of src into a block of p taken as kvp_pool_alloc would
- * (a free block, else the LRU cached one, reported in *ev; *block is the
- * block taken, the evicted one's id when one was evicted) and leaves it
- * Registered under hash and cached, most recently used; in one step, for
- * offload. hash must not be registered in p. With move (src shares p's
- * table, sb is mapped under hash), sb's entry becomes the new block's: sb
- * is no longer found in src; without, sb is left alone. Returns 0,
- * KVP_ENOSPC (every block referenced), or the copy's error (the block
- * taken stays free, sb stays mapped). */
+ * (a free block, else the LRU cached one, whose hash goes to *evicted_hash
+ * with *evicted = 1; *block is the block taken) and leaves it Registered under hash and cached, most recently used; in
+ * one step, for offload. hash must not be registered in p. With move a
+ * slot (src shares p's table, sb is mapped under hash at that slot, from
+ * kvp__pool_pair), sb's entry becomes the new block's: sb is no longer
+ * found in src; with KVP__NO_MOVE, sb is left alone. Returns 0, KVP_ENOSPC
+ * (every block referenced), or the copy's error (the block taken stays
+ * free, sb stays mapped). */
+#define KVP__NO_MOVE UINT64_MAX
 int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
-                         const uint64_t *parent, uint32_t hits, int32_t lora_id, int move,
-                         kvp_pool_evicted_t *ev, uint32_t *block);
+                         const uint64_t *parent, uint32_t hits, int32_t lora_id, uint64_t move,
+                         int *evicted, uint64_t *evicted_hash, uint32_t *block);
 
 /* kvp_block_register for a block the caller holds and knows is Complete
  * (a sequence's own block): the same, without the checks. */
