@@ -158,11 +158,20 @@ static int wants_g2(kvp_blockmgr_t *bm, uint32_t g, uint32_t hits) {
 /* Prefetches the first lines of a block's bytes (the hardware prefetcher
  * follows a copy's stream after that). */
 static inline void prefetch_bytes(const unsigned char *p, size_t n, int write) {
-  for (size_t off = 0; off < n && off < 256; off += 64) {
-    if (write)
-      __builtin_prefetch(p + off, 1);
-    else
-      __builtin_prefetch(p + off, 0);
+  if (write) {
+    __builtin_prefetch(p, 1);
+    if (n > 64) {
+      __builtin_prefetch(p + 64, 1);
+      __builtin_prefetch(p + 128, 1);
+      __builtin_prefetch(p + 192, 1);
+    }
+  } else {
+    __builtin_prefetch(p, 0);
+    if (n > 64) {
+      __builtin_prefetch(p + 64, 0);
+      __builtin_prefetch(p + 128, 0);
+      __builtin_prefetch(p + 192, 0);
+    }
   }
 }
 

@@ -54,27 +54,38 @@ static void ring_compact(kvp_pool_t *p) {
 }
 
 /* b becomes the most recently used cached block. */
-static void ring_push(kvp_pool_t *p, uint32_t b) {
-  if (p->rcount == p->rcap)
+static inline void ring_push(kvp_pool_t *p, uint32_t b) {
+  if (__builtin_expect(p->rcount == p->rcap, 0))
     ring_compact(p); /* at most n live entries, rcap >= n + n/2 */
-  p->ring[p->rtail] = b;
-  p->blk[b].link = p->rtail;
-  p->blk[b].where = KVP__CACHED;
-  p->rtail = ring_next(p, p->rtail);
+  uint32_t t = p->rtail;
+  p->rtail = ring_next(p, t);
   p->rcount++;
+  p->ring[t] = b;
+  p->blk[b].link = t;
+  p->blk[b].where = KVP__CACHED;
 }
 
 /* The least recently used cached block, taken off the ring (still marked
- * cached), or KVP__NIL when none is cached. */
-static uint32_t ring_pop(kvp_pool_t *p) {
-  while (p->rcount > 0) {
-    uint32_t i = p->rhead;
-    p->rhead = ring_next(p, i);
-    p->rcount--;
-    if (ring_live(p, i))
-      return p->ring[i];
+ * cached), or KVP__NIL when none is cached. Pool fields are read into
+ * locals once: stores to records could alias them. */
+static inline uint32_t ring_pop(kvp_pool_t *p) {
+  const uint32_t *ring = p->ring;
+  const kvp__blk_t *blk = p->blk;
+  uint32_t i = p->rhead, n = p->rcount, rcap = p->rcap, b = KVP__NIL;
+
+  while (n > 0) {
+    uint32_t at = i;
+    uint32_t e = ring[at];
+    i = i + 1 == rcap ? 0 : i + 1;
+    n--;
+    if (blk[e].where == KVP__CACHED && blk[e].link == at) {
+      b = e;
+      break;
+    }
   }
-  return KVP__NIL;
+  p->rhead = i;
+  p->rcount = n;
+  return b;
 }
 
 /* The ring index k entries after i. */
@@ -175,15 +186,15 @@ static void evict(kvp_pool_t *p, uint32_t b) {
  * KVP__LOOKAHEAD ahead (its record was prefetched earlier). p->ahead keeps
  * that entry's block for the manager, which prefetches what it will do with
  * it (kvp__bm_take_g1). Stale entries make these hints, never errors. */
-static void prefetch_victims(kvp_pool_t *p) {
-  p->ahead = KVP__NIL;
-  if (p->rcount > KVP__LOOKAHEAD_REC)
-    __builtin_prefetch(&p->blk[p->ring[ring_at(p, p->rhead, KVP__LOOKAHEAD_REC)]]);
-  if (p->rcount > KVP__LOOKAHEAD) {
-    uint32_t v = p->ring[ring_at(p, p->rhead, KVP__LOOKAHEAD)];
-    p->ahead = v;
+static inline void prefetch_victims(kvp_pool_t *p) {
+  uint32_t n = p->rcount, h = p->rhead, v = KVP__NIL;
+  if (n > KVP__LOOKAHEAD_REC)
+    __builtin_prefetch(&p->blk[p->ring[ring_at(p, h, KVP__LOOKAHEAD_REC)]]);
+  if (n > KVP__LOOKAHEAD) {
+    v = p->ring[ring_at(p, h, KVP__LOOKAHEAD)];
     kvp__pool_prefetch(p, p->blk[v].hash);
   }
+  p->ahead = v;
 }
 
 /* ---- public ---- */
@@ -400,6 +411,25 @@ int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
   return register_complete(p, &p->blk[block], block, seq_hash, parent, existing);
 }
 
+int kvp__pool_register_filled(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
+                              const uint64_t *parent, int32_t lora_id, uint32_t *existing) {
+  kvp__blk_t *x = &p->blk[block];
+  uint64_t slot;
+  uint32_t other;
+
+  if ((other = map_probe(p, seq_hash, &slot)) != KVP__NIL) {
+    *existing = other;
+    return KVP_EEXIST;
+  }
+  map_put(p, slot, seq_hash, block);
+  x->hash = seq_hash;
+  x->has_parent = parent != NULL;
+  x->parent = parent ? *parent : 0;
+  x->lora_id = lora_id;
+  kvp__pool_set_state(p, x, KVP_BLOCK_REGISTERED);
+  return 0;
+}
+
 int kvp_pool_lookup(const kvp_pool_t *p, uint64_t seq_hash, uint32_t *block) {
   uint32_t b = kvp__pool_find(p, seq_hash);
   if (b == KVP__NIL)
@@ -423,22 +453,32 @@ int kvp_pool_acquire(kvp_pool_t *p, uint32_t block) {
   return 0;
 }
 
+/* Drops a reference of held block x (b); the last one caches or frees it. */
+static inline void release_held(kvp_pool_t *p, kvp__blk_t *x, uint32_t b) {
+  if (--x->refs > 0)
+    return;
+  p->nactive--;
+  if (x->state == KVP_BLOCK_REGISTERED) {
+    p->ncached++;
+    ring_push(p, b);
+  } else {
+    kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
+    free_push(p, b);
+  }
+}
+
 int kvp_pool_release(kvp_pool_t *p, uint32_t block) {
   kvp__blk_t *x = held(p, block);
 
   if (x == NULL)
     return KVP_EINVAL;
-  if (--x->refs > 0)
-    return 0;
-  p->nactive--;
-  if (x->state == KVP_BLOCK_REGISTERED) {
-    p->ncached++;
-    ring_push(p, block);
-  } else {
-    kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
-    free_push(p, block);
-  }
+  release_held(p, x, block);
   return 0;
+}
+
+void kvp__pool_release_own(kvp_pool_t *p, const uint32_t *blocks, size_t n) {
+  for (size_t i = n; i-- > 0;)
+    release_held(p, &p->blk[blocks[i]], blocks[i]);
 }
 
 int kvp_pool_evict(kvp_pool_t *p, uint32_t block) {

@@ -198,6 +198,16 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
 int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
                            const uint64_t *parent, uint32_t *existing);
 
+/* For a Reset block the caller just took and filled: Reset -> Complete ->
+ * Registered under seq_hash with lora_id in one step, or KVP_EEXIST with
+ * *existing the block that holds seq_hash (this one stays Reset). */
+int kvp__pool_register_filled(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
+                              const uint64_t *parent, int32_t lora_id, uint32_t *existing);
+
+/* kvp_pool_release of each of blocks[0..n), which the caller holds, last
+ * first, without the checks. */
+void kvp__pool_release_own(kvp_pool_t *p, const uint32_t *blocks, size_t n);
+
 /* Sets a block's state, keeping the per-state counts. */
 static inline void kvp__pool_set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
   p->nstate[x->state]--;

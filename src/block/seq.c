@@ -120,25 +120,42 @@ static void accessed(kvp_blockmgr_t *bm, int tier, const uint64_t *hashes, size_
     kvp__bm_emit(bm, &ev);
 }
 
+/* ids[j] is replaced by e, the block registered under its hash already. */
+static void share(kvp_seq_t *s, size_t j, uint32_t e) {
+  kvp_pool_t *g1 = s->bm->g1;
+  kvp_pool_acquire(g1, e);
+  hit(&g1->blk[e]);
+  kvp_pool_release(g1, s->blocks[j]); /* not Registered: back to Reset and free */
+  s->blocks[j] = e;
+  s->bm->dedups++;
+}
+
 /* Registers the Complete block ids[j] under hashes[j]; when another block
  * holds that hash already, shares it instead. Returns 1 when ids[j] was
  * registered, 0 when it was replaced by the existing block. */
 static int register_or_share(kvp_seq_t *s, size_t j) {
-  kvp_blockmgr_t *bm = s->bm;
-  kvp_pool_t *g1 = bm->g1;
+  kvp_pool_t *g1 = s->bm->g1;
   uint32_t b = s->blocks[j], e;
   int rc = kvp__pool_register_own(g1, b, s->hashes[j], j > 0 ? &s->hashes[j - 1] : NULL, &e);
 
   if (rc == KVP_EEXIST) {
-    kvp_pool_acquire(g1, e);
-    hit(&g1->blk[e]);
-    kvp_pool_release(g1, b); /* Complete, so back to Reset and free */
-    s->blocks[j] = e;
-    bm->dedups++;
+    share(s, j, e);
     return 0;
   }
   assert(rc == 0);
   g1->blk[b].lora_id = s->lora_id;
+  return 1;
+}
+
+/* register_or_share for a block just taken (Reset) and filled at once. */
+static int register_new_or_share(kvp_seq_t *s, size_t j) {
+  uint32_t e;
+  int rc = kvp__pool_register_filled(s->bm->g1, s->blocks[j], s->hashes[j],
+                                     j > 0 ? &s->hashes[j - 1] : NULL, s->lora_id, &e);
+  if (rc == KVP_EEXIST) {
+    share(s, j, e);
+    return 0;
+  }
   return 1;
 }
 
@@ -233,8 +250,7 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   for (size_t j = h1 + onboarded; j < n; j++) {
     if (j + 8 < n)
       kvp__pool_prefetch(g1, s->hashes[j + 8]);
-    kvp__pool_fill(g1, ids[j]);
-    bm->fresh[j] = (uint8_t)register_or_share(s, j);
+    bm->fresh[j] = (uint8_t)register_new_or_share(s, j);
   }
   if (tailb)
     kvp_block_init_sequence(g1, ids[n]);
@@ -295,9 +311,13 @@ void kvp_seq_free(kvp_seq_t *s) {
     return;
   bm = s->bm;
   if (s->allocated) {
-    for (size_t i = s->nblocks; i-- > 0;) {
-      kvp_pool_release(bm->g1, s->blocks[i]);
-      kvp__bm_cached(bm, s->blocks[i]);
+    if (bm->offload == KVP_OFFLOAD_WRITE_THROUGH) {
+      for (size_t i = s->nblocks; i-- > 0;) {
+        kvp_pool_release(bm->g1, s->blocks[i]);
+        kvp__bm_cached(bm, s->blocks[i]);
+      }
+    } else {
+      kvp__pool_release_own(bm->g1, s->blocks, s->nblocks);
     }
     kvp__bm_flush(bm);
   }
