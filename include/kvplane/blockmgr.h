@@ -239,7 +239,7 @@ typedef enum kvp_offload_e {
 
 typedef struct kvp_blockmgr_opts_s {
   kvp_layout_t layout;
-  uint32_t g1_blocks; /* >= 1 */
+  uint32_t g1_blocks; /* >= 1; g1_blocks + g2_blocks < 2^31 */
   uint32_t g2_blocks; /* 0: no host tier */
   kvp_storage_t g1_storage;
   kvp_storage_t g2_storage;
@@ -253,7 +253,8 @@ typedef struct kvp_blockmgr_opts_s {
 void kvp_blockmgr_opts_init(kvp_blockmgr_opts_t *o);
 
 /* Returns 0 with *out set, KVP_EINVAL / KVP_ETOOBIG for bad options (a bad
- * layout, g1_blocks 0, an unknown offload policy), or KVP_ENOMEM. */
+ * layout, g1_blocks 0, an unknown offload policy; KVP_ETOOBIG for 2^31 or
+ * more blocks in G1 and G2 together), or KVP_ENOMEM. */
 int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out);
 
 /* Frees the manager, its pools and every sequence not yet freed (their

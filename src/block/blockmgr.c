@@ -24,6 +24,10 @@ int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out) {
     return KVP_EINVAL;
   if ((rc = kvp_layout_check(&o->layout)) != 0)
     return rc;
+  /* G1 and G2 share one hash table (pool.h), which addresses 2^31 - 1. */
+  uint64_t both = (uint64_t)o->g1_blocks + o->g2_blocks;
+  if (both > 0x7fffffffu)
+    return KVP_ETOOBIG;
   if ((bm = calloc(1, sizeof *bm)) == NULL)
     return KVP_ENOMEM;
   bm->page = o->layout.page_size;
@@ -37,17 +41,13 @@ int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out) {
   po.tier = KVP_TIER_G1;
   po.num_blocks = o->g1_blocks;
   po.storage = o->g1_storage;
-  /* G1 and G2 share one hash table (pool.h) unless together they hold more
-   * blocks than one table can address. */
-  uint64_t both = (uint64_t)o->g1_blocks + o->g2_blocks;
-  int share = o->g2_blocks > 0 && both <= 0x7fffffffu;
-  if ((rc = kvp__pool_create(&po, share ? both : o->g1_blocks, NULL, &bm->g1)) != 0)
+  if ((rc = kvp__pool_create(&po, both, NULL, &bm->g1)) != 0)
     goto fail;
   if (o->g2_blocks > 0) {
     po.tier = KVP_TIER_G2;
     po.num_blocks = o->g2_blocks;
     po.storage = o->g2_storage;
-    if ((rc = kvp__pool_create(&po, o->g2_blocks, share ? bm->g1 : NULL, &bm->g2)) != 0)
+    if ((rc = kvp__pool_create(&po, o->g2_blocks, bm->g1, &bm->g2)) != 0)
       goto fail;
   }
   *out = bm;
@@ -191,19 +191,12 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
       prefetch_bytes(g1->base + (size_t)g1->ahead * g1->block_stride, g1->block_stride, 0);
     if (g2->ahead != KVP__NIL)
       prefetch_bytes(g2->base + (size_t)g2->ahead * g2->block_stride, g2->block_stride, 1);
-    if (kvp__pool_shared(g1, g2)) {
-      /* One scan of the cluster finds b's entry and a G2 copy. */
-      uint32_t g;
-      uint64_t slot = kvp__pool_pair(g1, g2, x->hash, b, &g);
-      if (!wants_g2(bm, g, x->hits) || !copy_to_g2(bm, b, slot))
-        kvp__pool_unmap(g1, b); /* b's slot may have shifted: found again */
-    } else {
-      if (g1->ahead != KVP__NIL)
-        kvp__pool_prefetch(g2, g1->blk[g1->ahead].hash);
-      if (wants_g2(bm, kvp__pool_find(g2, x->hash), x->hits))
-        copy_to_g2(bm, b, KVP__NO_MOVE);
-      kvp__pool_unmap(g1, b);
-    }
+    /* G1 and G2 share the table: one scan of the cluster finds b's entry
+     * and a G2 copy. */
+    uint32_t g;
+    uint64_t slot = kvp__pool_pair(g1, g2, x->hash, b, &g);
+    if (!wants_g2(bm, g, x->hits) || !copy_to_g2(bm, b, slot))
+      kvp__pool_unmap(g1, b); /* b's slot may have shifted: found again */
   } else {
     kvp__pool_unmap(g1, b);
   }

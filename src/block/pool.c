@@ -295,10 +295,6 @@ void kvp__pool_unmap(kvp_pool_t *p, uint32_t b) {
   map_delete(p, p->blk[b].hash, b);
 }
 
-void kvp__pool_unmap_at(kvp_pool_t *p, uint64_t slot) {
-  map_delete_at(p, slot);
-}
-
 void kvp__pool_reuse(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
   kvp__pool_set_state(p, x, KVP_BLOCK_RESET);

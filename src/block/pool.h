@@ -133,11 +133,6 @@ void *kvp__resident_alloc(size_t bytes, size_t alignment);
 int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t *share,
                      kvp_pool_t **out);
 
-/* Whether two pools share one hash table. */
-static inline int kvp__pool_shared(const kvp_pool_t *a, const kvp_pool_t *b) {
-  return a->slots == b->slots;
-}
-
 /* Takes the least recently used cached block out of the cached set: its
  * record (hash, parent, hits, lora_id) and its hash-table entry stay as they
  * were, for the caller to read and then drop (kvp__pool_unmap) or move
@@ -145,9 +140,8 @@ static inline int kvp__pool_shared(const kvp_pool_t *a, const kvp_pool_t *b) {
  * Returns KVP__NIL when no block is cached. Counts an eviction. */
 uint32_t kvp__pool_pop_lru(kvp_pool_t *p);
 
-/* Removes block b's hash-table entry; _at: the entry at slot. */
+/* Removes block b's hash-table entry. */
 void kvp__pool_unmap(kvp_pool_t *p, uint32_t b);
-void kvp__pool_unmap_at(kvp_pool_t *p, uint64_t slot);
 
 /* For G1 block b of p1, mapped under h in the table p1 shares with p2:
  * returns b's slot and sets *other to p2's block under h (KVP__NIL when

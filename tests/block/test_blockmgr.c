@@ -185,6 +185,18 @@ static void blockmgr_create_rejects_bad_options(void **state) {
   assert_int_equal(kvp_blockmgr_create(&o, &bm), KVP_EINVAL);
   o.layout = (kvp_layout_t){1024, 1024, 1025, 1, 64};
   assert_int_equal(kvp_blockmgr_create(&o, &bm), KVP_ETOOBIG);
+  /* G1 and G2 share one hash table: 2^31 blocks together are refused
+   * before anything is allocated. */
+  o.layout = bf_layout();
+  o.g1_blocks = 0x7fffffffu;
+  o.g2_blocks = 1;
+  assert_int_equal(kvp_blockmgr_create(&o, &bm), KVP_ETOOBIG);
+  o.g1_blocks = 0x40000000u;
+  o.g2_blocks = 0x40000000u;
+  assert_int_equal(kvp_blockmgr_create(&o, &bm), KVP_ETOOBIG);
+  assert_null(bm);
+  o.g1_blocks = 4;
+  o.g2_blocks = 0;
 
   /* No G2: the tier does not exist anywhere. */
   o.layout = bf_layout();
