@@ -26,7 +26,7 @@ int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out) {
     return rc;
   /* G1 and G2 share one hash table (pool.h), which addresses 2^31 - 1. */
   uint64_t both = (uint64_t)o->g1_blocks + o->g2_blocks;
-  if (both > 0x7fffffffu)
+  if (both > KVP__POOL_MAX_BLOCKS)
     return KVP_ETOOBIG;
   if ((bm = calloc(1, sizeof *bm)) == NULL)
     return KVP_ENOMEM;

@@ -7,8 +7,6 @@
 #include "block/pool.h"
 #include "kvplane/status.h"
 
-#define POOL_MAX_BLOCKS 0x7fffffffu
-
 /* ---- free stack ---- */
 
 static void free_push(kvp_pool_t *p, uint32_t b) {
@@ -167,14 +165,19 @@ static void activate(kvp_pool_t *p, uint32_t b) {
 
 /* A cached block, already off the ring or left there stale -> Reset, out
  * of the hash table, onto the free stack. */
-static void evict(kvp_pool_t *p, uint32_t b) {
-  kvp__blk_t *x = &p->blk[b];
-  p->ncached--;
-  map_delete(p, x->hash, b);
+/* A block's record back to Reset: no hash, no parent, no hits. */
+static inline void clear_record(kvp_pool_t *p, kvp__blk_t *x) {
   kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
   x->hash = x->parent = 0;
   x->has_parent = 0;
   x->hits = 0;
+}
+
+static void evict(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  p->ncached--;
+  map_delete(p, x->hash, b);
+  clear_record(p, x);
   p->evictions++;
   free_push(p, b);
 }
@@ -197,6 +200,20 @@ static inline void prefetch_victims(kvp_pool_t *p) {
   p->ahead = v;
 }
 
+/* kvp_pool_copy_block, inline for the offload path. */
+static inline int copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src, uint32_t sb) {
+  if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
+      dst->layer_stride != src->layer_stride)
+    return KVP_EINVAL;
+  unsigned char *d = dst->base + (size_t)db * dst->block_stride;
+  const unsigned char *from = src->base + (size_t)sb * src->block_stride;
+  if (dst->system && src->system) { /* the common host-to-host case, inline */
+    memcpy(d, from, dst->block_stride);
+    return 0;
+  }
+  return dst->storage.ops->copy(dst->storage.ctx, d, &src->storage, from, dst->block_stride);
+}
+
 /* ---- public ---- */
 
 int kvp_pool_create(const kvp_pool_opts_t *o, kvp_pool_t **out) {
@@ -213,7 +230,7 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
     return KVP_EINVAL;
   if (o->tier != KVP_TIER_G1 && o->tier != KVP_TIER_G2)
     return KVP_ETIER;
-  if (o->num_blocks == 0 || o->num_blocks > POOL_MAX_BLOCKS)
+  if (o->num_blocks == 0 || o->num_blocks > KVP__POOL_MAX_BLOCKS)
     return KVP_EINVAL;
   if ((rc = kvp_layout_check(&o->layout)) != 0)
     return rc;
@@ -239,7 +256,7 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
     p->tbit = KVP__SLOT_TBIT;
   } else {
     /* Block ids and the home-slot multiply need nslots < 2^32. */
-    if (table_blocks < p->n || table_blocks > POOL_MAX_BLOCKS) {
+    if (table_blocks < p->n || table_blocks > KVP__POOL_MAX_BLOCKS) {
       free(p);
       return KVP_EINVAL;
     }
@@ -297,11 +314,8 @@ void kvp__pool_unmap(kvp_pool_t *p, uint32_t b) {
 
 void kvp__pool_reuse(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
-  kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
-  x->hash = x->parent = 0;
-  x->has_parent = 0;
+  clear_record(p, x);
   x->refs = 1;
-  x->hits = 0;
   x->lora_id = 0;
   p->nactive++;
 }
@@ -371,10 +385,10 @@ int kvp_block_abort(kvp_pool_t *p, uint32_t block) {
   return transition(p, block, 1u << KVP_BLOCK_PARTIAL | 1u << KVP_BLOCK_COMPLETE, KVP_BLOCK_RESET);
 }
 
-/* Registers Complete block x (b) under seq_hash, or finds the block that
- * holds it already (*existing, KVP_EEXIST). */
-static inline int register_complete(kvp_pool_t *p, kvp__blk_t *x, uint32_t b, uint64_t seq_hash,
-                                    const uint64_t *parent, uint32_t *existing) {
+/* Registers block x (b) under seq_hash, or finds the block that holds it
+ * already (*existing, KVP_EEXIST; x unchanged). */
+static inline int register_held(kvp_pool_t *p, kvp__blk_t *x, uint32_t b, uint64_t seq_hash,
+                                const uint64_t *parent, uint32_t *existing) {
   uint64_t slot;
   uint32_t other;
 
@@ -399,31 +413,16 @@ int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const u
     return KVP_EINVAL;
   if (x->state != KVP_BLOCK_COMPLETE)
     return KVP_ESTATE;
-  return register_complete(p, x, block, seq_hash, parent, existing);
+  return register_held(p, x, block, seq_hash, parent, existing);
 }
 
-int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
-                           const uint64_t *parent, uint32_t *existing) {
-  return register_complete(p, &p->blk[block], block, seq_hash, parent, existing);
-}
-
-int kvp__pool_register_filled(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
-                              const uint64_t *parent, int32_t lora_id, uint32_t *existing) {
+int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const uint64_t *parent,
+                           int32_t lora_id, uint32_t *existing) {
   kvp__blk_t *x = &p->blk[block];
-  uint64_t slot;
-  uint32_t other;
-
-  if ((other = map_probe(p, seq_hash, &slot)) != KVP__NIL) {
-    *existing = other;
-    return KVP_EEXIST;
-  }
-  map_put(p, slot, seq_hash, block);
-  x->hash = seq_hash;
-  x->has_parent = parent != NULL;
-  x->parent = parent ? *parent : 0;
-  x->lora_id = lora_id;
-  kvp__pool_set_state(p, x, KVP_BLOCK_REGISTERED);
-  return 0;
+  int rc = register_held(p, x, block, seq_hash, parent, existing);
+  if (rc == 0)
+    x->lora_id = lora_id;
+  return rc;
 }
 
 int kvp_pool_lookup(const kvp_pool_t *p, uint64_t seq_hash, uint32_t *block) {
@@ -520,15 +519,8 @@ int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint
   }
   *block = b;
   x = &p->blk[b];
-  if (p->system && src->system && p->block_stride == src->block_stride &&
-      p->layer_stride == src->layer_stride)
-    memcpy(p->base + (size_t)b * p->block_stride, src->base + (size_t)sb * src->block_stride,
-           p->block_stride); /* the common host-to-host case, inline */
-  else if ((rc = kvp_pool_copy_block(p, b, src, sb)) != 0) {
-    kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
-    x->hash = x->parent = 0;
-    x->has_parent = 0;
-    x->hits = 0;
+  if ((rc = copy_block(p, b, src, sb)) != 0) {
+    clear_record(p, x);
     free_push(p, b);
     return rc;
   }
@@ -581,16 +573,7 @@ void *kvp_pool_block_layer(kvp_pool_t *p, uint32_t block, uint32_t layer) {
 }
 
 int kvp_pool_copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src, uint32_t sb) {
-  if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
-      dst->layer_stride != src->layer_stride)
-    return KVP_EINVAL;
-  unsigned char *d = dst->base + (size_t)db * dst->block_stride;
-  const unsigned char *from = src->base + (size_t)sb * src->block_stride;
-  if (dst->system && src->system) { /* the common host-to-host case, inline */
-    memcpy(d, from, dst->block_stride);
-    return 0;
-  }
-  return dst->storage.ops->copy(dst->storage.ctx, d, &src->storage, from, dst->block_stride);
+  return copy_block(dst, db, src, sb);
 }
 
 void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {

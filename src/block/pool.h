@@ -9,6 +9,11 @@
 
 #define KVP__NIL UINT32_MAX
 
+/* Most blocks in a pool, and in the pools sharing one hash table: block
+ * ids + 1 fit in 31 bits of a slot, and 2 slots per block stay below 2^32
+ * for the home-slot multiply. */
+#define KVP__POOL_MAX_BLOCKS 0x7fffffffu
+
 /* Where a block is: referenced, free (Reset, unreferenced), or cached
  * (Registered, unreferenced, evictable). */
 enum { KVP__ACTIVE = 0, KVP__FREE = 1, KVP__CACHED = 2 };
@@ -175,28 +180,24 @@ void kvp__pool_reuse(kvp_pool_t *p, uint32_t b);
 
 /* Copies block sb of src into a block of p taken as kvp_pool_alloc would
  * (a free block, else the LRU cached one, whose hash goes to *evicted_hash
- * with *evicted = 1; *block is the block taken) and leaves it Registered under hash and cached, most recently used; in
- * one step, for offload. hash must not be registered in p. With move a
- * slot (src shares p's table, sb is mapped under hash at that slot, from
- * kvp__pool_pair), sb's entry becomes the new block's: sb is no longer
- * found in src; with KVP__NO_MOVE, sb is left alone. Returns 0, KVP_ENOSPC
- * (every block referenced), or the copy's error (the block taken stays
- * free, sb stays mapped). */
+ * with *evicted = 1; *block is the block taken) and leaves it Registered
+ * under hash and cached, most recently used; in one step, for offload.
+ * hash must not be registered in p. With move a slot (src shares p's
+ * table, sb is mapped under hash at that slot, from kvp__pool_pair), sb's
+ * entry becomes the new block's: sb is no longer found in src; with
+ * KVP__NO_MOVE, sb is left alone. Returns 0, KVP_ENOSPC (every block
+ * referenced), or the copy's error (the block taken stays free, sb stays
+ * mapped). */
 #define KVP__NO_MOVE UINT64_MAX
 int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
                          const uint64_t *parent, uint32_t hits, int32_t lora_id, uint64_t move,
                          int *evicted, uint64_t *evicted_hash, uint32_t *block);
 
-/* kvp_block_register for a block the caller holds and knows is Complete
- * (a sequence's own block): the same, without the checks. */
-int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
-                           const uint64_t *parent, uint32_t *existing);
-
-/* For a Reset block the caller just took and filled: Reset -> Complete ->
- * Registered under seq_hash with lora_id in one step, or KVP_EEXIST with
- * *existing the block that holds seq_hash (this one stays Reset). */
-int kvp__pool_register_filled(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
-                              const uint64_t *parent, int32_t lora_id, uint32_t *existing);
+/* kvp_block_register for a block the caller holds, Reset (just taken and
+ * filled at once) or Complete, without the checks; on success the block
+ * also gets lora_id. KVP_EEXIST (*existing) leaves the block as it was. */
+int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const uint64_t *parent,
+                           int32_t lora_id, uint32_t *existing);
 
 /* kvp_pool_release of each of blocks[0..n), which the caller holds, last
  * first, without the checks. */
@@ -207,12 +208,6 @@ static inline void kvp__pool_set_state(kvp_pool_t *p, kvp__blk_t *x, int state) 
   p->nstate[x->state]--;
   p->nstate[state]++;
   x->state = (uint8_t)state;
-}
-
-/* A block this caller just took (Reset, one reference) goes to Complete in
- * one step: init_sequence + commit for a block filled at once. */
-static inline void kvp__pool_fill(kvp_pool_t *p, uint32_t b) {
-  kvp__pool_set_state(p, &p->blk[b], KVP_BLOCK_COMPLETE);
 }
 
 /* Whether a storage is kvp_storage_system() (copies are a memcpy). */

@@ -120,42 +120,26 @@ static void accessed(kvp_blockmgr_t *bm, int tier, const uint64_t *hashes, size_
     kvp__bm_emit(bm, &ev);
 }
 
-/* ids[j] is replaced by e, the block registered under its hash already. */
-static void share(kvp_seq_t *s, size_t j, uint32_t e) {
-  kvp_pool_t *g1 = s->bm->g1;
-  kvp_pool_acquire(g1, e);
-  hit(&g1->blk[e]);
-  kvp_pool_release(g1, s->blocks[j]); /* not Registered: back to Reset and free */
-  s->blocks[j] = e;
-  s->bm->dedups++;
-}
-
-/* Registers the Complete block ids[j] under hashes[j]; when another block
- * holds that hash already, shares it instead. Returns 1 when ids[j] was
- * registered, 0 when it was replaced by the existing block. */
+/* Registers ids[j] (Reset, filled at once, or Complete) under hashes[j];
+ * when another block holds that hash already, shares it instead. Returns 1
+ * when ids[j] was registered, 0 when it was replaced by the existing
+ * block. */
 static int register_or_share(kvp_seq_t *s, size_t j) {
-  kvp_pool_t *g1 = s->bm->g1;
+  kvp_blockmgr_t *bm = s->bm;
+  kvp_pool_t *g1 = bm->g1;
   uint32_t b = s->blocks[j], e;
-  int rc = kvp__pool_register_own(g1, b, s->hashes[j], j > 0 ? &s->hashes[j - 1] : NULL, &e);
+  int rc =
+      kvp__pool_register_own(g1, b, s->hashes[j], j > 0 ? &s->hashes[j - 1] : NULL, s->lora_id, &e);
 
   if (rc == KVP_EEXIST) {
-    share(s, j, e);
+    kvp_pool_acquire(g1, e);
+    hit(&g1->blk[e]);
+    kvp_pool_release(g1, b); /* not Registered: back to Reset and free */
+    s->blocks[j] = e;
+    bm->dedups++;
     return 0;
   }
   assert(rc == 0);
-  g1->blk[b].lora_id = s->lora_id;
-  return 1;
-}
-
-/* register_or_share for a block just taken (Reset) and filled at once. */
-static int register_new_or_share(kvp_seq_t *s, size_t j) {
-  uint32_t e;
-  int rc = kvp__pool_register_filled(s->bm->g1, s->blocks[j], s->hashes[j],
-                                     j > 0 ? &s->hashes[j - 1] : NULL, s->lora_id, &e);
-  if (rc == KVP_EEXIST) {
-    share(s, j, e);
-    return 0;
-  }
   return 1;
 }
 
@@ -232,7 +216,6 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     size_t j = h1 + i;
     uint32_t g = bm->g2_ids[i];
     if (onboarded == i && kvp_pool_copy_block(g1, ids[j], g2, g) == 0) {
-      kvp__pool_fill(g1, ids[j]);
       /* Shared instead when another sequence registered the hash in G1
        * meanwhile: the copy is dropped, the G1 block served. */
       bm->fresh[j] = (uint8_t)register_or_share(s, j);
@@ -250,7 +233,7 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   for (size_t j = h1 + onboarded; j < n; j++) {
     if (j + 8 < n)
       kvp__pool_prefetch(g1, s->hashes[j + 8]);
-    bm->fresh[j] = (uint8_t)register_new_or_share(s, j);
+    bm->fresh[j] = (uint8_t)register_or_share(s, j);
   }
   if (tailb)
     kvp_block_init_sequence(g1, ids[n]);
