@@ -106,6 +106,120 @@ static void onboard_copies_bytes_from_g2(void **state) {
   bf_rec_free(&r);
 }
 
+/* A G2 storage whose copies fail on demand: an offload that cannot copy
+ * loses only the copy. The G1 block leaves G1 as it would anyway, a G2
+ * victim taken for the copy is evicted (and announced), the G2 block goes
+ * back to free, and nothing is registered that holds wrong bytes. */
+static int failing_copy;
+
+static int fc_alloc(void *ctx, size_t size, size_t alignment, void **base) {
+  (void)ctx;
+  *base = aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment);
+  return *base ? 0 : KVP_ENOMEM;
+}
+
+static void fc_free(void *ctx, void *base, size_t size) {
+  (void)ctx;
+  (void)size;
+  free(base);
+}
+
+static int fc_copy(void *ctx, void *dst, const kvp_storage_t *src_storage, const void *src,
+                   size_t n) {
+  (void)ctx;
+  (void)src_storage;
+  if (failing_copy)
+    return KVP_EIO;
+  memcpy(dst, src, n);
+  return 0;
+}
+
+static const kvp_storage_ops_t fc_ops = {
+    .kind = "system", .alloc = fc_alloc, .free = fc_free, .copy = fc_copy};
+
+static void failed_offload_copy_loses_only_the_copy(void **state) {
+  (void)state;
+  bf_rec_t r;
+  kvp_blockmgr_opts_t o;
+  kvp_blockmgr_t *bm = NULL;
+  uint32_t ta[8], tb[8], tc[8];
+  uint64_t ha[2], hb[2], hc[2];
+  kvp_blockmgr_stats_t st;
+
+  bf_rec_init(&r, 0);
+  kvp_blockmgr_opts_init(&o);
+  o.layout = bf_layout();
+  o.g1_blocks = 2;
+  o.g2_blocks = 2;
+  o.g2_storage = (kvp_storage_t){.ops = &fc_ops, .ctx = NULL};
+  o.sink = bf_rec_sink(&r);
+  assert_int_equal(kvp_blockmgr_create(&o, &bm), 0);
+  kvp_pool_t *p2 = kvp_blockmgr_pool(bm, KVP_TIER_G2);
+  bf_tokens(ta, 8, 1);
+  bf_hashes(ta, 8, NULL, ha, 2);
+  bf_tokens(tb, 8, 100);
+  bf_hashes(tb, 8, NULL, hb, 2);
+  bf_tokens(tc, 8, 200);
+  bf_hashes(tc, 8, NULL, hc, 2);
+
+  /* A, then B evicting A to G2: G2 is full. */
+  failing_copy = 0;
+  kvp_seq_free(bf_seq(bm, ta, 8, NULL, 0));
+  kvp_seq_free(bf_seq(bm, tb, 8, NULL, 0));
+  kvp_blockmgr_stats(bm, &st);
+  assert_int_equal(st.offloads, 2);
+  assert_true(bf_registered(bm, KVP_TIER_G2, ha[0]) && bf_registered(bm, KVP_TIER_G2, ha[1]));
+
+  /* C evicts B and the copies fail: the first evicts G2's LRU block (A's
+   * second: A was freed last block first) for nothing and leaves it free, the second takes that
+   * free block and fails too. B is in neither tier, C is in G1. */
+  failing_copy = 1;
+  kvp_seq_t *c = bf_seq(bm, tc, 8, NULL, 0);
+  kvp_blockmgr_stats(bm, &st);
+  assert_int_equal(st.offloads, 2);
+  assert_int_equal(st.g2.evictions, 1);
+  assert_int_equal(st.g2.free, 1);
+  assert_int_equal(st.g2.cached, 1);
+  assert_true(bf_registered(bm, KVP_TIER_G2, ha[0]));
+  assert_false(bf_registered(bm, KVP_TIER_G2, ha[1]));
+  for (int i = 0; i < 2; i++) {
+    assert_false(bf_registered(bm, KVP_TIER_G1, hb[i]));
+    assert_false(bf_registered(bm, KVP_TIER_G2, hb[i]));
+    assert_true(bf_registered(bm, KVP_TIER_G1, hc[i]));
+  }
+  kvp_seq_free(c);
+
+  /* A again: its first block is onboarded from G2, its second computed;
+   * evicting C finds the free G2 block, whose copies fail too: it stays
+   * free. */
+  kvp_seq_t *a = bf_seq(bm, ta, 8, NULL, 0);
+  assert_int_equal(kvp_seq_cached_tokens(a), BF_PS);
+  kvp_blockmgr_stats(bm, &st);
+  assert_int_equal(st.onboards, 1);
+  assert_int_equal(st.offloads, 2);
+  assert_int_equal(st.g2.evictions, 1);
+  assert_int_equal(st.g2.free, 1);
+  assert_false(bf_registered(bm, KVP_TIER_G2, hc[0]) || bf_registered(bm, KVP_TIER_G2, hc[1]));
+  kvp_seq_free(a);
+  bf_assert_pool_consistent(bf_g1(bm));
+  bf_assert_pool_consistent(p2);
+
+  /* Copies work again: B evicts A, whose first block is in G2 already and
+   * whose second is copied to the free G2 block. */
+  failing_copy = 0;
+  kvp_seq_free(bf_seq(bm, tb, 8, NULL, 0));
+  kvp_blockmgr_stats(bm, &st);
+  assert_int_equal(st.offloads, 3);
+  assert_int_equal(st.g2.free, 0);
+  assert_true(bf_registered(bm, KVP_TIER_G2, ha[0]) && bf_registered(bm, KVP_TIER_G2, ha[1]));
+  bf_assert_pool_consistent(p2);
+  bf_assert_snapshot_matches(bm, &r, KVP_TIER_G1);
+  bf_assert_snapshot_matches(bm, &r, KVP_TIER_G2);
+  assert_false(r.bad);
+  kvp_blockmgr_destroy(bm);
+  bf_rec_free(&r);
+}
+
 /* Under write-through every registered block is copied to G2 once, before
  * G1 evicts it; eviction then copies nothing, and onboarding copies nothing
  * back. When the copy happens is asserted separately below. */
@@ -564,6 +678,7 @@ static void sink_errors_are_counted(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(onboard_copies_bytes_from_g2),
+    cmocka_unit_test(failed_offload_copy_loses_only_the_copy),
     cmocka_unit_test(write_through_copies_each_block_once),
     cmocka_unit_test(write_through_copies_at_last_release),
     cmocka_unit_test(frequency_filter_keeps_cold_blocks_out),
