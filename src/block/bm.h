@@ -2,7 +2,7 @@
 #ifndef KVP_BLOCK_BM_H
 #define KVP_BLOCK_BM_H
 
-#include "block/pool.h"
+#include "block/pool_hot.h"
 #include "kvplane/blockmgr.h"
 
 /* An offload whose Stored G2 event is queued (events.c). */

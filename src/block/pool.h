@@ -138,16 +138,6 @@ void *kvp__resident_alloc(size_t bytes, size_t alignment);
 int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t *share,
                      kvp_pool_t **out);
 
-/* Takes the least recently used cached block out of the cached set: its
- * record (hash, parent, hits, lora_id) and its hash-table entry stay as they
- * were, for the caller to read and then drop (kvp__pool_unmap) or move
- * (kvp__pool_put_cached). The block must then go through kvp__pool_reuse.
- * Returns KVP__NIL when no block is cached. Counts an eviction. */
-uint32_t kvp__pool_pop_lru(kvp_pool_t *p);
-
-/* Removes block b's hash-table entry. */
-void kvp__pool_unmap(kvp_pool_t *p, uint32_t b);
-
 /* For G1 block b of p1, mapped under h in the table p1 shares with p2:
  * returns b's slot and sets *other to p2's block under h (KVP__NIL when
  * none), from one scan of h's cluster. */
@@ -174,35 +164,6 @@ static inline uint64_t kvp__pool_pair(const kvp_pool_t *p1, const kvp_pool_t *p2
   return mine;
 }
 
-/* A block from kvp__pool_pop_lru, its entry gone, becomes active: Reset,
- * one reference, its record cleared. */
-void kvp__pool_reuse(kvp_pool_t *p, uint32_t b);
-
-/* Copies block sb of src into a block of p taken as kvp_pool_alloc would
- * (a free block, else the LRU cached one, whose hash goes to *evicted_hash
- * with *evicted = 1; *block is the block taken) and leaves it Registered
- * under hash and cached, most recently used; in one step, for offload.
- * hash must not be registered in p. With move a slot (src shares p's
- * table, sb is mapped under hash at that slot, from kvp__pool_pair), sb's
- * entry becomes the new block's: sb is no longer found in src; with
- * KVP__NO_MOVE, sb is left alone. Returns 0, KVP_ENOSPC (every block
- * referenced), or the copy's error (the block taken stays free, sb stays
- * mapped). */
-#define KVP__NO_MOVE UINT64_MAX
-int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
-                         const uint64_t *parent, uint32_t hits, int32_t lora_id, uint64_t move,
-                         int *evicted, uint64_t *evicted_hash, uint32_t *block);
-
-/* kvp_block_register for a block the caller holds, Reset (just taken and
- * filled at once) or Complete, without the checks; on success the block
- * also gets lora_id. KVP_EEXIST (*existing) leaves the block as it was. */
-int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const uint64_t *parent,
-                           int32_t lora_id, uint32_t *existing);
-
-/* kvp_pool_release of each of blocks[0..n), which the caller holds, last
- * first, without the checks. */
-void kvp__pool_release_own(kvp_pool_t *p, const uint32_t *blocks, size_t n);
-
 /* Sets a block's state, keeping the per-state counts. */
 static inline void kvp__pool_set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
   p->nstate[x->state]--;
@@ -212,8 +173,5 @@ static inline void kvp__pool_set_state(kvp_pool_t *p, kvp__blk_t *x, int state) 
 
 /* Whether a storage is kvp_storage_system() (copies are a memcpy). */
 int kvp__storage_is_system(const kvp_storage_t *s);
-
-/* Makes a cached block the most recently used one. */
-void kvp__pool_touch(kvp_pool_t *p, uint32_t b);
 
 #endif

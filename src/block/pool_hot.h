@@ -1,0 +1,333 @@
+/* The pool's hot paths, inline: what kvp_seq_allocate, its evictions and
+ * offloads and kvp_seq_free do per block compiles into the manager's own
+ * loops instead of a call per step (pool.c, blockmgr.c and seq.c include
+ * this). Private, like pool.h. */
+#ifndef KVP_BLOCK_POOL_HOT_H
+#define KVP_BLOCK_POOL_HOT_H
+
+#include <stddef.h>
+#include <string.h>
+
+#include "block/pool.h"
+#include "kvplane/status.h"
+
+/* Drops the stale entries of a full ring, keeping the order of the live
+ * ones (pool.c; rare). */
+void kvp__ring_compact(kvp_pool_t *p);
+
+/* ---- free stack ---- */
+
+static inline void kvp__free_push(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  x->where = KVP__FREE;
+  x->link = p->free_head;
+  p->free_head = b;
+  p->nfree++;
+}
+
+/* Takes b, the top of the free stack, off it. */
+static inline void kvp__free_pop(kvp_pool_t *p, uint32_t b) {
+  p->free_head = p->blk[b].link;
+  p->nfree--;
+}
+
+/* ---- LRU ring of cached blocks ---- */
+
+static inline uint32_t kvp__ring_next(const kvp_pool_t *p, uint32_t i) {
+  return i + 1 == p->rcap ? 0 : i + 1;
+}
+
+/* b becomes the most recently used cached block. */
+static inline void kvp__ring_push(kvp_pool_t *p, uint32_t b) {
+  if (__builtin_expect(p->rcount == p->rcap, 0))
+    kvp__ring_compact(p); /* at most n live entries, rcap >= n + n/2 */
+  uint32_t t = p->rtail;
+  p->rtail = kvp__ring_next(p, t);
+  p->rcount++;
+  p->ring[t] = b;
+  p->blk[b].link = t;
+  p->blk[b].where = KVP__CACHED;
+}
+
+/* The least recently used cached block, taken off the ring (still marked
+ * cached), or KVP__NIL when none is cached. Pool fields are read into
+ * locals once: stores to records could alias them. */
+static inline uint32_t kvp__ring_pop(kvp_pool_t *p) {
+  const uint32_t *ring = p->ring;
+  const kvp__blk_t *blk = p->blk;
+  uint32_t i = p->rhead, n = p->rcount, rcap = p->rcap, b = KVP__NIL;
+
+  while (n > 0) {
+    uint32_t at = i;
+    uint32_t e = ring[at];
+    i = i + 1 == rcap ? 0 : i + 1;
+    n--;
+    if (blk[e].where == KVP__CACHED && blk[e].link == at) {
+      b = e;
+      break;
+    }
+  }
+  p->rhead = i;
+  p->rcount = n;
+  return b;
+}
+
+/* The ring index k entries after i. */
+static inline uint32_t kvp__ring_at(const kvp_pool_t *p, uint32_t i, uint32_t k) {
+  uint32_t j = i + k;
+  return j >= p->rcap ? j - p->rcap : j;
+}
+
+/* ---- hash table ---- */
+
+static inline uint64_t kvp__slot_next(const kvp_pool_t *p, uint64_t i) {
+  return i + 1 == p->nslots ? 0 : i + 1;
+}
+
+/* Probes for h once: returns the block holding it, or KVP__NIL with *slot
+ * the empty slot that ends its cluster, where it would go. */
+static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot) {
+  uint64_t tag = kvp__pool_tag(h), i = kvp__pool_home(p, tag), e;
+  uint32_t b;
+
+  while ((e = p->slots[i]) != 0) {
+    if (kvp__pool_slot_is(p, e, tag, &b) && p->blk[b].hash == h)
+      return b;
+    i = kvp__slot_next(p, i);
+  }
+  *slot = i;
+  return KVP__NIL;
+}
+
+/* Puts block b under h at slot (from map_probe). */
+static inline void kvp__map_put(kvp_pool_t *p, uint64_t slot, uint64_t h, uint32_t b) {
+  p->slots[slot] = kvp__pool_slot(p, kvp__pool_tag(h), b);
+}
+
+/* The slot holding `want`, which is in the table. */
+static inline uint64_t kvp__map_find_slot(const kvp_pool_t *p, uint64_t tag, uint64_t want) {
+  uint64_t i = kvp__pool_home(p, tag);
+  while (p->slots[i] != want)
+    i = kvp__slot_next(p, i);
+  return i;
+}
+
+/* Empties slot i, keeping every entry reachable from its home. */
+static inline void kvp__map_delete_at(kvp_pool_t *p, uint64_t i) {
+  uint64_t j, s;
+
+  /* Backward shift: an entry later in the cluster moves into the hole at i
+   * unless its home slot lies cyclically in (i, j]. */
+  for (j = kvp__slot_next(p, i); (s = p->slots[j]) != 0; j = kvp__slot_next(p, j)) {
+    uint64_t home = kvp__pool_home(p, s >> 32);
+    if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+      p->slots[i] = s;
+      i = j;
+    }
+  }
+  p->slots[i] = 0;
+}
+
+static inline void kvp__map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
+  uint64_t tag = kvp__pool_tag(h);
+  kvp__map_delete_at(p, kvp__map_find_slot(p, tag, kvp__pool_slot(p, tag, b)));
+}
+
+/* ---- records ---- */
+
+/* A block's record back to Reset: no hash, no parent, no hits. */
+static inline void kvp__clear_record(kvp_pool_t *p, kvp__blk_t *x) {
+  kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
+  x->hash = x->parent = 0;
+  x->has_parent = 0;
+  x->hits = 0;
+}
+
+/* Evictions come in runs from the LRU end, and what one waits for is loads:
+ * the victim's record, its hash slot. The victims to come are the next ring
+ * entries, so start those loads a few evictions early: the records
+ * KVP__LOOKAHEAD_REC entries ahead, the hash slot of the entry
+ * KVP__LOOKAHEAD ahead (its record was prefetched earlier). p->ahead keeps
+ * that entry's block for the manager, which prefetches what it will do with
+ * it (kvp__bm_take_g1). Stale entries make these hints, never errors. */
+static inline void kvp__prefetch_victims(kvp_pool_t *p) {
+  uint32_t n = p->rcount, h = p->rhead, v = KVP__NIL;
+  if (n > KVP__LOOKAHEAD_REC)
+    __builtin_prefetch(&p->blk[p->ring[kvp__ring_at(p, h, KVP__LOOKAHEAD_REC)]]);
+  if (n > KVP__LOOKAHEAD) {
+    v = p->ring[kvp__ring_at(p, h, KVP__LOOKAHEAD)];
+    kvp__pool_prefetch(p, p->blk[v].hash);
+  }
+  p->ahead = v;
+}
+
+/* kvp_pool_copy_block, inline for the offload path. */
+static inline int kvp__copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src,
+                                  uint32_t sb) {
+  if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
+      dst->layer_stride != src->layer_stride)
+    return KVP_EINVAL;
+  unsigned char *d = dst->base + (size_t)db * dst->block_stride;
+  const unsigned char *from = src->base + (size_t)sb * src->block_stride;
+  if (dst->system && src->system) { /* the common host-to-host case, inline */
+    memcpy(d, from, dst->block_stride);
+    return 0;
+  }
+  return dst->storage.ops->copy(dst->storage.ctx, d, &src->storage, from, dst->block_stride);
+}
+
+/* Takes the least recently used cached block out of the cached set: its
+ * record (hash, parent, hits, lora_id) and its hash-table entry stay as they
+ * were, for the caller to read and then drop (kvp__pool_unmap) or move
+ * (kvp__pool_put_cached). The block must then go through kvp__pool_reuse.
+ * Returns KVP__NIL when no block is cached. Counts an eviction. */
+static inline uint32_t kvp__pool_pop_lru(kvp_pool_t *p) {
+  uint32_t b = kvp__ring_pop(p);
+
+  if (b == KVP__NIL)
+    return KVP__NIL;
+  kvp__prefetch_victims(p);
+  p->blk[b].where = KVP__ACTIVE; /* in transit: neither cached nor counted active */
+  p->ncached--;
+  p->evictions++;
+  return b;
+}
+
+/* Removes block b's hash-table entry. */
+static inline void kvp__pool_unmap(kvp_pool_t *p, uint32_t b) {
+  kvp__map_delete(p, p->blk[b].hash, b);
+}
+
+/* A block from kvp__pool_pop_lru, its entry gone, becomes active: Reset,
+ * one reference, its record cleared. */
+static inline void kvp__pool_reuse(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  kvp__clear_record(p, x);
+  x->refs = 1;
+  x->lora_id = 0;
+  p->nactive++;
+}
+
+/* Registers block x (b) under seq_hash, or finds the block that holds it
+ * already (*existing, KVP_EEXIST; x unchanged). */
+static inline int kvp__register_held(kvp_pool_t *p, kvp__blk_t *x, uint32_t b, uint64_t seq_hash,
+                                     const uint64_t *parent, uint32_t *existing) {
+  uint64_t slot = 0;
+  uint32_t other;
+
+  if ((other = kvp__map_probe(p, seq_hash, &slot)) != KVP__NIL) {
+    if (existing)
+      *existing = other;
+    return KVP_EEXIST;
+  }
+  kvp__map_put(p, slot, seq_hash, b);
+  x->hash = seq_hash;
+  x->has_parent = parent != NULL;
+  x->parent = parent ? *parent : 0;
+  kvp__pool_set_state(p, x, KVP_BLOCK_REGISTERED);
+  return 0;
+}
+
+/* kvp_block_register for a block the caller holds, Reset (just taken and
+ * filled at once) or Complete, without the checks; on success the block
+ * also gets lora_id. KVP_EEXIST (*existing) leaves the block as it was. */
+static inline int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
+                                         const uint64_t *parent, int32_t lora_id,
+                                         uint32_t *existing) {
+  kvp__blk_t *x = &p->blk[block];
+  int rc = kvp__register_held(p, x, block, seq_hash, parent, existing);
+  if (rc == 0)
+    x->lora_id = lora_id;
+  return rc;
+}
+
+/* Drops a reference of held block x (b); the last one caches or frees it. */
+static inline void kvp__release_held(kvp_pool_t *p, kvp__blk_t *x, uint32_t b) {
+  if (--x->refs > 0)
+    return;
+  p->nactive--;
+  if (x->state == KVP_BLOCK_REGISTERED) {
+    p->ncached++;
+    kvp__ring_push(p, b);
+  } else {
+    kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
+    kvp__free_push(p, b);
+  }
+}
+
+/* kvp_pool_release of each of blocks[0..n), which the caller holds, last
+ * first, without the checks. */
+static inline void kvp__pool_release_own(kvp_pool_t *p, const uint32_t *blocks, size_t n) {
+  for (size_t i = n; i-- > 0;)
+    kvp__release_held(p, &p->blk[blocks[i]], blocks[i]);
+}
+
+#define KVP__NO_MOVE UINT64_MAX
+/* Copies block sb of src into a block of p taken as kvp_pool_alloc would
+ * (a free block, else the LRU cached one, whose hash goes to *evicted_hash
+ * with *evicted = 1; *block is the block taken) and leaves it Registered
+ * under hash and cached, most recently used; in one step, for offload.
+ * hash must not be registered in p. With move a slot (src shares p's
+ * table, sb is mapped under hash at that slot, from kvp__pool_pair), sb's
+ * entry becomes the new block's: sb is no longer found in src; with
+ * KVP__NO_MOVE, sb is left alone. Returns 0, KVP_ENOSPC (every block
+ * referenced), or the copy's error (the block taken stays free, sb stays
+ * mapped). */
+static inline int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb,
+                                       uint64_t hash, const uint64_t *parent, uint32_t hits,
+                                       int32_t lora_id, uint64_t move, int *evicted,
+                                       uint64_t *evicted_hash, uint32_t *block) {
+  uint32_t b = p->free_head;
+  kvp__blk_t *x;
+  int rc = 0;
+
+  *evicted = 0;
+  if (b != KVP__NIL) {
+    kvp__free_pop(p, b);
+    kvp__pool_set_state(p, &p->blk[b], KVP_BLOCK_REGISTERED);
+  } else {
+    if ((b = kvp__pool_pop_lru(p)) == KVP__NIL) {
+      *block = KVP__NIL;
+      return KVP_ENOSPC;
+    }
+    *evicted = 1;
+    *evicted_hash = p->blk[b].hash;
+    kvp__map_delete(p, p->blk[b].hash, b); /* Registered still, under the new hash below */
+  }
+  *block = b;
+  x = &p->blk[b];
+  if ((rc = kvp__copy_block(p, b, src, sb)) != 0) {
+    kvp__clear_record(p, x);
+    kvp__free_push(p, b);
+    return rc;
+  }
+  x->refs = 0;
+  x->hash = hash;
+  x->has_parent = parent != NULL;
+  x->parent = parent ? *parent : 0;
+  x->hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
+  x->lora_id = lora_id;
+  uint64_t tag = kvp__pool_tag(hash), slot = 0;
+  if (move != KVP__NO_MOVE) {
+    /* sb's entry sits in hash's cluster: it becomes b's, in place. The
+     * eviction above may have shifted it back within the cluster. */
+    uint64_t from = kvp__pool_slot(src, tag, sb);
+    if (p->slots[move] != from)
+      move = kvp__map_find_slot(p, tag, from);
+    p->slots[move] = kvp__pool_slot(p, tag, b);
+  } else {
+    kvp__map_probe(p, hash, &slot); /* absent: the caller checked */
+    kvp__map_put(p, slot, hash, b);
+  }
+  p->ncached++;
+  kvp__ring_push(p, b);
+  return 0;
+}
+
+/* Makes a cached block the most recently used one. */
+static inline void kvp__pool_touch(kvp_pool_t *p, uint32_t b) {
+  if (p->blk[b].where == KVP__CACHED)
+    kvp__ring_push(p, b); /* the old entry goes stale */
+}
+
+#endif
