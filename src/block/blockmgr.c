@@ -135,8 +135,7 @@ static int copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t move) {
   if (rc != 0)
     return 0;
   bm->offloads++;
-  kvp__pend_t e = {x->hash, x->parent, x->lora_id, d, x->has_parent};
-  kvp__bm_pend_stored_g2(bm, &e);
+  kvp__bm_pend_stored_g2(bm, x, d);
   return 1;
 }
 
@@ -195,8 +194,10 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
      * and a G2 copy. */
     uint32_t g;
     uint64_t slot = kvp__pool_pair(g1, g2, x->hash, b, &g);
-    if (!wants_g2(bm, g, x->hits) || !copy_to_g2(bm, b, slot))
-      kvp__pool_unmap(g1, b); /* b's slot may have shifted: found again */
+    if (!wants_g2(bm, g, x->hits))
+      kvp__map_delete_at(g1, slot);
+    else if (!copy_to_g2(bm, b, slot))
+      kvp__pool_unmap(g1, b); /* the G2 eviction may have shifted b's slot: found again */
   } else {
     kvp__pool_unmap(g1, b);
   }

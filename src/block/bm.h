@@ -86,13 +86,21 @@ static inline void kvp__bm_pend_removed_g2(kvp_blockmgr_t *bm, uint64_t hash, ui
     kvp__bm_pend_removed_slow(bm, KVP_TIER_G2, hash);
 }
 
-/* Stored G2 of an offload into G2 block e->block. */
-static inline void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, const kvp__pend_t *e) {
+/* Stored G2 of an offload of G1 record x into G2 block b. The queue entry
+ * is written field by field: a kvp__pend_t built on the stack and copied
+ * would be read back before its stores retire, a stall per offload. */
+static inline void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, const kvp__blk_t *x, uint32_t b) {
   if (bm->nst2 < bm->st2cap) {
-    bm->st2[bm->nst2++] = *e;
-    bm->g2->blk[e->block].mark = 1;
+    kvp__pend_t *e = &bm->st2[bm->nst2++];
+    e->hash = x->hash;
+    e->parent = x->parent;
+    e->lora_id = x->lora_id;
+    e->block = b;
+    e->has_parent = x->has_parent;
+    bm->g2->blk[b].mark = 1;
   } else {
-    kvp__bm_pend_stored_g2_slow(bm, e);
+    kvp__pend_t e = {x->hash, x->parent, x->lora_id, b, x->has_parent};
+    kvp__bm_pend_stored_g2_slow(bm, &e);
   }
 }
 

@@ -161,19 +161,41 @@ static inline void kvp__prefetch_victims(kvp_pool_t *p) {
   p->ahead = v;
 }
 
-/* kvp_pool_copy_block, inline for the offload path. */
+/* Blocks up to this many bytes are copied inline (kvp__copy_raw). */
+#define KVP__SMALL_COPY 256
+
+typedef unsigned char kvp__v16_t __attribute__((vector_size(16)));
+
+/* Copies block sb of src to block db of dst, both valid, of one layout (a
+ * manager's pools): kvp_pool_copy_block without the checks. */
+static inline int kvp__copy_raw(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src, uint32_t sb) {
+  size_t n = dst->block_stride;
+  unsigned char *d = dst->base + (size_t)db * n;
+  const unsigned char *from = src->base + (size_t)sb * n;
+
+  if (!(dst->system && src->system))
+    return dst->storage.ops->copy(dst->storage.ctx, d, &src->storage, from, n);
+  /* Host to host, the common case: a few 16-byte moves beat a call into
+   * memcpy for small blocks. */
+  if (n <= KVP__SMALL_COPY && n % 16 == 0) {
+    for (size_t k = 0; k < n; k += 16) {
+      kvp__v16_t v;
+      memcpy(&v, from + k, 16);
+      memcpy(d + k, &v, 16);
+    }
+  } else {
+    memcpy(d, from, n);
+  }
+  return 0;
+}
+
+/* kvp_pool_copy_block. */
 static inline int kvp__copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src,
                                   uint32_t sb) {
   if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
       dst->layer_stride != src->layer_stride)
     return KVP_EINVAL;
-  unsigned char *d = dst->base + (size_t)db * dst->block_stride;
-  const unsigned char *from = src->base + (size_t)sb * src->block_stride;
-  if (dst->system && src->system) { /* the common host-to-host case, inline */
-    memcpy(d, from, dst->block_stride);
-    return 0;
-  }
-  return dst->storage.ops->copy(dst->storage.ctx, d, &src->storage, from, dst->block_stride);
+  return kvp__copy_raw(dst, db, src, sb);
 }
 
 /* Takes the least recently used cached block out of the cached set: its
@@ -267,6 +289,7 @@ static inline void kvp__pool_release_own(kvp_pool_t *p, const uint32_t *blocks, 
  * (a free block, else the LRU cached one, whose hash goes to *evicted_hash
  * with *evicted = 1; *block is the block taken) and leaves it Registered
  * under hash and cached, most recently used; in one step, for offload.
+ * p and src have one layout (a manager's pools: the copy is unchecked).
  * hash must not be registered in p. With move a slot (src shares p's
  * table, sb is mapped under hash at that slot, from kvp__pool_pair), sb's
  * entry becomes the new block's: sb is no longer found in src; with
@@ -296,7 +319,7 @@ static inline int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uin
   }
   *block = b;
   x = &p->blk[b];
-  if ((rc = kvp__copy_block(p, b, src, sb)) != 0) {
+  if ((rc = kvp__copy_raw(p, b, src, sb)) != 0) {
     kvp__clear_record(p, x);
     kvp__free_push(p, b);
     return rc;

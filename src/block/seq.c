@@ -215,7 +215,7 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   for (size_t i = 0; i < h2; i++) {
     size_t j = h1 + i;
     uint32_t g = bm->g2_ids[i];
-    if (onboarded == i && kvp_pool_copy_block(g1, ids[j], g2, g) == 0) {
+    if (onboarded == i && kvp__copy_raw(g1, ids[j], g2, g) == 0) {
       /* Shared instead when another sequence registered the hash in G1
        * meanwhile: the copy is dropped, the G1 block served. */
       bm->fresh[j] = (uint8_t)register_or_share(s, j);
