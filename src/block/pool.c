@@ -17,8 +17,9 @@ static int ring_live(const kvp_pool_t *p, uint32_t i) {
 /* Drops the stale entries, keeping the order of the live ones. In place:
  * the write index never passes the read index. */
 void kvp__ring_compact(kvp_pool_t *p) {
-  uint32_t r = p->rhead, w = p->rhead, live = 0;
-  for (uint32_t k = 0; k < p->rcount; k++, r = kvp__ring_next(p, r)) {
+  uint32_t r = p->rhead, w = p->rhead;
+  uint64_t live = 0;
+  for (uint64_t k = 0; k < p->rcount; k++, r = kvp__ring_next(p, r)) {
     if (!ring_live(p, r))
       continue;
     uint32_t b = p->ring[r];
@@ -110,7 +111,14 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
     p->owns_slots = 1;
     p->slots = kvp__resident_alloc(p->nslots * sizeof *p->slots, 64);
   }
-  p->rcap = p->n + p->n / 2 + 16;
+  /* A power of two, so that ring indices wrap by a mask; at least n/4 + 16
+   * more than the n live entries there can be, so that a compaction frees
+   * at least that many. Up to 2^32 (rmask all ones, uint32_t indices wrap
+   * by themselves). */
+  p->rcap = 16;
+  while (p->rcap < (uint64_t)p->n + p->n / 4 + 16)
+    p->rcap *= 2;
+  p->rmask = (uint32_t)(p->rcap - 1);
   p->blk = kvp__resident_alloc((size_t)p->n * sizeof *p->blk, 64);
   p->ring = kvp__resident_alloc((size_t)p->rcap * sizeof *p->ring, 64);
   if (p->blk == NULL || p->slots == NULL || p->ring == NULL ||
@@ -309,5 +317,5 @@ void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {
 
 size_t kvp_pool_metadata_bytes(const kvp_pool_t *p) {
   return (size_t)p->n * sizeof(kvp__blk_t) + (p->owns_slots ? (size_t)p->nslots * 8 : 0) +
-         (size_t)p->rcap * sizeof(uint32_t) + sizeof *p;
+         (size_t)p->rcap * sizeof *p->ring + sizeof *p;
 }

@@ -34,13 +34,13 @@ static inline void kvp__free_pop(kvp_pool_t *p, uint32_t b) {
 /* ---- LRU ring of cached blocks ---- */
 
 static inline uint32_t kvp__ring_next(const kvp_pool_t *p, uint32_t i) {
-  return i + 1 == p->rcap ? 0 : i + 1;
+  return (i + 1) & p->rmask;
 }
 
 /* b becomes the most recently used cached block. */
 static inline void kvp__ring_push(kvp_pool_t *p, uint32_t b) {
   if (__builtin_expect(p->rcount == p->rcap, 0))
-    kvp__ring_compact(p); /* at most n live entries, rcap >= n + n/2 */
+    kvp__ring_compact(p); /* at most n live entries, rcap >= n + n/4 + 16 */
   uint32_t t = p->rtail;
   p->rtail = kvp__ring_next(p, t);
   p->rcount++;
@@ -55,12 +55,13 @@ static inline void kvp__ring_push(kvp_pool_t *p, uint32_t b) {
 static inline uint32_t kvp__ring_pop(kvp_pool_t *p) {
   const uint32_t *ring = p->ring;
   const kvp__blk_t *blk = p->blk;
-  uint32_t i = p->rhead, n = p->rcount, rcap = p->rcap, b = KVP__NIL;
+  uint32_t i = p->rhead, mask = p->rmask, b = KVP__NIL;
+  uint64_t n = p->rcount;
 
   while (n > 0) {
     uint32_t at = i;
     uint32_t e = ring[at];
-    i = i + 1 == rcap ? 0 : i + 1;
+    i = (i + 1) & mask;
     n--;
     if (blk[e].where == KVP__CACHED && blk[e].link == at) {
       b = e;
@@ -74,8 +75,7 @@ static inline uint32_t kvp__ring_pop(kvp_pool_t *p) {
 
 /* The ring index k entries after i. */
 static inline uint32_t kvp__ring_at(const kvp_pool_t *p, uint32_t i, uint32_t k) {
-  uint32_t j = i + k;
-  return j >= p->rcap ? j - p->rcap : j;
+  return (i + k) & p->rmask;
 }
 
 /* ---- hash table ---- */
@@ -151,7 +151,8 @@ static inline void kvp__clear_record(kvp_pool_t *p, kvp__blk_t *x) {
  * that entry's block for the manager, which prefetches what it will do with
  * it (kvp__bm_take_g1). Stale entries make these hints, never errors. */
 static inline void kvp__prefetch_victims(kvp_pool_t *p) {
-  uint32_t n = p->rcount, h = p->rhead, v = KVP__NIL;
+  uint64_t n = p->rcount;
+  uint32_t h = p->rhead, v = KVP__NIL;
   if (n > KVP__LOOKAHEAD_REC)
     __builtin_prefetch(&p->blk[p->ring[kvp__ring_at(p, h, KVP__LOOKAHEAD_REC)]]);
   if (n > KVP__LOOKAHEAD) {
@@ -177,7 +178,13 @@ static inline int kvp__copy_raw(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *
     return dst->storage.ops->copy(dst->storage.ctx, d, &src->storage, from, n);
   /* Host to host, the common case: a few 16-byte moves beat a call into
    * memcpy for small blocks. */
-  if (n <= KVP__SMALL_COPY && n % 16 == 0) {
+  if (n <= KVP__SMALL_COPY && n % 64 == 0) {
+    for (size_t k = 0; k < n; k += 64) {
+      kvp__v16_t v[4];
+      memcpy(v, from + k, 64);
+      memcpy(d + k, v, 64);
+    }
+  } else if (n <= KVP__SMALL_COPY && n % 16 == 0) {
     for (size_t k = 0; k < n; k += 16) {
       kvp__v16_t v;
       memcpy(&v, from + k, 16);

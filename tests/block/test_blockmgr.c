@@ -691,6 +691,51 @@ static void alloc_prefers_free_blocks_then_lru(void **state) {
   kvp_pool_destroy(p);
 }
 
+/* The LRU ring holds an entry per caching, so repeated uses of cached blocks
+ * fill it with stale entries; it is compacted when full and its indices wrap.
+ * Hundreds of uses of a 4-block pool (a ring of 32 entries) must leave the
+ * eviction order exactly that of last use. */
+static void lru_order_survives_ring_compaction(void **state) {
+  (void)state;
+  kvp_pool_t *p = mkpool(KVP_TIER_G1, 4);
+  kvp_pool_evicted_t ev;
+  uint32_t b[4], x;
+  uint64_t h[4] = {0x20, 0x21, 0x22, 0x23};
+  kvp_pool_counts_t c;
+
+  for (int i = 0; i < 4; i++)
+    b[i] = registered(p, h[i], NULL);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(kvp_pool_release(p, b[i]), 0); /* LRU: 0 1 2 3 */
+  for (int k = 0; k < 300; k++) {
+    assert_int_equal(kvp_pool_acquire(p, b[k % 2]), 0);
+    assert_int_equal(kvp_pool_release(p, b[k % 2]), 0);
+  } /* LRU: 2 3 0 1 */
+  /* An eviction in between moves the head: b[2] goes, comes back newest. */
+  assert_int_equal(kvp_pool_alloc(p, &x, &ev), 0);
+  assert_int_equal(x, b[2]);
+  assert_true(ev.evicted && ev.hash == h[2]);
+  assert_int_equal(kvp_block_init_sequence(p, x), 0);
+  assert_int_equal(kvp_block_commit(p, x), 0);
+  assert_int_equal(kvp_block_register(p, x, h[2], NULL, NULL), 0);
+  assert_int_equal(kvp_pool_release(p, x), 0); /* LRU: 3 0 1 2 */
+  for (int k = 0; k < 301; k++) {
+    assert_int_equal(kvp_pool_acquire(p, b[k % 2 ? 3 : 0]), 0);
+    assert_int_equal(kvp_pool_release(p, b[k % 2 ? 3 : 0]), 0);
+  } /* the last use is of b[0]: LRU 1 2 3 0 */
+  expect_counts(p, 0, 0, 4);
+  static const int order[] = {1, 2, 3, 0};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(kvp_pool_alloc(p, &x, &ev), 0);
+    assert_int_equal(x, b[order[i]]);
+    assert_true(ev.evicted && ev.hash == h[order[i]]);
+  }
+  kvp_pool_counts(p, &c);
+  assert_int_equal(c.evictions, 5);
+  expect_counts(p, 4, 0, 0);
+  kvp_pool_destroy(p);
+}
+
 /* ---- block addresses and copies ---------------------------------------- */
 
 static void block_layers_are_disjoint_and_copyable(void **state) {
@@ -751,6 +796,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(transitions_from_complete),
     cmocka_unit_test(transitions_from_registered),
     cmocka_unit_test(alloc_prefers_free_blocks_then_lru),
+    cmocka_unit_test(lru_order_survives_ring_compaction),
     cmocka_unit_test(block_layers_are_disjoint_and_copyable),
 };
 
