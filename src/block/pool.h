@@ -63,9 +63,9 @@ struct kvp_pool_s {
    * from an array rather than a linked list lets evictions prefetch the
    * records of victims to come without chasing pointers. */
   uint32_t *ring;
-  uint64_t rcap, rcount; /* rcap: a power of two, at least n + n/4 + 16 */
+  uint64_t rcap, rcount;        /* rcap: a power of two, at least n + n/4 + 16 */
   uint32_t rmask, rhead, rtail; /* rmask = rcap - 1: indices wrap by a mask */
-  uint32_t free_head; /* free blocks, a stack linked through link */
+  uint32_t free_head;           /* free blocks, a stack linked through link */
   kvp_layout_t layout;
   size_t block_stride, layer_stride;
   kvp_storage_t storage;
