@@ -1,5 +1,6 @@
 /* The block manager: the pools of one worker, offload G1 -> G2, events,
  * snapshots and figures. Sequences are in seq.c. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,7 +175,7 @@ static inline void prefetch_bytes(const unsigned char *p, size_t n, int write) {
   }
 }
 
-int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
+static inline int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
   kvp_pool_t *g1 = bm->g1, *g2 = bm->g2;
   uint32_t b;
 
@@ -207,6 +208,18 @@ int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
   kvp__pool_reuse(g1, b);
   *block = b;
   return 0;
+}
+
+int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
+  return take_g1(bm, block);
+}
+
+void kvp__bm_take_g1_many(kvp_blockmgr_t *bm, uint32_t *ids, size_t k) {
+  for (size_t i = 0; i < k; i++) {
+    int rc = take_g1(bm, &ids[i]);
+    assert(rc == 0);
+    (void)rc;
+  }
 }
 
 void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {

@@ -113,6 +113,11 @@ void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const 
  * to G2 before the caller can overwrite it. Returns 0 or KVP_ENOSPC. */
 int kvp__bm_take_g1(kvp_blockmgr_t *bm, uint32_t *block);
 
+/* kvp__bm_take_g1 for each of ids[0..k), when G1 is known to have k blocks
+ * to give (free, or cached and not pinned): one call for a sequence's new
+ * blocks. */
+void kvp__bm_take_g1_many(kvp_blockmgr_t *bm, uint32_t *ids, size_t k);
+
 /* A G1 block's last reference is gone and it is cached: under write-through
  * it is copied to G2 now (its data is final). */
 void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block);

@@ -204,11 +204,8 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   }
   for (size_t i = 0; i < h2; i++)
     kvp_pool_acquire(g2, bm->g2_ids[i]);
-  for (size_t j = h1; j < n + tailb; j++) {
-    rc = kvp__bm_take_g1(bm, &ids[j]);
-    assert(rc == 0); /* counted above: free + cached - pinned >= need */
-    bm->fresh[j] = 0;
-  }
+  kvp__bm_take_g1_many(bm, ids + h1, need); /* counted above: free + cached - pinned >= need */
+  memset(bm->fresh + h1, 0, need);
 
   /* Onboard G2 hits by copying their bytes into the new G1 blocks. A copy
    * that fails ends the onboarded prefix: the rest is computed again. */
