@@ -195,6 +195,7 @@ static inline int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
      * and a G2 copy. */
     uint32_t g;
     uint64_t slot = kvp__pool_pair(g1, g2, x->hash, b, &g);
+    assert(slot != UINT64_MAX); /* a cached block is mapped */
     if (!wants_g2(bm, g, x->hits))
       kvp__map_delete_at(g1, slot);
     else if (!copy_to_g2(bm, b, slot))

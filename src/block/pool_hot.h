@@ -1,7 +1,7 @@
 /* The pool's hot paths, inline: what kvp_seq_allocate, its evictions and
  * offloads and kvp_seq_free do per block compiles into the manager's own
- * loops instead of a call per step (pool.c, blockmgr.c and seq.c include
- * this). Private, like pool.h. */
+ * loops instead of a call per step (pool.c, and through bm.h the manager's
+ * files, include this). Private, like pool.h. */
 #ifndef KVP_BLOCK_POOL_HOT_H
 #define KVP_BLOCK_POOL_HOT_H
 
@@ -162,7 +162,8 @@ static inline void kvp__prefetch_victims(kvp_pool_t *p) {
   p->ahead = v;
 }
 
-/* Blocks up to this many bytes are copied inline (kvp__copy_raw). */
+/* Host blocks up to this many bytes, a multiple of 16, are copied inline
+ * (kvp__copy_raw); others go through memcpy. */
 #define KVP__SMALL_COPY 256
 
 typedef unsigned char kvp__v16_t __attribute__((vector_size(16)));

@@ -14,14 +14,14 @@
 
 /* ---- offload and onboarding -------------------------------------------- */
 
-#define OB_LAYERS 4
-
 static unsigned char pattern(int block, uint32_t layer, int k) {
   return (unsigned char)(block * 64 + (int)layer * 16 + k * 7 + 3);
 }
 
-static void onboard_copies_bytes_from_g2(void **state) {
-  (void)state;
+/* Offload G1 -> G2 and onboarding back copy every byte of every layer, with
+ * blocks of layout l (stride bytes each). */
+static void onboard_round_trip(kvp_layout_t l, size_t stride) {
+  const uint32_t nl = l.num_layers;
   bf_rec_t r;
   kvp_blockmgr_opts_t o;
   kvp_blockmgr_t *bm = NULL;
@@ -34,7 +34,7 @@ static void onboard_copies_bytes_from_g2(void **state) {
 
   bf_rec_init(&r, 0);
   kvp_blockmgr_opts_init(&o);
-  o.layout = (kvp_layout_t){OB_LAYERS, BF_PS, 8, 2, 64};
+  o.layout = l;
   o.g1_blocks = 2;
   o.g2_blocks = 4;
   o.sink = bf_rec_sink(&r);
@@ -42,6 +42,7 @@ static void onboard_copies_bytes_from_g2(void **state) {
   p1 = bf_g1(bm);
   p2 = kvp_blockmgr_pool(bm, KVP_TIER_G2);
   ls = kvp_layout_layer_stride(&o.layout);
+  assert_int_equal(kvp_layout_block_stride(&o.layout), stride);
   bf_tokens(ta, 8, 1);
   bf_hashes(ta, 8, NULL, ha, 2);
   bf_tokens(tb, 8, 100);
@@ -49,7 +50,7 @@ static void onboard_copies_bytes_from_g2(void **state) {
   /* The engine writes A's KV data, every layer. */
   a = bf_seq(bm, ta, 8, NULL, 0);
   for (int i = 0; i < 2; i++)
-    for (uint32_t l = 0; l < OB_LAYERS; l++) {
+    for (uint32_t l = 0; l < nl; l++) {
       unsigned char *q = kvp_pool_block_layer(p1, bf_blk(a, (size_t)i), l);
       assert_non_null(q);
       for (size_t k = 0; k < ls; k++)
@@ -64,7 +65,7 @@ static void onboard_copies_bytes_from_g2(void **state) {
   for (int i = 0; i < 2; i++) {
     assert_false(bf_registered(bm, KVP_TIER_G1, ha[i]));
     uint32_t g = bf_lookup(bm, KVP_TIER_G2, ha[i]);
-    for (uint32_t l = 0; l < OB_LAYERS; l++) {
+    for (uint32_t l = 0; l < nl; l++) {
       const unsigned char *q = kvp_pool_block_layer(p2, g, l);
       for (size_t k = 0; k < ls; k++)
         assert_int_equal(q[k], pattern(i, l, (int)k));
@@ -72,7 +73,7 @@ static void onboard_copies_bytes_from_g2(void **state) {
   }
   /* B overwrites the G1 blocks that held A's bytes. */
   for (int i = 0; i < 2; i++)
-    for (uint32_t l = 0; l < OB_LAYERS; l++)
+    for (uint32_t l = 0; l < nl; l++)
       memset(kvp_pool_block_layer(p1, bf_blk(b, (size_t)i), l), 0xee, ls);
   kvp_seq_free(b);
 
@@ -82,7 +83,7 @@ static void onboard_copies_bytes_from_g2(void **state) {
   for (int i = 0; i < 2; i++) {
     assert_int_equal(bf_lookup(bm, KVP_TIER_G1, ha[i]), bf_blk(c, (size_t)i));
     assert_int_equal(kvp_pool_block_state(p1, bf_blk(c, (size_t)i)), KVP_BLOCK_REGISTERED);
-    for (uint32_t l = 0; l < OB_LAYERS; l++) {
+    for (uint32_t l = 0; l < nl; l++) {
       const unsigned char *q = kvp_pool_block_layer(p1, bf_blk(c, (size_t)i), l);
       for (size_t k = 0; k < ls; k++)
         if (q[k] != pattern(i, l, (int)k))
@@ -104,6 +105,30 @@ static void onboard_copies_bytes_from_g2(void **state) {
   assert_false(r.bad);
   kvp_blockmgr_destroy(bm);
   bf_rec_free(&r);
+}
+
+/* 256-byte blocks: copied by 64-byte moves. */
+static void onboard_copies_bytes_from_g2(void **state) {
+  (void)state;
+  onboard_round_trip((kvp_layout_t){4, BF_PS, 8, 2, 64}, 256);
+}
+
+/* The other copy paths for host blocks: 48 bytes (16-byte moves), 24
+ * bytes (not a multiple of 16: memcpy) and 320 bytes (over the inline
+ * limit: memcpy). */
+static void onboard_copies_bytes_stride_48(void **state) {
+  (void)state;
+  onboard_round_trip((kvp_layout_t){3, BF_PS, 2, 2, 16}, 48);
+}
+
+static void onboard_copies_bytes_stride_24(void **state) {
+  (void)state;
+  onboard_round_trip((kvp_layout_t){3, BF_PS, 1, 2, 8}, 24);
+}
+
+static void onboard_copies_bytes_stride_320(void **state) {
+  (void)state;
+  onboard_round_trip((kvp_layout_t){5, BF_PS, 8, 2, 64}, 320);
 }
 
 /* A G2 storage whose copies fail on demand: an offload that cannot copy
@@ -678,6 +703,9 @@ static void sink_errors_are_counted(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(onboard_copies_bytes_from_g2),
+    cmocka_unit_test(onboard_copies_bytes_stride_48),
+    cmocka_unit_test(onboard_copies_bytes_stride_24),
+    cmocka_unit_test(onboard_copies_bytes_stride_320),
     cmocka_unit_test(failed_offload_copy_loses_only_the_copy),
     cmocka_unit_test(write_through_copies_each_block_once),
     cmocka_unit_test(write_through_copies_at_last_release),
