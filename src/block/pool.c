@@ -98,18 +98,18 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
   }
   p->bytes = (size_t)p->n * p->block_stride;
   if (share != NULL) {
-    p->slots = share->slots;
-    p->nslots = share->nslots;
+    p->grp = share->grp;
+    p->ngroups = share->ngroups;
     p->tbit = KVP__SLOT_TBIT;
   } else {
-    /* Block ids and the home-slot multiply need nslots < 2^32. */
+    /* Block ids + 1 need 31 bits; the home-group multiply ngroups < 2^32. */
     if (table_blocks < p->n || table_blocks > KVP__POOL_MAX_BLOCKS) {
       free(p);
       return KVP_EINVAL;
     }
-    p->nslots = table_blocks * 2;
+    p->ngroups = (table_blocks * 2 + KVP__GROUP_SLOTS - 1) / KVP__GROUP_SLOTS;
     p->owns_slots = 1;
-    p->slots = kvp__resident_alloc(p->nslots * sizeof *p->slots, 64);
+    p->grp = kvp__resident_alloc(p->ngroups * sizeof *p->grp, 64);
   }
   /* A power of two, so that ring indices wrap by a mask; at least n/4 + 16
    * more than the n live entries there can be, so that a compaction frees
@@ -121,7 +121,7 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
   p->rmask = (uint32_t)(p->rcap - 1);
   p->blk = kvp__resident_alloc((size_t)p->n * sizeof *p->blk, 64);
   p->ring = kvp__resident_alloc((size_t)p->rcap * sizeof *p->ring, 64);
-  if (p->blk == NULL || p->slots == NULL || p->ring == NULL ||
+  if (p->blk == NULL || p->grp == NULL || p->ring == NULL ||
       p->storage.ops->alloc(p->storage.ctx, p->bytes, p->layout.alignment, (void **)&p->base) !=
           0) {
     p->base = NULL;
@@ -144,7 +144,7 @@ void kvp_pool_destroy(kvp_pool_t *p) {
   if (p->base)
     p->storage.ops->free(p->storage.ctx, p->base, p->bytes);
   if (p->owns_slots)
-    free(p->slots);
+    free(p->grp);
   free(p->ring);
   free(p->blk);
   free(p);
@@ -316,6 +316,7 @@ void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {
 }
 
 size_t kvp_pool_metadata_bytes(const kvp_pool_t *p) {
-  return (size_t)p->n * sizeof(kvp__blk_t) + (p->owns_slots ? (size_t)p->nslots * 8 : 0) +
+  return (size_t)p->n * sizeof(kvp__blk_t) +
+         (p->owns_slots ? (size_t)p->ngroups * sizeof *p->grp : 0) +
          (size_t)p->rcap * sizeof *p->ring + sizeof *p;
 }

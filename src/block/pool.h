@@ -4,14 +4,15 @@
 #define KVP_BLOCK_POOL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "kvplane/blockmgr.h"
 
 #define KVP__NIL UINT32_MAX
 
 /* Most blocks in a pool, and in the pools sharing one hash table: block
- * ids + 1 fit in 31 bits of a slot, and 2 slots per block stay below 2^32
- * for the home-slot multiply. */
+ * ids + 1 fit in 31 bits of a slot (and the table's groups, 2 slots per
+ * block over 7 per group, stay below 2^32 for the home-group multiply). */
 #define KVP__POOL_MAX_BLOCKS 0x7fffffffu
 
 /* Where a block is: referenced, free (Reset, unreferenced), or cached
@@ -34,25 +35,39 @@ typedef struct kvp__blk_s {
   uint8_t mark; /* scratch for one kvp_seq_allocate scan, 0 outside it */
 } kvp__blk_t;
 
+/* A group of the hash table (struct kvp_pool_s): one cache line. */
+#define KVP__GROUP_SLOTS 7
+typedef struct kvp__grp_s {
+  uint8_t ctrl[KVP__GROUP_SLOTS]; /* per slot: 0 empty, else 0x80 | tag & 0x7f */
+  uint8_t over; /* entries that passed this group full; saturates, then stays, at 255 */
+  uint64_t slot[KVP__GROUP_SLOTS];
+} kvp__grp_t;
+
 struct kvp_pool_s {
   int tier;
   uint32_t n;
   kvp__blk_t *blk;
-  /* Open-addressing hash table, linear probing, deletion by backward
-   * shift (no tombstones). A slot is tag << 32 | tier bit << 31 | (block +
-   * 1), 0 when empty, where the tag is 32 bits of the hash multiplied by a
-   * 64-bit odd constant (so hashes from an engine with little entropy in
-   * some bits still spread); the home slot is the tag mapped onto [0,
-   * nslots) by a multiply (no power-of-two size), so probes and deletions
-   * read no block record until a tag matches. The tier bit (tbit) lets the
-   * G1 and G2 pools of a block manager share one table (owns_slots in G1
-   * only): a hash's G1 and G2 entries share a cluster, so the G2 lookup
-   * after a G1 miss reads lines already loaded, and an offload moves the
-   * G1 entry to the G2 block by rewriting one slot. nslots = 2 x the
-   * blocks of the pools using the table: at most half full, so clusters and
-   * backward shifts stay short, at 16 bytes per block. */
-  uint64_t *slots;
-  uint64_t nslots;
+  /* Hash table: open addressing over groups of KVP__GROUP_SLOTS slots, one
+   * cache line each (kvp__grp_t), probed group after group from a home
+   * group. A slot is tag << 32 | tier bit << 31 | (block + 1), where the tag
+   * is 32 bits of the hash multiplied by a 64-bit odd constant (so hashes
+   * from an engine with little entropy in some bits still spread); the home
+   * group is the tag mapped onto [0, ngroups) by a multiply. Each slot has
+   * a control byte, 0 when empty, else 0x80 | 7 bits of the tag: one
+   * 64-bit load and a few arithmetic steps find the slots of a group that
+   * may hold a hash, with no loop over slots and no record read until a tag
+   * matches. A group's overflow count says how many entries passed it full
+   * on their way from home; a search stops at the first group with none.
+   * Deletion clears the slot and takes the entry off the counts of the
+   * groups it passed: entries never move, so a slot index stays valid
+   * while its entry lives. The tier bit (tbit) lets the G1 and G2 pools of
+   * a block manager share one table (owns_slots in G1 only): a hash's G1
+   * and G2 entries share a probe sequence, so the G2 lookup after a G1 miss
+   * reads a line already loaded, and an offload moves the G1 entry to the
+   * G2 block by rewriting one slot. Sized at 2 slots per block of the pools
+   * using the table (at most half full), 64/7 x 2 = 18.3 bytes per block. */
+  kvp__grp_t *grp;
+  uint64_t ngroups;
   uint32_t tbit; /* this pool's tier bit in a slot: 0, or 1u << 31 */
   int owns_slots;
   /* LRU order of cached blocks: a ring of block ids in the order they were
@@ -84,9 +99,56 @@ static inline uint64_t kvp__pool_tag(uint64_t h) {
   return (h * UINT64_C(0x9e3779b97f4a7c15)) >> 32;
 }
 
-/* The home slot of a tag. */
+/* The home group of a tag. */
 static inline uint64_t kvp__pool_home(const kvp_pool_t *p, uint64_t tag) {
-  return (tag * p->nslots) >> 32;
+  return (tag * p->ngroups) >> 32;
+}
+
+/* The group after g, cyclically. */
+static inline uint64_t kvp__grp_next(const kvp_pool_t *p, uint64_t g) {
+  return g + 1 == p->ngroups ? 0 : g + 1;
+}
+
+/* The control byte of a tag. */
+static inline uint8_t kvp__grp_byte(uint64_t tag) {
+  return (uint8_t)(0x80 | (tag & 0x7f));
+}
+
+/* A group's control bytes as one word, byte k at bits 8k..8k+7 (byte 7 is
+ * the overflow count). */
+static inline uint64_t kvp__grp_ctrl(const kvp__grp_t *g) {
+  uint64_t c;
+  memcpy(&c, g->ctrl, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  c = __builtin_bswap64(c);
+#endif
+  return c;
+}
+
+#define KVP__GRP_LOW 0x0001010101010101ull  /* bit 0 of bytes 0..6 */
+#define KVP__GRP_HIGH 0x0080808080808080ull /* bit 7 of bytes 0..6 */
+
+/* The slots of control word c whose byte is t, as bit 7 of their byte:
+ * exact (bytes are compared whole, with no borrow between them). */
+static inline uint64_t kvp__grp_match(uint64_t c, uint8_t t) {
+  uint64_t x = c ^ (KVP__GRP_LOW * t);
+  uint64_t nonzero = ((x & 0x7f7f7f7f7f7f7f7full) + 0x7f7f7f7f7f7f7f7full) | x;
+  return ~nonzero & KVP__GRP_HIGH;
+}
+
+/* The empty slots of control word c, as bit 7 of their byte. */
+static inline uint64_t kvp__grp_empty(uint64_t c) {
+  return ~c & KVP__GRP_HIGH;
+}
+
+/* The slot index (group << 3 | slot) of the lowest slot in mask m. */
+static inline uint64_t kvp__grp_pos(uint64_t g, uint64_t m) {
+  return g << 3 | (uint64_t)(__builtin_ctzll(m) >> 3);
+}
+
+/* The slot at index i. */
+static inline uint64_t *kvp__grp_slot(const kvp_pool_t *p, uint64_t i) {
+  return &p->grp[i >> 3].slot[i & 7];
 }
 
 #define KVP__SLOT_TBIT 0x80000000u
@@ -96,30 +158,30 @@ static inline uint64_t kvp__pool_slot(const kvp_pool_t *p, uint64_t tag, uint32_
   return tag << 32 | p->tbit | (b + 1);
 }
 
-/* Whether slot s holds a block of p under tag; *b is that block. */
-static inline int kvp__pool_slot_is(const kvp_pool_t *p, uint64_t s, uint64_t tag, uint32_t *b) {
-  *b = ((uint32_t)s & ~KVP__SLOT_TBIT) - 1;
-  return (s >> 32) == tag && ((uint32_t)s & KVP__SLOT_TBIT) == p->tbit;
-}
+/* The slot value's bits other than the block: tag and tier bit. */
+#define KVP__SLOT_KEY (~(uint64_t)0x7fffffff)
 
 static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
-  uint64_t tag = kvp__pool_tag(h);
-  uint64_t i = kvp__pool_home(p, tag);
+  uint64_t tag = kvp__pool_tag(h), g = kvp__pool_home(p, tag);
+  uint64_t key = tag << 32 | p->tbit;
+  uint8_t t = kvp__grp_byte(tag);
 
   for (;;) {
-    uint64_t s = p->slots[i];
-    uint32_t b;
-    if (s == 0)
+    const kvp__grp_t *G = &p->grp[g];
+    for (uint64_t m = kvp__grp_match(kvp__grp_ctrl(G), t); m; m &= m - 1) {
+      uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
+      uint32_t b = (uint32_t)(s & 0x7fffffff) - 1;
+      if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
+        return b;
+    }
+    if (G->over == 0)
       return KVP__NIL;
-    if (kvp__pool_slot_is(p, s, tag, &b) && p->blk[b].hash == h)
-      return b;
-    if (++i == p->nslots)
-      i = 0;
+    g = kvp__grp_next(p, g);
   }
 }
 
 static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
-  __builtin_prefetch(&p->slots[kvp__pool_home(p, kvp__pool_tag(h))]);
+  __builtin_prefetch(&p->grp[kvp__pool_home(p, kvp__pool_tag(h))]);
 }
 
 /* How far ahead in the LRU ring evictions prefetch records (RECORDS) and
@@ -140,29 +202,29 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
                      kvp_pool_t **out);
 
 /* For G1 block b of p1, mapped under h in the table p1 shares with p2:
- * returns b's slot and sets *other to p2's block under h (KVP__NIL when
- * none), from one scan of h's cluster. */
+ * returns b's slot index and sets *other to p2's block under h (KVP__NIL
+ * when none), from one pass over h's probe sequence. */
 static inline uint64_t kvp__pool_pair(const kvp_pool_t *p1, const kvp_pool_t *p2, uint64_t h,
                                       uint32_t b, uint32_t *other) {
-  uint64_t tag = kvp__pool_tag(h), i = kvp__pool_home(p1, tag), mine = UINT64_MAX;
-  uint64_t want = kvp__pool_slot(p1, tag, b), s;
+  uint64_t tag = kvp__pool_tag(h), g = kvp__pool_home(p1, tag), mine = UINT64_MAX;
+  uint64_t want = kvp__pool_slot(p1, tag, b), key2 = tag << 32 | p2->tbit;
+  uint8_t t = kvp__grp_byte(tag);
 
   *other = KVP__NIL;
-  while ((s = p1->slots[i]) != 0) {
-    uint32_t o;
-    if (s == want) {
-      mine = i;
-      if (*other != KVP__NIL)
-        break;
-    } else if (kvp__pool_slot_is(p2, s, tag, &o) && p2->blk[o].hash == h) {
-      *other = o;
-      if (mine != UINT64_MAX)
-        break;
+  for (;;) {
+    const kvp__grp_t *G = &p1->grp[g];
+    for (uint64_t m = kvp__grp_match(kvp__grp_ctrl(G), t); m; m &= m - 1) {
+      uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
+      uint32_t o = (uint32_t)(s & 0x7fffffff) - 1;
+      if (s == want)
+        mine = kvp__grp_pos(g, m);
+      else if ((s & KVP__SLOT_KEY) == key2 && p2->blk[o].hash == h)
+        *other = o;
     }
-    if (++i == p1->nslots)
-      i = 0;
+    if (G->over == 0 || (mine != UINT64_MAX && *other != KVP__NIL))
+      return mine;
+    g = kvp__grp_next(p1, g);
   }
-  return mine;
 }
 
 /* Sets a block's state, keeping the per-state counts. */

@@ -5,6 +5,7 @@
 #ifndef KVP_BLOCK_POOL_HOT_H
 #define KVP_BLOCK_POOL_HOT_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -80,52 +81,78 @@ static inline uint32_t kvp__ring_at(const kvp_pool_t *p, uint32_t i, uint32_t k)
 
 /* ---- hash table ---- */
 
-static inline uint64_t kvp__slot_next(const kvp_pool_t *p, uint64_t i) {
-  return i + 1 == p->nslots ? 0 : i + 1;
-}
-
 /* Probes for h once: returns the block holding it, or KVP__NIL with *slot
- * the empty slot that ends its cluster, where it would go. */
+ * the first empty slot of its probe sequence, where it would go. */
 static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot) {
-  uint64_t tag = kvp__pool_tag(h), i = kvp__pool_home(p, tag), e;
-  uint32_t b;
+  uint64_t tag = kvp__pool_tag(h), g = kvp__pool_home(p, tag), free_at = UINT64_MAX;
+  uint64_t key = tag << 32 | p->tbit;
+  uint8_t t = kvp__grp_byte(tag);
 
-  while ((e = p->slots[i]) != 0) {
-    if (kvp__pool_slot_is(p, e, tag, &b) && p->blk[b].hash == h)
-      return b;
-    i = kvp__slot_next(p, i);
+  for (;;) {
+    const kvp__grp_t *G = &p->grp[g];
+    uint64_t c = kvp__grp_ctrl(G), e;
+    for (uint64_t m = kvp__grp_match(c, t); m; m &= m - 1) {
+      uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
+      uint32_t b = (uint32_t)(s & 0x7fffffff) - 1;
+      if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
+        return b;
+    }
+    if (free_at == UINT64_MAX && (e = kvp__grp_empty(c)) != 0)
+      free_at = kvp__grp_pos(g, e);
+    if (G->over == 0)
+      break;
+    g = kvp__grp_next(p, g);
   }
-  *slot = i;
+  /* Absent. Every group searched was full: the first one after them with
+   * room takes it (the table is at most half full). */
+  while (free_at == UINT64_MAX) {
+    uint64_t e;
+    g = kvp__grp_next(p, g);
+    if ((e = kvp__grp_empty(kvp__grp_ctrl(&p->grp[g]))) != 0)
+      free_at = kvp__grp_pos(g, e);
+  }
+  *slot = free_at;
   return KVP__NIL;
 }
 
-/* Puts block b under h at slot (from map_probe). */
+/* Puts block b under h at slot (an empty slot from map_probe): the groups
+ * between h's home and the slot's, all full when probed, count it as
+ * passing them. */
 static inline void kvp__map_put(kvp_pool_t *p, uint64_t slot, uint64_t h, uint32_t b) {
-  p->slots[slot] = kvp__pool_slot(p, kvp__pool_tag(h), b);
+  uint64_t tag = kvp__pool_tag(h), to = slot >> 3;
+  kvp__grp_t *G = &p->grp[to];
+
+  for (uint64_t g = kvp__pool_home(p, tag); g != to; g = kvp__grp_next(p, g))
+    if (p->grp[g].over < 255)
+      p->grp[g].over++;
+  G->ctrl[slot & 7] = kvp__grp_byte(tag);
+  G->slot[slot & 7] = kvp__pool_slot(p, tag, b);
 }
 
-/* The slot holding `want`, which is in the table. */
+/* The slot index holding `want`, which is in the table under tag. */
 static inline uint64_t kvp__map_find_slot(const kvp_pool_t *p, uint64_t tag, uint64_t want) {
-  uint64_t i = kvp__pool_home(p, tag);
-  while (p->slots[i] != want)
-    i = kvp__slot_next(p, i);
-  return i;
+  uint8_t t = kvp__grp_byte(tag);
+
+  for (uint64_t g = kvp__pool_home(p, tag);; g = kvp__grp_next(p, g)) {
+    const kvp__grp_t *G = &p->grp[g];
+    for (uint64_t m = kvp__grp_match(kvp__grp_ctrl(G), t); m; m &= m - 1)
+      if (G->slot[__builtin_ctzll(m) >> 3] == want)
+        return kvp__grp_pos(g, m);
+  }
 }
 
-/* Empties slot i, keeping every entry reachable from its home. */
+/* Empties slot i, taking its entry off the overflow counts of the groups
+ * it passed. No entry moves. A saturated count stays: searches then go
+ * on past that group, which costs time, never a wrong answer. */
 static inline void kvp__map_delete_at(kvp_pool_t *p, uint64_t i) {
-  uint64_t j, s;
+  uint64_t to = i >> 3;
+  kvp__grp_t *G = &p->grp[to];
 
-  /* Backward shift: an entry later in the cluster moves into the hole at i
-   * unless its home slot lies cyclically in (i, j]. */
-  for (j = kvp__slot_next(p, i); (s = p->slots[j]) != 0; j = kvp__slot_next(p, j)) {
-    uint64_t home = kvp__pool_home(p, s >> 32);
-    if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
-      p->slots[i] = s;
-      i = j;
-    }
-  }
-  p->slots[i] = 0;
+  for (uint64_t g = kvp__pool_home(p, G->slot[i & 7] >> 32); g != to; g = kvp__grp_next(p, g))
+    if (p->grp[g].over < 255)
+      p->grp[g].over--;
+  G->ctrl[i & 7] = 0;
+  G->slot[i & 7] = 0;
 }
 
 static inline void kvp__map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
@@ -340,12 +367,10 @@ static inline int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uin
   x->lora_id = lora_id;
   uint64_t tag = kvp__pool_tag(hash), slot = 0;
   if (move != KVP__NO_MOVE) {
-    /* sb's entry sits in hash's cluster: it becomes b's, in place. The
-     * eviction above may have shifted it back within the cluster. */
-    uint64_t from = kvp__pool_slot(src, tag, sb);
-    if (p->slots[move] != from)
-      move = kvp__map_find_slot(p, tag, from);
-    p->slots[move] = kvp__pool_slot(p, tag, b);
+    /* sb's entry becomes b's, in place (entries never move, so the
+     * eviction above left it where the caller found it). */
+    assert(*kvp__grp_slot(p, move) == kvp__pool_slot(src, tag, sb));
+    *kvp__grp_slot(p, move) = kvp__pool_slot(p, tag, b);
   } else {
     kvp__map_probe(p, hash, &slot); /* absent: the caller checked */
     kvp__map_put(p, slot, hash, b);

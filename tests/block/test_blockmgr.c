@@ -736,6 +736,115 @@ static void lru_order_survives_ring_compaction(void **state) {
   kvp_pool_destroy(p);
 }
 
+/* ---- the hash table under collisions ----------------------------------- */
+
+/* The home group of hash h in a table of ngroups groups, as pool.h computes
+ * it (tag = high half of h * 2^64/phi, home = tag * ngroups >> 32): the
+ * test picks hashes that all start in one group, to fill it and the groups
+ * after it. */
+static uint64_t home_group(uint64_t h, uint64_t ngroups) {
+  uint64_t tag = (h * UINT64_C(0x9e3779b97f4a7c15)) >> 32;
+  return (tag * ngroups) >> 32;
+}
+
+/* n hashes, the first ones above from, whose home group is g. */
+static void colliding(uint64_t *out, size_t n, uint64_t from, uint64_t g, uint64_t ngroups) {
+  for (uint64_t h = from + 1; n > 0; h++)
+    if (home_group(h, ngroups) == g) {
+      *out++ = h;
+      n--;
+    }
+}
+
+#define KVP__TEST_NONE 0xffffffffu
+
+static void expect_mapped(kvp_pool_t *p, const uint64_t *h, const uint32_t *b, size_t n,
+                          int present) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t found = KVP__TEST_NONE;
+    int rc = kvp_pool_lookup(p, h[i], &found);
+    if (present ? rc != 0 || found != b[i] : rc != KVP_ENOENT)
+      fail_msg("hash %zu (%llx): lookup %d, block %u, want %s %u", i, (unsigned long long)h[i], rc,
+               found, present ? "block" : "absent", b[i]);
+  }
+}
+
+/* Entries whose probe sequences run over many full groups, wrap past the
+ * table's last group, and have their groups' overflow counts saturate: every
+ * lookup stays exact through registrations, evictions and registrations
+ * again. A pool of 600 blocks has a 172-group table (2 slots per block, 7
+ * per group); 300 hashes homed in its last group spill over 43 groups from
+ * there and through group 0, so the last group's count passes 255. */
+static void table_collisions_overflow_and_wrap(void **state) {
+  (void)state;
+  enum { N = 600, K = 300, M = 40 };
+  const uint64_t ngroups = (2 * N + 6) / 7;
+  kvp_pool_t *p = mkpool(KVP_TIER_G1, N);
+  static uint64_t h[K], g0[M];
+  static uint32_t b[K], b0[M];
+  kvp_pool_counts_t c;
+
+  colliding(h, K, 0, ngroups - 1, ngroups);
+  colliding(g0, M, h[K - 1], 0, ngroups); /* homed where the others wrap to */
+  for (size_t i = 0; i < K; i++) {
+    b[i] = registered(p, h[i], NULL);
+    if (i % 7 == 0 && i / 7 < M)
+      b0[i / 7] = registered(p, g0[i / 7], NULL);
+  }
+  expect_mapped(p, h, b, K, 1);
+  expect_mapped(p, g0, b0, M, 1);
+
+  /* Cache all. The first 7 fill the last group; each later one passed it,
+   * 293 in all, so its count stopped at 255. Evict exactly 255 of those
+   * that passed it (and every other one homed in group 0): the count must
+   * stay saturated, or the 38 left behind it would be lost. */
+  for (size_t i = 0; i < K; i++)
+    assert_int_equal(kvp_pool_release(p, b[i]), 0);
+  for (size_t i = 0; i < M; i++)
+    assert_int_equal(kvp_pool_release(p, b0[i]), 0);
+  for (size_t i = 7; i < 7 + 255; i++)
+    assert_int_equal(kvp_pool_evict(p, b[i]), 0);
+  for (size_t i = 1; i < M; i += 2)
+    assert_int_equal(kvp_pool_evict(p, b0[i]), 0);
+  for (size_t i = 0; i < K; i++) {
+    uint32_t f = KVP__TEST_NONE;
+    int gone = i >= 7 && i < 7 + 255;
+    assert_int_equal(kvp_pool_lookup(p, h[i], &f), gone ? KVP_ENOENT : 0);
+    if (!gone)
+      assert_int_equal(f, b[i]);
+  }
+  for (size_t i = 0; i < M; i++) {
+    uint32_t f;
+    assert_int_equal(kvp_pool_lookup(p, g0[i], &f), i % 2 ? KVP_ENOENT : 0);
+  }
+
+  /* Register the evicted ones again (into the holes, wherever they are). */
+  for (size_t i = 7; i < 7 + 255; i++)
+    b[i] = registered(p, h[i], NULL);
+  for (size_t i = 1; i < M; i += 2)
+    b0[i] = registered(p, g0[i], NULL);
+  expect_mapped(p, h, b, K, 1);
+  expect_mapped(p, g0, b0, M, 1);
+
+  /* Everything out, then a fresh set in: nothing stale is found. */
+  for (size_t i = 7; i < 7 + 255; i++)
+    assert_int_equal(kvp_pool_release(p, b[i]), 0);
+  for (size_t i = 1; i < M; i += 2)
+    assert_int_equal(kvp_pool_release(p, b0[i]), 0);
+  assert_int_equal(kvp_pool_evict_all(p), K + M);
+  expect_mapped(p, h, b, K, 0);
+  expect_mapped(p, g0, b0, M, 0);
+  static uint64_t h2[K];
+  colliding(h2, K, g0[M - 1], ngroups - 1, ngroups);
+  for (size_t i = 0; i < K; i++)
+    b[i] = registered(p, h2[i], NULL);
+  expect_mapped(p, h2, b, K, 1);
+  expect_mapped(p, h, b, K, 0);
+  kvp_pool_counts(p, &c);
+  assert_int_equal(c.active, K);
+  kvp_pool_destroy(p);
+}
+
 /* ---- block addresses and copies ---------------------------------------- */
 
 static void block_layers_are_disjoint_and_copyable(void **state) {
@@ -797,6 +906,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(transitions_from_registered),
     cmocka_unit_test(alloc_prefers_free_blocks_then_lru),
     cmocka_unit_test(lru_order_survives_ring_compaction),
+    cmocka_unit_test(table_collisions_overflow_and_wrap),
     cmocka_unit_test(block_layers_are_disjoint_and_copyable),
 };
 
