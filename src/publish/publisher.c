@@ -232,8 +232,12 @@ void kvp_publisher_request_resync(kvp_publisher_t *pub) {
 }
 
 /* Queues one tier's snapshot in chunks. */
+/* How long one kvp_publisher_poll waits, in all, for queue room for its
+ * snapshot's chunks. */
+#define KVP__SNAPSHOT_WAIT_NS (200 * 1000000ull)
+
 static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint64_t *h,
-                         const uint64_t *p, size_t n) {
+                         const uint64_t *p, size_t n, uint64_t deadline_ns) {
   size_t chunk = (pub->o.batch_max_bytes - 512) / 18;
   if (chunk > pub->o.batch_max_blocks)
     chunk = pub->o.batch_max_blocks;
@@ -254,7 +258,10 @@ static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint
                       .block_tokens = pub->o.block_tokens,
                       .block_bytes = pub->o.block_bytes};
     size_t before = 0;
-    int rc = kvp__pubq_push(&pub->q, &ev, &before);
+    /* A full queue is waited on (until the poll's deadline) rather than
+     * dropped into: a snapshot must get through whole, and a chunk it
+     * could not queue is not an event lost. */
+    int rc = kvp__pubq_push_wait(&pub->q, &ev, &before, deadline_ns);
     if (rc != 0)
       return rc;
     atomic_fetch_add(&pub->f_queued, 1);
@@ -272,6 +279,7 @@ int kvp_publisher_poll(kvp_publisher_t *pub) {
     return 0;
   atomic_store(&pub->resync_due, 0);
   uint64_t id = atomic_fetch_add(&pub->snap_seq, 1) + 1;
+  uint64_t deadline = kvp__now_ns() + KVP__SNAPSHOT_WAIT_NS;
   for (int tier = KVP_TIER_G1; tier <= KVP_TIER_MAX; tier++) {
     uint64_t *h = NULL, *p = NULL;
     size_t n = 0;
@@ -283,7 +291,7 @@ int kvp_publisher_poll(kvp_publisher_t *pub) {
       continue;
     }
     if (rc == 0)
-      rc = snapshot_tier(pub, id, tier, h, p, n);
+      rc = snapshot_tier(pub, id, tier, h, p, n, deadline);
     free(h);
     free(p);
     if (rc != 0)

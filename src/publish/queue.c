@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
+#include "common/clock.h"
 #include "kvplane/status.h"
 
 static size_t pow2(size_t v) {
@@ -132,7 +134,9 @@ static void fill(kvp__pubq_item_t *it, const kvp_event_t *ev, uint64_t *w) {
   }
 }
 
-int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before) {
+/* kvp__pubq_push, or with deadline_ns (kvp__now_ns() time, not 0) waiting
+ * for room until then whatever the policy (kvp__pubq_push_wait). */
+static int push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before, uint64_t deadline_ns) {
   int rc = 0;
   size_t nw = words_of(ev);
   uint64_t *ext = NULL;
@@ -162,6 +166,25 @@ int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before) {
       break;
     if (q->on_full)
       q->on_full(q->on_full_ctx);
+    if (deadline_ns != 0) {
+      if (kvp__now_ns() >= deadline_ns) {
+        rc = KVP_EOVERFLOW; /* not a dropped event: the caller retries */
+        goto out;
+      }
+      /* The condition variable runs on CLOCK_REALTIME: wait in 1 ms steps
+       * and check the monotonic deadline between them. */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 1000000;
+      if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+      }
+      q->waiters++;
+      pthread_cond_timedwait(&q->not_full, &q->mu, &ts);
+      q->waiters--;
+      continue;
+    }
     if (q->drop) {
       q->dropped++;
       q->dropped_total++;
@@ -193,6 +216,15 @@ out:
   pthread_mutex_unlock(&q->mu);
   free(ext);
   return rc;
+}
+
+int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before) {
+  return push(q, ev, before, 0);
+}
+
+int kvp__pubq_push_wait(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before,
+                        uint64_t deadline_ns) {
+  return push(q, ev, before, deadline_ns ? deadline_ns : 1);
 }
 
 void kvp__pubq_peek(kvp__pubq_t *q, uint64_t *first, size_t *n) {

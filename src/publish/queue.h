@@ -73,6 +73,13 @@ void kvp__pubq_destroy(kvp__pubq_t *q);
  * could not be copied). */
 int kvp__pubq_push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before);
 
+/* kvp__pubq_push that, when the queue is full, waits for room until
+ * deadline_ns (kvp__now_ns() time) whatever the overflow policy, then
+ * returns KVP_EOVERFLOW without counting a dropped event. For snapshot
+ * chunks, which must get through whole and are retried when they cannot. */
+int kvp__pubq_push_wait(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before,
+                        uint64_t deadline_ns);
+
 /* Consumer: the range [*first, *first + *n) of items ready to read. */
 void kvp__pubq_peek(kvp__pubq_t *q, uint64_t *first, size_t *n);
 
