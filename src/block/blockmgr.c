@@ -199,7 +199,7 @@ static inline int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
     if (!wants_g2(bm, g, x->hits))
       kvp__map_delete_at(g1, slot);
     else if (!copy_to_g2(bm, b, slot))
-      kvp__pool_unmap(g1, b); /* the G2 eviction may have shifted b's slot: found again */
+      kvp__map_delete_at(g1, slot); /* the copy failed; entries never move */
   } else {
     kvp__pool_unmap(g1, b);
   }

@@ -57,7 +57,10 @@ struct kvp_pool_s {
    * 64-bit load and a few arithmetic steps find the slots of a group that
    * may hold a hash, with no loop over slots and no record read until a tag
    * matches. A group's overflow count says how many entries passed it full
-   * on their way from home; a search stops at the first group with none.
+   * on their way from home; a search stops at the first group with none,
+   * or after every group: counts are upper bounds (one stays raised while
+   * an entry that passed it lives, and a saturated one stays at 255), so a
+   * table could have every count raised.
    * Deletion clears the slot and takes the entry off the counts of the
    * groups it passed: entries never move, so a slot index stays valid
    * while its entry lives. The tier bit (tbit) lets the G1 and G2 pools of
@@ -118,7 +121,7 @@ static inline uint8_t kvp__grp_byte(uint64_t tag) {
  * the overflow count). */
 static inline uint64_t kvp__grp_ctrl(const kvp__grp_t *g) {
   uint64_t c;
-  memcpy(&c, g->ctrl, 8);
+  memcpy(&c, g, 8); /* ctrl[7] and over, the group's first 8 bytes */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
   c = __builtin_bswap64(c);
 #endif
@@ -166,7 +169,7 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
   uint64_t key = tag << 32 | p->tbit;
   uint8_t t = kvp__grp_byte(tag);
 
-  for (;;) {
+  for (uint64_t left = p->ngroups;;) {
     const kvp__grp_t *G = &p->grp[g];
     for (uint64_t m = kvp__grp_match(kvp__grp_ctrl(G), t); m; m &= m - 1) {
       uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
@@ -174,7 +177,7 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
       if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
         return b;
     }
-    if (G->over == 0)
+    if (G->over == 0 || --left == 0)
       return KVP__NIL;
     g = kvp__grp_next(p, g);
   }
@@ -211,7 +214,7 @@ static inline uint64_t kvp__pool_pair(const kvp_pool_t *p1, const kvp_pool_t *p2
   uint8_t t = kvp__grp_byte(tag);
 
   *other = KVP__NIL;
-  for (;;) {
+  for (uint64_t left = p1->ngroups;;) {
     const kvp__grp_t *G = &p1->grp[g];
     for (uint64_t m = kvp__grp_match(kvp__grp_ctrl(G), t); m; m &= m - 1) {
       uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
@@ -221,7 +224,7 @@ static inline uint64_t kvp__pool_pair(const kvp_pool_t *p1, const kvp_pool_t *p2
       else if ((s & KVP__SLOT_KEY) == key2 && p2->blk[o].hash == h)
         *other = o;
     }
-    if (G->over == 0 || (mine != UINT64_MAX && *other != KVP__NIL))
+    if (G->over == 0 || --left == 0 || (mine != UINT64_MAX && *other != KVP__NIL))
       return mine;
     g = kvp__grp_next(p1, g);
   }

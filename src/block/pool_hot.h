@@ -88,7 +88,7 @@ static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t 
   uint64_t key = tag << 32 | p->tbit;
   uint8_t t = kvp__grp_byte(tag);
 
-  for (;;) {
+  for (uint64_t left = p->ngroups;;) {
     const kvp__grp_t *G = &p->grp[g];
     uint64_t c = kvp__grp_ctrl(G), e;
     for (uint64_t m = kvp__grp_match(c, t); m; m &= m - 1) {
@@ -99,12 +99,13 @@ static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t 
     }
     if (free_at == UINT64_MAX && (e = kvp__grp_empty(c)) != 0)
       free_at = kvp__grp_pos(g, e);
-    if (G->over == 0)
+    if (G->over == 0 || --left == 0)
       break;
     g = kvp__grp_next(p, g);
   }
   /* Absent. Every group searched was full: the first one after them with
-   * room takes it (the table is at most half full). */
+   * room takes it (the table is at most half full, so after a pass over
+   * every group free_at is set). */
   while (free_at == UINT64_MAX) {
     uint64_t e;
     g = kvp__grp_next(p, g);

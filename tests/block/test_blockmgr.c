@@ -773,8 +773,9 @@ static void expect_mapped(kvp_pool_t *p, const uint64_t *h, const uint32_t *b, s
  * table's last group, and have their groups' overflow counts saturate: every
  * lookup stays exact through registrations, evictions and registrations
  * again. A pool of 600 blocks has a 172-group table (2 slots per block, 7
- * per group); 300 hashes homed in its last group spill over 43 groups from
- * there and through group 0, so the last group's count passes 255. */
+ * per group); 300 hashes homed in its last group, with 40 homed in group 0
+ * where they wrap to, spill over more than 40 groups from there through
+ * group 0, so the last group's count passes 255. */
 static void table_collisions_overflow_and_wrap(void **state) {
   (void)state;
   enum { N = 600, K = 300, M = 40 };
@@ -845,6 +846,53 @@ static void table_collisions_overflow_and_wrap(void **state) {
   kvp_pool_destroy(p);
 }
 
+/* Overflow counts are upper bounds: a group's count stays raised while an
+ * entry that passed it lives, even when the group has emptied since. Here
+ * each of the 3 groups of a 10-block pool keeps one entry that passed it,
+ * so every count is raised with 4 entries in 21 slots: searches for absent
+ * hashes must still end (after one pass over the groups), registration
+ * must still find a free slot, and the 4 must still be found. */
+static void table_search_ends_when_every_group_is_passed(void **state) {
+  (void)state;
+  enum { N = 10, G = (2 * N + 6) / 7 };
+  kvp_pool_t *p = mkpool(KVP_TIER_G1, N);
+  uint64_t h[G][8], live[2 * G], absent[3], from = 0;
+  uint32_t b[8], lb[2 * G], x, found;
+  size_t nlive = 0;
+
+  assert_int_equal(G, 3);
+  for (int g = 0; g < G; g++) {
+    /* Group g holds one entry already from the round before (none for
+     * group 0): 7 - that fill it, one more passes it into the next group. */
+    int fill = g == 0 ? 7 : 6;
+    colliding(h[g], (size_t)fill + 1, from, (uint64_t)g, G);
+    from = h[g][fill];
+    for (int i = 0; i <= fill; i++)
+      b[i] = registered(p, h[g][i], NULL);
+    for (int i = 0; i <= fill; i++)
+      assert_int_equal(kvp_pool_release(p, b[i]), 0);
+    for (int i = g == 0 ? 1 : 0; i < fill; i++)
+      assert_int_equal(kvp_pool_evict(p, b[i]), 0);
+    if (g == 0) {
+      live[nlive] = h[0][0];
+      lb[nlive++] = b[0];
+    }
+    live[nlive] = h[g][fill];
+    lb[nlive++] = b[fill];
+  }
+  assert_int_equal((int)nlive, 4);
+  expect_mapped(p, live, lb, nlive, 1);
+
+  colliding(absent, 3, from, 1, G);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(kvp_pool_lookup(p, absent[i], &found), KVP_ENOENT);
+  x = registered(p, absent[0], NULL);
+  assert_int_equal(kvp_pool_lookup(p, absent[0], &found), 0);
+  assert_int_equal(found, x);
+  expect_mapped(p, live, lb, nlive, 1);
+  kvp_pool_destroy(p);
+}
+
 /* ---- block addresses and copies ---------------------------------------- */
 
 static void block_layers_are_disjoint_and_copyable(void **state) {
@@ -907,6 +955,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(alloc_prefers_free_blocks_then_lru),
     cmocka_unit_test(lru_order_survives_ring_compaction),
     cmocka_unit_test(table_collisions_overflow_and_wrap),
+    cmocka_unit_test(table_search_ends_when_every_group_is_passed),
     cmocka_unit_test(block_layers_are_disjoint_and_copyable),
 };
 
