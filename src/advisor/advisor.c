@@ -160,13 +160,7 @@ static void *fetch_main(void *arg) {
 
     pthread_mutex_lock(&adv->qlock);
     while (adv->qlen >= (size_t)adv->cfg.queue_max && !atomic_load(&adv->stopping)) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 100000000;
-      if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-      }
+      struct timespec ts = kvp__realtime_in(100000000);
       pthread_cond_timedwait(&adv->qcond, &adv->qlock, &ts);
     }
     pthread_mutex_unlock(&adv->qlock);

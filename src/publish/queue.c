@@ -173,13 +173,7 @@ static int push(kvp__pubq_t *q, const kvp_event_t *ev, size_t *before, uint64_t 
       }
       /* The condition variable runs on CLOCK_REALTIME: wait in 1 ms steps
        * and check the monotonic deadline between them. */
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 1000000;
-      if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-      }
+      struct timespec ts = kvp__realtime_in(1000000);
       q->waiters++;
       pthread_cond_timedwait(&q->not_full, &q->mu, &ts);
       q->waiters--;
