@@ -191,15 +191,15 @@ static inline int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
       prefetch_bytes(g1->base + (size_t)g1->ahead * g1->block_stride, g1->block_stride, 0);
     if (g2->ahead != KVP__NIL)
       prefetch_bytes(g2->base + (size_t)g2->ahead * g2->block_stride, g2->block_stride, 1);
-    /* G1 and G2 share the table: one scan of the cluster finds b's entry
-     * and a G2 copy. */
+    /* G1 and G2 share the table: one pass over h's probe sequence finds
+     * b's entry and a G2 copy. Not copied (a copy exists, the filter, a
+     * failed copy): b's entry goes, where it was found (entries never
+     * move). */
     uint32_t g;
     uint64_t slot = kvp__pool_pair(g1, g2, x->hash, b, &g);
     assert(slot != UINT64_MAX); /* a cached block is mapped */
-    if (!wants_g2(bm, g, x->hits))
+    if (!wants_g2(bm, g, x->hits) || !copy_to_g2(bm, b, slot))
       kvp__map_delete_at(g1, slot);
-    else if (!copy_to_g2(bm, b, slot))
-      kvp__map_delete_at(g1, slot); /* the copy failed; entries never move */
   } else {
     kvp__pool_unmap(g1, b);
   }

@@ -300,7 +300,10 @@ void *kvp_pool_block_layer(kvp_pool_t *p, uint32_t block, uint32_t layer) {
 }
 
 int kvp_pool_copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src, uint32_t sb) {
-  return kvp__copy_block(dst, db, src, sb);
+  if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
+      dst->layer_stride != src->layer_stride)
+    return KVP_EINVAL;
+  return kvp__copy_raw(dst, db, src, sb);
 }
 
 void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {

@@ -164,6 +164,25 @@ static inline uint64_t kvp__pool_slot(const kvp_pool_t *p, uint64_t tag, uint32_
 /* The slot value's bits other than the block: tag and tier bit. */
 #define KVP__SLOT_KEY (~(uint64_t)0x7fffffff)
 
+/* The block in slot value s. */
+static inline uint32_t kvp__slot_block(uint64_t s) {
+  return (uint32_t)(s & 0x7fffffff) - 1;
+}
+
+/* The block of p holding h among the slots of group G (control word c)
+ * whose byte is t and whose key (tag << 32 | p's tier bit) is key, or
+ * KVP__NIL. */
+static inline uint32_t kvp__grp_find(const kvp_pool_t *p, const kvp__grp_t *G, uint64_t c,
+                                     uint8_t t, uint64_t key, uint64_t h) {
+  for (uint64_t m = kvp__grp_match(c, t); m; m &= m - 1) {
+    uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
+    uint32_t b = kvp__slot_block(s);
+    if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
+      return b;
+  }
+  return KVP__NIL;
+}
+
 static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
   uint64_t tag = kvp__pool_tag(h), g = kvp__pool_home(p, tag);
   uint64_t key = tag << 32 | p->tbit;
@@ -171,14 +190,9 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
 
   for (uint64_t left = p->ngroups;;) {
     const kvp__grp_t *G = &p->grp[g];
-    for (uint64_t m = kvp__grp_match(kvp__grp_ctrl(G), t); m; m &= m - 1) {
-      uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
-      uint32_t b = (uint32_t)(s & 0x7fffffff) - 1;
-      if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
-        return b;
-    }
-    if (G->over == 0 || --left == 0)
-      return KVP__NIL;
+    uint32_t b = kvp__grp_find(p, G, kvp__grp_ctrl(G), t, key, h);
+    if (b != KVP__NIL || G->over == 0 || --left == 0)
+      return b;
     g = kvp__grp_next(p, g);
   }
 }
@@ -187,8 +201,8 @@ static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
   __builtin_prefetch(&p->grp[kvp__pool_home(p, kvp__pool_tag(h))]);
 }
 
-/* How far ahead in the LRU ring evictions prefetch records (RECORDS) and
- * what those records point to (KVP__LOOKAHEAD). */
+/* How far ahead in the LRU ring evictions prefetch records
+ * (KVP__LOOKAHEAD_REC) and what those records point to (KVP__LOOKAHEAD). */
 #define KVP__LOOKAHEAD 4
 #define KVP__LOOKAHEAD_REC 12
 
@@ -218,7 +232,7 @@ static inline uint64_t kvp__pool_pair(const kvp_pool_t *p1, const kvp_pool_t *p2
     const kvp__grp_t *G = &p1->grp[g];
     for (uint64_t m = kvp__grp_match(kvp__grp_ctrl(G), t); m; m &= m - 1) {
       uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
-      uint32_t o = (uint32_t)(s & 0x7fffffff) - 1;
+      uint32_t o = kvp__slot_block(s);
       if (s == want)
         mine = kvp__grp_pos(g, m);
       else if ((s & KVP__SLOT_KEY) == key2 && p2->blk[o].hash == h)

@@ -91,12 +91,9 @@ static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t 
   for (uint64_t left = p->ngroups;;) {
     const kvp__grp_t *G = &p->grp[g];
     uint64_t c = kvp__grp_ctrl(G), e;
-    for (uint64_t m = kvp__grp_match(c, t); m; m &= m - 1) {
-      uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
-      uint32_t b = (uint32_t)(s & 0x7fffffff) - 1;
-      if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
-        return b;
-    }
+    uint32_t b = kvp__grp_find(p, G, c, t, key, h);
+    if (b != KVP__NIL)
+      return b;
     if (free_at == UINT64_MAX && (e = kvp__grp_empty(c)) != 0)
       free_at = kvp__grp_pos(g, e);
     if (G->over == 0 || --left == 0)
@@ -223,15 +220,6 @@ static inline int kvp__copy_raw(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *
     memcpy(d, from, n);
   }
   return 0;
-}
-
-/* kvp_pool_copy_block. */
-static inline int kvp__copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src,
-                                  uint32_t sb) {
-  if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
-      dst->layer_stride != src->layer_stride)
-    return KVP_EINVAL;
-  return kvp__copy_raw(dst, db, src, sb);
 }
 
 /* Takes the least recently used cached block out of the cached set: its
