@@ -191,15 +191,18 @@ static inline int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
       prefetch_bytes(g1->base + (size_t)g1->ahead * g1->block_stride, g1->block_stride, 0);
     if (g2->ahead != KVP__NIL)
       prefetch_bytes(g2->base + (size_t)g2->ahead * g2->block_stride, g2->block_stride, 1);
-    /* G1 and G2 share the table: one pass over h's probe sequence finds
-     * b's entry and a G2 copy. Not copied (a copy exists, the filter, a
-     * failed copy): b's entry goes, where it was found (entries never
-     * move). */
-    uint32_t g;
-    uint64_t slot = kvp__pool_pair(g1, g2, x->hash, b, &g);
+    /* G1 and G2 share the table. When G2 may hold b's hash (x->twin),
+     * one pass over its probe sequence finds b's entry and the G2 copy;
+     * otherwise b's record says where its entry is, and the offload moves
+     * it to the G2 block with stores only, no table load to wait for. Not
+     * copied (a copy exists, the filter, a failed copy): b's entry goes,
+     * where it was found (entries never move). */
+    uint32_t g = KVP__NIL;
+    uint64_t slot = x->twin || x->loc == KVP__LOC_FAR ? kvp__pool_pair(g1, g2, x->hash, b, &g)
+                                                      : kvp__map_slot_of(g1, x->hash, b);
     assert(slot != UINT64_MAX); /* a cached block is mapped */
     if (!wants_g2(bm, g, x->hits) || !copy_to_g2(bm, b, slot))
-      kvp__map_delete_at(g1, slot);
+      kvp__map_delete_at(g1, slot, x->hash);
   } else {
     kvp__pool_unmap(g1, b);
   }
@@ -228,8 +231,8 @@ void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {
 
   if (bm->offload != KVP_OFFLOAD_WRITE_THROUGH || x->where != KVP__CACHED || bm->g2 == NULL)
     return;
-  if (wants_g2(bm, kvp__pool_find(bm->g2, x->hash), x->hits))
-    copy_to_g2(bm, block, KVP__NO_MOVE);
+  if (wants_g2(bm, kvp__pool_find(bm->g2, x->hash), x->hits) && copy_to_g2(bm, block, KVP__NO_MOVE))
+    x->twin = 1; /* G2 holds its hash now: its eviction must look */
 }
 
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {

@@ -101,6 +101,8 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
     p->grp = share->grp;
     p->ngroups = share->ngroups;
     p->tbit = KVP__SLOT_TBIT;
+    p->peer = share;
+    share->peer = p;
   } else {
     /* Block ids + 1 need 31 bits; the home-group multiply ngroups < 2^32. */
     if (table_blocks < p->n || table_blocks > KVP__POOL_MAX_BLOCKS) {
@@ -223,7 +225,15 @@ int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const u
     return KVP_EINVAL;
   if (x->state != KVP_BLOCK_COMPLETE)
     return KVP_ESTATE;
-  return kvp__register_held(p, x, block, seq_hash, parent, existing);
+  int rc = kvp__register_held(p, x, block, seq_hash, parent, existing);
+  /* A block of the pool sharing the table under the same hash must learn
+   * that this tier holds it now (kvp__blk_t.twin). */
+  if (rc == 0 && p->peer) {
+    uint32_t o = kvp__pool_find(p->peer, seq_hash);
+    if (o != KVP__NIL)
+      p->peer->blk[o].twin = 1;
+  }
+  return rc;
 }
 
 int kvp_pool_lookup(const kvp_pool_t *p, uint64_t seq_hash, uint32_t *block) {

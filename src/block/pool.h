@@ -32,8 +32,20 @@ typedef struct kvp__blk_s {
   uint8_t state : 3; /* kvp_block_state_t */
   uint8_t where : 2; /* KVP__ACTIVE / FREE / CACHED */
   uint8_t has_parent : 1;
-  uint8_t mark; /* scratch for one kvp_seq_allocate scan, 0 outside it */
+  uint8_t mark : 1; /* scratch for one manager call, 0 outside it */
+  uint8_t twin : 1; /* registered, in a shared table: the other tier may hold its hash too */
+  uint8_t loc;      /* registered: where its table entry is (kvp__loc_of), or KVP__LOC_FAR */
 } kvp__blk_t;
+_Static_assert(sizeof(kvp__blk_t) == 32, "a block record is 32 bytes, two to a cache line");
+
+/* A registered block's record says where its table entry is: the group's
+ * distance from the hash's home along the probe sequence (up to
+ * KVP__LOC_DMAX) and the slot in it, so that removing or moving the entry
+ * stores to a known address instead of loading the group to search it
+ * (the block's hash gives the home). Entries further away (rare) are
+ * searched: KVP__LOC_FAR. */
+#define KVP__LOC_FAR 0xffu
+#define KVP__LOC_DMAX 30u
 
 /* A group of the hash table (struct kvp_pool_s): one cache line. */
 #define KVP__GROUP_SLOTS 7
@@ -73,6 +85,7 @@ struct kvp_pool_s {
   uint64_t ngroups;
   uint32_t tbit; /* this pool's tier bit in a slot: 0, or 1u << 31 */
   int owns_slots;
+  struct kvp_pool_s *peer; /* the other pool using the same table, or NULL */
   /* LRU order of cached blocks: a ring of block ids in the order they were
    * cached, oldest at rhead. A block leaving the cached set (a prefix hit, an
    * eviction) or cached again leaves its old entry behind, stale: an entry
@@ -105,6 +118,21 @@ static inline uint64_t kvp__pool_tag(uint64_t h) {
 /* The home group of a tag. */
 static inline uint64_t kvp__pool_home(const kvp_pool_t *p, uint64_t tag) {
   return (tag * p->ngroups) >> 32;
+}
+
+/* The loc (kvp__blk_t) of slot index i for a hash whose home group is
+ * home. */
+static inline uint8_t kvp__loc_of(const kvp_pool_t *p, uint64_t home, uint64_t i) {
+  uint64_t g = i >> 3, d = g >= home ? g - home : g + p->ngroups - home;
+  return d <= KVP__LOC_DMAX ? (uint8_t)(d << 3 | (i & 7)) : (uint8_t)KVP__LOC_FAR;
+}
+
+/* The slot index that loc (not KVP__LOC_FAR) names for home. */
+static inline uint64_t kvp__loc_slot(const kvp_pool_t *p, uint64_t home, uint8_t loc) {
+  uint64_t g = home + (loc >> 3);
+  if (g >= p->ngroups)
+    g -= p->ngroups;
+  return g << 3 | (loc & 7);
 }
 
 /* The group after g, cyclically. */

@@ -82,18 +82,25 @@ static inline uint32_t kvp__ring_at(const kvp_pool_t *p, uint32_t i, uint32_t k)
 /* ---- hash table ---- */
 
 /* Probes for h once: returns the block holding it, or KVP__NIL with *slot
- * the first empty slot of its probe sequence, where it would go. */
-static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot) {
+ * the first empty slot of its probe sequence, where it would go; then
+ * *twin says whether an entry of the other tier (a shared table) under h's
+ * tag was seen, that is, whether the other tier may hold h. */
+static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot, int *twin) {
   uint64_t tag = kvp__pool_tag(h), g = kvp__pool_home(p, tag), free_at = UINT64_MAX;
-  uint64_t key = tag << 32 | p->tbit;
+  uint64_t key = tag << 32 | p->tbit, other = key ^ KVP__SLOT_TBIT;
   uint8_t t = kvp__grp_byte(tag);
+  int seen = 0;
 
   for (uint64_t left = p->ngroups;;) {
     const kvp__grp_t *G = &p->grp[g];
     uint64_t c = kvp__grp_ctrl(G), e;
-    uint32_t b = kvp__grp_find(p, G, c, t, key, h);
-    if (b != KVP__NIL)
-      return b;
+    for (uint64_t m = kvp__grp_match(c, t); m; m &= m - 1) {
+      uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
+      uint32_t b = kvp__slot_block(s);
+      if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
+        return b;
+      seen |= (s & KVP__SLOT_KEY) == other;
+    }
     if (free_at == UINT64_MAX && (e = kvp__grp_empty(c)) != 0)
       free_at = kvp__grp_pos(g, e);
     if (G->over == 0 || --left == 0)
@@ -110,21 +117,23 @@ static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t 
       free_at = kvp__grp_pos(g, e);
   }
   *slot = free_at;
+  *twin = seen;
   return KVP__NIL;
 }
 
 /* Puts block b under h at slot (an empty slot from map_probe): the groups
  * between h's home and the slot's, all full when probed, count it as
- * passing them. */
+ * passing them. Sets b's loc. */
 static inline void kvp__map_put(kvp_pool_t *p, uint64_t slot, uint64_t h, uint32_t b) {
-  uint64_t tag = kvp__pool_tag(h), to = slot >> 3;
+  uint64_t tag = kvp__pool_tag(h), home = kvp__pool_home(p, tag), to = slot >> 3;
   kvp__grp_t *G = &p->grp[to];
 
-  for (uint64_t g = kvp__pool_home(p, tag); g != to; g = kvp__grp_next(p, g))
+  for (uint64_t g = home; g != to; g = kvp__grp_next(p, g))
     if (p->grp[g].over < 255)
       p->grp[g].over++;
   G->ctrl[slot & 7] = kvp__grp_byte(tag);
   G->slot[slot & 7] = kvp__pool_slot(p, tag, b);
+  p->blk[b].loc = kvp__loc_of(p, home, slot);
 }
 
 /* The slot index holding `want`, which is in the table under tag. */
@@ -139,14 +148,27 @@ static inline uint64_t kvp__map_find_slot(const kvp_pool_t *p, uint64_t tag, uin
   }
 }
 
-/* Empties slot i, taking its entry off the overflow counts of the groups
- * it passed. No entry moves. A saturated count stays: searches then go
- * on past that group, which costs time, never a wrong answer. */
-static inline void kvp__map_delete_at(kvp_pool_t *p, uint64_t i) {
+/* The slot index of registered block b (hash h) of p: from its loc, with
+ * no load of the table, unless the entry is far from home. */
+static inline uint64_t kvp__map_slot_of(const kvp_pool_t *p, uint64_t h, uint32_t b) {
+  uint64_t tag = kvp__pool_tag(h);
+  uint8_t loc = p->blk[b].loc;
+  uint64_t i = loc != KVP__LOC_FAR ? kvp__loc_slot(p, kvp__pool_home(p, tag), loc)
+                                   : kvp__map_find_slot(p, tag, kvp__pool_slot(p, tag, b));
+  assert(*kvp__grp_slot(p, i) == kvp__pool_slot(p, tag, b));
+  return i;
+}
+
+/* Empties slot i, holding an entry under hash h, taking it off the
+ * overflow counts of the groups it passed: when it is in h's home group,
+ * two stores and no load. No entry moves. A saturated count stays:
+ * searches then go on past that group, which costs time, never a wrong
+ * answer. */
+static inline void kvp__map_delete_at(kvp_pool_t *p, uint64_t i, uint64_t h) {
   uint64_t to = i >> 3;
   kvp__grp_t *G = &p->grp[to];
 
-  for (uint64_t g = kvp__pool_home(p, G->slot[i & 7] >> 32); g != to; g = kvp__grp_next(p, g))
+  for (uint64_t g = kvp__pool_home(p, kvp__pool_tag(h)); g != to; g = kvp__grp_next(p, g))
     if (p->grp[g].over < 255)
       p->grp[g].over--;
   G->ctrl[i & 7] = 0;
@@ -154,8 +176,7 @@ static inline void kvp__map_delete_at(kvp_pool_t *p, uint64_t i) {
 }
 
 static inline void kvp__map_delete(kvp_pool_t *p, uint64_t h, uint32_t b) {
-  uint64_t tag = kvp__pool_tag(h);
-  kvp__map_delete_at(p, kvp__map_find_slot(p, tag, kvp__pool_slot(p, tag, b)));
+  kvp__map_delete_at(p, kvp__map_slot_of(p, h, b), h);
 }
 
 /* ---- records ---- */
@@ -165,6 +186,8 @@ static inline void kvp__clear_record(kvp_pool_t *p, kvp__blk_t *x) {
   kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
   x->hash = x->parent = 0;
   x->has_parent = 0;
+  x->twin = 0;
+  x->loc = KVP__LOC_FAR;
   x->hits = 0;
 }
 
@@ -260,13 +283,15 @@ static inline int kvp__register_held(kvp_pool_t *p, kvp__blk_t *x, uint32_t b, u
                                      const uint64_t *parent, uint32_t *existing) {
   uint64_t slot = 0;
   uint32_t other;
+  int twin = 0;
 
-  if ((other = kvp__map_probe(p, seq_hash, &slot)) != KVP__NIL) {
+  if ((other = kvp__map_probe(p, seq_hash, &slot, &twin)) != KVP__NIL) {
     if (existing)
       *existing = other;
     return KVP_EEXIST;
   }
   kvp__map_put(p, slot, seq_hash, b);
+  x->twin = (uint8_t)twin;
   x->hash = seq_hash;
   x->has_parent = parent != NULL;
   x->parent = parent ? *parent : 0;
@@ -355,13 +380,16 @@ static inline int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uin
   x->hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
   x->lora_id = lora_id;
   uint64_t tag = kvp__pool_tag(hash), slot = 0;
+  x->twin = 0; /* only a G1 record's twin is read (kvp__bm_take_g1) */
   if (move != KVP__NO_MOVE) {
     /* sb's entry becomes b's, in place (entries never move, so the
-     * eviction above left it where the caller found it). */
+     * eviction above left it where the caller found it): one store. */
     assert(*kvp__grp_slot(p, move) == kvp__pool_slot(src, tag, sb));
     *kvp__grp_slot(p, move) = kvp__pool_slot(p, tag, b);
+    x->loc = kvp__loc_of(p, kvp__pool_home(p, tag), move);
   } else {
-    kvp__map_probe(p, hash, &slot); /* absent: the caller checked */
+    int twin;
+    kvp__map_probe(p, hash, &slot, &twin); /* absent: the caller checked */
     kvp__map_put(p, slot, hash, b);
   }
   p->ncached++;

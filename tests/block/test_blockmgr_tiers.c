@@ -359,6 +359,47 @@ static void write_through_copies_at_last_release(void **state) {
   bf_rec_free(&r);
 }
 
+/* G1 and G2 share a hash table, and a G1 block's record remembers whether
+ * G2 may hold its hash too, so that most evictions move the entry without
+ * searching the table. A hash registered in G2 through the pool API, not
+ * by an offload, must still be seen when its G1 block is evicted: the G2
+ * block is kept (touched), not copied over again, and G2 holds the hash
+ * once. */
+static void g2_registration_outside_offload_is_seen_at_eviction(void **state) {
+  (void)state;
+  bf_rec_t r;
+  kvp_blockmgr_t *bm;
+  uint32_t t[4], u[8];
+  uint64_t h[1];
+  uint32_t d, found = UINT32_MAX;
+  kvp_blockmgr_stats_t st;
+
+  bf_rec_init(&r, 1);
+  bm = bf_mgr(2, 4, KVP_OFFLOAD_ON_EVICT, 0, &r);
+  kvp_pool_t *g2 = kvp_blockmgr_pool(bm, KVP_TIER_G2);
+  bf_tokens(t, 4, 1);
+  bf_tokens(u, 8, 2);
+  bf_hashes(t, 4, NULL, h, 1);
+  kvp_seq_free(bf_seq(bm, t, 4, NULL, 0)); /* h0 registered in G1, cached */
+
+  assert_int_equal(kvp_pool_alloc(g2, &d, NULL), 0);
+  assert_int_equal(kvp_block_init_sequence(g2, d), 0);
+  assert_int_equal(kvp_block_commit(g2, d), 0);
+  assert_int_equal(kvp_block_register(g2, d, h[0], NULL, NULL), 0);
+  assert_int_equal(kvp_pool_release(g2, d), 0);
+
+  kvp_seq_t *b = bf_seq(bm, u, 8, NULL, 0); /* 2 blocks: the free one, then h0's */
+  kvp_blockmgr_stats(bm, &st);
+  assert_int_equal(st.g1.evictions, 1);
+  assert_int_equal(st.offloads, 0);
+  assert_int_equal(st.g2.state[KVP_BLOCK_REGISTERED], 1);
+  assert_int_equal(kvp_pool_lookup(g2, h[0], &found), 0);
+  assert_int_equal(found, d);
+  kvp_seq_free(b);
+  kvp_blockmgr_destroy(bm);
+  bf_rec_free(&r);
+}
+
 static void frequency_filter_keeps_cold_blocks_out(void **state) {
   (void)state;
   bf_rec_t r;
@@ -709,6 +750,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(failed_offload_copy_loses_only_the_copy),
     cmocka_unit_test(write_through_copies_each_block_once),
     cmocka_unit_test(write_through_copies_at_last_release),
+    cmocka_unit_test(g2_registration_outside_offload_is_seen_at_eviction),
     cmocka_unit_test(frequency_filter_keeps_cold_blocks_out),
     cmocka_unit_test(offload_none_keeps_g2_empty),
     cmocka_unit_test(scripted_event_sequence),
