@@ -101,8 +101,6 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
     p->grp = share->grp;
     p->ngroups = share->ngroups;
     p->tbit = KVP__SLOT_TBIT;
-    p->peer = share;
-    share->peer = p;
   } else {
     /* Block ids + 1 need 31 bits; the home-group multiply ngroups < 2^32. */
     if (table_blocks < p->n || table_blocks > KVP__POOL_MAX_BLOCKS) {
@@ -136,6 +134,10 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
     kvp__free_push(p, b);
   p->nstate[KVP_BLOCK_RESET] = p->n;
   p->ahead = KVP__NIL;
+  if (share != NULL) { /* linked only once nothing can fail */
+    p->peer = share;
+    share->peer = p;
+  }
   *out = p;
   return 0;
 }
@@ -226,9 +228,9 @@ int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const u
   if (x->state != KVP_BLOCK_COMPLETE)
     return KVP_ESTATE;
   int rc = kvp__register_held(p, x, block, seq_hash, parent, existing);
-  /* A block of the pool sharing the table under the same hash must learn
-   * that this tier holds it now (kvp__blk_t.twin). */
-  if (rc == 0 && p->peer) {
+  /* The table owner's (G1's) block under the same hash must learn that
+   * this tier holds it now (kvp__blk_t.twin). */
+  if (rc == 0 && p->peer && !p->owns_slots) {
     uint32_t o = kvp__pool_find(p->peer, seq_hash);
     if (o != KVP__NIL)
       p->peer->blk[o].twin = 1;
