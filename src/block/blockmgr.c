@@ -198,8 +198,8 @@ static inline int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
      * copied (a copy exists, the filter, a failed copy): b's entry goes,
      * where it was found (entries never move). */
     uint32_t g = KVP__NIL;
-    uint64_t slot = x->twin || x->loc == KVP__LOC_FAR ? kvp__pool_pair(g1, g2, x->hash, b, &g)
-                                                      : kvp__map_slot_of(g1, x->hash, b);
+    uint64_t slot =
+        x->twin ? kvp__pool_pair(g1, g2, x->hash, b, &g) : kvp__map_slot_of(g1, x->hash, b);
     assert(slot != UINT64_MAX); /* a cached block is mapped */
     if (!wants_g2(bm, g, x->hits) || !copy_to_g2(bm, b, slot))
       kvp__map_delete_at(g1, slot, x->hash);

@@ -9,18 +9,13 @@
 
 /* ---- LRU ring of cached blocks ---- */
 
-static int ring_live(const kvp_pool_t *p, uint32_t i) {
-  const kvp__blk_t *x = &p->blk[p->ring[i]];
-  return x->where == KVP__CACHED && x->link == i;
-}
-
 /* Drops the stale entries, keeping the order of the live ones. In place:
  * the write index never passes the read index. */
 void kvp__ring_compact(kvp_pool_t *p) {
   uint32_t r = p->rhead, w = p->rhead;
   uint64_t live = 0;
   for (uint64_t k = 0; k < p->rcount; k++, r = kvp__ring_next(p, r)) {
-    if (!ring_live(p, r))
+    if (!kvp__ring_live(p->blk, p->ring[r], r))
       continue;
     uint32_t b = p->ring[r];
     p->ring[w] = b;
@@ -31,8 +26,6 @@ void kvp__ring_compact(kvp_pool_t *p) {
   p->rtail = w;
   p->rcount = live;
 }
-
-/* ---- hash table ---- */
 
 /* ---- states ---- */
 

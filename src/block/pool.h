@@ -199,14 +199,17 @@ static inline uint32_t kvp__slot_block(uint64_t s) {
 
 /* The block of p holding h among the slots of group G (control word c)
  * whose byte is t and whose key (tag << 32 | p's tier bit) is key, or
- * KVP__NIL. */
+ * KVP__NIL. With twin set, *twin |= whether a slot matched has the other
+ * tier's key (the other pool of a shared table may hold h). */
 static inline uint32_t kvp__grp_find(const kvp_pool_t *p, const kvp__grp_t *G, uint64_t c,
-                                     uint8_t t, uint64_t key, uint64_t h) {
+                                     uint8_t t, uint64_t key, uint64_t h, int *twin) {
   for (uint64_t m = kvp__grp_match(c, t); m; m &= m - 1) {
     uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
     uint32_t b = kvp__slot_block(s);
     if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
       return b;
+    if (twin)
+      *twin |= (s & KVP__SLOT_KEY) == (key ^ KVP__SLOT_TBIT);
   }
   return KVP__NIL;
 }
@@ -218,7 +221,7 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
 
   for (uint64_t left = p->ngroups;;) {
     const kvp__grp_t *G = &p->grp[g];
-    uint32_t b = kvp__grp_find(p, G, kvp__grp_ctrl(G), t, key, h);
+    uint32_t b = kvp__grp_find(p, G, kvp__grp_ctrl(G), t, key, h, NULL);
     if (b != KVP__NIL || G->over == 0 || --left == 0)
       return b;
     g = kvp__grp_next(p, g);

@@ -50,6 +50,11 @@ static inline void kvp__ring_push(kvp_pool_t *p, uint32_t b) {
   p->blk[b].where = KVP__CACHED;
 }
 
+/* Whether ring entry `at`, holding block e, is live (not left stale). */
+static inline int kvp__ring_live(const kvp__blk_t *blk, uint32_t e, uint32_t at) {
+  return blk[e].where == KVP__CACHED && blk[e].link == at;
+}
+
 /* The least recently used cached block, taken off the ring (still marked
  * cached), or KVP__NIL when none is cached. Pool fields are read into
  * locals once: stores to records could alias them. */
@@ -64,7 +69,7 @@ static inline uint32_t kvp__ring_pop(kvp_pool_t *p) {
     uint32_t e = ring[at];
     i = (i + 1) & mask;
     n--;
-    if (blk[e].where == KVP__CACHED && blk[e].link == at) {
+    if (kvp__ring_live(blk, e, at)) {
       b = e;
       break;
     }
@@ -87,20 +92,16 @@ static inline uint32_t kvp__ring_at(const kvp_pool_t *p, uint32_t i, uint32_t k)
  * tag was seen, that is, whether the other tier may hold h. */
 static inline uint32_t kvp__map_probe(const kvp_pool_t *p, uint64_t h, uint64_t *slot, int *twin) {
   uint64_t tag = kvp__pool_tag(h), g = kvp__pool_home(p, tag), free_at = UINT64_MAX;
-  uint64_t key = tag << 32 | p->tbit, other = key ^ KVP__SLOT_TBIT;
+  uint64_t key = tag << 32 | p->tbit;
   uint8_t t = kvp__grp_byte(tag);
   int seen = 0;
 
   for (uint64_t left = p->ngroups;;) {
     const kvp__grp_t *G = &p->grp[g];
     uint64_t c = kvp__grp_ctrl(G), e;
-    for (uint64_t m = kvp__grp_match(c, t); m; m &= m - 1) {
-      uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
-      uint32_t b = kvp__slot_block(s);
-      if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
-        return b;
-      seen |= (s & KVP__SLOT_KEY) == other;
-    }
+    uint32_t b = kvp__grp_find(p, G, c, t, key, h, &seen);
+    if (b != KVP__NIL)
+      return b;
     if (free_at == UINT64_MAX && (e = kvp__grp_empty(c)) != 0)
       free_at = kvp__grp_pos(g, e);
     if (G->over == 0 || --left == 0)
