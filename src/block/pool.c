@@ -25,6 +25,7 @@ void kvp__ring_compact(kvp_pool_t *p) {
   }
   p->rtail = w;
   p->rcount = live;
+  p->pf_rec = p->pf_grp = p->rhead; /* entries moved: prefetch them again */
 }
 
 /* ---- states ---- */

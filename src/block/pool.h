@@ -107,6 +107,7 @@ struct kvp_pool_s {
   uint32_t nactive, nfree, ncached;
   uint64_t evictions;
   uint32_t ahead; /* after an eviction: a victim a few evictions ahead (a hint), or KVP__NIL */
+  uint32_t pf_rec, pf_grp; /* ring index up to which victims' records / slots were prefetched */
 };
 
 /* The tag of a hash: the high half of hash * 2^64/phi, which depends on
@@ -228,14 +229,41 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
   }
 }
 
+/* Random lines (table groups, and the records of victims to come) are
+ * prefetched in bursts of KVP__BURST, issued back to back, not one at a
+ * time between steps of work: a prefetch retires only once its address is
+ * translated, and on a virtual machine a random line of a large table is
+ * nearly always a TLB miss whose walk takes about as long as the load. One
+ * prefetch per step leaves a single walk in flight behind a reorder window
+ * full of work; a burst puts them all in flight at once. KVP__LOOKAHEAD:
+ * the victim whose block bytes evictions prefetch (kvp__bm_take_g1). */
+#ifndef KVP__BURST
+#define KVP__BURST 32
+#endif
+#ifndef KVP__LOOKAHEAD
+#define KVP__LOOKAHEAD 4
+#endif
+
 static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
   __builtin_prefetch(&p->grp[kvp__pool_home(p, kvp__pool_tag(h))]);
 }
 
-/* How far ahead in the LRU ring evictions prefetch records
- * (KVP__LOOKAHEAD_REC) and what those records point to (KVP__LOOKAHEAD). */
-#define KVP__LOOKAHEAD 4
-#define KVP__LOOKAHEAD_REC 12
+/* For a pass over hashes[0, n) at index i: keeps the home groups of the
+ * hashes up to half a burst ahead of i prefetched, a burst at a time; *pf
+ * is how far prefetches went (0 before the pass). */
+static inline void kvp__pool_prefetch_ahead(const kvp_pool_t *p, const uint64_t *hashes, size_t n,
+                                            size_t i, size_t *pf) {
+  size_t to;
+
+  if (*pf < i)
+    *pf = i;
+  if (*pf >= n || *pf - i >= KVP__BURST / 2)
+    return;
+  to = *pf + KVP__BURST < n ? *pf + KVP__BURST : n;
+  for (size_t k = *pf; k < to; k++)
+    kvp__pool_prefetch(p, hashes[k]);
+  *pf = to;
+}
 
 /* Zeroed, touched memory (huge-page hinted when 2 MiB or more) for a pool's
  * tables and the system storage's blocks; freed with free(). NULL when out

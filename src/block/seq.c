@@ -146,7 +146,7 @@ static int register_or_share(kvp_seq_t *s, size_t j) {
 int kvp_seq_allocate(kvp_seq_t *s) {
   kvp_blockmgr_t *bm;
   kvp_pool_t *g1, *g2;
-  size_t n, h1 = 0, h2 = 0, onboarded = 0, pinned = 0, need, avail, tailb;
+  size_t n, h1 = 0, h2 = 0, onboarded = 0, pinned = 0, need, avail, tailb, pf = 0;
   uint32_t *ids;
   int rc;
 
@@ -165,11 +165,8 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   /* Read-only pass: the longest prefix registered in G1, then the blocks
    * after it found in G2. Nothing changes until the blocks are known to be
    * there. */
-  for (size_t i = 0; i < n && i < 8; i++)
-    kvp__pool_prefetch(g1, s->hashes[i]);
   for (; h1 < n; h1++) {
-    if (h1 + 8 < n)
-      kvp__pool_prefetch(g1, s->hashes[h1 + 8]);
+    kvp__pool_prefetch_ahead(g1, s->hashes, n, h1, &pf);
     uint32_t b = kvp__pool_find(g1, s->hashes[h1]);
     /* A block met twice (hashes from kvp_seq_create_hashed are the
      * engine's; chained ones cannot repeat) ends the prefix, so every
@@ -184,8 +181,7 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     g1->blk[ids[i]].mark = 0;
   if (g2) {
     for (; h1 + h2 < n; h2++) {
-      if (h1 + h2 + 8 < n)
-        kvp__pool_prefetch(g2, s->hashes[h1 + h2 + 8]);
+      kvp__pool_prefetch_ahead(g2, s->hashes, n, h1 + h2, &pf);
       uint32_t b = kvp__pool_find(g2, s->hashes[h1 + h2]);
       if (b == KVP__NIL)
         break;
@@ -227,9 +223,9 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     kvp_pool_release(g2, g);
   }
   /* New blocks: full ones registered, a partial tail left Partial. */
+  pf = 0; /* the evictions since may have pushed those lines out: again */
   for (size_t j = h1 + onboarded; j < n; j++) {
-    if (j + 8 < n)
-      kvp__pool_prefetch(g1, s->hashes[j + 8]);
+    kvp__pool_prefetch_ahead(g1, s->hashes, n, j, &pf);
     bm->fresh[j] = (uint8_t)register_or_share(s, j);
   }
   if (tailb)
