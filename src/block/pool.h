@@ -248,21 +248,29 @@ static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
   __builtin_prefetch(&p->grp[kvp__pool_home(p, kvp__pool_tag(h))]);
 }
 
-/* For a pass over hashes[0, n) at index i: keeps the home groups of the
- * hashes up to half a burst ahead of i prefetched, a burst at a time; *pf
- * is how far prefetches went (0 before the pass). */
-static inline void kvp__pool_prefetch_ahead(const kvp_pool_t *p, const uint64_t *hashes, size_t n,
-                                            size_t i, size_t *pf) {
-  size_t to;
-
+/* For a pass at index i over n items, *pf being how far prefetches went
+ * (0 before the pass): whether the next burst is due, that is, fewer than
+ * half a burst of the items after i are prefetched; then the burst is
+ * [*from, *pf), *pf advanced past it. */
+static inline int kvp__burst_due(size_t n, size_t i, size_t *pf, size_t *from) {
   if (*pf < i)
     *pf = i;
   if (*pf >= n || *pf - i >= KVP__BURST / 2)
-    return;
-  to = *pf + KVP__BURST < n ? *pf + KVP__BURST : n;
-  for (size_t k = *pf; k < to; k++)
-    kvp__pool_prefetch(p, hashes[k]);
-  *pf = to;
+    return 0;
+  *from = *pf;
+  *pf = *pf + KVP__BURST < n ? *pf + KVP__BURST : n;
+  return 1;
+}
+
+/* For a pass over hashes[0, n) at index i: keeps the home groups of the
+ * hashes after i prefetched, a burst at a time (kvp__burst_due). */
+static inline void kvp__pool_prefetch_ahead(const kvp_pool_t *p, const uint64_t *hashes, size_t n,
+                                            size_t i, size_t *pf) {
+  size_t k;
+
+  if (kvp__burst_due(n, i, pf, &k))
+    for (; k < *pf; k++)
+      kvp__pool_prefetch(p, hashes[k]);
 }
 
 /* Zeroed, touched memory (huge-page hinted when 2 MiB or more) for a pool's

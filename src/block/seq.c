@@ -204,10 +204,18 @@ int kvp_seq_allocate(kvp_seq_t *s) {
   memset(bm->fresh + h1, 0, need);
 
   /* Onboard G2 hits by copying their bytes into the new G1 blocks. A copy
-   * that fails ends the onboarded prefix: the rest is computed again. */
-  for (size_t i = 0; i < h2; i++) {
+   * that fails ends the onboarded prefix: the rest is computed again. The
+   * evictions may have pushed out the lines prefetched by the passes
+   * above: from here on they are prefetched again (hash groups, and the G2
+   * blocks' first lines, which are anywhere in G2). */
+  pf = h1;
+  for (size_t i = 0, pfb = 0, k; i < h2; i++) {
     size_t j = h1 + i;
     uint32_t g = bm->g2_ids[i];
+    kvp__pool_prefetch_ahead(g1, s->hashes, n, j, &pf);
+    if (g2->system && kvp__burst_due(h2, i, &pfb, &k))
+      for (; k < pfb; k++)
+        __builtin_prefetch(g2->base + (size_t)bm->g2_ids[k] * g2->block_stride);
     if (onboarded == i && kvp__copy_raw(g1, ids[j], g2, g) == 0) {
       /* Shared instead when another sequence registered the hash in G1
        * meanwhile: the copy is dropped, the G1 block served. */
@@ -223,7 +231,6 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     kvp_pool_release(g2, g);
   }
   /* New blocks: full ones registered, a partial tail left Partial. */
-  pf = 0; /* the evictions since may have pushed those lines out: again */
   for (size_t j = h1 + onboarded; j < n; j++) {
     kvp__pool_prefetch_ahead(g1, s->hashes, n, j, &pf);
     bm->fresh[j] = (uint8_t)register_or_share(s, j);
