@@ -28,6 +28,35 @@ void kvp__ring_compact(kvp_pool_t *p) {
   p->pf_rec = p->pf_grp = p->rhead; /* entries moved: prefetch them again */
 }
 
+/* The next burst of victims' hash slots (those of live entries, whose
+ * records were prefetched a burst earlier) and, a burst further on, of
+ * their records. pf_grp and pf_rec remember how far each went, so that
+ * every entry is prefetched once even when pops skip stale entries; behind
+ * the head (pops went past them), they start again from it. Out of line:
+ * it runs once every half burst of evictions. */
+void kvp__prefetch_burst(kvp_pool_t *p) {
+  const uint32_t *ring = p->ring;
+  const kvp__blk_t *blk = p->blk;
+  uint32_t head = p->rhead, mask = p->rmask, g = p->pf_grp, r = p->pf_rec;
+  uint64_t n = p->rcount;
+  uint32_t grp_to = (uint32_t)(n < KVP__BURST ? n : KVP__BURST);
+  uint32_t rec_to = (uint32_t)(n < 2 * KVP__BURST ? n : 2 * KVP__BURST);
+
+  if (((g - head) & mask) > n)
+    g = head;
+  if (((r - head) & mask) > n)
+    r = head;
+  for (; ((r - head) & mask) < rec_to; r = (r + 1) & mask)
+    __builtin_prefetch(&blk[ring[r]]);
+  for (; ((g - head) & mask) < grp_to; g = (g + 1) & mask) {
+    uint32_t e = ring[g];
+    if (kvp__ring_live(blk, e, g))
+      kvp__pool_prefetch(p, blk[e].hash);
+  }
+  p->pf_rec = r;
+  p->pf_grp = g;
+}
+
 /* ---- states ---- */
 
 /* Moves an inactive block to the active set. A cached block's ring entry

@@ -195,37 +195,18 @@ static inline void kvp__clear_record(kvp_pool_t *p, kvp__blk_t *x) {
 /* Evictions come in runs from the LRU end, and what one waits for is loads:
  * the victim's record, its hash slot. The victims to come are the next ring
  * entries: when fewer than half a burst of them have their slot prefetched,
- * the next burst does (those of live entries; their records were
- * prefetched a burst earlier), and the records a burst further on.
- * pf_grp and pf_rec remember how far each went, so that every entry is
- * prefetched once even when pops skip stale entries. p->ahead is the entry
- * KVP__LOOKAHEAD ahead, for the manager, which prefetches its bytes
+ * kvp__prefetch_burst (pool.c) prefetches the next burst. p->ahead is the
+ * entry KVP__LOOKAHEAD ahead, for the manager, which prefetches its bytes
  * (kvp__bm_take_g1). Stale entries make these hints, never errors. */
+void kvp__prefetch_burst(kvp_pool_t *p);
+
 static inline void kvp__prefetch_victims(kvp_pool_t *p) {
-  const uint32_t *ring = p->ring;
-  const kvp__blk_t *blk = p->blk;
-  uint32_t head = p->rhead, mask = p->rmask, g = p->pf_grp, r;
+  uint32_t head = p->rhead, d = (p->pf_grp - head) & p->rmask;
   uint64_t n = p->rcount;
 
-  p->ahead = n > KVP__LOOKAHEAD ? ring[kvp__ring_at(p, head, KVP__LOOKAHEAD)] : KVP__NIL;
-  if (((g - head) & mask) > n) /* behind the head: pops went past it */
-    g = head;
-  if (((g - head) & mask) >= KVP__BURST / 2 || ((g - head) & mask) == n)
-    return;
-  uint32_t grp_to = (uint32_t)(n < KVP__BURST ? n : KVP__BURST);
-  uint32_t rec_to = (uint32_t)(n < 2 * KVP__BURST ? n : 2 * KVP__BURST);
-  r = p->pf_rec;
-  if (((r - head) & mask) > n)
-    r = head;
-  for (; ((r - head) & mask) < rec_to; r = (r + 1) & mask)
-    __builtin_prefetch(&blk[ring[r]]);
-  for (; ((g - head) & mask) < grp_to; g = (g + 1) & mask) {
-    uint32_t e = ring[g];
-    if (kvp__ring_live(blk, e, g))
-      kvp__pool_prefetch(p, blk[e].hash);
-  }
-  p->pf_rec = r;
-  p->pf_grp = g;
+  p->ahead = n > KVP__LOOKAHEAD ? p->ring[kvp__ring_at(p, head, KVP__LOOKAHEAD)] : KVP__NIL;
+  if (d > n || (d < KVP__BURST / 2 && d < n))
+    kvp__prefetch_burst(p);
 }
 
 /* Host blocks up to this many bytes, a multiple of 16, are copied inline
