@@ -122,8 +122,7 @@ void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const 
  * Skipped when G2 has no block to give (all referenced) or the copy fails:
  * G2 is a cache, losing a copy is allowed, serving wrong bytes is not.
  * Returns 1 when copied. */
-static inline __attribute__((always_inline)) int copy_to_g2(kvp_blockmgr_t *bm, uint32_t b,
-                                                          uint64_t move) {
+KVP__HOT int copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t move) {
   const kvp__blk_t *x = &bm->g1->blk[b];
   const uint64_t *parent = x->has_parent ? &x->parent : NULL;
   uint64_t gone;
@@ -176,7 +175,7 @@ static inline void prefetch_bytes(const unsigned char *p, size_t n, int write) {
   }
 }
 
-static inline __attribute__((always_inline)) int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
+KVP__HOT int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
   kvp_pool_t *g1 = bm->g1, *g2 = bm->g2;
   uint32_t b;
 

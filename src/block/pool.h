@@ -10,6 +10,10 @@
 
 #define KVP__NIL UINT32_MAX
 
+/* For the steps of the per-block loops that GCC would otherwise keep as
+ * functions of their own (a prologue and epilogue per block). */
+#define KVP__HOT static inline __attribute__((always_inline))
+
 /* Most blocks in a pool, and in the pools sharing one hash table: block
  * ids + 1 fit in 31 bits of a slot (and the table's groups, 2 slots per
  * block over 7 per group, stay below 2^32 for the home-group multiply). */

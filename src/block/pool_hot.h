@@ -344,10 +344,10 @@ static inline void kvp__pool_release_own(kvp_pool_t *p, const uint32_t *blocks, 
  * KVP__NO_MOVE, sb is left alone. Returns 0, KVP_ENOSPC (every block
  * referenced), or the copy's error (the block taken stays free, sb stays
  * mapped). */
-static inline int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb,
-                                       uint64_t hash, const uint64_t *parent, uint32_t hits,
-                                       int32_t lora_id, uint64_t move, int *evicted,
-                                       uint64_t *evicted_hash, uint32_t *block) {
+KVP__HOT int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t hash,
+                                  const uint64_t *parent, uint32_t hits, int32_t lora_id,
+                                  uint64_t move, int *evicted, uint64_t *evicted_hash,
+                                  uint32_t *block) {
   uint32_t b = p->free_head;
   kvp__blk_t *x;
   int rc = 0;
