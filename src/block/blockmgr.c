@@ -155,26 +155,6 @@ static int wants_g2(kvp_blockmgr_t *bm, uint32_t g, uint32_t hits) {
   return 1;
 }
 
-/* Prefetches the first lines of a block's bytes (the hardware prefetcher
- * follows a copy's stream after that). */
-static inline void prefetch_bytes(const unsigned char *p, size_t n, int write) {
-  if (write) {
-    __builtin_prefetch(p, 1);
-    if (n > 64) {
-      __builtin_prefetch(p + 64, 1);
-      __builtin_prefetch(p + 128, 1);
-      __builtin_prefetch(p + 192, 1);
-    }
-  } else {
-    __builtin_prefetch(p, 0);
-    if (n > 64) {
-      __builtin_prefetch(p + 64, 0);
-      __builtin_prefetch(p + 128, 0);
-      __builtin_prefetch(p + 192, 0);
-    }
-  }
-}
-
 KVP__HOT int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
   kvp_pool_t *g1 = bm->g1, *g2 = bm->g2;
   uint32_t b;
@@ -185,12 +165,6 @@ KVP__HOT int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
     return KVP_ENOSPC;
   const kvp__blk_t *x = &g1->blk[b];
   if (g2 && bm->offload == KVP_OFFLOAD_ON_EVICT) {
-    /* A later G1 victim will be copied into a G2 victim's bytes: start
-     * those loads now (their records and hash slots: prefetch_victims). */
-    if (g1->ahead != KVP__NIL)
-      prefetch_bytes(g1->base + (size_t)g1->ahead * g1->block_stride, g1->block_stride, 0);
-    if (g2->ahead != KVP__NIL)
-      prefetch_bytes(g2->base + (size_t)g2->ahead * g2->block_stride, g2->block_stride, 1);
     /* G1 and G2 share the table. When G2 may hold b's hash (x->twin),
      * one pass over its probe sequence finds b's entry and the G2 copy;
      * otherwise b's record says where its entry is, and the offload moves

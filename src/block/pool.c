@@ -28,30 +28,38 @@ void kvp__ring_compact(kvp_pool_t *p) {
   p->pf_rec = p->pf_grp = p->rhead; /* entries moved: prefetch them again */
 }
 
-/* The next burst of victims' hash slots (those of live entries, whose
- * records were prefetched a burst earlier) and, a burst further on, of
- * their records. pf_grp and pf_rec remember how far each went, so that
- * every entry is prefetched once even when pops skip stale entries; behind
- * the head (pops went past them), they start again from it. Out of line:
- * it runs once every half burst of evictions. */
+/* The next burst of victims: the hash slots and the first bytes (up to
+ * KVP__SMALL_COPY of them, which an offload copies or overwrites; the
+ * hardware follows a longer copy's stream) of live entries, whose records
+ * were prefetched a burst earlier, and, a burst further on, the records.
+ * pf_grp and pf_rec remember how far each went, so that every entry is
+ * prefetched once even when pops skip stale entries; behind the head (pops
+ * went past them), they start again from it. Out of line: it runs once
+ * every half burst of evictions. */
 void kvp__prefetch_burst(kvp_pool_t *p) {
   const uint32_t *ring = p->ring;
   const kvp__blk_t *blk = p->blk;
   uint32_t head = p->rhead, mask = p->rmask, g = p->pf_grp, r = p->pf_rec;
+  uint32_t dg = (g - head) & mask, dr = (r - head) & mask;
   uint64_t n = p->rcount;
   uint32_t grp_to = (uint32_t)(n < KVP__BURST ? n : KVP__BURST);
   uint32_t rec_to = (uint32_t)(n < 2 * KVP__BURST ? n : 2 * KVP__BURST);
+  size_t stride = p->block_stride;
+  size_t bytes = p->system ? (stride < KVP__SMALL_COPY ? stride : KVP__SMALL_COPY) : 0;
 
-  if (((g - head) & mask) > n)
-    g = head;
-  if (((r - head) & mask) > n)
-    r = head;
-  for (; ((r - head) & mask) < rec_to; r = (r + 1) & mask)
+  if (dg > n)
+    g = head, dg = 0;
+  if (dr > n)
+    r = head, dr = 0;
+  for (; dr < rec_to; dr++, r = (r + 1) & mask)
     __builtin_prefetch(&blk[ring[r]]);
-  for (; ((g - head) & mask) < grp_to; g = (g + 1) & mask) {
+  for (; dg < grp_to; dg++, g = (g + 1) & mask) {
     uint32_t e = ring[g];
-    if (kvp__ring_live(blk, e, g))
-      kvp__pool_prefetch(p, blk[e].hash);
+    if (!kvp__ring_live(blk, e, g))
+      continue;
+    kvp__pool_prefetch(p, blk[e].hash);
+    for (size_t k = 0; k < bytes; k += 64)
+      __builtin_prefetch(p->base + (size_t)e * stride + k);
   }
   p->pf_rec = r;
   p->pf_grp = g;
@@ -156,7 +164,6 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
   for (uint32_t b = p->n; b-- > 0;)
     kvp__free_push(p, b);
   p->nstate[KVP_BLOCK_RESET] = p->n;
-  p->ahead = KVP__NIL;
   if (share != NULL) { /* linked only once nothing can fail */
     p->peer = share;
     share->peer = p;

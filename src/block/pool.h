@@ -110,7 +110,6 @@ struct kvp_pool_s {
   uint32_t nstate[4];
   uint32_t nactive, nfree, ncached;
   uint64_t evictions;
-  uint32_t ahead; /* after an eviction: a victim a few evictions ahead (a hint), or KVP__NIL */
   uint32_t pf_rec, pf_grp; /* ring index up to which victims' records / slots were prefetched */
 };
 
@@ -239,13 +238,9 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
  * translated, and on a virtual machine a random line of a large table is
  * nearly always a TLB miss whose walk takes about as long as the load. One
  * prefetch per step leaves a single walk in flight behind a reorder window
- * full of work; a burst puts them all in flight at once. KVP__LOOKAHEAD:
- * the victim whose block bytes evictions prefetch (kvp__bm_take_g1). */
+ * full of work; a burst puts them all in flight at once. */
 #ifndef KVP__BURST
 #define KVP__BURST 32
-#endif
-#ifndef KVP__LOOKAHEAD
-#define KVP__LOOKAHEAD 4
 #endif
 
 static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {

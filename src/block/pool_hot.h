@@ -193,18 +193,16 @@ static inline void kvp__clear_record(kvp_pool_t *p, kvp__blk_t *x) {
 }
 
 /* Evictions come in runs from the LRU end, and what one waits for is loads:
- * the victim's record, its hash slot. The victims to come are the next ring
- * entries: when fewer than half a burst of them have their slot prefetched,
- * kvp__prefetch_burst (pool.c) prefetches the next burst. p->ahead is the
- * entry KVP__LOOKAHEAD ahead, for the manager, which prefetches its bytes
- * (kvp__bm_take_g1). Stale entries make these hints, never errors. */
+ * the victim's record, its hash slot, its bytes. The victims to come are
+ * the next ring entries: when fewer than half a burst of them are
+ * prefetched, kvp__prefetch_burst (pool.c) prefetches the next burst.
+ * Stale entries make these hints, never errors. */
 void kvp__prefetch_burst(kvp_pool_t *p);
 
 static inline void kvp__prefetch_victims(kvp_pool_t *p) {
-  uint32_t head = p->rhead, d = (p->pf_grp - head) & p->rmask;
+  uint32_t d = (p->pf_grp - p->rhead) & p->rmask;
   uint64_t n = p->rcount;
 
-  p->ahead = n > KVP__LOOKAHEAD ? p->ring[kvp__ring_at(p, head, KVP__LOOKAHEAD)] : KVP__NIL;
   if (d > n || (d < KVP__BURST / 2 && d < n))
     kvp__prefetch_burst(p);
 }
