@@ -6,7 +6,8 @@
  * A loop does, per step, a fixed amount of register-only work (7
  * instructions per unit, work= units, 60 by default: ~420 instructions,
  * about a block manager step) and one load of a random line of a table of mb= MiB
- * (256 by default, huge-page hinted like the manager's tables). Variants:
+ * (256 by default, huge-page hinted like the manager's tables unless
+ * huge=0). Variants:
  *   per_step: a prefetch of the line 16 steps ahead at each step;
  *   burst:    the lines of the next 32 steps prefetched back to back, every
  *             32 steps.
@@ -29,11 +30,12 @@ typedef struct table_s {
   size_t bytes;
 } table_t;
 
-static int table_open(table_t *t, size_t mib) {
+static int table_open(table_t *t, size_t mib, int huge) {
   t->bytes = mib << 20;
   if (posix_memalign((void **)&t->p, (size_t)2 << 20, t->bytes) != 0)
     return -1;
-  madvise(t->p, t->bytes, MADV_HUGEPAGE);
+  if (huge)
+    madvise(t->p, t->bytes, MADV_HUGEPAGE);
   memset(t->p, 1, t->bytes);
   return 0;
 }
@@ -91,7 +93,7 @@ static void lines_of(uint32_t *line, size_t nlines, uint64_t seed) {
 
 KVP_BENCH_SUITE(prefetch, "random-line prefetches: one per step vs in bursts") {
   size_t mib = 256;
-  int units = 60;
+  int units = 60, huge = 1;
   table_t big = {0}, small = {0};
   uint32_t *line_big = NULL, *line_small = NULL;
   int rc = 1;
@@ -101,12 +103,15 @@ KVP_BENCH_SUITE(prefetch, "random-line prefetches: one per step vs in bursts") {
       mib = (size_t)atoi(argv[i] + 3);
     else if (strncmp(argv[i], "work=", 5) == 0 && atoi(argv[i] + 5) >= 0)
       units = atoi(argv[i] + 5);
+    else if (strcmp(argv[i], "huge=0") == 0 || strcmp(argv[i], "huge=1") == 0)
+      huge = argv[i][5] == '1';
     else {
-      fprintf(stderr, "bench prefetch: unknown option '%s' (mb=MiB >= 2, work=units)\n", argv[i]);
+      fprintf(stderr, "bench prefetch: unknown option '%s' (mb=MiB >= 2, work=units, huge=0|1)\n",
+              argv[i]);
       return 1;
     }
   }
-  if (table_open(&big, mib) != 0 || table_open(&small, 1) != 0 ||
+  if (table_open(&big, mib, huge) != 0 || table_open(&small, 1, huge) != 0 ||
       (line_big = malloc(STEPS * sizeof *line_big)) == NULL ||
       (line_small = malloc(STEPS * sizeof *line_small)) == NULL) {
     fprintf(stderr, "bench prefetch: out of memory for a %zu MiB table\n", mib);
@@ -114,9 +119,9 @@ KVP_BENCH_SUITE(prefetch, "random-line prefetches: one per step vs in bursts") {
   }
   lines_of(line_big, big.bytes / 64, 88172645463325252ull);
   lines_of(line_small, small.bytes / 64, 88172645463325252ull);
-  printf("# prefetch: %zu MiB table vs 1 MiB, %d work units (~%d instructions) per step, "
+  printf("# prefetch: %zu MiB table vs 1 MiB%s, %d work units (~%d instructions) per step, "
          "2^21 steps, best of 3\n",
-         mib, units, units * 7);
+         mib, huge ? "" : " (no huge-page hint)", units, units * 7);
 
   double cached_step = run(&small, line_small, units, 0);
   double cached_burst = run(&small, line_small, units, 1);
