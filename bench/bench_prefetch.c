@@ -1,29 +1,31 @@
 /* kvp-bench prefetch: what a random cache line costs on this machine when
  * prefetched one per step of work, against the same prefetches issued in
- * bursts (the block manager's table passes and evictions, pool.h
- * KVP__BURST).
+ * bursts the way the block manager's passes over a sequence's hashes issue
+ * them (kvp__burst_due, pool.h).
  *
  * A loop does, per step, a fixed amount of register-only work (7
  * instructions per unit, work= units, 60 by default: ~420 instructions,
- * about a block manager step) and one load of a random line of a table of mb= MiB
- * (256 by default, huge-page hinted like the manager's tables unless
- * huge=0). Variants:
- *   per_step: a prefetch of the line 16 steps ahead at each step;
- *   burst:    the lines of the next 32 steps prefetched back to back, every
- *             32 steps.
+ * about a block manager step) and one load of a random line of a table of
+ * mb= MiB (256 by default, huge-page hinted like the manager's tables
+ * unless huge=0). Variants:
+ *   per_step: at each step, a prefetch of the line ahead= steps on (32 by
+ *             default, the middle of the burst window below);
+ *   burst:    whenever fewer than KVP__BURST / 2 steps ahead are
+ *             prefetched, the lines of the next KVP__BURST steps not yet
+ *             prefetched, back to back (16 to 48 steps ahead).
  * The baseline of each is the same loop over a 1 MiB table (in cache): the
  * ratio is what the random lines add. Best of 3 rounds of 2^21 steps.
  * Single-threaded; pin it (taskset -c 1 kvp-bench prefetch). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "bench.h"
+#include "block/pool.h"
 
 #define STEPS ((size_t)1 << 21)
-#define AHEAD 16
-#define BURST 32
 
 typedef struct table_s {
   unsigned char *p;
@@ -54,19 +56,21 @@ static inline uint64_t work(uint64_t acc, int units) {
   return a0 ^ a1 ^ a2 ^ a3;
 }
 
-/* ns per step of one variant (burst or not) over t, loading line[i] at step i. */
-static double run(const table_t *t, const uint32_t *line, int units, int burst) {
+/* ns per step of one variant over t, loading line[i] at step i: burst, or
+ * a prefetch `ahead` steps on at each step. */
+static double run(const table_t *t, const uint32_t *line, int units, int burst, size_t ahead) {
   double best = 1e30;
   uint64_t sum = 0;
 
   for (int r = 0; r < 3; r++) {
     uint64_t acc = 1, t0 = kvp_bench_now_ns();
+    size_t pf = 0, k;
     for (size_t i = 0; i < STEPS; i++) {
       if (!burst) {
-        if (i + AHEAD < STEPS)
-          __builtin_prefetch(t->p + (size_t)line[i + AHEAD] * 64);
-      } else if (i % BURST == 0) {
-        for (size_t k = i + BURST; k < i + 2 * BURST && k < STEPS; k++)
+        if (i + ahead < STEPS)
+          __builtin_prefetch(t->p + (size_t)line[i + ahead] * 64);
+      } else if (kvp__burst_due(STEPS, i, &pf, &k)) {
+        for (; k < pf; k++)
           __builtin_prefetch(t->p + (size_t)line[k] * 64);
       }
       acc += work(acc, units);
@@ -81,6 +85,18 @@ static double run(const table_t *t, const uint32_t *line, int units, int burst) 
   return best;
 }
 
+/* Whether arg is key followed by a decimal integer in [lo, hi] (*v). */
+static int opt(const char *arg, const char *key, long lo, long hi, long *v) {
+  size_t n = strlen(key);
+  char *end;
+
+  if (strncmp(arg, key, n) != 0)
+    return 0;
+  errno = 0;
+  *v = strtol(arg + n, &end, 10);
+  return end != arg + n && *end == '\0' && errno == 0 && *v >= lo && *v <= hi;
+}
+
 static void lines_of(uint32_t *line, size_t nlines, uint64_t seed) {
   uint64_t x = seed;
   for (size_t i = 0; i < STEPS; i++) {
@@ -92,41 +108,37 @@ static void lines_of(uint32_t *line, size_t nlines, uint64_t seed) {
 }
 
 KVP_BENCH_SUITE(prefetch, "random-line prefetches: one per step vs in bursts") {
-  size_t mib = 256;
-  int units = 60, huge = 1;
+  long mib = 256, units = 60, ahead = 32, huge = 1;
   table_t big = {0}, small = {0};
   uint32_t *line_big = NULL, *line_small = NULL;
   int rc = 1;
 
   for (int i = 1; i < argc; i++) {
-    if (strncmp(argv[i], "mb=", 3) == 0 && atoi(argv[i] + 3) >= 2)
-      mib = (size_t)atoi(argv[i] + 3);
-    else if (strncmp(argv[i], "work=", 5) == 0 && atoi(argv[i] + 5) >= 0)
-      units = atoi(argv[i] + 5);
-    else if (strcmp(argv[i], "huge=0") == 0 || strcmp(argv[i], "huge=1") == 0)
-      huge = argv[i][5] == '1';
-    else {
-      fprintf(stderr, "bench prefetch: unknown option '%s' (mb=MiB >= 2, work=units, huge=0|1)\n",
+    if (!opt(argv[i], "mb=", 2, 65536, &mib) && !opt(argv[i], "work=", 0, 100000, &units) &&
+        !opt(argv[i], "ahead=", 1, 4096, &ahead) && !opt(argv[i], "huge=", 0, 1, &huge)) {
+      fprintf(stderr,
+              "bench prefetch: bad option '%s' (mb=2..65536 MiB, work=0..100000 units, "
+              "ahead=1..4096 steps, huge=0|1)\n",
               argv[i]);
       return 1;
     }
   }
-  if (table_open(&big, mib, huge) != 0 || table_open(&small, 1, huge) != 0 ||
+  if (table_open(&big, (size_t)mib, (int)huge) != 0 || table_open(&small, 1, (int)huge) != 0 ||
       (line_big = malloc(STEPS * sizeof *line_big)) == NULL ||
       (line_small = malloc(STEPS * sizeof *line_small)) == NULL) {
-    fprintf(stderr, "bench prefetch: out of memory for a %zu MiB table\n", mib);
+    fprintf(stderr, "bench prefetch: out of memory for a %ld MiB table\n", mib);
     goto out;
   }
   lines_of(line_big, big.bytes / 64, 88172645463325252ull);
   lines_of(line_small, small.bytes / 64, 88172645463325252ull);
-  printf("# prefetch: %zu MiB table vs 1 MiB%s, %d work units (~%d instructions) per step, "
-         "2^21 steps, best of 3\n",
-         mib, huge ? "" : " (no huge-page hint)", units, units * 7);
+  printf("# prefetch: %ld MiB table vs 1 MiB%s, %ld work units (~%ld instructions) per step, "
+         "one prefetch %ld steps ahead vs bursts of %d, 2^21 steps, best of 3\n",
+         mib, huge ? "" : " (no huge-page hint)", units, units * 7, ahead, KVP__BURST);
 
-  double cached_step = run(&small, line_small, units, 0);
-  double cached_burst = run(&small, line_small, units, 1);
-  double step = run(&big, line_big, units, 0);
-  double burst = run(&big, line_big, units, 1);
+  double cached_step = run(&small, line_small, (int)units, 0, (size_t)ahead);
+  double cached_burst = run(&small, line_small, (int)units, 1, 0);
+  double step = run(&big, line_big, (int)units, 0, (size_t)ahead);
+  double burst = run(&big, line_big, (int)units, 1, 0);
   kvp_bench_report("prefetch.per_step_ns", step, "ns", "in cache", cached_step);
   kvp_bench_report("prefetch.burst_ns", burst, "ns", "in cache", cached_burst);
   kvp_bench_report("prefetch.burst_vs_per_step", burst, "ns", "per step", step);

@@ -50,6 +50,15 @@ int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out) {
     po.storage = o->g2_storage;
     if ((rc = kvp__pool_create(&po, o->g2_blocks, bm->g1, &bm->g2)) != 0)
       goto fail;
+    /* Evictions prefetch the first bytes of their victims where an offload
+     * will copy them (G1, offloading on eviction) or overwrite them (G2):
+     * up to KVP__SMALL_COPY, the hardware following a longer copy. */
+    uint32_t head =
+        (uint32_t)(bm->block_bytes < KVP__SMALL_COPY ? bm->block_bytes : KVP__SMALL_COPY);
+    if (bm->g2->system)
+      bm->g2->pf_bytes = head;
+    if (bm->g1->system && bm->offload == KVP_OFFLOAD_ON_EVICT)
+      bm->g1->pf_bytes = head;
   }
   *out = bm;
   return 0;

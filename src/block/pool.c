@@ -28,14 +28,12 @@ void kvp__ring_compact(kvp_pool_t *p) {
   p->pf_rec = p->pf_grp = p->rhead; /* entries moved: prefetch them again */
 }
 
-/* The next burst of victims: the hash slots and the first bytes (up to
- * KVP__SMALL_COPY of them, which an offload copies or overwrites; the
- * hardware follows a longer copy's stream) of live entries, whose records
- * were prefetched a burst earlier, and, a burst further on, the records.
- * pf_grp and pf_rec remember how far each went, so that every entry is
- * prefetched once even when pops skip stale entries; behind the head (pops
- * went past them), they start again from it. Out of line: it runs once
- * every half burst of evictions. */
+/* Tops up the victims prefetched to a burst: the hash slots and the first
+ * pf_bytes bytes of live entries (whose records were prefetched a burst
+ * earlier), and the records a burst further on. pf_grp and pf_rec remember
+ * how far each went, so that an entry is prefetched once even when pops
+ * skip stale entries; behind the head (pops went past them), they start
+ * again from it. Out of line: it runs once every half burst of evictions. */
 void kvp__prefetch_burst(kvp_pool_t *p) {
   const uint32_t *ring = p->ring;
   const kvp__blk_t *blk = p->blk;
@@ -44,8 +42,7 @@ void kvp__prefetch_burst(kvp_pool_t *p) {
   uint64_t n = p->rcount;
   uint32_t grp_to = (uint32_t)(n < KVP__BURST ? n : KVP__BURST);
   uint32_t rec_to = (uint32_t)(n < 2 * KVP__BURST ? n : 2 * KVP__BURST);
-  size_t stride = p->block_stride;
-  size_t bytes = p->system ? (stride < KVP__SMALL_COPY ? stride : KVP__SMALL_COPY) : 0;
+  size_t stride = p->block_stride, bytes = p->pf_bytes;
 
   if (dg > n)
     g = head, dg = 0;
@@ -318,6 +315,7 @@ size_t kvp_pool_evict_all(kvp_pool_t *p) {
     evict(p, b);
     n++;
   }
+  p->pf_rec = p->pf_grp = p->rhead; /* the pops went past them */
   return n;
 }
 

@@ -94,7 +94,9 @@ struct kvp_pool_s {
    * cached, oldest at rhead. A block leaving the cached set (a prefix hit, an
    * eviction) or cached again leaves its old entry behind, stale: an entry
    * at index i is live only when its block is cached with link == i. Pops
-   * skip stale entries; a full ring is compacted in place. Reading victims
+   * skip stale entries; a ring about to fill is compacted in place (so it is
+   * never full: a prefetch cursor's distance from the head is then
+   * unambiguous, kvp__prefetch_victims). Reading victims
    * from an array rather than a linked list lets evictions prefetch the
    * records of victims to come without chasing pointers. */
   uint32_t *ring;
@@ -111,6 +113,8 @@ struct kvp_pool_s {
   uint32_t nactive, nfree, ncached;
   uint64_t evictions;
   uint32_t pf_rec, pf_grp; /* ring index up to which victims' records / slots were prefetched */
+  uint32_t
+      pf_bytes; /* bytes of each victim prefetched with its slot (0: none; the manager sets it) */
 };
 
 /* The tag of a hash: the high half of hash * 2^64/phi, which depends on
@@ -233,17 +237,21 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
 }
 
 /* Random lines (table groups, and the records and bytes of victims to
- * come) are prefetched in bursts of KVP__BURST, issued back to back, not
- * one at a time between steps of work. Measured on the development VM
- * (kvp-bench prefetch): with one random line per ~420 instructions of
- * work, a prefetch 16 steps ahead at each step leaves a step at 2.2-2.9x
- * its in-cache time, the same prefetches in bursts of 32 at 1.3x. The
- * likely cause is that a prefetch cannot retire before its address is
- * translated, so one per step keeps about one TLB walk in flight behind a
- * reorder window full of work; a burst puts them in flight together. */
+ * come) are prefetched in bursts, issued back to back, not one at a time
+ * between steps of work: passes over a sequence's hashes keep half a burst
+ * to a burst and a half of KVP__BURST ahead, 32 lines at a time
+ * (kvp__burst_due); evictions keep up to a burst ahead, topped up when
+ * fewer than half are (kvp__prefetch_victims). Measured on the development
+ * VM (kvp-bench prefetch): with one random line per ~420 instructions of
+ * work, one prefetch per step leaves a step at 2-3x its in-cache time,
+ * the same lines prefetched in bursts at about 1.3x. The likely cause is
+ * that a prefetch cannot retire before its address is translated, so one
+ * per step keeps about one TLB walk in flight behind a reorder window full
+ * of work; a burst puts them in flight together. */
 #ifndef KVP__BURST
 #define KVP__BURST 32
 #endif
+_Static_assert(KVP__BURST >= 2, "KVP__BURST / 2 lines ahead must be at least one");
 
 static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
   __builtin_prefetch(&p->grp[kvp__pool_home(p, kvp__pool_tag(h))]);

@@ -40,7 +40,7 @@ static inline uint32_t kvp__ring_next(const kvp_pool_t *p, uint32_t i) {
 
 /* b becomes the most recently used cached block. */
 static inline void kvp__ring_push(kvp_pool_t *p, uint32_t b) {
-  if (__builtin_expect(p->rcount == p->rcap, 0))
+  if (__builtin_expect(p->rcount + 1 == p->rcap, 0))
     kvp__ring_compact(p); /* at most n live entries, rcap >= n + n/4 + 16 */
   uint32_t t = p->rtail;
   p->rtail = kvp__ring_next(p, t);
@@ -195,8 +195,13 @@ static inline void kvp__clear_record(kvp_pool_t *p, kvp__blk_t *x) {
 /* Evictions come in runs from the LRU end, and what one waits for is loads:
  * the victim's record, its hash slot, its bytes. The victims to come are
  * the next ring entries: when fewer than half a burst of them are
- * prefetched, kvp__prefetch_burst (pool.c) prefetches the next burst.
- * Stale entries make these hints, never errors. */
+ * prefetched, kvp__prefetch_burst (pool.c) tops them up to a burst. The
+ * cursor pf_grp is a ring index. Ahead of the head it is at most rcount
+ * entries from it; behind (a pop skipped past it), more, since the ring is
+ * never full (rcount < rcap). Only kvp__pool_pop_lru's pops are followed by
+ * this check; the others (one finding the ring empty, kvp_pool_evict_all)
+ * reset the cursors themselves. Stale entries make these hints, never
+ * errors. */
 void kvp__prefetch_burst(kvp_pool_t *p);
 
 static inline void kvp__prefetch_victims(kvp_pool_t *p) {
@@ -250,8 +255,10 @@ static inline int kvp__copy_raw(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *
 static inline uint32_t kvp__pool_pop_lru(kvp_pool_t *p) {
   uint32_t b = kvp__ring_pop(p);
 
-  if (b == KVP__NIL)
+  if (b == KVP__NIL) {
+    p->pf_rec = p->pf_grp = p->rhead; /* the pop went past them */
     return KVP__NIL;
+  }
   kvp__prefetch_victims(p);
   p->blk[b].where = KVP__ACTIVE; /* in transit: neither cached nor counted active */
   p->ncached--;
