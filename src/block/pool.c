@@ -315,7 +315,6 @@ size_t kvp_pool_evict_all(kvp_pool_t *p) {
     evict(p, b);
     n++;
   }
-  p->pf_rec = p->pf_grp = p->rhead; /* the pops went past them */
   return n;
 }
 

@@ -113,8 +113,7 @@ struct kvp_pool_s {
   uint32_t nactive, nfree, ncached;
   uint64_t evictions;
   uint32_t pf_rec, pf_grp; /* ring index up to which victims' records / slots were prefetched */
-  uint32_t
-      pf_bytes; /* bytes of each victim prefetched with its slot (0: none; the manager sets it) */
+  uint32_t pf_bytes;       /* bytes of each victim prefetched with its slot (set by the manager) */
 };
 
 /* The tag of a hash: the high half of hash * 2^64/phi, which depends on

@@ -56,8 +56,10 @@ static inline int kvp__ring_live(const kvp__blk_t *blk, uint32_t e, uint32_t at)
 }
 
 /* The least recently used cached block, taken off the ring (still marked
- * cached), or KVP__NIL when none is cached. Pool fields are read into
- * locals once: stores to records could alias them. */
+ * cached), or KVP__NIL when none is cached; then the ring is empty and the
+ * prefetch cursors (kvp__prefetch_victims), which the pop went past, are
+ * set back to the head. Pool fields are read into locals once: stores to
+ * records could alias them. */
 static inline uint32_t kvp__ring_pop(kvp_pool_t *p) {
   const uint32_t *ring = p->ring;
   const kvp__blk_t *blk = p->blk;
@@ -76,12 +78,9 @@ static inline uint32_t kvp__ring_pop(kvp_pool_t *p) {
   }
   p->rhead = i;
   p->rcount = n;
+  if (b == KVP__NIL)
+    p->pf_rec = p->pf_grp = i;
   return b;
-}
-
-/* The ring index k entries after i. */
-static inline uint32_t kvp__ring_at(const kvp_pool_t *p, uint32_t i, uint32_t k) {
-  return (i + k) & p->rmask;
 }
 
 /* ---- hash table ---- */
@@ -198,9 +197,9 @@ static inline void kvp__clear_record(kvp_pool_t *p, kvp__blk_t *x) {
  * prefetched, kvp__prefetch_burst (pool.c) tops them up to a burst. The
  * cursor pf_grp is a ring index. Ahead of the head it is at most rcount
  * entries from it; behind (a pop skipped past it), more, since the ring is
- * never full (rcount < rcap). Only kvp__pool_pop_lru's pops are followed by
- * this check; the others (one finding the ring empty, kvp_pool_evict_all)
- * reset the cursors themselves. Stale entries make these hints, never
+ * never full (rcount < rcap). Pops that are not followed by this check
+ * (kvp_pool_evict_all's) end with one finding the ring empty, which resets
+ * the cursors (kvp__ring_pop). Stale entries make these hints, never
  * errors. */
 void kvp__prefetch_burst(kvp_pool_t *p);
 
@@ -255,10 +254,8 @@ static inline int kvp__copy_raw(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *
 static inline uint32_t kvp__pool_pop_lru(kvp_pool_t *p) {
   uint32_t b = kvp__ring_pop(p);
 
-  if (b == KVP__NIL) {
-    p->pf_rec = p->pf_grp = p->rhead; /* the pop went past them */
+  if (b == KVP__NIL)
     return KVP__NIL;
-  }
   kvp__prefetch_victims(p);
   p->blk[b].where = KVP__ACTIVE; /* in transit: neither cached nor counted active */
   p->ncached--;
