@@ -1,1 +1,2 @@
-list(APPEND KVP_LIB_SOURCES common/status.c common/log.c common/config.c common/clock.c)
+list(APPEND KVP_LIB_SOURCES common/status.c common/log.c common/config.c common/clock.c
+  common/array.c)
