@@ -29,6 +29,7 @@
 #include "kvplane/hash.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 #include "kvplane/wire.h"
 #include "natsd.h"
 #include "sim/trace.h"
@@ -137,14 +138,16 @@ static double run(const char *url, int js, int chain, uint64_t n, double base) {
 
   snprintf(worker, sizeof worker, "w-%s-%s", mode, wl);
   kvp_publisher_opts_init(&o);
-  o.servers = url;
+  snprintf(o.nats.servers, sizeof o.nats.servers, "%s", url);
   o.ns = "bench";
   o.worker_id = worker;
   o.mode = js ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
   o.queue_capacity = 1u << 18;
   if (getenv("KVP_BENCH_NOCOALESCE"))
     o.coalesce = 0;
-  if (lat == NULL || sub_start(&s, url, "kvplane.ev.bench.>", 1) != 0)
+  char subj[KVP_SUBJECT_MAX];
+  kvp_subject_events_ns(subj, sizeof subj, o.ns);
+  if (lat == NULL || sub_start(&s, url, subj, 1) != 0)
     goto out;
   int rc = kvp_publisher_open(&o, &pub, err, sizeof err);
   if (rc != 0) {
@@ -165,8 +168,8 @@ static double run(const char *url, int js, int chain, uint64_t n, double base) {
   kvp_publisher_flush(pub, 20000);
   uint64_t t_flushed = kvp_bench_now_ns();
   sub_stop(&s);
-  kvp_publisher_figures_t f;
-  kvp_publisher_figures(pub, &f);
+  kvp_publisher_stats_t f;
+  kvp_publisher_stats(pub, &f);
   kvp_publisher_close(pub);
   pub = NULL;
   if (s.end_ns == 0) {
@@ -231,11 +234,13 @@ static void run_threads(const char *url, uint64_t per) {
   sub_t s = {.want_blocks = T * per};
 
   kvp_publisher_opts_init(&o);
-  o.servers = url;
+  snprintf(o.nats.servers, sizeof o.nats.servers, "%s", url);
   o.ns = "bench";
   o.worker_id = "w-threads";
   o.queue_capacity = 1u << 18;
-  if (lat == NULL || sub_start(&s, url, "kvplane.ev.bench.w-threads", 1) != 0 ||
+  char subj[KVP_SUBJECT_MAX];
+  kvp_subject_events(subj, sizeof subj, o.ns, o.worker_id);
+  if (lat == NULL || sub_start(&s, url, subj, 1) != 0 ||
       kvp_publisher_open(&o, &pub, err, sizeof err) != 0) {
     free(lat);
     return;
@@ -352,7 +357,7 @@ static void run_trace(const char *url, int js, const trace_wl_t *t, double base)
   bo.g1_blocks = (uint32_t)(t->distinct / 8);
   bo.g2_blocks = (uint32_t)(t->distinct / 4);
   kvp_publisher_opts_init(&o);
-  o.servers = url;
+  snprintf(o.nats.servers, sizeof o.nats.servers, "%s", url);
   o.ns = "bench";
   o.worker_id = js ? "w-trace-js" : "w-trace-core";
   o.mode = js ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
@@ -361,8 +366,9 @@ static void run_trace(const char *url, int js, const trace_wl_t *t, double base)
   if ((ts.lat = malloc(ts.cap * sizeof *ts.lat)) == NULL || kvp_blockmgr_create(&bo, &bm) != 0)
     goto out;
   o.snapshot_ctx = bm;
-  if (sub_start(&s, url, js ? "kvplane.ev.bench.w-trace-js" : "kvplane.ev.bench.w-trace-core", 1) !=
-      0)
+  char subj[KVP_SUBJECT_MAX];
+  kvp_subject_events(subj, sizeof subj, o.ns, o.worker_id);
+  if (sub_start(&s, url, subj, 1) != 0)
     goto out;
   if (kvp_publisher_open(&o, &pub, err, sizeof err) != 0) {
     printf("# open: %s\n", err);
@@ -382,8 +388,8 @@ static void run_trace(const char *url, int js, const trace_wl_t *t, double base)
   uint64_t t_bm = kvp_bench_now_ns();
   kvp_publisher_poll(pub);
   kvp_publisher_flush(pub, 30000);
-  kvp_publisher_figures_t f;
-  kvp_publisher_figures(pub, &f);
+  kvp_publisher_stats_t f;
+  kvp_publisher_stats(pub, &f);
   s.want_blocks = f.blocks;
   sub_stop(&s);
   if (s.end_ns == 0) {

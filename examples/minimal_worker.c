@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
    *    set; it is only ever called from kvp_publisher_poll, on our thread. */
   kvp_publisher_opts_t po;
   kvp_publisher_opts_init(&po);
-  po.servers = url;
+  snprintf(po.nats.servers, sizeof po.nats.servers, "%s", url);
   po.ns = "example";
   po.worker_id = "minimal-worker";
   po.model = "example-model";
@@ -123,9 +123,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   kvp_blockmgr_stats_t st;
-  kvp_publisher_figures_t pf;
+  kvp_publisher_stats_t pf;
   kvp_blockmgr_stats(bm, &st);
-  kvp_publisher_figures(pub, &pf);
+  kvp_publisher_stats(pub, &pf);
   printf("hit rate %.0f%%, %llu evictions from G1, %llu onboards from G2, %llu events published "
          "in %llu batches\n",
          100.0 * st.hit_rate, (unsigned long long)st.g1.evictions, (unsigned long long)st.onboards,

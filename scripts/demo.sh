@@ -44,7 +44,7 @@ echo "== nats-server on $url (JetStream)"
 
 db=$work/advisor.db
 "$KVP_BUILD_DIR/tools/kvplane-advisor" -c "$KVP_ROOT/etc/kvplane-advisor.conf" \
-  -o nats.url="$url" -o nats.mode="$mode" -o advisor.namespace=demo \
+  -o nats.servers="$url" -o nats.mode="$mode" -o advisor.namespace=demo \
   -o store.path="$db" -o log.file="$work/advisor.log" &
 adv_pid=$!
 for _ in $(seq 100); do

@@ -20,13 +20,13 @@ typedef struct {
 
 static const char *const modes[] = {"core", "jetstream", NULL};
 static const kvp_conf_key_t keys[] = {
-    {"nats", "url", KVP_CONF_STR, offsetof(conf_t, url), 0, 128, NULL, "server"},
-    {"nats", "mode", KVP_CONF_ENUM, offsetof(conf_t, mode), 0, 0, modes, "mode"},
-    {"batch", "max_events", KVP_CONF_INT, offsetof(conf_t, batch), 1, 65536, NULL, "n"},
-    {"batch", "max_delay", KVP_CONF_DURATION, offsetof(conf_t, delay_ms), 0, 60000, NULL, "d"},
-    {"batch", "max_bytes", KVP_CONF_SIZE, offsetof(conf_t, cap), 1024, 1 << 30, NULL, "b"},
-    {"batch", "coalesce", KVP_CONF_BOOL, offsetof(conf_t, flag), 0, 0, NULL, "c"},
-    {"index", "decay", KVP_CONF_DOUBLE, offsetof(conf_t, decay), 0, 1, NULL, "x"},
+    {"nats", "url", KVP_CONF_STR, offsetof(conf_t, url), 0, 128, NULL, "server", NULL},
+    {"nats", "mode", KVP_CONF_ENUM, offsetof(conf_t, mode), 0, 0, modes, "mode", NULL},
+    {"batch", "max_events", KVP_CONF_INT, offsetof(conf_t, batch), 1, 65536, NULL, "n", NULL},
+    {"batch", "max_delay", KVP_CONF_DURATION, offsetof(conf_t, delay_ms), 0, 60000, NULL, "d", NULL},
+    {"batch", "max_bytes", KVP_CONF_SIZE, offsetof(conf_t, cap), 1024, 1 << 30, NULL, "b", NULL},
+    {"batch", "coalesce", KVP_CONF_BOOL, offsetof(conf_t, flag), 0, 0, NULL, "c", NULL},
+    {"index", "decay", KVP_CONF_DOUBLE, offsetof(conf_t, decay), 0, 1, NULL, "x", NULL},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   cfg.handle_signals = 1;
-  if ((rc = kvp_advisor_open(&adv, &cfg, err, sizeof err)) != 0) {
+  if ((rc = kvp_advisor_open(&cfg, &adv, err, sizeof err)) != 0) {
     fprintf(stderr, "kvplane-advisor: %s (%s)\n", err, kvp_err_name(rc));
     nats_Close();
     return rc == KVP_ECONFIG ? 1 : 2;

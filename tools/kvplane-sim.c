@@ -391,7 +391,7 @@ int main(int argc, char **argv) {
     snprintf(id, sizeof id, "sim-%d", i);
     w[i].index = i;
     kvp_publisher_opts_init(&o);
-    o.servers = g.server;
+    snprintf(o.nats.servers, sizeof o.nats.servers, "%s", g.server);
     o.ns = g.ns;
     o.worker_id = id;
     o.model = "mooncake-replay";
@@ -430,9 +430,9 @@ int main(int argc, char **argv) {
   uint64_t lookups = 0, hits = 0, g2hits = 0, events = 0, blocks = 0, corrupt = 0;
   for (int i = 0; i < g.workers; i++) {
     kvp_blockmgr_stats_t bs;
-    kvp_publisher_figures_t pf;
+    kvp_publisher_stats_t pf;
     kvp_blockmgr_stats(w[i].bm, &bs);
-    kvp_publisher_figures(w[i].pub, &pf);
+    kvp_publisher_stats(w[i].pub, &pf);
     lookups += bs.lookups;
     hits += bs.hits_g1;
     g2hits += bs.hits_g2;

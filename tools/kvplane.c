@@ -7,6 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvplane/nats.h"
+#include "kvplane/status.h"
+#include "kvplane/subjects.h"
+#include "nats/conn.h"
+
 static void usage(FILE *f) {
   fputs("usage: kvplane match [options] HASH...\n"
         "       kvplane stats [options]\n"
@@ -25,9 +30,12 @@ static void usage(FILE *f) {
         "  -t, --token TOKEN\n"
         "      --creds FILE     user credentials file\n"
         "      --tls-ca FILE    CA certificates; enables TLS\n"
+        "      --tls-cert FILE  client certificate chain, with --tls-key\n"
+        "      --tls-key FILE   client private key\n"
         "  -w, --timeout MS     reply timeout (default 5000)\n"
         "  -h, --help\n"
-        "exit status: 0 with a reply, 1 usage, 2 no reply or connection failure,\n"
+        "exit status: 0 with a reply, 1 usage or a bad option, 2 no reply or\n"
+        "connection failure,\n"
         "3 the advisor answered with an error.\n",
         f);
 }
@@ -37,41 +45,42 @@ int main(int argc, char **argv) {
       {"server", required_argument, NULL, 's'}, {"ns", required_argument, NULL, 'n'},
       {"user", required_argument, NULL, 'u'},   {"password", required_argument, NULL, 'p'},
       {"token", required_argument, NULL, 't'},  {"creds", required_argument, NULL, 'C'},
-      {"tls-ca", required_argument, NULL, 'A'}, {"timeout", required_argument, NULL, 'w'},
+      {"tls-ca", required_argument, NULL, 'A'}, {"tls-cert", required_argument, NULL, 'T'},
+      {"tls-key", required_argument, NULL, 'K'}, {"timeout", required_argument, NULL, 'w'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
-  const char *server = "nats://127.0.0.1:4222", *ns = "default", *user = NULL, *pass = NULL;
-  const char *token = NULL, *creds = NULL, *ca = NULL;
+  const char *ns = "default";
+  kvp_nats_opts_t no;
+  char err[512];
   long timeout = 5000;
-  natsOptions *o = NULL;
   natsConnection *nc = NULL;
   natsMsg *rep = NULL;
   natsStatus s;
   json_t *req = NULL, *arr, *doc = NULL;
-  char *body = NULL, subj[160];
+  char *body = NULL, subj[KVP_SUBJECT_MAX];
   int opt, rc = 2;
 
+  kvp_nats_opts_init(&no);
   while ((opt = getopt_long(argc, argv, "s:n:u:p:t:w:h", longopts, NULL)) != -1) {
+    static const struct {
+      int opt;
+      const char *name;
+    } nats_flags[] = {{'s', "servers"}, {'u', "user"},   {'p', "password"}, {'t', "token"},
+                      {'C', "creds"},   {'A', "tls_ca"}, {'T', "tls_cert"}, {'K', "tls_key"}};
+    int taken = 0;
+    for (size_t i = 0; i < sizeof nats_flags / sizeof nats_flags[0]; i++) {
+      if (nats_flags[i].opt != opt)
+        continue;
+      if (kvp_nats_opts_set(&no, nats_flags[i].name, optarg, err, sizeof err) != 0) {
+        fprintf(stderr, "kvplane: %s\n", err);
+        return 1;
+      }
+      taken = 1;
+    }
+    if (taken)
+      continue;
     switch (opt) {
-    case 's':
-      server = optarg;
-      break;
     case 'n':
       ns = optarg;
-      break;
-    case 'u':
-      user = optarg;
-      break;
-    case 'p':
-      pass = optarg;
-      break;
-    case 't':
-      token = optarg;
-      break;
-    case 'C':
-      creds = optarg;
-      break;
-    case 'A':
-      ca = optarg;
       break;
     case 'w':
       timeout = strtol(optarg, NULL, 10);
@@ -102,24 +111,18 @@ int main(int argc, char **argv) {
     }
     body = json_dumps(req, JSON_COMPACT);
   }
-  snprintf(subj, sizeof subj, "kvplane.api.%s.%s", ns, match ? "match" : "stats");
-  s = natsOptions_Create(&o);
-  if (s == NATS_OK)
-    s = natsOptions_SetURL(o, server);
-  if (s == NATS_OK && user)
-    s = natsOptions_SetUserInfo(o, user, pass ? pass : "");
-  if (s == NATS_OK && token)
-    s = natsOptions_SetToken(o, token);
-  if (s == NATS_OK && creds)
-    s = natsOptions_SetUserCredentialsFromFiles(o, creds, NULL);
-  if (s == NATS_OK && ca)
-    s = natsOptions_SetSecure(o, true);
-  if (s == NATS_OK && ca)
-    s = natsOptions_LoadCATrustedCertificates(o, ca);
-  if (s == NATS_OK)
-    s = natsConnection_Connect(&nc, o);
-  if (s != NATS_OK) {
-    fprintf(stderr, "kvplane: %s: %s\n", server, natsStatus_GetText(s));
+  if (kvp_subject_api(subj, sizeof subj, ns, match ? KVP_API_MATCH : KVP_API_STATS) != 0) {
+    fprintf(stderr, "kvplane: --ns: '%s' must be 1..64 of [A-Za-z0-9_-]\n", ns);
+    rc = 1;
+    goto done;
+  }
+  if (kvp_nats_opts_check(&no, "--", err, sizeof err) != 0) {
+    fprintf(stderr, "kvplane: %s\n", err);
+    rc = 1;
+    goto done;
+  }
+  if (kvp__nats_connect(&no, NULL, &nc, err, sizeof err) != 0) {
+    fprintf(stderr, "kvplane: %s\n", err);
     goto done;
   }
   s = natsConnection_RequestString(&rep, nc, subj, body ? body : "{}", timeout);
@@ -141,7 +144,6 @@ done:
   free(body);
   natsMsg_Destroy(rep);
   natsConnection_Destroy(nc);
-  natsOptions_Destroy(o);
   nats_Close();
   return rc;
 }

@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvplane/nats.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,16 +42,8 @@ typedef enum kvp_advisor_mode_e {
 /* Every key of etc/kvplane-advisor.conf; see that file for the meaning. */
 typedef struct kvp_advisor_config_s {
   /* [nats] */
-  char url[512];
-  int mode; /* kvp_advisor_mode_t */
-  char user[128];
-  char password[128];
-  char token[256];
-  char creds[512];
-  char tls_ca[512];
-  char tls_cert[512];
-  char tls_key[512];
-  int64_t connect_timeout_ms;
+  kvp_nats_opts_t nats; /* servers (old name: url), auth, TLS, connect_timeout */
+  int mode;             /* kvp_advisor_mode_t */
   /* [advisor] */
   char ns[64];
   /* [jetstream] */
@@ -102,7 +96,7 @@ typedef struct kvp_advisor_s kvp_advisor_t;
  * the JetStream stream and consumer if absent and subscribes. Returns 0 or
  * KVP_ECONFIG, KVP_EDB, KVP_EIO, KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err
  * describing the cause; nothing is left open on error. */
-int kvp_advisor_open(kvp_advisor_t **out, const kvp_advisor_config_t *cfg, char *err,
+int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char *err,
                      size_t errlen);
 
 /* Runs the daemon's loop on the calling thread until kvp_advisor_stop() or a

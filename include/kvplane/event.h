@@ -96,9 +96,6 @@ typedef struct kvp_event_sink_s {
   void *ctx;
 } kvp_event_sink_t;
 
-/* True when s is a valid worker id: 1..64 characters of [A-Za-z0-9_-]. */
-int kvp_worker_id_valid(const char *s);
-
 #ifdef __cplusplus
 }
 #endif

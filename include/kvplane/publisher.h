@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "kvplane/event.h"
+#include "kvplane/nats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,14 +56,7 @@ typedef int (*kvp_snapshot_fn)(void *ctx, int tier, uint64_t **hashes, uint64_t 
 /* Options. Initialise with kvp_publisher_opts_init(); strings are copied at
  * open. Zero numeric fields take the defaults listed. */
 typedef struct kvp_publisher_opts_s {
-  const char *servers;    /* comma-separated URLs; default nats://127.0.0.1:4222 */
-  const char *user;       /* with password */
-  const char *password;   /* with user */
-  const char *token;      /* exclusive with user/password and creds_file */
-  const char *creds_file; /* NATS credentials file (JWT + nkey seed) */
-  const char *tls_ca;     /* CA file; turns TLS on */
-  const char *tls_cert;   /* client certificate, with tls_key */
-  const char *tls_key;
+  kvp_nats_opts_t nats;  /* servers, auth, TLS, connect timeout (kvplane/nats.h) */
   const char *ns;        /* namespace, [A-Za-z0-9_-]+; default "default" */
   const char *worker_id; /* required, [A-Za-z0-9_-]{1,64} */
   uint32_t dp_rank;
@@ -78,7 +72,6 @@ typedef struct kvp_publisher_opts_s {
   int overflow;                /* kvp_pub_overflow_t */
   int coalesce;                /* drop blocks stored and removed in one batch window */
   uint32_t heartbeat_ms;       /* empty batch when idle this long; default 2000 */
-  uint32_t connect_timeout_ms; /* first connect; default 5000 */
   uint32_t ack_wait_ms;        /* JetStream ack timeout before a retry; default 2000 */
   uint32_t close_timeout_ms;   /* bound of the flush done by close; default 5000 */
   uint32_t js_max_inflight;    /* JetStream batches awaiting acks; default 256 */
@@ -157,7 +150,7 @@ void kvp_publisher_close(kvp_publisher_t *pub);
  * publish failures in dropped count wire events, after chains were merged
  * and coalescing removed blocks (so sent can be below queued); blocks counts
  * block hashes on the wire. */
-typedef struct kvp_publisher_figures_s {
+typedef struct kvp_publisher_stats_s {
   uint64_t queued;     /* accepted into the queue */
   uint64_t sent;       /* published (handed to NATS) */
   uint64_t acked;      /* acked by JetStream */
@@ -168,9 +161,9 @@ typedef struct kvp_publisher_figures_s {
   uint64_t resyncs;    /* snapshots queued by kvp_publisher_poll */
   uint64_t blocks;     /* block hashes in published events */
   uint64_t retries;    /* JetStream batches published again */
-} kvp_publisher_figures_t;
+} kvp_publisher_stats_t;
 
-void kvp_publisher_figures(kvp_publisher_t *pub, kvp_publisher_figures_t *f);
+void kvp_publisher_stats(kvp_publisher_t *pub, kvp_publisher_stats_t *f);
 
 /* Epoch of this open (Unix time in ns at open). */
 uint64_t kvp_publisher_epoch(const kvp_publisher_t *pub);

@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "kvplane/advisor.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 
 #define OFF(f) offsetof(kvp_advisor_config_t, f)
 #define CAP(f) ((int64_t)sizeof(((kvp_advisor_config_t *)0)->f))
@@ -13,64 +14,68 @@ static const char *const modes[] = {"core", "jetstream", NULL};
 static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 
 static const kvp_conf_key_t keys[] = {
-    {"nats", "url", KVP_CONF_STR, OFF(url), 0, CAP(url), NULL,
-     "NATS server URL(s), comma-separated"},
+    {"nats", "servers", KVP_CONF_STR, OFF(nats.servers), 0, CAP(nats.servers), NULL,
+     "NATS server URL(s), comma-separated", NULL},
+    {"nats", "url", KVP_CONF_STR, OFF(nats.servers), 0, CAP(nats.servers), NULL,
+     "old name of servers", "servers"},
     {"nats", "mode", KVP_CONF_ENUM, OFF(mode), 0, 0, modes,
-     "core (subscriptions, resync on gaps) or jetstream (durable consumer, exact resume)"},
-    {"nats", "user", KVP_CONF_STR, OFF(user), 0, CAP(user), NULL, "user name (with password)"},
-    {"nats", "password", KVP_CONF_STR, OFF(password), 0, CAP(password), NULL, "password"},
-    {"nats", "token", KVP_CONF_STR, OFF(token), 0, CAP(token), NULL, "authentication token"},
-    {"nats", "creds", KVP_CONF_STR, OFF(creds), 0, CAP(creds), NULL,
-     "user credentials file (JWT and NKey seed)"},
-    {"nats", "tls_ca", KVP_CONF_STR, OFF(tls_ca), 0, CAP(tls_ca), NULL,
-     "CA certificates (PEM) to verify the server; enables TLS"},
-    {"nats", "tls_cert", KVP_CONF_STR, OFF(tls_cert), 0, CAP(tls_cert), NULL,
-     "client certificate chain (PEM), with tls_key"},
-    {"nats", "tls_key", KVP_CONF_STR, OFF(tls_key), 0, CAP(tls_key), NULL,
-     "client private key (PEM), with tls_cert"},
-    {"nats", "connect_timeout", KVP_CONF_DURATION, OFF(connect_timeout_ms), 100, 600000, NULL,
-     "timeout of the first connection"},
+     "core (subscriptions, resync on gaps) or jetstream (durable consumer, exact resume)", NULL},
+    {"nats", "user", KVP_CONF_STR, OFF(nats.user), 0, CAP(nats.user), NULL,
+     "user name (with password)", NULL},
+    {"nats", "password", KVP_CONF_STR, OFF(nats.password), 0, CAP(nats.password), NULL,
+     "password", NULL},
+    {"nats", "token", KVP_CONF_STR, OFF(nats.token), 0, CAP(nats.token), NULL,
+     "authentication token", NULL},
+    {"nats", "creds", KVP_CONF_STR, OFF(nats.creds), 0, CAP(nats.creds), NULL,
+     "user credentials file (JWT and NKey seed)", NULL},
+    {"nats", "tls_ca", KVP_CONF_STR, OFF(nats.tls_ca), 0, CAP(nats.tls_ca), NULL,
+     "CA certificates (PEM) to verify the server; enables TLS", NULL},
+    {"nats", "tls_cert", KVP_CONF_STR, OFF(nats.tls_cert), 0, CAP(nats.tls_cert), NULL,
+     "client certificate chain (PEM), with tls_key", NULL},
+    {"nats", "tls_key", KVP_CONF_STR, OFF(nats.tls_key), 0, CAP(nats.tls_key), NULL,
+     "client private key (PEM), with tls_cert", NULL},
+    {"nats", "connect_timeout", KVP_CONF_DURATION, OFF(nats.connect_timeout_ms), 100, 600000, NULL,
+     "timeout of the first connection", NULL},
     {"advisor", "namespace", KVP_CONF_STR, OFF(ns), 0, CAP(ns), NULL,
-     "namespace <ns> of the subjects kvplane.ev.<ns>.<worker> and kvplane.api.<ns>.*"},
+     "namespace <ns> of the subjects kvplane.ev.<ns>.<worker> and kvplane.api.<ns>.*", NULL},
     {"jetstream", "stream", KVP_CONF_STR, OFF(stream), 0, CAP(stream), NULL,
-     "stream name (created with subjects kvplane.ev.> if absent)"},
+     "stream name (created with subjects kvplane.ev.> if absent)", NULL},
     {"jetstream", "consumer", KVP_CONF_STR, OFF(consumer), 0, CAP(consumer), NULL,
-     "durable consumer name of this advisor"},
+     "durable consumer name of this advisor", NULL},
     {"jetstream", "fetch_batch", KVP_CONF_INT, OFF(fetch_batch), 1, 65536, NULL,
-     "messages per pull request"},
+     "messages per pull request", NULL},
     {"store", "path", KVP_CONF_STR, OFF(db_path), 0, CAP(db_path), NULL,
-     "SQLite database file (created with mode 0600)"},
+     "SQLite database file (created with mode 0600)", NULL},
     {"store", "flush_interval", KVP_CONF_DURATION, OFF(flush_interval_ms), 10, 3600000, NULL,
-     "write-behind interval: changes are committed in one transaction this often"},
+     "write-behind interval: changes are committed in one transaction this often", NULL},
     {"ingest", "max_message_bytes", KVP_CONF_SIZE, OFF(max_message_bytes), 64, 1 << 30, NULL,
-     "larger messages are counted as oversized and skipped"},
+     "larger messages are counted as oversized and skipped", NULL},
     {"ingest", "max_events", KVP_CONF_INT, OFF(max_events), 1, 1 << 24, NULL,
-     "events per batch above which a batch is skipped"},
+     "events per batch above which a batch is skipped", NULL},
     {"ingest", "max_blocks", KVP_CONF_INT, OFF(max_blocks), 1, 1 << 28, NULL,
-     "block hashes per batch above which a batch is skipped"},
+     "block hashes per batch above which a batch is skipped", NULL},
     {"ingest", "queue_max", KVP_CONF_INT, OFF(queue_max), 16, 1 << 24, NULL,
      "messages queued for the loop thread; core mode drops beyond (a gap, then resync), "
-     "jetstream mode stops fetching"},
+     "jetstream mode stops fetching", NULL},
     {"workers", "heartbeat_timeout", KVP_CONF_DURATION, OFF(heartbeat_timeout_ms), 0, 86400000,
-     NULL, "a worker silent this long is marked down and its G1/G2 locations dropped (0: never)"},
+     NULL, "a worker silent this long is marked down and its G1/G2 locations dropped (0: never)", NULL},
     {"workers", "resync_retry", KVP_CONF_DURATION, OFF(resync_retry_ms), 100, 3600000, NULL,
-     "resend an unanswered resync request after this"},
+     "resend an unanswered resync request after this", NULL},
     {"index", "initial_blocks", KVP_CONF_INT, OFF(initial_blocks), 16, 1ll << 31, NULL,
-     "blocks to size the index for at start (it grows as needed)"},
+     "blocks to size the index for at start (it grows as needed)", NULL},
     {"index", "hit_half_life", KVP_CONF_DURATION, OFF(hit_half_life_ms), 1000, 365ll * 86400000,
-     NULL, "half-life of the decayed hit frequency"},
-    {"log", "level", KVP_CONF_ENUM, OFF(log_level), 0, 0, levels, "error, warn, info or debug"},
+     NULL, "half-life of the decayed hit frequency", NULL},
+    {"log", "level", KVP_CONF_ENUM, OFF(log_level), 0, 0, levels, "error, warn, info or debug", NULL},
     {"log", "file", KVP_CONF_STR, OFF(log_file), 0, CAP(log_file), NULL,
-     "append to this file (reopened on SIGHUP); empty: stderr"},
-    {"log", "syslog", KVP_CONF_BOOL, OFF(log_syslog), 0, 0, NULL, "log to syslog instead"},
+     "append to this file (reopened on SIGHUP); empty: stderr", NULL},
+    {"log", "syslog", KVP_CONF_BOOL, OFF(log_syslog), 0, 0, NULL, "log to syslog instead", NULL},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
 void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  snprintf(cfg->url, sizeof cfg->url, "nats://127.0.0.1:4222");
+  kvp_nats_opts_init(&cfg->nats);
   cfg->mode = KVP_ADVISOR_JETSTREAM;
-  cfg->connect_timeout_ms = 5000;
   snprintf(cfg->ns, sizeof cfg->ns, "default");
   snprintf(cfg->stream, sizeof cfg->stream, "KVPLANE_EVENTS");
   snprintf(cfg->consumer, sizeof cfg->consumer, "kvplane-advisor");
@@ -110,13 +115,11 @@ static int name_ok(const char *s, const char *extra) {
 }
 
 int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t errlen) {
-  int auth = (cfg->user[0] != 0) + (cfg->token[0] != 0) + (cfg->creds[0] != 0);
+  int rc;
 
-  if (cfg->url[0] == '\0') {
-    snprintf(err, errlen, "[nats] url: must not be empty");
-    return KVP_ECONFIG;
-  }
-  if (!name_ok(cfg->ns, NULL)) {
+  if ((rc = kvp_nats_opts_check(&cfg->nats, "[nats] ", err, errlen)) != 0)
+    return rc;
+  if (!kvp_subject_token_valid(cfg->ns)) {
     snprintf(err, errlen, "[advisor] namespace: '%s' must be 1..63 of [A-Za-z0-9_-]", cfg->ns);
     return KVP_ECONFIG;
   }
@@ -131,21 +134,6 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
   }
   if (cfg->db_path[0] == '\0') {
     snprintf(err, errlen, "[store] path: must not be empty");
-    return KVP_ECONFIG;
-  }
-  if (auth > 1) {
-    snprintf(err, errlen, "[nats] %s: set only one of user, token and creds",
-             cfg->token[0] ? "token" : "creds");
-    return KVP_ECONFIG;
-  }
-  if ((cfg->user[0] != 0) != (cfg->password[0] != 0)) {
-    snprintf(err, errlen, "[nats] %s: user and password go together",
-             cfg->user[0] ? "password" : "user");
-    return KVP_ECONFIG;
-  }
-  if ((cfg->tls_cert[0] != 0) != (cfg->tls_key[0] != 0)) {
-    snprintf(err, errlen, "[nats] %s: tls_cert and tls_key go together",
-             cfg->tls_cert[0] ? "tls_key" : "tls_cert");
     return KVP_ECONFIG;
   }
   if (cfg->log_syslog && cfg->log_file[0]) {
@@ -165,6 +153,8 @@ void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, void *file) {
       fprintf(f, "%s[%s]\n", i ? "\n" : "", k->section);
       section = k->section;
     }
+    if (k->alias_of != NULL)
+      continue;
     fprintf(f, "# %s\n%s = ", k->help, k->name);
     switch (k->type) {
     case KVP_CONF_STR:

@@ -8,6 +8,7 @@
 
 #include "kvplane/event.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 
 enum { NODE_DIRTY = 1, NODE_LOCS = 2 };
 
@@ -157,7 +158,7 @@ void kvp__adv_index_destroy(kvp__adv_index_t *ix) {
 }
 
 int kvp__adv_index_worker(kvp__adv_index_t *ix, const char *name, uint32_t dp_rank, uint16_t *id) {
-  if (!kvp_worker_id_valid(name))
+  if (!kvp_subject_token_valid(name))
     return KVP_EINVAL;
   for (size_t i = 0; i < ix->nworkers; i++) {
     if (ix->workers[i].dp_rank == dp_rank && strcmp(ix->workers[i].name, name) == 0) {

@@ -1,5 +1,6 @@
 /* INI configuration; see config.h. */
 #include "common/config.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <ini.h>
@@ -113,6 +114,9 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const cha
     snprintf(err, errlen, "[%s] %s: unknown key", section, name);
     return KVP_ECONFIG;
   }
+  if (k->alias_of != NULL)
+    kvp_log_warn("config: [%s] %s is the old name of [%s] %s; please rename it", section, name,
+                 section, k->alias_of);
   p += k->offset;
   switch (k->type) {
   case KVP_CONF_STR:

@@ -30,6 +30,9 @@ typedef struct kvp_conf_key_s {
   int64_t min, max;           /* bounds (INT, DURATION, SIZE); capacity for STR */
   const char *const *choices; /* ENUM only */
   const char *help;
+  const char *alias_of; /* set: an old name of the key `alias_of` of the same
+                         * section (same offset); accepted with a warning,
+                         * never printed */
 } kvp_conf_key_t;
 
 /* Loads path into obj. Returns 0, KVP_EIO when the file cannot be read, or

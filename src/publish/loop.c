@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/status.h"
@@ -46,17 +47,15 @@ static kvp__pend_t *pat(kvp_publisher_t *pub, size_t i) {
 
 static int pend_push(kvp_publisher_t *pub, kvp__pend_t *p) {
   if (pcount(pub) == pub->pcap) {
-    size_t ncap = pub->pcap ? pub->pcap * 2 : 64;
-    kvp__pend_t *np = malloc(ncap * sizeof *np);
-    if (np == NULL)
-      return KVP_ENOMEM;
-    for (size_t i = 0; i < pcount(pub); i++)
-      np[i] = *pat(pub, pub->ptail + i);
-    free(pub->pend);
-    pub->phead = pcount(pub);
-    pub->ptail = 0;
-    pub->pend = np;
-    pub->pcap = ncap;
+    size_t old = pub->pcap;
+    int rc = KVP_ARRAY_RESERVE(pub->pend, pub->pcap, old + 1, 64);
+    if (rc != 0)
+      return rc;
+    /* The capacity doubled (a power of two): an entry whose counter has the
+     * old capacity's bit set now lives in the new upper half. */
+    for (size_t i = pub->ptail; i != pub->phead; i++)
+      if (i & old)
+        pub->pend[old + (i & (old - 1))] = pub->pend[i & (old - 1)];
   }
   *pat(pub, pub->phead++) = *p;
   return 0;

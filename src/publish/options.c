@@ -4,14 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <errno.h>
 
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 #include "publish/pub.h"
 
 void kvp_publisher_opts_init(kvp_publisher_opts_t *o) {
   memset(o, 0, sizeof *o);
+  kvp_nats_opts_init(&o->nats);
   o->ns = "default";
   o->mode = KVP_PUB_CORE;
   o->stream = "KVPLANE_EVENTS";
@@ -37,9 +37,9 @@ static int set(const char *s) {
 int kvp__pub_opts_check(const kvp_publisher_opts_t *o, char *err, size_t errlen) {
   if (o == NULL)
     return bad(err, errlen, KVP_EINVAL, "options: NULL");
-  if (!set(o->worker_id) || !kvp_worker_id_valid(o->worker_id))
+  if (!set(o->worker_id) || !kvp_subject_token_valid(o->worker_id))
     return bad(err, errlen, KVP_ECONFIG, "worker_id: required, 1..64 of [A-Za-z0-9_-]");
-  if (set(o->ns) && !kvp_worker_id_valid(o->ns))
+  if (set(o->ns) && !kvp_subject_token_valid(o->ns))
     return bad(err, errlen, KVP_ECONFIG, "ns: must be 1..64 of [A-Za-z0-9_-]");
   if (o->mode != KVP_PUB_CORE && o->mode != KVP_PUB_JETSTREAM)
     return bad(err, errlen, KVP_ECONFIG, "mode: must be core (0) or jetstream (1)");
@@ -48,16 +48,6 @@ int kvp__pub_opts_check(const kvp_publisher_opts_t *o, char *err, size_t errlen)
     return bad(err, errlen, KVP_ECONFIG, "stream: empty or contains ' ', '.', '*' or '>'");
   if (o->overflow != KVP_OVERFLOW_BLOCK && o->overflow != KVP_OVERFLOW_DROP)
     return bad(err, errlen, KVP_ECONFIG, "overflow: must be block (0) or drop (1)");
-  if (set(o->user) != set(o->password))
-    return bad(err, errlen, KVP_ECONFIG, "%s: user and password go together",
-               set(o->user) ? "password" : "user");
-  if (set(o->token) && (set(o->user) || set(o->creds_file)))
-    return bad(err, errlen, KVP_ECONFIG, "token: exclusive with user/password and creds_file");
-  if (set(o->creds_file) && set(o->user))
-    return bad(err, errlen, KVP_ECONFIG, "creds_file: exclusive with user/password");
-  if (set(o->tls_cert) != set(o->tls_key))
-    return bad(err, errlen, KVP_ECONFIG, "%s: tls_cert and tls_key go together",
-               set(o->tls_cert) ? "tls_key" : "tls_cert");
   if (o->queue_capacity > (1u << 26))
     return bad(err, errlen, KVP_ECONFIG, "queue_capacity: at most 67108864 events");
   if (o->batch_max_events > 65536u)
@@ -72,19 +62,12 @@ int kvp__pub_opts_check(const kvp_publisher_opts_t *o, char *err, size_t errlen)
     return bad(err, errlen, KVP_ECONFIG, "snapshot_tiers: only bits 1 << 1 .. 1 << 4");
   if (o->model != NULL && strlen(o->model) > 255)
     return bad(err, errlen, KVP_ECONFIG, "model: at most 255 characters");
-  const struct {
-    const char *name, *path;
-  } files[] = {{"creds_file", o->creds_file},
-               {"tls_ca", o->tls_ca},
-               {"tls_cert", o->tls_cert},
-               {"tls_key", o->tls_key}};
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-    if (set(files[i].path) && access(files[i].path, R_OK) != 0)
-      return bad(err, errlen, KVP_ECONFIG, "%s: cannot read %s: %s", files[i].name, files[i].path,
-                 strerror(errno));
-  if (set(o->servers) && strstr(o->servers, "://") == NULL)
-    return bad(err, errlen, KVP_ECONFIG, "servers: expected URLs like nats://host:4222");
-  return 0;
+  kvp_nats_opts_t n = o->nats;
+  if (n.servers[0] == '\0')
+    snprintf(n.servers, sizeof n.servers, "%s", KVP_NATS_DEFAULT_SERVERS);
+  if (n.connect_timeout_ms == 0)
+    n.connect_timeout_ms = 5000;
+  return kvp_nats_opts_check(&n, "nats.", err, errlen);
 }
 
 static size_t slen(const char *s) {
@@ -102,29 +85,20 @@ static const char *scopy(char **p, const char *s) {
 }
 
 int kvp__pub_opts_copy(kvp_publisher_t *pub, const kvp_publisher_opts_t *o) {
-  const char *def_servers = "nats://127.0.0.1:4222";
   kvp_publisher_opts_t c = *o;
-  if (!set(c.servers))
-    c.servers = def_servers;
+  if (c.nats.servers[0] == '\0')
+    snprintf(c.nats.servers, sizeof c.nats.servers, "%s", KVP_NATS_DEFAULT_SERVERS);
+  if (c.nats.connect_timeout_ms == 0)
+    c.nats.connect_timeout_ms = 5000;
   if (!set(c.ns))
     c.ns = "default";
   if (!set(c.stream))
     c.stream = "KVPLANE_EVENTS";
-  size_t total = slen(c.servers) + slen(c.user) + slen(c.password) + slen(c.token) +
-                 slen(c.creds_file) + slen(c.tls_ca) + slen(c.tls_cert) + slen(c.tls_key) +
-                 slen(c.ns) + slen(c.worker_id) + slen(c.model) + slen(c.stream);
+  size_t total = slen(c.ns) + slen(c.worker_id) + slen(c.model) + slen(c.stream);
   char *p = malloc(total + 1);
   if (p == NULL)
     return KVP_ENOMEM;
   pub->strs = p;
-  c.servers = scopy(&p, c.servers);
-  c.user = scopy(&p, c.user);
-  c.password = scopy(&p, c.password);
-  c.token = scopy(&p, c.token);
-  c.creds_file = scopy(&p, c.creds_file);
-  c.tls_ca = scopy(&p, c.tls_ca);
-  c.tls_cert = scopy(&p, c.tls_cert);
-  c.tls_key = scopy(&p, c.tls_key);
   c.ns = scopy(&p, c.ns);
   c.worker_id = scopy(&p, c.worker_id);
   c.model = scopy(&p, c.model);
@@ -141,8 +115,6 @@ int kvp__pub_opts_copy(kvp_publisher_t *pub, const kvp_publisher_opts_t *o) {
     c.queue_capacity = 65536;
   if (c.heartbeat_ms == 0)
     c.heartbeat_ms = 2000;
-  if (c.connect_timeout_ms == 0)
-    c.connect_timeout_ms = 5000;
   if (c.ack_wait_ms == 0)
     c.ack_wait_ms = 2000;
   if (c.close_timeout_ms == 0)

@@ -49,7 +49,6 @@ struct kvp_publisher_s {
   uint64_t retry_at_ns;
   int stopping;
   /* nats */
-  natsOptions *nopts;
   natsConnection *nc;
   jsCtx *js;
   natsSubscription *ctl_sub;

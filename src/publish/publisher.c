@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 #include "publish/pub.h"
 
 static uint64_t unix_ns(void) {
@@ -47,9 +48,12 @@ int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, cha
     goto fail_pub;
   pub->epoch = unix_ns();
   pub->next_id = 1;
-  snprintf(pub->subject, sizeof pub->subject, "kvplane.ev.%s.%s", pub->o.ns, pub->o.worker_id);
-  snprintf(pub->ctl_subject, sizeof pub->ctl_subject, "kvplane.ctl.%s.%s.resync", pub->o.ns,
-           pub->o.worker_id);
+  /* Both tokens were checked by kvp__pub_opts_check. */
+  if ((rc = kvp_subject_events(pub->subject, sizeof pub->subject, pub->o.ns, pub->o.worker_id)) !=
+          0 ||
+      (rc = kvp_subject_resync(pub->ctl_subject, sizeof pub->ctl_subject, pub->o.ns,
+                               pub->o.worker_id)) != 0)
+    goto fail_strs;
   if ((rc = kvp__pubq_init(&pub->q, pub->o.queue_capacity, pub->o.overflow == KVP_OVERFLOW_DROP)) !=
       0)
     goto fail_strs;
@@ -360,7 +364,7 @@ void kvp_publisher_close(kvp_publisher_t *pub) {
   free(pub);
 }
 
-void kvp_publisher_figures(kvp_publisher_t *pub, kvp_publisher_figures_t *f) {
+void kvp_publisher_stats(kvp_publisher_t *pub, kvp_publisher_stats_t *f) {
   memset(f, 0, sizeof *f);
   if (pub == NULL)
     return;

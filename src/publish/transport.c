@@ -8,8 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/array.h"
 #include "common/log.h"
 #include "kvplane/status.h"
+#include "nats/conn.h"
 #include "publish/pub.h"
 
 static void on_disconnected(natsConnection *nc, void *closure) {
@@ -66,17 +68,9 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
     uint64_t first = c ? strtoull(c + 1, NULL, 10) : 0;
     uint64_t v = first | (pa != NULL ? 0 : (1ull << 63));
     pthread_mutex_lock(&pub->amu);
-    if (pub->nacks == pub->ackcap) {
-      size_t nc2 = pub->ackcap ? pub->ackcap * 2 : 256;
-      uint64_t *na = realloc(pub->acks, nc2 * sizeof *na);
-      if (na != NULL) {
-        pub->acks = na;
-        pub->ackcap = nc2;
-      }
-    }
     /* Without room the ack is lost: the batch times out and is resent,
      * which the duplicate window absorbs. */
-    if (pub->nacks < pub->ackcap)
+    if (KVP_ARRAY_RESERVE(pub->acks, pub->ackcap, pub->nacks + 1, 256) == 0)
       pub->acks[pub->nacks++] = v;
     pthread_mutex_unlock(&pub->amu);
     kvp__pub_wake(pub);
@@ -84,121 +78,27 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
   natsMsg_Destroy(msg);
 }
 
-static int map_status(natsStatus s) {
-  switch (s) {
-  case NATS_OK:
-    return 0;
-  case NATS_NOT_PERMITTED:
-  case NATS_CONNECTION_AUTH_FAILED:
-    return KVP_EAUTH;
-  case NATS_NO_MEMORY:
-    return KVP_ENOMEM;
-  default:
-    return KVP_ECONN;
-  }
-}
-
-static int ensure_stream(kvp_publisher_t *pub, char *err, size_t errlen) {
-  jsStreamInfo *si = NULL;
-  jsErrCode jerr = 0;
-  natsStatus s = js_GetStreamInfo(&si, pub->js, pub->o.stream, NULL, &jerr);
-  if (s == NATS_OK) {
-    jsStreamInfo_Destroy(si);
-    return 0;
-  }
-  if (s != NATS_NOT_FOUND && jerr != JSStreamNotFoundErr) {
-    snprintf(err, errlen, "stream: cannot look up %s: %s", pub->o.stream, natsStatus_GetText(s));
-    return KVP_ECONN;
-  }
-  if (!pub->o.stream_create) {
-    snprintf(err, errlen, "stream: %s does not exist and stream_create is off", pub->o.stream);
-    return KVP_ECONFIG;
-  }
-  jsStreamConfig sc;
-  const char *subjects[] = {"kvplane.ev.>"};
-  jsStreamConfig_Init(&sc);
-  sc.Name = pub->o.stream;
-  sc.Subjects = subjects;
-  sc.SubjectsLen = 1;
-  sc.Storage = js_FileStorage;
-  s = js_AddStream(&si, pub->js, &sc, NULL, &jerr);
-  if (s != NATS_OK && jerr != JSStreamNameExistErr) {
-    snprintf(err, errlen, "stream: cannot create %s: %s", pub->o.stream, natsStatus_GetText(s));
-    return KVP_ECONN;
-  }
-  jsStreamInfo_Destroy(si);
-  return 0;
-}
-
 int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen) {
   const kvp_publisher_opts_t *o = &pub->o;
-  natsOptions *no = NULL;
-  natsStatus s;
-  int rc = KVP_ENOMEM;
-  char *urls = NULL;
-  const char *list[32];
-  int nurl = 0;
-
-  if (natsOptions_Create(&no) != NATS_OK)
-    goto out;
-  urls = strdup(o->servers);
-  if (urls == NULL)
-    goto out;
-  for (char *sp = NULL, *t = strtok_r(urls, ",", &sp); t != NULL && nurl < 32;
-       t = strtok_r(NULL, ",", &sp))
-    list[nurl++] = t;
-  rc = KVP_ECONFIG;
-  if (natsOptions_SetServers(no, list, nurl) != NATS_OK) {
-    snprintf(err, errlen, "servers: cannot parse '%s'", o->servers);
-    goto out;
-  }
-  if (o->user != NULL && o->user[0] && natsOptions_SetUserInfo(no, o->user, o->password) != NATS_OK)
-    goto out;
-  if (o->token != NULL && o->token[0] && natsOptions_SetToken(no, o->token) != NATS_OK)
-    goto out;
-  if (o->creds_file != NULL && o->creds_file[0] &&
-      natsOptions_SetUserCredentialsFromFiles(no, o->creds_file, NULL) != NATS_OK) {
-    snprintf(err, errlen, "creds_file: cannot use %s", o->creds_file);
-    goto out;
-  }
-  if (o->tls_ca != NULL && o->tls_ca[0]) {
-    if (natsOptions_SetSecure(no, true) != NATS_OK ||
-        natsOptions_LoadCATrustedCertificates(no, o->tls_ca) != NATS_OK) {
-      snprintf(err, errlen, "tls_ca: cannot load %s", o->tls_ca);
-      goto out;
-    }
-  }
-  if (o->tls_cert != NULL && o->tls_cert[0] &&
-      natsOptions_LoadCertificatesChain(no, o->tls_cert, o->tls_key) != NATS_OK) {
-    snprintf(err, errlen, "tls_cert: cannot load %s / %s", o->tls_cert, o->tls_key);
-    goto out;
-  }
-  rc = KVP_ENOMEM;
-  if (natsOptions_SetTimeout(no, o->connect_timeout_ms) != NATS_OK ||
-      natsOptions_SetMaxReconnect(no, -1) != NATS_OK ||
-      natsOptions_SetReconnectWait(no, 100) != NATS_OK ||
-      natsOptions_SetPingInterval(no, 1000) != NATS_OK ||
-      natsOptions_SetMaxPingsOut(no, 2) != NATS_OK ||
-      natsOptions_SetWriteDeadline(no, 1000) != NATS_OK ||
+  kvp__nats_conn_args_t a = {
+      .name = o->worker_id,
+      .reconnect_wait_ms = 100,
+      .ping_interval_ms = 1000,
+      .max_pings_out = 2,
+      .write_deadline_ms = 1000,
       /* JetStream: nothing is buffered while reconnecting, so no new batch
        * can reach the stream ahead of the resend of older lost ones. */
-      natsOptions_SetReconnectBufSize(no, o->mode == KVP_PUB_JETSTREAM ? 1 : 32 << 20) != NATS_OK ||
-      natsOptions_SetDisconnectedCB(no, on_disconnected, pub) != NATS_OK ||
-      natsOptions_SetReconnectedCB(no, on_reconnected, pub) != NATS_OK ||
-      natsOptions_SetClosedCB(no, on_closed, pub) != NATS_OK)
+      .reconnect_buf_bytes = o->mode == KVP_PUB_JETSTREAM ? 1 : 32 << 20,
+      .disconnected = on_disconnected,
+      .reconnected = on_reconnected,
+      .closed = on_closed,
+      .closure = pub,
+  };
+  natsStatus s;
+  int rc;
+
+  if ((rc = kvp__nats_connect(&o->nats, &a, &pub->nc, err, errlen)) != 0)
     goto out;
-  s = natsConnection_Connect(&pub->nc, no);
-  if (s != NATS_OK) {
-    rc = map_status(s);
-    if (rc == 0 || rc == KVP_ENOMEM)
-      rc = KVP_ECONN;
-    const char *why = nats_GetLastError(NULL);
-    if (why != NULL && (strstr(why, "uthori") != NULL || strstr(why, "uthenti") != NULL))
-      rc = KVP_EAUTH;
-    snprintf(err, errlen, "servers: cannot connect to %s: %s", o->servers,
-             why ? why : natsStatus_GetText(s));
-    goto out;
-  }
   atomic_store(&pub->link_up, 1);
   if ((int64_t)o->batch_max_bytes + 1024 > natsConnection_GetMaxPayload(pub->nc)) {
     rc = KVP_ECONFIG;
@@ -215,31 +115,28 @@ int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen) {
     jo.PublishAsync.StallWait = 50;
     s = natsConnection_JetStream(&pub->js, pub->nc, &jo);
     if (s != NATS_OK) {
-      rc = map_status(s);
+      rc = kvp__nats_status(s);
       snprintf(err, errlen, "mode: JetStream context: %s", natsStatus_GetText(s));
       goto out;
     }
-    if ((rc = ensure_stream(pub, err, errlen)) != 0)
+    if ((rc = kvp__nats_ensure_stream(pub->js, o->stream, o->stream_create, NULL, err, errlen)) !=
+        0)
       goto out;
   }
   s = natsConnection_Subscribe(&pub->ctl_sub, pub->nc, pub->ctl_subject, on_resync, pub);
   if (s != NATS_OK) {
-    rc = map_status(s);
-    snprintf(err, errlen, "servers: cannot subscribe to %s: %s", pub->ctl_subject,
+    rc = kvp__nats_status(s);
+    snprintf(err, errlen, "nats.servers: cannot subscribe to %s: %s", pub->ctl_subject,
              natsStatus_GetText(s));
     goto out;
   }
   natsSubscription_SetOnCompleteCB(pub->ctl_sub, on_sub_done, pub);
   /* The subscription must be known to the server before open returns. */
-  natsConnection_FlushTimeout(pub->nc, o->connect_timeout_ms);
-  pub->nopts = no;
-  no = NULL;
+  natsConnection_FlushTimeout(pub->nc, o->nats.connect_timeout_ms);
   rc = 0;
 out:
   if (rc != 0)
     kvp__pub_disconnect(pub);
-  free(urls);
-  natsOptions_Destroy(no);
   return rc;
 }
 
@@ -269,8 +166,6 @@ void kvp__pub_disconnect(kvp_publisher_t *pub) {
   pub->js = NULL;
   natsConnection_Destroy(pub->nc);
   pub->nc = NULL;
-  natsOptions_Destroy(pub->nopts);
-  pub->nopts = NULL;
 }
 
 int kvp__pub_send_core(kvp_publisher_t *pub, const uint8_t *buf, size_t len) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 #include "kvplane.pb-c.h"
 
 struct kvp_wire_batch_s {
@@ -24,22 +25,6 @@ const char *kvp_tier_name(int tier) {
 const char *kvp_event_type_name(int type) {
   static const char *const names[] = {"?", "stored", "removed", "accessed", "cleared", "snapshot"};
   return type >= KVP_EV_STORED && type <= KVP_EV_SNAPSHOT ? names[type] : "?";
-}
-
-int kvp_worker_id_valid(const char *s) {
-  size_t n = 0;
-
-  if (s == NULL)
-    return 0;
-  for (; s[n] != '\0'; n++) {
-    unsigned char c = (unsigned char)s[n];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-          c == '-'))
-      return 0;
-    if (n >= 64)
-      return 0;
-  }
-  return n > 0;
 }
 
 static size_t slen(const char *s) {
@@ -72,7 +57,7 @@ size_t kvp_wire_encoded_size(const kvp_batch_t *b) {
    * a varint at most 10. */
   size_t n = 128 + slen(b->ns) + slen(b->worker_id) + slen(b->model);
 
-  if (!kvp_worker_id_valid(b->worker_id) || (b->nevents && !b->events))
+  if (!kvp_subject_token_valid(b->worker_id) || (b->nevents && !b->events))
     return 0;
   for (size_t i = 0; i < b->nevents; i++) {
     const kvp_event_t *e = &b->events[i];
@@ -334,7 +319,7 @@ int kvp_wire_decode(const uint8_t *buf, size_t len, const kvp_wire_limits_t *lim
     rc = KVP_ETOOBIG;
     goto fail;
   }
-  if (!kvp_worker_id_valid(msg->worker_id)) {
+  if (!kvp_subject_token_valid(msg->worker_id)) {
     rc = KVP_EINVAL;
     goto fail;
   }

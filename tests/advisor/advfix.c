@@ -1,4 +1,5 @@
 /* Advisor test fixture; see advfix.h. */
+#include "kvplane/subjects.h"
 #include "advfix.h"
 
 #include <jansson.h>
@@ -18,7 +19,7 @@ int advfix_setup(advfix_t *f, int js) {
     return -1;
   snprintf(f->db, sizeof f->db, "%s/advisor.db", f->dir);
   kvp_advisor_config_defaults(&f->cfg);
-  snprintf(f->cfg.url, sizeof f->cfg.url, "%s", f->natsd.url);
+  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", f->natsd.url);
   snprintf(f->cfg.db_path, sizeof f->cfg.db_path, "%s", f->db);
   snprintf(f->cfg.ns, sizeof f->cfg.ns, "t");
   f->cfg.mode = js ? KVP_ADVISOR_JETSTREAM : KVP_ADVISOR_CORE;
@@ -50,7 +51,7 @@ static void *run_main(void *arg) {
 
 int advfix_start(advfix_t *f) {
   char err[512];
-  int rc = kvp_advisor_open(&f->adv, &f->cfg, err, sizeof err);
+  int rc = kvp_advisor_open(&f->cfg, &f->adv, err, sizeof err);
   if (rc != 0) {
     print_message("advisor open: %s\n", err);
     return rc;
@@ -116,7 +117,8 @@ char *advfix_request(advfix_t *f, const char *what, const void *data, int len) {
   char subj[128];
   natsMsg *rep = NULL;
   char *out = NULL;
-  snprintf(subj, sizeof subj, "kvplane.api.t.%s", what);
+  if (kvp_subject_api(subj, sizeof subj, "t", what) != 0)
+    return NULL;
   if (natsConnection_Request(&rep, f->nc, subj, data, len, 5000) != NATS_OK)
     return NULL;
   out = strndup(natsMsg_GetData(rep), (size_t)natsMsg_GetDataLength(rep));

@@ -280,13 +280,13 @@ static void open_fails_cleanly(void **state) {
   kvp_advisor_t *adv = NULL;
   char err[512] = "";
   kvp_advisor_config_t c = f->cfg;
-  snprintf(c.url, sizeof c.url, "nats://127.0.0.1:%d", kvp_test_free_port());
-  c.connect_timeout_ms = 500;
-  assert_int_equal(kvp_advisor_open(&adv, &c, err, sizeof err), KVP_ECONN);
+  snprintf(c.nats.servers, sizeof c.nats.servers, "nats://127.0.0.1:%d", kvp_test_free_port());
+  c.nats.connect_timeout_ms = 500;
+  assert_int_equal(kvp_advisor_open(&c, &adv, err, sizeof err), KVP_ECONN);
   assert_null(adv);
   c = f->cfg;
   snprintf(c.db_path, sizeof c.db_path, "/nonexistent-dir/a.db");
-  assert_int_equal(kvp_advisor_open(&adv, &c, err, sizeof err), KVP_EIO);
+  assert_int_equal(kvp_advisor_open(&c, &adv, err, sizeof err), KVP_EIO);
   assert_non_null(strstr(err, "/nonexistent-dir/a.db"));
 }
 

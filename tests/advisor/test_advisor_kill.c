@@ -19,6 +19,7 @@
 #include "advisor/index.h"
 #include "advisor/ingest.h"
 #include "harness.h"
+#include "kvplane/subjects.h"
 #include "kvplane/status.h"
 #include "natsd.h"
 #include "testworker.h"
@@ -74,7 +75,7 @@ done:
 static pid_t spawn_advisor(fx_t *f) {
   char bin[512], url[128], db[400];
   snprintf(bin, sizeof bin, "%s/tools/kvplane-advisor", getenv("KVP_TEST_BINDIR"));
-  snprintf(url, sizeof url, "nats.url=%s", f->natsd.url);
+  snprintf(url, sizeof url, "nats.servers=%s", f->natsd.url);
   snprintf(db, sizeof db, "store.path=%s", f->db);
   pid_t pid = fork();
   if (pid == 0) {
@@ -157,7 +158,7 @@ static void kill9_at_random_points_loses_nothing(void **state) {
   assert_int_equal(natsConnection_ConnectTo(&nc, f->natsd.url), NATS_OK);
   assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
   {
-    const char *subjects[] = {"kvplane.ev.>"};
+    const char *subjects[] = {KVP_SUBJECT_EVENTS_ALL};
     jsStreamConfig sc;
     jsStreamConfig_Init(&sc);
     sc.Name = "KVPLANE_EVENTS";
@@ -324,7 +325,7 @@ static void daemon_cli_and_signals(void **state) {
   assert_true(file_has(out, "/nonexistent/kvplane-advisor.conf"));
 
   assert_int_equal(kvp_natsd_start(&d, NULL), 0);
-  snprintf(url, sizeof url, "nats.url=%s", d.url);
+  snprintf(url, sizeof url, "nats.servers=%s", d.url);
   snprintf(lf, sizeof lf, "log.file=%s", log);
   snprintf(dbo, sizeof dbo, "store.path=%s", db);
   pid_t pid = fork();

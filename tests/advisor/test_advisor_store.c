@@ -197,6 +197,28 @@ static int load_text(fx_t *f, const char *text, char *err, size_t n) {
   return rc;
 }
 
+static void old_url_key_sets_servers(void **state) {
+  (void)state;
+  kvp_advisor_config_t c;
+  char err[256];
+  kvp_advisor_config_defaults(&c);
+  assert_int_equal(kvp_advisor_config_set(&c, "nats.url=nats://10.0.0.1:4222", err, sizeof err), 0);
+  assert_string_equal(c.nats.servers, "nats://10.0.0.1:4222");
+  assert_int_equal(kvp_advisor_config_set(&c, "nats.servers=nats://a:1,nats://b:2", err, sizeof err),
+                   0);
+  assert_string_equal(c.nats.servers, "nats://a:1,nats://b:2");
+  assert_int_equal(kvp_advisor_config_check(&c, err, sizeof err), 0);
+  /* The old name is never printed: the printed file uses servers. */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mf = open_memstream(&buf, &len);
+  kvp_advisor_config_print(&c, mf);
+  fclose(mf);
+  assert_non_null(strstr(buf, "\nservers = nats://a:1,nats://b:2\n"));
+  assert_null(strstr(buf, "\nurl = "));
+  free(buf);
+}
+
 static void shipped_config_loads(void **state) {
   (void)state;
   kvp_advisor_config_t c;
@@ -250,6 +272,7 @@ static void each_config_mistake_names_the_key(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(old_url_key_sets_servers),
     cmocka_unit_test_setup_teardown(flush_then_load_restores_everything, setup, teardown),
     cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
     cmocka_unit_test_setup_teardown(old_schema_is_upgraded, setup, teardown),

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvplane/subjects.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 #include "kvplane/wire.h"
@@ -140,9 +141,12 @@ static void hs_free(hset_t *s) {
 tw_t *tw_create(const char *ns, const char *worker, uint32_t dp_rank, uint64_t epoch,
                 uint64_t seed) {
   tw_t *w = calloc(1, sizeof *w);
+  if (w == NULL || kvp_subject_events(w->subj, sizeof w->subj, ns, worker) != 0) {
+    free(w);
+    return NULL;
+  }
   snprintf(w->ns, sizeof w->ns, "%s", ns);
   snprintf(w->worker, sizeof w->worker, "%s", worker);
-  snprintf(w->subj, sizeof w->subj, "kvplane.ev.%s.%s", ns, worker);
   w->dp_rank = dp_rank;
   w->epoch = epoch;
   w->next_id = 1;

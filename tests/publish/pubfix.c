@@ -1,4 +1,5 @@
 /* Publisher test fixture (see pubfix.h). */
+#include "kvplane/subjects.h"
 #include "pubfix.h"
 #include "natsd.h"
 
@@ -68,10 +69,11 @@ int pf_set_equal(const pf_set_t *a, const pf_set_t *b) {
 
 int pf_sub_open(pf_sub_t *s, const char *url, const char *ns, int js, const char *user,
                 const char *pass) {
-  char subj[128];
+  char subj[KVP_SUBJECT_MAX];
   natsOptions *o = NULL;
   memset(s, 0, sizeof *s);
-  snprintf(subj, sizeof subj, "kvplane.ev.%s.>", ns);
+  if (kvp_subject_events_ns(subj, sizeof subj, ns) != 0)
+    return -1;
   if (natsOptions_Create(&o) != NATS_OK || natsOptions_SetURL(o, url) != NATS_OK)
     goto fail;
   if (user != NULL)

@@ -84,7 +84,7 @@ static void expect_sets_equal(kvp_blockmgr_t *bm, pf_sub_t *s) {
 static void opts_for(kvp_publisher_opts_t *o, const kvp_natsd_t *d, const char *worker,
                      kvp_blockmgr_t *bm) {
   kvp_publisher_opts_init(o);
-  o->servers = d->url;
+  snprintf(o->nats.servers, sizeof o->nats.servers, "%s", d->url);
   o->ns = "bm";
   o->worker_id = worker;
   o->snapshot = kvp_blockmgr_snapshot_fn;

@@ -29,7 +29,7 @@ static int teardown(void **state) {
 
 static void opts_for(kvp_publisher_opts_t *o, const kvp_natsd_t *d, const char *worker) {
   kvp_publisher_opts_init(o);
-  o->servers = d->url;
+  snprintf(o->nats.servers, sizeof o->nats.servers, "%s", d->url);
   o->ns = "t";
   o->worker_id = worker;
   o->model = "m";
@@ -93,8 +93,8 @@ static void order_and_completeness(void **state) {
     assert_int_equal(h & 0xffffffffu, next[t]);
     next[t]++;
   }
-  kvp_publisher_figures_t f;
-  kvp_publisher_figures(pub, &f);
+  kvp_publisher_stats_t f;
+  kvp_publisher_stats(pub, &f);
   assert_int_equal(f.queued, NTHREADS * PER_THREAD);
   assert_int_equal(f.sent, NTHREADS * PER_THREAD);
   assert_int_equal(f.dropped, 0);
@@ -200,8 +200,8 @@ static void core_gap_then_snapshot(void **state) {
   assert_true(s.snapshots_done >= 3); /* G1, G2, G3 */
   for (int t = 1; t <= 3; t++)
     assert_true(pf_set_equal(&s.tier[t], &m.tier[t]));
-  kvp_publisher_figures_t f;
-  kvp_publisher_figures(pub, &f);
+  kvp_publisher_stats_t f;
+  kvp_publisher_stats(pub, &f);
   assert_int_equal(f.dropped, (uint64_t)dropped);
   assert_true(f.resyncs >= 1);
   kvp_publisher_close(pub);
@@ -311,30 +311,36 @@ static void bad_options_named(void **state) {
     o.field = value;                                                                               \
     expect_bad(&o, name);                                                                          \
   } while (0)
+#define BAD_NATS(field, value, name)                                                               \
+  do {                                                                                             \
+    opts_for(&o, d, "w-bad");                                                                      \
+    snprintf(o.nats.field, sizeof o.nats.field, "%s", value);                                      \
+    expect_bad(&o, name);                                                                          \
+  } while (0)
   BAD(worker_id, NULL, "worker_id");
   BAD(worker_id, "a.b", "worker_id");
   BAD(ns, "x y", "ns");
   BAD(mode, 7, "mode");
   BAD(overflow, 3, "overflow");
-  BAD(user, "u", "password");
-  BAD(password, "p", "user");
-  BAD(tls_cert, "/nonexistent.pem", "tls_key");
+  BAD_NATS(user, "u", "nats.password");
+  BAD_NATS(password, "p", "nats.user");
+  BAD_NATS(tls_cert, "/nonexistent.pem", "nats.tls_key");
   BAD(queue_capacity, (size_t)1 << 30, "queue_capacity");
   BAD(batch_max_events, 1000000, "batch_max_events");
   BAD(batch_max_blocks, 1u << 24, "batch_max_blocks");
   BAD(batch_max_bytes, 10, "batch_max_bytes");
   BAD(max_delay_ms, 600000, "max_delay_ms");
   BAD(snapshot_tiers, 1u << 9, "snapshot_tiers");
-  BAD(servers, "localhost", "servers");
-  BAD(tls_ca, "/nonexistent/ca.pem", "tls_ca");
-  BAD(creds_file, "/nonexistent/x.creds", "creds_file");
+  BAD_NATS(servers, "localhost", "nats.servers");
+  BAD_NATS(tls_ca, "/nonexistent/ca.pem", "nats.tls_ca");
+  BAD_NATS(creds, "/nonexistent/x.creds", "nats.creds");
   /* over the server's max payload (1 MiB by default): found at connect */
   BAD(batch_max_bytes, 4u << 20, "batch_max_bytes");
   opts_for(&o, d, "w-bad");
-  o.token = "t";
-  o.user = "u";
-  o.password = "p";
-  expect_bad(&o, "token");
+  snprintf(o.nats.token, sizeof o.nats.token, "t");
+  snprintf(o.nats.user, sizeof o.nats.user, "u");
+  snprintf(o.nats.password, sizeof o.nats.password, "p");
+  expect_bad(&o, "nats.token");
   opts_for(&o, d, "w-bad");
   o.mode = KVP_PUB_JETSTREAM;
   o.stream = "a.b";
@@ -342,6 +348,7 @@ static void bad_options_named(void **state) {
   kvp_publisher_t *pub = (kvp_publisher_t *)1;
   assert_int_equal(kvp_publisher_open(NULL, &pub, NULL, 0), KVP_EINVAL);
 #undef BAD
+#undef BAD_NATS
 }
 
 static void heartbeat_when_idle(void **state) {

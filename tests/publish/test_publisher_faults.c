@@ -17,7 +17,7 @@
 
 static void opts_for(kvp_publisher_opts_t *o, const kvp_natsd_t *d, const char *worker, int js) {
   kvp_publisher_opts_init(o);
-  o->servers = d->url;
+  snprintf(o->nats.servers, sizeof o->nats.servers, "%s", d->url);
   o->ns = "f";
   o->worker_id = worker;
   o->mode = js ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
@@ -62,8 +62,8 @@ static void jetstream_acks_everything(void **state) {
   for (uint64_t i = 1; i <= 50000; i++)
     assert_int_equal(kvp_publisher_stored(pub, 1, NULL, NULL, &i, 1, 16, 0, 0), 0);
   assert_int_equal(kvp_publisher_flush(pub, 10000), 0);
-  kvp_publisher_figures_t f;
-  kvp_publisher_figures(pub, &f);
+  kvp_publisher_stats_t f;
+  kvp_publisher_stats(pub, &f);
   assert_int_equal(f.acked, 50000);
   kvp_publisher_close(pub);
   assert_int_equal(pf_sub_open(&s, d->url, "f", 1, NULL, NULL), 0);
@@ -108,8 +108,8 @@ static void jetstream_kill_restart(void **state) {
   pthread_join(th, NULL);
   assert_int_equal(f.errors, 0);
   int rc = kvp_publisher_flush(pub, 30000);
-  kvp_publisher_figures_t fig;
-  kvp_publisher_figures(pub, &fig);
+  kvp_publisher_stats_t fig;
+  kvp_publisher_stats(pub, &fig);
   print_message("acked %llu retries %llu reconnects %llu\n", (unsigned long long)fig.acked,
                 (unsigned long long)fig.retries, (unsigned long long)fig.reconnects);
   assert_int_equal(rc, 0);
@@ -182,23 +182,23 @@ static void auth(kvp_natsd_t *d, const char *user, const char *pass, const char 
   uint64_t h = 1;
 
   opts_for(&o, d, "w-auth", 0);
-  o.connect_timeout_ms = 2000;
+  o.nats.connect_timeout_ms = 2000;
   int rc = kvp_publisher_open(&o, &pub, err, sizeof err);
   print_message("without credentials: %s: %s\n", kvp_err_name(rc), err);
   assert_int_equal(rc, KVP_EAUTH);
   assert_null(pub);
-  o.user = user ? "wrong" : NULL;
-  o.password = pass ? "wrong" : NULL;
-  o.token = token ? "wrong" : NULL;
+  snprintf(o.nats.user, sizeof o.nats.user, "%s", user ? "wrong" : "");
+  snprintf(o.nats.password, sizeof o.nats.password, "%s", pass ? "wrong" : "");
+  snprintf(o.nats.token, sizeof o.nats.token, "%s", token ? "wrong" : "");
   assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), KVP_EAUTH);
-  o.user = user;
-  o.password = pass;
-  o.token = token;
+  snprintf(o.nats.user, sizeof o.nats.user, "%s", user ? user : "");
+  snprintf(o.nats.password, sizeof o.nats.password, "%s", pass ? pass : "");
+  snprintf(o.nats.token, sizeof o.nats.token, "%s", token ? token : "");
   assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
   assert_int_equal(kvp_publisher_stored(pub, 1, NULL, NULL, &h, 1, 16, 0, 0), 0);
   assert_int_equal(kvp_publisher_flush(pub, 5000), 0);
-  kvp_publisher_figures_t f;
-  kvp_publisher_figures(pub, &f);
+  kvp_publisher_stats_t f;
+  kvp_publisher_stats(pub, &f);
   assert_int_equal(f.sent, 1);
   kvp_publisher_close(pub);
 }

@@ -1,0 +1,254 @@
+/* The advisor's NATS side; see consumer.h. */
+#include "advisor/consumer.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+#include "kvplane/subjects.h"
+#include "nats/conn.h"
+
+static void on_event_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
+  kvp__adv_consumer_t *c = closure;
+  (void)nc;
+  (void)sub;
+  /* Core mode cannot push back: a drop shows up as an event-id gap, and the
+   * worker's resync repairs it. */
+  kvp__adv_inbox_push(c->inbox, KVP__IN_EVENT, msg, 0, 1);
+}
+
+static void on_match_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
+  kvp__adv_consumer_t *c = closure;
+  (void)nc;
+  (void)sub;
+  kvp__adv_inbox_push(c->inbox, KVP__IN_MATCH, msg, 0, 0);
+}
+
+static void on_stats_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
+  kvp__adv_consumer_t *c = closure;
+  (void)nc;
+  (void)sub;
+  kvp__adv_inbox_push(c->inbox, KVP__IN_STATS, msg, 0, 0);
+}
+
+static void *fetch_main(void *arg) {
+  kvp__adv_consumer_t *c = arg;
+  uint64_t last_err_log = 0;
+
+  while (kvp__adv_inbox_wait_room(c->inbox, &c->stopping) == 0) {
+    natsMsgList list = {0};
+    jsErrCode jerr = 0;
+    uint64_t t0 = kvp__now_ns();
+    natsStatus s = natsSubscription_Fetch(&list, c->ev_sub, (int)c->cfg->fetch_batch, 500, &jerr);
+    kvp_log_debug("advisor: fetch: %d messages in %.1f ms (%s)", list.Count,
+                  (double)(kvp__now_ns() - t0) / 1e6, natsStatus_GetText(s));
+    if (s == NATS_TIMEOUT)
+      continue;
+    if (s != NATS_OK) {
+      uint64_t now = kvp__now_ns();
+      if (now - last_err_log > 10000000000ull) {
+        kvp_log_warn("advisor: fetch from stream %s (consumer %s) failed: %s (jetstream error "
+                     "%d); retrying",
+                     c->cfg->stream, c->cfg->consumer, natsStatus_GetText(s), (int)jerr);
+        last_err_log = now;
+      }
+      nats_Sleep(200);
+      continue;
+    }
+    for (int i = 0; i < list.Count; i++) {
+      jsMsgMetaData *meta = NULL;
+      uint64_t seq = 0;
+      if (natsMsg_GetMetaData(&meta, list.Msgs[i]) == NATS_OK) {
+        seq = meta->Sequence.Stream;
+        jsMsgMetaData_Destroy(meta);
+      }
+      kvp__adv_inbox_push(c->inbox, KVP__IN_JS_EVENT, list.Msgs[i], seq, 0);
+      list.Msgs[i] = NULL;
+    }
+    natsMsgList_Destroy(&list);
+  }
+  return NULL;
+}
+
+/* Formats "what: status (jetstream error N)" into err; returns the code. */
+static int fail(natsStatus s, jsErrCode jerr, const char *what, char *err, size_t errlen) {
+  const char *last = nats_GetLastError(NULL);
+  snprintf(err, errlen, "%s: %s%s%s", what, natsStatus_GetText(s), last && last[0] ? ": " : "",
+           last ? last : "");
+  if (jerr != 0) {
+    size_t n = strlen(err);
+    snprintf(err + n, errlen > n ? errlen - n : 0, " (jetstream error %d)", (int)jerr);
+  }
+  return kvp__nats_status(s) == KVP_EAUTH ? KVP_EAUTH : KVP_ECONN;
+}
+
+static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, char *err,
+                           size_t errlen) {
+  const kvp_advisor_config_t *cfg = c->cfg;
+  jsErrCode jerr = 0;
+  jsSubOptions so;
+  natsStatus s;
+  char filter[KVP_SUBJECT_MAX];
+  int rc, created = 0;
+
+  if ((s = natsConnection_JetStream(&c->js, c->nc, NULL)) != NATS_OK)
+    return fail(s, 0, "jetstream context", err, errlen);
+  if ((rc = kvp__nats_ensure_stream(c->js, cfg->stream, 1, &created, err, errlen)) != 0)
+    return rc;
+  if (created)
+    kvp_log_info("advisor: stream %s created (subjects %s)", cfg->stream, KVP_SUBJECT_EVENTS_ALL);
+  /* The database owns the position: recreate the consumer at it. */
+  s = js_DeleteConsumer(c->js, cfg->stream, cfg->consumer, NULL, &jerr);
+  if (s != NATS_OK && s != NATS_NOT_FOUND)
+    return fail(s, jerr, cfg->consumer, err, errlen);
+  jsSubOptions_Init(&so);
+  so.Stream = cfg->stream;
+  so.Config.Durable = cfg->consumer;
+  so.Config.AckPolicy = js_AckAll;
+  so.Config.AckWait = (int64_t)60 * 1000000000;
+  so.Config.MaxAckPending = 1 << 24;
+  if (resume_after > 0) {
+    so.Config.DeliverPolicy = js_DeliverByStartSequence;
+    so.Config.OptStartSeq = resume_after + 1;
+  } else {
+    so.Config.DeliverPolicy = js_DeliverAll;
+  }
+  if ((rc = kvp_subject_events_ns(filter, sizeof filter, cfg->ns)) != 0) {
+    snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", cfg->ns);
+    return KVP_ECONFIG;
+  }
+  jerr = 0;
+  s = js_PullSubscribe(&c->ev_sub, c->js, filter, cfg->consumer, NULL, &so, &jerr);
+  if (s != NATS_OK)
+    return fail(s, jerr, "jetstream pull consumer", err, errlen);
+  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64, cfg->consumer,
+               cfg->stream, resume_after);
+  if (pthread_create(&c->fetcher, NULL, fetch_main, c) != 0) {
+    snprintf(err, errlen, "cannot start the fetch thread");
+    return KVP_ENOMEM;
+  }
+  c->fetcher_started = 1;
+  return 0;
+}
+
+static int subscribe_api(kvp__adv_consumer_t *c, const char *call, natsMsgHandler cb,
+                         natsSubscription **sub, char *err, size_t errlen) {
+  char subj[KVP_SUBJECT_MAX];
+  natsStatus s;
+
+  if (kvp_subject_api(subj, sizeof subj, c->cfg->ns, call) != 0) {
+    snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", c->cfg->ns);
+    return KVP_ECONFIG;
+  }
+  if ((s = natsConnection_Subscribe(sub, c->nc, subj, cb, c)) != NATS_OK)
+    return fail(s, 0, subj, err, errlen);
+  return 0;
+}
+
+static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, char *err, size_t errlen) {
+  char subj[KVP_SUBJECT_MAX];
+  natsStatus s;
+  int rc;
+
+  if (c->cfg->mode == KVP_ADVISOR_JETSTREAM) {
+    if ((rc = setup_jetstream(c, resume_after, err, errlen)) != 0)
+      return rc;
+  } else {
+    if (kvp_subject_events_ns(subj, sizeof subj, c->cfg->ns) != 0) {
+      snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", c->cfg->ns);
+      return KVP_ECONFIG;
+    }
+    if ((s = natsConnection_Subscribe(&c->ev_sub, c->nc, subj, on_event_msg, c)) != NATS_OK)
+      return fail(s, 0, subj, err, errlen);
+    natsSubscription_SetPendingLimits(c->ev_sub, (int)c->cfg->queue_max, 1 << 30);
+  }
+  if ((rc = subscribe_api(c, KVP_API_MATCH, on_match_msg, &c->match_sub, err, errlen)) != 0 ||
+      (rc = subscribe_api(c, KVP_API_STATS, on_stats_msg, &c->stats_sub, err, errlen)) != 0)
+    return rc;
+  if ((s = natsConnection_Flush(c->nc)) != NATS_OK)
+    return fail(s, 0, "subscribe", err, errlen);
+  return 0;
+}
+
+int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *inbox,
+                           uint64_t resume_after, kvp__adv_consumer_t **out, char *err,
+                           size_t errlen) {
+  kvp__nats_conn_args_t args = {.name = "kvplane-advisor", .reconnect_wait_ms = 250};
+  kvp__adv_consumer_t *c;
+  int rc;
+
+  *out = NULL;
+  if ((c = calloc(1, sizeof *c)) == NULL)
+    return KVP_ENOMEM;
+  c->cfg = cfg;
+  c->inbox = inbox;
+  atomic_init(&c->stopping, 0);
+  if ((rc = kvp__nats_connect(&cfg->nats, &args, &c->nc, err, errlen)) != 0 ||
+      (rc = subscribe(c, resume_after, err, errlen)) != 0) {
+    kvp__adv_consumer_close(c);
+    return rc;
+  }
+  {
+    char url[256] = "", m[KVP_SUBJECT_MAX] = "";
+    natsConnection_GetConnectedUrl(c->nc, url, sizeof url);
+    kvp_subject_api(m, sizeof m, cfg->ns, KVP_API_MATCH);
+    kvp_log_info("advisor: connected to %s; answering on %s and .%s", url, m, KVP_API_STATS);
+  }
+  *out = c;
+  return 0;
+}
+
+void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {
+  atomic_store(&c->stopping, 1);
+  if (c->fetcher_started) {
+    pthread_join(c->fetcher, NULL);
+    c->fetcher_started = 0;
+  }
+  if (c->ev_sub)
+    natsSubscription_Unsubscribe(c->ev_sub);
+  if (c->match_sub)
+    natsSubscription_Unsubscribe(c->match_sub);
+  if (c->stats_sub)
+    natsSubscription_Unsubscribe(c->stats_sub);
+}
+
+void kvp__adv_consumer_close(kvp__adv_consumer_t *c) {
+  if (c == NULL)
+    return;
+  atomic_store(&c->stopping, 1);
+  if (c->fetcher_started)
+    pthread_join(c->fetcher, NULL);
+  natsSubscription_Destroy(c->ev_sub);
+  natsSubscription_Destroy(c->match_sub);
+  natsSubscription_Destroy(c->stats_sub);
+  jsCtx_Destroy(c->js);
+  natsConnection_Destroy(c->nc);
+  free(c);
+}
+
+void kvp__adv_consumer_resync(kvp__adv_consumer_t *c, const char *worker, uint32_t dp_rank,
+                              uint64_t epoch, const char *reason) {
+  char subj[KVP_SUBJECT_MAX], body[256];
+  int n;
+
+  if (kvp_subject_resync(subj, sizeof subj, c->cfg->ns, worker) != 0) {
+    kvp_log_warn("advisor: worker '%s' has no resync subject; not asked", worker);
+    return;
+  }
+  n = snprintf(body, sizeof body,
+               "{\"worker\":\"%s\",\"dp_rank\":%" PRIu32 ",\"epoch\":%" PRIu64
+               ",\"reason\":\"%s\"}",
+               worker, dp_rank, epoch, reason);
+  if (natsConnection_Publish(c->nc, subj, body, n) != NATS_OK)
+    kvp_log_warn("advisor: resync request to %s not sent; will retry", subj);
+}
+
+void kvp__adv_consumer_reply(kvp__adv_consumer_t *c, natsMsg *request, const char *json) {
+  const char *to = natsMsg_GetReply(request);
+  if (to && to[0] && json)
+    natsConnection_PublishString(c->nc, to, json);
+}

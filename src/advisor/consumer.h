@@ -1,0 +1,63 @@
+/* The advisor's NATS side: the connection, the event input (a JetStream
+ * durable pull consumer with its fetch thread, or core subscriptions), the
+ * API request subscriptions, and what the advisor sends (resync requests,
+ * replies). Everything received goes into the inbox.
+ *
+ * JetStream resume: the database, not the server, owns the position. At
+ * open the durable consumer is deleted and created again to deliver from
+ * resume_after + 1 (all when it is 0), so a restart after kill -9 replays
+ * exactly what the database does not hold. Acks are the write-behind's
+ * business (writebehind.h).
+ *
+ * Threads: open, stop and close run on the loop thread (open before the
+ * loop runs). The fetch thread and nats.c's threads only push into the
+ * inbox. resync and reply run on the loop thread. */
+#ifndef KVP_ADVISOR_CONSUMER_H
+#define KVP_ADVISOR_CONSUMER_H
+
+#include <nats/nats.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "advisor/inbox.h"
+#include "kvplane/advisor.h"
+
+typedef struct kvp__adv_consumer_s {
+  const kvp_advisor_config_t *cfg; /* borrowed; outlives the consumer */
+  kvp__adv_inbox_t *inbox;         /* borrowed */
+  natsConnection *nc;
+  jsCtx *js;
+  natsSubscription *ev_sub, *match_sub, *stats_sub;
+  pthread_t fetcher;
+  int fetcher_started;
+  atomic_int stopping;
+} kvp__adv_consumer_t;
+
+/* Connects, sets up the event input (resuming after stream sequence
+ * resume_after in JetStream mode) and the API subscriptions, and starts the
+ * fetch thread. Returns 0 with *out set, or KVP_ECONFIG, KVP_ECONN,
+ * KVP_EAUTH, KVP_ENOMEM with err naming the object and the cause; nothing
+ * is left open on error. */
+int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *inbox,
+                           uint64_t resume_after, kvp__adv_consumer_t **out, char *err,
+                           size_t errlen);
+
+/* Stops the input: the fetch thread ends (joined) and the subscriptions are
+ * unsubscribed, so nothing new reaches the inbox after it returns, except
+ * messages nats.c had already started to deliver. Idempotent. */
+void kvp__adv_consumer_stop(kvp__adv_consumer_t *c);
+
+/* Stops if needed and closes the connection; NULL is accepted. */
+void kvp__adv_consumer_close(kvp__adv_consumer_t *c);
+
+/* Publishes a resync request to the worker (no reply expected); a failed
+ * publish is logged and left to the ingest's retry timer. */
+void kvp__adv_consumer_resync(kvp__adv_consumer_t *c, const char *worker, uint32_t dp_rank,
+                              uint64_t epoch, const char *reason);
+
+/* Sends json as the reply to a request message; a request without a reply
+ * subject gets nothing. */
+void kvp__adv_consumer_reply(kvp__adv_consumer_t *c, natsMsg *request, const char *json);
+
+#endif

@@ -1,0 +1,175 @@
+/* Write-behind and the ack state machine; see writebehind.h. */
+#include "advisor/writebehind.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <nats/nats.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+
+/* --- the ack state machine ------------------------------------------------ */
+
+void kvp__adv_acks_init(kvp__adv_acks_t *a, void (*ack)(void *), void (*release)(void *)) {
+  a->pending = a->writing = NULL;
+  a->ack = ack;
+  a->release = release;
+}
+
+kvp__adv_ack_state_t kvp__adv_acks_state(const kvp__adv_acks_t *a) {
+  if (a->writing != NULL)
+    return a->pending != NULL ? KVP__ACK_WRITING_APPLIED : KVP__ACK_WRITING;
+  return a->pending != NULL ? KVP__ACK_APPLIED : KVP__ACK_IDLE;
+}
+
+const char *kvp__adv_ack_state_name(kvp__adv_ack_state_t s) {
+  static const char *const names[] = {"idle", "applied", "writing", "writing+applied"};
+  return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+void kvp__adv_acks_applied(kvp__adv_acks_t *a, void *msg) {
+  /* Acking the newer message acks the older one too (ack-all). */
+  if (a->pending != NULL)
+    a->release(a->pending);
+  a->pending = msg;
+}
+
+void kvp__adv_acks_flush_started(kvp__adv_acks_t *a) {
+  assert(a->writing == NULL);
+  a->writing = a->pending;
+  a->pending = NULL;
+}
+
+void kvp__adv_acks_flush_committed(kvp__adv_acks_t *a) {
+  if (a->writing != NULL) {
+    /* Committed: the server may now forget everything up to here. */
+    a->ack(a->writing);
+    a->writing = NULL;
+  }
+}
+
+void kvp__adv_acks_flush_failed(kvp__adv_acks_t *a) {
+  if (a->writing == NULL)
+    return;
+  if (a->pending == NULL)
+    a->pending = a->writing;
+  else
+    a->release(a->writing); /* the newer pending message acks it too */
+  a->writing = NULL;
+}
+
+void kvp__adv_acks_sync_committed(kvp__adv_acks_t *a) {
+  assert(a->writing == NULL);
+  if (a->pending != NULL) {
+    a->ack(a->pending);
+    a->pending = NULL;
+  }
+}
+
+void kvp__adv_acks_destroy(kvp__adv_acks_t *a) {
+  if (a->pending != NULL)
+    a->release(a->pending);
+  if (a->writing != NULL)
+    a->release(a->writing);
+  a->pending = a->writing = NULL;
+}
+
+/* --- write-behind ------------------------------------------------------------ */
+
+static void ack_msg(void *msg) {
+  natsMsg_Ack(msg, NULL);
+  natsMsg_Destroy(msg);
+}
+
+static void release_msg(void *msg) {
+  natsMsg_Destroy(msg);
+}
+
+void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__adv_store_t *st,
+                      kvp__adv_index_t *ix, kvp__adv_ingest_t *ing, uint64_t committed_seq) {
+  memset(wb, 0, sizeof *wb);
+  wb->loop = loop;
+  wb->store = st;
+  wb->ix = ix;
+  wb->ing = ing;
+  wb->committed_seq = committed_seq;
+  kvp__adv_acks_init(&wb->acks, ack_msg, release_msg);
+}
+
+void kvp__adv_wb_applied(kvp__adv_wb_t *wb, void *msg) {
+  kvp__adv_acks_applied(&wb->acks, msg);
+}
+
+int kvp__adv_wb_busy(const kvp__adv_wb_t *wb) {
+  return wb->inflight != NULL;
+}
+
+static void committed(kvp__adv_wb_t *wb, size_t nblocks, uint64_t seq, uint64_t t0) {
+  wb->flushes++;
+  wb->last_flush_ms = kvp__unix_ms();
+  wb->last_flush_blocks = nblocks;
+  wb->committed_seq = seq;
+  kvp_log_debug("advisor: flush: %zu blocks, sequence %" PRIu64 ", %.1f ms", nblocks, seq,
+                (double)(kvp__now_ns() - t0) / 1e6);
+}
+
+static void write_work(uv_work_t *req) {
+  kvp__adv_wb_t *wb = req->data;
+  wb->write_rc = kvp__adv_store_write(wb->store, wb->inflight);
+}
+
+static void write_after(uv_work_t *req, int status) {
+  kvp__adv_wb_t *wb = req->data;
+  if (status == 0 && wb->write_rc == 0) {
+    committed(wb, kvp__adv_flush_blocks(wb->inflight), wb->inflight_seq, wb->inflight_t0);
+    kvp__adv_acks_flush_committed(&wb->acks);
+    kvp__adv_flush_free(wb->inflight);
+  } else {
+    /* The changes go back to the index; the next flush writes them. */
+    wb->flush_errors++;
+    kvp__adv_store_abandon(wb->ix, wb->inflight);
+    kvp__adv_acks_flush_failed(&wb->acks);
+  }
+  wb->inflight = NULL;
+  if (wb->on_idle != NULL)
+    wb->on_idle(wb->idle_ctx);
+}
+
+void kvp__adv_wb_start(kvp__adv_wb_t *wb, uint64_t applied_seq) {
+  if (wb->inflight != NULL)
+    return;
+  wb->inflight_t0 = kvp__now_ns();
+  if (kvp__adv_store_prepare(wb->store, wb->ix, wb->ing, applied_seq, &wb->inflight) != 0) {
+    wb->flush_errors++;
+    wb->inflight = NULL;
+    return;
+  }
+  wb->inflight_seq = applied_seq;
+  kvp__adv_acks_flush_started(&wb->acks);
+  wb->req.data = wb;
+  if (uv_queue_work(wb->loop, &wb->req, write_work, write_after) != 0) {
+    write_work(&wb->req);
+    write_after(&wb->req, 0);
+  }
+}
+
+int kvp__adv_wb_sync(kvp__adv_wb_t *wb, uint64_t applied_seq) {
+  size_t n = 0;
+  uint64_t t0 = kvp__now_ns();
+  int rc;
+
+  assert(wb->inflight == NULL);
+  if ((rc = kvp__adv_store_flush(wb->store, wb->ix, wb->ing, applied_seq, &n)) != 0) {
+    wb->flush_errors++;
+    return rc;
+  }
+  committed(wb, n, applied_seq, t0);
+  kvp__adv_acks_sync_committed(&wb->acks);
+  return 0;
+}
+
+void kvp__adv_wb_destroy(kvp__adv_wb_t *wb) {
+  kvp__adv_acks_destroy(&wb->acks);
+}

@@ -1,0 +1,86 @@
+/* Subject builders and the parser; see include/kvplane/subjects.h. */
+#include "kvplane/subjects.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kvplane/status.h"
+
+int kvp_subject_token_valid(const char *s) {
+  size_t n = 0;
+
+  if (s == NULL)
+    return 0;
+  for (; s[n] != '\0'; n++) {
+    unsigned char c = (unsigned char)s[n];
+    if (n >= KVP_SUBJECT_TOKEN_MAX)
+      return 0;
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
+      return 0;
+  }
+  return n > 0;
+}
+
+/* Formats into buf after checking the ntok tokens that follow fmt. */
+static int build(char *buf, size_t len, int ntok, const char *fmt, ...) {
+  va_list ap;
+  int n;
+
+  va_start(ap, fmt);
+  for (int i = 0; i < ntok; i++)
+    if (!kvp_subject_token_valid(va_arg(ap, const char *))) {
+      va_end(ap);
+      return KVP_EINVAL;
+    }
+  va_end(ap);
+  va_start(ap, fmt);
+  n = vsnprintf(buf, len, fmt, ap);
+  va_end(ap);
+  return n >= 0 && (size_t)n < len ? 0 : KVP_ETOOBIG;
+}
+
+int kvp_subject_events(char *buf, size_t len, const char *ns, const char *worker) {
+  return build(buf, len, 2, "kvplane.ev.%s.%s", ns, worker);
+}
+
+int kvp_subject_events_ns(char *buf, size_t len, const char *ns) {
+  return build(buf, len, 1, "kvplane.ev.%s.>", ns);
+}
+
+int kvp_subject_resync(char *buf, size_t len, const char *ns, const char *worker) {
+  return build(buf, len, 2, "kvplane.ctl.%s.%s.resync", ns, worker);
+}
+
+int kvp_subject_api(char *buf, size_t len, const char *ns, const char *call) {
+  return build(buf, len, 2, "kvplane.api.%s.%s", ns, call);
+}
+
+/* Copies the token at s up to the next '.' (or the end) into out; returns
+ * its length, or 0 when it is not a valid token. */
+static size_t token(const char *s, char out[KVP_SUBJECT_TOKEN_MAX + 1]) {
+  size_t n = strcspn(s, ".");
+  if (n == 0 || n > KVP_SUBJECT_TOKEN_MAX)
+    return 0;
+  memcpy(out, s, n);
+  out[n] = '\0';
+  return kvp_subject_token_valid(out) ? n : 0;
+}
+
+int kvp_subject_parse_events(const char *subject, char ns[KVP_SUBJECT_TOKEN_MAX + 1],
+                             char worker[KVP_SUBJECT_TOKEN_MAX + 1]) {
+  static const char prefix[] = "kvplane.ev.";
+  const char *p;
+  size_t n;
+
+  if (subject == NULL || strncmp(subject, prefix, sizeof prefix - 1) != 0)
+    return KVP_EPROTO;
+  p = subject + sizeof prefix - 1;
+  if ((n = token(p, ns)) == 0 || p[n] != '.')
+    return KVP_EPROTO;
+  p += n + 1;
+  if ((n = token(p, worker)) == 0 || p[n] != '\0')
+    return KVP_EPROTO;
+  return 0;
+}
