@@ -12,7 +12,7 @@ KVP_PACKAGES=(
   build-essential cmake pkg-config
   libuv1-dev libnats-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libsqlite3-dev sqlite3 libxxhash-dev libinih-dev zlib1g-dev libjansson-dev
-  libcmocka-dev nats-server python3 python3-xxhash python3-protobuf
+  libcmocka-dev nats-server python3 python3-xxhash python3-protobuf openssl
 )
 
 kvp_install_packages() {

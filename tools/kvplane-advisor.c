@@ -23,6 +23,9 @@ static void usage(FILE *f) {
         "  -c, --config FILE      read FILE (INI; etc/kvplane-advisor.conf documents every key)\n"
         "  -o, --set S.K=VALUE    override one key after the file, e.g. -o store.path=/tmp/a.db\n"
         "      --print-config     print the effective configuration and exit\n"
+        "      --takeover         replace a JetStream consumer of the configured name that\n"
+        "                         this database did not create (normally a refusal: another\n"
+        "                         advisor may own it)\n"
         "  -h, --help             this text\n"
         "\n"
         "signals: SIGTERM or SIGINT applies what was received, flushes and exits 0;\n"
@@ -36,13 +39,14 @@ int main(int argc, char **argv) {
   static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
                                            {"set", required_argument, NULL, 'o'},
                                            {"print-config", no_argument, NULL, 'p'},
+                                           {"takeover", no_argument, NULL, 'T'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   kvp_advisor_config_t cfg;
   kvp_advisor_t *adv = NULL;
   const char *config = NULL;
   char err[1024];
-  int opt, print = 0, rc;
+  int opt, print = 0, takeover = 0, rc;
   char **overrides = calloc((size_t)argc, sizeof *overrides);
   int noverrides = 0;
 
@@ -55,6 +59,9 @@ int main(int argc, char **argv) {
       break;
     case 'o':
       overrides[noverrides++] = optarg;
+      break;
+    case 'T':
+      takeover = 1;
       break;
     case 'p':
       print = 1;
@@ -90,6 +97,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   cfg.handle_signals = 1;
+  cfg.takeover = takeover;
   if ((rc = kvp_advisor_open(&cfg, &adv, err, sizeof err)) != 0) {
     fprintf(stderr, "kvplane-advisor: %s (%s)\n", err, kvp_err_name(rc));
     nats_Close();

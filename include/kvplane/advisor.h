@@ -48,7 +48,7 @@ typedef struct kvp_advisor_config_s {
   char ns[64];
   /* [jetstream] */
   char stream[64];
-  char consumer[64];
+  char consumer[96]; /* empty: kvplane-advisor-<namespace> */
   int64_t fetch_batch;
   /* [store] */
   char db_path[512];
@@ -70,6 +70,7 @@ typedef struct kvp_advisor_config_s {
   int log_syslog;
   /* Not from the file: the program sets it. */
   int handle_signals; /* SIGTERM/SIGINT stop, SIGHUP reopens the log */
+  int takeover;       /* take over a durable consumer this database did not create */
 } kvp_advisor_config_t;
 
 /* Fills cfg with the defaults (the values shown in etc/kvplane-advisor.conf). */

@@ -54,6 +54,7 @@ struct kvp_advisor_s {
   int final_rc;
   uint64_t applied_seq; /* last applied JetStream stream sequence */
   uint64_t start_ms;
+  char db_id[KVP__ADV_DB_ID_LEN + 1];
 };
 
 /* --- loop thread ------------------------------------------------------------ */
@@ -99,7 +100,8 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
   case KVP__IN_JS_EVENT:
     if (it->seq != 0 && it->seq <= adv->applied_seq)
       break; /* redelivered: already applied */
-    kvp__adv_ingest_message(adv->ing, data, len, &adv->lim, now);
+    kvp__adv_ingest_message_on(adv->ing, natsMsg_GetSubject(it->msg), adv->cfg.ns, data, len,
+                               &adv->lim, now);
     if (it->seq) {
       adv->applied_seq = it->seq;
       kvp__adv_wb_applied(&adv->wb, it->msg);
@@ -107,7 +109,8 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
     }
     break;
   case KVP__IN_EVENT:
-    kvp__adv_ingest_message(adv->ing, data, len, &adv->lim, now);
+    kvp__adv_ingest_message_on(adv->ing, natsMsg_GetSubject(it->msg), adv->cfg.ns, data, len,
+                               &adv->lim, now);
     break;
   case KVP__IN_MATCH:
     if (kvp__adv_api_match(adv->ix, data, len, &json) == 0)
@@ -263,6 +266,14 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
       (rc = kvp__adv_ingest_create(&adv->ing, adv->ix, &io)) != 0 ||
       (rc = kvp__adv_store_open(&adv->store, cfg->db_path, err, errlen)) != 0)
     return rc;
+  {
+    char consumer[128];
+    kvp__adv_consumer_name(cfg, consumer, sizeof consumer);
+    if ((rc = kvp__adv_store_bind(adv->store, cfg->ns,
+                                  cfg->mode == KVP_ADVISOR_JETSTREAM ? consumer : NULL, adv->db_id,
+                                  err, errlen)) != 0)
+      return rc;
+  }
   if ((rc = kvp__adv_store_load(adv->store, adv->ix, adv->ing, &adv->applied_seq)) != 0) {
     snprintf(err, errlen, "%s: cannot load the index: %s", cfg->db_path, kvp_strerror(rc));
     return rc;
@@ -304,8 +315,8 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   adv->inbox_ready = 1;
   kvp__adv_wb_init(&adv->wb, &adv->loop, adv->store, adv->ix, adv->ing, adv->applied_seq);
-  if ((rc = kvp__adv_consumer_open(&adv->cfg, &adv->inbox, adv->applied_seq, &adv->consumer, err,
-                                   errlen)) != 0)
+  if ((rc = kvp__adv_consumer_open(&adv->cfg, &adv->inbox, adv->applied_seq, adv->db_id,
+                                   &adv->consumer, err, errlen)) != 0)
     goto fail;
   *out = adv;
   return 0;

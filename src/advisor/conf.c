@@ -41,7 +41,7 @@ static const kvp_conf_key_t keys[] = {
     {"jetstream", "stream", KVP_CONF_STR, OFF(stream), 0, CAP(stream), NULL,
      "stream name (created with subjects kvplane.ev.> if absent)", NULL},
     {"jetstream", "consumer", KVP_CONF_STR, OFF(consumer), 0, CAP(consumer), NULL,
-     "durable consumer name of this advisor", NULL},
+     "durable consumer name of this advisor; empty: kvplane-advisor-<namespace>", NULL},
     {"jetstream", "fetch_batch", KVP_CONF_INT, OFF(fetch_batch), 1, 65536, NULL,
      "messages per pull request", NULL},
     {"store", "path", KVP_CONF_STR, OFF(db_path), 0, CAP(db_path), NULL,
@@ -78,7 +78,6 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->mode = KVP_ADVISOR_JETSTREAM;
   snprintf(cfg->ns, sizeof cfg->ns, "default");
   snprintf(cfg->stream, sizeof cfg->stream, "KVPLANE_EVENTS");
-  snprintf(cfg->consumer, sizeof cfg->consumer, "kvplane-advisor");
   cfg->fetch_batch = 512;
   snprintf(cfg->db_path, sizeof cfg->db_path, "/var/lib/kvplane/advisor.db");
   cfg->flush_interval_ms = 200;
@@ -127,8 +126,8 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
     snprintf(err, errlen, "[jetstream] stream: '%s' must be 1..63 of [A-Za-z0-9_-]", cfg->stream);
     return KVP_ECONFIG;
   }
-  if (cfg->mode == KVP_ADVISOR_JETSTREAM && !name_ok(cfg->consumer, NULL)) {
-    snprintf(err, errlen, "[jetstream] consumer: '%s' must be 1..63 of [A-Za-z0-9_-]",
+  if (cfg->mode == KVP_ADVISOR_JETSTREAM && cfg->consumer[0] && !name_ok(cfg->consumer, NULL)) {
+    snprintf(err, errlen, "[jetstream] consumer: '%s' must be empty or 1..95 of [A-Za-z0-9_-]",
              cfg->consumer);
     return KVP_ECONFIG;
   }

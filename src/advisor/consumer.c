@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "advisor/store.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "nats/conn.h"
@@ -53,7 +54,7 @@ static void *fetch_main(void *arg) {
       if (now - last_err_log > 10000000000ull) {
         kvp_log_warn("advisor: fetch from stream %s (consumer %s) failed: %s (jetstream error "
                      "%d); retrying",
-                     c->cfg->stream, c->cfg->consumer, natsStatus_GetText(s), (int)jerr);
+                     c->cfg->stream, c->name, natsStatus_GetText(s), (int)jerr);
         last_err_log = now;
       }
       nats_Sleep(200);
@@ -86,13 +87,57 @@ static int fail(natsStatus s, jsErrCode jerr, const char *what, char *err, size_
   return kvp__nats_status(s) == KVP_EAUTH ? KVP_EAUTH : KVP_ECONN;
 }
 
-static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, char *err,
-                           size_t errlen) {
+/* Deletes the durable consumer if this database created it (its
+ * description carries the database id) or if taking over; refuses a
+ * consumer someone else made. Returns 0 (nothing left in the way),
+ * KVP_EBUSY with err naming the consumer, or a NATS failure. */
+static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char *filter, char *err,
+                          size_t errlen) {
+  const kvp_advisor_config_t *cfg = c->cfg;
+  jsConsumerInfo *ci = NULL;
+  jsErrCode jerr = 0;
+  char mark[KVP__ADV_DB_ID_LEN + 8];
+  natsStatus s;
+  int ours, rc = 0;
+
+  s = js_GetConsumerInfo(&ci, c->js, cfg->stream, c->name, NULL, &jerr);
+  if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)
+    return 0;
+  if (s != NATS_OK)
+    return fail(s, jerr, c->name, err, errlen);
+  snprintf(mark, sizeof mark, "db=%s", db_id);
+  const char *desc = ci->Config->Description ? ci->Config->Description : "";
+  const char *have_filter = ci->Config->FilterSubject ? ci->Config->FilterSubject : "";
+  ours = strstr(desc, mark) != NULL && strcmp(have_filter, filter) == 0;
+  if (!ours && !cfg->takeover) {
+    snprintf(err, errlen,
+             "[jetstream] consumer: %s on stream %s was not created for this database "
+             "(filter '%s', description '%s'); another advisor may own it: set another consumer "
+             "name, or start with --takeover to replace it",
+             c->name, cfg->stream, have_filter, desc);
+    rc = KVP_EBUSY;
+  }
+  jsConsumerInfo_Destroy(ci);
+  if (rc != 0)
+    return rc;
+  if (!ours)
+    kvp_log_warn("advisor: taking over consumer %s on stream %s (filter '%s', description '%s')",
+                 c->name, cfg->stream, have_filter, desc);
+  /* The database owns the position: the consumer is made again at it. */
+  jerr = 0;
+  s = js_DeleteConsumer(c->js, cfg->stream, c->name, NULL, &jerr);
+  if (s != NATS_OK && s != NATS_NOT_FOUND)
+    return fail(s, jerr, c->name, err, errlen);
+  return 0;
+}
+
+static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
+                           char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = c->cfg;
   jsErrCode jerr = 0;
   jsSubOptions so;
   natsStatus s;
-  char filter[KVP_SUBJECT_MAX];
+  char filter[KVP_SUBJECT_MAX], desc[KVP__ADV_DB_ID_LEN + 128];
   int rc, created = 0;
 
   if ((s = natsConnection_JetStream(&c->js, c->nc, NULL)) != NATS_OK)
@@ -101,13 +146,17 @@ static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, char *
     return rc;
   if (created)
     kvp_log_info("advisor: stream %s created (subjects %s)", cfg->stream, KVP_SUBJECT_EVENTS_ALL);
-  /* The database owns the position: recreate the consumer at it. */
-  s = js_DeleteConsumer(c->js, cfg->stream, cfg->consumer, NULL, &jerr);
-  if (s != NATS_OK && s != NATS_NOT_FOUND)
-    return fail(s, jerr, cfg->consumer, err, errlen);
+  if ((rc = kvp_subject_events_ns(filter, sizeof filter, cfg->ns)) != 0) {
+    snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", cfg->ns);
+    return KVP_ECONFIG;
+  }
+  if ((rc = clear_consumer(c, db_id, filter, err, errlen)) != 0)
+    return rc;
+  snprintf(desc, sizeof desc, "kvplane-advisor ns=%s db=%s", cfg->ns, db_id);
   jsSubOptions_Init(&so);
   so.Stream = cfg->stream;
-  so.Config.Durable = cfg->consumer;
+  so.Config.Durable = c->name;
+  so.Config.Description = desc;
   so.Config.AckPolicy = js_AckAll;
   so.Config.AckWait = (int64_t)60 * 1000000000;
   so.Config.MaxAckPending = 1 << 24;
@@ -117,15 +166,11 @@ static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, char *
   } else {
     so.Config.DeliverPolicy = js_DeliverAll;
   }
-  if ((rc = kvp_subject_events_ns(filter, sizeof filter, cfg->ns)) != 0) {
-    snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", cfg->ns);
-    return KVP_ECONFIG;
-  }
   jerr = 0;
-  s = js_PullSubscribe(&c->ev_sub, c->js, filter, cfg->consumer, NULL, &so, &jerr);
+  s = js_PullSubscribe(&c->ev_sub, c->js, filter, c->name, NULL, &so, &jerr);
   if (s != NATS_OK)
     return fail(s, jerr, "jetstream pull consumer", err, errlen);
-  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64, cfg->consumer,
+  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64, c->name,
                cfg->stream, resume_after);
   if (pthread_create(&c->fetcher, NULL, fetch_main, c) != 0) {
     snprintf(err, errlen, "cannot start the fetch thread");
@@ -149,13 +194,14 @@ static int subscribe_api(kvp__adv_consumer_t *c, const char *call, natsMsgHandle
   return 0;
 }
 
-static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, char *err, size_t errlen) {
+static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id, char *err,
+                     size_t errlen) {
   char subj[KVP_SUBJECT_MAX];
   natsStatus s;
   int rc;
 
   if (c->cfg->mode == KVP_ADVISOR_JETSTREAM) {
-    if ((rc = setup_jetstream(c, resume_after, err, errlen)) != 0)
+    if ((rc = setup_jetstream(c, resume_after, db_id, err, errlen)) != 0)
       return rc;
   } else {
     if (kvp_subject_events_ns(subj, sizeof subj, c->cfg->ns) != 0) {
@@ -175,8 +221,8 @@ static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, char *err, s
 }
 
 int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *inbox,
-                           uint64_t resume_after, kvp__adv_consumer_t **out, char *err,
-                           size_t errlen) {
+                           uint64_t resume_after, const char *db_id, kvp__adv_consumer_t **out,
+                           char *err, size_t errlen) {
   kvp__nats_conn_args_t args = {.name = "kvplane-advisor", .reconnect_wait_ms = 250};
   kvp__adv_consumer_t *c;
   int rc;
@@ -186,9 +232,10 @@ int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *in
     return KVP_ENOMEM;
   c->cfg = cfg;
   c->inbox = inbox;
+  kvp__adv_consumer_name(cfg, c->name, sizeof c->name);
   atomic_init(&c->stopping, 0);
   if ((rc = kvp__nats_connect(&cfg->nats, &args, &c->nc, err, errlen)) != 0 ||
-      (rc = subscribe(c, resume_after, err, errlen)) != 0) {
+      (rc = subscribe(c, resume_after, db_id, err, errlen)) != 0) {
     kvp__adv_consumer_close(c);
     return rc;
   }
@@ -200,6 +247,13 @@ int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *in
   }
   *out = c;
   return 0;
+}
+
+void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t len) {
+  if (cfg->consumer[0])
+    snprintf(buf, len, "%s", cfg->consumer);
+  else
+    snprintf(buf, len, "kvplane-advisor-%s", cfg->ns);
 }
 
 void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {

@@ -7,7 +7,9 @@
  * open the durable consumer is deleted and created again to deliver from
  * resume_after + 1 (all when it is 0), so a restart after kill -9 replays
  * exactly what the database does not hold. Acks are the write-behind's
- * business (writebehind.h).
+ * business (writebehind.h). Isolation: the consumer's description carries
+ * the database's id, so an advisor never deletes a consumer made for
+ * another database (two advisors sharing one would split its messages).
  *
  * Threads: open, stop and close run on the loop thread (open before the
  * loop runs). The fetch thread and nats.c's threads only push into the
@@ -32,16 +34,24 @@ typedef struct kvp__adv_consumer_s {
   pthread_t fetcher;
   int fetcher_started;
   atomic_int stopping;
+  char name[128]; /* the durable consumer's name (JetStream mode) */
 } kvp__adv_consumer_t;
 
-/* Connects, sets up the event input (resuming after stream sequence
- * resume_after in JetStream mode) and the API subscriptions, and starts the
- * fetch thread. Returns 0 with *out set, or KVP_ECONFIG, KVP_ECONN,
- * KVP_EAUTH, KVP_ENOMEM with err naming the object and the cause; nothing
- * is left open on error. */
+/* The durable consumer's name: [jetstream] consumer, or
+ * kvplane-advisor-<namespace> when that is empty. */
+void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t len);
+
+/* Connects, sets up the event input and the API subscriptions, and starts
+ * the fetch thread. In JetStream mode the durable consumer is (re)created to
+ * resume after stream sequence resume_after, marked with db_id (the
+ * database's id, store.h); an existing consumer of that name is replaced
+ * only when it carries the same mark and filter, or cfg->takeover is set.
+ * Returns 0 with *out set, or KVP_ECONFIG, KVP_EBUSY (a consumer of another
+ * advisor), KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err naming the object and
+ * the cause; nothing is left open on error. */
 int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *inbox,
-                           uint64_t resume_after, kvp__adv_consumer_t **out, char *err,
-                           size_t errlen);
+                           uint64_t resume_after, const char *db_id, kvp__adv_consumer_t **out,
+                           char *err, size_t errlen);
 
 /* Stops the input: the fetch thread ends (joined) and the subscriptions are
  * unsubscribed, so nothing new reaches the inbox after it returns, except

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 
 typedef struct staging_s {
   int active;
@@ -344,9 +345,18 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
   return 0;
 }
 
-int kvp__adv_ingest_message(kvp__adv_ingest_t *ing, const uint8_t *buf, size_t len,
-                            const kvp_wire_limits_t *lim, uint64_t now_ms) {
+/* Few lines for a flood of bad messages: the first ten, then one in 1000. */
+static int worth_logging(uint64_t count) {
+  return count <= 10 || count % 1000 == 0;
+}
+
+/* Decodes and applies; when sender_worker is set, the batch must name that
+ * worker (and sender_ns, when it carries a namespace). */
+static int decode_apply(kvp__adv_ingest_t *ing, const char *subject, const char *sender_ns,
+                        const char *sender_worker, const uint8_t *buf, size_t len,
+                        const kvp_wire_limits_t *lim, uint64_t now_ms) {
   kvp_wire_batch_t *wb = NULL;
+  const kvp_batch_t *b;
   int rc;
 
   ing->c.messages++;
@@ -355,14 +365,50 @@ int kvp__adv_ingest_message(kvp__adv_ingest_t *ing, const uint8_t *buf, size_t l
     ing->c.malformed++;
     if (rc == KVP_ETOOBIG)
       ing->c.oversized++;
-    kvp_log_warn("advisor: message of %zu bytes skipped: %s", len, kvp_strerror(rc));
+    if (worth_logging(ing->c.malformed))
+      kvp_log_warn("advisor: message of %zu bytes on %s skipped: %s (%" PRIu64 " so far)", len,
+                   subject ? subject : "-", kvp_strerror(rc), ing->c.malformed);
     return rc;
   }
-  rc = kvp__adv_ingest_apply(ing, kvp_wire_batch_view(wb), now_ms);
+  b = kvp_wire_batch_view(wb);
+  if (sender_worker != NULL &&
+      (strcmp(b->worker_id, sender_worker) != 0 ||
+       (b->ns != NULL && b->ns[0] && strcmp(b->ns, sender_ns) != 0))) {
+    ing->c.spoofed++;
+    if (worth_logging(ing->c.spoofed))
+      kvp_log_warn("advisor: batch on %s claims worker '%s' namespace '%s': rejected (%" PRIu64
+                   " so far)",
+                   subject, b->worker_id, b->ns ? b->ns : "", ing->c.spoofed);
+    kvp_wire_batch_free(wb);
+    return KVP_EAUTH;
+  }
+  rc = kvp__adv_ingest_apply(ing, b, now_ms);
   if (rc == KVP_EINVAL)
     ing->c.malformed++;
   kvp_wire_batch_free(wb);
   return rc;
+}
+
+int kvp__adv_ingest_message(kvp__adv_ingest_t *ing, const uint8_t *buf, size_t len,
+                            const kvp_wire_limits_t *lim, uint64_t now_ms) {
+  return decode_apply(ing, NULL, NULL, NULL, buf, len, lim, now_ms);
+}
+
+int kvp__adv_ingest_message_on(kvp__adv_ingest_t *ing, const char *subject, const char *ns,
+                               const uint8_t *buf, size_t len, const kvp_wire_limits_t *lim,
+                               uint64_t now_ms) {
+  char sns[KVP_SUBJECT_TOKEN_MAX + 1], worker[KVP_SUBJECT_TOKEN_MAX + 1];
+
+  if (kvp_subject_parse_events(subject, sns, worker) != 0 || strcmp(sns, ns) != 0) {
+    ing->c.messages++;
+    ing->c.foreign++;
+    if (worth_logging(ing->c.foreign))
+      kvp_log_warn("advisor: message on %s is outside kvplane.ev.%s.<worker>: skipped (%" PRIu64
+                   " so far)",
+                   subject ? subject : "(none)", ns, ing->c.foreign);
+    return KVP_EPROTO;
+  }
+  return decode_apply(ing, subject, sns, worker, buf, len, lim, now_ms);
 }
 
 void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms) {

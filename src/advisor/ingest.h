@@ -65,6 +65,8 @@ typedef struct kvp__adv_ingest_counters_s {
   uint64_t epochs;          /* worker restarts seen */
   uint64_t downs;           /* workers marked down */
   uint64_t unknown_removes; /* removes of blocks or locations not indexed */
+  uint64_t foreign;  /* messages on a subject outside kvplane.ev.<ns>.<worker> (not decoded) */
+  uint64_t spoofed;  /* batches whose worker or namespace disagrees with their subject */
 } kvp__adv_ingest_counters_t;
 
 /* The persistent part of a worker's state (the store's workers table). */
@@ -95,6 +97,17 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
  * changes nothing. */
 int kvp__adv_ingest_message(kvp__adv_ingest_t *ing, const uint8_t *buf, size_t len,
                             const kvp_wire_limits_t *lim, uint64_t now_ms);
+
+/* The same for a message that arrived on subject: the subject must be
+ * kvplane.ev.<ns>.<worker> of this advisor's namespace ns (else it is
+ * counted as foreign, not decoded, and KVP_EPROTO returned), and the batch
+ * must name that worker and, if it carries one, that namespace (else it is
+ * counted as spoofed, not applied, and KVP_EAUTH returned). The identity of
+ * a sender is its subject, which NATS permissions restrict; the payload is
+ * only believed when it agrees. */
+int kvp__adv_ingest_message_on(kvp__adv_ingest_t *ing, const char *subject, const char *ns,
+                               const uint8_t *buf, size_t len, const kvp_wire_limits_t *lim,
+                               uint64_t now_ms);
 
 /* Periodic work: marks silent workers down, resends unanswered resyncs. */
 void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms);

@@ -72,4 +72,17 @@ uint64_t kvp__adv_store_stream_seq(const kvp__adv_store_t *st);
  * upgrade tests. Returns 0 or KVP_EDB. */
 int kvp__adv_store_create_version(const char *path, int version);
 
+/* Identity of a database: the namespace (and, in JetStream mode, the
+ * durable consumer) it holds the state of, and a random id that marks the
+ * consumer this database created on the server. */
+#define KVP__ADV_DB_ID_LEN 32
+
+/* Binds the database to ns and consumer (NULL in core mode: not checked or
+ * recorded): a new database records them, an existing one must hold the
+ * same ones. db_id receives the database's id (made on first use). Returns
+ * 0, KVP_ECONFIG when the database belongs to another namespace or consumer
+ * (err names both), or KVP_EDB. */
+int kvp__adv_store_bind(kvp__adv_store_t *st, const char *ns, const char *consumer,
+                        char db_id[KVP__ADV_DB_ID_LEN + 1], char *err, size_t errlen);
+
 #endif

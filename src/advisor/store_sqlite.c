@@ -668,3 +668,79 @@ int kvp__adv_store_load(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ing
   }
   return rc;
 }
+
+/* Reads meta.key into buf (empty when absent). Returns 0 or KVP_EDB. */
+static int meta_get(sqlite3 *db, const char *key, char *buf, size_t len) {
+  sqlite3_stmt *s = NULL;
+  int rc = KVP_EDB;
+  buf[0] = '\0';
+  if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = ?1", -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+  int r = sqlite3_step(s);
+  if (r == SQLITE_ROW) {
+    const unsigned char *v = sqlite3_column_text(s, 0);
+    snprintf(buf, len, "%s", v ? (const char *)v : "");
+    rc = 0;
+  } else if (r == SQLITE_DONE) {
+    rc = 0;
+  }
+  sqlite3_finalize(s);
+  return rc;
+}
+
+static int meta_set(sqlite3 *db, const char *key, const char *value) {
+  sqlite3_stmt *s = NULL;
+  int rc = KVP_EDB;
+  if (sqlite3_prepare_v2(db,
+                         "INSERT INTO meta(key, value) VALUES(?1, ?2)"
+                         " ON CONFLICT(key) DO UPDATE SET value = ?2",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 2, value, -1, SQLITE_STATIC);
+  if (sqlite3_step(s) == SQLITE_DONE)
+    rc = 0;
+  sqlite3_finalize(s);
+  return rc;
+}
+
+int kvp__adv_store_bind(kvp__adv_store_t *st, const char *ns, const char *consumer,
+                        char db_id[KVP__ADV_DB_ID_LEN + 1], char *err, size_t errlen) {
+  char have_ns[128], have_consumer[128];
+  int rc;
+
+  if ((rc = meta_get(st->db, "namespace", have_ns, sizeof have_ns)) != 0 ||
+      (rc = meta_get(st->db, "consumer", have_consumer, sizeof have_consumer)) != 0 ||
+      (rc = meta_get(st->db, "db_id", db_id, KVP__ADV_DB_ID_LEN + 1)) != 0) {
+    snprintf(err, errlen, "%s: cannot read meta: %s", sqlite3_db_filename(st->db, "main"),
+             sqlite3_errmsg(st->db));
+    return rc;
+  }
+  if ((have_ns[0] && strcmp(have_ns, ns) != 0) ||
+      (consumer != NULL && have_consumer[0] && strcmp(have_consumer, consumer) != 0)) {
+    snprintf(err, errlen,
+             "%s: this database belongs to namespace '%s' (consumer '%s'), not to namespace "
+             "'%s' (consumer '%s'); use another [store] path",
+             sqlite3_db_filename(st->db, "main"), have_ns, have_consumer[0] ? have_consumer : "-",
+             ns, consumer ? consumer : "-");
+    return KVP_ECONFIG;
+  }
+  if (strlen(db_id) != KVP__ADV_DB_ID_LEN) {
+    unsigned char r[KVP__ADV_DB_ID_LEN / 2];
+    sqlite3_randomness((int)sizeof r, r);
+    for (size_t i = 0; i < sizeof r; i++)
+      snprintf(db_id + 2 * i, 3, "%02x", r[i]);
+  }
+  if ((rc = exec(st->db, "BEGIN IMMEDIATE", err, errlen)) != 0)
+    return rc;
+  if ((rc = meta_set(st->db, "namespace", ns)) != 0 ||
+      (consumer != NULL && (rc = meta_set(st->db, "consumer", consumer)) != 0) ||
+      (rc = meta_set(st->db, "db_id", db_id)) != 0) {
+    snprintf(err, errlen, "%s: cannot write meta: %s", sqlite3_db_filename(st->db, "main"),
+             sqlite3_errmsg(st->db));
+    exec(st->db, "ROLLBACK", NULL, 0);
+    return rc;
+  }
+  return exec(st->db, "COMMIT", err, errlen);
+}

@@ -19,6 +19,17 @@ static int last_error_is_auth(void) {
                          strcasestr(why, "permissions violation") != NULL);
 }
 
+/* nats.c's last error without its "(file.c:line): " prefix, or NULL. */
+static const char *last_error_text(void) {
+  const char *why = nats_GetLastError(NULL);
+  if (why != NULL && why[0] == '(') {
+    const char *end = strstr(why, "): ");
+    if (end != NULL)
+      why = end + 3;
+  }
+  return why;
+}
+
 int kvp__nats_status(natsStatus s) {
   switch (s) {
   case NATS_OK:
@@ -136,7 +147,7 @@ int kvp__nats_connect(const kvp_nats_opts_t *o, const kvp__nats_conn_args_t *a,
   /* nats.c copies the options into the connection: no is ours to free. */
   s = natsConnection_Connect(out, no);
   if (s != NATS_OK) {
-    const char *why = nats_GetLastError(NULL);
+    const char *why = last_error_text();
     rc = kvp__nats_status(s);
     if (rc != KVP_EAUTH && rc != KVP_ENOMEM)
       rc = KVP_ECONN;

@@ -34,12 +34,30 @@ int advfix_setup(advfix_t *f, int js) {
   return 0;
 }
 
+int advfix_attach(advfix_t *f, const advfix_t *owner, const char *ns) {
+  memset(f, 0, sizeof *f);
+  f->shares_natsd = 1;
+  f->natsd = owner->natsd;
+  if (kvp_test_tmpdir(f->dir, sizeof f->dir) == NULL)
+    return -1;
+  snprintf(f->db, sizeof f->db, "%s/advisor.db", f->dir);
+  f->cfg = owner->cfg;
+  snprintf(f->cfg.db_path, sizeof f->cfg.db_path, "%s", f->db);
+  snprintf(f->cfg.ns, sizeof f->cfg.ns, "%s", ns);
+  if (natsConnection_ConnectTo(&f->nc, f->natsd.url) != NATS_OK)
+    return -1;
+  if (owner->js && natsConnection_JetStream(&f->js, f->nc, NULL) != NATS_OK)
+    return -1;
+  return 0;
+}
+
 void advfix_teardown(advfix_t *f) {
   if (f->running)
     advfix_stop(f);
   jsCtx_Destroy(f->js);
   natsConnection_Destroy(f->nc);
-  kvp_natsd_stop(&f->natsd);
+  if (!f->shares_natsd)
+    kvp_natsd_stop(&f->natsd);
   kvp_test_rmtree(f->dir);
 }
 
@@ -114,10 +132,10 @@ int advfix_wait_equal(advfix_t *f, tw_t **w, int n, int timeout_ms, char *why, s
 }
 
 char *advfix_request(advfix_t *f, const char *what, const void *data, int len) {
-  char subj[128];
+  char subj[KVP_SUBJECT_MAX];
   natsMsg *rep = NULL;
   char *out = NULL;
-  if (kvp_subject_api(subj, sizeof subj, "t", what) != 0)
+  if (kvp_subject_api(subj, sizeof subj, f->cfg.ns, what) != 0)
     return NULL;
   if (natsConnection_Request(&rep, f->nc, subj, data, len, 5000) != NATS_OK)
     return NULL;

@@ -22,12 +22,17 @@ typedef struct advfix_s {
   int run_rc;
   natsConnection *nc;
   jsCtx *js;
+  int shares_natsd; /* attached to another fixture's server: not ours to stop */
 } advfix_t;
 
 /* Starts nats-server (JetStream when js) and a temp dir; cfg gets defaults
  * pointing at both (namespace "t", flush every 50 ms, no heartbeat
  * timeout). Returns 0 or -1. */
 int advfix_setup(advfix_t *f, int js);
+
+/* A second advisor fixture on owner's server (owner must outlive it), with
+ * its own temp dir and database, for namespace ns. Returns 0 or -1. */
+int advfix_attach(advfix_t *f, const advfix_t *owner, const char *ns);
 
 /* Stops whatever runs and removes everything. */
 void advfix_teardown(advfix_t *f);
@@ -44,7 +49,7 @@ int advfix_stop(advfix_t *f);
  * or -1 with why set to the last difference. */
 int advfix_wait_equal(advfix_t *f, tw_t **w, int n, int timeout_ms, char *why, size_t whylen);
 
-/* A request on kvplane.api.t.<what>; returns the reply's JSON text
+/* A request on kvplane.api.<cfg.ns>.<what>; returns the reply's JSON text
  * (malloc'd) or NULL. */
 char *advfix_request(advfix_t *f, const char *what, const void *data, int len);
 

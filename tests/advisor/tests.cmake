@@ -3,6 +3,8 @@ kvp_add_test(advisor_index advisor/test_advisor_index.c LABELS advisor)
 kvp_add_test(advisor_ingest advisor/test_advisor_ingest.c LABELS advisor)
 kvp_add_test(advisor_store advisor/test_advisor_store.c LABELS advisor)
 kvp_add_test(advisor_parts advisor/test_advisor_parts.c LABELS advisor)
+kvp_add_test(advisor_trust advisor/test_advisor_trust.c advisor/advfix.c advisor/testworker.c
+  LABELS advisor nats TIMEOUT 120)
 kvp_add_test(advisor_daemon advisor/test_advisor_daemon.c advisor/advfix.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 120)
 kvp_add_test(advisor_kill advisor/test_advisor_kill.c advisor/testworker.c

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -48,7 +49,7 @@ static int answers(int port) {
 
 static int spawn(kvp_natsd_t *d) {
   char port[16], store[300], log[300];
-  char *argv[20];
+  char *argv[32];
   int n = 0;
   pid_t parent = getpid();
 
@@ -76,6 +77,22 @@ static int spawn(kvp_natsd_t *d) {
   if (d->opts.token) {
     argv[n++] = "--auth";
     argv[n++] = (char *)d->opts.token;
+  }
+  if (d->opts.config) {
+    argv[n++] = "-c";
+    argv[n++] = (char *)d->opts.config;
+  }
+  if (d->opts.tls_cert) {
+    argv[n++] = "--tls";
+    argv[n++] = "--tlscert";
+    argv[n++] = (char *)d->opts.tls_cert;
+    argv[n++] = "--tlskey";
+    argv[n++] = (char *)d->opts.tls_key;
+    if (d->opts.tls_ca) {
+      argv[n++] = "--tlsverify";
+      argv[n++] = "--tlscacert";
+      argv[n++] = (char *)d->opts.tls_ca;
+    }
   }
   argv[n] = NULL;
 
@@ -171,4 +188,36 @@ void kvp_natsd_stop(kvp_natsd_t *d) {
     kvp_test_rmtree(d->dir);
     d->dir[0] = '\0';
   }
+}
+
+/* Runs a shell command line; 0 when it exited 0. */
+static int run(const char *cmd) {
+  int st = system(cmd);
+  return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+int kvp_test_make_certs(const char *dir) {
+  char cmd[4096];
+  /* One CA, a server certificate for the loopback address, a client
+   * certificate, and a second CA that signed nothing (to be refused). */
+  snprintf(cmd, sizeof cmd,
+           "set -e; cd '%s';"
+           "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=kvplane-test-ca"
+           " -keyout ca-key.pem -out ca.pem;"
+           "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=kvplane-rogue-ca"
+           " -keyout rogue-ca-key.pem -out rogue-ca.pem;"
+           "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > server.ext;"
+           "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1"
+           " -keyout server-key.pem -out server.csr;"
+           "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial"
+           " -days 2 -extfile server.ext -out server.pem;"
+           "printf 'extendedKeyUsage=clientAuth\\n' > client.ext;"
+           "openssl req -newkey rsa:2048 -nodes -subj /CN=kvplane-test-client"
+           " -keyout client-key.pem -out client.csr;"
+           "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial"
+           " -days 2 -extfile client.ext -out client.pem",
+           dir);
+  /* openssl chatters on stderr; keep test logs readable. */
+  strncat(cmd, " >/dev/null 2>&1", sizeof cmd - strlen(cmd) - 1);
+  return run(cmd);
 }

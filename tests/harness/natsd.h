@@ -14,6 +14,10 @@ typedef struct kvp_natsd_opts_s {
   const char *user; /* with pass: --user/--pass */
   const char *pass;
   const char *token; /* --auth */
+  const char *config;   /* -c FILE (authorization, permissions...); the flags above win */
+  const char *tls_cert; /* --tls with this server certificate (PEM), with tls_key */
+  const char *tls_key;
+  const char *tls_ca; /* with tls_cert: --tlsverify, clients must show a cert signed by it */
 } kvp_natsd_opts_t;
 
 typedef struct kvp_natsd_s {
@@ -23,6 +27,12 @@ typedef struct kvp_natsd_s {
   char url[64];  /* nats://127.0.0.1:<port> */
   kvp_natsd_opts_t opts;
 } kvp_natsd_t;
+
+/* Test PKI made with the openssl command in dir: ca.pem (a CA),
+ * server.pem/server-key.pem (CN and SAN 127.0.0.1 and localhost, signed by
+ * the CA), client.pem/client-key.pem (signed by the CA) and
+ * rogue-ca.pem (another CA that signed nothing here). Returns 0 or -1. */
+int kvp_test_make_certs(const char *dir);
 
 /* Starts a server (opts may be NULL: core NATS, no auth) and waits up to 10 s
  * for it to answer. Returns 0, or -1 with nothing left running. */
