@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "kvplane/hash.h"
+#include "kvplane/status.h"
 
 /* Same generator as hash_vectors.py. */
 static void gen_tokens(int tc, uint32_t *out, size_t n) {
@@ -96,7 +97,43 @@ static void sequence_caps_and_zero_block(void **state) {
   assert_true(kvp_hash_to_i64(UINT64_MAX) == -1);
 }
 
+static void parse_reads_every_documented_form(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    uint64_t want;
+  } ok[] = {
+      {"0x1f", 0x1f},
+      {"0XFFFFFFFFFFFFFFFF", UINT64_MAX},
+      {"00ab12cd34ef5678", 0x00ab12cd34ef5678ull},
+      {"1234567890123456", 0x1234567890123456ull}, /* 16 digits: hex */
+      {"+1234567890123456", 1234567890123456ull},  /* + forces decimal */
+      {"1234", 1234},
+      {"-1", UINT64_MAX},
+      {"-9223372036854775808", 0x8000000000000000ull},
+      {"18446744073709551615", UINT64_MAX},
+      {"0", 0},
+  };
+  static const char *const bad[] = {"",   "0x",    "0x12345678901234567", "12ab", "-",
+                                    "+",  "1.5",   "18446744073709551616", "-9223372036854775809",
+                                    "0xg", " 12", "abcdefabcdefabcdx"};
+  uint64_t v;
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    v = 0;
+    if (kvp_hash_parse(ok[i].text, &v) != 0 || v != ok[i].want)
+      fail_msg("'%s' read as %llx", ok[i].text, (unsigned long long)v);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    if (kvp_hash_parse(bad[i], &v) != KVP_EINVAL)
+      fail_msg("'%s' accepted", bad[i]);
+  assert_int_equal(kvp_hash_parse(NULL, &v), KVP_EINVAL);
+  /* What sqlite3 shows is what the index holds. */
+  assert_int_equal(kvp_hash_parse("-8446744073709551616", &v), 0);
+  assert_int_equal(kvp_hash_to_i64(v), -8446744073709551616ll);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(parse_reads_every_documented_form),
     cmocka_unit_test(matches_python_xxhash),
     cmocka_unit_test(seed_rules),
     cmocka_unit_test(chain_is_order_sensitive),

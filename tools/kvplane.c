@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvplane/hash.h"
 #include "kvplane/nats.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
@@ -17,9 +18,13 @@ static void usage(FILE *f) {
         "       kvplane stats [options]\n"
         "\n"
         "Queries a running kvplane-advisor over NATS request/reply.\n"
-        "  match  sends the sequence hashes (hex u64, with or without 0x) to\n"
-        "         kvplane.api.<ns>.match and prints, per worker and tier, how many\n"
-        "         leading hashes are cached consecutively\n"
+        "  match  sends the sequence hashes to kvplane.api.<ns>.match and prints,\n"
+        "         per worker and tier, how many leading hashes are cached\n"
+        "         consecutively. A HASH is 0x-prefixed hex (0x1f), exactly 16 hex\n"
+        "         digits as logs print them (00ab12cd34ef5678; 16 digits are always\n"
+        "         hex), or a decimal as sqlite3 shows them: signed (-8446744073709551616)\n"
+        "         or unsigned (+1234 forces decimal for 16 digits); put -- before\n"
+        "         negative ones: kvplane match -- -6917529027641081856\n"
         "  stats  prints the advisor's figures from kvplane.api.<ns>.stats\n"
         "\n"
         "options:\n"
@@ -82,9 +87,15 @@ int main(int argc, char **argv) {
     case 'n':
       ns = optarg;
       break;
-    case 'w':
-      timeout = strtol(optarg, NULL, 10);
+    case 'w': {
+      char *end;
+      timeout = strtol(optarg, &end, 10);
+      if (end == optarg || *end != '\0' || timeout < 1 || timeout > 3600000) {
+        fprintf(stderr, "kvplane: --timeout: '%s' is not 1..3600000 ms\n", optarg);
+        return 1;
+      }
       break;
+    }
     case 'h':
       usage(stdout);
       return 0;
@@ -93,8 +104,12 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  if (optind >= argc ||
-      (strcmp(argv[optind], "match") != 0 && strcmp(argv[optind], "stats") != 0)) {
+  if (optind >= argc) {
+    usage(stderr);
+    return 1;
+  }
+  if (strcmp(argv[optind], "match") != 0 && strcmp(argv[optind], "stats") != 0) {
+    fprintf(stderr, "kvplane: unknown command '%s' (match or stats)\n", argv[optind]);
     usage(stderr);
     return 1;
   }
@@ -102,8 +117,18 @@ int main(int argc, char **argv) {
   if (match) {
     req = json_pack("{s:[]}", "hashes");
     arr = json_object_get(req, "hashes");
-    for (int i = optind + 1; i < argc; i++)
-      json_array_append_new(arr, json_string(argv[i]));
+    for (int i = optind + 1; i < argc; i++) {
+      uint64_t h;
+      char hex[24];
+      if (kvp_hash_parse(argv[i], &h) != 0) {
+        fprintf(stderr, "kvplane match: '%s' is not a hash (see --help for the forms)\n",
+                argv[i]);
+        json_decref(req);
+        return 1;
+      }
+      snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)h);
+      json_array_append_new(arr, json_string(hex));
+    }
     if (json_array_size(arr) == 0) {
       fputs("kvplane match: give at least one hash\n", stderr);
       json_decref(req);

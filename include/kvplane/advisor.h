@@ -19,7 +19,8 @@
  *                   is the number of leading hashes the (worker, tier) holds
  *                   consecutively. Errors: {"error": "<cause>"}.
  *   stats request:  anything; reply: {"blocks":..., "locations":...,
- *                   "tiers": {...}, "ingest": {...}, "store": {...}, ...}.
+ *                   "tiers": {...}, "ingest": {...}, "store": {...}, ...};
+ *                   docs/stats.md documents every field.
  * Resync request payload (published, no reply expected):
  *   {"worker": "w0", "dp_rank": 0, "epoch": 17, "reason": "gap"}. */
 #ifndef KVPLANE_ADVISOR_H

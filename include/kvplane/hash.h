@@ -51,6 +51,17 @@ static inline uint64_t kvp_hash_from_i64(int64_t v) {
   return h;
 }
 
+/* Reads a block hash as people meet it:
+ *   "0x1f..."           hex after 0x (1..16 digits);
+ *   "00ab12cd34ef5678"  exactly 16 hex digits, as logs print hashes (even
+ *                       when all 16 are decimal digits);
+ *   "-1234", "+1234",   decimal otherwise, signed as sqlite3 shows hashes
+ *   "1234"              (two's complement: -1 is 0xffffffffffffffff) or
+ *                       unsigned up to 18446744073709551615.
+ * Returns 0 with *out set, or KVP_EINVAL for anything else (empty, other
+ * characters, out of range). */
+int kvp_hash_parse(const char *s, uint64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

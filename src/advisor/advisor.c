@@ -14,11 +14,13 @@
  * batches, answers queries and, on a timer, starts a flush. */
 #include "kvplane/advisor.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <uv.h>
 
 #include "advisor/api.h"
@@ -249,6 +251,31 @@ static int setup_log(const kvp_advisor_config_t *cfg, char *err, size_t errlen) 
   return 0;
 }
 
+/* The database's directory: made (mode 0700) when missing and its parent
+ * exists, as the packaged default /var/lib/kvplane on a fresh machine.
+ * Returns 0, or KVP_EIO with err saying what to create. */
+static int ensure_db_dir(const char *path, char *err, size_t errlen) {
+  char dir[sizeof ((kvp_advisor_config_t *)0)->db_path];
+  struct stat sb;
+  char *slash;
+
+  snprintf(dir, sizeof dir, "%s", path);
+  if ((slash = strrchr(dir, '/')) == NULL || slash == dir)
+    return 0;
+  *slash = '\0';
+  if (stat(dir, &sb) == 0)
+    return 0;
+  if (mkdir(dir, 0700) == 0) {
+    kvp_log_info("advisor: created %s (mode 0700) for the database", dir);
+    return 0;
+  }
+  snprintf(err, errlen,
+           "[store] path: cannot create the directory %s of %s: %s (create it, mode 0700, "
+           "owned by the advisor's user)",
+           dir, path, strerror(errno));
+  return KVP_EIO;
+}
+
 /* Opens the index, ingest state and database, and loads the index. */
 static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = &adv->cfg;
@@ -264,6 +291,7 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   if ((rc = kvp__adv_index_create(&adv->ix, (size_t)cfg->initial_blocks,
                                   (double)cfg->hit_half_life_ms / 1000.0)) != 0 ||
       (rc = kvp__adv_ingest_create(&adv->ing, adv->ix, &io)) != 0 ||
+      (rc = ensure_db_dir(cfg->db_path, err, errlen)) != 0 ||
       (rc = kvp__adv_store_open(&adv->store, cfg->db_path, err, errlen)) != 0)
     return rc;
   {
@@ -308,15 +336,18 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   adv->lim.max_bytes = (size_t)cfg->max_message_bytes;
   adv->lim.max_events = (size_t)cfg->max_events;
   adv->lim.max_blocks = (size_t)cfg->max_blocks;
-  if ((rc = setup_log(cfg, err, errlen)) != 0 || (rc = load_state(adv, err, errlen)) != 0 ||
-      (rc = init_loop(adv, err, errlen)) != 0)
+  if ((rc = setup_log(cfg, err, errlen)) != 0 || (rc = init_loop(adv, err, errlen)) != 0)
     goto fail;
   if ((rc = kvp__adv_inbox_init(&adv->inbox, (size_t)cfg->queue_max, &adv->wake)) != 0)
     goto fail;
   adv->inbox_ready = 1;
+  /* NATS first: a wrong URL or credentials must not leave a new database
+   * file behind. */
+  if ((rc = kvp__adv_consumer_open(&adv->cfg, &adv->inbox, &adv->consumer, err, errlen)) != 0 ||
+      (rc = load_state(adv, err, errlen)) != 0)
+    goto fail;
   kvp__adv_wb_init(&adv->wb, &adv->loop, adv->store, adv->ix, adv->ing, adv->applied_seq);
-  if ((rc = kvp__adv_consumer_open(&adv->cfg, &adv->inbox, adv->applied_seq, adv->db_id,
-                                   &adv->consumer, err, errlen)) != 0)
+  if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
     goto fail;
   *out = adv;
   return 0;

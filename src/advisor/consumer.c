@@ -221,8 +221,7 @@ static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, const char *
 }
 
 int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *inbox,
-                           uint64_t resume_after, const char *db_id, kvp__adv_consumer_t **out,
-                           char *err, size_t errlen) {
+                           kvp__adv_consumer_t **out, char *err, size_t errlen) {
   kvp__nats_conn_args_t args = {.name = "kvplane-advisor", .reconnect_wait_ms = 250};
   kvp__adv_consumer_t *c;
   int rc;
@@ -234,18 +233,24 @@ int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *in
   c->inbox = inbox;
   kvp__adv_consumer_name(cfg, c->name, sizeof c->name);
   atomic_init(&c->stopping, 0);
-  if ((rc = kvp__nats_connect(&cfg->nats, &args, &c->nc, err, errlen)) != 0 ||
-      (rc = subscribe(c, resume_after, db_id, err, errlen)) != 0) {
+  if ((rc = kvp__nats_connect(&cfg->nats, &args, &c->nc, err, errlen)) != 0) {
     kvp__adv_consumer_close(c);
     return rc;
   }
-  {
-    char url[256] = "", m[KVP_SUBJECT_MAX] = "";
-    natsConnection_GetConnectedUrl(c->nc, url, sizeof url);
-    kvp_subject_api(m, sizeof m, cfg->ns, KVP_API_MATCH);
-    kvp_log_info("advisor: connected to %s; answering on %s and .%s", url, m, KVP_API_STATS);
-  }
   *out = c;
+  return 0;
+}
+
+int kvp__adv_consumer_start(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
+                            char *err, size_t errlen) {
+  char url[256] = "", m[KVP_SUBJECT_MAX] = "";
+  int rc;
+
+  if ((rc = subscribe(c, resume_after, db_id, err, errlen)) != 0)
+    return rc;
+  natsConnection_GetConnectedUrl(c->nc, url, sizeof url);
+  kvp_subject_api(m, sizeof m, c->cfg->ns, KVP_API_MATCH);
+  kvp_log_info("advisor: connected to %s; answering on %s and .%s", url, m, KVP_API_STATS);
   return 0;
 }
 

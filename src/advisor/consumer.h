@@ -41,17 +41,22 @@ typedef struct kvp__adv_consumer_s {
  * kvplane-advisor-<namespace> when that is empty. */
 void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t len);
 
-/* Connects, sets up the event input and the API subscriptions, and starts
- * the fetch thread. In JetStream mode the durable consumer is (re)created to
- * resume after stream sequence resume_after, marked with db_id (the
- * database's id, store.h); an existing consumer of that name is replaced
- * only when it carries the same mark and filter, or cfg->takeover is set.
- * Returns 0 with *out set, or KVP_ECONFIG, KVP_EBUSY (a consumer of another
- * advisor), KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err naming the object and
- * the cause; nothing is left open on error. */
+/* Connects (nothing is subscribed yet). Returns 0 with *out set, or
+ * KVP_ECONFIG, KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err naming the servers
+ * and the cause; nothing is left open on error. */
 int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *inbox,
-                           uint64_t resume_after, const char *db_id, kvp__adv_consumer_t **out,
-                           char *err, size_t errlen);
+                           kvp__adv_consumer_t **out, char *err, size_t errlen);
+
+/* Sets up the event input and the API subscriptions and starts the fetch
+ * thread. In JetStream mode the durable consumer is (re)created to resume
+ * after stream sequence resume_after, marked with db_id (the database's id,
+ * store.h); an existing consumer of that name is replaced only when it
+ * carries the same mark and filter, or cfg->takeover is set. Returns 0, or
+ * KVP_ECONFIG, KVP_EBUSY (a consumer of another advisor), KVP_ECONN,
+ * KVP_EAUTH, KVP_ENOMEM with err naming the object and the cause; close
+ * undoes what was set up. */
+int kvp__adv_consumer_start(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
+                            char *err, size_t errlen);
 
 /* Stops the input: the fetch thread ends (joined) and the subscriptions are
  * unsubscribed, so nothing new reaches the inbox after it returns, except

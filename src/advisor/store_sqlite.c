@@ -218,10 +218,16 @@ int kvp__adv_store_open(kvp__adv_store_t **out, const char *path, char *err, siz
   *out = NULL;
   if (st == NULL)
     goto fail;
-  if ((rc = open_db(&st->db, path, err, errlen)) != 0)
+  if ((rc = open_db(&st->db, path, err, errlen)) != 0 ||
+      (rc = upgrade(st->db, KVP__ADV_SCHEMA_VERSION, err, errlen)) != 0) {
+    /* Every message names the file, once. */
+    if (err != NULL && errlen > 0 && strstr(err, path) == NULL) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", err);
+      snprintf(err, errlen, "%s: %s", path, why);
+    }
     goto fail;
-  if ((rc = upgrade(st->db, KVP__ADV_SCHEMA_VERSION, err, errlen)) != 0)
-    goto fail;
+  }
   for (int i = 0; i < S_COUNT; i++) {
     if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->s[i], NULL) !=
         SQLITE_OK) {

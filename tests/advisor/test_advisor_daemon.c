@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "advfix.h"
@@ -234,8 +235,26 @@ static void match_and_stats_answer(void **state) {
   free(txt);
   char *argv2[] = {cli, "stats", "-s", f->natsd.url, "-n", "t", NULL};
   assert_int_equal(kvp_test_spawn_wait(argv2, NULL, NULL), 0);
-  char *argv3[] = {cli, "match", "-s", f->natsd.url, "-n", "nobody", "-w", "300", "ab", NULL};
+  char *argv3[] = {cli, "match", "-s", f->natsd.url, "-n", "nobody", "-w", "300", "0xab", NULL};
   assert_int_equal(kvp_test_spawn_wait(argv3, NULL, NULL), 2);
+  /* Bad input is refused before anything is asked: exit 1. */
+  char *argv4[] = {cli, "match", "-s", f->natsd.url, "-n", "t", "ab", NULL};
+  assert_int_equal(kvp_test_spawn_wait(argv4, NULL, NULL), 1);
+  char *argv5[] = {cli, "stats", "-s", f->natsd.url, "-w", "abc", NULL};
+  assert_int_equal(kvp_test_spawn_wait(argv5, NULL, NULL), 1);
+  char *argv6[] = {cli, "statz", "-s", f->natsd.url, NULL};
+  assert_int_equal(kvp_test_spawn_wait(argv6, NULL, NULL), 1);
+  /* The signed decimal sqlite3 shows finds the same block as its hex. */
+  snprintf(out, sizeof out, "%s/cli2.out", f->dir);
+  char *argv7[] = {cli, "match", "-s", f->natsd.url, "-n", "t", "--", "-6917529027641081856",
+                   "0xa000000000000001", NULL};
+  assert_int_equal(kvp_test_spawn_wait(argv7, NULL, out), 0);
+  fp = fopen(out, "r");
+  txt = calloc(1, 8192);
+  assert_true(fread(txt, 1, 8191, fp) > 0);
+  fclose(fp);
+  assert_non_null(strstr(txt, "\"length\": 2"));
+  free(txt);
   assert_int_equal(advfix_stop(f), 0);
 }
 
@@ -284,10 +303,33 @@ static void open_fails_cleanly(void **state) {
   c.nats.connect_timeout_ms = 500;
   assert_int_equal(kvp_advisor_open(&c, &adv, err, sizeof err), KVP_ECONN);
   assert_null(adv);
+  /* NATS is tried before the database: no file is left behind. */
+  struct stat sb;
+  assert_int_not_equal(stat(c.db_path, &sb), 0);
+  assert_null(strstr(err, "conn.c:"));
   c = f->cfg;
-  snprintf(c.db_path, sizeof c.db_path, "/nonexistent-dir/a.db");
+  snprintf(c.db_path, sizeof c.db_path, "/nonexistent-dir/x/a.db");
   assert_int_equal(kvp_advisor_open(&c, &adv, err, sizeof err), KVP_EIO);
-  assert_non_null(strstr(err, "/nonexistent-dir/a.db"));
+  assert_non_null(strstr(err, "/nonexistent-dir/x/a.db"));
+  assert_non_null(strstr(err, "mode 0700"));
+  /* A missing directory whose parent exists is made, private. */
+  snprintf(c.db_path, sizeof c.db_path, "%s/lib-kvplane/a.db", f->dir);
+  int rc = kvp_advisor_open(&c, &adv, err, sizeof err);
+  if (rc != 0)
+    fail_msg("open %s: %s", c.db_path, err);
+  kvp_advisor_close(adv);
+  adv = NULL;
+  snprintf(c.db_path, sizeof c.db_path, "%s/lib-kvplane", f->dir);
+  assert_int_equal(stat(c.db_path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0700);
+  /* A file that is not a database is named in the error. */
+  snprintf(c.db_path, sizeof c.db_path, "%s/junk.db", f->dir);
+  FILE *fp = fopen(c.db_path, "w");
+  fputs("this is not a SQLite database, not even close; padding padding padding padding\n", fp);
+  fclose(fp);
+  assert_int_equal(kvp_advisor_open(&c, &adv, err, sizeof err), KVP_EDB);
+  print_message("junk: %s\n", err);
+  assert_non_null(strstr(err, c.db_path));
 }
 
 static const struct CMUnitTest tests[] = {
