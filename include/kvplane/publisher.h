@@ -70,7 +70,9 @@ typedef struct kvp_publisher_opts_s {
   uint32_t max_delay_ms;       /* oldest queued event waits at most this; default 5 */
   size_t queue_capacity;       /* events; default 65536; rounded up to a power of 2 */
   int overflow;                /* kvp_pub_overflow_t */
-  int coalesce;                /* drop blocks stored and removed in one batch window */
+  int coalesce;                /* drop blocks stored and removed in one batch window
+                                * (consumers then see parents never announced:
+                                * docs/events.md) */
   uint32_t heartbeat_ms;       /* empty batch when idle this long; default 2000 */
   uint32_t ack_wait_ms;        /* JetStream ack timeout before a retry; default 2000 */
   uint32_t close_timeout_ms;   /* bound of the flush done by close; default 5000 */
