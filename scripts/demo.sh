@@ -90,5 +90,12 @@ q "SELECT hash_hex, hits, round(freq, 2) AS freq, tiers FROM hot_blocks LIMIT 5;
 q "SELECT tier, count(DISTINCT hash) AS blocks, count(*) AS locations FROM block_locations GROUP BY tier;"
 q "SELECT count(*) AS blocks_with_parent, (SELECT count(*) FROM blocks) AS blocks FROM blocks WHERE parent IS NOT NULL;"
 echo
+echo "== note: the workers have stopped. After [workers] heartbeat_timeout (30 s in"
+echo "   etc/kvplane-advisor.conf) the advisor marks them down and drops their G1/G2"
+echo "   locations, since that memory died with them: the same queries then show no"
+echo "   G1/G2 rows. The workers table keeps when each went down and how many"
+echo "   locations were dropped (docs/sql.md, \"Workers that stop\"); --keep keeps the"
+echo "   database to look."
+echo
 "$KVP_BUILD_DIR/tools/kvplane" stats --server "$url" --ns demo 2>/dev/null | head -c 600 || true
 echo

@@ -154,15 +154,16 @@ void kvp_publisher_close(kvp_publisher_t *pub);
  * block hashes on the wire. */
 typedef struct kvp_publisher_stats_s {
   uint64_t queued;     /* accepted into the queue */
-  uint64_t sent;       /* published (handed to NATS) */
+  uint64_t sent;       /* distinct events published (handed to NATS), each counted once */
   uint64_t acked;      /* acked by JetStream */
   uint64_t dropped;    /* lost: queue full in drop mode, failed core publishes */
-  uint64_t batches;    /* batch messages published, heartbeats included */
-  uint64_t bytes;      /* message payload bytes published */
+  uint64_t batches;    /* batch messages published, heartbeats and resends included */
+  uint64_t bytes;      /* message payload bytes published, resends included */
   uint64_t reconnects; /* NATS reconnections */
   uint64_t resyncs;    /* snapshots queued by kvp_publisher_poll */
-  uint64_t blocks;     /* block hashes in published events */
+  uint64_t blocks;     /* block hashes in the distinct published events */
   uint64_t retries;    /* JetStream batches published again */
+  uint64_t resent;     /* events in those batches (not in sent) */
 } kvp_publisher_stats_t;
 
 void kvp_publisher_stats(kvp_publisher_t *pub, kvp_publisher_stats_t *f);

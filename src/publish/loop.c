@@ -87,10 +87,15 @@ static void js_send(kvp_publisher_t *pub, kvp__pend_t *p) {
   if (kvp__pub_send_js(pub, p) == 0) {
     p->state = 1;
     pub->inflight++;
-    atomic_fetch_add(&pub->f_sent, p->nevents);
+    /* sent and blocks count distinct events; a resend is counted apart. */
+    if (p->sends++ == 0) {
+      atomic_fetch_add(&pub->f_sent, p->nevents);
+      atomic_fetch_add(&pub->f_blocks, p->nblocks);
+    } else {
+      atomic_fetch_add(&pub->f_resent, p->nevents);
+    }
     atomic_fetch_add(&pub->f_batches, 1);
     atomic_fetch_add(&pub->f_bytes, p->len);
-    atomic_fetch_add(&pub->f_blocks, p->nblocks);
   } else {
     p->state = 0;
     pub->retry = 1;

@@ -21,6 +21,7 @@ typedef struct kvp__pend_s {
   size_t len;
   int state;    /* 0 to send, 1 in flight, 2 acked */
   uint64_t gen; /* connection generation it was last sent on */
+  uint32_t sends; /* publishes so far: the first counts as sent, the rest as resent */
 } kvp__pend_t;
 
 struct kvp_publisher_s {
@@ -84,7 +85,7 @@ struct kvp_publisher_s {
   _Atomic uint64_t snap_seq;
   /* figures */
   _Atomic uint64_t f_queued, f_sent, f_acked, f_dropped, f_batches, f_bytes, f_reconnects,
-      f_resyncs, f_blocks, f_retries;
+      f_resyncs, f_blocks, f_retries, f_resent;
 };
 
 /* options.c: validates o, writes "<option>: <why>" to err. */

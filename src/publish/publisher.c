@@ -378,6 +378,7 @@ void kvp_publisher_stats(kvp_publisher_t *pub, kvp_publisher_stats_t *f) {
   f->resyncs = atomic_load(&pub->f_resyncs);
   f->blocks = atomic_load(&pub->f_blocks);
   f->retries = atomic_load(&pub->f_retries);
+  f->resent = atomic_load(&pub->f_resent);
 }
 
 uint64_t kvp_publisher_epoch(const kvp_publisher_t *pub) {

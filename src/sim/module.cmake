@@ -1,1 +1,1 @@
-list(APPEND KVP_LIB_SOURCES sim/trace.c)
+list(APPEND KVP_LIB_SOURCES sim/trace.c sim/sim.c)

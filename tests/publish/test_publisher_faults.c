@@ -110,10 +110,15 @@ static void jetstream_kill_restart(void **state) {
   int rc = kvp_publisher_flush(pub, 30000);
   kvp_publisher_stats_t fig;
   kvp_publisher_stats(pub, &fig);
-  print_message("acked %llu retries %llu reconnects %llu\n", (unsigned long long)fig.acked,
-                (unsigned long long)fig.retries, (unsigned long long)fig.reconnects);
+  print_message("acked %llu sent %llu resent %llu retries %llu reconnects %llu\n",
+                (unsigned long long)fig.acked, (unsigned long long)fig.sent,
+                (unsigned long long)fig.resent, (unsigned long long)fig.retries,
+                (unsigned long long)fig.reconnects);
   assert_int_equal(rc, 0);
   assert_int_equal(fig.acked, n);
+  /* Distinct events are counted once however often they were resent. */
+  assert_int_equal(fig.sent, n);
+  assert_true(fig.retries > 0);
   assert_true(fig.reconnects >= 1);
   kvp_publisher_close(pub);
   assert_int_equal(pf_sub_open(&s, d->url, "f", 1, NULL, NULL), 0);
@@ -162,6 +167,18 @@ static void stop_cont(kvp_natsd_t *d, int js) {
     pf_sub_drain(&s, 100, 500);
   assert_true(pf_set_has(&s.stored, n + 100));
   assert_true(s.stored.n > before);
+  if (js) {
+    /* Batches sent into the frozen server were resent after it woke: each
+     * event counts once in sent, the resends apart, and after a flush every
+     * distinct event was acked. */
+    kvp_publisher_stats_t fig;
+    kvp_publisher_stats(pub, &fig);
+    print_message("sent %llu resent %llu acked %llu dropped %llu\n", (unsigned long long)fig.sent,
+                  (unsigned long long)fig.resent, (unsigned long long)fig.acked,
+                  (unsigned long long)fig.dropped);
+    assert_true(fig.resent > 0);
+    assert_int_equal(fig.sent, fig.acked);
+  }
   t0 = pf_now_ms();
   kvp_publisher_close(pub);
   assert_true(pf_now_ms() - t0 < 4000);

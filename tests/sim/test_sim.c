@@ -9,6 +9,8 @@
 #include "harness.h"
 #include "natsd.h"
 #include "kvplane/status.h"
+#include "kvplane/publisher.h"
+#include "sim/sim.h"
 #include "sim/trace.h"
 
 static void trace_reads_bundled_file(void **state) {
@@ -113,10 +115,67 @@ static void sim_replays_against_nats(void **state) {
   kvp_test_rmtree(dir);
 }
 
+/* The simulated workers run in-process (src/sim): JetStream mode, the
+ * distinct events counted once, the expect file holding every registered
+ * block; bad options and a missing trace are named errors. */
+static void sim_runs_in_process(void **state) {
+  (void)state;
+  kvp__sim_opts_t o;
+  kvp__sim_t *sim;
+  kvp_natsd_t d;
+  kvp_natsd_opts_t no = {.jetstream = 1};
+  char trace[512], dir[256], expect[300], err[512];
+
+  snprintf(trace, sizeof trace, "%s/../data/conversation_trace.jsonl.gz", kvp_test_srcdir());
+  assert_non_null(kvp_test_tmpdir(dir, sizeof dir));
+  snprintf(expect, sizeof expect, "%s/expect.csv", dir);
+
+  kvp__sim_opts_init(&o);
+  o.workers = 0;
+  assert_int_equal(kvp__sim_create(&o, &sim, err, sizeof err), KVP_EINVAL);
+  o.workers = 2;
+  o.trace = "/nonexistent/trace.jsonl";
+  assert_int_equal(kvp__sim_create(&o, &sim, err, sizeof err), KVP_EIO);
+  assert_non_null(strstr(err, "/nonexistent/trace.jsonl"));
+
+  assert_int_equal(kvp_natsd_start(&d, &no), 0);
+  o.trace = trace;
+  o.servers = d.url;
+  o.ns = "simjs";
+  o.mode = KVP_PUB_JETSTREAM;
+  o.limit = 200;
+  o.g1_blocks = 300;
+  o.g2_blocks = 600;
+  assert_int_equal(kvp__sim_create(&o, &sim, err, sizeof err), 0);
+  assert_int_equal(kvp__sim_requests(sim), 200);
+  assert_int_equal(kvp__sim_run(sim), 0);
+  uint64_t cached = 0;
+  for (int i = 0; i < 2; i++) {
+    kvp__sim_worker_stats_t ws;
+    kvp__sim_worker_stats(sim, i, &ws);
+    assert_int_equal(ws.rc, 0);
+    assert_int_equal(ws.requests, 100);
+    assert_int_equal(ws.corrupt, 0);
+    assert_true(ws.events_sent > 0);
+    assert_true(ws.blocks_sent >= ws.events_sent);
+    assert_int_equal(ws.events_resent, 0); /* nothing failed: nothing resent */
+    assert_int_equal(ws.events_dropped, 0);
+    cached += ws.g1_cached + ws.g2_cached;
+  }
+  assert_int_equal(kvp__sim_write_expect(sim, expect, err, sizeof err), 0);
+  assert_int_equal(count_lines(expect), (int)cached);
+  assert_int_equal(kvp__sim_write_expect(sim, "/nonexistent/dir/x.csv", err, sizeof err), KVP_EIO);
+  assert_non_null(strstr(err, "/nonexistent/dir/x.csv"));
+  kvp__sim_destroy(sim);
+  kvp_natsd_stop(&d);
+  kvp_test_rmtree(dir);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(trace_reads_bundled_file),
     cmocka_unit_test(trace_errors_name_the_line),
     cmocka_unit_test(sim_replays_against_nats),
+    cmocka_unit_test(sim_runs_in_process),
 };
 
 KVP_TEST_MAIN("sim", tests)
