@@ -17,16 +17,6 @@ struct kvp_wire_batch_s {
   kvp_event_t *events;
 };
 
-const char *kvp_tier_name(int tier) {
-  static const char *const names[] = {"ALL", "G1", "G2", "G3", "G4"};
-  return tier >= 0 && tier <= KVP_TIER_MAX ? names[tier] : "?";
-}
-
-const char *kvp_event_type_name(int type) {
-  static const char *const names[] = {"?", "stored", "removed", "accessed", "cleared", "snapshot"};
-  return type >= KVP_EV_STORED && type <= KVP_EV_SNAPSHOT ? names[type] : "?";
-}
-
 static size_t slen(const char *s) {
   return s ? strlen(s) : 0;
 }

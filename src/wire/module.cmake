@@ -1,1 +1,1 @@
-list(APPEND KVP_LIB_SOURCES wire/codec.c)
+list(APPEND KVP_LIB_SOURCES wire/codec.c wire/event.c)
