@@ -22,17 +22,19 @@ static int parse_i64(const char *s, int64_t *out, char **end) {
   return 0;
 }
 
-int kvp__parse_duration_ms(const char *s, int64_t *out) {
-  static const struct {
-    const char *suffix;
-    int64_t mul;
-  } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+typedef struct unit_s {
+  const char *suffix;
+  int64_t mul;
+} unit_t;
+
+/* A non-negative integer followed by exactly one of the units' suffixes. */
+static int parse_units(const char *s, const unit_t *units, size_t nunits, int64_t *out) {
   char *end;
   int64_t v;
 
   if (parse_i64(s, &v, &end) != 0 || v < 0)
     return KVP_ECONFIG;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+  for (size_t i = 0; i < nunits; i++) {
     if (strcmp(end, units[i].suffix) == 0) {
       if (v > INT64_MAX / units[i].mul)
         return KVP_ECONFIG;
@@ -43,27 +45,16 @@ int kvp__parse_duration_ms(const char *s, int64_t *out) {
   return KVP_ECONFIG;
 }
 
-int kvp__parse_size(const char *s, int64_t *out) {
-  static const struct {
-    const char *suffix;
-    int64_t mul;
-  } units[] = {{"", 1},          {"B", 1},         {"KiB", 1 << 10},
-               {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", (int64_t)1 << 40},
-               {"K", 1 << 10},   {"M", 1 << 20},   {"G", 1 << 30}};
-  char *end;
-  int64_t v;
+int kvp__parse_duration_ms(const char *s, int64_t *out) {
+  static const unit_t units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+  return parse_units(s, units, sizeof units / sizeof units[0], out);
+}
 
-  if (parse_i64(s, &v, &end) != 0 || v < 0)
-    return KVP_ECONFIG;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcmp(end, units[i].suffix) == 0) {
-      if (v > INT64_MAX / units[i].mul)
-        return KVP_ECONFIG;
-      *out = v * units[i].mul;
-      return 0;
-    }
-  }
-  return KVP_ECONFIG;
+int kvp__parse_size(const char *s, int64_t *out) {
+  static const unit_t units[] = {{"", 1},          {"B", 1},         {"KiB", 1 << 10},
+                                 {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", (int64_t)1 << 40},
+                                 {"K", 1 << 10},   {"M", 1 << 20},   {"G", 1 << 30}};
+  return parse_units(s, units, sizeof units / sizeof units[0], out);
 }
 
 int kvp__parse_bool(const char *s, int *out) {
