@@ -25,6 +25,7 @@
 
 #include "advisor/api.h"
 #include "advisor/consumer.h"
+#include "advisor/freshness.h"
 #include "advisor/inbox.h"
 #include "advisor/index.h"
 #include "advisor/ingest.h"
@@ -44,6 +45,7 @@ struct kvp_advisor_s {
   kvp__adv_inbox_t inbox;
   int inbox_ready;
   kvp__adv_wb_t wb;
+  kvp__adv_fresh_t fresh;
 
   uv_loop_t loop;
   int loop_ready;
@@ -86,10 +88,25 @@ static void answer_stats(kvp_advisor_t *adv, natsMsg *request, uint64_t now) {
       .dirty = kvp__adv_index_dirty_count(adv->ix),
       .uptime_ms = now - adv->start_ms,
       .queue_dropped = kvp__adv_inbox_dropped(&adv->inbox),
+      .apply_lag_ms = adv->fresh.apply_lag_ms,
+      .apply_lag_max_ms = adv->fresh.apply_lag_max_ms,
+      .flush_lag_ms = adv->fresh.flush_lag_ms,
+      .flush_lag_max_ms = adv->fresh.flush_lag_max_ms,
+      .pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now),
   };
   char *json = NULL;
   if (kvp__adv_api_stats(adv->ix, adv->ing, &x, &json) == 0)
     answer(adv, request, json);
+}
+
+/* An event batch: checked against its subject, applied, its freshness noted. */
+static void apply(kvp_advisor_t *adv, natsMsg *msg, const uint8_t *data, size_t len,
+                  uint64_t now) {
+  uint64_t before = kvp__adv_ingest_counters(adv->ing)->block_events;
+  if (kvp__adv_ingest_message_on(adv->ing, natsMsg_GetSubject(msg), adv->cfg.ns, data, len,
+                                 &adv->lim, now) == 0)
+    kvp__adv_fresh_applied(&adv->fresh, kvp__adv_ingest_last_batch_ms(adv->ing), now,
+                           kvp__adv_ingest_counters(adv->ing)->block_events - before);
 }
 
 static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
@@ -102,8 +119,7 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
   case KVP__IN_JS_EVENT:
     if (it->seq != 0 && it->seq <= adv->applied_seq)
       break; /* redelivered: already applied */
-    kvp__adv_ingest_message_on(adv->ing, natsMsg_GetSubject(it->msg), adv->cfg.ns, data, len,
-                               &adv->lim, now);
+    apply(adv, it->msg, data, len, now);
     if (it->seq) {
       adv->applied_seq = it->seq;
       kvp__adv_wb_applied(&adv->wb, it->msg);
@@ -111,8 +127,7 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
     }
     break;
   case KVP__IN_EVENT:
-    kvp__adv_ingest_message_on(adv->ing, natsMsg_GetSubject(it->msg), adv->cfg.ns, data, len,
-                               &adv->lim, now);
+    apply(adv, it->msg, data, len, now);
     break;
   case KVP__IN_MATCH:
     if (kvp__adv_api_match(adv->ix, data, len, &json) == 0)
@@ -347,6 +362,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
       (rc = load_state(adv, err, errlen)) != 0)
     goto fail;
   kvp__adv_wb_init(&adv->wb, &adv->loop, adv->store, adv->ix, adv->ing, adv->applied_seq);
+  adv->wb.fresh = &adv->fresh;
   if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
     goto fail;
   *out = adv;
@@ -367,6 +383,10 @@ int kvp_advisor_run(kvp_advisor_t *adv) {
     uv_async_send(&adv->wake);
   uv_run(&adv->loop, UV_RUN_DEFAULT);
   return adv->final_rc;
+}
+
+void kvp__advisor_observe(kvp_advisor_t *adv, const kvp__adv_observer_t *obs) {
+  adv->fresh.obs = *obs;
 }
 
 void kvp_advisor_stop(kvp_advisor_t *adv) {

@@ -178,12 +178,17 @@ int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
       "committed_seq", (json_int_t)x->committed_seq, "flushes", (json_int_t)x->flushes,
       "flush_errors", (json_int_t)x->flush_errors, "last_flush_ms", (json_int_t)x->last_flush_ms,
       "last_flush_blocks", (json_int_t)x->last_flush_blocks, "dirty", (json_int_t)x->dirty);
-  json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I}", "namespace",
+  json_t *fresh = json_pack(
+      "{s:I, s:I, s:I, s:I, s:I}", "apply_lag_ms", (json_int_t)x->apply_lag_ms, "apply_lag_max_ms",
+      (json_int_t)x->apply_lag_max_ms, "flush_lag_ms", (json_int_t)x->flush_lag_ms,
+      "flush_lag_max_ms", (json_int_t)x->flush_lag_max_ms, "pending_ms", (json_int_t)x->pending_ms);
+  json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:I}",
+                        "namespace",
                         x->ns, "mode", x->mode, "uptime_ms", (json_int_t)x->uptime_ms, "blocks",
                         (json_int_t)s.blocks, "locations", (json_int_t)s.locations, "workers",
                         (json_int_t)kvp__adv_index_worker_count(ix), "workers_up",
                         (json_int_t)kvp__adv_ingest_workers_up(ing), "index_memory_bytes",
                         (json_int_t)s.memory_bytes, "tiers", tiers, "ingest", ingest, "store",
-                        store, "queue_dropped", (json_int_t)x->queue_dropped);
+                        store, "freshness", fresh, "queue_dropped", (json_int_t)x->queue_dropped);
   return dump(o, reply);
 }

@@ -34,6 +34,9 @@ typedef struct kvp__adv_api_extra_s {
   uint64_t queue_dropped;
   size_t dirty;
   uint64_t uptime_ms;
+  uint64_t apply_lag_ms, apply_lag_max_ms; /* freshness.h */
+  uint64_t flush_lag_ms, flush_lag_max_ms;
+  uint64_t pending_ms;
 } kvp__adv_api_extra_t;
 
 /* The stats reply, malloc'd JSON. Returns 0 or KVP_ENOMEM. */

@@ -34,6 +34,7 @@ struct kvp__adv_ingest_s {
   wstate_t *w; /* by index worker id */
   size_t nw;
   kvp__adv_ingest_counters_t c;
+  uint64_t last_batch_ms; /* timestamp of the last batch applied */
 };
 
 #define G12_MASK ((1u << KVP_TIER_G1) | (1u << KVP_TIER_G2))
@@ -385,6 +386,8 @@ static int decode_apply(kvp__adv_ingest_t *ing, const char *subject, const char 
   rc = kvp__adv_ingest_apply(ing, b, now_ms);
   if (rc == KVP_EINVAL)
     ing->c.malformed++;
+  if (rc == 0)
+    ing->last_batch_ms = b->timestamp_ms;
   kvp_wire_batch_free(wb);
   return rc;
 }
@@ -436,6 +439,10 @@ void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms) {
 
 const kvp__adv_ingest_counters_t *kvp__adv_ingest_counters(const kvp__adv_ingest_t *ing) {
   return &ing->c;
+}
+
+uint64_t kvp__adv_ingest_last_batch_ms(const kvp__adv_ingest_t *ing) {
+  return ing->last_batch_ms;
 }
 
 size_t kvp__adv_ingest_worker_count(const kvp__adv_ingest_t *ing) {

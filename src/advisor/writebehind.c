@@ -125,12 +125,16 @@ static void write_after(uv_work_t *req, int status) {
   if (status == 0 && wb->write_rc == 0) {
     committed(wb, kvp__adv_flush_blocks(wb->inflight), wb->inflight_seq, wb->inflight_t0);
     kvp__adv_acks_flush_committed(&wb->acks);
+    if (wb->fresh != NULL)
+      kvp__adv_fresh_flush_committed(wb->fresh, wb->last_flush_ms);
     kvp__adv_flush_free(wb->inflight);
   } else {
     /* The changes go back to the index; the next flush writes them. */
     wb->flush_errors++;
     kvp__adv_store_abandon(wb->ix, wb->inflight);
     kvp__adv_acks_flush_failed(&wb->acks);
+    if (wb->fresh != NULL)
+      kvp__adv_fresh_flush_failed(wb->fresh);
   }
   wb->inflight = NULL;
   if (wb->on_idle != NULL)
@@ -148,6 +152,8 @@ void kvp__adv_wb_start(kvp__adv_wb_t *wb, uint64_t applied_seq) {
   }
   wb->inflight_seq = applied_seq;
   kvp__adv_acks_flush_started(&wb->acks);
+  if (wb->fresh != NULL)
+    kvp__adv_fresh_flush_started(wb->fresh);
   wb->req.data = wb;
   if (uv_queue_work(wb->loop, &wb->req, write_work, write_after) != 0) {
     write_work(&wb->req);
@@ -167,6 +173,10 @@ int kvp__adv_wb_sync(kvp__adv_wb_t *wb, uint64_t applied_seq) {
   }
   committed(wb, n, applied_seq, t0);
   kvp__adv_acks_sync_committed(&wb->acks);
+  if (wb->fresh != NULL) {
+    kvp__adv_fresh_flush_started(wb->fresh);
+    kvp__adv_fresh_flush_committed(wb->fresh, wb->last_flush_ms);
+  }
   return 0;
 }
 

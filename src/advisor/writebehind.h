@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "advisor/freshness.h"
 #include "advisor/index.h"
 #include "advisor/ingest.h"
 #include "advisor/store.h"
@@ -73,6 +74,7 @@ typedef struct kvp__adv_wb_s {
   kvp__adv_index_t *ix;
   kvp__adv_ingest_t *ing;
   kvp__adv_acks_t acks;
+  kvp__adv_fresh_t *fresh; /* told when flushes start, commit and fail; may be NULL */
   /* The flush running on the thread pool, if any. */
   uv_work_t req;
   kvp__adv_flush_t *inflight;

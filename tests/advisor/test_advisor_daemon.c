@@ -218,6 +218,11 @@ static void match_and_stats_answer(void **state) {
   free(rep);
   assert_int_equal(advfix_stat(f, "tiers.G3.locations"), 4);
   assert_int_equal(advfix_stat(f, "workers"), 1);
+  /* Freshness is reported (docs/stats.md); a loopback batch is applied well
+   * within a minute of its timestamp. */
+  long long lag = advfix_stat(f, "freshness.apply_lag_max_ms");
+  assert_true(lag >= 0 && lag < 60000);
+  assert_true(advfix_stat(f, "freshness.pending_ms") >= 0);
 
   /* The kvplane CLI sends the same requests. */
   char cli[512], out[512], *txt = NULL;

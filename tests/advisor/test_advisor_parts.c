@@ -9,6 +9,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "advisor/freshness.h"
 #include "advisor/inbox.h"
 #include "advisor/writebehind.h"
 #include "harness.h"
@@ -195,8 +196,66 @@ static void inbox_wait_room_wakes_on_take_and_on_stop(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+typedef struct seen_s {
+  uint64_t applied, committed_mark, committed_ms;
+} seen_t;
+
+static void seen_applied(void *ctx, uint64_t n, uint64_t batch_ms, uint64_t now_ms,
+                         uint64_t blocks) {
+  (void)batch_ms;
+  (void)now_ms;
+  (void)blocks;
+  ((seen_t *)ctx)->applied = n;
+}
+
+static void seen_committed(void *ctx, uint64_t mark, uint64_t now_ms) {
+  ((seen_t *)ctx)->committed_mark = mark;
+  ((seen_t *)ctx)->committed_ms = now_ms;
+}
+
+/* Apply lag per batch, flush lag from the oldest batch of a flush, a failed
+ * flush's batches pending again, a clock ahead counted as 0, marks. */
+static void freshness_measures_apply_and_flush(void **state) {
+  (void)state;
+  seen_t seen = {0};
+  kvp__adv_fresh_t f = {.obs = {seen_applied, seen_committed, &seen}};
+
+  kvp__adv_fresh_applied(&f, 1000, 1010, 5);
+  kvp__adv_fresh_applied(&f, 1005, 1030, 5);
+  assert_int_equal(f.apply_lag_ms, 25);
+  assert_int_equal(f.apply_lag_max_ms, 25);
+  assert_int_equal(seen.applied, 2);
+  assert_int_equal(kvp__adv_fresh_pending_ms(&f, 1100), 100); /* from 1000 */
+  kvp__adv_fresh_flush_started(&f);
+  kvp__adv_fresh_applied(&f, 1200, 1201, 1); /* after the flush took its changes */
+  kvp__adv_fresh_flush_failed(&f);
+  assert_int_equal(kvp__adv_fresh_pending_ms(&f, 1300), 300); /* 1000 is pending again */
+  kvp__adv_fresh_flush_started(&f);
+  assert_int_equal(kvp__adv_fresh_pending_ms(&f, 1300), 300); /* being written */
+  kvp__adv_fresh_flush_committed(&f, 1400);
+  assert_int_equal(f.flush_lag_ms, 400);
+  assert_int_equal(f.flush_lag_max_ms, 400);
+  assert_int_equal(seen.committed_mark, 3);
+  assert_int_equal(kvp__adv_fresh_pending_ms(&f, 1500), 0);
+  kvp__adv_fresh_applied(&f, 2000, 1990, 1); /* the worker's clock is ahead */
+  assert_int_equal(f.apply_lag_ms, 0);
+  kvp__adv_fresh_flush_started(&f);
+  kvp__adv_fresh_flush_committed(&f, 2010);
+  assert_int_equal(f.flush_lag_ms, 20); /* counted from its arrival */
+  assert_int_equal(f.flush_lag_max_ms, 400);
+  assert_int_equal(seen.committed_mark, 4);
+  kvp__adv_fresh_flush_started(&f); /* an empty flush leaves the lag alone */
+  kvp__adv_fresh_flush_committed(&f, 3000);
+  assert_int_equal(f.flush_lag_ms, 20);
+  kvp__adv_fresh_applied(&f, 0, 5000, 1); /* no timestamp: not measured */
+  assert_int_equal(f.apply_lag_ms, 0);
+  assert_int_equal(kvp__adv_fresh_pending_ms(&f, 5000), 0);
+  assert_int_equal(seen.applied, 5);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(acks_follow_the_table),
+    cmocka_unit_test(freshness_measures_apply_and_flush),
     cmocka_unit_test(inbox_keeps_order_and_counts_drops),
     cmocka_unit_test(inbox_wait_room_wakes_on_take_and_on_stop),
 };
