@@ -66,8 +66,7 @@ typedef struct obs_s {
   uint64_t last_applied_ms;
 } obs_t;
 
-static void on_applied(void *ctx, uint64_t n, uint64_t batch_ms, uint64_t now_ms,
-                       uint64_t blocks) {
+static void on_applied(void *ctx, uint64_t n, uint64_t batch_ms, uint64_t now_ms, uint64_t blocks) {
   obs_t *o = ctx;
   if (o->n == o->cap) {
     o->cap = o->cap ? o->cap * 2 : 4096;
@@ -115,7 +114,7 @@ static struct {
   int workers;
   uint64_t flush_ms;
   size_t limit;
-  double trace_ms; /* the replayed requests' last timestamp */
+  double trace_ms;          /* the replayed requests' last timestamp */
   double total_blocks_flat; /* block-events of one replay (from the first run) */
 } g;
 
@@ -130,8 +129,9 @@ static uint64_t run_sim(const char *ns, const char *mode, double speedup, const 
   snprintf(workers, sizeof workers, "%d", g.workers);
   snprintf(limit, sizeof limit, "%zu", g.limit);
   snprintf(sx, sizeof sx, "%.6f", speedup);
-  char *argv[24] = {prog, "-t", (char *)g.trace, "-s", (char *)g.url, "-n", (char *)ns, "-w",
-                    workers, "-m", (char *)mode, "-x", sx};
+  char *argv[24] = {prog,       "-t", (char *)g.trace, "-s", (char *)g.url, "-n",
+                    (char *)ns, "-w", workers,         "-m", (char *)mode,  "-x",
+                    sx};
   int a = 13;
   if (g.limit) {
     argv[a++] = "-l";
@@ -212,7 +212,8 @@ static double baseline(const char *mode, int row) {
   while (want && atomic_load(&p.blocks) < want && kvp__unix_ms() < end)
     usleep(1000);
   if (want && atomic_load(&p.blocks) >= want) {
-    rate = (double)want / ((double)(atomic_load(&p.last_ms) - atomic_load(&p.first_ms) + 1) / 1000.0);
+    rate =
+        (double)want / ((double)(atomic_load(&p.last_ms) - atomic_load(&p.first_ms) + 1) / 1000.0);
     if (g.total_blocks_flat == 0)
       g.total_blocks_flat = (double)want;
   } else {
@@ -327,8 +328,10 @@ static double advisor_row(const char *mode, int js, int row, double rate, double
   kvp_advisor_close(adv);
 
   if (!applied_all) {
-    fprintf(stderr, "bench pipeline: %s rate %.0f: the advisor applied %" PRIu64 " of %" PRIu64
-            " block-events\n", mode, rate, atomic_load(&o.blocks), want);
+    fprintf(stderr,
+            "bench pipeline: %s rate %.0f: the advisor applied %" PRIu64 " of %" PRIu64
+            " block-events\n",
+            mode, rate, atomic_load(&o.blocks), want);
     goto out;
   }
   /* Freshness per batch (those with events and a timestamp). */

@@ -168,8 +168,8 @@ int main(int argc, char **argv) {
     }
     printf("sim-%d: %zu requests (%" PRIu64 " larger than G1, skipped), G1 %" PRIu64
            " blocks cached, G2 %" PRIu64 ", %" PRIu64 " G1 evictions, %" PRIu64
-           " offloads, %" PRIu64 " onboards, %" PRIu64 " events sent, %" PRIu64
-           " resent, %" PRIu64 " dropped\n",
+           " offloads, %" PRIu64 " onboards, %" PRIu64 " events sent, %" PRIu64 " resent, %" PRIu64
+           " dropped\n",
            i, ws.requests, ws.skipped, ws.g1_cached, ws.g2_cached, ws.g1_evictions, ws.offloads,
            ws.onboards, ws.events_sent, ws.events_resent, ws.events_dropped);
   }
@@ -177,8 +177,7 @@ int main(int argc, char **argv) {
          "%.1f%%, %" PRIu64 " distinct events carrying %" PRIu64 " block hashes (%" PRIu64
          " JetStream resends apart), %" PRIu64 " reused blocks with wrong bytes\n",
          kvp__sim_seconds(sim), lookups, lookups ? 100.0 * (double)hits / (double)lookups : 0.0,
-         lookups ? 100.0 * (double)g2hits / (double)lookups : 0.0, events, blocks, resent,
-         corrupt);
+         lookups ? 100.0 * (double)g2hits / (double)lookups : 0.0, events, blocks, resent, corrupt);
   if (corrupt > 0)
     status = 2;
   if (expect != NULL && kvp__sim_write_expect(sim, expect, err, sizeof err) != 0) {

@@ -23,18 +23,17 @@
 typedef struct kvp__adv_observer_s {
   /* Batch number n (1, 2, ...) of block_events hashes, emitted at batch_ms,
    * was applied at now_ms. */
-  void (*applied)(void *ctx, uint64_t n, uint64_t batch_ms, uint64_t now_ms,
-                  uint64_t block_events);
+  void (*applied)(void *ctx, uint64_t n, uint64_t batch_ms, uint64_t now_ms, uint64_t block_events);
   /* Every batch numbered <= mark is committed in SQLite as of now_ms. */
   void (*committed)(void *ctx, uint64_t mark, uint64_t now_ms);
   void *ctx;
 } kvp__adv_observer_t;
 
 typedef struct kvp__adv_fresh_s {
-  uint64_t batches;           /* batches applied so far (the mark) */
-  uint64_t apply_lag_ms;      /* of the last applied batch */
+  uint64_t batches;      /* batches applied so far (the mark) */
+  uint64_t apply_lag_ms; /* of the last applied batch */
   uint64_t apply_lag_max_ms;
-  uint64_t flush_lag_ms;      /* commit time minus the oldest batch of the last flush */
+  uint64_t flush_lag_ms; /* commit time minus the oldest batch of the last flush */
   uint64_t flush_lag_max_ms;
   uint64_t unflushed_oldest_ms; /* emit time of the oldest batch not in a flush; 0: none */
   uint64_t inflight_oldest_ms;  /* the same for the running flush */

@@ -159,8 +159,10 @@ int kvp__sim_create(const kvp__sim_opts_t *o, kvp__sim_t **out, char *err, size_
   if (o->trace == NULL || o->workers < 1 || o->workers > KVP_SIM_MAX_WORKERS || o->batch < 1 ||
       o->batch > KVP_SIM_MAX_BATCH || o->g1_blocks < 1 || o->g1_blocks > UINT32_MAX ||
       o->g2_blocks > UINT32_MAX || o->speedup < 0) {
-    snprintf(err, errlen, "simulation options out of range (trace, workers 1..%d, batch 1..%d, "
-             "G1/G2 blocks, speedup >= 0)", KVP_SIM_MAX_WORKERS, KVP_SIM_MAX_BATCH);
+    snprintf(err, errlen,
+             "simulation options out of range (trace, workers 1..%d, batch 1..%d, "
+             "G1/G2 blocks, speedup >= 0)",
+             KVP_SIM_MAX_WORKERS, KVP_SIM_MAX_BATCH);
     return KVP_EINVAL;
   }
   if ((s = calloc(1, sizeof *s)) == NULL ||

@@ -158,3 +158,33 @@ long long advfix_stat(advfix_t *f, const char *path) {
   free(txt);
   return out;
 }
+
+int advfix_cm_setup_core(void **state) {
+  advfix_t *f = calloc(1, sizeof *f);
+  *state = f;
+  return f ? advfix_setup(f, 0) : -1;
+}
+
+int advfix_cm_setup_js(void **state) {
+  advfix_t *f = calloc(1, sizeof *f);
+  *state = f;
+  return f ? advfix_setup(f, 1) : -1;
+}
+
+int advfix_cm_teardown(void **state) {
+  advfix_teardown(*state);
+  free(*state);
+  return 0;
+}
+
+void advfix_publish_batches(advfix_t *f, tw_t *w, int nbatches, int nevents) {
+  const uint8_t *buf;
+  size_t len;
+  for (int i = 0; i < nbatches; i++) {
+    assert_int_equal(tw_batch(w, nevents, &buf, &len), 0);
+    assert_int_equal(tw_publish(w, f->nc, f->js, buf, len), 0);
+    if (i % 50 == 49)
+      natsConnection_Flush(f->nc);
+  }
+  natsConnection_Flush(f->nc);
+}

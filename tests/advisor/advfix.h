@@ -57,4 +57,14 @@ char *advfix_request(advfix_t *f, const char *what, const void *data, int len);
  * when absent. */
 long long advfix_stat(advfix_t *f, const char *path);
 
+/* cmocka setup and teardown of a fixture in *state: core or JetStream. */
+int advfix_cm_setup_core(void **state);
+int advfix_cm_setup_js(void **state);
+int advfix_cm_teardown(void **state);
+
+/* Publishes nbatches batches of nevents events from w on the fixture's
+ * connection (JetStream when the fixture has it), flushing as it goes;
+ * fails the test when one cannot be built or published. */
+void advfix_publish_batches(advfix_t *f, tw_t *w, int nbatches, int nevents);
+
 #endif

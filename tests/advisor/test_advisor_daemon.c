@@ -14,36 +14,6 @@
 #include "kvplane/status.h"
 #include "kvplane/wire.h"
 
-static int setup_core(void **state) {
-  advfix_t *f = calloc(1, sizeof *f);
-  *state = f;
-  return advfix_setup(f, 0);
-}
-
-static int setup_js(void **state) {
-  advfix_t *f = calloc(1, sizeof *f);
-  *state = f;
-  return advfix_setup(f, 1);
-}
-
-static int teardown(void **state) {
-  advfix_teardown(*state);
-  free(*state);
-  return 0;
-}
-
-static void publish_batches(advfix_t *f, tw_t *w, int nbatches, int nevents) {
-  const uint8_t *buf;
-  size_t len;
-  for (int i = 0; i < nbatches; i++) {
-    assert_int_equal(tw_batch(w, nevents, &buf, &len), 0);
-    assert_int_equal(tw_publish(w, f->nc, f->js, buf, len), 0);
-    if (i % 50 == 49)
-      natsConnection_Flush(f->nc);
-  }
-  natsConnection_Flush(f->nc);
-}
-
 static void assert_equal_soon(advfix_t *f, tw_t **w, int n) {
   char why[512] = "";
   if (advfix_wait_equal(f, w, n, 20000, why, sizeof why) != 0)
@@ -57,7 +27,7 @@ static void core_replay_equals_registered_sets(void **state) {
   assert_int_equal(advfix_start(f), 0);
   for (int r = 0; r < 4; r++)
     for (int i = 0; i < 3; i++)
-      publish_batches(f, w[i], 50, 12);
+      advfix_publish_batches(f, w[i], 50, 12);
   assert_equal_soon(f, w, 3);
   assert_int_equal(advfix_stat(f, "ingest.resyncs"), 0);
   assert_int_equal(advfix_stat(f, "ingest.batches"), 600);
@@ -70,13 +40,13 @@ static void jetstream_restart_resumes_exactly(void **state) {
   advfix_t *f = *state;
   tw_t *w[2] = {tw_create("t", "w0", 0, 1, 11), tw_create("t", "w1", 0, 1, 12)};
   assert_int_equal(advfix_start(f), 0);
-  publish_batches(f, w[0], 100, 8);
-  publish_batches(f, w[1], 100, 8);
+  advfix_publish_batches(f, w[0], 100, 8);
+  advfix_publish_batches(f, w[1], 100, 8);
   assert_equal_soon(f, w, 2);
   assert_int_equal(advfix_stop(f), 0);
   /* Published while the advisor is down: the stream keeps it. */
-  publish_batches(f, w[0], 100, 8);
-  publish_batches(f, w[1], 50, 8);
+  advfix_publish_batches(f, w[0], 100, 8);
+  advfix_publish_batches(f, w[1], 50, 8);
   assert_int_equal(advfix_start(f), 0);
   assert_equal_soon(f, w, 2);
   /* Nothing was applied twice: the restarted advisor saw only the new part. */
@@ -97,10 +67,10 @@ static void gap_leads_to_resync_and_convergence(void **state) {
   tw_t *w[1] = {tw_create("t", "w0", 0, 1, 21)};
   assert_int_equal(natsConnection_SubscribeSync(&ctl, f->nc, "kvplane.ctl.t.w0.resync"), NATS_OK);
   assert_int_equal(advfix_start(f), 0);
-  publish_batches(f, w[0], 20, 8);
+  advfix_publish_batches(f, w[0], 20, 8);
   /* A batch lost on the way. */
   assert_int_equal(tw_batch(w[0], 8, &buf, &len), 0);
-  publish_batches(f, w[0], 20, 8);
+  advfix_publish_batches(f, w[0], 20, 8);
   assert_int_equal(natsSubscription_NextMsg(&req, ctl, 10000), NATS_OK);
   json_t *j = json_loadb(natsMsg_GetData(req), (size_t)natsMsg_GetDataLength(req), 0, NULL);
   assert_non_null(j);
@@ -110,7 +80,7 @@ static void gap_leads_to_resync_and_convergence(void **state) {
   natsMsg_Destroy(req);
   /* The worker answers with its full state; more events follow. */
   assert_int_equal(tw_publish_snapshot(w[0], f->nc, NULL, 16), 0);
-  publish_batches(f, w[0], 10, 8);
+  advfix_publish_batches(f, w[0], 10, 8);
   assert_equal_soon(f, w, 1);
   assert_true(advfix_stat(f, "ingest.snapshots") >= 4);
   assert_int_equal(advfix_stat(f, "ingest.gaps"), 1);
@@ -123,11 +93,11 @@ static void restarted_worker_loses_stale_locations(void **state) {
   advfix_t *f = *state;
   tw_t *w[2] = {tw_create("t", "w0", 0, 100, 31), tw_create("t", "w1", 0, 5, 32)};
   assert_int_equal(advfix_start(f), 0);
-  publish_batches(f, w[0], 60, 8);
-  publish_batches(f, w[1], 30, 8);
+  advfix_publish_batches(f, w[0], 60, 8);
+  advfix_publish_batches(f, w[1], 30, 8);
   assert_equal_soon(f, w, 2);
   tw_restart(w[0], 101);
-  publish_batches(f, w[0], 5, 4);
+  advfix_publish_batches(f, w[0], 5, 4);
   assert_equal_soon(f, w, 2);
   assert_int_equal(advfix_stat(f, "ingest.epochs"), 1);
   assert_int_equal(advfix_stat(f, "ingest.resyncs"), 0);
@@ -145,11 +115,11 @@ static void malformed_and_oversized_are_skipped(void **state) {
     junk[i] = (uint8_t)(i * 131 + 7);
   memset(big, 0x0a, sizeof big);
   assert_int_equal(advfix_start(f), 0);
-  publish_batches(f, w[0], 10, 8);
+  advfix_publish_batches(f, w[0], 10, 8);
   assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.w0", junk, sizeof junk), NATS_OK);
   assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.evil", big, sizeof big), NATS_OK);
   assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.w0", "", 0), NATS_OK);
-  publish_batches(f, w[0], 10, 8);
+  advfix_publish_batches(f, w[0], 10, 8);
   assert_equal_soon(f, w, 1);
   assert_int_equal(advfix_stat(f, "ingest.oversized"), 1);
   /* junk and the empty message (no worker id) are malformed too. */
@@ -251,8 +221,16 @@ static void match_and_stats_answer(void **state) {
   assert_int_equal(kvp_test_spawn_wait(argv6, NULL, NULL), 1);
   /* The signed decimal sqlite3 shows finds the same block as its hex. */
   snprintf(out, sizeof out, "%s/cli2.out", f->dir);
-  char *argv7[] = {cli, "match", "-s", f->natsd.url, "-n", "t", "--", "-6917529027641081856",
-                   "0xa000000000000001", NULL};
+  char *argv7[] = {cli,
+                   "match",
+                   "-s",
+                   f->natsd.url,
+                   "-n",
+                   "t",
+                   "--",
+                   "-6917529027641081856",
+                   "0xa000000000000001",
+                   NULL};
   assert_int_equal(kvp_test_spawn_wait(argv7, NULL, out), 0);
   fp = fopen(out, "r");
   txt = calloc(1, 8192);
@@ -272,7 +250,7 @@ static void sqlite3_shell_reads_views_while_writing(void **state) {
   assert_int_equal(advfix_start(f), 0);
   for (int r = 0; r < 21; r++) {
     if (r < 20)
-      publish_batches(f, w[r % 2], 40, 16);
+      advfix_publish_batches(f, w[r % 2], 40, 16);
     else
       assert_equal_soon(f, w, 2); /* the last read sees the final state */
     nats_Sleep(20);
@@ -338,14 +316,21 @@ static void open_fails_cleanly(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown(core_replay_equals_registered_sets, setup_core, teardown),
-    cmocka_unit_test_setup_teardown(jetstream_restart_resumes_exactly, setup_js, teardown),
-    cmocka_unit_test_setup_teardown(gap_leads_to_resync_and_convergence, setup_core, teardown),
-    cmocka_unit_test_setup_teardown(restarted_worker_loses_stale_locations, setup_core, teardown),
-    cmocka_unit_test_setup_teardown(malformed_and_oversized_are_skipped, setup_js, teardown),
-    cmocka_unit_test_setup_teardown(match_and_stats_answer, setup_core, teardown),
-    cmocka_unit_test_setup_teardown(sqlite3_shell_reads_views_while_writing, setup_core, teardown),
-    cmocka_unit_test_setup_teardown(open_fails_cleanly, setup_core, teardown),
+    cmocka_unit_test_setup_teardown(core_replay_equals_registered_sets, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(jetstream_restart_resumes_exactly, advfix_cm_setup_js,
+                                    advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(gap_leads_to_resync_and_convergence, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(restarted_worker_loses_stale_locations, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(malformed_and_oversized_are_skipped, advfix_cm_setup_js,
+                                    advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(match_and_stats_answer, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(sqlite3_shell_reads_views_while_writing, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(open_fails_cleanly, advfix_cm_setup_core, advfix_cm_teardown),
 };
 
 int main(int argc, char **argv) {

@@ -18,34 +18,6 @@
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 
-static int setup_core(void **state) {
-  advfix_t *f = calloc(1, sizeof *f);
-  *state = f;
-  return advfix_setup(f, 0);
-}
-
-static int setup_js(void **state) {
-  advfix_t *f = calloc(1, sizeof *f);
-  *state = f;
-  return advfix_setup(f, 1);
-}
-
-static int teardown(void **state) {
-  advfix_teardown(*state);
-  free(*state);
-  return 0;
-}
-
-static void publish_batches(advfix_t *f, tw_t *w, int nbatches, int nevents) {
-  const uint8_t *buf;
-  size_t len;
-  for (int i = 0; i < nbatches; i++) {
-    assert_int_equal(tw_batch(w, nevents, &buf, &len), 0);
-    assert_int_equal(tw_publish(w, f->nc, f->js, buf, len), 0);
-  }
-  natsConnection_Flush(f->nc);
-}
-
 static void assert_equal_soon(advfix_t *f, tw_t **w, int n) {
   char why[512] = "";
   if (advfix_wait_equal(f, w, n, 20000, why, sizeof why) != 0)
@@ -74,7 +46,7 @@ static void batch_claiming_another_worker_is_rejected(void **state) {
   size_t len;
 
   assert_int_equal(advfix_start(f), 0);
-  publish_batches(f, w[0], 20, 10);
+  advfix_publish_batches(f, w[0], 20, 10);
   assert_equal_soon(f, w, 1);
   assert_int_equal(tw_batch(impostor, 30, &buf, &len), 0);
   assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.evil", buf, (int)len), NATS_OK);
@@ -131,8 +103,8 @@ static void two_namespaces_share_a_server_and_stay_exact(void **state) {
   assert_int_equal(advfix_start(&g), 0);
   for (int r = 0; r < 3; r++)
     for (int i = 0; i < 2; i++) {
-      publish_batches(f, wt[i], 40, 8);
-      publish_batches(&g, wu[i], 40, 8);
+      advfix_publish_batches(f, wt[i], 40, 8);
+      advfix_publish_batches(&g, wu[i], 40, 8);
     }
   assert_equal_soon(f, wt, 2);
   assert_equal_soon(&g, wu, 2);
@@ -141,8 +113,8 @@ static void two_namespaces_share_a_server_and_stay_exact(void **state) {
   /* Both restart: each resumes its own consumer, nothing crosses over. */
   assert_int_equal(advfix_stop(f), 0);
   assert_int_equal(advfix_stop(&g), 0);
-  publish_batches(f, wt[0], 30, 8);
-  publish_batches(&g, wu[1], 30, 8);
+  advfix_publish_batches(f, wt[0], 30, 8);
+  advfix_publish_batches(&g, wu[1], 30, 8);
   assert_int_equal(advfix_start(&g), 0);
   assert_int_equal(advfix_start(f), 0);
   assert_equal_soon(f, wt, 2);
@@ -168,14 +140,14 @@ static void foreign_consumer_is_refused_unless_taken_over(void **state) {
   assert_int_equal(advfix_attach(&g, f, "u"), 0);
   snprintf(g.cfg.consumer, sizeof g.cfg.consumer, "kvplane-advisor-t");
   assert_int_equal(advfix_start(f), 0);
-  publish_batches(f, wt[0], 20, 8);
+  advfix_publish_batches(f, wt[0], 20, 8);
   assert_equal_soon(f, wt, 1);
   assert_int_equal(kvp_advisor_open(&g.cfg, &adv, err, sizeof err), KVP_EBUSY);
   assert_null(adv);
   print_message("refused: %s\n", err);
   assert_non_null(strstr(err, "kvplane-advisor-t"));
   assert_non_null(strstr(err, "--takeover"));
-  publish_batches(f, wt[0], 20, 8);
+  advfix_publish_batches(f, wt[0], 20, 8);
   assert_equal_soon(f, wt, 1);
   assert_int_equal(advfix_stat(f, "ingest.batches"), 40);
   assert_int_equal(advfix_stop(f), 0);
@@ -303,11 +275,11 @@ static void permissions_example_confines_each_worker(void **state) {
   /* The operator's CLI may ask; a worker may not. */
   char cli[512];
   snprintf(cli, sizeof cli, "%s/tools/kvplane", getenv("KVP_TEST_BINDIR"));
-  char *ok[] = {cli, "stats", "-s", f.natsd.url, "-n", "prod", "-u", "operator",
-                "-p", "change-me-operator", NULL};
+  char *ok[] = {cli,  "stats",    "-s", f.natsd.url,          "-n", "prod",
+                "-u", "operator", "-p", "change-me-operator", NULL};
   assert_int_equal(kvp_test_spawn_wait(ok, NULL, NULL), 0);
-  char *no[] = {cli, "stats", "-s", f.natsd.url, "-n", "prod", "-u", "w0",
-                "-p", "change-me-w0", "-w", "500", NULL};
+  char *no[] = {cli,  "stats", "-s",           f.natsd.url, "-n",  "prod", "-u",
+                "w0", "-p",    "change-me-w0", "-w",        "500", NULL};
   assert_int_equal(kvp_test_spawn_wait(no, NULL, NULL), 2);
 
   natsConnection_Destroy(w0);
@@ -380,8 +352,8 @@ static void tls_with_a_test_ca_for_every_part(void **state) {
   /* The CLI asks over TLS too. */
   char cli[512];
   snprintf(cli, sizeof cli, "%s/tools/kvplane", getenv("KVP_TEST_BINDIR"));
-  char *ok[] = {cli, "stats", "-s", f.natsd.url, "-n", "t", "--tls-ca", ca, "--tls-cert",
-                cert, "--tls-key", key, NULL};
+  char *ok[] = {cli, "stats",      "-s", f.natsd.url, "-n", "t", "--tls-ca",
+                ca,  "--tls-cert", cert, "--tls-key", key,  NULL};
   assert_int_equal(kvp_test_spawn_wait(ok, NULL, NULL), 0);
 
   /* A server certificate from an unknown CA is refused... */
@@ -405,14 +377,15 @@ static void tls_with_a_test_ca_for_every_part(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown(batch_claiming_another_worker_is_rejected, setup_core,
-                                    teardown),
+    cmocka_unit_test_setup_teardown(batch_claiming_another_worker_is_rejected, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
     cmocka_unit_test(subject_outside_namespace_is_never_applied),
-    cmocka_unit_test_setup_teardown(two_namespaces_share_a_server_and_stay_exact, setup_js,
-                                    teardown),
-    cmocka_unit_test_setup_teardown(foreign_consumer_is_refused_unless_taken_over, setup_js,
-                                    teardown),
-    cmocka_unit_test_setup_teardown(database_refuses_another_namespace, setup_js, teardown),
+    cmocka_unit_test_setup_teardown(two_namespaces_share_a_server_and_stay_exact,
+                                    advfix_cm_setup_js, advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(foreign_consumer_is_refused_unless_taken_over,
+                                    advfix_cm_setup_js, advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(database_refuses_another_namespace, advfix_cm_setup_js,
+                                    advfix_cm_teardown),
     cmocka_unit_test(permissions_example_confines_each_worker),
     cmocka_unit_test(tls_with_a_test_ca_for_every_part),
 };
