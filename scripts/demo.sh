@@ -97,5 +97,5 @@ echo "   G1/G2 rows. The workers table keeps when each went down and how many"
 echo "   locations were dropped (docs/sql.md, \"Workers that stop\"); --keep keeps the"
 echo "   database to look."
 echo
-"$KVP_BUILD_DIR/tools/kvplane" stats --server "$url" --ns demo 2>/dev/null | head -c 600 || true
-echo
+echo "\$ kvplane status --db $db --server $url --ns demo"
+"$KVP_BUILD_DIR/tools/kvplane" status --db "$db" --server "$url" --ns demo

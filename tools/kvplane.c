@@ -1,5 +1,7 @@
-/* kvplane: command-line client of a running advisor (request/reply over
- * NATS). Subcommands: match, stats. Replies are printed as JSON. */
+/* kvplane: the operator's command line. Subcommands ask a running advisor
+ * over NATS request/reply (match, stats, and status's live figures) or read
+ * its SQLite database read-only (status, workers, blocks, migrations); the
+ * views are library code (src/cli/inspect.c). */
 #include <getopt.h>
 #include <jansson.h>
 #include <nats/nats.h>
@@ -7,27 +9,61 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/inspect.h"
+#include "common/clock.h"
+#include "kvplane/advisor.h"
 #include "kvplane/hash.h"
 #include "kvplane/nats.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "nats/conn.h"
 
+/* Exit statuses, as --help documents them. */
+enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_UNREACHABLE = 2, EXIT_ADVISOR_ERROR = 3, EXIT_NODB = 4 };
+
+static const struct cmd_help_s {
+  const char *name, *synopsis, *text;
+} cmds[] = {
+    {"status", "kvplane status [--db PATH | -c CONFIG] [NATS options] [--json]",
+     "Tier usage per tier and volume (blocks, bytes, capacity, fill) and workers up\n"
+     "and down, from the database; then the advisor's live figures (ingest, index\n"
+     "and database lag) when it answers over NATS within --timeout. Exit 0 even\n"
+     "when the advisor does not answer (the database's figures are printed).\n"},
+    {"workers", "kvplane workers [--db PATH | -c CONFIG] [--json]",
+     "Every worker and dp rank: status (up, down, unknown), epoch, last event id,\n"
+     "when it was last heard, and its blocks per tier.\n"},
+    {"blocks", "kvplane blocks --hot|--cold [-N COUNT] [--db PATH | -c CONFIG] [--json]",
+     "The COUNT (default 20) hottest blocks, by decayed hit frequency, or the\n"
+     "coldest, by last access, with the tiers that hold them.\n"},
+    {"migrations", "kvplane migrations [--failed] [-N COUNT] [--db PATH | -c CONFIG] [--json]",
+     "The COUNT (default 20) most recently updated migrations (or only the failed\n"
+     "ones, with their error): hash, from and to tier:volume, bytes, state.\n"},
+    {"match", "kvplane match [NATS options] HASH... | --tokens FILE --block-size N [--lora NAME]",
+     "Sends sequence hashes to the advisor and prints, per worker and tier, how\n"
+     "many leading hashes are cached consecutively. A HASH is 0x-prefixed hex\n"
+     "(0x1f), exactly 16 hex digits as logs print them (00ab12cd34ef5678), or a\n"
+     "decimal as sqlite3 shows them: signed (-8446744073709551616) or unsigned\n"
+     "(+1234 forces decimal for 16 digits); put -- before negative ones:\n"
+     "  kvplane match -- -6917529027641081856\n"
+     "With --tokens, FILE holds token ids (decimal, separated by spaces, commas\n"
+     "or newlines; - for standard input), hashed in blocks of N tokens as the\n"
+     "workers do (DESIGN.md, Hashing; --lora salts the seed); a trailing partial\n"
+     "block is not sent.\n"},
+    {"stats", "kvplane stats [NATS options]",
+     "Prints the advisor's stats reply (JSON; docs/stats.md documents each field).\n"},
+};
+
 static void usage(FILE *f) {
-  fputs("usage: kvplane match [options] HASH...\n"
-        "       kvplane stats [options]\n"
+  fputs("usage: kvplane <command> [options]    kvplane <command> --help\n\ncommands:\n", f);
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    fprintf(f, "  %s\n", cmds[i].synopsis);
+  fputs("\n"
+        "database options (status, workers, blocks, migrations):\n"
+        "      --db PATH        the advisor's database (default /var/lib/kvplane/advisor.db)\n"
+        "  -c, --config FILE    take the database path from this advisor configuration\n"
+        "      --json           print JSON (sizes in bytes, times in Unix ms) instead of tables\n"
         "\n"
-        "Queries a running kvplane-advisor over NATS request/reply.\n"
-        "  match  sends the sequence hashes to kvplane.api.<ns>.match and prints,\n"
-        "         per worker and tier, how many leading hashes are cached\n"
-        "         consecutively. A HASH is 0x-prefixed hex (0x1f), exactly 16 hex\n"
-        "         digits as logs print them (00ab12cd34ef5678; 16 digits are always\n"
-        "         hex), or a decimal as sqlite3 shows them: signed (-8446744073709551616)\n"
-        "         or unsigned (+1234 forces decimal for 16 digits); put -- before\n"
-        "         negative ones: kvplane match -- -6917529027641081856\n"
-        "  stats  prints the advisor's figures from kvplane.api.<ns>.stats\n"
-        "\n"
-        "options:\n"
+        "NATS options (status, match, stats):\n"
         "  -s, --server URL     NATS server (default nats://127.0.0.1:4222)\n"
         "  -n, --ns NS          namespace (default: default)\n"
         "  -u, --user USER      with --password\n"
@@ -37,47 +73,89 @@ static void usage(FILE *f) {
         "      --tls-ca FILE    CA certificates; enables TLS\n"
         "      --tls-cert FILE  client certificate chain, with --tls-key\n"
         "      --tls-key FILE   client private key\n"
-        "  -w, --timeout MS     reply timeout (default 5000)\n"
+        "  -w, --timeout MS     reply timeout (default 5000; status: 1000)\n"
         "  -h, --help\n"
-        "exit status: 0 with a reply, 1 usage or a bad option, 2 no reply or\n"
-        "connection failure,\n"
-        "3 the advisor answered with an error.\n",
+        "\n"
+        "exit status: 0 success; 1 usage or a bad option; 2 the advisor did not answer\n"
+        "(match, stats) or the connection failed; 3 the advisor answered with an error;\n"
+        "4 the database is missing or is not a kvplane database.\n",
         f);
 }
 
-int main(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"server", required_argument, NULL, 's'}, {"ns", required_argument, NULL, 'n'},
-      {"user", required_argument, NULL, 'u'},   {"password", required_argument, NULL, 'p'},
-      {"token", required_argument, NULL, 't'},  {"creds", required_argument, NULL, 'C'},
-      {"tls-ca", required_argument, NULL, 'A'}, {"tls-cert", required_argument, NULL, 'T'},
-      {"tls-key", required_argument, NULL, 'K'}, {"timeout", required_argument, NULL, 'w'},
-      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
-  const char *ns = "default";
-  kvp_nats_opts_t no;
-  char err[512];
-  long timeout = 5000;
-  natsConnection *nc = NULL;
-  natsMsg *rep = NULL;
-  natsStatus s;
-  json_t *req = NULL, *arr, *doc = NULL;
-  char *body = NULL, subj[KVP_SUBJECT_MAX];
-  int opt, rc = 2;
+static const struct cmd_help_s *find_cmd(const char *name) {
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    if (strcmp(cmds[i].name, name) == 0)
+      return &cmds[i];
+  return NULL;
+}
 
-  kvp_nats_opts_init(&no);
-  while ((opt = getopt_long(argc, argv, "s:n:u:p:t:w:h", longopts, NULL)) != -1) {
-    static const struct {
-      int opt;
-      const char *name;
-    } nats_flags[] = {{'s', "servers"}, {'u', "user"},   {'p', "password"}, {'t', "token"},
-                      {'C', "creds"},   {'A', "tls_ca"}, {'T', "tls_cert"}, {'K', "tls_key"}};
+typedef struct args_s {
+  const char *cmd;
+  const char *ns, *db, *config, *tokens, *lora;
+  kvp_nats_opts_t nats;
+  long timeout;
+  int timeout_set, json, hot, cold, failed, help;
+  long count, block_size;
+  char **rest; /* operands after the command */
+  int nrest;
+} args_t;
+
+static int parse_long(const char *opt, const char *s, long min, long max, long *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*s == '\0' || *end != '\0' || v < min || v > max) {
+    fprintf(stderr, "kvplane: %s: '%s' is not an integer in %ld..%ld\n", opt, s, min, max);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* Returns 0, or an exit status. */
+static int parse_args(int argc, char **argv, args_t *a) {
+  static const struct option longopts[] = {{"server", required_argument, NULL, 's'},
+                                           {"ns", required_argument, NULL, 'n'},
+                                           {"user", required_argument, NULL, 'u'},
+                                           {"password", required_argument, NULL, 'p'},
+                                           {"token", required_argument, NULL, 't'},
+                                           {"creds", required_argument, NULL, 'C'},
+                                           {"tls-ca", required_argument, NULL, 'A'},
+                                           {"tls-cert", required_argument, NULL, 'T'},
+                                           {"tls-key", required_argument, NULL, 'K'},
+                                           {"timeout", required_argument, NULL, 'w'},
+                                           {"db", required_argument, NULL, 'D'},
+                                           {"config", required_argument, NULL, 'c'},
+                                           {"json", no_argument, NULL, 'J'},
+                                           {"hot", no_argument, NULL, 'H'},
+                                           {"cold", no_argument, NULL, 'L'},
+                                           {"failed", no_argument, NULL, 'F'},
+                                           {"count", required_argument, NULL, 'N'},
+                                           {"tokens", required_argument, NULL, 'k'},
+                                           {"block-size", required_argument, NULL, 'b'},
+                                           {"lora", required_argument, NULL, 'l'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  static const struct {
+    int opt;
+    const char *name;
+  } nats_flags[] = {{'s', "servers"}, {'u', "user"},   {'p', "password"}, {'t', "token"},
+                    {'C', "creds"},   {'A', "tls_ca"}, {'T', "tls_cert"}, {'K', "tls_key"}};
+  char err[512];
+  int opt;
+
+  memset(a, 0, sizeof *a);
+  a->ns = "default";
+  a->timeout = 5000;
+  a->count = 20;
+  kvp_nats_opts_init(&a->nats);
+  while ((opt = getopt_long(argc, argv, "s:n:u:p:t:w:c:N:h", longopts, NULL)) != -1) {
     int taken = 0;
     for (size_t i = 0; i < sizeof nats_flags / sizeof nats_flags[0]; i++) {
       if (nats_flags[i].opt != opt)
         continue;
-      if (kvp_nats_opts_set(&no, nats_flags[i].name, optarg, err, sizeof err) != 0) {
+      if (kvp_nats_opts_set(&a->nats, nats_flags[i].name, optarg, err, sizeof err) != 0) {
         fprintf(stderr, "kvplane: %s\n", err);
-        return 1;
+        return EXIT_USAGE;
       }
       taken = 1;
     }
@@ -85,90 +163,318 @@ int main(int argc, char **argv) {
       continue;
     switch (opt) {
     case 'n':
-      ns = optarg;
+      a->ns = optarg;
       break;
-    case 'w': {
-      char *end;
-      timeout = strtol(optarg, &end, 10);
-      if (end == optarg || *end != '\0' || timeout < 1 || timeout > 3600000) {
-        fprintf(stderr, "kvplane: --timeout: '%s' is not 1..3600000 ms\n", optarg);
-        return 1;
-      }
+    case 'w':
+      if (parse_long("--timeout", optarg, 1, 3600000, &a->timeout) != 0)
+        return EXIT_USAGE;
+      a->timeout_set = 1;
       break;
-    }
+    case 'D':
+      a->db = optarg;
+      break;
+    case 'c':
+      a->config = optarg;
+      break;
+    case 'J':
+      a->json = 1;
+      break;
+    case 'H':
+      a->hot = 1;
+      break;
+    case 'L':
+      a->cold = 1;
+      break;
+    case 'F':
+      a->failed = 1;
+      break;
+    case 'N':
+      if (parse_long("--count", optarg, 1, 1000000, &a->count) != 0)
+        return EXIT_USAGE;
+      break;
+    case 'k':
+      a->tokens = optarg;
+      break;
+    case 'b':
+      if (parse_long("--block-size", optarg, 1, 1 << 20, &a->block_size) != 0)
+        return EXIT_USAGE;
+      break;
+    case 'l':
+      a->lora = optarg;
+      break;
     case 'h':
-      usage(stdout);
-      return 0;
+      a->help = 1;
+      break;
     default:
-      usage(stderr);
-      return 1;
+      return EXIT_USAGE;
     }
   }
-  if (optind >= argc) {
-    usage(stderr);
-    return 1;
+  if (optind < argc) {
+    a->cmd = argv[optind];
+    a->rest = argv + optind + 1;
+    a->nrest = argc - optind - 1;
   }
-  if (strcmp(argv[optind], "match") != 0 && strcmp(argv[optind], "stats") != 0) {
-    fprintf(stderr, "kvplane: unknown command '%s' (match or stats)\n", argv[optind]);
-    usage(stderr);
-    return 1;
+  return 0;
+}
+
+/* --- database commands ------------------------------------------------------ */
+
+static int db_path(const args_t *a, char *out, size_t len) {
+  if (a->db && a->config) {
+    fprintf(stderr, "kvplane: give --db or --config, not both\n");
+    return EXIT_USAGE;
   }
-  int match = strcmp(argv[optind], "match") == 0;
-  if (match) {
-    req = json_pack("{s:[]}", "hashes");
-    arr = json_object_get(req, "hashes");
-    for (int i = optind + 1; i < argc; i++) {
-      uint64_t h;
-      char hex[24];
-      if (kvp_hash_parse(argv[i], &h) != 0) {
-        fprintf(stderr, "kvplane match: '%s' is not a hash (see --help for the forms)\n",
-                argv[i]);
-        json_decref(req);
-        return 1;
-      }
-      snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)h);
-      json_array_append_new(arr, json_string(hex));
+  if (a->config) {
+    kvp_advisor_config_t cfg;
+    char err[512];
+    kvp_advisor_config_defaults(&cfg);
+    if (kvp_advisor_config_load(&cfg, a->config, err, sizeof err) != 0) {
+      fprintf(stderr, "kvplane: %s\n", err);
+      return EXIT_USAGE;
     }
-    if (json_array_size(arr) == 0) {
-      fputs("kvplane match: give at least one hash\n", stderr);
-      json_decref(req);
-      return 1;
-    }
-    body = json_dumps(req, JSON_COMPACT);
+    snprintf(out, len, "%s", cfg.db_path);
+    return 0;
   }
-  if (kvp_subject_api(subj, sizeof subj, ns, match ? KVP_API_MATCH : KVP_API_STATS) != 0) {
-    fprintf(stderr, "kvplane: --ns: '%s' must be 1..64 of [A-Za-z0-9_-]\n", ns);
-    rc = 1;
-    goto done;
+  snprintf(out, len, "%s", a->db ? a->db : "/var/lib/kvplane/advisor.db");
+  return 0;
+}
+
+/* --- NATS requests ---------------------------------------------------------- */
+
+/* Sends body to kvplane.api.<ns>.<what>; *doc gets the reply. Returns 0 or an
+ * exit status (the cause printed unless quiet). */
+static int request(const args_t *a, const char *what, const char *body, long timeout, int quiet,
+                   json_t **doc) {
+  char subj[KVP_SUBJECT_MAX], err[512];
+  natsConnection *nc = NULL;
+  natsMsg *rep = NULL;
+  int rc = EXIT_UNREACHABLE;
+
+  *doc = NULL;
+  if (kvp_subject_api(subj, sizeof subj, a->ns, what) != 0) {
+    fprintf(stderr, "kvplane: --ns: '%s' must be 1..64 of [A-Za-z0-9_-]\n", a->ns);
+    return EXIT_USAGE;
   }
-  if (kvp_nats_opts_check(&no, "--", err, sizeof err) != 0) {
+  if (kvp_nats_opts_check(&a->nats, "--", err, sizeof err) != 0) {
     fprintf(stderr, "kvplane: %s\n", err);
-    rc = 1;
-    goto done;
+    return EXIT_USAGE;
   }
-  if (kvp__nats_connect(&no, NULL, &nc, err, sizeof err) != 0) {
-    fprintf(stderr, "kvplane: %s\n", err);
-    goto done;
+  if (kvp__nats_connect(&a->nats, NULL, &nc, err, sizeof err) != 0) {
+    if (!quiet)
+      fprintf(stderr, "kvplane: %s\n", err);
+    goto out;
   }
-  s = natsConnection_RequestString(&rep, nc, subj, body ? body : "{}", timeout);
+  natsStatus s = natsConnection_RequestString(&rep, nc, subj, body ? body : "{}", timeout);
   if (s != NATS_OK) {
-    fprintf(stderr, "kvplane: no reply on %s: %s\n", subj, natsStatus_GetText(s));
-    goto done;
+    if (!quiet)
+      fprintf(stderr, "kvplane: no reply on %s: %s\n", subj, natsStatus_GetText(s));
+    goto out;
   }
-  doc = json_loadb(natsMsg_GetData(rep), (size_t)natsMsg_GetDataLength(rep), 0, NULL);
-  if (doc == NULL) {
-    fprintf(stderr, "kvplane: reply is not JSON\n");
-    goto done;
+  *doc = json_loadb(natsMsg_GetData(rep), (size_t)natsMsg_GetDataLength(rep), 0, NULL);
+  if (*doc == NULL) {
+    if (!quiet)
+      fprintf(stderr, "kvplane: the reply on %s is not JSON\n", subj);
+    goto out;
   }
-  json_dumpf(doc, stdout, JSON_INDENT(2));
-  fputc('\n', stdout);
-  rc = json_object_get(doc, "error") ? 3 : 0;
-done:
-  json_decref(doc);
-  json_decref(req);
-  free(body);
+  rc = json_object_get(*doc, "error") ? EXIT_ADVISOR_ERROR : EXIT_OK;
+out:
   natsMsg_Destroy(rep);
   natsConnection_Destroy(nc);
+  return rc;
+}
+
+/* Reads token ids from path ("-": standard input). Returns 0 or an exit
+ * status. */
+static int read_tokens(const char *path, uint32_t **out, size_t *n) {
+  FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+  size_t cap = 0;
+  int c, rc = EXIT_OK;
+  unsigned long long v = 0;
+  int in_num = 0;
+
+  *out = NULL;
+  *n = 0;
+  if (f == NULL) {
+    fprintf(stderr, "kvplane match: --tokens: cannot read %s\n", path);
+    return EXIT_USAGE;
+  }
+  do {
+    c = fgetc(f);
+    if (c >= '0' && c <= '9') {
+      v = v * 10 + (unsigned)(c - '0');
+      in_num = 1;
+      if (v > UINT32_MAX) {
+        fprintf(stderr, "kvplane match: --tokens: a token id in %s is over 2^32-1\n", path);
+        rc = EXIT_USAGE;
+        break;
+      }
+    } else if (c == EOF || c == ' ' || c == ',' || c == '\n' || c == '\t' || c == '\r' ||
+               c == '[' || c == ']') {
+      if (in_num) {
+        if (*n == cap) {
+          cap = cap ? cap * 2 : 1024;
+          uint32_t *p = realloc(*out, cap * sizeof *p);
+          if (p == NULL) {
+            rc = EXIT_USAGE;
+            break;
+          }
+          *out = p;
+        }
+        (*out)[(*n)++] = (uint32_t)v;
+      }
+      v = 0;
+      in_num = 0;
+    } else {
+      fprintf(stderr, "kvplane match: --tokens: unexpected '%c' in %s (token ids are decimal)\n", c,
+              path);
+      rc = EXIT_USAGE;
+      break;
+    }
+  } while (c != EOF);
+  if (f != stdin)
+    fclose(f);
+  return rc;
+}
+
+static int cmd_match(const args_t *a) {
+  json_t *req = json_pack("{s:[]}", "hashes"), *arr = json_object_get(req, "hashes"), *doc;
+  uint64_t *hashes = NULL;
+  uint32_t *tokens = NULL;
+  size_t ntok = 0, nh = 0;
+  char hex[24];
+  int rc;
+
+  if (a->tokens) {
+    if (a->nrest > 0 || a->block_size == 0) {
+      fprintf(stderr, "kvplane match: --tokens takes --block-size N and no hashes\n");
+      rc = EXIT_USAGE;
+      goto out;
+    }
+    if ((rc = read_tokens(a->tokens, &tokens, &ntok)) != 0)
+      goto out;
+    size_t cap = ntok / (size_t)a->block_size;
+    hashes = malloc((cap ? cap : 1) * sizeof *hashes);
+    nh = hashes ? kvp_hash_sequence(tokens, ntok, (size_t)a->block_size, kvp_hash_seed(a->lora),
+                                    hashes, cap)
+                : 0;
+    for (size_t i = 0; i < nh; i++) {
+      snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)hashes[i]);
+      json_array_append_new(arr, json_string(hex));
+    }
+  }
+  for (int i = 0; i < a->nrest; i++) {
+    uint64_t h;
+    if (kvp_hash_parse(a->rest[i], &h) != 0) {
+      fprintf(stderr, "kvplane match: '%s' is not a hash (see kvplane match --help)\n", a->rest[i]);
+      rc = EXIT_USAGE;
+      goto out;
+    }
+    snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)h);
+    json_array_append_new(arr, json_string(hex));
+  }
+  if (json_array_size(arr) == 0) {
+    fputs(a->tokens ? "kvplane match: the tokens make no full block\n"
+                    : "kvplane match: give at least one hash, or --tokens\n",
+          stderr);
+    rc = EXIT_USAGE;
+    goto out;
+  }
+  char *body = json_dumps(req, JSON_COMPACT);
+  rc = request(a, KVP_API_MATCH, body, a->timeout, 0, &doc);
+  free(body);
+  if (doc) {
+    json_dumpf(doc, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+    json_decref(doc);
+  }
+out:
+  json_decref(req);
+  free(tokens);
+  free(hashes);
+  return rc;
+}
+
+static int cmd_stats(const args_t *a) {
+  json_t *doc;
+  int rc = request(a, KVP_API_STATS, "{}", a->timeout, 0, &doc);
+  if (doc) {
+    json_dumpf(doc, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+    json_decref(doc);
+  }
+  return rc;
+}
+
+static int cmd_db(const args_t *a) {
+  char path[600], err[512];
+  sqlite3 *db = NULL;
+  kvp__cli_out_t o = {.f = stdout, .json = a->json, .now_ms = kvp__unix_ms()};
+  int rc;
+
+  if (strcmp(a->cmd, "blocks") == 0 && a->hot == a->cold) {
+    fprintf(stderr, "kvplane blocks: give --hot or --cold\n");
+    return EXIT_USAGE;
+  }
+  if (a->nrest > 0) {
+    fprintf(stderr, "kvplane %s: unexpected argument '%s'\n", a->cmd, a->rest[0]);
+    return EXIT_USAGE;
+  }
+  if ((rc = db_path(a, path, sizeof path)) != 0)
+    return rc;
+  if (kvp__cli_db_open(path, &db, err, sizeof err) != 0) {
+    fprintf(stderr, "kvplane %s: %s\n", a->cmd, err);
+    return EXIT_NODB;
+  }
+  if (strcmp(a->cmd, "status") == 0) {
+    json_t *stats = NULL;
+    /* The live figures are optional: a short wait, no complaint. */
+    request(a, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &stats);
+    rc = kvp__cli_status(db, stats, &o, err, sizeof err);
+    json_decref(stats);
+  } else if (strcmp(a->cmd, "workers") == 0) {
+    rc = kvp__cli_workers(db, &o, err, sizeof err);
+  } else if (strcmp(a->cmd, "blocks") == 0) {
+    rc = kvp__cli_blocks(db, a->hot, (int)a->count, &o, err, sizeof err);
+  } else {
+    rc = kvp__cli_migrations(db, a->failed, (int)a->count, &o, err, sizeof err);
+  }
+  sqlite3_close(db);
+  if (rc != 0) {
+    fprintf(stderr, "kvplane %s: %s: %s\n", a->cmd, path, err);
+    return EXIT_NODB;
+  }
+  return EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+  args_t a;
+  int rc = parse_args(argc, argv, &a);
+
+  if (rc != 0) {
+    usage(stderr);
+    return rc;
+  }
+  if (a.cmd == NULL) {
+    usage(a.help ? stdout : stderr);
+    return a.help ? EXIT_OK : EXIT_USAGE;
+  }
+  const struct cmd_help_s *c = find_cmd(a.cmd);
+  if (c == NULL) {
+    fprintf(stderr, "kvplane: unknown command '%s'\n", a.cmd);
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  if (a.help) {
+    printf("usage: %s\n\n%s\nkvplane --help lists the options and exit statuses.\n", c->synopsis,
+           c->text);
+    return EXIT_OK;
+  }
+  if (strcmp(a.cmd, "match") == 0)
+    rc = cmd_match(&a);
+  else if (strcmp(a.cmd, "stats") == 0)
+    rc = cmd_stats(&a);
+  else
+    rc = cmd_db(&a);
   nats_Close();
   return rc;
 }

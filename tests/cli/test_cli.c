@@ -1,0 +1,206 @@
+/* The kvplane CLI as a user runs it (the built binary): the database views
+ * with and without a running advisor, JSON output, match by tokens, and
+ * the documented exit statuses. The blocks come from simulated workers
+ * (src/sim) replaying the start of the bundled trace through a real
+ * nats-server into the in-process advisor. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../advisor/advfix.h"
+#include "harness.h"
+#include "kvplane/hash.h"
+#include "kvplane/publisher.h"
+#include "sim/sim.h"
+#include "sim/trace.h"
+
+typedef struct cli_s {
+  advfix_t f;
+  char prog[512], out[400];
+  char *text; /* the last run's standard output */
+} cli_t;
+
+static int cli_run(cli_t *c, char *const *args) {
+  char *argv[32] = {c->prog};
+  int n = 1;
+  for (; args[n - 1] && n < 31; n++)
+    argv[n] = args[n - 1];
+  argv[n] = NULL;
+  int rc = kvp_test_spawn_wait(argv, NULL, c->out);
+  free(c->text);
+  c->text = calloc(1, 1 << 16);
+  FILE *f = fopen(c->out, "r");
+  if (f) {
+    size_t got = fread(c->text, 1, (1 << 16) - 1, f);
+    (void)got;
+    fclose(f);
+  }
+  return rc;
+}
+
+/* Replays 300 requests through 2 workers and waits until the database holds
+ * them (the advisor's stats say nothing is pending). */
+static int setup(void **state) {
+  cli_t *c = calloc(1, sizeof *c);
+  kvp__sim_opts_t o;
+  kvp__sim_t *sim;
+  char trace[512], err[512];
+
+  *state = c;
+  if (advfix_setup(&c->f, 0) != 0 || advfix_start(&c->f) != 0)
+    return -1;
+  snprintf(c->prog, sizeof c->prog, "%s/tools/kvplane", getenv("KVP_TEST_BINDIR"));
+  snprintf(c->out, sizeof c->out, "%s/cli.out", c->f.dir);
+  snprintf(trace, sizeof trace, "%s/../data/conversation_trace.jsonl.gz", kvp_test_srcdir());
+  kvp__sim_opts_init(&o);
+  o.trace = trace;
+  o.servers = c->f.natsd.url;
+  o.ns = c->f.cfg.ns;
+  o.workers = 2;
+  o.limit = 300;
+  if (kvp__sim_create(&o, &sim, err, sizeof err) != 0 || kvp__sim_run(sim) != 0)
+    return -1;
+  kvp__sim_destroy(sim);
+  for (int i = 0; i < 500; i++) {
+    if (advfix_stat(&c->f, "freshness.pending_ms") == 0 && advfix_stat(&c->f, "store.dirty") == 0 &&
+        advfix_stat(&c->f, "ingest.batches") > 0)
+      return 0;
+    usleep(10000);
+  }
+  return -1;
+}
+
+static int teardown(void **state) {
+  cli_t *c = *state;
+  advfix_teardown(&c->f);
+  free(c->text);
+  free(c);
+  return 0;
+}
+
+static void views_read_the_database(void **state) {
+  cli_t *c = *state;
+  char *db = c->f.db, *url = c->f.natsd.url;
+
+  /* The advisor answers: status shows the live figures too. */
+  assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, "-n", "t", NULL}), 0);
+  assert_non_null(strstr(c->text, "G1"));
+  assert_non_null(strstr(c->text, "advisor: core mode"));
+  assert_non_null(strstr(c->text, "lag:"));
+  assert_int_equal(cli_run(c, (char *[]){"workers", "--db", db, NULL}), 0);
+  assert_non_null(strstr(c->text, "sim-0"));
+  assert_non_null(strstr(c->text, "sim-1"));
+  assert_non_null(strstr(c->text, " up "));
+  assert_int_equal(cli_run(c, (char *[]){"blocks", "--hot", "-N", "3", "--db", db, NULL}), 0);
+  /* A header and three rows. */
+  int lines = 0;
+  for (const char *p = c->text; *p; p++)
+    lines += *p == '\n';
+  assert_int_equal(lines, 4);
+  assert_int_equal(
+      cli_run(c, (char *[]){"blocks", "--cold", "--json", "-N", "5", "--db", db, NULL}), 0);
+  json_t *j = json_loads(c->text, 0, NULL);
+  assert_non_null(j);
+  assert_int_equal(json_array_size(j), 5);
+  assert_int_equal(strlen(json_string_value(json_object_get(json_array_get(j, 0), "hash"))), 16);
+  assert_true(json_is_integer(json_object_get(json_array_get(j, 0), "bytes")));
+  json_decref(j);
+  assert_int_equal(cli_run(c, (char *[]){"migrations", "--failed", "--db", db, NULL}), 0);
+  assert_non_null(strstr(c->text, "(none)"));
+  assert_int_equal(
+      cli_run(c, (char *[]){"status", "--json", "--db", db, "-s", url, "-n", "t", NULL}), 0);
+  j = json_loads(c->text, 0, NULL);
+  assert_non_null(j);
+  assert_true(json_array_size(json_object_get(j, "tiers")) >= 2);
+  assert_true(json_is_object(json_object_get(j, "advisor")));
+  json_decref(j);
+
+  /* Without an advisor: status still prints the database, exit 0. */
+  assert_int_equal(advfix_stop(&c->f), 0);
+  assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, "-n", "t", NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: no answer"));
+  assert_non_null(strstr(c->text, "G2"));
+}
+
+static void match_by_tokens(void **state) {
+  cli_t *c = *state;
+  char path[400];
+  uint32_t tokens[2 * 512];
+  kvp_trace_t *t;
+  kvp_trace_req_t r;
+  char err[256], trace[512];
+
+  /* The first two blocks of the trace's first request, as token ids. */
+  snprintf(trace, sizeof trace, "%s/../data/conversation_trace.jsonl.gz", kvp_test_srcdir());
+  assert_int_equal(kvp_trace_open(&t, trace, err, sizeof err), 0);
+  assert_int_equal(kvp_trace_next(t, &r, err, sizeof err), 1);
+  assert_true(r.nhash_ids >= 2);
+  kvp_trace_block_tokens(r.hash_ids[0], tokens, 512);
+  kvp_trace_block_tokens(r.hash_ids[1], tokens + 512, 512);
+  kvp_trace_close(t);
+  snprintf(path, sizeof path, "%s/tokens.txt", c->f.dir);
+  FILE *f = fopen(path, "w");
+  for (int i = 0; i < 1024; i++)
+    fprintf(f, "%u%s", tokens[i], i % 16 == 15 ? "\n" : ", ");
+  fprintf(f, "7 8 9\n"); /* a partial block: not sent */
+  fclose(f);
+  assert_int_equal(cli_run(c, (char *[]){"match", "-s", c->f.natsd.url, "-n", "t", "--tokens", path,
+                                         "--block-size", "512", NULL}),
+                   0);
+  json_t *j = json_loads(c->text, 0, NULL);
+  assert_non_null(j);
+  json_t *m = json_object_get(j, "matches");
+  /* The trace's first block is its shared system prompt: cached. */
+  assert_true(json_array_size(m) >= 1);
+  assert_true(json_integer_value(json_object_get(json_array_get(m, 0), "length")) >= 1);
+  /* The same answer as for the hashes the library computes for these tokens. */
+  uint64_t h[2];
+  char hex[2][24];
+  assert_int_equal(kvp_hash_sequence(tokens, 1024, 512, kvp_hash_seed(NULL), h, 2), 2);
+  snprintf(hex[0], sizeof hex[0], "%016llx", (unsigned long long)h[0]);
+  snprintf(hex[1], sizeof hex[1], "%016llx", (unsigned long long)h[1]);
+  assert_int_equal(
+      cli_run(c, (char *[]){"match", "-s", c->f.natsd.url, "-n", "t", hex[0], hex[1], NULL}), 0);
+  json_t *j2 = json_loads(c->text, 0, NULL);
+  assert_true(json_equal(j, j2));
+  json_decref(j2);
+  json_decref(j);
+  /* Bad token files are usage errors. */
+  f = fopen(path, "w");
+  fputs("1 2 x\n", f);
+  fclose(f);
+  assert_int_equal(
+      cli_run(c, (char *[]){"match", "-n", "t", "--tokens", path, "--block-size", "2", NULL}), 1);
+}
+
+static void exit_statuses(void **state) {
+  cli_t *c = *state;
+  char missing[400];
+  snprintf(missing, sizeof missing, "%s/none.db", c->f.dir);
+
+  assert_int_equal(cli_run(c, (char *[]){"--help", NULL}), 0);
+  assert_non_null(strstr(c->text, "exit status"));
+  assert_int_equal(cli_run(c, (char *[]){"blocks", "--help", NULL}), 0);
+  assert_non_null(strstr(c->text, "usage: kvplane blocks"));
+  assert_int_equal(cli_run(c, (char *[]){NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"frobnicate", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"blocks", "--db", c->f.db, NULL}), 1); /* --hot|--cold */
+  assert_int_equal(cli_run(c, (char *[]){"blocks", "--hot", "-N", "x", "--db", c->f.db, NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"workers", "--db", missing, NULL}), 4);
+  assert_int_equal(cli_run(c, (char *[]){"workers", "--db", "/etc/hostname", NULL}), 4);
+  assert_int_equal(cli_run(c, (char *[]){"match", "zz", NULL}), 1);
+  /* Nobody listens on a port just freed: unreachable. */
+  char url[64];
+  snprintf(url, sizeof url, "nats://127.0.0.1:%d", kvp_test_free_port());
+  assert_int_equal(cli_run(c, (char *[]){"stats", "-s", url, "-w", "300", NULL}), 2);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(views_read_the_database, setup, teardown),
+    cmocka_unit_test_setup_teardown(match_by_tokens, setup, teardown),
+    cmocka_unit_test_setup_teardown(exit_statuses, setup, teardown),
+};
+
+KVP_TEST_MAIN("cli", tests)
