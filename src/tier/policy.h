@@ -1,0 +1,121 @@
+/* Tiering policy: which blocks move between G3 and G4 volumes, and in what
+ * order (DESIGN.md, "Advisor", tiering). The advisor builds a snapshot of
+ * the candidates (every block location in a G3 or G4 volume, with what its
+ * index keeps: last access, decayed hit frequency, parent) and of the
+ * volumes' fill; a plan call returns the moves; the migration engine
+ * carries them out and journals them.
+ *
+ * The rules, each a parameter with a default (kvp__tier_params_init):
+ *   - demotion: a G3 volume above the high watermark has its coldest blocks
+ *     moved to a G4 volume until it would be below the low watermark. A
+ *     block leaves only after its children in the same volume (prefixes
+ *     stay whole: a hole in the middle of a prefix wastes the blocks after
+ *     it);
+ *   - promotion: a G4 block whose decayed hit frequency reaches promote_freq
+ *     comes back to G3 when there is room below the high watermark, or when
+ *     a G3 block colder than keep_freq can be demoted for it. Between
+ *     keep_freq and promote_freq nothing moves (the hysteresis band), and no
+ *     block leaves a volume within min_residence_ms of arriving: no
+ *     ping-pong;
+ *   - eviction of last resort: a G4 volume above its own high watermark (of
+ *     its quota) has its coldest blocks deleted down to its low watermark;
+ *   - prefetch (kvp__tier_prefetch): when a prefix's block is hit in G4,
+ *     its descendants in G4 come to G3 ahead of the request, bounded in
+ *     depth and bytes.
+ * Which block is colder is the policy's only choice (kvp__tier_policy_t): a
+ * new policy (ARC, S3-FIFO) is a new file with one comparison, not an edit of
+ * the rules.
+ *
+ * Moves come out in priority order: prefetch, then demotion (space), then
+ * promotion, then eviction.
+ *
+ * Pure logic: no I/O and no clock (now is an argument). Threads: any; a call
+ * uses only its arguments. */
+#ifndef KVP_TIER_POLICY_H
+#define KVP_TIER_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvp__tier_params_s {
+  double high_watermark;     /* G3 fill that starts demotion (0.90) */
+  double low_watermark;      /* ... and where it stops (0.80) */
+  double promote_freq;       /* G4 -> G3 at or above this decayed hit frequency (4.0) */
+  double keep_freq;          /* a G3 block at or above this is not demoted for a promotion (2.0) */
+  uint64_t min_residence_ms; /* no move out of a volume sooner after arriving (60 s) */
+  double g4_high_watermark;  /* G4 fill of its quota that starts eviction (1.0) */
+  double g4_low_watermark;   /* ... and where it stops (0.95) */
+  uint32_t prefetch_depth;   /* descendants followed from a G4 hit (8) */
+  uint64_t prefetch_bytes;   /* bytes promoted per G4 hit at most (64 MiB) */
+} kvp__tier_params_t;
+
+void kvp__tier_params_init(kvp__tier_params_t *p);
+
+/* Returns 0, or KVP_ECONFIG with err naming the parameter (watermarks in
+ * (0, 1] with low < high, keep_freq <= promote_freq, ...). */
+int kvp__tier_params_check(const kvp__tier_params_t *p, char *err, size_t errlen);
+
+typedef struct kvp__tier_vol_s {
+  int tier;                  /* 3 or 4 */
+  uint64_t capacity;         /* bytes (a G4 volume's quota); 0: unbounded, never full */
+  uint64_t used;             /* bytes, including moves already queued into it */
+  uint64_t backoff_until_ms; /* after a failed move into it (ENOSPC): no moves in before */
+} kvp__tier_vol_t;
+
+typedef struct kvp__tier_cand_s {
+  uint64_t hash, parent;
+  uint8_t has_parent;
+  uint8_t busy; /* a move of it is queued or running: not planned again */
+  uint32_t vol; /* index into the volumes */
+  uint64_t bytes;
+  uint64_t last_access_ms;
+  double freq;       /* decayed hit frequency, at the plan's now */
+  uint64_t since_ms; /* when it arrived in its volume */
+} kvp__tier_cand_t;
+
+typedef enum kvp__tier_kind_e {
+  KVP__TIER_PREFETCH, /* G4 -> G3 ahead of a request */
+  KVP__TIER_DEMOTE,   /* G3 -> G4 for space */
+  KVP__TIER_PROMOTE,  /* G4 -> G3, hot */
+  KVP__TIER_EVICT,    /* deleted from G4, last resort */
+} kvp__tier_kind_t;
+
+const char *kvp__tier_kind_name(int kind);
+
+#define KVP__TIER_NOWHERE UINT32_MAX /* the destination of an eviction */
+
+typedef struct kvp__tier_move_s {
+  uint64_t hash;
+  uint64_t bytes;
+  uint32_t from, to; /* volume indexes; to is KVP__TIER_NOWHERE for an eviction */
+  uint8_t kind;      /* kvp__tier_kind_t */
+} kvp__tier_move_t;
+
+typedef struct kvp__tier_policy_s {
+  const char *name;
+  /* 1 when a is colder than b at now (leaves first), else 0. */
+  int (*colder)(const kvp__tier_cand_t *a, const kvp__tier_cand_t *b, uint64_t now_ms);
+} kvp__tier_policy_t;
+
+/* Least recently used first, the decayed hit frequency breaking ties within
+ * a second (policy_lru.c). */
+extern const kvp__tier_policy_t kvp__tier_policy_lru;
+
+/* Plans demotions, promotions and evictions. The volumes' used bytes are
+ * updated as if the moves were done (so a caller may plan again with the
+ * same arrays only after it rebuilt them). *moves is malloc'd (free it),
+ * in priority order. Returns 0 or KVP_ENOMEM. */
+int kvp__tier_plan(const kvp__tier_policy_t *pol, const kvp__tier_params_t *prm,
+                   kvp__tier_vol_t *vols, size_t nvols, const kvp__tier_cand_t *cands,
+                   size_t ncands, uint64_t now_ms, kvp__tier_move_t **moves, size_t *nmoves);
+
+/* Plans the prefetch of hit's descendants that are in G4 (breadth first,
+ * at most prefetch_depth generations and prefetch_bytes), into the G3
+ * volume with the most room below its high watermark. Blocks already in a
+ * G3 volume are followed but not moved. Returns 0 (no G3 room: no moves) or
+ * KVP_ENOMEM; *moves is malloc'd or NULL. */
+int kvp__tier_prefetch(const kvp__tier_params_t *prm, kvp__tier_vol_t *vols, size_t nvols,
+                       const kvp__tier_cand_t *cands, size_t ncands, uint64_t hit, uint64_t now_ms,
+                       kvp__tier_move_t **moves, size_t *nmoves);
+
+#endif
