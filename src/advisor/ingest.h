@@ -77,6 +77,8 @@ typedef struct kvp__adv_worker_state_s {
   uint64_t last_seen_ms;
   int known; /* last_event_id is meaningful */
   int down;
+  uint64_t down_at_ms;        /* when it was last marked down; 0: never */
+  uint64_t locations_dropped; /* G1/G2 locations dropped then */
 } kvp__adv_worker_state_t;
 
 /* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or

@@ -304,14 +304,15 @@ int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, c
 }
 
 int kvp__cli_workers(sqlite3 *db, const kvp__cli_out_t *o, char *err, size_t errlen) {
-  static const col_t cols[] = {{"worker", F_TEXT},   {"dp_rank", F_INT},       {"status", F_TEXT},
-                               {"epoch", F_INT},     {"last_event_id", F_INT}, {"last_seen", F_AGE},
-                               {"g1_blocks", F_INT}, {"g2_blocks", F_INT},     {"g3_blocks", F_INT},
-                               {"g4_blocks", F_INT}};
+  static const col_t cols[] = {
+      {"worker", F_TEXT},       {"dp_rank", F_INT},   {"status", F_TEXT},   {"epoch", F_INT},
+      {"last_event_id", F_INT}, {"last_seen", F_AGE}, {"down_at", F_AGE},   {"dropped", F_INT},
+      {"g1_blocks", F_INT},     {"g2_blocks", F_INT}, {"g3_blocks", F_INT}, {"g4_blocks", F_INT}};
   return run_one(db,
-                 "SELECT worker, dp_rank, status, epoch, last_event_id, last_seen, g1_blocks,"
-                 " g2_blocks, g3_blocks, g4_blocks FROM worker_status ORDER BY worker, dp_rank",
-                 -1, cols, 10, o, err, errlen);
+                 "SELECT worker, dp_rank, status, epoch, last_event_id, last_seen, down_at,"
+                 " locations_dropped, g1_blocks, g2_blocks, g3_blocks, g4_blocks"
+                 " FROM worker_status ORDER BY worker, dp_rank",
+                 -1, cols, 12, o, err, errlen);
 }
 
 int kvp__cli_blocks(sqlite3 *db, int hot, int n, const kvp__cli_out_t *o, char *err,

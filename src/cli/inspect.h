@@ -29,7 +29,8 @@ typedef struct kvp__cli_out_s {
 int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, char *err,
                     size_t errlen);
 
-/* Every worker and dp rank: status, epoch, last event id, last seen, blocks
+/* Every worker and dp rank: status, epoch, last event id, last seen, when
+ * it last went down and how many G1/G2 locations were dropped then, blocks
  * per tier. */
 int kvp__cli_workers(sqlite3 *db, const kvp__cli_out_t *o, char *err, size_t errlen);
 

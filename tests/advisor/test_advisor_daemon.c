@@ -2,10 +2,12 @@
  * SQLite files: replays, gaps and resyncs, restarts, malformed input, the
  * query API and the kvplane CLI, sqlite3 readers while it writes. */
 #include <jansson.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "advfix.h"
@@ -104,6 +106,49 @@ static void restarted_worker_loses_stale_locations(void **state) {
   assert_int_equal(advfix_stop(f), 0);
   tw_destroy(w[0]);
   tw_destroy(w[1]);
+}
+
+/* A worker that stops is marked down after the heartbeat timeout and its
+ * G1/G2 locations are dropped; the workers table says when and how many
+ * (issue 13: the database looked empty a minute after a replay, with
+ * nothing saying why). */
+static void stopped_worker_row_says_when_and_what_was_dropped(void **state) {
+  advfix_t *f = *state;
+  tw_t *w[1] = {tw_create("t", "w0", 0, 1, 41)};
+  sqlite3 *db = NULL;
+  sqlite3_stmt *st = NULL;
+  f->cfg.heartbeat_timeout_ms = 1000;
+  assert_int_equal(advfix_start(f), 0);
+  advfix_publish_batches(f, w[0], 20, 8);
+  assert_equal_soon(f, w, 1);
+  size_t held = tw_hashes(w[0], 1, NULL, 0) + tw_hashes(w[0], 2, NULL, 0);
+  uint64_t before = (uint64_t)time(NULL) * 1000;
+  int64_t down_at = 0, dropped = -1;
+  const char *status = "";
+  assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_prepare_v2(db,
+                                      "SELECT status, down_at, locations_dropped, g1_blocks"
+                                      " FROM worker_status WHERE worker = 'w0'",
+                                      -1, &st, NULL),
+                   SQLITE_OK);
+  for (int i = 0; i < 100 && strcmp(status, "down") != 0; i++) {
+    usleep(100000);
+    sqlite3_reset(st);
+    if (sqlite3_step(st) != SQLITE_ROW)
+      continue;
+    status = (const char *)sqlite3_column_text(st, 0);
+    down_at = sqlite3_column_int64(st, 1);
+    dropped = sqlite3_column_int64(st, 2);
+  }
+  assert_string_equal(status, "down");
+  assert_true(down_at >= (int64_t)before - 5000 && down_at <= (int64_t)before + 15000);
+  assert_int_equal(dropped, (int64_t)held); /* its G1 and G2 locations; G3/G4 outlive it */
+  assert_int_equal(sqlite3_column_int64(st, 3), 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  assert_int_equal(advfix_stat(f, "ingest.downs"), 1);
+  assert_int_equal(advfix_stop(f), 0);
+  tw_destroy(w[0]);
 }
 
 static void malformed_and_oversized_are_skipped(void **state) {
@@ -324,6 +369,8 @@ static const struct CMUnitTest tests[] = {
                                     advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(restarted_worker_loses_stale_locations, advfix_cm_setup_core,
                                     advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(stopped_worker_row_says_when_and_what_was_dropped,
+                                    advfix_cm_setup_core, advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(malformed_and_oversized_are_skipped, advfix_cm_setup_js,
                                     advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(match_and_stats_answer, advfix_cm_setup_core,

@@ -155,6 +155,27 @@ static void old_schema_is_upgraded(void **state) {
   assert_int_equal(q1(f->path, "SELECT count(*) FROM pragma_table_info('blocks')"
                                " WHERE name = 'hits'"),
                    1);
+  /* Version 2 with a worker row: step 3 keeps the row and adds down_at and
+   * locations_dropped, to the table and the view. */
+  char p2[sizeof f->path + 8];
+  sqlite3 *db = NULL;
+  snprintf(p2, sizeof p2, "%s.v2", f->path);
+  assert_int_equal(kvp__adv_store_create_version(p2, 2), 0);
+  assert_int_equal(sqlite3_open(p2, &db), SQLITE_OK);
+  assert_int_equal(
+      sqlite3_exec(db, "INSERT INTO workers VALUES('w', 0, 1, 7, 1000, 'up')", 0, 0, 0), SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(kvp__adv_store_open(&st, p2, err, sizeof err), 0);
+  kvp__adv_store_close(st);
+  assert_int_equal(q1(p2, "SELECT last_event_id FROM worker_status WHERE worker = 'w'"), 7);
+  assert_int_equal(q1(p2, "SELECT locations_dropped FROM worker_status WHERE worker = 'w'"), 0);
+  assert_int_equal(q1(p2, "SELECT down_at IS NULL FROM workers WHERE worker = 'w'"), 1);
+  char x[sizeof p2 + 8];
+  snprintf(x, sizeof x, "%s-wal", p2);
+  unlink(x);
+  snprintf(x, sizeof x, "%s-shm", p2);
+  unlink(x);
+  unlink(p2);
 }
 
 static void newer_schema_is_refused(void **state) {
@@ -204,8 +225,8 @@ static void old_url_key_sets_servers(void **state) {
   kvp_advisor_config_defaults(&c);
   assert_int_equal(kvp_advisor_config_set(&c, "nats.url=nats://10.0.0.1:4222", err, sizeof err), 0);
   assert_string_equal(c.nats.servers, "nats://10.0.0.1:4222");
-  assert_int_equal(kvp_advisor_config_set(&c, "nats.servers=nats://a:1,nats://b:2", err, sizeof err),
-                   0);
+  assert_int_equal(
+      kvp_advisor_config_set(&c, "nats.servers=nats://a:1,nats://b:2", err, sizeof err), 0);
   assert_string_equal(c.nats.servers, "nats://a:1,nats://b:2");
   assert_int_equal(kvp_advisor_config_check(&c, err, sizeof err), 0);
   /* The old name is never printed: the printed file uses servers. */

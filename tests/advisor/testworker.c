@@ -366,8 +366,9 @@ int tw_has(const tw_t *w, int tier, uint64_t hash) {
 
 size_t tw_hashes(const tw_t *w, int tier, uint64_t *out, size_t cap) {
   size_t n = w->tier[tier].n < cap ? w->tier[tier].n : cap;
-  memcpy(out, w->tier[tier].dense, n * sizeof *out);
-  return n;
+  if (n)
+    memcpy(out, w->tier[tier].dense, n * sizeof *out);
+  return w->tier[tier].n;
 }
 
 int tw_check_db(const tw_t *w, sqlite3 *db, char *why, size_t whylen) {

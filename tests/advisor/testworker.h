@@ -49,7 +49,8 @@ int tw_check_db(const tw_t *w, sqlite3 *db, char *why, size_t whylen);
 /* True when block hash is in the model's tier. */
 int tw_has(const tw_t *w, int tier, uint64_t hash);
 
-/* Up to cap hashes of the model's tier, in insertion-ish order. */
+/* Writes up to cap hashes of the model's tier, in insertion-ish order, and
+ * returns how many the tier holds. */
 size_t tw_hashes(const tw_t *w, int tier, uint64_t *out, size_t cap);
 
 const char *tw_name(const tw_t *w);
