@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
@@ -12,7 +13,10 @@
 
 #include "kvplane/status.h"
 
-static int g_level = KVP_LOG_INFO;
+/* The level is read on every log call from any thread: an atomic, so a
+ * second daemon in the same process (tests) may set it while the first logs.
+ * The rest is read and written under g_mu. */
+static _Atomic int g_level = KVP_LOG_INFO;
 static int g_syslog;
 static int g_fd = STDERR_FILENO;
 static char g_tag[32] = "kvplane";
@@ -29,9 +33,11 @@ int kvp__log_level_parse(const char *s) {
 }
 
 void kvp__log_setup(int level, const char *tag) {
-  g_level = level;
+  atomic_store_explicit(&g_level, level, memory_order_relaxed);
+  pthread_mutex_lock(&g_mu);
   if (tag)
     snprintf(g_tag, sizeof g_tag, "%s", tag);
+  pthread_mutex_unlock(&g_mu);
 }
 
 void kvp__log_use_syslog(int on) {
@@ -75,7 +81,7 @@ int kvp__log_reopen(void) {
 }
 
 int kvp__log_enabled(int level) {
-  return level <= g_level;
+  return level <= atomic_load_explicit(&g_level, memory_order_relaxed);
 }
 
 void kvp__vlog(int level, const char *fmt, va_list ap) {
@@ -90,7 +96,12 @@ void kvp__vlog(int level, const char *fmt, va_list ap) {
     level = 0;
   if (level > KVP_LOG_DEBUG)
     level = KVP_LOG_DEBUG;
-  if (g_syslog) {
+  char tag[sizeof g_tag];
+  pthread_mutex_lock(&g_mu);
+  int use_syslog = g_syslog;
+  memcpy(tag, g_tag, sizeof tag);
+  pthread_mutex_unlock(&g_mu);
+  if (use_syslog) {
     static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
     vsnprintf(line, sizeof line, fmt, ap);
     syslog(prio[level], "%s", line);
@@ -100,7 +111,7 @@ void kvp__vlog(int level, const char *fmt, va_list ap) {
   gmtime_r(&ts.tv_sec, &tm);
   n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ", tm.tm_year + 1900,
                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
-               level_names[level], g_tag);
+               level_names[level], tag);
   m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
   if (m < 0)
     m = 0;

@@ -6,6 +6,7 @@
  * a real nats-server. */
 #include <jansson.h>
 #include <nats/nats.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,14 +185,14 @@ static void database_refuses_another_namespace(void **state) {
 
 /* --- the shipped permissions example ---------------------------------------- */
 
-static int perm_errors;
+static atomic_int perm_errors; /* counted on a nats.c thread */
 
 static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus s, void *c) {
   (void)nc;
   (void)sub;
   (void)c;
   if (s == NATS_NOT_PERMITTED)
-    perm_errors++;
+    atomic_fetch_add(&perm_errors, 1);
 }
 
 static natsConnection *connect_as(const char *url, const char *user, const char *pass) {
@@ -257,9 +258,9 @@ static void permissions_example_confines_each_worker(void **state) {
   assert_int_equal(tw_batch(impostor, 10, &buf, &len), 0);
   natsConnection_Publish(w0, "kvplane.ev.prod.w1", buf, (int)len);
   natsConnection_Flush(w0);
-  for (int i = 0; i < 100 && perm_errors == 0; i++)
+  for (int i = 0; i < 100 && atomic_load(&perm_errors) == 0; i++)
     nats_Sleep(20);
-  assert_true(perm_errors > 0);
+  assert_true(atomic_load(&perm_errors) > 0);
   /* w1 may publish on its subject, but a batch there that claims w0 is
    * rejected by the advisor. */
   natsConnection *w1 = connect_as(f.natsd.url, "w1", "change-me-w1");
