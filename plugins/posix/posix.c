@@ -1,0 +1,505 @@
+/* kvplane volume plugin "posix": blocks as files in a directory tree on any
+ * mounted filesystem (local NVMe for G3; NFS or a parallel filesystem for
+ * G4). Parameters (docs/volumes.md):
+ *
+ *   path      the root directory (required; created if its parent exists)
+ *   capacity  bytes the volume may hold (suffixes K/M/G/T or KiB..TiB; 0 or
+ *             absent: only the filesystem's free space bounds it)
+ *   fsync     on (default) | off: off skips the file and directory fsyncs,
+ *             for tests and scratch volumes only
+ *
+ * Layout: <path>/<ns>/<hh>/<hash as 16 hex digits>, hh the hash's top byte,
+ * so no directory holds more than 1/256 of a namespace. A put writes
+ * <final>.tmp.<pid>.<n>, fsyncs it, renames it over the final name and
+ * fsyncs the directory: a reader sees the old object or the new one, and a
+ * crash leaves at most a temporary file, which open removes. Usage (bytes
+ * and objects) is rebuilt by a scan at open and kept under a mutex; the
+ * capacity is checked before writing, and a full filesystem (ENOSPC, EDQUOT)
+ * is KVP_ENOSPC with the old object untouched. Thread-safe per volume. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "kvplane/status.h"
+#include "kvplane/volume.h"
+
+typedef struct posix_s {
+  char root[3072];
+  uint64_t capacity;
+  int fsync;
+  pthread_mutex_t mu;
+  uint64_t used, blocks;
+  uint64_t reserved; /* bytes of puts in flight, counted against capacity */
+  atomic_uint_fast64_t seq;
+} posix_t;
+
+static int fail(int rc, char *err, size_t errlen, const char *fmt, const char *a, int e) {
+  snprintf(err, errlen, fmt, a, strerror(e));
+  return rc;
+}
+
+static int errno_code(int e) {
+  switch (e) {
+  case ENOENT:
+    return KVP_ENOENT;
+  case ENOSPC:
+  case EDQUOT:
+    return KVP_ENOSPC;
+  case EACCES:
+  case EPERM:
+    return KVP_EAUTH;
+  case ENOMEM:
+    return KVP_ENOMEM;
+  default:
+    return KVP_EIO;
+  }
+}
+
+static int parse_size(const char *s, uint64_t *out) {
+  static const struct {
+    const char *sfx;
+    uint64_t mul;
+  } u[] = {{"", 1},           {"B", 1},
+           {"K", 1ull << 10}, {"KiB", 1ull << 10},
+           {"M", 1ull << 20}, {"MiB", 1ull << 20},
+           {"G", 1ull << 30}, {"GiB", 1ull << 30},
+           {"T", 1ull << 40}, {"TiB", 1ull << 40}};
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s || errno != 0 || *s == '-')
+    return -1;
+  for (size_t i = 0; i < sizeof u / sizeof u[0]; i++)
+    if (strcmp(end, u[i].sfx) == 0) {
+      if (v > UINT64_MAX / u[i].mul)
+        return -1;
+      *out = v * u[i].mul;
+      return 0;
+    }
+  return -1;
+}
+
+/* A namespace is a path component: [A-Za-z0-9_-], 1..64. */
+static int ns_ok(const char *ns) {
+  size_t n = 0;
+  if (ns == NULL)
+    return 0;
+  for (; ns[n]; n++)
+    if (!((ns[n] >= 'a' && ns[n] <= 'z') || (ns[n] >= 'A' && ns[n] <= 'Z') ||
+          (ns[n] >= '0' && ns[n] <= '9') || ns[n] == '_' || ns[n] == '-') ||
+        n >= 64)
+      return 0;
+  return n > 0;
+}
+
+static void paths(const posix_t *p, const char *ns, uint64_t hash, char *dir, size_t dlen,
+                  char *file, size_t flen) {
+  snprintf(dir, dlen, "%s/%s/%02x", p->root, ns, (unsigned)(hash >> 56));
+  snprintf(file, flen, "%s/%016" PRIx64, dir, hash);
+}
+
+static int sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+static int mkdir_p(const char *root, const char *ns, const char *dir) {
+  char nsdir[3200];
+  if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+    return 0;
+  snprintf(nsdir, sizeof nsdir, "%s/%s", root, ns);
+  if (mkdir(nsdir, 0700) != 0 && errno != EEXIST)
+    return -1;
+  return mkdir(dir, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* --- the scan at open: usage, and temporary files removed ----------------- */
+
+typedef int (*visit_fn)(void *ctx, const char *ns, uint64_t hash, uint64_t bytes);
+
+static int is_hex16(const char *s, uint64_t *out) {
+  char *end;
+  if (strlen(s) != 16)
+    return 0;
+  for (int i = 0; i < 16; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+      return 0;
+  *out = strtoull(s, &end, 16);
+  return 1;
+}
+
+/* Walks <root>/<ns>/<hh>/: calls fn for each object, removes temporary
+ * files when clean is set. */
+static int walk(posix_t *p, int clean, visit_fn fn, void *ctx, char *err, size_t errlen) {
+  DIR *r = opendir(p->root), *n = NULL, *h = NULL;
+  struct dirent *de, *de2, *de3;
+  char path[4096];
+  int rc = 0;
+
+  if (r == NULL)
+    return fail(errno_code(errno), err, errlen, "%s: %s", p->root, errno);
+  while (rc == 0 && (de = readdir(r)) != NULL) {
+    if (!ns_ok(de->d_name))
+      continue;
+    snprintf(path, sizeof path, "%s/%s", p->root, de->d_name);
+    if ((n = opendir(path)) == NULL)
+      continue;
+    while (rc == 0 && (de2 = readdir(n)) != NULL) {
+      if (strlen(de2->d_name) != 2 || de2->d_name[0] == '.')
+        continue;
+      snprintf(path, sizeof path, "%s/%s/%s", p->root, de->d_name, de2->d_name);
+      if ((h = opendir(path)) == NULL)
+        continue;
+      while (rc == 0 && (de3 = readdir(h)) != NULL) {
+        char file[4352];
+        struct stat sb;
+        uint64_t hash;
+        snprintf(file, sizeof file, "%s/%s", path, de3->d_name);
+        if (clean && strstr(de3->d_name, ".tmp.") != NULL) {
+          unlink(file);
+          continue;
+        }
+        if (!is_hex16(de3->d_name, &hash) || stat(file, &sb) != 0 || !S_ISREG(sb.st_mode))
+          continue;
+        rc = fn(ctx, de->d_name, hash, (uint64_t)sb.st_size);
+      }
+      closedir(h);
+    }
+    closedir(n);
+  }
+  closedir(r);
+  return rc;
+}
+
+static int count(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
+  posix_t *p = ctx;
+  (void)ns;
+  (void)hash;
+  p->used += bytes;
+  p->blocks++;
+  return 0;
+}
+
+/* --- operations ------------------------------------------------------------- */
+
+static void px_close(void *vol);
+
+static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char *err,
+                   size_t errlen) {
+  posix_t *p = calloc(1, sizeof *p);
+  const char *root = NULL;
+  int rc;
+
+  if (p == NULL)
+    return KVP_ENOMEM;
+  pthread_mutex_init(&p->mu, NULL);
+  p->fsync = 1;
+  for (size_t i = 0; i < n; i++) {
+    const char *k = params[i].key, *v = params[i].value ? params[i].value : "";
+    if (strcmp(k, "path") == 0) {
+      root = v;
+    } else if (strcmp(k, "capacity") == 0) {
+      if (parse_size(v, &p->capacity) != 0) {
+        snprintf(err, errlen, "capacity: '%s' is not a size (bytes, or with K/M/G/T)", v);
+        rc = KVP_ECONFIG;
+        goto out;
+      }
+    } else if (strcmp(k, "fsync") == 0) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+        snprintf(err, errlen, "fsync: '%s' is not on or off", v);
+        rc = KVP_ECONFIG;
+        goto out;
+      }
+      p->fsync = strcmp(v, "on") == 0;
+    } else {
+      snprintf(err, errlen, "unknown parameter '%s' (path, capacity, fsync)", k);
+      rc = KVP_ECONFIG;
+      goto out;
+    }
+  }
+  if (root == NULL || root[0] == '\0' || strlen(root) >= sizeof p->root - 128) {
+    snprintf(err, errlen, "path: required (the volume's root directory)");
+    rc = KVP_ECONFIG;
+    goto out;
+  }
+  snprintf(p->root, sizeof p->root, "%s", root);
+  if (mkdir(p->root, 0700) != 0 && errno != EEXIST) {
+    rc = fail(errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
+    goto out;
+  }
+  if (access(p->root, W_OK | X_OK) != 0) {
+    rc = fail(errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
+    goto out;
+  }
+  if ((rc = walk(p, 1, count, p, err, errlen)) != 0)
+    goto out;
+  *vol = p;
+  return 0;
+out:
+  px_close(p);
+  return rc;
+}
+
+static void px_close(void *vol) {
+  posix_t *p = vol;
+  if (p == NULL)
+    return;
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+static size_t iov_len(const struct iovec *iov, int n) {
+  size_t t = 0;
+  for (int i = 0; i < n; i++)
+    t += iov[i].iov_len;
+  return t;
+}
+
+/* writev until everything is written or an error. */
+static int write_all(int fd, const struct iovec *iov, int n) {
+  struct iovec v[8];
+  if (n > 8)
+    return EINVAL;
+  memcpy(v, iov, (size_t)n * sizeof *v);
+  struct iovec *cur = v;
+  while (n > 0) {
+    ssize_t w = writev(fd, cur, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return errno;
+    }
+    size_t left = (size_t)w;
+    while (n > 0 && left >= cur->iov_len) {
+      left -= cur->iov_len;
+      cur++;
+      n--;
+    }
+    if (n > 0) {
+      cur->iov_base = (char *)cur->iov_base + left;
+      cur->iov_len -= left;
+    }
+  }
+  return 0;
+}
+
+static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *iov, int iovcnt,
+                  char *err, size_t errlen) {
+  posix_t *p = vol;
+  char dir[3200], file[3300], tmp[3400];
+  struct stat sb;
+  size_t len = iov_len(iov, iovcnt);
+  uint64_t old = 0;
+  int fd = -1, e, rc;
+
+  if (!ns_ok(ns)) {
+    snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
+    return KVP_EINVAL;
+  }
+  paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  if (stat(file, &sb) == 0)
+    old = (uint64_t)sb.st_size;
+  pthread_mutex_lock(&p->mu);
+  if (p->capacity && p->used + p->reserved + len > p->capacity + old) {
+    pthread_mutex_unlock(&p->mu);
+    snprintf(err, errlen,
+             "%016" PRIx64 ": %zu bytes do not fit: %" PRIu64 " of %" PRIu64 " bytes used", hash,
+             len, p->used + p->reserved, p->capacity);
+    return KVP_ENOSPC;
+  }
+  p->reserved += len;
+  pthread_mutex_unlock(&p->mu);
+
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%" PRIuFAST64, file, (long)getpid(),
+           (uint_fast64_t)atomic_fetch_add(&p->seq, 1));
+  if (mkdir_p(p->root, ns, dir) != 0) {
+    e = errno;
+    rc = fail(errno_code(e), err, errlen, "%s: %s", dir, e);
+    goto done;
+  }
+  if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+    e = errno;
+    rc = fail(errno_code(e), err, errlen, "%s: %s", tmp, e);
+    goto done;
+  }
+  if ((e = write_all(fd, iov, iovcnt)) != 0 || (p->fsync && fsync(fd) != 0 && (e = errno))) {
+    rc = fail(errno_code(e), err, errlen, "%s: write: %s", tmp, e);
+    goto done;
+  }
+  if (close(fd) != 0) {
+    fd = -1;
+    e = errno;
+    rc = fail(errno_code(e), err, errlen, "%s: close: %s", tmp, e);
+    goto done;
+  }
+  fd = -1;
+  /* Whether the rename replaces an object decides the usage change: the
+   * look and the rename are one step under the lock, or two puts of a new
+   * key would both count it. */
+  pthread_mutex_lock(&p->mu);
+  int existed = stat(file, &sb) == 0;
+  old = existed ? (uint64_t)sb.st_size : 0;
+  if (rename(tmp, file) != 0) {
+    e = errno;
+    pthread_mutex_unlock(&p->mu);
+    rc = fail(errno_code(e), err, errlen, "%s: rename: %s", file, e);
+    goto done;
+  }
+  p->used = p->used - old + len;
+  p->blocks += existed ? 0 : 1;
+  p->reserved -= len;
+  pthread_mutex_unlock(&p->mu);
+  if (p->fsync && sync_dir(dir) != 0) {
+    e = errno;
+    /* The object is in place but may not survive a power loss. */
+    return fail(errno_code(e), err, errlen, "%s: fsync of the directory: %s", dir, e);
+  }
+  return 0;
+done:
+  if (fd >= 0)
+    close(fd);
+  unlink(tmp);
+  pthread_mutex_lock(&p->mu);
+  p->reserved -= len;
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
+static int px_get(void *vol, const char *ns, uint64_t hash, const struct iovec *iov, int iovcnt,
+                  size_t *len, char *err, size_t errlen) {
+  posix_t *p = vol;
+  char dir[3200], file[3300];
+  struct stat sb;
+  int fd, e;
+
+  if (!ns_ok(ns)) {
+    snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
+    return KVP_EINVAL;
+  }
+  paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0) {
+    e = errno;
+    return fail(errno_code(e), err, errlen, "%s: %s", file, e);
+  }
+  if (fstat(fd, &sb) != 0) {
+    e = errno;
+    close(fd);
+    return fail(errno_code(e), err, errlen, "%s: %s", file, e);
+  }
+  *len = (size_t)sb.st_size;
+  if (*len > iov_len(iov, iovcnt)) {
+    close(fd);
+    snprintf(err, errlen, "%s: %zu bytes, more than the %zu-byte buffer", file, *len,
+             iov_len(iov, iovcnt));
+    return KVP_ETOOBIG;
+  }
+  /* Read exactly the file's size into the buffers, in order. */
+  size_t left = *len;
+  for (int i = 0; i < iovcnt && left > 0; i++) {
+    size_t want = iov[i].iov_len < left ? iov[i].iov_len : left, got = 0;
+    while (got < want) {
+      ssize_t r = read(fd, (char *)iov[i].iov_base + got, want - got);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0) {
+        e = r < 0 ? errno : EIO;
+        close(fd);
+        /* Shorter than its size: changed under us; the frame check catches
+         * a short object, this is an I/O error. */
+        return fail(KVP_EIO, err, errlen, "%s: read: %s", file, e);
+      }
+      got += (size_t)r;
+    }
+    left -= want;
+  }
+  close(fd);
+  return 0;
+}
+
+static int px_del(void *vol, const char *ns, uint64_t hash, char *err, size_t errlen) {
+  posix_t *p = vol;
+  char dir[3200], file[3300];
+  struct stat sb;
+  int e;
+
+  if (!ns_ok(ns)) {
+    snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
+    return KVP_EINVAL;
+  }
+  paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  /* The size, the unlink and the usage change are one step under the lock
+   * (see put). */
+  pthread_mutex_lock(&p->mu);
+  uint64_t size = stat(file, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+  if (unlink(file) != 0) {
+    e = errno;
+    pthread_mutex_unlock(&p->mu);
+    return fail(errno_code(e), err, errlen, "%s: %s", file, e);
+  }
+  p->used -= size < p->used ? size : p->used;
+  p->blocks -= p->blocks ? 1 : 0;
+  pthread_mutex_unlock(&p->mu);
+  if (p->fsync)
+    sync_dir(dir);
+  return 0;
+}
+
+static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
+  posix_t *p = vol;
+  char dir[3200], file[3300];
+  struct stat sb;
+
+  if (!ns_ok(ns))
+    return KVP_EINVAL;
+  paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  if (stat(file, &sb) != 0)
+    return errno == ENOENT ? 0 : errno_code(errno);
+  if (len)
+    *len = (size_t)sb.st_size;
+  return 1;
+}
+
+static int px_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
+  posix_t *p = vol;
+  (void)err;
+  (void)errlen;
+  pthread_mutex_lock(&p->mu);
+  *st = (kvp_volume_stat_t){p->capacity, p->used, p->blocks};
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
+static int px_iterate(void *vol, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen) {
+  return walk(vol, 0, fn, ctx, err, errlen);
+}
+
+static const kvp_volume_ops_t ops = {
+    .abi_version = KVP_VOLUME_ABI_VERSION,
+    .name = "posix",
+    .flags = 0,
+    .open = px_open,
+    .close = px_close,
+    .put = px_put,
+    .get = px_get,
+    .del = px_del,
+    .exists = px_exists,
+    .stat = px_stat,
+    .iterate = px_iterate,
+};
+
+__attribute__((visibility("default"))) const kvp_volume_ops_t *kvp_volume_plugin_v1(void) {
+  return &ops;
+}

@@ -1,0 +1,199 @@
+/* Volumes: the plugin loader and framed, verified block access
+ * (include/kvplane/volume.h). */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvplane/status.h"
+#include "kvplane/volume.h"
+
+#ifndef KVP_PLUGIN_DIR
+#define KVP_PLUGIN_DIR "/usr/local/lib/kvplane/plugins"
+#endif
+
+struct kvp_volume_s {
+  void *dl;
+  const kvp_volume_ops_t *ops;
+  void *vol;
+  char name[64];
+};
+
+const char *kvp_volume_plugin_dir(void) {
+  const char *d = getenv("KVPLANE_PLUGIN_DIR");
+  return d && d[0] ? d : KVP_PLUGIN_DIR;
+}
+
+/* The operations every plugin must have; NULL when all are there, else the
+ * first missing one's name. */
+static const char *missing_op(const kvp_volume_ops_t *o) {
+  if (!o->open)
+    return "open";
+  if (!o->close)
+    return "close";
+  if (!o->put)
+    return "put";
+  if (!o->get)
+    return "get";
+  if (!o->del)
+    return "del";
+  if (!o->exists)
+    return "exists";
+  if (!o->stat)
+    return "stat";
+  if (!o->iterate)
+    return "iterate";
+  if ((o->flags & KVP_VOLUME_CAN_COPY) && !o->copy)
+    return "copy (flagged)";
+  if ((o->flags & KVP_VOLUME_CAN_COMPACT) && !o->compact)
+    return "compact (flagged)";
+  return NULL;
+}
+
+int kvp_volume_open(const char *plugin_dir, const char *plugin, const char *name,
+                    const kvp_volume_param_t *params, size_t nparams, kvp_volume_t **out, char *err,
+                    size_t errlen) {
+  char path[4096], why[512] = "";
+  struct stat sb;
+  kvp_volume_t *v;
+  int rc;
+
+  *out = NULL;
+  if (plugin == NULL || name == NULL || !plugin[0] || !name[0] || strchr(plugin, '/') ||
+      strlen(name) >= sizeof v->name) {
+    snprintf(err, errlen,
+             "volume %s: the plugin and volume names are required (a name is 1..63 "
+             "characters, a plugin has no '/')",
+             name ? name : "(none)");
+    return KVP_EINVAL;
+  }
+  snprintf(path, sizeof path, "%s/kvplane-volume-%s.so",
+           plugin_dir ? plugin_dir : kvp_volume_plugin_dir(), plugin);
+  if (stat(path, &sb) != 0) {
+    snprintf(err, errlen, "volume %s: plugin '%s' not found: %s: %s", name, plugin, path,
+             strerror(errno));
+    return KVP_ENOENT;
+  }
+  if ((v = calloc(1, sizeof *v)) == NULL)
+    return KVP_ENOMEM;
+  snprintf(v->name, sizeof v->name, "%s", name);
+  if ((v->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL) {
+    snprintf(err, errlen, "volume %s: cannot load %s: %s", name, path, dlerror());
+    rc = KVP_ENOTSUP;
+    goto fail;
+  }
+  kvp_volume_entry_fn entry;
+  *(void **)&entry = dlsym(v->dl, KVP_VOLUME_ENTRY);
+  if (entry == NULL || (v->ops = entry()) == NULL) {
+    snprintf(err, errlen, "volume %s: %s exports no %s(): not a kvplane volume plugin", name, path,
+             KVP_VOLUME_ENTRY);
+    rc = KVP_ENOTSUP;
+    goto fail;
+  }
+  if (v->ops->abi_version != KVP_VOLUME_ABI_VERSION) {
+    snprintf(err, errlen, "volume %s: %s is built for volume ABI %u, this kvplane has %u", name,
+             path, v->ops->abi_version, KVP_VOLUME_ABI_VERSION);
+    rc = KVP_ENOTSUP;
+    goto fail;
+  }
+  const char *miss = missing_op(v->ops);
+  if (miss != NULL) {
+    snprintf(err, errlen, "volume %s: %s has no '%s' operation", name, path, miss);
+    rc = KVP_ENOTSUP;
+    goto fail;
+  }
+  if ((rc = v->ops->open(params, nparams, &v->vol, why, sizeof why)) != 0) {
+    snprintf(err, errlen, "volume %s (plugin %s): %s", name, plugin,
+             why[0] ? why : kvp_strerror(rc));
+    v->vol = NULL;
+    goto fail;
+  }
+  *out = v;
+  return 0;
+fail:
+  kvp_volume_close(v);
+  return rc;
+}
+
+void kvp_volume_close(kvp_volume_t *v) {
+  if (v == NULL)
+    return;
+  if (v->vol != NULL)
+    v->ops->close(v->vol);
+  if (v->dl != NULL)
+    dlclose(v->dl);
+  free(v);
+}
+
+const char *kvp_volume_name(const kvp_volume_t *v) {
+  return v->name;
+}
+
+const kvp_volume_ops_t *kvp_volume_ops(const kvp_volume_t *v) {
+  return v->ops;
+}
+
+/* A plugin's message, or the code's, prefixed with the volume. */
+static int named(const kvp_volume_t *v, int rc, const char *why, char *err, size_t errlen) {
+  if (rc != 0 && err != NULL)
+    snprintf(err, errlen, "volume %s: %s", v->name, why[0] ? why : kvp_strerror(rc));
+  return rc;
+}
+
+int kvp_volume_put_block(kvp_volume_t *v, const char *ns, const kvp_frame_t *meta,
+                         const void *payload, char *err, size_t errlen) {
+  uint8_t header[KVP_FRAME_HEADER];
+  kvp_frame_t f = *meta;
+  char why[512] = "";
+
+  kvp_frame_encode(&f, payload, header);
+  struct iovec iov[2] = {{header, sizeof header}, {(void *)payload, (size_t)f.payload_len}};
+  return named(v, v->ops->put(v->vol, ns, f.hash, iov, f.payload_len ? 2 : 1, why, sizeof why), why,
+               err, errlen);
+}
+
+int kvp_volume_get_block(kvp_volume_t *v, const char *ns, uint64_t hash, kvp_frame_t *meta,
+                         void *payload, size_t cap, char *err, size_t errlen) {
+  uint8_t header[KVP_FRAME_HEADER];
+  char why[512] = "";
+  size_t len = 0;
+  struct iovec iov[2] = {{header, sizeof header}, {payload, cap}};
+
+  int rc = v->ops->get(v->vol, ns, hash, iov, cap ? 2 : 1, &len, why, sizeof why);
+  if (rc == KVP_ETOOBIG) {
+    meta->payload_len = len > KVP_FRAME_HEADER ? len - KVP_FRAME_HEADER : 0;
+    return named(v, rc, why, err, errlen);
+  }
+  if (rc != 0)
+    return named(v, rc, why, err, errlen);
+  if (len < KVP_FRAME_HEADER) {
+    snprintf(err, errlen,
+             "volume %s: block %016llx: truncated: %zu bytes, shorter than a frame "
+             "header",
+             v->name, (unsigned long long)hash, len);
+    return KVP_ECORRUPT;
+  }
+  rc = kvp_frame_verify(header, payload, len - KVP_FRAME_HEADER, hash, meta, why, sizeof why);
+  return named(v, rc, why, err, errlen);
+}
+
+int kvp_volume_delete(kvp_volume_t *v, const char *ns, uint64_t hash, char *err, size_t errlen) {
+  char why[512] = "";
+  return named(v, v->ops->del(v->vol, ns, hash, why, sizeof why), why, err, errlen);
+}
+
+int kvp_volume_exists(kvp_volume_t *v, const char *ns, uint64_t hash) {
+  return v->ops->exists(v->vol, ns, hash, NULL);
+}
+
+int kvp_volume_stat(kvp_volume_t *v, kvp_volume_stat_t *st, char *err, size_t errlen) {
+  char why[512] = "";
+  return named(v, v->ops->stat(v->vol, st, why, sizeof why), why, err, errlen);
+}
+
+int kvp_volume_iterate(kvp_volume_t *v, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen) {
+  char why[512] = "";
+  return named(v, v->ops->iterate(v->vol, fn, ctx, why, sizeof why), why, err, errlen);
+}
