@@ -247,6 +247,20 @@ typedef struct kvp_blockmgr_opts_s {
   uint32_t offload_min_hits; /* frequency filter: offload only blocks with at
                                 least this many prefix hits; 0 admits all */
   kvp_event_sink_t sink;     /* emit NULL: no events */
+  /* G3 and G4 (include/kvplane/volume.h), both optional, neither owned. A
+   * block evicted from G2 is offloaded to g3 (the frequency filter
+   * applies) by g3_threads worker threads, off the scheduler thread; it is
+   * announced Stored in G3 only once the put succeeded, and a failed or
+   * dropped put (queue of g3_queue blocks full) loses only the copy. A
+   * prefix lookup that misses G1 and G2 reads the next blocks from g3 (the
+   * blocks this manager put there), then from g4 (shared, read only),
+   * straight into G1 blocks, verified; they are announced Accessed in their
+   * tier. Requires G1 in system memory. */
+  struct kvp_volume_s *g3;
+  struct kvp_volume_s *g4;
+  const char *volume_ns; /* key namespace in the volumes; default "default" */
+  uint32_t g3_threads;   /* default 1 */
+  uint32_t g3_queue;     /* blocks waiting to be put, each a copy; default 64 */
 } kvp_blockmgr_opts_t;
 
 /* Zeroes o and sets the defaults (offload on eviction, no filter). */
@@ -254,7 +268,8 @@ void kvp_blockmgr_opts_init(kvp_blockmgr_opts_t *o);
 
 /* Returns 0 with *out set, KVP_EINVAL / KVP_ETOOBIG for bad options (a bad
  * layout, g1_blocks 0, an unknown offload policy; KVP_ETOOBIG for 2^31 or
- * more blocks in G1 and G2 together), or KVP_ENOMEM. */
+ * more blocks in G1 and G2 together), KVP_ENOTSUP for volumes with G1 not
+ * in system memory, or KVP_ENOMEM. */
 int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out);
 
 /* Frees the manager, its pools and every sequence not yet freed (their
@@ -266,6 +281,10 @@ void kvp_blockmgr_destroy(kvp_blockmgr_t *bm);
  * the manager's: create the manager, open the publisher, then set the sink
  * before the first sequence. */
 void kvp_blockmgr_set_sink(kvp_blockmgr_t *bm, kvp_event_sink_t sink);
+
+/* Waits until every G2 victim queued for G3 is put (or failed); their
+ * events are emitted by then. A no-op without G3. */
+void kvp_blockmgr_drain(kvp_blockmgr_t *bm);
 
 /* The pool of a tier (G1, or G2 when configured), or NULL. For block
  * addresses and introspection; changing its state behind the manager's
@@ -302,8 +321,17 @@ typedef struct kvp_blockmgr_stats_s {
   uint64_t dedups;            /* filled blocks whose hash was registered already */
   uint64_t events;            /* events emitted */
   uint64_t event_errors;      /* events the sink refused */
-  double hit_rate;            /* (hits_g1 + hits_g2) / lookups, 0 when no lookups */
+  double hit_rate;            /* (hits_g1 + hits_g2 + hits_g3 + hits_g4) / lookups, 0 when
+                                 no lookups */
   size_t metadata_bytes;      /* pools' metadata (kvp_pool_metadata_bytes), both tiers */
+  /* G3/G4 (0 without volumes). */
+  uint64_t g3_blocks;         /* blocks this manager holds in G3 */
+  uint64_t offloads_g3;       /* blocks put to G3 */
+  uint64_t offloads_g3_failed;  /* puts that failed (the copy is lost, counted) */
+  uint64_t offloads_g3_dropped; /* G2 victims not queued: queue full */
+  uint64_t hits_g3, hits_g4;  /* blocks onboarded from G3 / G4 into G1 */
+  uint64_t lower_gone;        /* G3 blocks no longer there (moved by the advisor) */
+  uint64_t lower_corrupt;     /* reads that failed verification: misses, never served */
 } kvp_blockmgr_stats_t;
 
 void kvp_blockmgr_stats(const kvp_blockmgr_t *bm, kvp_blockmgr_stats_t *s);

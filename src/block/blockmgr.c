@@ -60,6 +60,15 @@ int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out) {
     if (bm->g1->system && bm->offload == KVP_OFFLOAD_ON_EVICT)
       bm->g1->pf_bytes = head;
   }
+  if (o->g3 != NULL || o->g4 != NULL) {
+    if ((rc = kvp__tiers_create(o, bm->block_bytes, &bm->tiers)) != 0)
+      goto fail;
+    /* G2's victims go to G3 before they are overwritten. */
+    if (bm->g2 != NULL && o->g3 != NULL) {
+      bm->g2->on_victim = kvp__tiers_victim;
+      bm->g2->victim_ctx = bm->tiers;
+    }
+  }
   *out = bm;
   return 0;
 
@@ -71,6 +80,7 @@ fail:
 void kvp_blockmgr_destroy(kvp_blockmgr_t *bm) {
   if (bm == NULL)
     return;
+  kvp__tiers_destroy(bm->tiers); /* finishes the queued offloads first */
   while (bm->seqs) {
     kvp_seq_t *s = bm->seqs;
     bm->seqs = s->next;
@@ -80,12 +90,20 @@ void kvp_blockmgr_destroy(kvp_blockmgr_t *bm) {
   kvp_pool_destroy(bm->g1);
   free(bm->g2_ids);
   free(bm->fresh);
+  free(bm->lower_tier);
   kvp__bm_events_free(bm);
   free(bm);
 }
 
 void kvp_blockmgr_set_sink(kvp_blockmgr_t *bm, kvp_event_sink_t sink) {
   bm->sink = sink;
+  if (bm->tiers != NULL)
+    kvp__tiers_set_sink(bm->tiers, sink);
+}
+
+void kvp_blockmgr_drain(kvp_blockmgr_t *bm) {
+  if (bm->tiers != NULL)
+    kvp__tiers_drain(bm->tiers);
 }
 
 kvp_pool_t *kvp_blockmgr_pool(kvp_blockmgr_t *bm, int tier) {
@@ -220,7 +238,8 @@ void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {
 
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {
   if (kvp__grow((void **)&bm->g2_ids, &bm->g2_ids_cap, n, sizeof *bm->g2_ids, 64) != 0 ||
-      kvp__grow((void **)&bm->fresh, &bm->fresh_cap, n, sizeof *bm->fresh, 64) != 0)
+      kvp__grow((void **)&bm->fresh, &bm->fresh_cap, n, sizeof *bm->fresh, 64) != 0 ||
+      kvp__grow((void **)&bm->lower_tier, &bm->lower_cap, n, sizeof *bm->lower_tier, 64) != 0)
     return KVP_ENOMEM;
   return 0;
 }
@@ -235,6 +254,8 @@ int kvp_blockmgr_reset(kvp_blockmgr_t *bm) {
   kvp_pool_evict_all(bm->g1);
   if (bm->g2)
     kvp_pool_evict_all(bm->g2);
+  if (bm->tiers != NULL)
+    kvp__tiers_clear(bm->tiers);
   kvp__bm_emit(bm, &ev);
   return 0;
 }
@@ -246,6 +267,8 @@ int kvp_blockmgr_snapshot(kvp_blockmgr_t *bm, int tier, uint64_t **hashes, uint6
 
   *hashes = *parents = NULL;
   *n = 0;
+  if (tier == KVP_TIER_G3 && bm->tiers != NULL)
+    return kvp__tiers_snapshot(bm->tiers, hashes, parents, n);
   if (p == NULL)
     return KVP_ETIER;
   count = p->nstate[KVP_BLOCK_REGISTERED];
@@ -295,5 +318,8 @@ void kvp_blockmgr_stats(const kvp_blockmgr_t *bm, kvp_blockmgr_stats_t *s) {
   s->dedups = bm->dedups;
   s->events = bm->events;
   s->event_errors = bm->event_errors;
-  s->hit_rate = bm->lookups ? (double)(bm->hits_g1 + bm->hits_g2) / (double)bm->lookups : 0.0;
+  if (bm->tiers != NULL)
+    kvp__tiers_stats(bm->tiers, s);
+  uint64_t hits = bm->hits_g1 + bm->hits_g2 + s->hits_g3 + s->hits_g4;
+  s->hit_rate = bm->lookups ? (double)hits / (double)bm->lookups : 0.0;
 }

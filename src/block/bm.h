@@ -3,6 +3,7 @@
 #define KVP_BLOCK_BM_H
 
 #include "block/pool_hot.h"
+#include "block/tiers.h"
 #include "kvplane/blockmgr.h"
 
 /* An offload whose Stored G2 event is queued (events.c). */
@@ -20,12 +21,14 @@ struct kvp_blockmgr_s {
   int offload;
   uint32_t min_hits;
   kvp_event_sink_t sink;
-  kvp_seq_t *seqs; /* live sequences, doubly linked */
+  kvp__tiers_t *tiers; /* G3/G4, NULL without volumes */
+  kvp_seq_t *seqs;     /* live sequences, doubly linked */
   uint64_t nseqs;
   /* Scratch for kvp_seq_allocate, grown as needed, reused across calls. */
   uint32_t *g2_ids;
   uint8_t *fresh; /* 1: the block at this position was registered by this call */
-  size_t g2_ids_cap, fresh_cap;
+  uint8_t *lower_tier; /* the tier (3, 4) each block read from a volume came from */
+  size_t g2_ids_cap, fresh_cap, lower_cap;
   /* Events queued during one call (events.c). rm[0]: Removed G1, rm[1]:
    * Removed G2; st2: Stored G2, whose G2 blocks carry mark = 1. */
   uint64_t *rm[2];

@@ -114,6 +114,11 @@ struct kvp_pool_s {
   uint64_t evictions;
   uint32_t pf_rec, pf_grp; /* ring index up to which victims' records / slots were prefetched */
   uint32_t pf_bytes;       /* bytes of each victim prefetched with its slot (set by the manager) */
+  /* Told of a cached block evicted by kvp__pool_put_cached before its bytes
+   * and record are overwritten (the manager offloads G2 victims to G3);
+   * NULL: nobody. */
+  void (*on_victim)(void *ctx, const struct kvp_pool_s *p, uint32_t block);
+  void *victim_ctx;
 };
 
 /* The tag of a hash: the high half of hash * 2^64/phi, which depends on

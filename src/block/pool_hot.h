@@ -365,6 +365,8 @@ KVP__HOT int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t
     }
     *evicted = 1;
     *evicted_hash = p->blk[b].hash;
+    if (p->on_victim != NULL)
+      p->on_victim(p->victim_ctx, p, b);
     kvp__map_delete(p, p->blk[b].hash, b); /* Registered still, under the new hash below */
   }
   *block = b;

@@ -120,6 +120,30 @@ static void accessed(kvp_blockmgr_t *bm, int tier, const uint64_t *hashes, size_
     kvp__bm_emit(bm, &ev);
 }
 
+/* Accessed events for the blocks read from tier (G3 or G4): the runs of
+ * hashes whose tiers[i] is tier, with the tier's volume. */
+static void accessed_lower(kvp_blockmgr_t *bm, int tier, const uint64_t *hashes,
+                           const uint8_t *tiers, size_t n) {
+  const char *vol =
+      tier == KVP_TIER_G3 ? kvp__tiers_g3_name(bm->tiers) : kvp__tiers_g4_name(bm->tiers);
+  for (size_t i = 0; i < n;) {
+    if (tiers[i] != tier) {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    while (j < n && tiers[j] == tier)
+      j++;
+    kvp_event_t ev = {.type = KVP_EV_ACCESSED,
+                      .tier = tier,
+                      .volume = vol,
+                      .hashes = hashes + i,
+                      .nhashes = j - i};
+    kvp__bm_emit(bm, &ev);
+    i = j;
+  }
+}
+
 /* Registers ids[j] (Reset, filled at once, or Complete) under hashes[j];
  * when another block holds that hash already, shares it instead. Returns 1
  * when ids[j] was registered, 0 when it was replaced by the existing
@@ -230,8 +254,24 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     }
     kvp_pool_release(g2, g);
   }
+  /* After G2, the next blocks from G3, then G4, read straight into their
+   * new G1 blocks and verified; the first miss ends the prefix. */
+  size_t lower = 0, lower_from = h1 + onboarded;
+  int lower_tier[2] = {0, 0}; /* runs are announced per tier below */
+  if (bm->tiers != NULL && onboarded == h2) {
+    for (size_t j = lower_from; j < n; j++) {
+      void *dst = kvp_pool_block_layer(g1, ids[j], 0);
+      int tier = kvp__tiers_read(bm->tiers, s->hashes[j], dst);
+      if (tier == 0)
+        break;
+      bm->fresh[j] = (uint8_t)register_or_share(s, j);
+      bm->lower_tier[j - lower_from] = (uint8_t)tier;
+      lower_tier[tier - KVP_TIER_G3] = 1;
+      lower++;
+    }
+  }
   /* New blocks: full ones registered, a partial tail left Partial. */
-  for (size_t j = h1 + onboarded; j < n; j++) {
+  for (size_t j = h1 + onboarded + lower; j < n; j++) {
     kvp__pool_prefetch_ahead(g1, s->hashes, n, j, &pf);
     bm->fresh[j] = (uint8_t)register_or_share(s, j);
   }
@@ -240,13 +280,16 @@ int kvp_seq_allocate(kvp_seq_t *s) {
 
   s->nblocks = n + tailb;
   s->allocated = 1;
-  s->cached_tokens = (h1 + onboarded) * bm->page;
+  s->cached_tokens = (h1 + onboarded + lower) * bm->page;
   bm->lookups += n;
   bm->hits_g1 += h1;
   bm->hits_g2 += onboarded;
   kvp__bm_flush(bm);
   accessed(bm, KVP_TIER_G1, s->hashes, h1);
   accessed(bm, KVP_TIER_G2, s->hashes + h1, onboarded);
+  for (int t = 0; t < 2; t++)
+    if (lower_tier[t])
+      accessed_lower(bm, KVP_TIER_G3 + t, s->hashes + lower_from, bm->lower_tier, lower);
   stored_runs(s, h1, n);
   return 0;
 }

@@ -1,0 +1,416 @@
+/* The block manager's G3 and G4: offload workers, the G3 registry, verified
+ * reads (see tiers.h). */
+#include "block/tiers.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/pool.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+#include "kvplane/volume.h"
+
+typedef struct job_s {
+  uint64_t hash, parent;
+  int32_t lora_id;
+  uint8_t has_parent;
+  void *bytes;
+} job_t;
+
+/* The hashes this manager put in G3, with their parents: open addressing,
+ * linear probing, backward-shift deletion; 0 marks an empty slot, so hash
+ * 0 is kept apart. */
+typedef struct reg_s {
+  uint64_t *key, *parent;
+  size_t cap, n;
+  int has_zero;
+  uint64_t zero_parent;
+} reg_t;
+
+struct kvp__tiers_s {
+  kvp_volume_t *g3, *g4;
+  const kvp_pool_t *g2;
+  char ns[65];
+  size_t block_bytes;
+  uint32_t page;
+  kvp_layout_t layout;
+  uint32_t min_hits;
+  kvp_event_sink_t sink;
+  pthread_mutex_t mu;
+  pthread_cond_t work, idle;
+  job_t *q;
+  size_t qcap, qhead, qlen, busy;
+  int stopping;
+  pthread_t *threads;
+  uint32_t nthreads;
+  reg_t reg;
+  _Atomic uint64_t offloads, failed, dropped, hits3, hits4, gone, corrupt;
+};
+
+static size_t slot_of(uint64_t h, size_t cap) {
+  return (size_t)((h * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
+
+static int reg_grow(reg_t *r) {
+  size_t cap = r->cap ? r->cap * 2 : 1024;
+  uint64_t *k = calloc(cap, sizeof *k), *p = calloc(cap, sizeof *p);
+  if (k == NULL || p == NULL) {
+    free(k);
+    free(p);
+    return KVP_ENOMEM;
+  }
+  for (size_t i = 0; i < r->cap; i++)
+    if (r->key[i] != 0) {
+      size_t s = slot_of(r->key[i], cap);
+      while (k[s] != 0)
+        s = (s + 1) & (cap - 1);
+      k[s] = r->key[i];
+      p[s] = r->parent[i];
+    }
+  free(r->key);
+  free(r->parent);
+  r->key = k;
+  r->parent = p;
+  r->cap = cap;
+  return 0;
+}
+
+static int reg_put(reg_t *r, uint64_t h, uint64_t parent) {
+  if (h == 0) {
+    r->has_zero = 1;
+    r->zero_parent = parent;
+    return 0;
+  }
+  if ((r->n + 1) * 2 > r->cap && reg_grow(r) != 0)
+    return KVP_ENOMEM;
+  size_t s = slot_of(h, r->cap);
+  while (r->key[s] != 0 && r->key[s] != h)
+    s = (s + 1) & (r->cap - 1);
+  if (r->key[s] == 0)
+    r->n++;
+  r->key[s] = h;
+  r->parent[s] = parent;
+  return 0;
+}
+
+static int reg_has(const reg_t *r, uint64_t h) {
+  if (h == 0)
+    return r->has_zero;
+  if (r->cap == 0)
+    return 0;
+  for (size_t s = slot_of(h, r->cap); r->key[s] != 0; s = (s + 1) & (r->cap - 1))
+    if (r->key[s] == h)
+      return 1;
+  return 0;
+}
+
+static void reg_del(reg_t *r, uint64_t h) {
+  if (h == 0) {
+    r->has_zero = 0;
+    return;
+  }
+  if (r->cap == 0)
+    return;
+  size_t m = r->cap - 1, s = slot_of(h, r->cap);
+  while (r->key[s] != 0 && r->key[s] != h)
+    s = (s + 1) & m;
+  if (r->key[s] == 0)
+    return;
+  /* Backward shift: entries after the hole move up when their home allows. */
+  for (size_t j = (s + 1) & m; r->key[j] != 0; j = (j + 1) & m) {
+    size_t home = slot_of(r->key[j], r->cap);
+    if (((j - home) & m) >= ((j - s) & m)) {
+      r->key[s] = r->key[j];
+      r->parent[s] = r->parent[j];
+      s = j;
+    }
+  }
+  r->key[s] = 0;
+  r->n--;
+}
+
+/* --- offload workers ------------------------------------------------------ */
+
+static void emit_stored_g3(kvp__tiers_t *t, const job_t *j) {
+  kvp_event_t ev = {.type = KVP_EV_STORED,
+                    .tier = KVP_TIER_G3,
+                    .volume = kvp_volume_name(t->g3),
+                    .has_parent = j->has_parent,
+                    .parent_hash = j->parent,
+                    .hashes = &j->hash,
+                    .nhashes = 1,
+                    .block_tokens = t->page,
+                    .block_bytes = t->block_bytes,
+                    .lora_id = j->lora_id};
+  if (t->sink.emit != NULL)
+    t->sink.emit(t->sink.ctx, &ev);
+}
+
+static void *worker_main(void *arg) {
+  kvp__tiers_t *t = arg;
+  char err[512];
+
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    while (t->qlen == 0 && !t->stopping)
+      pthread_cond_wait(&t->work, &t->mu);
+    if (t->qlen == 0)
+      break; /* stopping, and everything queued is done */
+    job_t j = t->q[t->qhead];
+    t->qhead = (t->qhead + 1) % t->qcap;
+    t->qlen--;
+    t->busy++;
+    pthread_mutex_unlock(&t->mu);
+
+    kvp_frame_t f = {.hash = j.hash,
+                     .parent = j.parent,
+                     .has_parent = j.has_parent,
+                     .layout = t->layout,
+                     .payload_len = t->block_bytes};
+    int rc = kvp_volume_put_block(t->g3, t->ns, &f, j.bytes, err, sizeof err);
+    free(j.bytes);
+    pthread_mutex_lock(&t->mu);
+    if (rc == 0 && reg_put(&t->reg, j.hash, j.has_parent ? j.parent : j.hash) == 0) {
+      atomic_fetch_add(&t->offloads, 1);
+      /* Announced while the registry says so: a snapshot taken meanwhile
+       * and this event agree. */
+      emit_stored_g3(t, &j);
+    } else {
+      uint64_t n = atomic_fetch_add(&t->failed, 1) + 1;
+      if ((n & (n - 1)) == 0) /* 1, 2, 4, ...: the log stays bounded */
+        kvp_log_warn("block manager: offload to G3 failed (%llu so far): %s", (unsigned long long)n,
+                     rc ? err : "out of memory");
+    }
+    t->busy--;
+    if (t->qlen == 0 && t->busy == 0)
+      pthread_cond_broadcast(&t->idle);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+void kvp__tiers_victim(void *ctx, const kvp_pool_t *g2, uint32_t block) {
+  kvp__tiers_t *t = ctx;
+  const kvp__blk_t *x = &g2->blk[block];
+
+  if (t->g3 == NULL || x->hits < t->min_hits)
+    return;
+  pthread_mutex_lock(&t->mu);
+  int full = t->qlen == t->qcap;
+  pthread_mutex_unlock(&t->mu);
+  void *copy = full ? NULL : malloc(t->block_bytes);
+  if (copy == NULL) {
+    atomic_fetch_add(&t->dropped, 1);
+    return;
+  }
+  /* The copy is made here, on the scheduler thread, because the caller
+   * overwrites the block as soon as this returns. */
+  memcpy(copy, g2->base + (size_t)block * g2->block_stride, t->block_bytes);
+  pthread_mutex_lock(&t->mu);
+  if (t->qlen == t->qcap) { /* filled meanwhile by nobody else: only this thread queues */
+    pthread_mutex_unlock(&t->mu);
+    free(copy);
+    atomic_fetch_add(&t->dropped, 1);
+    return;
+  }
+  t->q[(t->qhead + t->qlen) % t->qcap] =
+      (job_t){x->hash, x->parent, x->lora_id, (uint8_t)x->has_parent, copy};
+  t->qlen++;
+  pthread_cond_signal(&t->work);
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* --- reads ------------------------------------------------------------------ */
+
+/* 1 read, 0 missing, -1 corrupt or failed. */
+static int read_from(kvp__tiers_t *t, kvp_volume_t *v, uint64_t hash, void *dst) {
+  kvp_frame_t f;
+  char err[512];
+  int rc = kvp_volume_get_block(v, t->ns, hash, &f, dst, t->block_bytes, err, sizeof err);
+  if (rc == 0 && f.payload_len == t->block_bytes)
+    return 1;
+  if (rc == KVP_ENOENT)
+    return 0;
+  uint64_t n = atomic_fetch_add(&t->corrupt, 1) + 1;
+  if ((n & (n - 1)) == 0)
+    kvp_log_warn("block manager: block %016llx not served from %s (%llu so far): %s",
+                 (unsigned long long)hash, kvp_volume_name(v), (unsigned long long)n,
+                 rc == 0 ? "another block size" : err);
+  return -1;
+}
+
+int kvp__tiers_read(kvp__tiers_t *t, uint64_t hash, void *dst) {
+  if (t->g3 != NULL) {
+    pthread_mutex_lock(&t->mu);
+    int mine = reg_has(&t->reg, hash);
+    pthread_mutex_unlock(&t->mu);
+    if (mine) {
+      int r = read_from(t, t->g3, hash, dst);
+      if (r == 1) {
+        atomic_fetch_add(&t->hits3, 1);
+        return KVP_TIER_G3;
+      }
+      if (r == 0) {
+        /* Moved by the advisor (it announced the move): forget it. */
+        atomic_fetch_add(&t->gone, 1);
+        pthread_mutex_lock(&t->mu);
+        reg_del(&t->reg, hash);
+        pthread_mutex_unlock(&t->mu);
+      }
+    }
+  }
+  if (t->g4 != NULL && read_from(t, t->g4, hash, dst) == 1) {
+    atomic_fetch_add(&t->hits4, 1);
+    return KVP_TIER_G4;
+  }
+  return 0;
+}
+
+const char *kvp__tiers_g3_name(const kvp__tiers_t *t) {
+  return t->g3 ? kvp_volume_name(t->g3) : "";
+}
+
+const char *kvp__tiers_g4_name(const kvp__tiers_t *t) {
+  return t->g4 ? kvp_volume_name(t->g4) : "";
+}
+
+int kvp__tiers_snapshot(kvp__tiers_t *t, uint64_t **hashes, uint64_t **parents, size_t *n) {
+  size_t k = 0, count;
+
+  *hashes = *parents = NULL;
+  *n = 0;
+  pthread_mutex_lock(&t->mu);
+  count = t->reg.n + (size_t)t->reg.has_zero;
+  if (count > 0) {
+    *hashes = malloc(count * sizeof **hashes);
+    *parents = malloc(count * sizeof **parents);
+  }
+  if (count > 0 && (*hashes == NULL || *parents == NULL)) {
+    pthread_mutex_unlock(&t->mu);
+    free(*hashes);
+    free(*parents);
+    *hashes = *parents = NULL;
+    return KVP_ENOMEM;
+  }
+  if (t->reg.has_zero) {
+    (*hashes)[k] = 0;
+    (*parents)[k++] = t->reg.zero_parent;
+  }
+  for (size_t i = 0; i < t->reg.cap; i++)
+    if (t->reg.key[i] != 0) {
+      (*hashes)[k] = t->reg.key[i];
+      (*parents)[k++] = t->reg.parent[i];
+    }
+  pthread_mutex_unlock(&t->mu);
+  *n = k;
+  return 0;
+}
+
+void kvp__tiers_clear(kvp__tiers_t *t) {
+  uint64_t *h = NULL, *p = NULL;
+  size_t n = 0;
+  char err[512];
+
+  kvp__tiers_drain(t);
+  if (t->g3 == NULL || kvp__tiers_snapshot(t, &h, &p, &n) != 0)
+    return;
+  for (size_t i = 0; i < n; i++)
+    if (kvp_volume_delete(t->g3, t->ns, h[i], err, sizeof err) != 0)
+      kvp_log_warn("block manager: reset: %s", err); /* unannounced: harmless, reclaimable */
+  pthread_mutex_lock(&t->mu);
+  free(t->reg.key);
+  free(t->reg.parent);
+  memset(&t->reg, 0, sizeof t->reg);
+  pthread_mutex_unlock(&t->mu);
+  free(h);
+  free(p);
+}
+
+void kvp__tiers_drain(kvp__tiers_t *t) {
+  pthread_mutex_lock(&t->mu);
+  while (t->qlen > 0 || t->busy > 0)
+    pthread_cond_wait(&t->idle, &t->mu);
+  pthread_mutex_unlock(&t->mu);
+}
+
+void kvp__tiers_stats(const kvp__tiers_t *t, kvp_blockmgr_stats_t *s) {
+  kvp__tiers_t *m = (kvp__tiers_t *)t; /* the lock, not the state, changes */
+  pthread_mutex_lock(&m->mu);
+  s->g3_blocks = t->reg.n + (size_t)t->reg.has_zero;
+  pthread_mutex_unlock(&m->mu);
+  s->offloads_g3 = atomic_load(&m->offloads);
+  s->offloads_g3_failed = atomic_load(&m->failed);
+  s->offloads_g3_dropped = atomic_load(&m->dropped);
+  s->hits_g3 = atomic_load(&m->hits3);
+  s->hits_g4 = atomic_load(&m->hits4);
+  s->lower_gone = atomic_load(&m->gone);
+  s->lower_corrupt = atomic_load(&m->corrupt);
+}
+
+int kvp__tiers_create(const kvp_blockmgr_opts_t *o, size_t block_bytes, kvp__tiers_t **out) {
+  kvp__tiers_t *t;
+
+  *out = NULL;
+  if (o->g3 == NULL && o->g4 == NULL)
+    return KVP_EINVAL;
+  if (o->g1_storage.ops != NULL && !kvp__storage_is_system(&o->g1_storage))
+    return KVP_ENOTSUP;
+  if ((t = calloc(1, sizeof *t)) == NULL)
+    return KVP_ENOMEM;
+  t->g3 = o->g3;
+  t->g4 = o->g4;
+  snprintf(t->ns, sizeof t->ns, "%s", o->volume_ns && o->volume_ns[0] ? o->volume_ns : "default");
+  t->block_bytes = block_bytes;
+  t->page = o->layout.page_size;
+  t->layout = o->layout;
+  t->min_hits = o->offload_min_hits;
+  t->sink = o->sink;
+  t->qcap = o->g3_queue ? o->g3_queue : 64;
+  t->nthreads = t->g3 ? (o->g3_threads ? o->g3_threads : 1) : 0;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->work, NULL);
+  pthread_cond_init(&t->idle, NULL);
+  if ((t->q = calloc(t->qcap, sizeof *t->q)) == NULL ||
+      (t->nthreads && (t->threads = calloc(t->nthreads, sizeof *t->threads)) == NULL)) {
+    kvp__tiers_destroy(t);
+    return KVP_ENOMEM;
+  }
+  for (uint32_t i = 0; i < t->nthreads; i++)
+    if (pthread_create(&t->threads[i], NULL, worker_main, t) != 0) {
+      t->nthreads = i;
+      kvp__tiers_destroy(t);
+      return KVP_ENOMEM;
+    }
+  *out = t;
+  return 0;
+}
+
+void kvp__tiers_set_sink(kvp__tiers_t *t, kvp_event_sink_t sink) {
+  pthread_mutex_lock(&t->mu);
+  t->sink = sink;
+  pthread_mutex_unlock(&t->mu);
+}
+
+void kvp__tiers_destroy(kvp__tiers_t *t) {
+  if (t == NULL)
+    return;
+  pthread_mutex_lock(&t->mu);
+  t->stopping = 1;
+  pthread_cond_broadcast(&t->work);
+  pthread_mutex_unlock(&t->mu);
+  for (uint32_t i = 0; i < t->nthreads; i++)
+    pthread_join(t->threads[i], NULL);
+  for (size_t i = 0; i < t->qlen; i++)
+    free(t->q[(t->qhead + i) % t->qcap].bytes);
+  pthread_cond_destroy(&t->work);
+  pthread_cond_destroy(&t->idle);
+  pthread_mutex_destroy(&t->mu);
+  free(t->q);
+  free(t->threads);
+  free(t->reg.key);
+  free(t->reg.parent);
+  free(t);
+}
