@@ -54,8 +54,11 @@ done
 echo "== kvplane-advisor ($mode), database $db"
 
 echo "== $workers simulated workers replaying data/conversation_trace.jsonl.gz"
+echo "   (G1 and G2 in memory, G3 a posix volume per worker under $work/volumes/g3,"
+echo "    G4 the shared posix volume $work/volumes/g4)"
 "$KVP_BUILD_DIR/tools/kvplane-sim" -t "$KVP_ROOT/data/conversation_trace.jsonl.gz" \
-  -s "$url" -n demo -w "$workers" -m "$mode" -e "$work/expect.csv"
+  -s "$url" -n demo -w "$workers" -m "$mode" -e "$work/expect.csv" \
+  --volumes "$work/volumes" --plugin-dir "$KVP_BUILD_DIR/plugins"
 
 # The advisor writes behind; wait until the database holds what the workers
 # registered (every event applied and flushed), at most 60 s.
@@ -66,8 +69,8 @@ check() {
 CREATE TEMP TABLE expect(worker TEXT, tier INTEGER, hash INTEGER);
 .import $work/expect.csv expect
 SELECT (SELECT count(*) FROM (SELECT worker, tier, hash FROM expect
-                              EXCEPT SELECT worker, tier, hash FROM block_locations WHERE tier IN (1, 2)))
-     + (SELECT count(*) FROM (SELECT worker, tier, hash FROM block_locations WHERE tier IN (1, 2)
+                              EXCEPT SELECT worker, tier, hash FROM block_locations WHERE tier IN (1, 2, 3)))
+     + (SELECT count(*) FROM (SELECT worker, tier, hash FROM block_locations WHERE tier IN (1, 2, 3)
                               EXCEPT SELECT worker, tier, hash FROM expect));
 SQL
 }

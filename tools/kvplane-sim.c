@@ -35,6 +35,12 @@ static void usage(FILE *f) {
           "  -l, --limit N          replay only the first N requests (default: all)\n"
           "  -x, --speedup X        pace requests at X times trace time (default 0: no pacing)\n"
           "  -e, --expect FILE      write the final registered sets as CSV worker,tier,hash\n"
+          "      --volumes DIR      G3 and G4: each worker offloads G2 victims to its own posix\n"
+          "                         volume g3-<worker> (DIR/g3/<worker>) and reads G4 from\n"
+          "                         g4-shared (DIR/g4); scratch volumes, fsync off\n"
+          "      --g3-capacity N    bytes per worker's G3 volume (default 0: unbounded)\n"
+          "      --plugin-dir DIR   volume plugins (default $KVPLANE_PLUGIN_DIR, else the\n"
+          "                         install prefix's lib/kvplane/plugins)\n"
           "  -h, --help             this text\n\n"
           "Per worker it prints the distinct events it sent and, apart, the JetStream\n"
           "resends of them (a resend is not a new event).\n\n"
@@ -57,15 +63,25 @@ static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"trace", required_argument, 0, 't'},   {"server", required_argument, 0, 's'},
-      {"ns", required_argument, 0, 'n'},      {"workers", required_argument, 0, 'w'},
-      {"mode", required_argument, 0, 'm'},    {"g1-blocks", required_argument, 0, 1},
-      {"g2-blocks", required_argument, 0, 2}, {"limit", required_argument, 0, 'l'},
-      {"layers", required_argument, 0, 3},    {"inner-dim", required_argument, 0, 4},
-      {"batch", required_argument, 0, 5},     {"no-decode", no_argument, 0, 6},
-      {"speedup", required_argument, 0, 'x'}, {"expect", required_argument, 0, 'e'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  static const struct option opts[] = {{"trace", required_argument, 0, 't'},
+                                       {"server", required_argument, 0, 's'},
+                                       {"ns", required_argument, 0, 'n'},
+                                       {"workers", required_argument, 0, 'w'},
+                                       {"mode", required_argument, 0, 'm'},
+                                       {"g1-blocks", required_argument, 0, 1},
+                                       {"g2-blocks", required_argument, 0, 2},
+                                       {"limit", required_argument, 0, 'l'},
+                                       {"layers", required_argument, 0, 3},
+                                       {"inner-dim", required_argument, 0, 4},
+                                       {"batch", required_argument, 0, 5},
+                                       {"no-decode", no_argument, 0, 6},
+                                       {"speedup", required_argument, 0, 'x'},
+                                       {"expect", required_argument, 0, 'e'},
+                                       {"volumes", required_argument, 0, 7},
+                                       {"g3-capacity", required_argument, 0, 8},
+                                       {"plugin-dir", required_argument, 0, 9},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   kvp__sim_opts_t o;
   kvp__sim_t *sim;
   const char *expect = NULL;
@@ -127,6 +143,15 @@ int main(int argc, char **argv) {
     case 'e':
       expect = optarg;
       break;
+    case 7:
+      o.volume_dir = optarg;
+      break;
+    case 8:
+      o.g3_capacity = parse_count("--g3-capacity", optarg, 0, UINT64_MAX);
+      break;
+    case 9:
+      o.plugin_dir = optarg;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -151,13 +176,15 @@ int main(int argc, char **argv) {
           kvp__sim_requests(sim), kvp__sim_block_refs(sim), o.trace);
   kvp__sim_run(sim);
 
-  uint64_t lookups = 0, hits = 0, g2hits = 0, events = 0, resent = 0, blocks = 0, corrupt = 0;
+  uint64_t lookups = 0, hits = 0, g2hits = 0, g34hits = 0, events = 0, resent = 0, blocks = 0,
+           corrupt = 0;
   for (int i = 0; i < o.workers; i++) {
     kvp__sim_worker_stats_t ws;
     kvp__sim_worker_stats(sim, i, &ws);
     lookups += ws.lookups;
     hits += ws.hits_g1;
     g2hits += ws.hits_g2;
+    g34hits += ws.hits_g3 + ws.hits_g4;
     events += ws.events_sent;
     resent += ws.events_resent;
     blocks += ws.blocks_sent;
@@ -167,17 +194,22 @@ int main(int argc, char **argv) {
       status = 2;
     }
     printf("sim-%d: %zu requests (%" PRIu64 " larger than G1, skipped), G1 %" PRIu64
-           " blocks cached, G2 %" PRIu64 ", %" PRIu64 " G1 evictions, %" PRIu64
-           " offloads, %" PRIu64 " onboards, %" PRIu64 " events sent, %" PRIu64 " resent, %" PRIu64
-           " dropped\n",
-           i, ws.requests, ws.skipped, ws.g1_cached, ws.g2_cached, ws.g1_evictions, ws.offloads,
-           ws.onboards, ws.events_sent, ws.events_resent, ws.events_dropped);
+           " blocks cached, G2 %" PRIu64 ", G3 %" PRIu64 ", %" PRIu64 " G1 evictions, %" PRIu64
+           " offloads, %" PRIu64 " onboards, %" PRIu64 " to G3 (%" PRIu64 " lost), %" PRIu64
+           " read from G3, %" PRIu64 " from G4, %" PRIu64 " events sent, %" PRIu64
+           " resent, %" PRIu64 " dropped\n",
+           i, ws.requests, ws.skipped, ws.g1_cached, ws.g2_cached, ws.g3_cached, ws.g1_evictions,
+           ws.offloads, ws.onboards, ws.offloads_g3, ws.offloads_g3_lost, ws.hits_g3, ws.hits_g4,
+           ws.events_sent, ws.events_resent, ws.events_dropped);
   }
   printf("replay: %.2f s, %" PRIu64 " prompt blocks looked up, G1 hit rate %.1f%%, G2 (onboarded) "
-         "%.1f%%, %" PRIu64 " distinct events carrying %" PRIu64 " block hashes (%" PRIu64
-         " JetStream resends apart), %" PRIu64 " reused blocks with wrong bytes\n",
+         "%.1f%%, G3/G4 (read back) %.1f%%, %" PRIu64 " distinct events carrying %" PRIu64
+         " block hashes (%" PRIu64 " JetStream resends apart), %" PRIu64
+         " reused blocks with wrong bytes\n",
          kvp__sim_seconds(sim), lookups, lookups ? 100.0 * (double)hits / (double)lookups : 0.0,
-         lookups ? 100.0 * (double)g2hits / (double)lookups : 0.0, events, blocks, resent, corrupt);
+         lookups ? 100.0 * (double)g2hits / (double)lookups : 0.0,
+         lookups ? 100.0 * (double)g34hits / (double)lookups : 0.0, events, blocks, resent,
+         corrupt);
   if (corrupt > 0)
     status = 2;
   if (expect != NULL && kvp__sim_write_expect(sim, expect, err, sizeof err) != 0) {

@@ -261,6 +261,11 @@ typedef struct kvp_blockmgr_opts_s {
   const char *volume_ns; /* key namespace in the volumes; default "default" */
   uint32_t g3_threads;   /* default 1 */
   uint32_t g3_queue;     /* blocks waiting to be put, each a copy; default 64 */
+  uint32_t g3_min_hits;  /* frequency filter for G3: a G2 victim goes only with at
+                            least this many prefix hits (0 admits all) */
+  int g3_wait;           /* queue full: 0 drops the copy (counted), 1 makes the
+                            scheduler wait for room (replays faster than real
+                            time that want every block in G3) */
 } kvp_blockmgr_opts_t;
 
 /* Zeroes o and sets the defaults (offload on eviction, no filter). */

@@ -78,6 +78,8 @@ typedef struct kvp_publisher_opts_s {
   uint32_t close_timeout_ms;   /* bound of the flush done by close; default 5000 */
   uint32_t js_max_inflight;    /* JetStream batches awaiting acks; default 256 */
   unsigned snapshot_tiers;     /* bit (1 << tier); default G1|G2|G3 */
+  char snapshot_volumes[KVP_TIER_MAX + 1][32]; /* volume named in each tier's snapshot
+                                                  (G3/G4); "" for none */
   uint32_t block_tokens;       /* carried in snapshots */
   uint64_t block_bytes;        /* carried in snapshots */
   kvp_snapshot_fn snapshot;    /* may be NULL: resyncs are then counted only */

@@ -40,7 +40,8 @@ struct kvp__tiers_s {
   uint32_t min_hits;
   kvp_event_sink_t sink;
   pthread_mutex_t mu;
-  pthread_cond_t work, idle;
+  pthread_cond_t work, idle, room;
+  int wait_for_room;
   job_t *q;
   size_t qcap, qhead, qlen, busy;
   int stopping;
@@ -163,6 +164,7 @@ static void *worker_main(void *arg) {
     t->qhead = (t->qhead + 1) % t->qcap;
     t->qlen--;
     t->busy++;
+    pthread_cond_signal(&t->room);
     pthread_mutex_unlock(&t->mu);
 
     kvp_frame_t f = {.hash = j.hash,
@@ -199,6 +201,8 @@ void kvp__tiers_victim(void *ctx, const kvp_pool_t *g2, uint32_t block) {
   if (t->g3 == NULL || x->hits < t->min_hits)
     return;
   pthread_mutex_lock(&t->mu);
+  while (t->wait_for_room && t->qlen == t->qcap)
+    pthread_cond_wait(&t->room, &t->mu);
   int full = t->qlen == t->qcap;
   pthread_mutex_unlock(&t->mu);
   void *copy = full ? NULL : malloc(t->block_bytes);
@@ -366,13 +370,15 @@ int kvp__tiers_create(const kvp_blockmgr_opts_t *o, size_t block_bytes, kvp__tie
   t->block_bytes = block_bytes;
   t->page = o->layout.page_size;
   t->layout = o->layout;
-  t->min_hits = o->offload_min_hits;
+  t->min_hits = o->g3_min_hits;
   t->sink = o->sink;
   t->qcap = o->g3_queue ? o->g3_queue : 64;
   t->nthreads = t->g3 ? (o->g3_threads ? o->g3_threads : 1) : 0;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->work, NULL);
   pthread_cond_init(&t->idle, NULL);
+  pthread_cond_init(&t->room, NULL);
+  t->wait_for_room = o->g3_wait;
   if ((t->q = calloc(t->qcap, sizeof *t->q)) == NULL ||
       (t->nthreads && (t->threads = calloc(t->nthreads, sizeof *t->threads)) == NULL)) {
     kvp__tiers_destroy(t);
@@ -407,6 +413,7 @@ void kvp__tiers_destroy(kvp__tiers_t *t) {
     free(t->q[(t->qhead + i) % t->qcap].bytes);
   pthread_cond_destroy(&t->work);
   pthread_cond_destroy(&t->idle);
+  pthread_cond_destroy(&t->room);
   pthread_mutex_destroy(&t->mu);
   free(t->q);
   free(t->threads);

@@ -43,6 +43,9 @@ int kvp__pub_opts_check(const kvp_publisher_opts_t *o, char *err, size_t errlen)
     return bad(err, errlen, KVP_ECONFIG, "ns: must be 1..64 of [A-Za-z0-9_-]");
   if (o->mode != KVP_PUB_CORE && o->mode != KVP_PUB_JETSTREAM)
     return bad(err, errlen, KVP_ECONFIG, "mode: must be core (0) or jetstream (1)");
+  for (int t = 0; t <= KVP_TIER_MAX; t++)
+    if (memchr(o->snapshot_volumes[t], '\0', sizeof o->snapshot_volumes[t]) == NULL)
+      return bad(err, errlen, KVP_ECONFIG, "snapshot_volumes: a name is not NUL-terminated");
   if (o->mode == KVP_PUB_JETSTREAM && o->stream != NULL &&
       (o->stream[0] == '\0' || strpbrk(o->stream, " .*>\t") != NULL))
     return bad(err, errlen, KVP_ECONFIG, "stream: empty or contains ' ', '.', '*' or '>'");

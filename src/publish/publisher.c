@@ -253,6 +253,7 @@ static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint
     size_t k = n - off < chunk ? n - off : chunk;
     kvp_event_t ev = {.type = KVP_EV_SNAPSHOT,
                       .tier = tier,
+                      .volume = pub->o.snapshot_volumes[tier],
                       .snapshot_id = id,
                       .chunk = c++,
                       .last = off + k == n,

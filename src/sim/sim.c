@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/array.h"
@@ -15,6 +16,7 @@
 #include "kvplane/hash.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
+#include "kvplane/volume.h"
 #include "sim/trace.h"
 
 #define BLOCK_TOKENS KVP_SIM_BLOCK_TOKENS
@@ -34,6 +36,7 @@ typedef struct worker_s {
   size_t nreqs, cap;
   kvp_blockmgr_t *bm;
   kvp_publisher_t *pub;
+  kvp_volume_t *g3, *g4;
   kvp_seq_t *live[KVP_SIM_MAX_BATCH]; /* running sequences, oldest at head */
   size_t head, nlive;
   uint64_t skipped, corrupt, decode_stops;
@@ -115,6 +118,24 @@ static int worker_snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **pa
   return kvp_blockmgr_snapshot(w->bm, tier, hashes, parents, n);
 }
 
+static int open_volumes(kvp__sim_t *s, worker_t *w, char *err, size_t errlen) {
+  char path[4096], cap[32], name[64];
+  int rc;
+
+  snprintf(path, sizeof path, "%s/g3", s->o.volume_dir);
+  mkdir(s->o.volume_dir, 0700);
+  mkdir(path, 0700);
+  snprintf(path, sizeof path, "%s/g3/%s", s->o.volume_dir, w->id);
+  snprintf(cap, sizeof cap, "%llu", (unsigned long long)s->o.g3_capacity);
+  snprintf(name, sizeof name, "g3-%s", w->id);
+  kvp_volume_param_t p3[3] = {{"path", path}, {"fsync", "off"}, {"capacity", cap}};
+  if ((rc = kvp_volume_open(s->o.plugin_dir, "posix", name, p3, 3, &w->g3, err, errlen)) != 0)
+    return rc;
+  snprintf(path, sizeof path, "%s/g4", s->o.volume_dir);
+  kvp_volume_param_t p4[2] = {{"path", path}, {"fsync", "off"}};
+  return kvp_volume_open(s->o.plugin_dir, "posix", "g4-shared", p4, 2, &w->g4, err, errlen);
+}
+
 static int open_worker(kvp__sim_t *s, worker_t *w, char *err, size_t errlen) {
   kvp_publisher_opts_t o;
   kvp_blockmgr_opts_t bo;
@@ -131,6 +152,13 @@ static int open_worker(kvp__sim_t *s, worker_t *w, char *err, size_t errlen) {
   o.block_tokens = BLOCK_TOKENS;
   o.block_bytes = kvp_layout_block_stride(&s->layout);
   o.snapshot_tiers = (1u << KVP_TIER_G1) | (1u << KVP_TIER_G2);
+  if (s->o.volume_dir != NULL && (rc = open_volumes(s, w, err, errlen)) != 0)
+    return rc;
+  if (w->g3 != NULL) {
+    o.snapshot_tiers |= 1u << KVP_TIER_G3;
+    snprintf(o.snapshot_volumes[KVP_TIER_G3], sizeof o.snapshot_volumes[0], "%s",
+             kvp_volume_name(w->g3));
+  }
   /* Resync snapshots: called inside kvp_publisher_poll on the worker's own
    * thread, the one that owns the cache. */
   o.snapshot = worker_snapshot;
@@ -144,6 +172,16 @@ static int open_worker(kvp__sim_t *s, worker_t *w, char *err, size_t errlen) {
   bo.g1_blocks = (uint32_t)s->o.g1_blocks;
   bo.g2_blocks = (uint32_t)s->o.g2_blocks;
   bo.sink = kvp_publisher_sink(w->pub);
+  bo.g3 = w->g3;
+  bo.g4 = w->g4;
+  bo.volume_ns = s->o.ns;
+  /* The replay runs an hour of trace in seconds: the scheduler waits for
+   * the G3 puts rather than dropping them, so G3 holds what it would in
+   * real time. */
+  bo.g3_threads = 1;
+  bo.g3_queue = 256;
+  bo.g3_wait = 1;
+  bo.g3_min_hits = 1; /* a block never reused is not worth an SSD write */
   if ((rc = kvp_blockmgr_create(&bo, &w->bm)) != 0) {
     snprintf(err, errlen, "worker %s: block manager: %s", w->id, kvp_strerror(rc));
     return rc;
@@ -301,6 +339,7 @@ static void *worker_main(void *arg) {
   while (retire_oldest(w))
     ;
   free(tokens);
+  kvp_blockmgr_drain(w->bm); /* the G3 puts, and their events, are done */
   if (w->rc == 0) {
     kvp_publisher_poll(w->pub);
     w->rc = kvp_publisher_flush(w->pub, 60000);
@@ -345,23 +384,29 @@ void kvp__sim_worker_stats(kvp__sim_t *s, int i, kvp__sim_worker_stats_t *out) {
 
   kvp_blockmgr_stats(w->bm, &bs);
   kvp_publisher_stats(w->pub, &ps);
-  *out = (kvp__sim_worker_stats_t){.requests = w->nreqs,
-                                   .skipped = w->skipped,
-                                   .decode_stops = w->decode_stops,
-                                   .corrupt = w->corrupt,
-                                   .lookups = bs.lookups,
-                                   .hits_g1 = bs.hits_g1,
-                                   .hits_g2 = bs.hits_g2,
-                                   .g1_cached = bs.g1.state[KVP_BLOCK_REGISTERED],
-                                   .g2_cached = bs.g2.state[KVP_BLOCK_REGISTERED],
-                                   .g1_evictions = bs.g1.evictions,
-                                   .offloads = bs.offloads,
-                                   .onboards = bs.onboards,
-                                   .events_sent = ps.sent,
-                                   .events_resent = ps.resent,
-                                   .events_dropped = ps.dropped,
-                                   .blocks_sent = ps.blocks,
-                                   .rc = w->rc};
+  *out =
+      (kvp__sim_worker_stats_t){.requests = w->nreqs,
+                                .skipped = w->skipped,
+                                .decode_stops = w->decode_stops,
+                                .corrupt = w->corrupt,
+                                .lookups = bs.lookups,
+                                .hits_g1 = bs.hits_g1,
+                                .hits_g2 = bs.hits_g2,
+                                .g1_cached = bs.g1.state[KVP_BLOCK_REGISTERED],
+                                .g2_cached = bs.g2.state[KVP_BLOCK_REGISTERED],
+                                .g1_evictions = bs.g1.evictions,
+                                .offloads = bs.offloads,
+                                .onboards = bs.onboards,
+                                .events_sent = ps.sent,
+                                .events_resent = ps.resent,
+                                .events_dropped = ps.dropped,
+                                .blocks_sent = ps.blocks,
+                                .g3_cached = bs.g3_blocks,
+                                .offloads_g3 = bs.offloads_g3,
+                                .offloads_g3_lost = bs.offloads_g3_failed + bs.offloads_g3_dropped,
+                                .hits_g3 = bs.hits_g3,
+                                .hits_g4 = bs.hits_g4,
+                                .rc = w->rc};
 }
 
 int kvp__sim_write_expect(kvp__sim_t *s, const char *path, char *err, size_t errlen) {
@@ -373,7 +418,8 @@ int kvp__sim_write_expect(kvp__sim_t *s, const char *path, char *err, size_t err
     return KVP_EIO;
   }
   for (int i = 0; i < s->o.workers && rc == 0; i++) {
-    for (int tier = KVP_TIER_G1; tier <= KVP_TIER_G2 && rc == 0; tier++) {
+    int last = s->w[i].g3 ? KVP_TIER_G3 : KVP_TIER_G2;
+    for (int tier = KVP_TIER_G1; tier <= last && rc == 0; tier++) {
       uint64_t *h, *p;
       size_t n;
       if ((rc = kvp_blockmgr_snapshot(s->w[i].bm, tier, &h, &p, &n)) != 0) {
@@ -398,8 +444,10 @@ void kvp__sim_destroy(kvp__sim_t *s) {
   if (s == NULL)
     return;
   for (int i = 0; i < s->o.workers; i++) {
+    kvp_blockmgr_destroy(s->w[i].bm); /* finishes its G3 puts, which emit */
     kvp_publisher_close(s->w[i].pub);
-    kvp_blockmgr_destroy(s->w[i].bm);
+    kvp_volume_close(s->w[i].g3);
+    kvp_volume_close(s->w[i].g4);
     free(s->w[i].reqs);
   }
   free(s->w);

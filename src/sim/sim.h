@@ -37,6 +37,14 @@ typedef struct kvp__sim_opts_s {
   size_t batch; /* sequences running at once per worker, 1..KVP_SIM_MAX_BATCH */
   uint32_t layers, inner_dim;
   double speedup; /* pace at this multiple of trace time; 0: flat out */
+  /* With volume_dir: each worker offloads G2 victims to its own G3 posix
+   * volume g3-<worker> in volume_dir/g3/<worker> (g3_capacity bytes, 0
+   * unbounded) and reads G4 from the shared posix volume g4-shared in
+   * volume_dir/g4. Scratch volumes: fsync off. Plugins from plugin_dir
+   * (NULL: kvp_volume_plugin_dir()). */
+  const char *volume_dir;
+  uint64_t g3_capacity;
+  const char *plugin_dir;
 } kvp__sim_opts_t;
 
 /* Defaults: 4 workers, core mode, 2,048 G1 and 8,192 G2 blocks of 512
@@ -57,8 +65,10 @@ typedef struct kvp__sim_worker_stats_s {
   uint64_t events_sent;   /* distinct events published */
   uint64_t events_resent; /* JetStream resends of them */
   uint64_t events_dropped;
-  uint64_t blocks_sent; /* block hashes in the distinct events */
-  int rc;               /* 0 or the worker's first error */
+  uint64_t blocks_sent;                              /* block hashes in the distinct events */
+  uint64_t g3_cached, offloads_g3, offloads_g3_lost; /* lost: failed or dropped */
+  uint64_t hits_g3, hits_g4;
+  int rc; /* 0 or the worker's first error */
 } kvp__sim_worker_stats_t;
 
 /* Loads the trace and opens each worker's publisher and block manager.
@@ -76,7 +86,7 @@ double kvp__sim_seconds(const kvp__sim_t *s); /* wall time of the last run */
 
 void kvp__sim_worker_stats(kvp__sim_t *s, int worker, kvp__sim_worker_stats_t *out);
 
-/* Writes every worker's registered G1 and G2 blocks as CSV lines
+/* Writes every worker's registered G1, G2 (and G3) blocks as CSV lines
  * "worker,tier,hash" (hash as signed 64-bit, as SQLite shows it). Returns 0
  * or KVP_EIO (err names the path). */
 int kvp__sim_write_expect(kvp__sim_t *s, const char *path, char *err, size_t errlen);
