@@ -7,6 +7,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 kvp_install_packages
+kvp_install_npm_tools
 kvp_build -DKVP_TESTS=ON -DKVP_BENCH=ON "$@"
 cd "$KVP_BUILD_DIR"
 # Tests start their own nats-servers on free ports; two at a time suits a

@@ -149,6 +149,9 @@ void kvp_volume_close(kvp_volume_t *v);
 
 const char *kvp_volume_name(const kvp_volume_t *v);
 const kvp_volume_ops_t *kvp_volume_ops(const kvp_volume_t *v);
+/* The plugin's own handle, for calling kvp_volume_ops(v) directly: raw
+ * objects, without the frame (tools and tests). */
+void *kvp_volume_handle(const kvp_volume_t *v);
 
 /* Stores a block as a frame (header + payload, no copy of the payload). */
 int kvp_volume_put_block(kvp_volume_t *v, const char *ns, const kvp_frame_t *meta,

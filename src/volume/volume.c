@@ -135,6 +135,10 @@ const kvp_volume_ops_t *kvp_volume_ops(const kvp_volume_t *v) {
   return v->ops;
 }
 
+void *kvp_volume_handle(const kvp_volume_t *v) {
+  return v->vol;
+}
+
 /* A plugin's message, or the code's, prefixed with the volume. */
 static int named(const kvp_volume_t *v, int rc, const char *why, char *err, size_t errlen) {
   if (rc != 0 && err != NULL)

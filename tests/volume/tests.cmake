@@ -12,3 +12,8 @@ target_compile_definitions(test_volume PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins"
   KVP_TEST_PLUGIN_DIR="${CMAKE_BINARY_DIR}/test-plugins")
 add_dependencies(test_volume kvplane-volume-posix kvplane-volume-badabi kvplane-volume-noentry)
+# s3: against s3rver (npm, scripts/setup.sh) and the botocore SigV4 checker.
+kvp_add_test(volume_s3 volume/test_volume_s3.c LABELS volume s3 TIMEOUT 300)
+target_compile_definitions(test_volume_s3 PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_volume_s3 kvplane-volume-s3)

@@ -1,0 +1,45 @@
+/* A real S3-protocol server for tests: s3rver (npm, installed by
+ * scripts/setup.sh into .npm-tools/) on a free 127.0.0.1 port with a temp
+ * data directory and one bucket, or the SigV4 checker
+ * (tests/tools/sigv4_check.py: Debian's python3-botocore recomputes every
+ * request's signature and answers 403 when it differs).
+ *
+ * s3rver checks the access key id (an unknown one is 403
+ * InvalidAccessKeyId; the known one is S3RVER / secret S3RVER) but not the
+ * signature; the checker checks the signature and the payload hash. */
+#ifndef KVP_TEST_S3D_H
+#define KVP_TEST_S3D_H
+
+#include <sys/types.h>
+
+typedef struct kvp_s3d_s {
+  pid_t pid;
+  int port;
+  char dir[256];
+  char endpoint[64]; /* http://127.0.0.1:<port> */
+  char bucket[32];
+  int checker;
+} kvp_s3d_t;
+
+#define KVP_S3D_ACCESS "S3RVER"
+#define KVP_S3D_SECRET "S3RVER"
+
+/* Path of the s3rver program, or NULL when it is not installed (the test
+ * then fails with a message saying to run scripts/setup.sh). */
+const char *kvp_s3d_program(void);
+
+/* Starts s3rver (checker 0) or the SigV4 checker (checker 1) with bucket
+ * "kvb" and waits up to 20 s for it. Returns 0 or -1, nothing left
+ * running. */
+int kvp_s3d_start(kvp_s3d_t *s, int checker);
+
+/* Kills the server hard and waits for it; the data stays for a restart. */
+void kvp_s3d_kill(kvp_s3d_t *s);
+
+/* Starts it again on the same port and data. Returns 0 or -1. */
+int kvp_s3d_restart(kvp_s3d_t *s);
+
+/* Stops it and removes its data; safe twice. */
+void kvp_s3d_stop(kvp_s3d_t *s);
+
+#endif
