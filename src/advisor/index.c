@@ -2,6 +2,7 @@
 #include "advisor/index.h"
 
 #include <math.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -576,6 +577,9 @@ int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, siz
                          kvp__adv_match_t *out, size_t cap) {
   uint32_t nodes[MATCH_BATCH];
   size_t rows = 0;
+
+  if (cap > INT_MAX) /* the row count is returned as an int */
+    cap = INT_MAX;
 
   for (size_t base = 0; base < n; base += MATCH_BATCH) {
     size_t m = n - base < MATCH_BATCH ? n - base : MATCH_BATCH;

@@ -107,8 +107,9 @@ void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes,
 
 /* Longest consecutive cached prefix of hashes[0..n) per (worker, tier).
  * Writes up to cap rows to out and returns the number of rows, or a negative
- * KVP_ENOSPC when more than cap (worker, tier) pairs matched. Rows with
- * length 0 are not reported. */
+ * KVP_ENOSPC when more than cap (worker, tier) pairs matched (cap is taken
+ * as at most INT_MAX, so the count always fits). Rows with length 0 are not
+ * reported. */
 int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n,
                          kvp__adv_match_t *out, size_t cap);
 

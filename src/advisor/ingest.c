@@ -244,7 +244,7 @@ static int apply_part(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *e
     break;
   default:
     ing->c.bad_events++;
-    return -1;
+    return KVP_EPROTO;
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/array.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 
@@ -356,8 +357,9 @@ size_t kvp__adv_flush_blocks(const kvp__adv_flush_t *fl) {
 }
 
 static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
-  kvp__adv_loc_t locs[64];
-  size_t cap = 0;
+  kvp__adv_loc_t stack[64], *locs = stack, *heap = NULL;
+  size_t cap = 0, heap_cap = 0;
+  int rc = 0;
 
   if (fl->ch.nblocks && (fl->rows = malloc(fl->ch.nblocks * sizeof *fl->rows)) == NULL)
     return KVP_ENOMEM;
@@ -375,8 +377,17 @@ static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
     size_t n = 0;
     memset(r, 0, sizeof *r);
     r->hash = c->hash;
+    locs = stack;
     if (c->what == 0 || kvp__adv_index_get(ix, c->hash, &b, locs, 64, &n) != 0)
       continue; /* what 0: delete */
+    if (n > 64) { /* a block shared by many workers: every location is kept */
+      if (KVP_ARRAY_RESERVE(heap, heap_cap, n, 256) != 0 ||
+          kvp__adv_index_get(ix, c->hash, &b, heap, heap_cap, &n) != 0) {
+        rc = KVP_ENOMEM;
+        break;
+      }
+      locs = heap;
+    }
     r->what = c->what;
     r->parent = b.parent;
     r->tokens = b.tokens;
@@ -386,27 +397,17 @@ static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
     r->freq = b.freq;
     if (!(c->what & KVP__ADV_CH_LOCS))
       continue;
-    if (n > 64) {
-      kvp_log_warn("advisor: block %016llx has %zu locations; only 64 persisted",
-                   (unsigned long long)c->hash, n);
-      n = 64;
-    }
-    if (fl->nlocs + n > cap) {
-      size_t ncap = cap ? cap * 2 : 1024;
-      while (ncap < fl->nlocs + n)
-        ncap *= 2;
-      floc_t *p = realloc(fl->locs, ncap * sizeof *p);
-      if (p == NULL)
-        return KVP_ENOMEM;
-      fl->locs = p;
-      cap = ncap;
+    if (KVP_ARRAY_RESERVE(fl->locs, cap, fl->nlocs + n, 1024) != 0) {
+      rc = KVP_ENOMEM;
+      break;
     }
     r->loc_off = (uint32_t)fl->nlocs;
     r->nlocs = (uint32_t)n;
     for (size_t k = 0; k < n; k++)
       floc_fill(&fl->locs[fl->nlocs++], ix, c->hash, locs[k].worker, locs[k].tier, locs[k].volume);
   }
-  return 0;
+  free(heap);
+  return rc;
 }
 
 static int prepare_workers(kvp__adv_flush_t *fl, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {

@@ -124,6 +124,39 @@ static void flush_then_load_restores_everything(void **state) {
   kvp__adv_index_destroy(ix);
 }
 
+/* A block shared by 300 workers (a system prompt on every GPU of a fleet)
+ * is persisted and loaded with all 300 locations (issue 12: the flush kept
+ * 64). */
+static void block_held_by_300_workers_persists_whole(void **state) {
+  fx_t *f = *state;
+  kvp__adv_index_t *ix = NULL, *ix2 = NULL;
+  kvp__adv_store_t *st = NULL;
+  char err[256], name[16];
+  uint64_t seq;
+  size_t n = 0;
+
+  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  for (int w = 0; w < 300; w++) {
+    uint16_t id;
+    snprintf(name, sizeof name, "gpu-%d", w);
+    assert_int_equal(kvp__adv_index_worker(ix, name, 0, &id), 0);
+    assert_int_equal(kvp__adv_index_store(ix, 42, 0, 0, id, 1, 0, 16, 4096, NOW), 0);
+  }
+  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 1, NULL), 0);
+  kvp__adv_store_close(st);
+  st = NULL;
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM block_locations WHERE hash = 42"), 300);
+  assert_int_equal(kvp__adv_index_create(&ix2, 16, 3600), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__adv_store_load(st, ix2, NULL, &seq), 0);
+  assert_int_equal(kvp__adv_index_get(ix2, 42, NULL, NULL, 0, &n), 0);
+  assert_int_equal(n, 300);
+  kvp__adv_store_close(st);
+  kvp__adv_index_destroy(ix2);
+  kvp__adv_index_destroy(ix);
+}
+
 static void database_files_are_private(void **state) {
   fx_t *f = *state;
   kvp__adv_store_t *st = NULL;
@@ -296,6 +329,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(old_url_key_sets_servers),
     cmocka_unit_test_setup_teardown(flush_then_load_restores_everything, setup, teardown),
     cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
+    cmocka_unit_test_setup_teardown(block_held_by_300_workers_persists_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(old_schema_is_upgraded, setup, teardown),
     cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(unwritable_path_is_an_error, setup, teardown),
