@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/status.h"
+#include "tier/engine.h"
 
 struct kvp_advisor_s {
   kvp_advisor_config_t cfg;
@@ -46,6 +47,7 @@ struct kvp_advisor_s {
   int inbox_ready;
   kvp__adv_wb_t wb;
   kvp__adv_fresh_t fresh;
+  kvp__tier_engine_t *tier; /* NULL unless [tiering] enabled */
 
   uv_loop_t loop;
   int loop_ready;
@@ -94,14 +96,18 @@ static void answer_stats(kvp_advisor_t *adv, natsMsg *request, uint64_t now) {
       .flush_lag_max_ms = adv->fresh.flush_lag_max_ms,
       .pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now),
   };
+  kvp__tier_stats_t ts;
+  if (adv->tier != NULL) {
+    kvp__tier_engine_stats(adv->tier, &ts);
+    x.tier = &ts;
+  }
   char *json = NULL;
   if (kvp__adv_api_stats(adv->ix, adv->ing, &x, &json) == 0)
     answer(adv, request, json);
 }
 
 /* An event batch: checked against its subject, applied, its freshness noted. */
-static void apply(kvp_advisor_t *adv, natsMsg *msg, const uint8_t *data, size_t len,
-                  uint64_t now) {
+static void apply(kvp_advisor_t *adv, natsMsg *msg, const uint8_t *data, size_t len, uint64_t now) {
   uint64_t before = kvp__adv_ingest_counters(adv->ing)->block_events;
   if (kvp__adv_ingest_message_on(adv->ing, natsMsg_GetSubject(msg), adv->cfg.ns, data, len,
                                  &adv->lim, now) == 0)
@@ -150,9 +156,9 @@ static void drain(kvp_advisor_t *adv) {
 }
 
 static void close_handles(kvp_advisor_t *adv) {
-  uv_handle_t *hs[] = {(uv_handle_t *)&adv->wake,    (uv_handle_t *)&adv->flush_timer,
+  uv_handle_t *hs[] = {(uv_handle_t *)&adv->wake,       (uv_handle_t *)&adv->flush_timer,
                        (uv_handle_t *)&adv->tick_timer, (uv_handle_t *)&adv->sig_term,
-                       (uv_handle_t *)&adv->sig_int, (uv_handle_t *)&adv->sig_hup};
+                       (uv_handle_t *)&adv->sig_int,    (uv_handle_t *)&adv->sig_hup};
   for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
     if (hs[i]->data != NULL && !uv_is_closing(hs[i]))
       uv_close(hs[i], NULL);
@@ -169,10 +175,15 @@ static void shutdown_finish(void *ctx) {
     kvp_log_error("advisor: stopped; the last flush failed (%s): the database stays at stream "
                   "sequence %" PRIu64,
                   kvp_strerror(adv->final_rc), adv->wb.committed_seq);
+  kvp__tier_engine_close(adv->tier); /* stopped and idle by now */
+  adv->tier = NULL;
   close_handles(adv);
 }
 
-/* Stops input, applies what arrived, flushes, closes the loop's handles. */
+static void shutdown_flush(void *ctx);
+
+/* Stops input, applies what arrived, lets a running tiering job finish,
+ * flushes, closes the loop's handles. */
 static void shutdown_loop(kvp_advisor_t *adv) {
   if (adv->stopped)
     return;
@@ -181,6 +192,15 @@ static void shutdown_loop(kvp_advisor_t *adv) {
   kvp__adv_inbox_close_wake(&adv->inbox);
   kvp__adv_consumer_stop(adv->consumer);
   drain(adv);
+  if (adv->tier != NULL) {
+    kvp__tier_engine_stop(adv->tier, shutdown_flush, adv);
+    return;
+  }
+  shutdown_flush(adv);
+}
+
+static void shutdown_flush(void *ctx) {
+  kvp_advisor_t *adv = ctx;
   if (kvp__adv_wb_busy(&adv->wb)) {
     adv->wb.on_idle = shutdown_finish; /* when the running flush ends */
     adv->wb.idle_ctx = adv;
@@ -270,7 +290,7 @@ static int setup_log(const kvp_advisor_config_t *cfg, char *err, size_t errlen) 
  * exists, as the packaged default /var/lib/kvplane on a fresh machine.
  * Returns 0, or KVP_EIO with err saying what to create. */
 static int ensure_db_dir(const char *path, char *err, size_t errlen) {
-  char dir[sizeof ((kvp_advisor_config_t *)0)->db_path];
+  char dir[sizeof((kvp_advisor_config_t *)0)->db_path];
   struct stat sb;
   char *slash;
 
@@ -363,6 +383,11 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   kvp__adv_wb_init(&adv->wb, &adv->loop, adv->store, adv->ix, adv->ing, adv->applied_seq);
   adv->wb.fresh = &adv->fresh;
+  /* Volumes and unfinished moves before any event: a volume that does not
+   * open stops the advisor here, naming it. */
+  if (cfg->tiering &&
+      (rc = kvp__tier_engine_open(&adv->cfg, &adv->loop, adv->ix, &adv->tier, err, errlen)) != 0)
+    goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
     goto fail;
   *out = adv;
@@ -376,6 +401,8 @@ int kvp_advisor_run(kvp_advisor_t *adv) {
   uint64_t fi = (uint64_t)adv->cfg.flush_interval_ms;
   uv_timer_start(&adv->flush_timer, on_flush_timer, fi, fi);
   uv_timer_start(&adv->tick_timer, on_tick_timer, 1000, 1000);
+  if (adv->tier != NULL)
+    kvp__tier_engine_start(adv->tier);
   kvp_log_info("advisor: running (namespace %s, %s mode)", adv->cfg.ns,
                adv->cfg.mode == KVP_ADVISOR_JETSTREAM ? "jetstream" : "core");
   /* A stop requested before the loop ran is seen on the first wake. */
@@ -402,7 +429,9 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   if (adv->inbox_ready)
     kvp__adv_inbox_close_wake(&adv->inbox);
   if (adv->loop_ready) {
-    adv->stopped = 1; /* no flush from here: run() did it, or nothing ran */
+    adv->stopped = 1;                  /* no flush from here: run() did it, or nothing ran */
+    kvp__tier_engine_close(adv->tier); /* its timer closes in the run below */
+    adv->tier = NULL;
     close_handles(adv);
     uv_run(&adv->loop, UV_RUN_DEFAULT);
     uv_loop_close(&adv->loop);

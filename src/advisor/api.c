@@ -1,6 +1,8 @@
 /* Advisor queries; see api.h. */
 #include "advisor/api.h"
 
+#include "tier/engine.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -171,8 +173,8 @@ int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
                 "duplicates", (json_int_t)c->duplicates, "stale", (json_int_t)c->stale, "gaps",
                 (json_int_t)c->gaps, "resyncs", (json_int_t)c->resyncs, "snapshots",
                 (json_int_t)c->snapshots, "epochs", (json_int_t)c->epochs, "downs",
-                (json_int_t)c->downs, "unknown_removes", (json_int_t)c->unknown_removes,
-                "foreign", (json_int_t)c->foreign, "spoofed", (json_int_t)c->spoofed);
+                (json_int_t)c->downs, "unknown_removes", (json_int_t)c->unknown_removes, "foreign",
+                (json_int_t)c->foreign, "spoofed", (json_int_t)c->spoofed);
   json_t *store = json_pack(
       "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream_seq", (json_int_t)x->stream_seq,
       "committed_seq", (json_int_t)x->committed_seq, "flushes", (json_int_t)x->flushes,
@@ -183,12 +185,19 @@ int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
       (json_int_t)x->apply_lag_max_ms, "flush_lag_ms", (json_int_t)x->flush_lag_ms,
       "flush_lag_max_ms", (json_int_t)x->flush_lag_max_ms, "pending_ms", (json_int_t)x->pending_ms);
   json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:I}",
-                        "namespace",
-                        x->ns, "mode", x->mode, "uptime_ms", (json_int_t)x->uptime_ms, "blocks",
-                        (json_int_t)s.blocks, "locations", (json_int_t)s.locations, "workers",
-                        (json_int_t)kvp__adv_index_worker_count(ix), "workers_up",
+                        "namespace", x->ns, "mode", x->mode, "uptime_ms", (json_int_t)x->uptime_ms,
+                        "blocks", (json_int_t)s.blocks, "locations", (json_int_t)s.locations,
+                        "workers", (json_int_t)kvp__adv_index_worker_count(ix), "workers_up",
                         (json_int_t)kvp__adv_ingest_workers_up(ing), "index_memory_bytes",
                         (json_int_t)s.memory_bytes, "tiers", tiers, "ingest", ingest, "store",
                         store, "freshness", fresh, "queue_dropped", (json_int_t)x->queue_dropped);
+  if (o != NULL && x->tier != NULL)
+    json_object_set_new(
+        o, "tiering",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "rounds", (json_int_t)x->tier->rounds,
+                  "demoted", (json_int_t)x->tier->demoted, "evicted", (json_int_t)x->tier->evicted,
+                  "sources_deleted", (json_int_t)x->tier->sources_deleted, "failed",
+                  (json_int_t)x->tier->failed, "bytes_moved", (json_int_t)x->tier->bytes_moved,
+                  "planned_promotions", (json_int_t)x->tier->planned_promotions));
   return dump(o, reply);
 }

@@ -37,6 +37,7 @@ typedef struct kvp__adv_api_extra_s {
   uint64_t apply_lag_ms, apply_lag_max_ms; /* freshness.h */
   uint64_t flush_lag_ms, flush_lag_max_ms;
   uint64_t pending_ms;
+  const struct kvp__tier_stats_s *tier; /* NULL without tiering */
 } kvp__adv_api_extra_t;
 
 /* The stats reply, malloc'd JSON. Returns 0 or KVP_ENOMEM. */

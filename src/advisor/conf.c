@@ -22,8 +22,8 @@ static const kvp_conf_key_t keys[] = {
      "core (subscriptions, resync on gaps) or jetstream (durable consumer, exact resume)", NULL},
     {"nats", "user", KVP_CONF_STR, OFF(nats.user), 0, CAP(nats.user), NULL,
      "user name (with password)", NULL},
-    {"nats", "password", KVP_CONF_STR, OFF(nats.password), 0, CAP(nats.password), NULL,
-     "password", NULL},
+    {"nats", "password", KVP_CONF_STR, OFF(nats.password), 0, CAP(nats.password), NULL, "password",
+     NULL},
     {"nats", "token", KVP_CONF_STR, OFF(nats.token), 0, CAP(nats.token), NULL,
      "authentication token", NULL},
     {"nats", "creds", KVP_CONF_STR, OFF(nats.creds), 0, CAP(nats.creds), NULL,
@@ -56,16 +56,42 @@ static const kvp_conf_key_t keys[] = {
      "block hashes per batch above which a batch is skipped", NULL},
     {"ingest", "queue_max", KVP_CONF_INT, OFF(queue_max), 16, 1 << 24, NULL,
      "messages queued for the loop thread; core mode drops beyond (a gap, then resync), "
-     "jetstream mode stops fetching", NULL},
+     "jetstream mode stops fetching",
+     NULL},
     {"workers", "heartbeat_timeout", KVP_CONF_DURATION, OFF(heartbeat_timeout_ms), 0, 86400000,
-     NULL, "a worker silent this long is marked down and its G1/G2 locations dropped (0: never)", NULL},
+     NULL, "a worker silent this long is marked down and its G1/G2 locations dropped (0: never)",
+     NULL},
     {"workers", "resync_retry", KVP_CONF_DURATION, OFF(resync_retry_ms), 100, 3600000, NULL,
      "resend an unanswered resync request after this", NULL},
     {"index", "initial_blocks", KVP_CONF_INT, OFF(initial_blocks), 16, 1ll << 31, NULL,
      "blocks to size the index for at start (it grows as needed)", NULL},
     {"index", "hit_half_life", KVP_CONF_DURATION, OFF(hit_half_life_ms), 1000, 365ll * 86400000,
      NULL, "half-life of the decayed hit frequency", NULL},
-    {"log", "level", KVP_CONF_ENUM, OFF(log_level), 0, 0, levels, "error, warn, info or debug", NULL},
+    {"tiering", "enabled", KVP_CONF_BOOL, OFF(tiering), 0, 0, NULL,
+     "move blocks between the G3 and G4 volumes below as they get hot or cold", NULL},
+    {"tiering", "interval", KVP_CONF_DURATION, OFF(tier_interval_ms), 100, 3600000, NULL,
+     "how often moves are planned", NULL},
+    {"tiering", "grace", KVP_CONF_DURATION, OFF(tier_grace_ms), 0, 3600000, NULL,
+     "a moved block's source copy is deleted this long after the verified copy (readers "
+     "mid-read finish)",
+     NULL},
+    {"tiering", "min_residence", KVP_CONF_DURATION, OFF(tier_residence_ms), 0, 86400000, NULL,
+     "a block accessed more recently than this does not move", NULL},
+    {"tiering", "max_moves", KVP_CONF_INT, OFF(tier_max_moves), 1, 1 << 20, NULL,
+     "moves per round at most", NULL},
+    {"tiering", "high_watermark", KVP_CONF_DOUBLE, OFF(tier_high), 0, 0, NULL,
+     "G3 fill (of a volume's capacity) above which its coldest blocks are demoted to G4", NULL},
+    {"tiering", "low_watermark", KVP_CONF_DOUBLE, OFF(tier_low), 0, 0, NULL,
+     "... until the fill is below this", NULL},
+    {"tiering", "promote_freq", KVP_CONF_DOUBLE, OFF(tier_promote_freq), 0, 0, NULL,
+     "decayed hits at which a G4 block is worth G3", NULL},
+    {"tiering", "keep_freq", KVP_CONF_DOUBLE, OFF(tier_keep_freq), 0, 0, NULL,
+     "a G3 block this hot is not demoted to make room (the hysteresis band)", NULL},
+    {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
+     "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else the install prefix's lib/kvplane/plugins",
+     NULL},
+    {"log", "level", KVP_CONF_ENUM, OFF(log_level), 0, 0, levels, "error, warn, info or debug",
+     NULL},
     {"log", "file", KVP_CONF_STR, OFF(log_file), 0, CAP(log_file), NULL,
      "append to this file (reopened on SIGHUP); empty: stderr", NULL},
     {"log", "syslog", KVP_CONF_BOOL, OFF(log_syslog), 0, 0, NULL, "log to syslog instead", NULL},
@@ -90,10 +116,70 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->initial_blocks = 1 << 16;
   cfg->hit_half_life_ms = 3600000;
   cfg->log_level = 2;
+  cfg->tier_interval_ms = 1000;
+  cfg->tier_grace_ms = 5000;
+  cfg->tier_residence_ms = 60000;
+  cfg->tier_max_moves = 256;
+  cfg->tier_high = 0.90;
+  cfg->tier_low = 0.80;
+  cfg->tier_promote_freq = 4.0;
+  cfg->tier_keep_freq = 2.0;
+}
+
+/* One key of a [volume <name>] section: tier, plugin and capacity are the
+ * advisor's; every other key is a parameter of the plugin. */
+static int volume_entry(void *ctx, const char *name, const char *key, const char *value, char *err,
+                        size_t errlen) {
+  kvp_advisor_config_t *cfg = ctx;
+  kvp_advisor_volume_t *v = NULL;
+
+  for (int i = 0; i < cfg->nvolumes; i++)
+    if (strcmp(cfg->volumes[i].name, name) == 0)
+      v = &cfg->volumes[i];
+  if (v == NULL) {
+    if (cfg->nvolumes == KVP_ADVISOR_MAX_VOLUMES) {
+      snprintf(err, errlen, "more than %d volumes", KVP_ADVISOR_MAX_VOLUMES);
+      return KVP_ECONFIG;
+    }
+    if (name[0] == '\0' || strlen(name) >= sizeof v->name || strpbrk(name, " \t/")) {
+      snprintf(err, errlen, "volume name '%s': 1..63 characters, no blanks or '/'", name);
+      return KVP_ECONFIG;
+    }
+    v = &cfg->volumes[cfg->nvolumes++];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s", name);
+  }
+  if (strcmp(key, "tier") == 0) {
+    if (strcmp(value, "3") != 0 && strcmp(value, "4") != 0 && strcmp(value, "G3") != 0 &&
+        strcmp(value, "G4") != 0) {
+      snprintf(err, errlen, "tier: '%s' is not 3 or 4 (G3 or G4)", value);
+      return KVP_ECONFIG;
+    }
+    v->tier = value[strlen(value) - 1] - '0';
+  } else if (strcmp(key, "plugin") == 0) {
+    if (value[0] == '\0' || strlen(value) >= sizeof v->plugin || strchr(value, '/')) {
+      snprintf(err, errlen, "plugin: '%s' is not a plugin name", value);
+      return KVP_ECONFIG;
+    }
+    snprintf(v->plugin, sizeof v->plugin, "%s", value);
+  } else if (strcmp(key, "capacity") == 0) {
+    if (kvp__parse_size(value, &v->capacity) != 0) {
+      snprintf(err, errlen, "capacity: '%s' is not a size", value);
+      return KVP_ECONFIG;
+    }
+  } else {
+    size_t used = strlen(v->params);
+    int n = snprintf(v->params + used, sizeof v->params - used, "%s=%s\n", key, value);
+    if (n < 0 || (size_t)n >= sizeof v->params - used) {
+      snprintf(err, errlen, "%s: the volume's parameters exceed %zu bytes", key, sizeof v->params);
+      return KVP_ECONFIG;
+    }
+  }
+  return 0;
 }
 
 int kvp_advisor_config_load(kvp_advisor_config_t *cfg, const char *path, char *err, size_t errlen) {
-  return kvp__conf_load(path, keys, NKEYS, cfg, err, errlen);
+  return kvp__conf_load_dyn(path, keys, NKEYS, cfg, "volume", volume_entry, cfg, err, errlen);
 }
 
 int kvp_advisor_config_set(kvp_advisor_config_t *cfg, const char *assignment, char *err,
@@ -137,6 +223,33 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
   }
   if (cfg->log_syslog && cfg->log_file[0]) {
     snprintf(err, errlen, "[log] file: set either file or syslog");
+    return KVP_ECONFIG;
+  }
+  if (!(cfg->tier_high > 0 && cfg->tier_high <= 1 && cfg->tier_low > 0 &&
+        cfg->tier_low < cfg->tier_high)) {
+    snprintf(err, errlen,
+             "[tiering] low_watermark %g and high_watermark %g: need 0 < low < high "
+             "<= 1",
+             cfg->tier_low, cfg->tier_high);
+    return KVP_ECONFIG;
+  }
+  if (!(cfg->tier_keep_freq >= 0 && cfg->tier_keep_freq <= cfg->tier_promote_freq)) {
+    snprintf(err, errlen, "[tiering] keep_freq %g: must be in [0, promote_freq %g]",
+             cfg->tier_keep_freq, cfg->tier_promote_freq);
+    return KVP_ECONFIG;
+  }
+  for (int i = 0; i < cfg->nvolumes; i++) {
+    const kvp_advisor_volume_t *v = &cfg->volumes[i];
+    const char *miss = v->tier == 0 ? "tier" : !v->plugin[0] ? "plugin" : NULL;
+    if (miss == NULL && v->tier == 3 && v->capacity <= 0)
+      miss = "capacity (a G3 volume's watermarks are fractions of it)";
+    if (miss != NULL) {
+      snprintf(err, errlen, "[volume %s] %s: required", v->name, miss);
+      return KVP_ECONFIG;
+    }
+  }
+  if (cfg->tiering && cfg->nvolumes == 0) {
+    snprintf(err, errlen, "[tiering] enabled: no [volume <name>] sections to tier between");
     return KVP_ECONFIG;
   }
   return 0;

@@ -188,6 +188,9 @@ struct load_ctx {
   FILE *f;
   int lineno;   /* line most recently started by the reader */
   int at_start; /* the next chunk starts a new line */
+  const char *dyn_prefix;
+  kvp__conf_dyn_fn dyn;
+  void *dyn_ctx;
 };
 
 /* Debian's libinih is built without INI_HANDLER_LINENO, so the handler does
@@ -213,6 +216,18 @@ static int on_entry(void *user, const char *section, const char *name, const cha
     return 0;
   if (name == NULL) /* section header with INI_CALL_HANDLER_ON_NEW_SECTION */
     return 1;
+  size_t pl = c->dyn_prefix ? strlen(c->dyn_prefix) : 0;
+  if (c->dyn != NULL && strncmp(section, c->dyn_prefix, pl) == 0 && section[pl] == ' ') {
+    const char *dname = section + pl + 1;
+    while (*dname == ' ')
+      dname++;
+    if (c->dyn(c->dyn_ctx, dname, name, value, why, sizeof why) != 0) {
+      snprintf(c->err, c->errlen, "%s:%d: [%s] %s", c->path, lineno, section, why);
+      c->failed = 1;
+      return 0;
+    }
+    return 1;
+  }
   if (kvp__conf_set(c->keys, c->nkeys, c->obj, section, name, value, why, sizeof why) != 0) {
     snprintf(c->err, c->errlen, "%s:%d: %s", c->path, lineno, why);
     c->failed = 1;
@@ -223,7 +238,14 @@ static int on_entry(void *user, const char *section, const char *name, const cha
 
 int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj, char *err,
                    size_t errlen) {
-  struct load_ctx c = {keys, nkeys, obj, path, err, errlen, 0, NULL, 0, 1};
+  return kvp__conf_load_dyn(path, keys, nkeys, obj, NULL, NULL, NULL, err, errlen);
+}
+
+int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj,
+                       const char *dyn_prefix, kvp__conf_dyn_fn dyn, void *dyn_ctx, char *err,
+                       size_t errlen) {
+  struct load_ctx c = {keys, nkeys, obj, path,       err, errlen, 0,
+                       NULL, 0,     1,   dyn_prefix, dyn, dyn_ctx};
   FILE *f = fopen(path, "r");
   int rc;
 

@@ -40,6 +40,17 @@ typedef struct kvp_conf_key_s {
 int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj, char *err,
                    size_t errlen);
 
+/* Entries of sections named "<prefix> <name>" (such as [volume g3-nvme0]),
+ * which a fixed table cannot list: called once per key with the name after
+ * the prefix. Returns 0, or KVP_ECONFIG with err set (without file or line). */
+typedef int (*kvp__conf_dyn_fn)(void *ctx, const char *name, const char *key, const char *value,
+                                char *err, size_t errlen);
+
+/* kvp__conf_load, with sections "<dyn_prefix> <name>" handed to dyn. */
+int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj,
+                       const char *dyn_prefix, kvp__conf_dyn_fn dyn, void *dyn_ctx, char *err,
+                       size_t errlen);
+
 /* Applies "section.key=value" (from the command line). Returns 0 or
  * KVP_ECONFIG with err set. */
 int kvp__conf_override(const char *assignment, const kvp_conf_key_t *keys, size_t nkeys, void *obj,

@@ -1,0 +1,606 @@
+/* The tiering engine (see engine.h). */
+#include "tier/engine.h"
+
+#include <inttypes.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/array.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "kvplane/hash.h"
+#include "kvplane/status.h"
+#include "kvplane/volume.h"
+#include "tier/policy.h"
+
+#define ADVISOR_WORKER "_advisor"
+#define BACKOFF_MS 30000
+
+typedef struct vol_s {
+  kvp_volume_t *v;
+  char name[64];
+  int tier;
+  uint64_t capacity;
+  uint16_t id; /* the index's volume id */
+  uint64_t backoff_until_ms;
+} vol_t;
+
+/* One unit of work for the job, and its outcome. */
+typedef struct op_s {
+  int kind; /* KVP__TIER_DEMOTE, KVP__TIER_EVICT, or -1: delete a moved block's source */
+  uint64_t hash, parent, bytes;
+  uint32_t tokens;
+  int has_parent;
+  uint32_t from, to; /* volume indexes; to unused for evict/delete */
+  int64_t journal_id;
+  int rc;
+  char err[256];
+} op_t;
+
+/* A committed move whose source waits for the grace period. */
+typedef struct pend_s {
+  uint64_t hash, due_ms;
+  uint32_t from;
+  int64_t journal_id;
+} pend_t;
+
+struct kvp__tier_engine_s {
+  uv_loop_t *loop;
+  kvp__adv_index_t *ix;
+  char ns[64], db_path[512];
+  kvp__tier_params_t prm;
+  uint64_t interval_ms, grace_ms;
+  size_t max_moves;
+  vol_t *vols;
+  size_t nvols;
+  uint16_t advisor_worker;
+  sqlite3 *db; /* the journal's connection: the job's, or the loop's before start */
+  uv_timer_t timer;
+  int timer_ready, running;
+  uv_work_t work;
+  op_t *ops;
+  size_t nops, ops_cap;
+  int busy;
+  pend_t *pend;
+  size_t npend, pend_cap;
+  void (*on_idle)(void *ctx);
+  void *idle_ctx;
+  kvp__tier_stats_t st;
+  /* Candidate scratch, reused across rounds. */
+  kvp__tier_cand_t *cands;
+  size_t ncands, cands_cap;
+  uint32_t *tokens;
+  size_t tokens_cap;
+  uint64_t *lru;
+  size_t lru_cap;
+};
+
+/* --- the journal -------------------------------------------------------------- */
+
+static int64_t journal_insert(sqlite3 *db, const op_t *o, const vol_t *from, const vol_t *to,
+                              uint64_t now) {
+  sqlite3_stmt *s = NULL;
+  int64_t id = -1;
+  if (sqlite3_prepare_v2(db,
+                         "INSERT INTO migrations(hash, from_tier, from_volume, to_tier, to_volume,"
+                         " bytes, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?5, ?6,"
+                         " 'queued', ?7, ?7)",
+                         -1, &s, NULL) != SQLITE_OK)
+    return -1;
+  sqlite3_bind_int64(s, 1, kvp_hash_to_i64(o->hash));
+  sqlite3_bind_int(s, 2, from->tier);
+  sqlite3_bind_text(s, 3, from->name, -1, SQLITE_STATIC);
+  sqlite3_bind_int(s, 4, to ? to->tier : 0);
+  sqlite3_bind_text(s, 5, to ? to->name : "", -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 6, (sqlite3_int64)o->bytes);
+  sqlite3_bind_int64(s, 7, (sqlite3_int64)now);
+  if (sqlite3_step(s) == SQLITE_DONE)
+    id = sqlite3_last_insert_rowid(db);
+  sqlite3_finalize(s);
+  return id;
+}
+
+static void journal_set(sqlite3 *db, int64_t id, const char *state, const char *error) {
+  sqlite3_stmt *s = NULL;
+  if (id < 0 || sqlite3_prepare_v2(db,
+                                   "UPDATE migrations SET state = ?1, updated = ?2, error = ?3"
+                                   " WHERE id = ?4",
+                                   -1, &s, NULL) != SQLITE_OK)
+    return;
+  sqlite3_bind_text(s, 1, state, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)kvp__unix_ms());
+  if (error)
+    sqlite3_bind_text(s, 3, error, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(s, 3);
+  sqlite3_bind_int64(s, 4, id);
+  if (sqlite3_step(s) != SQLITE_DONE)
+    kvp_log_warn("tiering: journal row %" PRId64 " not updated to %s: %s", id, state,
+                 sqlite3_errmsg(db));
+  sqlite3_finalize(s);
+}
+
+/* --- the job (thread pool) --------------------------------------------------- */
+
+/* Reads block hash from v into *buf (grown as needed), verified. */
+static int read_block(kvp_volume_t *v, const char *ns, uint64_t hash, void **buf, size_t *cap,
+                      kvp_frame_t *meta, char *err, size_t errlen) {
+  int rc = kvp_volume_get_block(v, ns, hash, meta, *buf, *cap, err, errlen);
+  if (rc == KVP_ETOOBIG) {
+    void *p = realloc(*buf, (size_t)meta->payload_len);
+    if (p == NULL)
+      return KVP_ENOMEM;
+    *buf = p;
+    *cap = (size_t)meta->payload_len;
+    rc = kvp_volume_get_block(v, ns, hash, meta, *buf, *cap, err, errlen);
+  }
+  return rc;
+}
+
+static void do_op(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void **b, size_t *bcap) {
+  vol_t *from = &e->vols[o->from], *to = o->kind == KVP__TIER_DEMOTE ? &e->vols[o->to] : NULL;
+  kvp_frame_t m, back;
+  uint64_t now = kvp__unix_ms();
+
+  if (o->kind < 0) { /* a committed move's source, after the grace period */
+    o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
+    if (o->rc == KVP_ENOENT)
+      o->rc = 0; /* gone already: the goal */
+    if (o->rc == 0)
+      journal_set(e->db, o->journal_id, "source_deleted", NULL);
+    return;
+  }
+  o->journal_id = journal_insert(e->db, o, from, to, now);
+  if (o->kind == KVP__TIER_EVICT) {
+    o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
+    if (o->rc == KVP_ENOENT)
+      o->rc = 0;
+    journal_set(e->db, o->journal_id, o->rc ? "failed" : "source_deleted", o->rc ? o->err : NULL);
+    return;
+  }
+  journal_set(e->db, o->journal_id, "copying", NULL);
+  o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
+  if (o->rc == 0)
+    o->rc = kvp_volume_put_block(to->v, e->ns, &m, *a, o->err, sizeof o->err);
+  /* Committed means the destination's frame was read back and verified. */
+  if (o->rc == 0)
+    o->rc = read_block(to->v, e->ns, o->hash, b, bcap, &back, o->err, sizeof o->err);
+  if (o->rc == 0 && back.checksum != m.checksum) {
+    snprintf(o->err, sizeof o->err, "volume %s: block %016" PRIx64 " read back differs", to->name,
+             o->hash);
+    o->rc = KVP_ECORRUPT;
+  }
+  if (o->rc == 0) {
+    o->bytes = m.payload_len;
+    journal_set(e->db, o->journal_id, "committed", NULL);
+  } else {
+    journal_set(e->db, o->journal_id, "failed", o->err);
+    if (o->rc != KVP_ENOENT) {
+      char ignore[256];
+      kvp_volume_delete(to->v, e->ns, o->hash, ignore, sizeof ignore); /* a partial copy */
+    }
+  }
+}
+
+static void job_work(uv_work_t *req) {
+  kvp__tier_engine_t *e = req->data;
+  void *a = NULL, *b = NULL;
+  size_t acap = 0, bcap = 0;
+  for (size_t i = 0; i < e->nops; i++)
+    do_op(e, &e->ops[i], &a, &acap, &b, &bcap);
+  free(a);
+  free(b);
+}
+
+/* Removes every location of hash in (tier, volume), whoever holds it. */
+static void drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
+  kvp__adv_loc_t locs[64];
+  size_t n = 0;
+  if (kvp__adv_index_get(e->ix, hash, NULL, locs, 64, &n) != 0)
+    return;
+  for (size_t i = 0; i < n && i < 64; i++)
+    if (locs[i].tier == v->tier && locs[i].volume == v->id)
+      kvp__adv_index_remove(e->ix, hash, locs[i].worker, v->tier, v->id);
+}
+
+static void job_after(uv_work_t *req, int status) {
+  kvp__tier_engine_t *e = req->data;
+  uint64_t now = kvp__unix_ms();
+
+  (void)status;
+  for (size_t i = 0; i < e->nops; i++) {
+    op_t *o = &e->ops[i];
+    vol_t *from = &e->vols[o->from];
+    if (o->rc != 0) {
+      e->st.failed++;
+      if (o->kind == KVP__TIER_DEMOTE && o->rc == KVP_ENOSPC)
+        e->vols[o->to].backoff_until_ms = now + BACKOFF_MS;
+      kvp_log_warn("tiering: %s of block %016" PRIx64 " from %s failed: %s%s",
+                   o->kind < 0 ? "source delete" : kvp__tier_kind_name(o->kind), o->hash,
+                   from->name, o->err, o->rc == KVP_ENOSPC ? " (no moves into it for 30 s)" : "");
+      continue;
+    }
+    if (o->kind < 0) {
+      drop_locations(e, o->hash, from);
+      e->st.sources_deleted++;
+    } else if (o->kind == KVP__TIER_EVICT) {
+      drop_locations(e, o->hash, from);
+      e->st.evicted++;
+    } else {
+      vol_t *to = &e->vols[o->to];
+      kvp__adv_index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
+                           to->id, o->tokens, o->bytes, now);
+      e->st.demoted++;
+      e->st.bytes_moved += o->bytes;
+      if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
+        e->pend[e->npend++] = (pend_t){o->hash, now + e->grace_ms, o->from, o->journal_id};
+    }
+  }
+  e->nops = 0;
+  e->busy = 0;
+  if (e->on_idle != NULL) {
+    void (*f)(void *) = e->on_idle;
+    e->on_idle = NULL;
+    f(e->idle_ctx);
+  }
+}
+
+/* --- rounds (loop thread) ------------------------------------------------------ */
+
+static long vol_of(const kvp__tier_engine_t *e, int tier, uint16_t id) {
+  for (size_t v = 0; v < e->nvols; v++)
+    if (e->vols[v].tier == tier && e->vols[v].id == id)
+      return (long)v;
+  return -1;
+}
+
+static int pending(const kvp__tier_engine_t *e, uint64_t hash) {
+  for (size_t i = 0; i < e->npend; i++)
+    if (e->pend[i].hash == hash)
+      return 1;
+  return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Every G3/G4 location in a configured volume, with its block's figures;
+ * tokens[i] is candidate i's token count. */
+static int build_candidates(kvp__tier_engine_t *e, uint64_t *used) {
+  kvp__adv_index_stats_t st;
+  kvp__adv_index_stats(e->ix, &st);
+  e->ncands = 0;
+  for (int tier = 3; tier <= 4; tier++) {
+    size_t want = st.tier_locations[tier];
+    if (want == 0)
+      continue;
+    if (KVP_ARRAY_RESERVE(e->lru, e->lru_cap, want, 1024) != 0)
+      return KVP_ENOMEM;
+    size_t n = kvp__adv_index_lru(e->ix, tier, e->lru, want);
+    /* One entry per location: a block in two volumes of the tier appears
+     * twice, and each of its locations is taken once below. */
+    qsort(e->lru, n, sizeof *e->lru, cmp_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++)
+      if (u == 0 || e->lru[u - 1] != e->lru[i])
+        e->lru[u++] = e->lru[i];
+    n = u;
+    for (size_t i = 0; i < n; i++) {
+      kvp__adv_block_t b;
+      kvp__adv_loc_t locs[64];
+      size_t nl = 0;
+      if (kvp__adv_index_get(e->ix, e->lru[i], &b, locs, 64, &nl) != 0)
+        continue;
+      for (size_t k = 0; k < nl && k < 64; k++) {
+        long v = locs[k].tier == tier ? vol_of(e, tier, locs[k].volume) : -1;
+        if (v < 0)
+          continue;
+        if (KVP_ARRAY_RESERVE(e->cands, e->cands_cap, e->ncands + 1, 1024) != 0 ||
+            KVP_ARRAY_RESERVE(e->tokens, e->tokens_cap, e->ncands + 1, 1024) != 0)
+          return KVP_ENOMEM;
+        e->tokens[e->ncands] = b.tokens;
+        e->cands[e->ncands++] = (kvp__tier_cand_t){.hash = b.hash,
+                                                   .parent = b.parent,
+                                                   .has_parent = b.parent != b.hash,
+                                                   .busy = (uint8_t)pending(e, b.hash),
+                                                   .vol = (uint32_t)v,
+                                                   .bytes = b.bytes,
+                                                   .last_access_ms = b.last_access_ms,
+                                                   .freq = b.freq,
+                                                   .since_ms = b.last_access_ms};
+        used[v] += b.bytes;
+      }
+    }
+  }
+  return 0;
+}
+
+void kvp__tier_engine_round(kvp__tier_engine_t *e) {
+  uint64_t now = kvp__unix_ms();
+  kvp__tier_vol_t pv[KVP_ADVISOR_MAX_VOLUMES];
+  uint64_t used[KVP_ADVISOR_MAX_VOLUMES] = {0};
+  kvp__tier_move_t *moves = NULL;
+  size_t nmoves = 0;
+
+  if (e->busy)
+    return;
+  e->st.rounds++;
+  e->nops = 0;
+  /* Sources whose grace period is over. */
+  for (size_t i = 0; i < e->npend;) {
+    if (e->pend[i].due_ms > now) {
+      i++;
+      continue;
+    }
+    if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+      break;
+    e->ops[e->nops++] = (op_t){.kind = -1,
+                               .hash = e->pend[i].hash,
+                               .from = e->pend[i].from,
+                               .journal_id = e->pend[i].journal_id};
+    e->pend[i] = e->pend[--e->npend];
+  }
+  if (build_candidates(e, used) == 0) {
+    for (size_t v = 0; v < e->nvols; v++)
+      pv[v] = (kvp__tier_vol_t){.tier = e->vols[v].tier,
+                                .capacity = e->vols[v].capacity,
+                                .used = used[v],
+                                .backoff_until_ms = e->vols[v].backoff_until_ms};
+    if (kvp__tier_plan(&kvp__tier_policy_lru, &e->prm, pv, e->nvols, e->cands, e->ncands, now,
+                       &moves, &nmoves) != 0)
+      nmoves = 0;
+  }
+  size_t taken = 0;
+  for (size_t i = 0; i < nmoves && taken < e->max_moves; i++) {
+    const kvp__tier_move_t *m = &moves[i];
+    if (m->kind == KVP__TIER_PROMOTE || m->kind == KVP__TIER_PREFETCH) {
+      e->st.planned_promotions++;
+      continue;
+    }
+    /* The candidate's block figures (the first candidate of that hash). */
+    size_t c = 0;
+    while (c < e->ncands && !(e->cands[c].hash == m->hash && e->cands[c].vol == m->from))
+      c++;
+    if (c == e->ncands || KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+      continue;
+    e->ops[e->nops++] = (op_t){.kind = m->kind,
+                               .hash = m->hash,
+                               .parent = e->cands[c].parent,
+                               .has_parent = e->cands[c].has_parent,
+                               .bytes = m->bytes,
+                               .tokens = e->tokens[c],
+                               .from = m->from,
+                               .to = m->to,
+                               .journal_id = -1};
+    taken++;
+  }
+  free(moves);
+  if (e->nops == 0)
+    return;
+  e->busy = 1;
+  e->work.data = e;
+  if (uv_queue_work(e->loop, &e->work, job_work, job_after) != 0) {
+    job_work(&e->work);
+    job_after(&e->work, 0);
+  }
+}
+
+static void on_timer(uv_timer_t *t) {
+  kvp__tier_engine_round(t->data);
+}
+
+/* --- open, recovery, close ---------------------------------------------------- */
+
+static int open_volume(kvp__tier_engine_t *e, const kvp_advisor_config_t *cfg,
+                       const kvp_advisor_volume_t *c, vol_t *v, char *err, size_t errlen) {
+  kvp_volume_param_t p[32];
+  size_t np = 0;
+  char buf[sizeof c->params];
+  snprintf(buf, sizeof buf, "%s", c->params);
+  for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line && np < 32;
+       line = strtok_r(NULL, "\n", &save)) {
+    char *eq = strchr(line, '=');
+    if (eq == NULL)
+      continue;
+    *eq = '\0';
+    p[np++] = (kvp_volume_param_t){line, eq + 1};
+  }
+  snprintf(v->name, sizeof v->name, "%s", c->name);
+  v->tier = c->tier;
+  v->capacity = (uint64_t)c->capacity;
+  int rc = kvp_volume_open(cfg->plugin_dir[0] ? cfg->plugin_dir : NULL, c->plugin, c->name, p, np,
+                           &v->v, err, errlen);
+  if (rc == 0)
+    rc = kvp__adv_index_volume(e->ix, c->name, &v->id);
+  return rc;
+}
+
+/* Unfinished moves of an earlier run. */
+static int recover(kvp__tier_engine_t *e) {
+  sqlite3_stmt *s = NULL;
+  int r;
+  if (sqlite3_prepare_v2(e->db,
+                         "SELECT id, hash, from_volume, to_volume, state FROM migrations"
+                         " WHERE state IN ('queued', 'copying', 'committed')",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(s, 0);
+    uint64_t hash = kvp_hash_from_i64(sqlite3_column_int64(s, 1));
+    const char *fv = (const char *)sqlite3_column_text(s, 2);
+    const char *tv = (const char *)sqlite3_column_text(s, 3);
+    const char *state = (const char *)sqlite3_column_text(s, 4);
+    long from = -1, to = -1;
+    for (size_t v = 0; v < e->nvols; v++) {
+      if (fv && strcmp(e->vols[v].name, fv) == 0)
+        from = (long)v;
+      if (tv && strcmp(e->vols[v].name, tv) == 0)
+        to = (long)v;
+    }
+    char err[256];
+    kvp__adv_block_t b;
+    if (strcmp(state, "committed") != 0) {
+      if (to >= 0)
+        kvp_volume_delete(e->vols[to].v, e->ns, hash, err, sizeof err); /* a partial copy */
+      journal_set(e->db, id, "failed", "interrupted by a restart before it committed");
+      kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " interrupted; the source stays", id,
+                   hash);
+    } else if (from >= 0 && to >= 0 && kvp__adv_index_get(e->ix, hash, &b, NULL, 0, NULL) == 0) {
+      /* Verified at the destination: record it there (again), delete the
+       * source after the grace period. */
+      kvp__adv_index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
+                           e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
+      if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
+        e->pend[e->npend++] = (pend_t){hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, id};
+      kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " committed before a restart; its "
+                   "source is deleted after the grace period",
+                   id, hash);
+    } else {
+      journal_set(e->db, id, "failed", "committed, but its volumes or block are gone; source kept");
+    }
+  }
+  sqlite3_finalize(s);
+  return r == SQLITE_DONE ? 0 : KVP_EDB;
+}
+
+static int record_volumes(kvp__tier_engine_t *e) {
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(e->db,
+                         "INSERT INTO volumes(volume, tier, capacity, first_seen)"
+                         " VALUES(?1, ?2, ?3, ?4) ON CONFLICT(volume) DO UPDATE SET tier = ?2,"
+                         " capacity = ?3",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  for (size_t v = 0; v < e->nvols; v++) {
+    sqlite3_bind_text(s, 1, e->vols[v].name, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, e->vols[v].tier);
+    if (e->vols[v].capacity)
+      sqlite3_bind_int64(s, 3, (sqlite3_int64)e->vols[v].capacity);
+    else
+      sqlite3_bind_null(s, 3);
+    sqlite3_bind_int64(s, 4, (sqlite3_int64)kvp__unix_ms());
+    if (sqlite3_step(s) != SQLITE_DONE) {
+      sqlite3_finalize(s);
+      return KVP_EDB;
+    }
+    sqlite3_reset(s);
+  }
+  sqlite3_finalize(s);
+  return 0;
+}
+
+int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp__adv_index_t *ix,
+                          kvp__tier_engine_t **out, char *err, size_t errlen) {
+  kvp__tier_engine_t *e = calloc(1, sizeof *e);
+  int rc;
+
+  *out = NULL;
+  if (e == NULL)
+    return KVP_ENOMEM;
+  e->loop = loop;
+  e->ix = ix;
+  snprintf(e->ns, sizeof e->ns, "%s", cfg->ns);
+  snprintf(e->db_path, sizeof e->db_path, "%s", cfg->db_path);
+  kvp__tier_params_init(&e->prm);
+  e->prm.high_watermark = cfg->tier_high;
+  e->prm.low_watermark = cfg->tier_low;
+  e->prm.promote_freq = cfg->tier_promote_freq;
+  e->prm.keep_freq = cfg->tier_keep_freq;
+  e->prm.min_residence_ms = (uint64_t)cfg->tier_residence_ms;
+  e->interval_ms = (uint64_t)cfg->tier_interval_ms;
+  e->grace_ms = (uint64_t)cfg->tier_grace_ms;
+  e->max_moves = (size_t)cfg->tier_max_moves;
+  if ((rc = kvp__tier_params_check(&e->prm, err, errlen)) != 0)
+    goto fail;
+  rc = KVP_ENOMEM;
+  if ((e->vols = calloc((size_t)cfg->nvolumes + 1, sizeof *e->vols)) == NULL)
+    goto fail;
+  for (int i = 0; i < cfg->nvolumes; i++) {
+    if ((rc = open_volume(e, cfg, &cfg->volumes[i], &e->vols[i], err, errlen)) != 0)
+      goto fail;
+    e->nvols++;
+  }
+  if ((rc = kvp__adv_index_worker(ix, ADVISOR_WORKER, 0, &e->advisor_worker)) != 0) {
+    snprintf(err, errlen, "tiering: cannot register worker %s: %s", ADVISOR_WORKER,
+             kvp_strerror(rc));
+    goto fail;
+  }
+  if (sqlite3_open_v2(cfg->db_path, &e->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+    snprintf(err, errlen, "tiering: %s: %s", cfg->db_path, sqlite3_errmsg(e->db));
+    rc = KVP_EDB;
+    goto fail;
+  }
+  sqlite3_busy_timeout(e->db, 10000);
+  if ((rc = record_volumes(e)) != 0 || (rc = recover(e)) != 0) {
+    snprintf(err, errlen, "tiering: %s: the volumes or migrations tables: %s", cfg->db_path,
+             sqlite3_errmsg(e->db));
+    goto fail;
+  }
+  if (uv_timer_init(loop, &e->timer) != 0) {
+    rc = KVP_ENOMEM;
+    goto fail;
+  }
+  e->timer.data = e;
+  e->timer_ready = 1;
+  kvp_log_info("tiering: %zu volumes, watermarks %.2f/%.2f, every %" PRIu64 " ms", e->nvols,
+               e->prm.low_watermark, e->prm.high_watermark, e->interval_ms);
+  *out = e;
+  return 0;
+fail:
+  kvp__tier_engine_close(e);
+  return rc;
+}
+
+void kvp__tier_engine_start(kvp__tier_engine_t *e) {
+  e->running = 1;
+  uv_timer_start(&e->timer, on_timer, e->interval_ms, e->interval_ms);
+}
+
+int kvp__tier_engine_busy(const kvp__tier_engine_t *e) {
+  return e->busy;
+}
+
+void kvp__tier_engine_stop(kvp__tier_engine_t *e, void (*done)(void *ctx), void *ctx) {
+  if (e->timer_ready && e->running)
+    uv_timer_stop(&e->timer);
+  e->running = 0;
+  if (e->busy) {
+    e->on_idle = done;
+    e->idle_ctx = ctx;
+    return;
+  }
+  if (done)
+    done(ctx);
+}
+
+void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st) {
+  *st = e->st;
+}
+
+static void free_engine(uv_handle_t *h) {
+  kvp__tier_engine_t *e = h->data;
+  free(e);
+}
+
+void kvp__tier_engine_close(kvp__tier_engine_t *e) {
+  if (e == NULL)
+    return;
+  for (size_t v = 0; v < e->nvols; v++)
+    kvp_volume_close(e->vols[v].v);
+  free(e->vols);
+  sqlite3_close(e->db);
+  free(e->ops);
+  free(e->pend);
+  free(e->cands);
+  free(e->tokens);
+  free(e->lru);
+  if (e->timer_ready && !uv_is_closing((uv_handle_t *)&e->timer)) {
+    uv_close((uv_handle_t *)&e->timer, free_engine); /* the loop frees it */
+    return;
+  }
+  free(e);
+}

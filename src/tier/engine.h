@@ -1,0 +1,73 @@
+/* The tiering engine: the advisor's G3/G4 volumes, and the moves the policy
+ * (policy.h) plans between them, carried out off the loop thread and
+ * journaled in the migrations table (DESIGN.md, "Migrations").
+ *
+ * Each round (a timer on the advisor's loop) builds the candidates from the
+ * index (every G3/G4 location in a configured volume; a volume's fill is the
+ * bytes the index places in it over its configured capacity), plans, and
+ * hands up to max_moves demotions and evictions to one job on libuv's thread
+ * pool. The job journals each move (queued -> copying -> committed, or
+ * failed with the error), copies the block (read and verified from the
+ * source, written to the destination, read back and verified there), and
+ * returns. Back on the loop, a committed move adds the destination location
+ * to the index (worker "_advisor"); after the grace period a later job
+ * deletes the source object (journal: source_deleted) and the loop removes
+ * the source location. An eviction deletes the object and its location.
+ *
+ * After a crash, open reads the journal: a move that did not commit is
+ * failed ("interrupted"), its partial destination deleted; a committed move
+ * whose source was not deleted gets its destination location back and its
+ * source deleted after the grace period. A block is in at least one volume
+ * with verified bytes at every moment.
+ *
+ * Not done yet (issue 15): promotions and prefetches are planned but not
+ * carried out; moves are not published as events (workers find a moved
+ * block gone and fall back to the next tier); throttling is by moves per
+ * round, not bytes/s.
+ *
+ * Threads: everything here runs on the advisor's loop thread except the
+ * job, which uses only its own copy of the moves, the volumes (thread-safe
+ * per handle) and its own SQLite connection. */
+#ifndef KVP_TIER_ENGINE_H
+#define KVP_TIER_ENGINE_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "advisor/index.h"
+#include "kvplane/advisor.h"
+
+typedef struct kvp__tier_engine_s kvp__tier_engine_t;
+
+typedef struct kvp__tier_stats_s {
+  uint64_t rounds, demoted, evicted, sources_deleted, failed;
+  uint64_t bytes_moved;
+  uint64_t planned_promotions; /* planned, not carried out (see above) */
+} kvp__tier_stats_t;
+
+/* Opens the configured volumes (a volume that fails to open is an error
+ * naming it), records their tier and capacity in the volumes table, and
+ * recovers unfinished moves from the journal. Returns 0, a volume's error,
+ * KVP_EDB or KVP_ENOMEM; err says which. */
+int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp__adv_index_t *ix,
+                          kvp__tier_engine_t **out, char *err, size_t errlen);
+
+/* Starts the rounds. */
+void kvp__tier_engine_start(kvp__tier_engine_t *e);
+
+/* Stops the rounds; done(ctx) is called on the loop once no job runs (at
+ * once when none does). */
+void kvp__tier_engine_stop(kvp__tier_engine_t *e, void (*done)(void *ctx), void *ctx);
+
+/* Runs one round now (tests). */
+void kvp__tier_engine_round(kvp__tier_engine_t *e);
+
+/* 1 while a job runs on the thread pool. */
+int kvp__tier_engine_busy(const kvp__tier_engine_t *e);
+
+void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st);
+
+/* Closes the volumes; the engine must be stopped and idle. NULL is accepted. */
+void kvp__tier_engine_close(kvp__tier_engine_t *e);
+
+#endif

@@ -1,0 +1,267 @@
+/* The tiering engine (src/tier/engine.c) with real posix volumes and a real
+ * SQLite journal: a G3 volume over its high watermark has its coldest
+ * blocks copied to G4, verified, journaled, recorded in the index under
+ * "_advisor", and their sources deleted after the grace period; a
+ * destination that is full fails cleanly and keeps the source; moves
+ * interrupted by a crash are failed at the next open and committed ones
+ * finished; a volume that does not open stops the engine with its name. */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "advisor/index.h"
+#include "advisor/store.h"
+#include "harness.h"
+#include "kvplane/hash.h"
+#include "kvplane/status.h"
+#include "kvplane/volume.h"
+#include "tier/engine.h"
+
+#define NOW_MS 1700000000000ull /* in the past: every block may move */
+
+typedef struct fx_s {
+  char dir[256], db[300], p3[300], p4[300];
+  uv_loop_t loop;
+  kvp__adv_index_t *ix;
+  kvp__adv_store_t *st;
+  kvp_advisor_config_t cfg;
+  kvp_volume_t *g3; /* the worker's own handle on G3 */
+  uint16_t w, v3;
+} fx_t;
+
+static int setup(void **state) {
+  fx_t *f = calloc(1, sizeof *f);
+  char err[256];
+  *state = f;
+  if (kvp_test_tmpdir(f->dir, sizeof f->dir) == NULL)
+    return -1;
+  snprintf(f->db, sizeof f->db, "%s/a.db", f->dir);
+  snprintf(f->p3, sizeof f->p3, "%s/g3", f->dir);
+  snprintf(f->p4, sizeof f->p4, "%s/g4", f->dir);
+  uv_loop_init(&f->loop);
+  if (kvp__adv_index_create(&f->ix, 64, 3600) != 0 ||
+      kvp__adv_store_open(&f->st, f->db, err, sizeof err) != 0)
+    return -1;
+  kvp_advisor_config_defaults(&f->cfg);
+  snprintf(f->cfg.ns, sizeof f->cfg.ns, "t");
+  snprintf(f->cfg.db_path, sizeof f->cfg.db_path, "%s", f->db);
+  snprintf(f->cfg.plugin_dir, sizeof f->cfg.plugin_dir, "%s", KVP_BUILD_PLUGIN_DIR);
+  f->cfg.tiering = 1;
+  f->cfg.tier_residence_ms = 0;
+  f->cfg.tier_grace_ms = 0;
+  f->cfg.nvolumes = 2;
+  kvp_advisor_volume_t *g3 = &f->cfg.volumes[0], *g4 = &f->cfg.volumes[1];
+  snprintf(g3->name, sizeof g3->name, "g3");
+  g3->tier = 3;
+  snprintf(g3->plugin, sizeof g3->plugin, "posix");
+  g3->capacity = 10 * (1000 + KVP_FRAME_HEADER); /* ten blocks */
+  snprintf(g3->params, sizeof g3->params, "path=%s\nfsync=off\n", f->p3);
+  snprintf(g4->name, sizeof g4->name, "g4");
+  g4->tier = 4;
+  snprintf(g4->plugin, sizeof g4->plugin, "posix");
+  snprintf(g4->params, sizeof g4->params, "path=%s\nfsync=off\n", f->p4);
+  kvp_volume_param_t p[2] = {{"path", f->p3}, {"fsync", "off"}};
+  if (kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g3", p, 2, &f->g3, err, sizeof err) != 0)
+    return -1;
+  if (kvp__adv_index_worker(f->ix, "w", 0, &f->w) != 0 ||
+      kvp__adv_index_volume(f->ix, "g3", &f->v3) != 0)
+    return -1;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *f = *state;
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&f->loop);
+  kvp_volume_close(f->g3);
+  kvp__adv_store_close(f->st);
+  kvp__adv_index_destroy(f->ix);
+  kvp_test_rmtree(f->dir);
+  free(f);
+  return 0;
+}
+
+/* The worker put blocks 1..n (a chain: i's parent is i - 1) in G3 and the
+ * index knows them there; block i was last accessed at NOW + i s. */
+static void seed(fx_t *f, int n) {
+  uint8_t payload[1000];
+  char err[256];
+  for (int i = 1; i <= n; i++) {
+    memset(payload, i, sizeof payload);
+    kvp_frame_t m = {.hash = (uint64_t)i,
+                     .parent = (uint64_t)i - 1,
+                     .has_parent = i > 1,
+                     .payload_len = sizeof payload};
+    assert_int_equal(kvp_volume_put_block(f->g3, "t", &m, payload, err, sizeof err), 0);
+    assert_int_equal(kvp__adv_index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 3,
+                                          f->v3, 16, sizeof payload + KVP_FRAME_HEADER,
+                                          NOW_MS + (uint64_t)i * 1000),
+                     0);
+  }
+}
+
+static void round_and_wait(fx_t *f, kvp__tier_engine_t *e) {
+  kvp__tier_engine_round(e);
+  while (kvp__tier_engine_busy(e))
+    uv_run(&f->loop, UV_RUN_ONCE);
+}
+
+static int64_t q1(const char *db, const char *sql) {
+  sqlite3 *h = NULL;
+  sqlite3_stmt *s = NULL;
+  int64_t v = -1;
+  if (sqlite3_open(db, &h) == SQLITE_OK && sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW)
+    v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(h);
+  return v;
+}
+
+static int locs_in(fx_t *f, uint64_t hash, int tier) {
+  kvp__adv_loc_t l[8];
+  size_t n = 0;
+  int k = 0;
+  if (kvp__adv_index_get(f->ix, hash, NULL, l, 8, &n) != 0)
+    return 0;
+  for (size_t i = 0; i < n && i < 8; i++)
+    k += l[i].tier == tier;
+  return k;
+}
+
+static void cold_g3_blocks_move_to_g4_whole(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+
+  seed(f, 10); /* 10 of 10 blocks: fill 1.0 > 0.90 */
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  /* Down to 0.80: two blocks, the leaves first: the chain's end (10, 9),
+   * although block 1 is the least recently accessed. */
+  assert_int_equal(st.demoted, 2);
+  assert_int_equal(locs_in(f, 10, 4), 1);
+  assert_int_equal(locs_in(f, 9, 4), 1);
+  assert_int_equal(locs_in(f, 1, 4), 0);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'committed'"), 2);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE to_volume = 'g4'"), 2);
+  assert_int_equal(q1(f->db, "SELECT capacity FROM volumes WHERE volume = 'g3'"),
+                   10 * (1000 + KVP_FRAME_HEADER));
+  /* Both copies exist until the grace period (0 here) is over and the next
+   * round deletes the sources. */
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 10), 1);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.sources_deleted, 2);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 10), 0);
+  assert_int_equal(locs_in(f, 10, 3), 0);
+  assert_int_equal(locs_in(f, 10, 4), 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'source_deleted'"), 2);
+  /* The G4 copy is a verified frame with the bytes. */
+  kvp_volume_t *g4 = NULL;
+  kvp_volume_param_t p[1] = {{"path", f->p4}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &g4, err, sizeof err),
+                   0);
+  uint8_t out[1000];
+  kvp_frame_t m;
+  assert_int_equal(kvp_volume_get_block(g4, "t", 10, &m, out, sizeof out, err, sizeof err), 0);
+  assert_int_equal(out[0], 10);
+  assert_int_equal(m.parent, 9);
+  kvp_volume_close(g4);
+  /* Below the high watermark now: nothing more moves. */
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 2);
+  kvp__tier_engine_stop(e, NULL, NULL);
+  kvp__tier_engine_close(e);
+}
+
+static void full_destination_fails_cleanly(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+
+  /* G4 takes one framed block of 1000 bytes only. */
+  snprintf(f->cfg.volumes[1].params, sizeof f->cfg.volumes[1].params,
+           "path=%s\nfsync=off\ncapacity=1100\n", f->p4);
+  seed(f, 10);
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 1);
+  assert_int_equal(st.failed, 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'failed'"
+                             " AND error LIKE '%do not fit%'"),
+                   1);
+  /* The source of the failed move stays, in the volume and the index. */
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 9), 1);
+  assert_int_equal(locs_in(f, 9, 3), 1);
+  kvp__tier_engine_close(e);
+}
+
+static void restart_finishes_or_fails_unfinished_moves(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  sqlite3 *db = NULL;
+
+  seed(f, 3);
+  /* A crash left move 1 copying and move 2 committed (its copy in G4). */
+  kvp_volume_t *g4 = NULL;
+  kvp_volume_param_t p[1] = {{"path", f->p4}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &g4, err, sizeof err),
+                   0);
+  uint8_t payload[1000];
+  memset(payload, 2, sizeof payload);
+  kvp_frame_t m = {.hash = 2, .parent = 1, .has_parent = 1, .payload_len = sizeof payload};
+  assert_int_equal(kvp_volume_put_block(g4, "t", &m, payload, err, sizeof err), 0);
+  assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db,
+                                "INSERT INTO migrations(hash, from_tier, from_volume, to_tier,"
+                                " to_volume, bytes, state, created, updated) VALUES"
+                                " (1, 3, 'g3', 4, 'g4', 1064, 'copying', 1, 1),"
+                                " (2, 3, 'g3', 4, 'g4', 1064, 'committed', 1, 1)",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(db);
+  f->cfg.volumes[0].capacity = 1000000; /* nothing to demote now */
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(q1(f->db, "SELECT state = 'failed' FROM migrations WHERE hash = 1"), 1);
+  assert_int_equal(locs_in(f, 2, 4), 1); /* recorded at the destination again */
+  round_and_wait(f, e);                  /* grace 0: the source goes */
+  assert_int_equal(q1(f->db, "SELECT state FROM migrations WHERE hash = 2") >= 0, 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE hash = 2 AND state ="
+                             " 'source_deleted'"),
+                   1);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 2), 0);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 1), 1); /* the interrupted one kept its source */
+  assert_int_equal(locs_in(f, 2, 3), 0);
+  kvp_volume_close(g4);
+  kvp__tier_engine_close(e);
+}
+
+static void a_volume_that_does_not_open_is_named(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  snprintf(f->cfg.volumes[1].plugin, sizeof f->cfg.volumes[1].plugin, "nosuch");
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err),
+                   KVP_ENOENT);
+  assert_non_null(strstr(err, "volume g4"));
+  assert_non_null(strstr(err, "kvplane-volume-nosuch.so"));
+  assert_null(e);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(cold_g3_blocks_move_to_g4_whole, setup, teardown),
+    cmocka_unit_test_setup_teardown(full_destination_fails_cleanly, setup, teardown),
+    cmocka_unit_test_setup_teardown(restart_finishes_or_fails_unfinished_moves, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_volume_that_does_not_open_is_named, setup, teardown),
+};
+
+KVP_TEST_MAIN("tier_engine", tests)
