@@ -43,14 +43,33 @@ done
 echo "== nats-server on $url (JetStream)"
 
 db=$work/advisor.db
-"$KVP_BUILD_DIR/tools/kvplane-advisor" -c "$KVP_ROOT/etc/kvplane-advisor.conf" \
+# The shipped configuration, plus tiering over the workers' G3 volumes (48 MiB
+# each: they fill, and their coldest blocks are demoted) and the shared G4.
+conf=$work/advisor.conf
+mkdir -p "$work/volumes/g3"
+cp "$KVP_ROOT/etc/kvplane-advisor.conf" "$conf"
+for i in $(seq 0 $((workers - 1))); do
+  printf '\n[volume g3-sim-%d]\ntier = 3\nplugin = posix\ncapacity = 48MiB\npath = %s\nfsync = off\n' \
+    "$i" "$work/volumes/g3/sim-$i" >> "$conf"
+done
+printf '\n[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 4GiB\npath = %s\nfsync = off\n' \
+  "$work/volumes/g4" >> "$conf"
+"$KVP_BUILD_DIR/tools/kvplane-advisor" -c "$conf" \
   -o nats.servers="$url" -o nats.mode="$mode" -o advisor.namespace=demo \
-  -o store.path="$db" -o log.file="$work/advisor.log" &
+  -o store.path="$db" -o log.file="$work/advisor.log" \
+  -o tiering.enabled=true -o tiering.plugin_dir="$KVP_BUILD_DIR/plugins" \
+  -o tiering.interval=250ms -o tiering.grace=1s -o tiering.min_residence=0s \
+  -o tiering.max_moves=4096 &
 adv_pid=$!
 for _ in $(seq 100); do
   grep -q "running" "$work/advisor.log" 2>/dev/null && break
+  kill -0 "$adv_pid" 2>/dev/null || break
   sleep 0.1
 done
+if ! grep -q "running" "$work/advisor.log" 2>/dev/null; then
+  echo "demo: kvplane-advisor did not start (its error is above)" >&2
+  exit 1
+fi
 echo "== kvplane-advisor ($mode), database $db"
 
 echo "== $workers simulated workers replaying data/conversation_trace.jsonl.gz"
@@ -60,37 +79,63 @@ echo "    G4 the shared posix volume $work/volumes/g4)"
   -s "$url" -n demo -w "$workers" -m "$mode" -e "$work/expect.csv" \
   --volumes "$work/volumes" --plugin-dir "$KVP_BUILD_DIR/plugins"
 
-# The advisor writes behind; wait until the database holds what the workers
-# registered (every event applied and flushed), at most 60 s.
+# The advisor writes behind and moves blocks between the volumes; wait until
+# the database holds what the workers registered in G1 and G2, and exactly
+# the blocks that are in the G3 and G4 volumes (every move settled), at most
+# 60 s.
+volumes_csv() {
+  /usr/bin/python3 - "$work/volumes" <<'PY'
+import os, sys
+root = sys.argv[1]
+for tier, base in ((3, os.path.join(root, "g3")), (4, os.path.join(root, "g4"))):
+    for dirpath, _, files in os.walk(base):
+        rel = os.path.relpath(dirpath, base).split(os.sep)
+        worker = rel[0] if tier == 3 else "_advisor"
+        for f in files:
+            if len(f) == 16:
+                h = int(f, 16)
+                print("%s,%d,%d" % (worker, tier, h - (1 << 64) if h >= 1 << 63 else h))
+PY
+}
 want=$(wc -l < "$work/expect.csv")
 check() {
+  grep -E ',(1|2),' "$work/expect.csv" > "$work/expect12.csv"
+  volumes_csv > "$work/expect34.csv"
   sqlite3 -batch "$db" <<SQL
 .mode csv
 CREATE TEMP TABLE expect(worker TEXT, tier INTEGER, hash INTEGER);
-.import $work/expect.csv expect
+.import $work/expect12.csv expect
+.import $work/expect34.csv expect
 SELECT (SELECT count(*) FROM (SELECT worker, tier, hash FROM expect
-                              EXCEPT SELECT worker, tier, hash FROM block_locations WHERE tier IN (1, 2, 3)))
-     + (SELECT count(*) FROM (SELECT worker, tier, hash FROM block_locations WHERE tier IN (1, 2, 3)
+                              EXCEPT SELECT worker, tier, hash FROM block_locations))
+     + (SELECT count(*) FROM (SELECT worker, tier, hash FROM block_locations
                               EXCEPT SELECT worker, tier, hash FROM expect));
 SQL
 }
-for _ in $(seq 600); do
-  diff=$(check 2>/dev/null || echo busy)
-  [ "$diff" = 0 ] && break
-  sleep 0.1
+unsettled() {
+  sqlite3 -batch "$db" "SELECT count(*) FROM migrations WHERE state IN ('queued', 'copying', 'committed')" 2>/dev/null || echo busy
+}
+for _ in $(seq 300); do
+  if [ "$(unsettled)" = 0 ]; then
+    diff=$(check 2>/dev/null || echo busy)
+    [ "$diff" = 0 ] && [ "$(unsettled)" = 0 ] && break
+  fi
+  sleep 0.2
 done
 if [ "$diff" != 0 ]; then
-  echo "demo: the advisor's database differs from the workers' registered sets ($diff rows)" >&2
+  echo "demo: the advisor's database differs from the workers' G1/G2 sets and the volumes' contents ($diff rows)" >&2
   tail -n 20 "$work/advisor.log" >&2
   exit 1
 fi
-echo "== the advisor's database equals the workers' registered sets: $want block locations"
+echo "== the advisor's database equals the workers' G1/G2 sets and the G3/G4 volumes' contents:"
+echo "   $(wc -l < "$work/expect12.csv") G1/G2 and $(wc -l < "$work/expect34.csv") G3/G4 block locations"
 
 q() { echo; echo "sqlite> $1"; sqlite3 -header -column "$db" "$1"; }
 q "SELECT * FROM tier_usage ORDER BY tier, volume;"
 q "SELECT worker, dp_rank, status, g1_blocks, g2_blocks, last_event_id FROM worker_status ORDER BY worker;"
 q "SELECT hash_hex, hits, round(freq, 2) AS freq, tiers FROM hot_blocks LIMIT 5;"
 q "SELECT tier, count(DISTINCT hash) AS blocks, count(*) AS locations FROM block_locations GROUP BY tier;"
+q "SELECT state, 'G' || from_tier || ' -> G' || to_tier AS move, count(*) AS moves, sum(bytes) / 1048576 AS mib FROM migrations GROUP BY state, from_tier, to_tier;"
 q "SELECT count(*) AS blocks_with_parent, (SELECT count(*) FROM blocks) AS blocks FROM blocks WHERE parent IS NOT NULL;"
 echo
 echo "== note: the workers have stopped. After [workers] heartbeat_timeout (30 s in"

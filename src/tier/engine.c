@@ -43,6 +43,7 @@ typedef struct op_s {
 typedef struct pend_s {
   uint64_t hash, due_ms;
   uint32_t from;
+  int deleting; /* handed to the running job */
   int64_t journal_id;
 } pend_t;
 
@@ -139,28 +140,17 @@ static int read_block(kvp_volume_t *v, const char *ns, uint64_t hash, void **buf
   return rc;
 }
 
-static void do_op(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void **b, size_t *bcap) {
+/* The I/O of one op; the journal is written around it by job_work. */
+static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void **b, size_t *bcap) {
   vol_t *from = &e->vols[o->from], *to = o->kind == KVP__TIER_DEMOTE ? &e->vols[o->to] : NULL;
   kvp_frame_t m, back;
-  uint64_t now = kvp__unix_ms();
 
-  if (o->kind < 0) { /* a committed move's source, after the grace period */
+  if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
     o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
     if (o->rc == KVP_ENOENT)
       o->rc = 0; /* gone already: the goal */
-    if (o->rc == 0)
-      journal_set(e->db, o->journal_id, "source_deleted", NULL);
     return;
   }
-  o->journal_id = journal_insert(e->db, o, from, to, now);
-  if (o->kind == KVP__TIER_EVICT) {
-    o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
-    if (o->rc == KVP_ENOENT)
-      o->rc = 0;
-    journal_set(e->db, o->journal_id, o->rc ? "failed" : "source_deleted", o->rc ? o->err : NULL);
-    return;
-  }
-  journal_set(e->db, o->journal_id, "copying", NULL);
   o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
   if (o->rc == 0)
     o->rc = kvp_volume_put_block(to->v, e->ns, &m, *a, o->err, sizeof o->err);
@@ -174,22 +164,45 @@ static void do_op(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
   }
   if (o->rc == 0) {
     o->bytes = m.payload_len;
-    journal_set(e->db, o->journal_id, "committed", NULL);
-  } else {
-    journal_set(e->db, o->journal_id, "failed", o->err);
-    if (o->rc != KVP_ENOENT) {
-      char ignore[256];
-      kvp_volume_delete(to->v, e->ns, o->hash, ignore, sizeof ignore); /* a partial copy */
-    }
+  } else if (o->rc != KVP_ENOENT) {
+    char ignore[256];
+    kvp_volume_delete(to->v, e->ns, o->hash, ignore, sizeof ignore); /* a partial copy */
   }
 }
 
+/* The job: the journal in three transactions around the I/O (queued, then
+ * copying, then each move's outcome), so that a crash at any point leaves
+ * rows that open can resume or roll back. */
 static void job_work(uv_work_t *req) {
   kvp__tier_engine_t *e = req->data;
   void *a = NULL, *b = NULL;
   size_t acap = 0, bcap = 0;
+  uint64_t now = kvp__unix_ms();
+
+  sqlite3_exec(e->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  for (size_t i = 0; i < e->nops; i++) {
+    op_t *o = &e->ops[i];
+    if (o->kind >= 0)
+      o->journal_id = journal_insert(e->db, o, &e->vols[o->from],
+                                     o->kind == KVP__TIER_DEMOTE ? &e->vols[o->to] : NULL, now);
+  }
+  sqlite3_exec(e->db, "COMMIT", NULL, NULL, NULL);
+  sqlite3_exec(e->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
   for (size_t i = 0; i < e->nops; i++)
-    do_op(e, &e->ops[i], &a, &acap, &b, &bcap);
+    if (e->ops[i].kind == KVP__TIER_DEMOTE)
+      journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
+  sqlite3_exec(e->db, "COMMIT", NULL, NULL, NULL);
+  for (size_t i = 0; i < e->nops; i++)
+    do_io(e, &e->ops[i], &a, &acap, &b, &bcap);
+  sqlite3_exec(e->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  for (size_t i = 0; i < e->nops; i++) {
+    const op_t *o = &e->ops[i];
+    const char *state = o->rc != 0                    ? "failed"
+                        : o->kind == KVP__TIER_DEMOTE ? "committed"
+                                                      : "source_deleted";
+    journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
+  }
+  sqlite3_exec(e->db, "COMMIT", NULL, NULL, NULL);
   free(a);
   free(b);
 }
@@ -205,6 +218,19 @@ static void drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v)
       kvp__adv_index_remove(e->ix, hash, locs[i].worker, v->tier, v->id);
 }
 
+/* The pend entry of a source delete that ran: gone when it succeeded, due
+ * again when it failed. */
+static void pend_done(kvp__tier_engine_t *e, uint64_t hash, uint32_t from, int ok) {
+  for (size_t i = 0; i < e->npend; i++)
+    if (e->pend[i].hash == hash && e->pend[i].from == from && e->pend[i].deleting) {
+      if (ok)
+        e->pend[i] = e->pend[--e->npend];
+      else
+        e->pend[i].deleting = 0;
+      return;
+    }
+}
+
 static void job_after(uv_work_t *req, int status) {
   kvp__tier_engine_t *e = req->data;
   uint64_t now = kvp__unix_ms();
@@ -213,6 +239,8 @@ static void job_after(uv_work_t *req, int status) {
   for (size_t i = 0; i < e->nops; i++) {
     op_t *o = &e->ops[i];
     vol_t *from = &e->vols[o->from];
+    if (o->kind < 0)
+      pend_done(e, o->hash, o->from, o->rc == 0);
     if (o->rc != 0) {
       e->st.failed++;
       if (o->kind == KVP__TIER_DEMOTE && o->rc == KVP_ENOSPC)
@@ -235,7 +263,7 @@ static void job_after(uv_work_t *req, int status) {
       e->st.demoted++;
       e->st.bytes_moved += o->bytes;
       if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
-        e->pend[e->npend++] = (pend_t){o->hash, now + e->grace_ms, o->from, o->journal_id};
+        e->pend[e->npend++] = (pend_t){o->hash, now + e->grace_ms, o->from, 0, o->journal_id};
     }
   }
   e->nops = 0;
@@ -256,9 +284,11 @@ static long vol_of(const kvp__tier_engine_t *e, int tier, uint16_t id) {
   return -1;
 }
 
-static int pending(const kvp__tier_engine_t *e, uint64_t hash) {
+/* Whether hash's copy in volume v is a moved block's source waiting for its
+ * grace period (or any volume, v < 0). */
+static int pending(const kvp__tier_engine_t *e, uint64_t hash, long v) {
   for (size_t i = 0; i < e->npend; i++)
-    if (e->pend[i].hash == hash)
+    if (e->pend[i].hash == hash && (v < 0 || e->pend[i].from == (uint32_t)v))
       return 1;
   return 0;
 }
@@ -302,17 +332,22 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t *used) {
         if (KVP_ARRAY_RESERVE(e->cands, e->cands_cap, e->ncands + 1, 1024) != 0 ||
             KVP_ARRAY_RESERVE(e->tokens, e->tokens_cap, e->ncands + 1, 1024) != 0)
           return KVP_ENOMEM;
+        /* A moved block's source no longer counts in its volume's fill:
+         * it goes once the grace period is over. */
+        int moved = pending(e, b.hash, v);
         e->tokens[e->ncands] = b.tokens;
-        e->cands[e->ncands++] = (kvp__tier_cand_t){.hash = b.hash,
-                                                   .parent = b.parent,
-                                                   .has_parent = b.parent != b.hash,
-                                                   .busy = (uint8_t)pending(e, b.hash),
-                                                   .vol = (uint32_t)v,
-                                                   .bytes = b.bytes,
-                                                   .last_access_ms = b.last_access_ms,
-                                                   .freq = b.freq,
-                                                   .since_ms = b.last_access_ms};
-        used[v] += b.bytes;
+        e->cands[e->ncands++] =
+            (kvp__tier_cand_t){.hash = b.hash,
+                               .parent = b.parent,
+                               .has_parent = b.parent != b.hash,
+                               .busy = (uint8_t)(moved || pending(e, b.hash, -1)),
+                               .vol = (uint32_t)v,
+                               .bytes = b.bytes,
+                               .last_access_ms = b.last_access_ms,
+                               .freq = b.freq,
+                               .since_ms = b.last_access_ms};
+        if (!moved)
+          used[v] += b.bytes;
       }
     }
   }
@@ -330,19 +365,19 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
     return;
   e->st.rounds++;
   e->nops = 0;
-  /* Sources whose grace period is over. */
-  for (size_t i = 0; i < e->npend;) {
-    if (e->pend[i].due_ms > now) {
-      i++;
+  /* Sources whose grace period is over. Entries stay in pend until the job
+   * is done, so that the blocks are neither planned again nor counted in
+   * their source's fill meanwhile. */
+  for (size_t i = 0; i < e->npend; i++) {
+    if (e->pend[i].due_ms > now || e->pend[i].deleting)
       continue;
-    }
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       break;
     e->ops[e->nops++] = (op_t){.kind = -1,
                                .hash = e->pend[i].hash,
                                .from = e->pend[i].from,
                                .journal_id = e->pend[i].journal_id};
-    e->pend[i] = e->pend[--e->npend];
+    e->pend[i].deleting = 1;
   }
   if (build_candidates(e, used) == 0) {
     for (size_t v = 0; v < e->nvols; v++)
@@ -443,7 +478,14 @@ static int recover(kvp__tier_engine_t *e) {
     }
     char err[256];
     kvp__adv_block_t b;
-    if (strcmp(state, "committed") != 0) {
+    if (strcmp(state, "committed") != 0 && (tv == NULL || tv[0] == '\0') && from >= 0) {
+      /* An eviction: done if the object is gone, else not begun. */
+      int gone = kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0;
+      if (gone)
+        drop_locations(e, hash, &e->vols[from]);
+      journal_set(e->db, id, gone ? "source_deleted" : "failed",
+                  gone ? NULL : "interrupted by a restart; the block stays");
+    } else if (strcmp(state, "committed") != 0) {
       if (to >= 0)
         kvp_volume_delete(e->vols[to].v, e->ns, hash, err, sizeof err); /* a partial copy */
       journal_set(e->db, id, "failed", "interrupted by a restart before it committed");
@@ -455,7 +497,7 @@ static int recover(kvp__tier_engine_t *e) {
       kvp__adv_index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
                            e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
       if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
-        e->pend[e->npend++] = (pend_t){hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, id};
+        e->pend[e->npend++] = (pend_t){hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, 0, id};
       kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " committed before a restart; its "
                    "source is deleted after the grace period",
                    id, hash);
@@ -535,6 +577,9 @@ int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp_
     goto fail;
   }
   sqlite3_busy_timeout(e->db, 10000);
+  /* WAL with synchronous=NORMAL, like the store: committed transactions
+   * survive a crash of the process; a job's journal is three of them. */
+  sqlite3_exec(e->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
   if ((rc = record_volumes(e)) != 0 || (rc = recover(e)) != 0) {
     snprintf(err, errlen, "tiering: %s: the volumes or migrations tables: %s", cfg->db_path,
              sqlite3_errmsg(e->db));
