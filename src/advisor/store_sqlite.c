@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/event.h"
@@ -336,14 +337,17 @@ size_t kvp__adv_flush_blocks(const kvp__adv_flush_t *fl) {
   return fl->nrows;
 }
 
+/* Copies the changed blocks and, where they changed, all their locations
+ * (however many workers hold a block). */
 static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
-  kvp__adv_loc_t locs[64];
-  size_t cap = 0;
+  kvp__adv_loc_t *locs = NULL;
+  size_t locs_cap = 0, cap = 0;
+  int rc = KVP_ENOMEM;
 
   if (fl->ch.nblocks && (fl->rows = malloc(fl->ch.nblocks * sizeof *fl->rows)) == NULL)
-    return KVP_ENOMEM;
+    goto out;
   if (fl->ch.ngone && (fl->gone = malloc(fl->ch.ngone * sizeof *fl->gone)) == NULL)
-    return KVP_ENOMEM;
+    goto out;
   for (size_t i = 0; i < fl->ch.ngone; i++) {
     const kvp__adv_gone_t *g = &fl->ch.gone[i];
     floc_fill(&fl->gone[i], ix, g->hash, g->worker, g->tier, g->volume);
@@ -356,7 +360,7 @@ static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
     size_t n = 0;
     memset(r, 0, sizeof *r);
     r->hash = c->hash;
-    if (c->what == 0 || kvp__adv_index_get(ix, c->hash, &b, locs, 64, &n) != 0)
+    if (c->what == 0 || kvp__adv_index_get(ix, c->hash, &b, locs, locs_cap, &n) != 0)
       continue; /* what 0: delete */
     r->what = c->what;
     r->parent = b.parent;
@@ -367,27 +371,22 @@ static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
     r->freq = b.freq;
     if (!(c->what & KVP__ADV_CH_LOCS))
       continue;
-    if (n > 64) {
-      kvp_log_warn("advisor: block %016llx has %zu locations; only 64 persisted",
-                   (unsigned long long)c->hash, n);
-      n = 64;
+    if (n > locs_cap) {
+      if ((rc = KVP_ARRAY_RESERVE(locs, locs_cap, n, 64)) != 0 ||
+          (rc = kvp__adv_index_get(ix, c->hash, NULL, locs, locs_cap, &n)) != 0)
+        goto out;
     }
-    if (fl->nlocs + n > cap) {
-      size_t ncap = cap ? cap * 2 : 1024;
-      while (ncap < fl->nlocs + n)
-        ncap *= 2;
-      floc_t *p = realloc(fl->locs, ncap * sizeof *p);
-      if (p == NULL)
-        return KVP_ENOMEM;
-      fl->locs = p;
-      cap = ncap;
-    }
+    if ((rc = KVP_ARRAY_RESERVE(fl->locs, cap, fl->nlocs + n, 1024)) != 0)
+      goto out;
     r->loc_off = (uint32_t)fl->nlocs;
     r->nlocs = (uint32_t)n;
     for (size_t k = 0; k < n; k++)
       floc_fill(&fl->locs[fl->nlocs++], ix, c->hash, locs[k].worker, locs[k].tier, locs[k].volume);
   }
-  return 0;
+  rc = 0;
+out:
+  free(locs);
+  return rc;
 }
 
 static int prepare_workers(kvp__adv_flush_t *fl, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {

@@ -124,6 +124,43 @@ static void flush_then_load_restores_everything(void **state) {
   kvp__adv_index_destroy(ix);
 }
 
+/* A block held by more workers than any fixed buffer (300) keeps every
+ * location across a flush and a restart. */
+static void block_held_by_300_workers_survives_restart(void **state) {
+  fx_t *f = *state;
+  kvp__adv_index_t *ix = NULL, *ix2 = NULL;
+  kvp__adv_store_t *st = NULL;
+  char err[256], name[32];
+  uint64_t seq;
+  size_t n = 0;
+
+  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  for (int i = 0; i < 300; i++) {
+    uint16_t w;
+    snprintf(name, sizeof name, "w%d", i);
+    assert_int_equal(kvp__adv_index_worker(ix, name, 0, &w), 0);
+    assert_int_equal(kvp__adv_index_store(ix, 42, 0, 0, w, 1 + i % 2, 0, 16, 4096, NOW), 0);
+  }
+  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 7, NULL), 0);
+  kvp__adv_store_close(st);
+  st = NULL;
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM block_locations WHERE hash = 42"), 300);
+
+  assert_int_equal(kvp__adv_index_create(&ix2, 16, 3600), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__adv_store_load(st, ix2, NULL, &seq), 0);
+  assert_int_equal(kvp__adv_index_get(ix2, 42, NULL, NULL, 0, &n), 0);
+  assert_int_equal(n, 300);
+  kvp__adv_index_stats_t s;
+  kvp__adv_index_stats(ix2, &s);
+  assert_int_equal(s.tier_locations[1], 150);
+  assert_int_equal(s.tier_locations[2], 150);
+  kvp__adv_store_close(st);
+  kvp__adv_index_destroy(ix2);
+  kvp__adv_index_destroy(ix);
+}
+
 static void database_files_are_private(void **state) {
   fx_t *f = *state;
   kvp__adv_store_t *st = NULL;
@@ -274,6 +311,7 @@ static void each_config_mistake_names_the_key(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(old_url_key_sets_servers),
     cmocka_unit_test_setup_teardown(flush_then_load_restores_everything, setup, teardown),
+    cmocka_unit_test_setup_teardown(block_held_by_300_workers_survives_restart, setup, teardown),
     cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
     cmocka_unit_test_setup_teardown(old_schema_is_upgraded, setup, teardown),
     cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
