@@ -573,9 +573,10 @@ void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes,
 #define MATCH_BATCH 64
 
 int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n,
-                         kvp__adv_match_t *out, size_t cap) {
+                         kvp__adv_match_t *out, size_t cap, size_t *nrows) {
   uint32_t nodes[MATCH_BATCH];
   size_t rows = 0;
+  int rc = 0;
 
   for (size_t base = 0; base < n; base += MATCH_BATCH) {
     size_t m = n - base < MATCH_BATCH ? n - base : MATCH_BATCH;
@@ -593,7 +594,7 @@ int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, siz
     for (size_t i = 0; i < m; i++) {
       size_t pos = base + i, extended = 0;
       if (nodes[i] == 0)
-        return (int)rows;
+        goto out;
       for (uint32_t l = ix->nodes[nodes[i]].loc_head; l; l = ix->locs[l].next) {
         const loc_t *lc = &ix->locs[l];
         uint16_t w = loc_worker(lc);
@@ -605,21 +606,25 @@ int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, siz
         if (r == rows) {
           if (pos != 0)
             continue; /* first seen after position 0: no prefix */
-          if (rows == cap)
-            return KVP_ENOSPC;
+          if (rows == cap) {
+            rc = KVP_ENOSPC;
+            goto out;
+          }
           out[rows++] = (kvp__adv_match_t){.worker = w, .tier = t, .length = 0};
         }
         /* Two volumes of one (worker, tier) must not count twice. */
         if (out[r].length == pos) {
-          out[r].length = (uint32_t)pos + 1;
+          out[r].length = (uint64_t)pos + 1;
           extended++;
         }
       }
       if (extended == 0)
-        return (int)rows;
+        goto out;
     }
   }
-  return (int)rows;
+out:
+  *nrows = rows;
+  return rc;
 }
 
 static void fill_block(const kvp__adv_index_t *ix, const node_t *nd, kvp__adv_block_t *b) {

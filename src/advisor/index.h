@@ -52,7 +52,7 @@ typedef struct kvp__adv_loc_s {
 typedef struct kvp__adv_match_s {
   uint16_t worker;
   uint8_t tier;
-  uint32_t length;
+  uint64_t length; /* up to the query's length (a size_t) */
 } kvp__adv_match_t;
 
 /* Creates an empty index sized for about cap_hint blocks; half_life_s is the
@@ -106,11 +106,12 @@ size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_
 void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n);
 
 /* Longest consecutive cached prefix of hashes[0..n) per (worker, tier).
- * Writes up to cap rows to out and returns the number of rows, or a negative
- * KVP_ENOSPC when more than cap (worker, tier) pairs matched. Rows with
- * length 0 are not reported. */
+ * Writes up to cap rows to out and their number to *nrows. Returns 0, or
+ * KVP_ENOSPC when more than cap (worker, tier) pairs matched (*nrows is then
+ * cap, and out holds the first cap pairs with their lengths so far). Rows
+ * with length 0 are not reported. */
 int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n,
-                         kvp__adv_match_t *out, size_t cap);
+                         kvp__adv_match_t *out, size_t cap, size_t *nrows);
 
 /* Looks a block up. Returns 0 or KVP_ENOENT. locs (cap entries) receives
  * its locations; *nlocs their total count (may exceed cap). */

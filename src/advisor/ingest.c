@@ -222,6 +222,8 @@ static void apply_snapshot(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event
     snapshot_commit(ing, ws, ev->tier, now_ms);
 }
 
+/* Applies one event (or a part of one). Returns 0, or KVP_EPROTO for an
+ * event type this advisor does not know (counted in bad_events). */
 static int apply_part(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *ev,
                       uint64_t now_ms) {
   uint16_t w = ws->st.id;
@@ -243,7 +245,7 @@ static int apply_part(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *e
     break;
   default:
     ing->c.bad_events++;
-    return -1;
+    return KVP_EPROTO;
   }
   return 0;
 }
