@@ -317,6 +317,8 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
     need_resync = "gap";
   if (ws->st.down) {
     ws->st.down = 0;
+    ws->st.down_at_ms = 0;
+    ws->st.locations_dropped = 0;
     need_resync = "down";
   }
   ws->st.last_seen_ms = now_ms;
@@ -424,6 +426,8 @@ void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms) {
       const char *name = kvp__adv_index_worker_name(ing->ix, ws->st.id, &dp);
       size_t n = kvp__adv_index_drop(ing->ix, ws->st.id, G12_MASK);
       ws->st.down = 1;
+      ws->st.down_at_ms = now_ms;
+      ws->st.locations_dropped = n;
       ws->resync_pending = 0;
       ing->c.downs++;
       kvp_log_warn("advisor: worker %s dp %" PRIu32 " silent for %" PRIu64

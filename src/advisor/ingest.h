@@ -15,8 +15,10 @@
  *     are compared as numbers, so publishers must make them increase (the
  *     publisher uses its start time);
  *   - a worker silent for longer than the heartbeat timeout is marked down
- *     and its G1/G2 locations are dropped; when it speaks again a resync is
- *     requested because its G1/G2 set is no longer known.
+ *     and its G1/G2 locations are dropped (the time and the number are kept
+ *     in its state for the workers table); when it speaks again they are
+ *     cleared and a resync is requested because its G1/G2 set is no longer
+ *     known.
  * Snapshot chunks (snapshot_id, chunk 0..n, last) are staged and replace the
  * worker's set for that tier when the last chunk arrives; a chunk out of
  * order discards the staging and asks for a new resync.
@@ -77,6 +79,10 @@ typedef struct kvp__adv_worker_state_s {
   uint64_t last_seen_ms;
   int known; /* last_event_id is meaningful */
   int down;
+  /* While down: when the heartbeat timeout marked it down (Unix ms) and how
+   * many G1/G2 locations that dropped; both 0 while it is up. */
+  uint64_t down_at_ms;
+  uint64_t locations_dropped;
 } kvp__adv_worker_state_t;
 
 /* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or

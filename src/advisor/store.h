@@ -19,7 +19,7 @@
 #include "advisor/index.h"
 #include "advisor/ingest.h"
 
-#define KVP__ADV_SCHEMA_VERSION 2
+#define KVP__ADV_SCHEMA_VERSION 3
 
 typedef struct kvp__adv_store_s kvp__adv_store_t;
 

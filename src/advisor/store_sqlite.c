@@ -72,6 +72,24 @@ static const char *const steps[] = {
     "CREATE VIEW recent_migrations AS SELECT id, printf('%016x', hash) AS hash_hex,"
     " 'G' || from_tier AS from_tier, from_volume, 'G' || to_tier AS to_tier, to_volume, bytes,"
     " state, created, updated, error FROM migrations ORDER BY updated DESC LIMIT 100;",
+    /* 3: when a worker went down and how many G1/G2 locations died with it
+     * (NULL and 0 while it is up), also in worker_status. */
+    "ALTER TABLE workers ADD COLUMN down_at INTEGER;"
+    "ALTER TABLE workers ADD COLUMN locations_dropped INTEGER NOT NULL DEFAULT 0;"
+    "DROP VIEW worker_status;"
+    "CREATE VIEW worker_status AS SELECT w.worker AS worker, w.dp_rank AS dp_rank,"
+    " w.status AS status, w.epoch AS epoch, w.last_event_id AS last_event_id,"
+    " w.last_seen AS last_seen,"
+    " (SELECT count(*) FROM block_locations l WHERE l.worker = w.worker"
+    "  AND l.dp_rank = w.dp_rank AND l.tier = 1) AS g1_blocks,"
+    " (SELECT count(*) FROM block_locations l WHERE l.worker = w.worker"
+    "  AND l.dp_rank = w.dp_rank AND l.tier = 2) AS g2_blocks,"
+    " (SELECT count(*) FROM block_locations l WHERE l.worker = w.worker"
+    "  AND l.dp_rank = w.dp_rank AND l.tier = 3) AS g3_blocks,"
+    " (SELECT count(*) FROM block_locations l WHERE l.worker = w.worker"
+    "  AND l.dp_rank = w.dp_rank AND l.tier = 4) AS g4_blocks,"
+    " w.down_at AS down_at, w.locations_dropped AS locations_dropped"
+    " FROM workers w;",
 };
 
 enum {
@@ -98,9 +116,10 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_LOC_INSERT] = "INSERT OR IGNORE INTO block_locations(hash, worker, dp_rank, tier, volume)"
                      " VALUES(?1, ?2, ?3, ?4, ?5)",
     [S_WORKER_UPSERT] = "INSERT INTO workers(worker, dp_rank, epoch, last_event_id, last_seen,"
-                        " status) VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(worker, dp_rank)"
+                        " status, down_at, locations_dropped)"
+                        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(worker, dp_rank)"
                         " DO UPDATE SET epoch = ?3, last_event_id = ?4, last_seen = ?5,"
-                        " status = ?6",
+                        " status = ?6, down_at = ?7, locations_dropped = ?8",
     [S_VOLUME_INSERT] = "INSERT OR IGNORE INTO volumes(volume, tier, capacity, first_seen)"
                         " VALUES(?1, ?2, NULL, ?3)",
     [S_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
@@ -284,7 +303,7 @@ typedef struct floc_s {
 typedef struct fworker_s {
   const char *name, *status;
   uint32_t dp_rank;
-  uint64_t epoch, last_event_id, last_seen_ms;
+  uint64_t epoch, last_event_id, last_seen_ms, down_at_ms, locations_dropped;
 } fworker_t;
 
 struct kvp__adv_flush_s {
@@ -402,6 +421,8 @@ static int prepare_workers(kvp__adv_flush_t *fl, kvp__adv_index_t *ix, kvp__adv_
     w->epoch = ws.epoch;
     w->last_event_id = ws.last_event_id;
     w->last_seen_ms = ws.last_seen_ms;
+    w->down_at_ms = ws.down_at_ms;
+    w->locations_dropped = ws.locations_dropped;
     w->status = ws.down ? "down" : (ws.known ? "up" : "unknown");
   }
   return 0;
@@ -507,6 +528,11 @@ static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t
     sqlite3_bind_int64(s, 4, (sqlite3_int64)w->last_event_id);
     sqlite3_bind_int64(s, 5, (sqlite3_int64)w->last_seen_ms);
     sqlite3_bind_text(s, 6, w->status, -1, SQLITE_STATIC);
+    if (w->down_at_ms)
+      sqlite3_bind_int64(s, 7, (sqlite3_int64)w->down_at_ms);
+    else
+      sqlite3_bind_null(s, 7);
+    sqlite3_bind_int64(s, 8, (sqlite3_int64)w->locations_dropped);
     if ((rc = step_done(s)) != 0)
       return rc;
   }
@@ -575,8 +601,8 @@ static int load_workers(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ing
   sqlite3_stmt *s = NULL;
   int rc = KVP_EDB, r;
   if (sqlite3_prepare_v2(st->db,
-                         "SELECT worker, dp_rank, epoch, last_event_id, last_seen, status"
-                         " FROM workers",
+                         "SELECT worker, dp_rank, epoch, last_event_id, last_seen, status,"
+                         " down_at, locations_dropped FROM workers",
                          -1, &s, NULL) != SQLITE_OK)
     return KVP_EDB;
   while ((r = sqlite3_step(s)) == SQLITE_ROW) {
@@ -590,6 +616,8 @@ static int load_workers(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ing
     ws.last_seen_ms = (uint64_t)sqlite3_column_int64(s, 4);
     ws.known = status && strcmp(status, "unknown") != 0;
     ws.down = status && strcmp(status, "down") == 0;
+    ws.down_at_ms = ws.down ? (uint64_t)sqlite3_column_int64(s, 6) : 0;
+    ws.locations_dropped = ws.down ? (uint64_t)sqlite3_column_int64(s, 7) : 0;
     if (ing && (rc = kvp__adv_ingest_worker_set(ing, &ws)) != 0)
       goto done;
   }

@@ -237,8 +237,15 @@ static void silent_worker_goes_down_and_resyncs_on_return(void **state) {
   assert_int_equal(kvp__adv_ingest_workers_up(f->ing), 0);
   assert_int_equal(locs_of(f, "w", 1), 0);
   assert_int_equal(locs_of(f, "w", 4), 1);
+  kvp__adv_worker_state_t ws;
+  assert_int_equal(kvp__adv_ingest_worker_get(f->ing, 0, &ws), 0);
+  assert_true(ws.down_at_ms == NOW + 18001);
+  assert_int_equal(ws.locations_dropped, 1);
   assert_int_equal(feed(f, "w", 1, 3, NULL, 0, 0, NOW + 20000), 0);
   assert_int_equal(kvp__adv_ingest_workers_up(f->ing), 1);
+  assert_int_equal(kvp__adv_ingest_worker_get(f->ing, 0, &ws), 0);
+  assert_true(ws.down_at_ms == 0);
+  assert_int_equal(ws.locations_dropped, 0);
   assert_int_equal(f->resyncs, 1);
   assert_string_equal(f->last_reason, "down");
 }

@@ -194,6 +194,83 @@ static void old_schema_is_upgraded(void **state) {
                    1);
 }
 
+/* A version 2 database (no down_at, locations_dropped) upgrades in place:
+ * its rows stay, the new columns read NULL and 0, and a down worker's marks
+ * then survive a flush and a load. */
+static void version_2_database_gains_down_columns(void **state) {
+  fx_t *f = *state;
+  kvp__adv_index_t *ix = NULL;
+  kvp__adv_ingest_t *ing = NULL;
+  kvp__adv_store_t *st = NULL;
+  sqlite3 *db = NULL;
+  char err[256];
+  uint64_t seq;
+  uint16_t a;
+
+  assert_int_equal(kvp__adv_store_create_version(f->path, 2), 0);
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db,
+                                "INSERT INTO workers VALUES('old', 0, 3, 40, 1000, 'down');"
+                                "INSERT INTO workers VALUES('a', 0, 1, 5, 1000, 'up');",
+                                0, 0, 0),
+                   SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM pragma_table_info('workers')"
+                               " WHERE name = 'down_at'"),
+                   0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+  assert_int_equal(q1(f->path, "SELECT last_event_id FROM workers WHERE worker = 'old'"), 40);
+  assert_int_equal(q1(f->path, "SELECT down_at IS NULL FROM workers WHERE worker = 'old'"), 1);
+  assert_int_equal(q1(f->path, "SELECT locations_dropped FROM workers WHERE worker = 'old'"), 0);
+  assert_int_equal(q1(f->path, "SELECT down_at IS NULL AND locations_dropped = 0"
+                               " FROM worker_status WHERE worker = 'a'"),
+                   1);
+
+  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
+  assert_int_equal(kvp__adv_store_load(st, ix, ing, &seq), 0);
+  assert_int_equal(kvp__adv_index_worker(ix, "a", 0, &a), 0);
+  kvp__adv_worker_state_t ws = {.id = a,
+                                .epoch = 1,
+                                .last_event_id = 5,
+                                .known = 1,
+                                .down = 1,
+                                .last_seen_ms = NOW,
+                                .down_at_ms = NOW + 30000,
+                                .locations_dropped = 1234};
+  assert_int_equal(kvp__adv_ingest_worker_set(ing, &ws), 0);
+  assert_int_equal(kvp__adv_store_flush(st, ix, ing, 0, NULL), 0);
+  kvp__adv_store_close(st);
+  st = NULL;
+  kvp__adv_ingest_destroy(ing);
+  kvp__adv_index_destroy(ix);
+  assert_int_equal(q1(f->path, "SELECT down_at FROM workers WHERE worker = 'a'"),
+                   (int64_t)(NOW + 30000));
+  assert_int_equal(q1(f->path, "SELECT locations_dropped FROM worker_status WHERE worker = 'a'"),
+                   1234);
+
+  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__adv_store_load(st, ix, ing, &seq), 0);
+  kvp__adv_worker_state_t got;
+  int found = 0;
+  for (size_t i = 0; i < kvp__adv_ingest_worker_count(ing); i++) {
+    if (kvp__adv_ingest_worker_get(ing, i, &got) == 0 &&
+        strcmp(kvp__adv_index_worker_name(ix, got.id, NULL), "a") == 0) {
+      found = 1;
+      assert_true(got.down);
+      assert_true(got.down_at_ms == NOW + 30000);
+      assert_int_equal(got.locations_dropped, 1234);
+    }
+  }
+  assert_true(found);
+  kvp__adv_store_close(st);
+  kvp__adv_ingest_destroy(ing);
+  kvp__adv_index_destroy(ix);
+}
+
 static void newer_schema_is_refused(void **state) {
   fx_t *f = *state;
   kvp__adv_store_t *st = NULL;
@@ -314,6 +391,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(block_held_by_300_workers_survives_restart, setup, teardown),
     cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
     cmocka_unit_test_setup_teardown(old_schema_is_upgraded, setup, teardown),
+    cmocka_unit_test_setup_teardown(version_2_database_gains_down_columns, setup, teardown),
     cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(unwritable_path_is_an_error, setup, teardown),
     cmocka_unit_test_setup_teardown(shipped_config_loads, setup, teardown),
