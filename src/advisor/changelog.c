@@ -20,15 +20,13 @@ void kvp__adv_changelog_free(kvp__adv_changelog_t *cl) {
 }
 
 /* 1.5x growth: the lists' slack is part of the index's memory figure. */
-int kvp__adv_changelog_mark(kvp__adv_changelog_t *cl, uint64_t hash) {
-  if (KVP_ARRAY_RESERVE_HALF(cl->dirty, cl->dirty_cap, cl->ndirty + 1, 16) != 0)
-    return KVP_ENOMEM;
-  cl->dirty[cl->ndirty++] = hash;
-  return 0;
+int kvp__adv_changelog_grow(kvp__adv_changelog_t *cl) {
+  return KVP_ARRAY_RESERVE_HALF(cl->dirty, cl->dirty_cap, cl->ndirty + 1, 16) == 0 ? 0 : KVP_ENOMEM;
 }
 
 int kvp__adv_changelog_gone(kvp__adv_changelog_t *cl, const kvp__adv_gone_t *g) {
-  if (KVP_ARRAY_RESERVE_HALF(cl->gone, cl->gone_cap, cl->ngone + 1, 16) != 0)
+  if (cl->ngone == cl->gone_cap &&
+      KVP_ARRAY_RESERVE_HALF(cl->gone, cl->gone_cap, cl->ngone + 1, 16) != 0)
     return KVP_ENOMEM;
   cl->gone[cl->ngone++] = *g;
   return 0;

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvplane/status.h"
+
 enum { KVP__ADV_CH_BLOCK = 1, KVP__ADV_CH_LOCS = 2 };
 
 typedef struct kvp__adv_change_s {
@@ -51,8 +53,18 @@ typedef struct kvp__adv_changelog_s {
 /* Frees the lists; the log is then empty and usable. */
 void kvp__adv_changelog_free(kvp__adv_changelog_t *cl);
 
-/* Lists a changed block. Returns 0 or KVP_ENOMEM (not listed). */
-int kvp__adv_changelog_mark(kvp__adv_changelog_t *cl, uint64_t hash);
+/* Makes room for one more listed block (1.5x growth: the lists' slack is
+ * part of the index's memory figure). Returns 0 or KVP_ENOMEM. */
+int kvp__adv_changelog_grow(kvp__adv_changelog_t *cl);
+
+/* Lists a changed block. Returns 0 or KVP_ENOMEM (not listed). Inline: it
+ * runs on the first change of every block, in the ingest loop. */
+static inline int kvp__adv_changelog_mark(kvp__adv_changelog_t *cl, uint64_t hash) {
+  if (cl->ndirty == cl->dirty_cap && kvp__adv_changelog_grow(cl) != 0)
+    return KVP_ENOMEM;
+  cl->dirty[cl->ndirty++] = hash;
+  return 0;
+}
 
 /* Records a removed location. Returns 0 or KVP_ENOMEM (not recorded: the
  * row stays in the store until its block is deleted). */

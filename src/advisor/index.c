@@ -32,7 +32,9 @@ static void hint_huge(void *p, size_t bytes) {
 /* Room for need elements in a pool. 1.5x: the slack of a pool is part of
  * the published memory figure; the first allocation is exactly the size
  * asked for (the create hint). */
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+static inline int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap)
+    return 0; /* the common case stays inline: no call per new location */
   size_t old = *cap;
   int rc = kvp__array_reserve(p, cap, need, elem, need > 16 ? need : 16, KVP_ARRAY_HALF);
   if (rc == 0 && *cap != old)
