@@ -119,7 +119,8 @@ int kvp__adv_api_match(const kvp__adv_index_t *ix, const void *data, size_t len,
   kvp__adv_match_t *rows = NULL;
   char err[256];
   json_t *o = NULL, *arr;
-  int rc, nrows;
+  size_t nrows = 0;
+  int rc;
 
   rc = kvp__adv_api_parse_match(data, len, &h, &n, err, sizeof err);
   if (rc == KVP_ETOOBIG)
@@ -132,13 +133,13 @@ int kvp__adv_api_match(const kvp__adv_index_t *ix, const void *data, size_t len,
     rc = KVP_ENOMEM;
     goto done;
   }
-  nrows = kvp__adv_index_match(ix, h, n, rows, cap);
-  if (nrows < 0)
-    nrows = 0; /* cap covers every (worker, tier) pair */
-  qsort(rows, (size_t)nrows, sizeof *rows, by_length);
+  /* cap covers every (worker, tier) pair: KVP_ENOSPC cannot happen, and
+   * would leave the first cap rows. */
+  (void)kvp__adv_index_match(ix, h, n, rows, cap, &nrows);
+  qsort(rows, nrows, sizeof *rows, by_length);
   o = json_pack("{s:I, s:[]}", "hashes", (json_int_t)n, "matches");
   arr = o ? json_object_get(o, "matches") : NULL;
-  for (int i = 0; arr && i < nrows; i++) {
+  for (size_t i = 0; arr && i < nrows; i++) {
     uint32_t dp = 0;
     const char *w = kvp__adv_index_worker_name(ix, rows[i].worker, &dp);
     json_array_append_new(arr, json_pack("{s:s, s:I, s:s, s:I}", "worker", w, "dp_rank",

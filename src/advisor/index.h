@@ -13,12 +13,18 @@
  * Every change marks the block dirty (once) so the store can write it behind;
  * kvp__adv_index_changes_take() hands the changes over.
  *
+ * In parts: index.c (the map, the pools, the LRU lists and the updates),
+ * query.c (match, lookups, LRU walks), intern.c (names), changelog.c (the
+ * change log); index_impl.h is what index.c and query.c share.
+ *
  * Not thread-safe: the advisor's loop thread owns it. */
 #ifndef KVP_ADVISOR_INDEX_H
 #define KVP_ADVISOR_INDEX_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "advisor/changelog.h"
 
 #define KVP__ADV_MAX_WORKERS 8191u
 #define KVP__ADV_MAX_VOLUMES 65535u
@@ -52,7 +58,7 @@ typedef struct kvp__adv_loc_s {
 typedef struct kvp__adv_match_s {
   uint16_t worker;
   uint8_t tier;
-  uint32_t length;
+  uint64_t length; /* up to the query's length (a size_t) */
 } kvp__adv_match_t;
 
 /* Creates an empty index sized for about cap_hint blocks; half_life_s is the
@@ -106,12 +112,12 @@ size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_
 void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n);
 
 /* Longest consecutive cached prefix of hashes[0..n) per (worker, tier).
- * Writes up to cap rows to out and returns the number of rows, or a negative
- * KVP_ENOSPC when more than cap (worker, tier) pairs matched (cap is taken
- * as at most INT_MAX, so the count always fits). Rows with length 0 are not
- * reported. */
+ * Writes up to cap rows to out and their number to *nrows. Returns 0, or
+ * KVP_ENOSPC when more than cap (worker, tier) pairs matched (*nrows is then
+ * cap, and out holds the first cap pairs with their lengths so far). Rows
+ * with length 0 are not reported. */
 int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n,
-                         kvp__adv_match_t *out, size_t cap);
+                         kvp__adv_match_t *out, size_t cap, size_t *nrows);
 
 /* Looks a block up. Returns 0 or KVP_ENOENT. locs (cap entries) receives
  * its locations; *nlocs their total count (may exceed cap). */
@@ -139,29 +145,8 @@ void kvp__adv_index_stats(const kvp__adv_index_t *ix, kvp__adv_index_stats_t *st
 /* Turns dirty tracking on (default) or off (benchmarks, fuzzing). */
 void kvp__adv_index_track_dirty(kvp__adv_index_t *ix, int on);
 
-/* Changes since the last take, for the write-behind store. */
-enum { KVP__ADV_CH_BLOCK = 1, KVP__ADV_CH_LOCS = 2 };
-
-typedef struct kvp__adv_change_s {
-  uint64_t hash;
-  uint32_t what; /* 0: the block is gone; else KVP__ADV_CH_BLOCK, plus
-                    KVP__ADV_CH_LOCS when locations were added */
-} kvp__adv_change_t;
-
-/* One removed location. */
-typedef struct kvp__adv_gone_s {
-  uint64_t hash;
-  uint16_t worker, volume;
-  uint8_t tier;
-} kvp__adv_gone_t;
-
-typedef struct kvp__adv_changes_s {
-  kvp__adv_change_t *blocks; /* each changed or deleted block once */
-  size_t nblocks;
-  kvp__adv_gone_t *gone; /* removed locations, in order */
-  size_t ngone;
-} kvp__adv_changes_t;
-
+/* Changes since the last take, for the write-behind store (the types are
+ * in changelog.h). */
 /* Hands the changes over and clears the marks. Write the removed locations
  * first, then the blocks. Returns 0 or KVP_ENOMEM (nothing taken). Free ch
  * with kvp__adv_changes_free(). */
@@ -170,8 +155,6 @@ int kvp__adv_index_changes_take(kvp__adv_index_t *ix, kvp__adv_changes_t *ch);
 /* Gives the changes of a failed write back (conservatively: every block's
  * locations are written again). */
 void kvp__adv_index_changes_restore(kvp__adv_index_t *ix, const kvp__adv_changes_t *ch);
-
-void kvp__adv_changes_free(kvp__adv_changes_t *ch);
 
 /* Number of changed blocks pending. */
 size_t kvp__adv_index_dirty_count(const kvp__adv_index_t *ix);

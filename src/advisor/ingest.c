@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/log.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
@@ -32,7 +33,7 @@ struct kvp__adv_ingest_s {
   kvp__adv_index_t *ix;
   kvp__adv_ingest_opts_t opts;
   wstate_t *w; /* by index worker id */
-  size_t nw;
+  size_t nw, wcap;
   kvp__adv_ingest_counters_t c;
   uint64_t last_batch_ms; /* timestamp of the last batch applied */
 };
@@ -55,31 +56,14 @@ static void staging_free(staging_t *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* Room for need staged blocks in the five columns. Returns 0 or KVP_ENOMEM
+ * (what was staged stays). */
 static int staging_reserve(staging_t *s, size_t need) {
-  if (need <= s->cap)
-    return 0;
-  size_t cap = s->cap ? s->cap : 256;
-  while (cap < need)
-    cap *= 2;
-  void *h = realloc(s->hashes, cap * sizeof *s->hashes);
-  if (h)
-    s->hashes = h;
-  void *p = realloc(s->parents, cap * sizeof *s->parents);
-  if (p)
-    s->parents = p;
-  void *t = realloc(s->tokens, cap * sizeof *s->tokens);
-  if (t)
-    s->tokens = t;
-  void *b = realloc(s->bytes, cap * sizeof *s->bytes);
-  if (b)
-    s->bytes = b;
-  void *v = realloc(s->volumes, cap * sizeof *s->volumes);
-  if (v)
-    s->volumes = v;
-  if (!h || !p || !t || !b || !v)
-    return KVP_ENOMEM;
-  s->cap = cap;
-  return 0;
+  void **const cols[] = {(void **)&s->hashes, (void **)&s->parents, (void **)&s->tokens,
+                         (void **)&s->bytes, (void **)&s->volumes};
+  const size_t elems[] = {sizeof *s->hashes, sizeof *s->parents, sizeof *s->tokens,
+                          sizeof *s->bytes, sizeof *s->volumes};
+  return kvp__array_reserve_n(cols, elems, 5, &s->cap, need, 256) == 0 ? 0 : KVP_ENOMEM;
 }
 
 int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__adv_index_t *ix,
@@ -110,11 +94,9 @@ void kvp__adv_ingest_destroy(kvp__adv_ingest_t *ing) {
 static wstate_t *wstate(kvp__adv_ingest_t *ing, uint16_t id) {
   if (id >= ing->nw) {
     size_t n = (size_t)id + 1;
-    wstate_t *w = realloc(ing->w, n * sizeof *w);
-    if (w == NULL)
+    if (KVP_ARRAY_RESERVE(ing->w, ing->wcap, n, 16) != 0)
       return NULL;
-    memset(w + ing->nw, 0, (n - ing->nw) * sizeof *w);
-    ing->w = w;
+    memset(ing->w + ing->nw, 0, (n - ing->nw) * sizeof *ing->w);
     ing->nw = n;
   }
   return &ing->w[id];
@@ -223,6 +205,8 @@ static void apply_snapshot(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event
     snapshot_commit(ing, ws, ev->tier, now_ms);
 }
 
+/* Applies one event (or a part of one). Returns 0, or KVP_EPROTO for an
+ * event type this advisor does not know (counted in bad_events). */
 static int apply_part(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *ev,
                       uint64_t now_ms) {
   uint16_t w = ws->st.id;
@@ -316,6 +300,8 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
     need_resync = "gap";
   if (ws->st.down) {
     ws->st.down = 0;
+    ws->st.down_at_ms = 0;
+    ws->st.locations_dropped = 0;
     need_resync = "down";
   }
   ws->st.last_seen_ms = now_ms;

@@ -15,8 +15,10 @@
  *     are compared as numbers, so publishers must make them increase (the
  *     publisher uses its start time);
  *   - a worker silent for longer than the heartbeat timeout is marked down
- *     and its G1/G2 locations are dropped; when it speaks again a resync is
- *     requested because its G1/G2 set is no longer known.
+ *     and its G1/G2 locations are dropped (the time and the number are kept
+ *     in its state for the workers table); when it speaks again they are
+ *     cleared and a resync is requested because its G1/G2 set is no longer
+ *     known.
  * Snapshot chunks (snapshot_id, chunk 0..n, last) are staged and replace the
  * worker's set for that tier when the last chunk arrives; a chunk out of
  * order discards the staging and asks for a new resync.
@@ -77,8 +79,10 @@ typedef struct kvp__adv_worker_state_s {
   uint64_t last_seen_ms;
   int known; /* last_event_id is meaningful */
   int down;
-  uint64_t down_at_ms;        /* when it was last marked down; 0: never */
-  uint64_t locations_dropped; /* G1/G2 locations dropped then */
+  /* While down: when the heartbeat timeout marked it down (Unix ms) and how
+   * many G1/G2 locations that dropped; both 0 while it is up. */
+  uint64_t down_at_ms;
+  uint64_t locations_dropped;
 } kvp__adv_worker_state_t;
 
 /* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or
@@ -115,10 +119,6 @@ int kvp__adv_ingest_message_on(kvp__adv_ingest_t *ing, const char *subject, cons
 void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms);
 
 const kvp__adv_ingest_counters_t *kvp__adv_ingest_counters(const kvp__adv_ingest_t *ing);
-
-/* The timestamp_ms of the last batch a message call applied (returned 0);
- * 0 before any. */
-uint64_t kvp__adv_ingest_last_batch_ms(const kvp__adv_ingest_t *ing);
 
 /* Worker states, for the store: count, and the i-th one (0 <= i < count). */
 size_t kvp__adv_ingest_worker_count(const kvp__adv_ingest_t *ing);

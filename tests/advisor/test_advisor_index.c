@@ -1,5 +1,6 @@
 /* Advisor index: match, LRU, removal, drops, dirty tracking, the memory
  * figure. In memory, no NATS. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +29,8 @@ static void store_chain(kvp__adv_index_t *ix, const uint64_t *h, size_t n, uint1
         kvp__adv_index_store(ix, h[i], i > 0, i ? h[i - 1] : 0, w, tier, 0, 16, 1 << 20, NOW), 0);
 }
 
-static uint32_t len_of(const kvp__adv_match_t *m, int n, uint16_t w, int tier) {
-  for (int i = 0; i < n; i++)
+static uint64_t len_of(const kvp__adv_match_t *m, size_t n, uint16_t w, int tier) {
+  for (size_t i = 0; i < n; i++)
     if (m[i].worker == w && m[i].tier == tier)
       return m[i].length;
   return 0;
@@ -48,21 +49,51 @@ static void match_longest_prefix_per_worker_and_tier(void **state) {
   store_chain(ix, h, 6, b, KVP_TIER_G2);
   /* b holds 8 in G2 but not 6 and 7: its G2 prefix stops at 6. */
   assert_int_equal(kvp__adv_index_store(ix, h[8], 1, h[7], b, KVP_TIER_G2, 0, 16, 1, NOW), 0);
-  int n = kvp__adv_index_match(ix, h, 10, m, 16);
+  size_t n = 0;
+  assert_int_equal(kvp__adv_index_match(ix, h, 10, m, 16, &n), 0);
   assert_int_equal(n, 3);
   assert_int_equal(len_of(m, n, a, KVP_TIER_G1), 10);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G1), 4);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G2), 6);
   /* A query whose first hash is unknown matches nothing. */
   uint64_t q[2] = {999, 1000};
-  assert_int_equal(kvp__adv_index_match(ix, q, 2, m, 16), 0);
+  assert_int_equal(kvp__adv_index_match(ix, q, 2, m, 16, &n), 0);
+  assert_int_equal(n, 0);
   /* A (worker, tier) that starts later in the chain has no prefix. */
   uint64_t q2[3] = {1004, 1005, 1006};
-  n = kvp__adv_index_match(ix, q2, 3, m, 16);
+  assert_int_equal(kvp__adv_index_match(ix, q2, 3, m, 16, &n), 0);
   assert_int_equal(len_of(m, n, a, KVP_TIER_G1), 3);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G1), 0);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G2), 2);
-  assert_int_equal(kvp__adv_index_match(ix, h, 10, m, 1), KVP_ENOSPC);
+  /* Too many pairs: the code says so, the count stays a count. */
+  assert_int_equal(kvp__adv_index_match(ix, h, 10, m, 1, &n), KVP_ENOSPC);
+  assert_int_equal(n, 1);
+  kvp__adv_index_destroy(ix);
+}
+
+/* The row count and lengths travel as size_t / uint64_t, never through an
+ * int that also carries error codes: 2,000 workers x 4 tiers all match. */
+static void match_counts_many_rows_without_int(void **state) {
+  (void)state;
+  kvp__adv_index_t *ix = mk();
+  enum { W = 2000 };
+  kvp__adv_match_t *m = calloc(4 * W, sizeof *m);
+  uint64_t h[2] = {77, 78};
+  char name[16];
+  for (int i = 0; i < W; i++) {
+    snprintf(name, sizeof name, "w%d", i);
+    uint16_t w = wid(ix, name);
+    for (int t = KVP_TIER_G1; t <= KVP_TIER_G4; t++)
+      store_chain(ix, h, 2, w, t);
+  }
+  size_t n = 0;
+  assert_int_equal(kvp__adv_index_match(ix, h, 2, m, 4 * W, &n), 0);
+  assert_int_equal(n, 4 * W);
+  for (size_t i = 0; i < n; i++)
+    assert_true(m[i].length == 2);
+  assert_int_equal(kvp__adv_index_match(ix, h, 2, m, 4 * W - 1, &n), KVP_ENOSPC);
+  assert_int_equal(n, 4 * W - 1);
+  free(m);
   kvp__adv_index_destroy(ix);
 }
 
@@ -75,7 +106,8 @@ static void match_long_query_crosses_batches(void **state) {
     h[i] = 0x1234567800000000ull + (uint64_t)i * 77;
   uint16_t a = wid(ix, "a");
   store_chain(ix, h, 200, a, KVP_TIER_G3);
-  int n = kvp__adv_index_match(ix, h, 300, m, 4);
+  size_t n = 0;
+  assert_int_equal(kvp__adv_index_match(ix, h, 300, m, 4, &n), 0);
   assert_int_equal(n, 1);
   assert_int_equal(m[0].length, 200);
   kvp__adv_index_destroy(ix);
@@ -177,7 +209,8 @@ static void drop_removes_worker_tiers_only(void **state) {
   store_chain(ix, h, 3, a, KVP_TIER_G3);
   store_chain(ix, h, 3, b, KVP_TIER_G1);
   assert_int_equal(kvp__adv_index_drop(ix, a, 1u << KVP_TIER_G1 | 1u << KVP_TIER_G2), 3);
-  int n = kvp__adv_index_match(ix, h, 3, m, 8);
+  size_t n = 0;
+  assert_int_equal(kvp__adv_index_match(ix, h, 3, m, 8, &n), 0);
   assert_int_equal(n, 2);
   assert_int_equal(len_of(m, n, a, KVP_TIER_G3), 3);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G1), 3);
@@ -326,6 +359,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(random_operations_match_a_reference),
     cmocka_unit_test(match_longest_prefix_per_worker_and_tier),
     cmocka_unit_test(match_long_query_crosses_batches),
+    cmocka_unit_test(match_counts_many_rows_without_int),
     cmocka_unit_test(remove_deletes_block_with_last_location),
     cmocka_unit_test(many_blocks_grow_and_shrink),
     cmocka_unit_test(lru_orders_by_last_touch),

@@ -85,8 +85,9 @@ static size_t locs_of(fx_t *f, const char *worker, int tier) {
     return 0;
   for (uint64_t h = 1; h < 200; h++) {
     uint64_t q = h;
-    int k = kvp__adv_index_match(f->ix, &q, 1, m, 16);
-    for (int i = 0; i < k; i++)
+    size_t k = 0;
+    assert_int_equal(kvp__adv_index_match(f->ix, &q, 1, m, 16, &k), 0);
+    for (size_t i = 0; i < k; i++)
       n += m[i].worker == w && m[i].tier == tier;
   }
   return n;
@@ -236,20 +237,17 @@ static void silent_worker_goes_down_and_resyncs_on_return(void **state) {
   assert_int_equal(kvp__adv_ingest_workers_up(f->ing), 0);
   assert_int_equal(locs_of(f, "w", 1), 0);
   assert_int_equal(locs_of(f, "w", 4), 1);
-  /* When and what it lost (the G1 block; G4 outlives it), kept when it
-   * comes back. */
   kvp__adv_worker_state_t ws;
   assert_int_equal(kvp__adv_ingest_worker_get(f->ing, 0, &ws), 0);
-  assert_true(ws.down);
-  assert_int_equal(ws.down_at_ms, NOW + 18001);
+  assert_true(ws.down_at_ms == NOW + 18001);
   assert_int_equal(ws.locations_dropped, 1);
   assert_int_equal(feed(f, "w", 1, 3, NULL, 0, 0, NOW + 20000), 0);
   assert_int_equal(kvp__adv_ingest_workers_up(f->ing), 1);
+  assert_int_equal(kvp__adv_ingest_worker_get(f->ing, 0, &ws), 0);
+  assert_true(ws.down_at_ms == 0);
+  assert_int_equal(ws.locations_dropped, 0);
   assert_int_equal(f->resyncs, 1);
   assert_string_equal(f->last_reason, "down");
-  assert_int_equal(kvp__adv_ingest_worker_get(f->ing, 0, &ws), 0);
-  assert_false(ws.down);
-  assert_int_equal(ws.down_at_ms, NOW + 18001);
 }
 
 static void malformed_and_oversized_are_counted(void **state) {
@@ -275,6 +273,23 @@ static void malformed_and_oversized_are_counted(void **state) {
   /* The next good batch applies normally. */
   assert_int_equal(kvp__adv_ingest_message(f->ing, buf, len, NULL, NOW), 0);
   assert_int_equal(locs_of(f, "w", 1), 64);
+}
+
+/* An event type the advisor does not know is a bad event, not an applied
+ * one, and does not stop the rest of the batch. */
+static void unknown_event_type_is_a_bad_event(void **state) {
+  fx_t *f = *state;
+  uint64_t h[2] = {5, 6};
+  kvp_event_t ev[2] = {{.event_id = 1, .type = 99, .tier = 1, .hashes = h,
+                        .nhashes = 2},
+                       stored(1, h, 2)};
+  ev[1].event_id = 2;
+  kvp_batch_t b = {.worker_id = "u", .epoch = 1, .first_event_id = 1, .events = ev, .nevents = 2};
+  assert_int_equal(kvp__adv_ingest_apply(f->ing, &b, NOW), 0);
+  const kvp__adv_ingest_counters_t *c = kvp__adv_ingest_counters(f->ing);
+  assert_int_equal(c->bad_events, 1);
+  assert_int_equal(c->events, 1);
+  assert_int_equal(locs_of(f, "u", 1), 2);
 }
 
 static void out_of_order_snapshot_chunk_is_discarded(void **state) {
@@ -306,6 +321,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(silent_worker_goes_down_and_resyncs_on_return, setup, teardown),
     cmocka_unit_test_setup_teardown(malformed_and_oversized_are_counted, setup, teardown),
     cmocka_unit_test_setup_teardown(out_of_order_snapshot_chunk_is_discarded, setup, teardown),
+    cmocka_unit_test_setup_teardown(unknown_event_type_is_a_bad_event, setup, teardown),
 };
 
 KVP_TEST_MAIN("advisor_ingest", tests)

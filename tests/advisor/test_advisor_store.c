@@ -124,34 +124,38 @@ static void flush_then_load_restores_everything(void **state) {
   kvp__adv_index_destroy(ix);
 }
 
-/* A block shared by 300 workers (a system prompt on every GPU of a fleet)
- * is persisted and loaded with all 300 locations (issue 12: the flush kept
- * 64). */
-static void block_held_by_300_workers_persists_whole(void **state) {
+/* A block held by more workers than any fixed buffer (300) keeps every
+ * location across a flush and a restart. */
+static void block_held_by_300_workers_survives_restart(void **state) {
   fx_t *f = *state;
   kvp__adv_index_t *ix = NULL, *ix2 = NULL;
   kvp__adv_store_t *st = NULL;
-  char err[256], name[16];
+  char err[256], name[32];
   uint64_t seq;
   size_t n = 0;
 
   assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
   assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
-  for (int w = 0; w < 300; w++) {
-    uint16_t id;
-    snprintf(name, sizeof name, "gpu-%d", w);
-    assert_int_equal(kvp__adv_index_worker(ix, name, 0, &id), 0);
-    assert_int_equal(kvp__adv_index_store(ix, 42, 0, 0, id, 1, 0, 16, 4096, NOW), 0);
+  for (int i = 0; i < 300; i++) {
+    uint16_t w;
+    snprintf(name, sizeof name, "w%d", i);
+    assert_int_equal(kvp__adv_index_worker(ix, name, 0, &w), 0);
+    assert_int_equal(kvp__adv_index_store(ix, 42, 0, 0, w, 1 + i % 2, 0, 16, 4096, NOW), 0);
   }
-  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 1, NULL), 0);
+  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 7, NULL), 0);
   kvp__adv_store_close(st);
   st = NULL;
   assert_int_equal(q1(f->path, "SELECT count(*) FROM block_locations WHERE hash = 42"), 300);
+
   assert_int_equal(kvp__adv_index_create(&ix2, 16, 3600), 0);
   assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
   assert_int_equal(kvp__adv_store_load(st, ix2, NULL, &seq), 0);
   assert_int_equal(kvp__adv_index_get(ix2, 42, NULL, NULL, 0, &n), 0);
   assert_int_equal(n, 300);
+  kvp__adv_index_stats_t s;
+  kvp__adv_index_stats(ix2, &s);
+  assert_int_equal(s.tier_locations[1], 150);
+  assert_int_equal(s.tier_locations[2], 150);
   kvp__adv_store_close(st);
   kvp__adv_index_destroy(ix2);
   kvp__adv_index_destroy(ix);
@@ -209,6 +213,83 @@ static void old_schema_is_upgraded(void **state) {
   snprintf(x, sizeof x, "%s-shm", p2);
   unlink(x);
   unlink(p2);
+}
+
+/* A version 2 database (no down_at, locations_dropped) upgrades in place:
+ * its rows stay, the new columns read NULL and 0, and a down worker's marks
+ * then survive a flush and a load. */
+static void version_2_database_gains_down_columns(void **state) {
+  fx_t *f = *state;
+  kvp__adv_index_t *ix = NULL;
+  kvp__adv_ingest_t *ing = NULL;
+  kvp__adv_store_t *st = NULL;
+  sqlite3 *db = NULL;
+  char err[256];
+  uint64_t seq;
+  uint16_t a;
+
+  assert_int_equal(kvp__adv_store_create_version(f->path, 2), 0);
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db,
+                                "INSERT INTO workers VALUES('old', 0, 3, 40, 1000, 'down');"
+                                "INSERT INTO workers VALUES('a', 0, 1, 5, 1000, 'up');",
+                                0, 0, 0),
+                   SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM pragma_table_info('workers')"
+                               " WHERE name = 'down_at'"),
+                   0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+  assert_int_equal(q1(f->path, "SELECT last_event_id FROM workers WHERE worker = 'old'"), 40);
+  assert_int_equal(q1(f->path, "SELECT down_at IS NULL FROM workers WHERE worker = 'old'"), 1);
+  assert_int_equal(q1(f->path, "SELECT locations_dropped FROM workers WHERE worker = 'old'"), 0);
+  assert_int_equal(q1(f->path, "SELECT down_at IS NULL AND locations_dropped = 0"
+                               " FROM worker_status WHERE worker = 'a'"),
+                   1);
+
+  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
+  assert_int_equal(kvp__adv_store_load(st, ix, ing, &seq), 0);
+  assert_int_equal(kvp__adv_index_worker(ix, "a", 0, &a), 0);
+  kvp__adv_worker_state_t ws = {.id = a,
+                                .epoch = 1,
+                                .last_event_id = 5,
+                                .known = 1,
+                                .down = 1,
+                                .last_seen_ms = NOW,
+                                .down_at_ms = NOW + 30000,
+                                .locations_dropped = 1234};
+  assert_int_equal(kvp__adv_ingest_worker_set(ing, &ws), 0);
+  assert_int_equal(kvp__adv_store_flush(st, ix, ing, 0, NULL), 0);
+  kvp__adv_store_close(st);
+  st = NULL;
+  kvp__adv_ingest_destroy(ing);
+  kvp__adv_index_destroy(ix);
+  assert_int_equal(q1(f->path, "SELECT down_at FROM workers WHERE worker = 'a'"),
+                   (int64_t)(NOW + 30000));
+  assert_int_equal(q1(f->path, "SELECT locations_dropped FROM worker_status WHERE worker = 'a'"),
+                   1234);
+
+  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__adv_store_load(st, ix, ing, &seq), 0);
+  kvp__adv_worker_state_t got;
+  int found = 0;
+  for (size_t i = 0; i < kvp__adv_ingest_worker_count(ing); i++) {
+    if (kvp__adv_ingest_worker_get(ing, i, &got) == 0 &&
+        strcmp(kvp__adv_index_worker_name(ix, got.id, NULL), "a") == 0) {
+      found = 1;
+      assert_true(got.down);
+      assert_true(got.down_at_ms == NOW + 30000);
+      assert_int_equal(got.locations_dropped, 1234);
+    }
+  }
+  assert_true(found);
+  kvp__adv_store_close(st);
+  kvp__adv_ingest_destroy(ing);
+  kvp__adv_index_destroy(ix);
 }
 
 static void newer_schema_is_refused(void **state) {
@@ -328,9 +409,10 @@ static void each_config_mistake_names_the_key(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(old_url_key_sets_servers),
     cmocka_unit_test_setup_teardown(flush_then_load_restores_everything, setup, teardown),
+    cmocka_unit_test_setup_teardown(block_held_by_300_workers_survives_restart, setup, teardown),
     cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
-    cmocka_unit_test_setup_teardown(block_held_by_300_workers_persists_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(old_schema_is_upgraded, setup, teardown),
+    cmocka_unit_test_setup_teardown(version_2_database_gains_down_columns, setup, teardown),
     cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(unwritable_path_is_an_error, setup, teardown),
     cmocka_unit_test_setup_teardown(shipped_config_loads, setup, teardown),

@@ -59,7 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint64_t probe[4], lru[8];
   kvp__adv_match_t rows[64];
   size_t got = kvp__adv_index_lru(ix, KVP_TIER_G1, probe, 4);
-  if (got && kvp__adv_index_match(ix, probe, got, rows, 64) < 0 &&
+  size_t nrows = 0;
+  if (got && kvp__adv_index_match(ix, probe, got, rows, 64, &nrows) != 0 &&
       kvp__adv_index_worker_count(ix) * 4 <= 64)
     abort();
   for (int t = 1; t <= KVP_TIER_MAX; t++)

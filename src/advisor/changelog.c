@@ -1,0 +1,64 @@
+/* The persistence change log of the advisor's index; see changelog.h. */
+#include "advisor/changelog.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/array.h"
+#include "kvplane/status.h"
+
+void kvp__adv_changes_free(kvp__adv_changes_t *ch) {
+  free(ch->blocks);
+  free(ch->gone);
+  memset(ch, 0, sizeof *ch);
+}
+
+void kvp__adv_changelog_free(kvp__adv_changelog_t *cl) {
+  free(cl->dirty);
+  free(cl->gone);
+  memset(cl, 0, sizeof *cl);
+}
+
+/* 1.5x growth: the lists' slack is part of the index's memory figure. */
+int kvp__adv_changelog_grow(kvp__adv_changelog_t *cl) {
+  return KVP_ARRAY_RESERVE_HALF(cl->dirty, cl->dirty_cap, cl->ndirty + 1, 16) == 0 ? 0 : KVP_ENOMEM;
+}
+
+int kvp__adv_changelog_gone(kvp__adv_changelog_t *cl, const kvp__adv_gone_t *g) {
+  if (cl->ngone == cl->gone_cap &&
+      KVP_ARRAY_RESERVE_HALF(cl->gone, cl->gone_cap, cl->ngone + 1, 16) != 0)
+    return KVP_ENOMEM;
+  cl->gone[cl->ngone++] = *g;
+  return 0;
+}
+
+int kvp__adv_changelog_take(kvp__adv_changelog_t *cl, kvp__adv_settle_fn settle, void *ctx,
+                            kvp__adv_changes_t *ch) {
+  size_t k = 0;
+
+  memset(ch, 0, sizeof *ch);
+  if (cl->ndirty && (ch->blocks = malloc(cl->ndirty * sizeof *ch->blocks)) == NULL)
+    return KVP_ENOMEM;
+  for (size_t i = 0; i < cl->ndirty; i++) {
+    uint32_t what = settle(ctx, cl->dirty[i]);
+    if (what == KVP__ADV_CH_SKIP)
+      continue;
+    ch->blocks[k++] = (kvp__adv_change_t){.hash = cl->dirty[i], .what = what};
+  }
+  ch->nblocks = k;
+  /* The gone list moves over whole; the dirty list's memory is reused. */
+  ch->gone = cl->gone;
+  ch->ngone = cl->ngone;
+  cl->gone = NULL;
+  cl->ngone = cl->gone_cap = 0;
+  cl->ndirty = 0;
+  return 0;
+}
+
+size_t kvp__adv_changelog_count(const kvp__adv_changelog_t *cl) {
+  return cl->ndirty;
+}
+
+size_t kvp__adv_changelog_memory(const kvp__adv_changelog_t *cl) {
+  return cl->dirty_cap * sizeof *cl->dirty + cl->gone_cap * sizeof *cl->gone;
+}

@@ -1,0 +1,72 @@
+/* What the parts of the advisor's store share (store.h is the interface):
+ * the store's struct, its prepared statements, and two SQL helpers.
+ *
+ * Private to src/advisor/store_*.c:
+ *   store_schema.c  schema steps, upgrade, opening the file (the thread that
+ *                   opens the store);
+ *   store_sqlite.c  open/close, statements, the database's identity (the
+ *                   thread that opens the store);
+ *   store_load.c    loading into an empty index (before the loop runs, on
+ *                   the thread that opens);
+ *   store_write.c   the write-behind flush: prepare and abandon on the index
+ *                   owner's (loop) thread, write on any one thread at a time.
+ * Calls go one way: store_sqlite.c -> store_schema.c; the others only use
+ * this header. */
+#ifndef KVP_ADVISOR_STORE_IMPL_H
+#define KVP_ADVISOR_STORE_IMPL_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "advisor/store.h"
+#include "kvplane/status.h"
+
+enum {
+  S_BLOCK_UPSERT,
+  S_BLOCK_DELETE,
+  S_LOC_DELETE,
+  S_LOC_DELETE_ONE,
+  S_LOC_INSERT,
+  S_WORKER_UPSERT,
+  S_VOLUME_INSERT,
+  S_META_SET,
+  S_COUNT
+};
+
+struct kvp__adv_store_s {
+  sqlite3 *db;
+  sqlite3_stmt *s[S_COUNT];
+  uint64_t stream_seq;
+  size_t volumes_written; /* volume ids below this are in the volumes table */
+};
+
+/* Runs sql; on failure err (may be NULL) says why. Returns 0 or KVP_EDB. */
+static inline int kvp__adv_sql_exec(sqlite3 *db, const char *sql, char *err, size_t errlen) {
+  char *msg = NULL;
+  if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+    if (err)
+      snprintf(err, errlen, "%s", msg ? msg : sqlite3_errmsg(db));
+    sqlite3_free(msg);
+    return KVP_EDB;
+  }
+  return 0;
+}
+
+/* Steps a statement that returns no row and resets it. 0 or KVP_EDB. */
+static inline int kvp__adv_sql_step_done(sqlite3_stmt *s) {
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  return rc == SQLITE_DONE ? 0 : KVP_EDB;
+}
+
+/* Opens (creating with mode 0600) path in WAL mode. Returns 0, KVP_EIO or
+ * KVP_EDB (err says why). */
+int kvp__adv_store_open_db(sqlite3 **db, const char *path, char *err, size_t errlen);
+
+/* Brings db up to schema version target, one transaction per step. Returns
+ * 0, KVP_EDB, or KVP_ENOTSUP for a version newer than this program's. */
+int kvp__adv_store_upgrade(sqlite3 *db, int target, char *err, size_t errlen);
+
+#endif

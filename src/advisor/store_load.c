@@ -1,0 +1,116 @@
+/* Loading the advisor's database into an empty index and ingest (store.h).
+ * Thread: the one that opens the store, before the loop runs. */
+#include <sqlite3.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "advisor/store_impl.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+
+static int load_workers(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {
+  sqlite3_stmt *s = NULL;
+  int rc = KVP_EDB, r;
+  if (sqlite3_prepare_v2(st->db,
+                         "SELECT worker, dp_rank, epoch, last_event_id, last_seen, status,"
+                         " down_at, locations_dropped FROM workers",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    kvp__adv_worker_state_t ws = {0};
+    const char *status = (const char *)sqlite3_column_text(s, 5);
+    if (kvp__adv_index_worker(ix, (const char *)sqlite3_column_text(s, 0),
+                              (uint32_t)sqlite3_column_int64(s, 1), &ws.id) != 0)
+      continue;
+    ws.epoch = (uint64_t)sqlite3_column_int64(s, 2);
+    ws.last_event_id = (uint64_t)sqlite3_column_int64(s, 3);
+    ws.last_seen_ms = (uint64_t)sqlite3_column_int64(s, 4);
+    ws.known = status && strcmp(status, "unknown") != 0;
+    ws.down = status && strcmp(status, "down") == 0;
+    ws.down_at_ms = ws.down ? (uint64_t)sqlite3_column_int64(s, 6) : 0;
+    ws.locations_dropped = ws.down ? (uint64_t)sqlite3_column_int64(s, 7) : 0;
+    if (ing && (rc = kvp__adv_ingest_worker_set(ing, &ws)) != 0)
+      goto done;
+  }
+  rc = r == SQLITE_DONE ? 0 : KVP_EDB;
+done:
+  sqlite3_finalize(s);
+  return rc;
+}
+
+static int load_blocks(kvp__adv_store_t *st, kvp__adv_index_t *ix) {
+  sqlite3_stmt *s = NULL;
+  int rc = KVP_EDB, r;
+  if (sqlite3_prepare_v2(st->db,
+                         "SELECT hash, parent, tokens, bytes, last_access, hits, freq FROM blocks",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    kvp__adv_block_t b;
+    b.hash = (uint64_t)sqlite3_column_int64(s, 0);
+    b.parent =
+        sqlite3_column_type(s, 1) == SQLITE_NULL ? b.hash : (uint64_t)sqlite3_column_int64(s, 1);
+    b.tokens = (uint32_t)sqlite3_column_int64(s, 2);
+    b.bytes = (uint64_t)sqlite3_column_int64(s, 3);
+    b.last_access_ms = (uint64_t)sqlite3_column_int64(s, 4);
+    b.hits = (uint32_t)sqlite3_column_int64(s, 5);
+    b.freq = sqlite3_column_double(s, 6);
+    if ((rc = kvp__adv_index_load_block(ix, &b)) != 0)
+      goto done;
+  }
+  rc = r == SQLITE_DONE ? 0 : KVP_EDB;
+done:
+  sqlite3_finalize(s);
+  return rc;
+}
+
+static int load_locations(kvp__adv_store_t *st, kvp__adv_index_t *ix) {
+  sqlite3_stmt *s = NULL;
+  int rc = KVP_EDB, r;
+  if (sqlite3_prepare_v2(st->db, "SELECT hash, worker, dp_rank, tier, volume FROM block_locations",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    kvp__adv_loc_t loc;
+    uint64_t h = (uint64_t)sqlite3_column_int64(s, 0);
+    if (kvp__adv_index_worker(ix, (const char *)sqlite3_column_text(s, 1),
+                              (uint32_t)sqlite3_column_int64(s, 2), &loc.worker) != 0 ||
+        kvp__adv_index_volume(ix, (const char *)sqlite3_column_text(s, 4), &loc.volume) != 0) {
+      kvp_log_warn("advisor: location of block %016llx skipped: bad worker or volume",
+                   (unsigned long long)h);
+      continue;
+    }
+    loc.tier = (uint8_t)sqlite3_column_int(s, 3);
+    if ((rc = kvp__adv_index_load_loc(ix, h, &loc)) == KVP_ENOMEM)
+      goto done;
+  }
+  rc = r == SQLITE_DONE ? 0 : KVP_EDB;
+done:
+  sqlite3_finalize(s);
+  return rc;
+}
+
+int kvp__adv_store_load(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
+                        uint64_t *stream_seq) {
+  sqlite3_stmt *s = NULL;
+  int rc;
+
+  *stream_seq = 0;
+  if (sqlite3_prepare_v2(st->db, "SELECT value FROM meta WHERE key = 'stream_seq'", -1, &s, NULL) !=
+      SQLITE_OK)
+    return KVP_EDB;
+  if (sqlite3_step(s) == SQLITE_ROW)
+    *stream_seq = (uint64_t)sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  kvp__adv_index_track_dirty(ix, 0);
+  if ((rc = load_workers(st, ix, ing)) == 0 && (rc = load_blocks(st, ix)) == 0)
+    rc = load_locations(st, ix);
+  kvp__adv_index_track_dirty(ix, 1);
+  if (rc == 0) {
+    st->stream_seq = *stream_seq;
+    st->volumes_written = kvp__adv_index_volume_count(ix);
+  }
+  return rc;
+}
+
+/* Reads meta.key into buf (empty when absent). Returns 0 or KVP_EDB. */

@@ -1,0 +1,327 @@
+/* The advisor's write-behind flush (store.h): rows copied out of the index
+ * on its owner's (loop) thread, then written in one transaction on any one
+ * thread at a time. Thread: prepare and abandon on the loop thread; write
+ * anywhere, one write per store at a time. */
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "advisor/store_impl.h"
+#include "common/array.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+
+/* Rows copied out of the index on the loop thread, so that the write can run
+ * on another thread while the index keeps changing. Names point into the
+ * index's interned tables, which live as long as the index. */
+typedef struct frow_s {
+  uint64_t hash, parent, bytes, last_access_ms;
+  uint32_t tokens, hits, what, loc_off, nlocs;
+  double freq;
+} frow_t;
+
+typedef struct floc_s {
+  uint64_t hash;
+  const char *worker, *volume;
+  uint32_t dp_rank;
+  int tier;
+} floc_t;
+
+typedef struct fworker_s {
+  const char *name, *status;
+  uint32_t dp_rank;
+  uint64_t epoch, last_event_id, last_seen_ms, down_at_ms, locations_dropped;
+} fworker_t;
+
+struct kvp__adv_flush_s {
+  kvp__adv_changes_t ch; /* given back to the index if the write fails */
+  frow_t *rows;
+  size_t nrows;
+  floc_t *locs, *gone;
+  size_t nlocs, ngone;
+  fworker_t *workers;
+  size_t nworkers;
+  const char **volumes;
+  size_t nvolumes, volumes_total;
+  uint64_t stream_seq;
+};
+
+/* Signed order, as SQLite stores the hashes. */
+static int by_change_hash(const void *a, const void *b) {
+  int64_t x = (int64_t)((const kvp__adv_change_t *)a)->hash;
+  int64_t y = (int64_t)((const kvp__adv_change_t *)b)->hash;
+  return x < y ? -1 : x > y;
+}
+
+static int by_gone_hash(const void *a, const void *b) {
+  int64_t x = (int64_t)((const kvp__adv_gone_t *)a)->hash;
+  int64_t y = (int64_t)((const kvp__adv_gone_t *)b)->hash;
+  return x < y ? -1 : x > y;
+}
+
+static void floc_fill(floc_t *f, kvp__adv_index_t *ix, uint64_t h, uint16_t worker, int tier,
+                      uint16_t volume) {
+  f->hash = h;
+  f->worker = kvp__adv_index_worker_name(ix, worker, &f->dp_rank);
+  f->volume = kvp__adv_index_volume_name(ix, volume);
+  f->tier = tier;
+}
+
+void kvp__adv_flush_free(kvp__adv_flush_t *fl) {
+  if (fl == NULL)
+    return;
+  kvp__adv_changes_free(&fl->ch);
+  free(fl->rows);
+  free(fl->locs);
+  free(fl->gone);
+  free(fl->workers);
+  free(fl->volumes);
+  free(fl);
+}
+
+size_t kvp__adv_flush_blocks(const kvp__adv_flush_t *fl) {
+  return fl->nrows;
+}
+
+/* Copies the changed blocks and, where they changed, all their locations
+ * (however many workers hold a block). */
+static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
+  kvp__adv_loc_t *locs = NULL;
+  size_t locs_cap = 0, cap = 0;
+  int rc = KVP_ENOMEM;
+
+  if (fl->ch.nblocks && (fl->rows = malloc(fl->ch.nblocks * sizeof *fl->rows)) == NULL)
+    goto out;
+  if (fl->ch.ngone && (fl->gone = malloc(fl->ch.ngone * sizeof *fl->gone)) == NULL)
+    goto out;
+  for (size_t i = 0; i < fl->ch.ngone; i++) {
+    const kvp__adv_gone_t *g = &fl->ch.gone[i];
+    floc_fill(&fl->gone[i], ix, g->hash, g->worker, g->tier, g->volume);
+  }
+  fl->ngone = fl->ch.ngone;
+  for (size_t i = 0; i < fl->ch.nblocks; i++) {
+    const kvp__adv_change_t *c = &fl->ch.blocks[i];
+    frow_t *r = &fl->rows[fl->nrows++];
+    kvp__adv_block_t b;
+    size_t n = 0;
+    memset(r, 0, sizeof *r);
+    r->hash = c->hash;
+    if (c->what == 0 || kvp__adv_index_get(ix, c->hash, &b, locs, locs_cap, &n) != 0)
+      continue; /* what 0: delete */
+    r->what = c->what;
+    r->parent = b.parent;
+    r->tokens = b.tokens;
+    r->bytes = b.bytes;
+    r->last_access_ms = b.last_access_ms;
+    r->hits = b.hits;
+    r->freq = b.freq;
+    if (!(c->what & KVP__ADV_CH_LOCS))
+      continue;
+    if (n > locs_cap) {
+      if ((rc = KVP_ARRAY_RESERVE(locs, locs_cap, n, 64)) != 0 ||
+          (rc = kvp__adv_index_get(ix, c->hash, NULL, locs, locs_cap, &n)) != 0)
+        goto out;
+    }
+    if ((rc = KVP_ARRAY_RESERVE(fl->locs, cap, fl->nlocs + n, 1024)) != 0)
+      goto out;
+    r->loc_off = (uint32_t)fl->nlocs;
+    r->nlocs = (uint32_t)n;
+    for (size_t k = 0; k < n; k++)
+      floc_fill(&fl->locs[fl->nlocs++], ix, c->hash, locs[k].worker, locs[k].tier, locs[k].volume);
+  }
+  rc = 0;
+out:
+  free(locs);
+  return rc;
+}
+
+static int prepare_workers(kvp__adv_flush_t *fl, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {
+  size_t n = ing ? kvp__adv_ingest_worker_count(ing) : 0;
+  kvp__adv_worker_state_t ws;
+  if (n && (fl->workers = malloc(n * sizeof *fl->workers)) == NULL)
+    return KVP_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    if (kvp__adv_ingest_worker_get(ing, i, &ws) != 0)
+      continue;
+    fworker_t *w = &fl->workers[fl->nworkers++];
+    w->name = kvp__adv_index_worker_name(ix, ws.id, &w->dp_rank);
+    w->epoch = ws.epoch;
+    w->last_event_id = ws.last_event_id;
+    w->last_seen_ms = ws.last_seen_ms;
+    w->down_at_ms = ws.down_at_ms;
+    w->locations_dropped = ws.locations_dropped;
+    w->status = ws.down ? "down" : (ws.known ? "up" : "unknown");
+  }
+  return 0;
+}
+
+int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
+                           uint64_t stream_seq, kvp__adv_flush_t **out) {
+  kvp__adv_flush_t *fl = calloc(1, sizeof *fl);
+  size_t from = st->volumes_written ? st->volumes_written : 1;
+  int rc;
+
+  *out = NULL;
+  if (fl == NULL)
+    return KVP_ENOMEM;
+  if (kvp__adv_index_changes_take(ix, &fl->ch) != 0) {
+    free(fl);
+    return KVP_ENOMEM;
+  }
+  /* In key order the B-tree writes walk the pages once instead of jumping
+   * between them: the coalescing buys this for free. */
+  if (fl->ch.ngone > 1)
+    qsort(fl->ch.gone, fl->ch.ngone, sizeof *fl->ch.gone, by_gone_hash);
+  if (fl->ch.nblocks > 1)
+    qsort(fl->ch.blocks, fl->ch.nblocks, sizeof *fl->ch.blocks, by_change_hash);
+  fl->stream_seq = stream_seq;
+  fl->volumes_total = kvp__adv_index_volume_count(ix);
+  if ((rc = prepare_rows(fl, ix)) != 0 || (rc = prepare_workers(fl, ix, ing)) != 0)
+    goto fail;
+  if (fl->volumes_total > from) {
+    if ((fl->volumes = malloc((fl->volumes_total - from) * sizeof *fl->volumes)) == NULL) {
+      rc = KVP_ENOMEM;
+      goto fail;
+    }
+    for (size_t v = from; v < fl->volumes_total; v++)
+      fl->volumes[fl->nvolumes++] = kvp__adv_index_volume_name(ix, (uint16_t)v);
+  }
+  *out = fl;
+  return 0;
+fail:
+  kvp__adv_store_abandon(ix, fl);
+  return rc;
+}
+
+void kvp__adv_store_abandon(kvp__adv_index_t *ix, kvp__adv_flush_t *fl) {
+  if (fl == NULL)
+    return;
+  kvp__adv_index_changes_restore(ix, &fl->ch);
+  kvp__adv_flush_free(fl);
+}
+
+static void bind_floc(sqlite3_stmt *s, const floc_t *f) {
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)f->hash);
+  sqlite3_bind_text(s, 2, f->worker, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 3, f->dp_rank);
+  sqlite3_bind_int(s, 4, f->tier);
+  sqlite3_bind_text(s, 5, f->volume, -1, SQLITE_STATIC);
+}
+
+static int write_row(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, const frow_t *r,
+                     uint64_t now_ms) {
+  sqlite3_stmt *s;
+  int rc;
+
+  if (r->what == 0) {
+    sqlite3_bind_int64(st->s[S_BLOCK_DELETE], 1, (sqlite3_int64)r->hash);
+    sqlite3_bind_int64(st->s[S_LOC_DELETE], 1, (sqlite3_int64)r->hash);
+    if ((rc = kvp__adv_sql_step_done(st->s[S_BLOCK_DELETE])) != 0)
+      return rc;
+    return kvp__adv_sql_step_done(st->s[S_LOC_DELETE]);
+  }
+  s = st->s[S_BLOCK_UPSERT];
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)r->hash);
+  if (r->parent != r->hash)
+    sqlite3_bind_int64(s, 2, (sqlite3_int64)r->parent);
+  else
+    sqlite3_bind_null(s, 2);
+  sqlite3_bind_int64(s, 3, r->tokens);
+  sqlite3_bind_int64(s, 4, (sqlite3_int64)r->bytes);
+  sqlite3_bind_int64(s, 5, (sqlite3_int64)now_ms);
+  sqlite3_bind_int64(s, 6, (sqlite3_int64)(r->last_access_ms ? r->last_access_ms : now_ms));
+  sqlite3_bind_int64(s, 7, r->hits);
+  sqlite3_bind_double(s, 8, r->freq);
+  if ((rc = kvp__adv_sql_step_done(s)) != 0)
+    return rc;
+  /* Rows of locations that stayed are kept (OR IGNORE); removed ones went
+   * with the gone list. */
+  for (uint32_t k = 0; k < r->nlocs; k++) {
+    bind_floc(st->s[S_LOC_INSERT], &fl->locs[r->loc_off + k]);
+    if ((rc = kvp__adv_sql_step_done(st->s[S_LOC_INSERT])) != 0)
+      return rc;
+  }
+  return 0;
+}
+
+static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t now_ms) {
+  sqlite3_stmt *s = st->s[S_WORKER_UPSERT];
+  int rc;
+  for (size_t i = 0; i < fl->nworkers; i++) {
+    const fworker_t *w = &fl->workers[i];
+    sqlite3_bind_text(s, 1, w->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, w->dp_rank);
+    sqlite3_bind_int64(s, 3, (sqlite3_int64)w->epoch);
+    sqlite3_bind_int64(s, 4, (sqlite3_int64)w->last_event_id);
+    sqlite3_bind_int64(s, 5, (sqlite3_int64)w->last_seen_ms);
+    sqlite3_bind_text(s, 6, w->status, -1, SQLITE_STATIC);
+    if (w->down_at_ms)
+      sqlite3_bind_int64(s, 7, (sqlite3_int64)w->down_at_ms);
+    else
+      sqlite3_bind_null(s, 7);
+    sqlite3_bind_int64(s, 8, (sqlite3_int64)w->locations_dropped);
+    if ((rc = kvp__adv_sql_step_done(s)) != 0)
+      return rc;
+  }
+  s = st->s[S_VOLUME_INSERT];
+  for (size_t i = 0; i < fl->nvolumes; i++) {
+    sqlite3_bind_text(s, 1, fl->volumes[i], -1, SQLITE_STATIC);
+    sqlite3_bind_null(s, 2);
+    sqlite3_bind_int64(s, 3, (sqlite3_int64)now_ms);
+    if ((rc = kvp__adv_sql_step_done(s)) != 0)
+      return rc;
+  }
+  s = st->s[S_META_SET];
+  sqlite3_bind_text(s, 1, "stream_seq", -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->stream_seq);
+  return kvp__adv_sql_step_done(s);
+}
+
+int kvp__adv_store_write(kvp__adv_store_t *st, const kvp__adv_flush_t *fl) {
+  uint64_t now_ms = kvp__unix_ms();
+  int rc;
+
+  if ((rc = kvp__adv_sql_exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
+    goto fail;
+  for (size_t i = 0; i < fl->ngone; i++) {
+    bind_floc(st->s[S_LOC_DELETE_ONE], &fl->gone[i]);
+    if ((rc = kvp__adv_sql_step_done(st->s[S_LOC_DELETE_ONE])) != 0)
+      goto rollback;
+  }
+  for (size_t i = 0; i < fl->nrows; i++)
+    if ((rc = write_row(st, fl, &fl->rows[i], now_ms)) != 0)
+      goto rollback;
+  if ((rc = write_rest(st, fl, now_ms)) != 0)
+    goto rollback;
+  if ((rc = kvp__adv_sql_exec(st->db, "COMMIT", NULL, 0)) != 0)
+    goto rollback;
+  st->stream_seq = fl->stream_seq;
+  st->volumes_written = fl->volumes_total;
+  return 0;
+rollback:
+  kvp_log_error("advisor: flush of %zu blocks failed: %s", fl->nrows, sqlite3_errmsg(st->db));
+  kvp__adv_sql_exec(st->db, "ROLLBACK", NULL, 0);
+fail:
+  return KVP_EDB;
+}
+
+int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
+                         uint64_t stream_seq, size_t *nblocks) {
+  kvp__adv_flush_t *fl = NULL;
+  int rc;
+
+  if (nblocks)
+    *nblocks = 0;
+  if ((rc = kvp__adv_store_prepare(st, ix, ing, stream_seq, &fl)) != 0)
+    return rc;
+  if ((rc = kvp__adv_store_write(st, fl)) != 0) {
+    kvp__adv_store_abandon(ix, fl);
+    return rc;
+  }
+  if (nblocks)
+    *nblocks = fl->nrows;
+  kvp__adv_flush_free(fl);
+  return 0;
+}
