@@ -9,7 +9,10 @@
  *
  * The database runs in WAL mode (readers never block the writer) and is
  * created with mode 0600. The schema is versioned in meta.schema_version; an
- * older database is upgraded on open, a newer one is refused. */
+ * older database is upgraded on open, a newer one is refused.
+ *
+ * In parts (store_impl.h says which thread runs each): store_schema.c,
+ * store_sqlite.c, store_load.c, store_write.c. */
 #ifndef KVP_ADVISOR_STORE_H
 #define KVP_ADVISOR_STORE_H
 
