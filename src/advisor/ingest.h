@@ -120,6 +120,10 @@ void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms);
 
 const kvp__adv_ingest_counters_t *kvp__adv_ingest_counters(const kvp__adv_ingest_t *ing);
 
+/* The timestamp_ms of the last batch a message call applied (returned 0);
+ * 0 before any. */
+uint64_t kvp__adv_ingest_last_batch_ms(const kvp__adv_ingest_t *ing);
+
 /* Worker states, for the store: count, and the i-th one (0 <= i < count). */
 size_t kvp__adv_ingest_worker_count(const kvp__adv_ingest_t *ing);
 int kvp__adv_ingest_worker_get(const kvp__adv_ingest_t *ing, size_t i, kvp__adv_worker_state_t *st);
