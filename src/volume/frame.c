@@ -85,6 +85,8 @@ int kvp_frame_verify(const uint8_t *h, const void *payload, size_t len, uint64_t
     why = "bad header length";
   else if (get32(h + 52) != header_sum(h))
     why = "header checksum mismatch";
+  else if ((get32(h + 32) & ~1u) != 0 || (!(get32(h + 32) & 1u) && get64(h + 24) != 0))
+    why = "unknown flags, or a parent hash without the parent flag";
   else if (get64(h + 8) != len)
     why = "truncated or extended: the payload length differs from the header's";
   else if ((got = get64(h + 16)) != hash)
