@@ -31,6 +31,7 @@
 
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
+#include "plugin_util.h"
 
 typedef struct posix_s {
   char root[3072];
@@ -62,43 +63,6 @@ static int errno_code(int e) {
   default:
     return KVP_EIO;
   }
-}
-
-static int parse_size(const char *s, uint64_t *out) {
-  static const struct {
-    const char *sfx;
-    uint64_t mul;
-  } u[] = {{"", 1},           {"B", 1},
-           {"K", 1ull << 10}, {"KiB", 1ull << 10},
-           {"M", 1ull << 20}, {"MiB", 1ull << 20},
-           {"G", 1ull << 30}, {"GiB", 1ull << 30},
-           {"T", 1ull << 40}, {"TiB", 1ull << 40}};
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s || errno != 0 || *s == '-')
-    return -1;
-  for (size_t i = 0; i < sizeof u / sizeof u[0]; i++)
-    if (strcmp(end, u[i].sfx) == 0) {
-      if (v > UINT64_MAX / u[i].mul)
-        return -1;
-      *out = v * u[i].mul;
-      return 0;
-    }
-  return -1;
-}
-
-/* A namespace is a path component: [A-Za-z0-9_-], 1..64. */
-static int ns_ok(const char *ns) {
-  size_t n = 0;
-  if (ns == NULL)
-    return 0;
-  for (; ns[n]; n++)
-    if (!((ns[n] >= 'a' && ns[n] <= 'z') || (ns[n] >= 'A' && ns[n] <= 'Z') ||
-          (ns[n] >= '0' && ns[n] <= '9') || ns[n] == '_' || ns[n] == '-') ||
-        n >= 64)
-      return 0;
-  return n > 0;
 }
 
 static void paths(const posix_t *p, const char *ns, uint64_t hash, char *dir, size_t dlen,
@@ -152,7 +116,7 @@ static int walk(posix_t *p, int clean, visit_fn fn, void *ctx, char *err, size_t
   if (r == NULL)
     return fail(errno_code(errno), err, errlen, "%s: %s", p->root, errno);
   while (rc == 0 && (de = readdir(r)) != NULL) {
-    if (!ns_ok(de->d_name))
+    if (!kvp_plugin_ns_ok(de->d_name))
       continue;
     snprintf(path, sizeof path, "%s/%s", p->root, de->d_name);
     if ((n = opendir(path)) == NULL)
@@ -212,7 +176,7 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
     if (strcmp(k, "path") == 0) {
       root = v;
     } else if (strcmp(k, "capacity") == 0) {
-      if (parse_size(v, &p->capacity) != 0) {
+      if (kvp_plugin_parse_size(v, &p->capacity) != 0) {
         snprintf(err, errlen, "capacity: '%s' is not a size (bytes, or with K/M/G/T)", v);
         rc = KVP_ECONFIG;
         goto out;
@@ -305,7 +269,7 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   uint64_t old = 0;
   int fd = -1, e, rc;
 
-  if (!ns_ok(ns)) {
+  if (!kvp_plugin_ns_ok(ns)) {
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
@@ -385,7 +349,7 @@ static int px_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
   struct stat sb;
   int fd, e;
 
-  if (!ns_ok(ns)) {
+  if (!kvp_plugin_ns_ok(ns)) {
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
@@ -435,7 +399,7 @@ static int px_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
   struct stat sb;
   int e;
 
-  if (!ns_ok(ns)) {
+  if (!kvp_plugin_ns_ok(ns)) {
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
@@ -462,7 +426,7 @@ static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
   char dir[3200], file[3300];
   struct stat sb;
 
-  if (!ns_ok(ns))
+  if (!kvp_plugin_ns_ok(ns))
     return KVP_EINVAL;
   paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if (stat(file, &sb) != 0)

@@ -43,6 +43,7 @@
 
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
+#include "plugin_util.h"
 
 #define MAX_HANDLES 16
 
@@ -64,40 +65,6 @@ typedef struct s3_s {
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-static int parse_size(const char *s, uint64_t *out) {
-  static const struct {
-    const char *sfx;
-    uint64_t mul;
-  } u[] = {{"", 1},           {"B", 1},
-           {"K", 1ull << 10}, {"KiB", 1ull << 10},
-           {"M", 1ull << 20}, {"MiB", 1ull << 20},
-           {"G", 1ull << 30}, {"GiB", 1ull << 30},
-           {"T", 1ull << 40}, {"TiB", 1ull << 40}};
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s || errno != 0 || *s == '-')
-    return -1;
-  for (size_t i = 0; i < sizeof u / sizeof u[0]; i++)
-    if (strcmp(end, u[i].sfx) == 0 && v <= UINT64_MAX / u[i].mul) {
-      *out = v * u[i].mul;
-      return 0;
-    }
-  return -1;
-}
-
-static int ns_ok(const char *ns) {
-  size_t n = 0;
-  if (ns == NULL)
-    return 0;
-  for (; ns[n]; n++)
-    if (!((ns[n] >= 'a' && ns[n] <= 'z') || (ns[n] >= 'A' && ns[n] <= 'Z') ||
-          (ns[n] >= '0' && ns[n] <= '9') || ns[n] == '_' || ns[n] == '-') ||
-        n >= 64)
-      return 0;
-  return n > 0;
 }
 
 /* --- requests ---------------------------------------------------------------- */
@@ -420,7 +387,7 @@ static int list_all(s3_t *s, kvp_volume_key_fn fn, void *ctx, char *err, size_t 
         uint64_t hash = strtoull(slash + 1, &hend, 16);
         if (*hend == '\0' && slash - rest > 0 && slash - rest < (long)sizeof ns) {
           snprintf(ns, sizeof ns, "%.*s", (int)(slash - rest), rest);
-          if (ns_ok(ns))
+          if (kvp_plugin_ns_ok(ns))
             rc = fn(ctx, ns, hash, size);
         }
       }
@@ -519,7 +486,7 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
       }
       s->virtual_host = strcmp(v, "virtual") == 0;
     } else if (strcmp(k, "capacity") == 0) {
-      if (parse_size(v, &s->capacity) != 0) {
+      if (kvp_plugin_parse_size(v, &s->capacity) != 0) {
         snprintf(err, errlen, "capacity: '%s' is not a size (bytes, or with K/M/G/T)", v);
         rc = KVP_ECONFIG;
       }
@@ -606,7 +573,7 @@ static int s3_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   size_t len = iov_total(iov, iovcnt), old = 0;
   int rc;
 
-  if (!ns_ok(ns)) {
+  if (!kvp_plugin_ns_ok(ns)) {
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
@@ -646,7 +613,7 @@ static int s3_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
   char key[512], url[4096], what[1400];
   int rc;
 
-  if (!ns_ok(ns)) {
+  if (!kvp_plugin_ns_ok(ns)) {
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
@@ -671,7 +638,7 @@ static int s3_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
 static int s3_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
   s3_t *s = vol;
   char key[512], err[512];
-  if (!ns_ok(ns))
+  if (!kvp_plugin_ns_ok(ns))
     return KVP_EINVAL;
   key_of(s, ns, hash, key, sizeof key);
   return head(s, key, len, err, sizeof err);
@@ -682,7 +649,7 @@ static int s3_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
   char key[512], url[4096], what[1400];
   size_t size = 0;
 
-  if (!ns_ok(ns)) {
+  if (!kvp_plugin_ns_ok(ns)) {
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
