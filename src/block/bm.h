@@ -7,12 +7,12 @@
 #include "kvplane/blockmgr.h"
 
 /* An offload whose Stored G2 event is queued (events.c). */
-typedef struct kvp__pend_s {
+typedef struct kvp__bm_pend_s {
   uint64_t hash, parent;
   int32_t lora_id;
   uint32_t block; /* the G2 block, marked (kvp__blk_t.mark) while queued */
   uint8_t has_parent;
-} kvp__pend_t;
+} kvp__bm_pend_t;
 
 struct kvp_blockmgr_s {
   kvp_pool_t *g1, *g2; /* g2 NULL when not configured */
@@ -33,7 +33,7 @@ struct kvp_blockmgr_s {
    * Removed G2; st2: Stored G2, whose G2 blocks carry mark = 1. */
   uint64_t *rm[2];
   size_t nrm[2], rmcap[2];
-  kvp__pend_t *st2;
+  kvp__bm_pend_t *st2;
   size_t nst2, st2cap;
   uint64_t *run;
   size_t runcap;
@@ -65,7 +65,7 @@ void kvp__bm_emit(kvp_blockmgr_t *bm, const kvp_event_t *ev);
  * returns or emits anything else. The _slow functions are the rare paths
  * (growth, a queued G2 block evicted again) of the inline ones. */
 void kvp__bm_pend_removed_slow(kvp_blockmgr_t *bm, int tier, uint64_t hash);
-void kvp__bm_pend_stored_g2_slow(kvp_blockmgr_t *bm, const kvp__pend_t *e);
+void kvp__bm_pend_stored_g2_slow(kvp_blockmgr_t *bm, const kvp__bm_pend_t *e);
 void kvp__bm_flush(kvp_blockmgr_t *bm);
 void kvp__bm_events_free(kvp_blockmgr_t *bm);
 
@@ -90,11 +90,11 @@ static inline void kvp__bm_pend_removed_g2(kvp_blockmgr_t *bm, uint64_t hash, ui
 }
 
 /* Stored G2 of an offload of G1 record x into G2 block b. The queue entry
- * is written field by field: a kvp__pend_t built on the stack and copied
+ * is written field by field: a kvp__bm_pend_t built on the stack and copied
  * would be read back before its stores retire, a stall per offload. */
 static inline void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, const kvp__blk_t *x, uint32_t b) {
   if (bm->nst2 < bm->st2cap) {
-    kvp__pend_t *e = &bm->st2[bm->nst2++];
+    kvp__bm_pend_t *e = &bm->st2[bm->nst2++];
     e->hash = x->hash;
     e->parent = x->parent;
     e->lora_id = x->lora_id;
@@ -102,7 +102,7 @@ static inline void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, const kvp__blk_t *
     e->has_parent = x->has_parent;
     bm->g2->blk[b].mark = 1;
   } else {
-    kvp__pend_t e = {x->hash, x->parent, x->lora_id, b, x->has_parent};
+    kvp__bm_pend_t e = {x->hash, x->parent, x->lora_id, b, x->has_parent};
     kvp__bm_pend_stored_g2_slow(bm, &e);
   }
 }

@@ -42,7 +42,7 @@ void kvp__bm_pend_removed_slow(kvp_blockmgr_t *bm, int tier, uint64_t hash) {
   bm->rm[t][bm->nrm[t]++] = hash;
 }
 
-void kvp__bm_pend_stored_g2_slow(kvp_blockmgr_t *bm, const kvp__pend_t *e) {
+void kvp__bm_pend_stored_g2_slow(kvp_blockmgr_t *bm, const kvp__bm_pend_t *e) {
   if (grow((void **)&bm->st2, &bm->st2cap, bm->nst2 + 1, sizeof *bm->st2) != 0) {
     kvp__bm_flush(bm);
     kvp__bm_stored(bm, KVP_TIER_G2, e->has_parent ? &e->parent : NULL, &e->hash, 1, e->lora_id);
@@ -53,7 +53,7 @@ void kvp__bm_pend_stored_g2_slow(kvp_blockmgr_t *bm, const kvp__pend_t *e) {
 }
 
 /* Whether b continues a's chain downwards (b is a's child). */
-static int child_of(const kvp__pend_t *a, const kvp__pend_t *b) {
+static int child_of(const kvp__bm_pend_t *a, const kvp__bm_pend_t *b) {
   return b->has_parent && b->parent == a->hash && b->lora_id == a->lora_id;
 }
 
@@ -61,7 +61,7 @@ static int child_of(const kvp__pend_t *a, const kvp__pend_t *b) {
  * G1's LRU end tail first, so offloads usually come child before parent:
  * such runs are emitted reversed, root first, as a Stored event wants. */
 static void flush_stored_g2(kvp_blockmgr_t *bm) {
-  const kvp__pend_t *e = bm->st2;
+  const kvp__bm_pend_t *e = bm->st2;
   size_t n = bm->nst2, i = 0;
 
   if (n == 0)
@@ -74,7 +74,7 @@ static void flush_stored_g2(kvp_blockmgr_t *bm) {
   }
   while (i < n) {
     size_t j = i + 1, len;
-    const kvp__pend_t *root;
+    const kvp__bm_pend_t *root;
     if (j < n && child_of(&e[i], &e[j])) {
       while (j < n && child_of(&e[j - 1], &e[j]))
         j++;

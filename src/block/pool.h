@@ -245,13 +245,11 @@ static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
  * between steps of work: passes over a sequence's hashes keep half a burst
  * to a burst and a half of KVP__BURST ahead, 32 lines at a time
  * (kvp__burst_due); evictions keep up to a burst ahead, topped up when
- * fewer than half are (kvp__prefetch_victims). Measured on the development
- * VM (kvp-bench prefetch): with one random line per ~420 instructions of
- * work, one prefetch per step leaves a step at 2-3x its in-cache time,
- * the same lines prefetched in bursts at about 1.3x. The likely cause is
- * that a prefetch cannot retire before its address is translated, so one
- * per step keeps about one TLB walk in flight behind a reorder window full
- * of work; a burst puts them in flight together. */
+ * fewer than half are (kvp__prefetch_victims). Why bursts: a prefetch
+ * cannot retire before its address is translated, so one per step keeps
+ * about one TLB walk in flight behind a reorder window full of work; a
+ * burst puts them in flight together. `kvp-bench prefetch` measures the
+ * difference; its figures are in the README's table. */
 #ifndef KVP__BURST
 #define KVP__BURST 32
 #endif
