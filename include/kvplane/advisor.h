@@ -46,10 +46,10 @@ typedef enum kvp_advisor_mode_e {
 #define KVP_ADVISOR_MAX_VOLUMES 64
 typedef struct kvp_advisor_volume_s {
   char name[64];
-  int tier;            /* 3 or 4 */
+  int tier; /* 3 or 4 */
   char plugin[32];
-  int64_t capacity;    /* bytes; the fill watermarks are of this */
-  char params[1024];   /* the plugin's parameters, "key=value" lines */
+  int64_t capacity;  /* bytes; the fill watermarks are of this */
+  char params[1024]; /* the plugin's parameters, "key=value" lines */
 } kvp_advisor_volume_t;
 
 typedef struct kvp_advisor_config_s {
@@ -77,14 +77,14 @@ typedef struct kvp_advisor_config_s {
   int64_t initial_blocks;
   int64_t hit_half_life_ms;
   /* [tiering] (docs: etc/kvplane-advisor.conf) */
-  int tiering;                 /* enabled */
-  int64_t tier_interval_ms;    /* how often moves are planned */
-  int64_t tier_grace_ms;       /* a moved block's source is deleted this long after the copy */
-  int64_t tier_residence_ms;   /* minimum time since a block's last access before it moves */
-  int64_t tier_max_moves;      /* moves per round */
-  double tier_high, tier_low;  /* G3 fill watermarks */
+  int tiering;                /* enabled */
+  int64_t tier_interval_ms;   /* how often moves are planned */
+  int64_t tier_grace_ms;      /* a moved block's source is deleted this long after the copy */
+  int64_t tier_residence_ms;  /* minimum time since a block's last access before it moves */
+  int64_t tier_max_moves;     /* moves per round */
+  double tier_high, tier_low; /* G3 fill watermarks */
   double tier_promote_freq, tier_keep_freq;
-  char plugin_dir[512];        /* empty: kvp_volume_plugin_dir() */
+  char plugin_dir[512]; /* empty: kvp_volume_plugin_dir() */
   kvp_advisor_volume_t volumes[KVP_ADVISOR_MAX_VOLUMES];
   int nvolumes;
   /* [log] */

@@ -5,10 +5,16 @@
 
 #include "kvplane/advisor.h"
 #include "kvplane/blockmgr.h"
+#include "kvplane/blockpool.h"
 #include "kvplane/event.h"
 #include "kvplane/hash.h"
+#include "kvplane/layout.h"
+#include "kvplane/nats.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
+#include "kvplane/storage.h"
+#include "kvplane/subjects.h"
+#include "kvplane/volume.h"
 #include "kvplane/wire.h"
 
 #endif

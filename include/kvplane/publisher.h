@@ -60,29 +60,29 @@ typedef struct kvp_publisher_opts_s {
   const char *ns;        /* namespace, [A-Za-z0-9_-]+; default "default" */
   const char *worker_id; /* required, [A-Za-z0-9_-]{1,64} */
   uint32_t dp_rank;
-  const char *model;           /* may be NULL */
-  int mode;                    /* kvp_pub_mode_t */
-  const char *stream;          /* JetStream stream; default KVPLANE_EVENTS */
-  int stream_create;           /* create the stream (subjects kvplane.ev.>) if absent */
-  size_t batch_max_events;     /* default 4096 */
-  size_t batch_max_blocks;     /* default 16384 */
-  size_t batch_max_bytes;      /* default 256 KiB; <= the server's max payload */
-  uint32_t max_delay_ms;       /* oldest queued event waits at most this; default 5 */
-  size_t queue_capacity;       /* events; default 65536; rounded up to a power of 2 */
-  int overflow;                /* kvp_pub_overflow_t */
-  int coalesce;                /* drop blocks stored and removed in one batch window
-                                * (consumers then see parents never announced:
-                                * docs/events.md) */
-  uint32_t heartbeat_ms;       /* empty batch when idle this long; default 2000 */
-  uint32_t ack_wait_ms;        /* JetStream ack timeout before a retry; default 2000 */
-  uint32_t close_timeout_ms;   /* bound of the flush done by close; default 5000 */
-  uint32_t js_max_inflight;    /* JetStream batches awaiting acks; default 256 */
-  unsigned snapshot_tiers;     /* bit (1 << tier); default G1|G2|G3 */
+  const char *model;         /* may be NULL */
+  int mode;                  /* kvp_pub_mode_t */
+  const char *stream;        /* JetStream stream; default KVPLANE_EVENTS */
+  int stream_create;         /* create the stream (subjects kvplane.ev.>) if absent */
+  size_t batch_max_events;   /* default 4096 */
+  size_t batch_max_blocks;   /* default 16384 */
+  size_t batch_max_bytes;    /* default 256 KiB; <= the server's max payload */
+  uint32_t max_delay_ms;     /* oldest queued event waits at most this; default 5 */
+  size_t queue_capacity;     /* events; default 65536; rounded up to a power of 2 */
+  int overflow;              /* kvp_pub_overflow_t */
+  int coalesce;              /* drop blocks stored and removed in one batch window
+                              * (consumers then see parents never announced:
+                              * docs/events.md) */
+  uint32_t heartbeat_ms;     /* empty batch when idle this long; default 2000 */
+  uint32_t ack_wait_ms;      /* JetStream ack timeout before a retry; default 2000 */
+  uint32_t close_timeout_ms; /* bound of the flush done by close; default 5000 */
+  uint32_t js_max_inflight;  /* JetStream batches awaiting acks; default 256 */
+  unsigned snapshot_tiers;   /* bit (1 << tier); default G1|G2|G3 */
   char snapshot_volumes[KVP_TIER_MAX + 1][32]; /* volume named in each tier's snapshot
                                                   (G3/G4); "" for none */
-  uint32_t block_tokens;       /* carried in snapshots */
-  uint64_t block_bytes;        /* carried in snapshots */
-  kvp_snapshot_fn snapshot;    /* may be NULL: resyncs are then counted only */
+  uint32_t block_tokens;                       /* carried in snapshots */
+  uint64_t block_bytes;                        /* carried in snapshots */
+  kvp_snapshot_fn snapshot;                    /* may be NULL: resyncs are then counted only */
   void *snapshot_ctx;
 } kvp_publisher_opts_t;
 

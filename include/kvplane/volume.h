@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "kvplane/blockmgr.h"
+#include "kvplane/layout.h"
 
 #ifdef __cplusplus
 extern "C" {
