@@ -1,4 +1,7 @@
-/* The tiering engine (see engine.h). */
+/* The tiering engine (see engine.h): a round on the loop thread, the job on
+ * the thread pool, and recovery at open. About 570 lines: the three share
+ * the engine's state (volumes, pending sources, the op list) and nothing
+ * else; the journal's SQL is in journal.c and the rules in policy.c. */
 #include "tier/engine.h"
 
 #include <inttypes.h>
@@ -13,6 +16,7 @@
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
+#include "tier/journal.h"
 #include "tier/policy.h"
 
 #define ADVISOR_WORKER "_advisor"
@@ -78,51 +82,6 @@ struct kvp__tier_engine_s {
   size_t lru_cap;
 };
 
-/* --- the journal -------------------------------------------------------------- */
-
-static int64_t journal_insert(sqlite3 *db, const op_t *o, const vol_t *from, const vol_t *to,
-                              uint64_t now) {
-  sqlite3_stmt *s = NULL;
-  int64_t id = -1;
-  if (sqlite3_prepare_v2(db,
-                         "INSERT INTO migrations(hash, from_tier, from_volume, to_tier, to_volume,"
-                         " bytes, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?5, ?6,"
-                         " 'queued', ?7, ?7)",
-                         -1, &s, NULL) != SQLITE_OK)
-    return -1;
-  sqlite3_bind_int64(s, 1, kvp_hash_to_i64(o->hash));
-  sqlite3_bind_int(s, 2, from->tier);
-  sqlite3_bind_text(s, 3, from->name, -1, SQLITE_STATIC);
-  sqlite3_bind_int(s, 4, to ? to->tier : 0);
-  sqlite3_bind_text(s, 5, to ? to->name : "", -1, SQLITE_STATIC);
-  sqlite3_bind_int64(s, 6, (sqlite3_int64)o->bytes);
-  sqlite3_bind_int64(s, 7, (sqlite3_int64)now);
-  if (sqlite3_step(s) == SQLITE_DONE)
-    id = sqlite3_last_insert_rowid(db);
-  sqlite3_finalize(s);
-  return id;
-}
-
-static void journal_set(sqlite3 *db, int64_t id, const char *state, const char *error) {
-  sqlite3_stmt *s = NULL;
-  if (id < 0 || sqlite3_prepare_v2(db,
-                                   "UPDATE migrations SET state = ?1, updated = ?2, error = ?3"
-                                   " WHERE id = ?4",
-                                   -1, &s, NULL) != SQLITE_OK)
-    return;
-  sqlite3_bind_text(s, 1, state, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(s, 2, (sqlite3_int64)kvp__unix_ms());
-  if (error)
-    sqlite3_bind_text(s, 3, error, -1, SQLITE_TRANSIENT);
-  else
-    sqlite3_bind_null(s, 3);
-  sqlite3_bind_int64(s, 4, id);
-  if (sqlite3_step(s) != SQLITE_DONE)
-    kvp_log_warn("tiering: journal row %" PRId64 " not updated to %s: %s", id, state,
-                 sqlite3_errmsg(db));
-  sqlite3_finalize(s);
-}
-
 /* --- the job (thread pool) --------------------------------------------------- */
 
 /* Reads block hash from v into *buf (grown as needed), verified. */
@@ -179,30 +138,32 @@ static void job_work(uv_work_t *req) {
   size_t acap = 0, bcap = 0;
   uint64_t now = kvp__unix_ms();
 
-  sqlite3_exec(e->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  kvp__tier_journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++) {
     op_t *o = &e->ops[i];
     if (o->kind >= 0)
-      o->journal_id = journal_insert(e->db, o, &e->vols[o->from],
-                                     o->kind == KVP__TIER_DEMOTE ? &e->vols[o->to] : NULL, now);
+      o->journal_id = kvp__tier_journal_insert(
+          e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
+          o->kind == KVP__TIER_DEMOTE ? e->vols[o->to].tier : 0,
+          o->kind == KVP__TIER_DEMOTE ? e->vols[o->to].name : "", o->bytes, now);
   }
-  sqlite3_exec(e->db, "COMMIT", NULL, NULL, NULL);
-  sqlite3_exec(e->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  kvp__tier_journal_commit(e->db);
+  kvp__tier_journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++)
     if (e->ops[i].kind == KVP__TIER_DEMOTE)
-      journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
-  sqlite3_exec(e->db, "COMMIT", NULL, NULL, NULL);
+      kvp__tier_journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
+  kvp__tier_journal_commit(e->db);
   for (size_t i = 0; i < e->nops; i++)
     do_io(e, &e->ops[i], &a, &acap, &b, &bcap);
-  sqlite3_exec(e->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  kvp__tier_journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++) {
     const op_t *o = &e->ops[i];
     const char *state = o->rc != 0                    ? "failed"
                         : o->kind == KVP__TIER_DEMOTE ? "committed"
                                                       : "source_deleted";
-    journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
+    kvp__tier_journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
   }
-  sqlite3_exec(e->db, "COMMIT", NULL, NULL, NULL);
+  kvp__tier_journal_commit(e->db);
   free(a);
   free(b);
 }
@@ -454,85 +415,47 @@ static int open_volume(kvp__tier_engine_t *e, const kvp_advisor_config_t *cfg,
   return rc;
 }
 
-/* Unfinished moves of an earlier run. */
-static int recover(kvp__tier_engine_t *e) {
-  sqlite3_stmt *s = NULL;
-  int r;
-  if (sqlite3_prepare_v2(e->db,
-                         "SELECT id, hash, from_volume, to_volume, state FROM migrations"
-                         " WHERE state IN ('queued', 'copying', 'committed')",
-                         -1, &s, NULL) != SQLITE_OK)
-    return KVP_EDB;
-  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    int64_t id = sqlite3_column_int64(s, 0);
-    uint64_t hash = kvp_hash_from_i64(sqlite3_column_int64(s, 1));
-    const char *fv = (const char *)sqlite3_column_text(s, 2);
-    const char *tv = (const char *)sqlite3_column_text(s, 3);
-    const char *state = (const char *)sqlite3_column_text(s, 4);
-    long from = -1, to = -1;
-    for (size_t v = 0; v < e->nvols; v++) {
-      if (fv && strcmp(e->vols[v].name, fv) == 0)
-        from = (long)v;
-      if (tv && strcmp(e->vols[v].name, tv) == 0)
-        to = (long)v;
-    }
-    char err[256];
-    kvp__adv_block_t b;
-    if (strcmp(state, "committed") != 0 && (tv == NULL || tv[0] == '\0') && from >= 0) {
-      /* An eviction: done if the object is gone, else not begun. */
-      int gone = kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0;
-      if (gone)
-        drop_locations(e, hash, &e->vols[from]);
-      journal_set(e->db, id, gone ? "source_deleted" : "failed",
-                  gone ? NULL : "interrupted by a restart; the block stays");
-    } else if (strcmp(state, "committed") != 0) {
-      if (to >= 0)
-        kvp_volume_delete(e->vols[to].v, e->ns, hash, err, sizeof err); /* a partial copy */
-      journal_set(e->db, id, "failed", "interrupted by a restart before it committed");
-      kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " interrupted; the source stays", id,
-                   hash);
-    } else if (from >= 0 && to >= 0 && kvp__adv_index_get(e->ix, hash, &b, NULL, 0, NULL) == 0) {
-      /* Verified at the destination: record it there (again), delete the
-       * source after the grace period. */
-      kvp__adv_index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
-                           e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
-      if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
-        e->pend[e->npend++] = (pend_t){hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, 0, id};
-      kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " committed before a restart; its "
-                   "source is deleted after the grace period",
-                   id, hash);
-    } else {
-      journal_set(e->db, id, "failed", "committed, but its volumes or block are gone; source kept");
-    }
-  }
-  sqlite3_finalize(s);
-  return r == SQLITE_DONE ? 0 : KVP_EDB;
-}
+/* One unfinished move of an earlier run: a move that did not commit is
+ * failed and its partial copy deleted; an eviction is finished or failed by
+ * whether its object is still there; a committed move is recorded at its
+ * destination again and its source deleted after the grace period. */
+static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, const char *tv,
+                        const char *state) {
+  kvp__tier_engine_t *e = ctx;
+  long from = -1, to = -1;
+  char err[256];
+  kvp__adv_block_t b;
 
-static int record_volumes(kvp__tier_engine_t *e) {
-  sqlite3_stmt *s = NULL;
-  if (sqlite3_prepare_v2(e->db,
-                         "INSERT INTO volumes(volume, tier, capacity, first_seen)"
-                         " VALUES(?1, ?2, ?3, ?4) ON CONFLICT(volume) DO UPDATE SET tier = ?2,"
-                         " capacity = ?3",
-                         -1, &s, NULL) != SQLITE_OK)
-    return KVP_EDB;
   for (size_t v = 0; v < e->nvols; v++) {
-    sqlite3_bind_text(s, 1, e->vols[v].name, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 2, e->vols[v].tier);
-    if (e->vols[v].capacity)
-      sqlite3_bind_int64(s, 3, (sqlite3_int64)e->vols[v].capacity);
-    else
-      sqlite3_bind_null(s, 3);
-    sqlite3_bind_int64(s, 4, (sqlite3_int64)kvp__unix_ms());
-    if (sqlite3_step(s) != SQLITE_DONE) {
-      sqlite3_finalize(s);
-      return KVP_EDB;
-    }
-    sqlite3_reset(s);
+    if (fv && strcmp(e->vols[v].name, fv) == 0)
+      from = (long)v;
+    if (tv && strcmp(e->vols[v].name, tv) == 0)
+      to = (long)v;
   }
-  sqlite3_finalize(s);
-  return 0;
+  if (strcmp(state, "committed") != 0 && (tv == NULL || tv[0] == '\0') && from >= 0) {
+    int gone = kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0;
+    if (gone)
+      drop_locations(e, hash, &e->vols[from]);
+    kvp__tier_journal_set(e->db, id, gone ? "source_deleted" : "failed",
+                          gone ? NULL : "interrupted by a restart; the block stays");
+  } else if (strcmp(state, "committed") != 0) {
+    if (to >= 0)
+      kvp_volume_delete(e->vols[to].v, e->ns, hash, err, sizeof err); /* a partial copy */
+    kvp__tier_journal_set(e->db, id, "failed", "interrupted by a restart before it committed");
+    kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " interrupted; the source stays", id,
+                 hash);
+  } else if (from >= 0 && to >= 0 && kvp__adv_index_get(e->ix, hash, &b, NULL, 0, NULL) == 0) {
+    kvp__adv_index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
+                         e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
+    if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
+      e->pend[e->npend++] = (pend_t){hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, 0, id};
+    kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " committed before a restart; its "
+                 "source is deleted after the grace period",
+                 id, hash);
+  } else {
+    kvp__tier_journal_set(e->db, id, "failed",
+                          "committed, but its volumes or block are gone; source kept");
+  }
 }
 
 int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp__adv_index_t *ix,
@@ -571,16 +494,14 @@ int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp_
              kvp_strerror(rc));
     goto fail;
   }
-  if (sqlite3_open_v2(cfg->db_path, &e->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-    snprintf(err, errlen, "tiering: %s: %s", cfg->db_path, sqlite3_errmsg(e->db));
-    rc = KVP_EDB;
+  if ((rc = kvp__tier_journal_open(cfg->db_path, &e->db, err, errlen)) != 0)
     goto fail;
-  }
-  sqlite3_busy_timeout(e->db, 10000);
-  /* WAL with synchronous=NORMAL, like the store: committed transactions
-   * survive a crash of the process; a job's journal is three of them. */
-  sqlite3_exec(e->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
-  if ((rc = record_volumes(e)) != 0 || (rc = recover(e)) != 0) {
+  for (size_t v = 0; v < e->nvols && rc == 0; v++)
+    rc = kvp__tier_journal_volume(e->db, e->vols[v].name, e->vols[v].tier, e->vols[v].capacity,
+                                  kvp__unix_ms());
+  if (rc == 0)
+    rc = kvp__tier_journal_unfinished(e->db, recover_row, e);
+  if (rc != 0) {
     snprintf(err, errlen, "tiering: %s: the volumes or migrations tables: %s", cfg->db_path,
              sqlite3_errmsg(e->db));
     goto fail;

@@ -1,1 +1,1 @@
-list(APPEND KVP_LIB_SOURCES tier/policy.c tier/policy_lru.c tier/engine.c)
+list(APPEND KVP_LIB_SOURCES tier/policy.c tier/policy_lru.c tier/journal.c tier/engine.c)

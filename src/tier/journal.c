@@ -1,0 +1,117 @@
+/* The migrations journal (see journal.h). */
+#include "tier/journal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "kvplane/hash.h"
+#include "kvplane/status.h"
+
+int kvp__tier_journal_open(const char *path, sqlite3 **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (sqlite3_open_v2(path, out, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+    snprintf(err, errlen, "tiering: %s: %s", path, sqlite3_errmsg(*out));
+    sqlite3_close(*out);
+    *out = NULL;
+    return KVP_EDB;
+  }
+  sqlite3_busy_timeout(*out, 10000);
+  /* WAL with synchronous=NORMAL, like the store: committed transactions
+   * survive a crash of the process; a job's journal is three of them. */
+  sqlite3_exec(*out, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
+  return 0;
+}
+
+void kvp__tier_journal_begin(sqlite3 *db) {
+  sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+}
+
+void kvp__tier_journal_commit(sqlite3 *db) {
+  if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+    kvp_log_warn("tiering: journal commit failed: %s", sqlite3_errmsg(db));
+}
+
+int64_t kvp__tier_journal_insert(sqlite3 *db, uint64_t hash, int from_tier, const char *from_volume,
+                                 int to_tier, const char *to_volume, uint64_t bytes,
+                                 uint64_t now_ms) {
+  sqlite3_stmt *s = NULL;
+  int64_t id = -1;
+  if (sqlite3_prepare_v2(db,
+                         "INSERT INTO migrations(hash, from_tier, from_volume, to_tier, to_volume,"
+                         " bytes, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?5, ?6,"
+                         " 'queued', ?7, ?7)",
+                         -1, &s, NULL) != SQLITE_OK)
+    return -1;
+  sqlite3_bind_int64(s, 1, kvp_hash_to_i64(hash));
+  sqlite3_bind_int(s, 2, from_tier);
+  sqlite3_bind_text(s, 3, from_volume, -1, SQLITE_STATIC);
+  sqlite3_bind_int(s, 4, to_tier);
+  sqlite3_bind_text(s, 5, to_volume, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 6, (sqlite3_int64)bytes);
+  sqlite3_bind_int64(s, 7, (sqlite3_int64)now_ms);
+  if (sqlite3_step(s) == SQLITE_DONE)
+    id = sqlite3_last_insert_rowid(db);
+  sqlite3_finalize(s);
+  return id;
+}
+
+void kvp__tier_journal_set(sqlite3 *db, int64_t id, const char *state, const char *error) {
+  sqlite3_stmt *s = NULL;
+  if (id < 0 || sqlite3_prepare_v2(db,
+                                   "UPDATE migrations SET state = ?1, updated = ?2, error = ?3"
+                                   " WHERE id = ?4",
+                                   -1, &s, NULL) != SQLITE_OK)
+    return;
+  sqlite3_bind_text(s, 1, state, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)kvp__unix_ms());
+  if (error)
+    sqlite3_bind_text(s, 3, error, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(s, 3);
+  sqlite3_bind_int64(s, 4, id);
+  if (sqlite3_step(s) != SQLITE_DONE)
+    kvp_log_warn("tiering: journal row %" PRId64 " not updated to %s: %s", id, state,
+                 sqlite3_errmsg(db));
+  sqlite3_finalize(s);
+}
+
+int kvp__tier_journal_volume(sqlite3 *db, const char *name, int tier, uint64_t capacity,
+                             uint64_t now_ms) {
+  sqlite3_stmt *s = NULL;
+  int rc = KVP_EDB;
+  if (sqlite3_prepare_v2(db,
+                         "INSERT INTO volumes(volume, tier, capacity, first_seen)"
+                         " VALUES(?1, ?2, ?3, ?4) ON CONFLICT(volume) DO UPDATE SET tier = ?2,"
+                         " capacity = ?3",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+  sqlite3_bind_int(s, 2, tier);
+  if (capacity)
+    sqlite3_bind_int64(s, 3, (sqlite3_int64)capacity);
+  else
+    sqlite3_bind_null(s, 3);
+  sqlite3_bind_int64(s, 4, (sqlite3_int64)now_ms);
+  if (sqlite3_step(s) == SQLITE_DONE)
+    rc = 0;
+  sqlite3_finalize(s);
+  return rc;
+}
+
+int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  int r;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT id, hash, from_volume, to_volume, state FROM migrations"
+                         " WHERE state IN ('queued', 'copying', 'committed') ORDER BY id",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW)
+    fn(ctx, sqlite3_column_int64(s, 0), kvp_hash_from_i64(sqlite3_column_int64(s, 1)),
+       (const char *)sqlite3_column_text(s, 2), (const char *)sqlite3_column_text(s, 3),
+       (const char *)sqlite3_column_text(s, 4));
+  sqlite3_finalize(s);
+  return r == SQLITE_DONE ? 0 : KVP_EDB;
+}
