@@ -40,6 +40,7 @@ typedef struct op_s {
   uint32_t from, to; /* volume indexes; to unused for evict/delete */
   int64_t journal_id;
   int rc;
+  int src_missing; /* a demotion's source was not in its volume */
   char err[256];
 } op_t;
 
@@ -111,6 +112,7 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     return;
   }
   o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
+  o->src_missing = o->rc == KVP_ENOENT;
   if (o->rc == 0)
     o->rc = kvp_volume_put_block(to->v, e->ns, &m, *a, o->err, sizeof o->err);
   /* Committed means the destination's frame was read back and verified. */
@@ -202,6 +204,16 @@ static void job_after(uv_work_t *req, int status) {
     vol_t *from = &e->vols[o->from];
     if (o->kind < 0)
       pend_done(e, o->hash, o->from, o->rc == 0);
+    if (o->rc != 0 && o->src_missing) {
+      /* The index placed a block where it is not (a location replayed
+       * after a crash, a block deleted behind the advisor's back): the
+       * location goes, so the index heals where the engine looks. */
+      drop_locations(e, o->hash, from);
+      e->st.failed++;
+      kvp_log_warn("tiering: block %016" PRIx64 " is not in %s: its location there is dropped",
+                   o->hash, from->name);
+      continue;
+    }
     if (o->rc != 0) {
       e->st.failed++;
       if (o->kind == KVP__TIER_DEMOTE && o->rc == KVP_ENOSPC)

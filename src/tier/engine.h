@@ -20,6 +20,12 @@
  * source deleted after the grace period. A block is in at least one volume
  * with verified bytes at every moment.
  *
+ * Known gap: after a crash, JetStream may replay a worker's Stored G3 for a
+ * block the engine moved and whose source it deleted before the database
+ * recorded it; that location is stale until a worker reads the block (it
+ * falls back to G4) or the engine plans a move of it (a demotion that
+ * finds no source drops the location).
+ *
  * Not done yet (issue 15): promotions and prefetches are planned but not
  * carried out; moves are not published as events (workers find a moved
  * block gone and fall back to the next tier); throttling is by moves per

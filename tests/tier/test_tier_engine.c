@@ -245,6 +245,27 @@ static void restart_finishes_or_fails_unfinished_moves(void **state) {
   kvp__tier_engine_close(e);
 }
 
+/* The index places block 10 in G3 but its file is gone (a location replayed
+ * after a crash, a delete behind the advisor's back): the demotion that
+ * finds no source drops the location instead of keeping it forever. */
+static void a_missing_source_drops_its_stale_location(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+
+  seed(f, 10);
+  assert_int_equal(kvp_volume_delete(f->g3, "t", 10, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.failed, 1);
+  assert_int_equal(locs_in(f, 10, 3), 0);
+  assert_int_equal(locs_in(f, 10, 4), 0);
+  assert_int_equal(locs_in(f, 9, 4), 1); /* the other leaf moved */
+  kvp__tier_engine_close(e);
+}
+
 static void a_volume_that_does_not_open_is_named(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
@@ -261,6 +282,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(cold_g3_blocks_move_to_g4_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(full_destination_fails_cleanly, setup, teardown),
     cmocka_unit_test_setup_teardown(restart_finishes_or_fails_unfinished_moves, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_missing_source_drops_its_stale_location, setup, teardown),
     cmocka_unit_test_setup_teardown(a_volume_that_does_not_open_is_named, setup, teardown),
 };
 
