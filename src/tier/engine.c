@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/hash.h"
+#include "kvplane/publisher.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
 #include "tier/journal.h"
@@ -62,6 +63,8 @@ struct kvp__tier_engine_s {
   vol_t *vols;
   size_t nvols;
   uint16_t advisor_worker;
+  kvp_publisher_t *pub; /* the moves as events of worker _advisor; NULL: not published */
+  uint64_t published, publish_errors;
   sqlite3 *db; /* the journal's connection: the job's, or the loop's before start */
   uv_timer_t timer;
   int timer_ready, running;
@@ -181,6 +184,24 @@ static void drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v)
       kvp__adv_index_remove(e->ix, hash, locs[i].worker, v->tier, v->id);
 }
 
+/* Tells workers and routers (and this advisor, through the stream) about a
+ * move, as worker _advisor: Stored in the destination once the copy is
+ * verified, Removed from the source once it is deleted. The publisher is
+ * thread-safe and drops rather than blocks the loop when its queue is full
+ * (counted). */
+static void publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t *o) {
+  if (e->pub == NULL)
+    return;
+  int rc = type == KVP_EV_STORED
+               ? kvp_publisher_stored(e->pub, v->tier, v->name, o->has_parent ? &o->parent : NULL,
+                                      &o->hash, 1, o->tokens, o->bytes, 0)
+               : kvp_publisher_removed(e->pub, v->tier, v->name, &o->hash, 1);
+  if (rc == 0)
+    e->published++;
+  else
+    e->publish_errors++;
+}
+
 /* The pend entry of a source delete that ran: gone when it succeeded, due
  * again when it failed. */
 static void pend_done(kvp__tier_engine_t *e, uint64_t hash, uint32_t from, int ok) {
@@ -223,14 +244,16 @@ static void job_after(uv_work_t *req, int status) {
                    from->name, o->err, o->rc == KVP_ENOSPC ? " (no moves into it for 30 s)" : "");
       continue;
     }
-    if (o->kind < 0) {
+    if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
       drop_locations(e, o->hash, from);
-      e->st.sources_deleted++;
-    } else if (o->kind == KVP__TIER_EVICT) {
-      drop_locations(e, o->hash, from);
-      e->st.evicted++;
+      if (o->kind < 0)
+        e->st.sources_deleted++;
+      else
+        e->st.evicted++;
+      publish(e, KVP_EV_REMOVED, from, o);
     } else {
       vol_t *to = &e->vols[o->to];
+      publish(e, KVP_EV_STORED, to, o);
       kvp__adv_index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
                            to->id, o->tokens, o->bytes, now);
       e->st.demoted++;
@@ -508,6 +531,23 @@ int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp_
   }
   if ((rc = kvp__tier_journal_open(cfg->db_path, &e->db, err, errlen)) != 0)
     goto fail;
+  if (cfg->nats.servers[0] != '\0') {
+    kvp_publisher_opts_t po;
+    char why[512];
+    kvp_publisher_opts_init(&po);
+    po.nats = cfg->nats;
+    po.ns = cfg->ns;
+    po.worker_id = ADVISOR_WORKER;
+    po.model = "kvplane-advisor";
+    po.mode = cfg->mode == KVP_ADVISOR_JETSTREAM ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
+    po.stream = cfg->stream;
+    po.overflow = KVP_OVERFLOW_DROP;
+    po.snapshot_tiers = 0;
+    if ((rc = kvp_publisher_open(&po, &e->pub, why, sizeof why)) != 0) {
+      snprintf(err, errlen, "tiering: the publisher of worker %s: %s", ADVISOR_WORKER, why);
+      goto fail;
+    }
+  }
   for (size_t v = 0; v < e->nvols && rc == 0; v++)
     rc = kvp__tier_journal_volume(e->db, e->vols[v].name, e->vols[v].tier, e->vols[v].capacity,
                                   kvp__unix_ms());
@@ -557,6 +597,8 @@ void kvp__tier_engine_stop(kvp__tier_engine_t *e, void (*done)(void *ctx), void 
 
 void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st) {
   *st = e->st;
+  st->events_published = e->published;
+  st->events_dropped = e->publish_errors;
 }
 
 static void free_engine(uv_handle_t *h) {
@@ -567,6 +609,7 @@ static void free_engine(uv_handle_t *h) {
 void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   if (e == NULL)
     return;
+  kvp_publisher_close(e->pub); /* flushes what is queued, within its close timeout */
   for (size_t v = 0; v < e->nvols; v++)
     kvp_volume_close(e->vols[v].v);
   free(e->vols);

@@ -27,13 +27,18 @@
  * finds no source drops the location).
  *
  * Not done yet (issue 15): promotions and prefetches are planned but not
- * carried out; moves are not published as events (workers find a moved
- * block gone and fall back to the next tier); throttling is by moves per
- * round, not bytes/s.
+ * carried out; throttling is by moves per round, not bytes/s.
  *
  * Threads: everything here runs on the advisor's loop thread except the
  * job, which uses only its own copy of the moves, the volumes (thread-safe
- * per handle) and its own SQLite connection. */
+ * per handle) and its own SQLite connection.
+ *
+ * Every committed move is published as worker "_advisor" (Stored in the
+ * destination; Removed from the source once it is deleted; Removed for an
+ * eviction), through a publisher on the advisor's NATS settings, so workers
+ * and routers learn locations from the same stream. The advisor applies its
+ * moves to its index directly as well; its own events coming back through
+ * the stream change nothing. */
 #ifndef KVP_TIER_ENGINE_H
 #define KVP_TIER_ENGINE_H
 
@@ -49,6 +54,8 @@ typedef struct kvp__tier_stats_s {
   uint64_t rounds, demoted, evicted, sources_deleted, failed;
   uint64_t bytes_moved;
   uint64_t planned_promotions; /* planned, not carried out (see above) */
+  uint64_t events_published;   /* moves announced as worker _advisor */
+  uint64_t events_dropped;     /* announcements the publisher refused */
 } kvp__tier_stats_t;
 
 /* Opens the configured volumes (a volume that fails to open is an error

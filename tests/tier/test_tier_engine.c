@@ -14,6 +14,10 @@
 #include "advisor/index.h"
 #include "advisor/store.h"
 #include "harness.h"
+#include "natsd.h"
+#include <nats/nats.h>
+#include "kvplane/subjects.h"
+#include "kvplane/wire.h"
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
@@ -49,6 +53,7 @@ static int setup(void **state) {
   snprintf(f->cfg.db_path, sizeof f->cfg.db_path, "%s", f->db);
   snprintf(f->cfg.plugin_dir, sizeof f->cfg.plugin_dir, "%s", KVP_BUILD_PLUGIN_DIR);
   f->cfg.tiering = 1;
+  f->cfg.nats.servers[0] = '\0'; /* no publisher, unless a test starts nats-server */
   f->cfg.tier_residence_ms = 0;
   f->cfg.tier_grace_ms = 0;
   f->cfg.nvolumes = 2;
@@ -131,12 +136,49 @@ static int locs_in(fx_t *f, uint64_t hash, int tier) {
   return k;
 }
 
+/* Events of worker _advisor seen by a plain subscriber. */
+typedef struct seen_s {
+  int stored_g4, removed_g3;
+} seen_t;
+
+static void on_event(natsConnection *nc, natsSubscription *sub, natsMsg *m, void *ctx) {
+  seen_t *seen = ctx;
+  kvp_wire_batch_t *wb = NULL;
+  (void)nc;
+  (void)sub;
+  if (kvp_wire_decode((const uint8_t *)natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), NULL,
+                      &wb) == 0) {
+    const kvp_batch_t *b = kvp_wire_batch_view(wb);
+    for (size_t i = 0; i < b->nevents; i++) {
+      const kvp_event_t *ev = &b->events[i];
+      if (ev->type == KVP_EV_STORED && ev->tier == 4 && strcmp(ev->volume, "g4") == 0)
+        __atomic_add_fetch(&seen->stored_g4, (int)ev->nhashes, __ATOMIC_RELAXED);
+      if (ev->type == KVP_EV_REMOVED && ev->tier == 3 && strcmp(ev->volume, "g3") == 0)
+        __atomic_add_fetch(&seen->removed_g3, (int)ev->nhashes, __ATOMIC_RELAXED);
+    }
+    kvp_wire_batch_free(wb);
+  }
+  natsMsg_Destroy(m);
+}
+
 static void cold_g3_blocks_move_to_g4_whole(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
-  char err[512];
+  char err[512], subj[KVP_SUBJECT_MAX];
   kvp__tier_stats_t st;
+  kvp_natsd_t d;
+  natsConnection *nc = NULL;
+  natsSubscription *sub = NULL;
+  seen_t seen = {0};
 
+  /* The moves are published as worker _advisor: a subscriber sees them. */
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", d.url);
+  f->cfg.mode = KVP_ADVISOR_CORE;
+  assert_int_equal(kvp_subject_events(subj, sizeof subj, "t", "_advisor"), 0);
+  assert_int_equal(natsConnection_ConnectTo(&nc, d.url), NATS_OK);
+  assert_int_equal(natsConnection_Subscribe(&sub, nc, subj, on_event, &seen), NATS_OK);
+  natsConnection_Flush(nc);
   seed(f, 10); /* 10 of 10 blocks: fill 1.0 > 0.90 */
   assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e);
@@ -176,8 +218,18 @@ static void cold_g3_blocks_move_to_g4_whole(void **state) {
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 2);
+  assert_int_equal(st.events_published, 4);
   kvp__tier_engine_stop(e, NULL, NULL);
-  kvp__tier_engine_close(e);
+  kvp__tier_engine_close(e); /* flushes the publisher */
+  for (int i = 0; i < 100 && (__atomic_load_n(&seen.stored_g4, __ATOMIC_RELAXED) < 2 ||
+                              __atomic_load_n(&seen.removed_g3, __ATOMIC_RELAXED) < 2);
+       i++)
+    nats_Sleep(20);
+  assert_int_equal(__atomic_load_n(&seen.stored_g4, __ATOMIC_RELAXED), 2);
+  assert_int_equal(__atomic_load_n(&seen.removed_g3, __ATOMIC_RELAXED), 2);
+  natsSubscription_Destroy(sub);
+  natsConnection_Destroy(nc);
+  kvp_natsd_stop(&d);
 }
 
 static void full_destination_fails_cleanly(void **state) {
