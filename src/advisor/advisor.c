@@ -97,9 +97,14 @@ static void answer_stats(kvp_advisor_t *adv, natsMsg *request, uint64_t now) {
       .pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now),
   };
   kvp__tier_stats_t ts;
+  kvp__tier_vol_stats_t tv[KVP_ADVISOR_MAX_VOLUMES];
   if (adv->tier != NULL) {
     kvp__tier_engine_stats(adv->tier, &ts);
     x.tier = &ts;
+    x.ntier_vols = kvp__tier_engine_volumes(adv->tier, tv, KVP_ADVISOR_MAX_VOLUMES);
+    x.tier_vols = tv;
+    x.high_watermark = adv->cfg.tier_high;
+    x.low_watermark = adv->cfg.tier_low;
   }
   char *json = NULL;
   if (kvp__adv_api_stats(adv->ix, adv->ing, &x, &json) == 0)

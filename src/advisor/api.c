@@ -192,13 +192,33 @@ int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
                         (json_int_t)kvp__adv_ingest_workers_up(ing), "index_memory_bytes",
                         (json_int_t)s.memory_bytes, "tiers", tiers, "ingest", ingest, "store",
                         store, "freshness", fresh, "queue_dropped", (json_int_t)x->queue_dropped);
-  if (o != NULL && x->tier != NULL)
+  if (o != NULL && x->tier != NULL) {
+    json_t *vols = json_array();
+    for (size_t i = 0; vols && i < x->ntier_vols; i++) {
+      const kvp__tier_vol_stats_t *v = &x->tier_vols[i];
+      json_t *jv = json_pack(
+          "{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "name", v->name,
+          "tier", v->tier, "capacity", (json_int_t)v->capacity, "used", (json_int_t)v->used,
+          "moved_in", (json_int_t)v->moved_in, "moved_out", (json_int_t)v->moved_out, "bytes_in",
+          (json_int_t)v->bytes_in, "bytes_out", (json_int_t)v->bytes_out, "evicted",
+          (json_int_t)v->evicted, "failed_full", (json_int_t)v->failed_full, "failed_other",
+          (json_int_t)v->failed_other, "missing", (json_int_t)v->missing, "queued",
+          (json_int_t)v->queued, "backoff", v->backoff);
+      if (jv && v->capacity)
+        json_object_set_new(jv, "fill", json_real((double)v->used / (double)v->capacity));
+      json_array_append_new(vols, jv);
+    }
     json_object_set_new(
         o, "tiering",
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "rounds", (json_int_t)x->tier->rounds,
-                  "demoted", (json_int_t)x->tier->demoted, "evicted", (json_int_t)x->tier->evicted,
-                  "sources_deleted", (json_int_t)x->tier->sources_deleted, "failed",
-                  (json_int_t)x->tier->failed, "bytes_moved", (json_int_t)x->tier->bytes_moved,
-                  "planned_promotions", (json_int_t)x->tier->planned_promotions));
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:o}", "rounds",
+                  (json_int_t)x->tier->rounds, "demoted", (json_int_t)x->tier->demoted, "evicted",
+                  (json_int_t)x->tier->evicted, "sources_deleted",
+                  (json_int_t)x->tier->sources_deleted, "failed", (json_int_t)x->tier->failed,
+                  "bytes_moved", (json_int_t)x->tier->bytes_moved, "planned_promotions",
+                  (json_int_t)x->tier->planned_promotions, "events_published",
+                  (json_int_t)x->tier->events_published, "events_dropped",
+                  (json_int_t)x->tier->events_dropped, "high_watermark", x->high_watermark,
+                  "low_watermark", x->low_watermark, "volumes", vols ? vols : json_array()));
+  }
   return dump(o, reply);
 }

@@ -38,6 +38,9 @@ typedef struct kvp__adv_api_extra_s {
   uint64_t flush_lag_ms, flush_lag_max_ms;
   uint64_t pending_ms;
   const struct kvp__tier_stats_s *tier; /* NULL without tiering */
+  const struct kvp__tier_vol_stats_s *tier_vols;
+  size_t ntier_vols;
+  double high_watermark, low_watermark;
 } kvp__adv_api_extra_t;
 
 /* The stats reply, malloc'd JSON. Returns 0 or KVP_ENOMEM. */

@@ -300,6 +300,17 @@ int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, c
           kvp__cli_duration(stat_u64(stats, "freshness", "apply_lag_max_ms"), c, sizeof c),
           kvp__cli_duration(stat_u64(stats, "freshness", "pending_ms"), d, sizeof d),
           kvp__cli_duration(stat_u64(stats, "freshness", "flush_lag_ms"), a, sizeof a));
+  const json_t *t = json_object_get(stats, "tiering");
+  if (t != NULL) {
+    char sz[32];
+    fprintf(o->f,
+            "tiering: %" PRIu64 " blocks demoted (%s), %" PRIu64 " evicted, %" PRIu64
+            " failed, %" PRIu64 " promotions planned (not carried out yet)\n",
+            stat_u64(stats, "tiering", "demoted"),
+            kvp__cli_size(stat_u64(stats, "tiering", "bytes_moved"), sz, sizeof sz),
+            stat_u64(stats, "tiering", "evicted"), stat_u64(stats, "tiering", "failed"),
+            stat_u64(stats, "tiering", "planned_promotions"));
+  }
   return 0;
 }
 

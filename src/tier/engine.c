@@ -30,6 +30,7 @@ typedef struct vol_s {
   uint64_t capacity;
   uint16_t id; /* the index's volume id */
   uint64_t backoff_until_ms;
+  kvp__tier_vol_stats_t st; /* name, tier, capacity in st too */
 } vol_t;
 
 /* One unit of work for the job, and its outcome. */
@@ -231,12 +232,17 @@ static void job_after(uv_work_t *req, int status) {
        * location goes, so the index heals where the engine looks. */
       drop_locations(e, o->hash, from);
       e->st.failed++;
+      from->st.missing++;
       kvp_log_warn("tiering: block %016" PRIx64 " is not in %s: its location there is dropped",
                    o->hash, from->name);
       continue;
     }
     if (o->rc != 0) {
       e->st.failed++;
+      if (o->kind == KVP__TIER_DEMOTE && o->rc == KVP_ENOSPC)
+        e->vols[o->to].st.failed_full++;
+      else
+        from->st.failed_other++;
       if (o->kind == KVP__TIER_DEMOTE && o->rc == KVP_ENOSPC)
         e->vols[o->to].backoff_until_ms = now + BACKOFF_MS;
       kvp_log_warn("tiering: %s of block %016" PRIx64 " from %s failed: %s%s",
@@ -248,8 +254,10 @@ static void job_after(uv_work_t *req, int status) {
       drop_locations(e, o->hash, from);
       if (o->kind < 0)
         e->st.sources_deleted++;
-      else
+      else {
         e->st.evicted++;
+        from->st.evicted++;
+      }
       publish(e, KVP_EV_REMOVED, from, o);
     } else {
       vol_t *to = &e->vols[o->to];
@@ -257,6 +265,10 @@ static void job_after(uv_work_t *req, int status) {
       kvp__adv_index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
                            to->id, o->tokens, o->bytes, now);
       e->st.demoted++;
+      from->st.moved_out++;
+      from->st.bytes_out += o->bytes;
+      to->st.moved_in++;
+      to->st.bytes_in += o->bytes;
       e->st.bytes_moved += o->bytes;
       if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
         e->pend[e->npend++] = (pend_t){o->hash, now + e->grace_ms, o->from, 0, o->journal_id};
@@ -376,6 +388,8 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
     e->pend[i].deleting = 1;
   }
   if (build_candidates(e, used) == 0) {
+    for (size_t v = 0; v < e->nvols; v++)
+      e->vols[v].st.used = used[v];
     for (size_t v = 0; v < e->nvols; v++)
       pv[v] = (kvp__tier_vol_t){.tier = e->vols[v].tier,
                                 .capacity = e->vols[v].capacity,
@@ -593,6 +607,21 @@ void kvp__tier_engine_stop(kvp__tier_engine_t *e, void (*done)(void *ctx), void 
   }
   if (done)
     done(ctx);
+}
+
+size_t kvp__tier_engine_volumes(const kvp__tier_engine_t *e, kvp__tier_vol_stats_t *out,
+                                size_t cap) {
+  for (size_t v = 0; v < e->nvols && v < cap; v++) {
+    out[v] = e->vols[v].st;
+    snprintf(out[v].name, sizeof out[v].name, "%s", e->vols[v].name);
+    out[v].tier = e->vols[v].tier;
+    out[v].capacity = e->vols[v].capacity;
+    out[v].backoff = e->vols[v].backoff_until_ms > kvp__unix_ms();
+    out[v].queued = 0;
+    for (size_t i = 0; i < e->npend; i++)
+      out[v].queued += e->pend[i].from == v;
+  }
+  return e->nvols;
 }
 
 void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st) {

@@ -58,6 +58,23 @@ typedef struct kvp__tier_stats_s {
   uint64_t events_dropped;     /* announcements the publisher refused */
 } kvp__tier_stats_t;
 
+/* Per volume, as the last round saw it. */
+typedef struct kvp__tier_vol_stats_s {
+  char name[64];
+  int tier;
+  uint64_t capacity, used; /* used: bytes the index places there (fill = used / capacity) */
+  uint64_t moved_in, moved_out, bytes_in, bytes_out, evicted;
+  uint64_t failed_full;  /* moves into it refused for space (then a 30 s backoff) */
+  uint64_t failed_other; /* moves out of it that failed otherwise */
+  uint64_t missing;      /* blocks the index placed there that were not (locations dropped) */
+  uint64_t queued;       /* moved blocks whose source copy waits for the grace period */
+  int backoff;           /* 1 while no moves go into it */
+} kvp__tier_vol_stats_t;
+
+/* Fills up to cap volumes' figures; returns how many volumes there are. */
+size_t kvp__tier_engine_volumes(const kvp__tier_engine_t *e, kvp__tier_vol_stats_t *out,
+                                size_t cap);
+
 /* Opens the configured volumes (a volume that fails to open is an error
  * naming it), records their tier and capacity in the volumes table, and
  * recovers unfinished moves from the journal. Returns 0, a volume's error,

@@ -219,6 +219,14 @@ static void cold_g3_blocks_move_to_g4_whole(void **state) {
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 2);
   assert_int_equal(st.events_published, 4);
+  kvp__tier_vol_stats_t vs[4];
+  assert_int_equal(kvp__tier_engine_volumes(e, vs, 4), 2);
+  assert_string_equal(vs[0].name, "g3");
+  assert_int_equal(vs[0].moved_out, 2);
+  assert_int_equal(vs[0].used, 8 * (1000 + KVP_FRAME_HEADER)); /* 0.80 of its capacity */
+  assert_int_equal(vs[0].queued, 0);
+  assert_int_equal(vs[1].moved_in, 2);
+  assert_int_equal(vs[1].bytes_in, 2 * 1000);
   kvp__tier_engine_stop(e, NULL, NULL);
   kvp__tier_engine_close(e); /* flushes the publisher */
   for (int i = 0; i < 100 && (__atomic_load_n(&seen.stored_g4, __ATOMIC_RELAXED) < 2 ||
