@@ -278,7 +278,7 @@ int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, c
     json_decref(doc);
     return 0;
   }
-  char a[32], b[32], c[32], d[32];
+  char a[32], b[32], c[32], d[32], e[32];
   if (stats == NULL) {
     fprintf(o->f, "\nadvisor: no answer over NATS (the figures above are the database's)\n");
     return 0;
@@ -299,7 +299,7 @@ int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, c
           kvp__cli_duration(stat_u64(stats, "freshness", "apply_lag_ms"), b, sizeof b),
           kvp__cli_duration(stat_u64(stats, "freshness", "apply_lag_max_ms"), c, sizeof c),
           kvp__cli_duration(stat_u64(stats, "freshness", "pending_ms"), d, sizeof d),
-          kvp__cli_duration(stat_u64(stats, "freshness", "flush_lag_ms"), a, sizeof a));
+          kvp__cli_duration(stat_u64(stats, "freshness", "flush_lag_ms"), e, sizeof e));
   const json_t *t = json_object_get(stats, "tiering");
   if (t != NULL) {
     char sz[32];

@@ -11,6 +11,7 @@
 
 #include "../advisor/advfix.h"
 #include "harness.h"
+#include "cli/inspect.h"
 #include "kvplane/hash.h"
 #include "kvplane/publisher.h"
 #include "sim/sim.h"
@@ -89,6 +90,14 @@ static void views_read_the_database(void **state) {
   assert_non_null(strstr(c->text, "G1"));
   assert_non_null(strstr(c->text, "advisor: core mode"));
   assert_non_null(strstr(c->text, "lag:"));
+  /* The figures are the stats reply's (the uptime and the flush lag once
+   * shared a buffer and printed the same). */
+  long long flush_lag = advfix_stat(&c->f, "freshness.flush_lag_ms");
+  char dur[32], want[64];
+  kvp__cli_duration((uint64_t)flush_lag, dur, sizeof dur);
+  snprintf(want, sizeof want, "committed %s after", dur);
+  assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, "-n", "t", NULL}), 0);
+  assert_non_null(strstr(c->text, want));
   assert_int_equal(cli_run(c, (char *[]){"workers", "--db", db, NULL}), 0);
   assert_non_null(strstr(c->text, "sim-0"));
   assert_non_null(strstr(c->text, "sim-1"));
