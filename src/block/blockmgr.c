@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "block/bm.h"
+#include "common/array.h"
 #include "kvplane/status.h"
 
 void kvp_blockmgr_opts_init(kvp_blockmgr_opts_t *o) {
@@ -114,33 +115,6 @@ kvp_pool_t *kvp_blockmgr_pool(kvp_blockmgr_t *bm, int tier) {
   return NULL;
 }
 
-/* ---- events ---- */
-
-void kvp__bm_emit(kvp_blockmgr_t *bm, const kvp_event_t *ev) {
-  if (bm->sink.emit == NULL)
-    return;
-  bm->events++;
-  if (bm->sink.emit(bm->sink.ctx, ev) != 0)
-    bm->event_errors++;
-}
-
-void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const uint64_t *hashes,
-                    size_t n, int32_t lora_id) {
-  kvp_event_t ev = {
-      .type = KVP_EV_STORED,
-      .tier = tier,
-      .has_parent = parent != NULL,
-      .parent_hash = parent ? *parent : 0,
-      .hashes = hashes,
-      .nhashes = n,
-      .block_tokens = bm->page,
-      .block_bytes = bm->block_bytes,
-      .lora_id = lora_id,
-  };
-  if (n > 0)
-    kvp__bm_emit(bm, &ev);
-}
-
 /* ---- offload ---- */
 
 /* Copies G1 block b (registered, or leaving G1 with its bytes intact)
@@ -237,9 +211,12 @@ void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {
 }
 
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {
-  if (kvp__grow((void **)&bm->g2_ids, &bm->g2_ids_cap, n, sizeof *bm->g2_ids, 64) != 0 ||
-      kvp__grow((void **)&bm->fresh, &bm->fresh_cap, n, sizeof *bm->fresh, 64) != 0 ||
-      kvp__grow((void **)&bm->lower_tier, &bm->lower_cap, n, sizeof *bm->lower_tier, 64) != 0)
+  if (kvp__array_reserve((void **)&bm->g2_ids, &bm->g2_ids_cap, n, sizeof *bm->g2_ids, 64,
+                         KVP_ARRAY_DOUBLE) != 0 ||
+      kvp__array_reserve((void **)&bm->fresh, &bm->fresh_cap, n, sizeof *bm->fresh, 64,
+                         KVP_ARRAY_DOUBLE) != 0 ||
+      kvp__array_reserve((void **)&bm->lower_tier, &bm->lower_cap, n, sizeof *bm->lower_tier, 64,
+                         KVP_ARRAY_DOUBLE) != 0)
     return KVP_ENOMEM;
   return 0;
 }

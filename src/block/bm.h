@@ -2,6 +2,8 @@
 #ifndef KVP_BLOCK_BM_H
 #define KVP_BLOCK_BM_H
 
+#include <stdlib.h>
+
 #include "block/pool_hot.h"
 #include "block/tiers.h"
 #include "kvplane/blockmgr.h"
@@ -26,7 +28,7 @@ struct kvp_blockmgr_s {
   uint64_t nseqs;
   /* Scratch for kvp_seq_allocate, grown as needed, reused across calls. */
   uint32_t *g2_ids;
-  uint8_t *fresh; /* 1: the block at this position was registered by this call */
+  uint8_t *fresh;      /* 1: the block at this position was registered by this call */
   uint8_t *lower_tier; /* the tier (3, 4) each block read from a volume came from */
   size_t g2_ids_cap, fresh_cap, lower_cap;
   /* Events queued during one call (events.c). rm[0]: Removed G1, rm[1]:
@@ -125,14 +127,16 @@ void kvp__bm_take_g1_many(kvp_blockmgr_t *bm, uint32_t *ids, size_t k);
  * it is copied to G2 now (its data is final). */
 void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block);
 
-/* Grows *arr (of *cap elements of elem bytes, doubling from first) to hold
- * need elements. Returns 0 or KVP_ENOMEM (*arr unchanged). */
-int kvp__grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
-
 /* Grows the allocate scratch to n entries. Returns 0 or KVP_ENOMEM. */
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n);
 
-/* Frees a sequence's memory (not its blocks, not its link in bm). */
-void kvp__seq_free_memory(kvp_seq_t *s);
+/* Frees a sequence's memory (not its blocks, not its link in bm). Inline
+ * here so that the manager's destroy does not call back into seq.c. */
+static inline void kvp__seq_free_memory(kvp_seq_t *s) {
+  free(s->hashes);
+  free(s->blocks);
+  free(s->tail);
+  free(s);
+}
 
 #endif

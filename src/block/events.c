@@ -17,10 +17,11 @@
 #include <stdlib.h>
 
 #include "block/bm.h"
+#include "common/array.h"
 #include "kvplane/status.h"
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
-  return kvp__grow(arr, cap, need, elem, 64);
+  return kvp__array_reserve(arr, cap, need, elem, 64, KVP_ARRAY_DOUBLE);
 }
 
 static void removed_now(kvp_blockmgr_t *bm, int tier, const uint64_t *hashes, size_t n) {
@@ -111,4 +112,31 @@ void kvp__bm_events_free(kvp_blockmgr_t *bm) {
   free(bm->rm[1]);
   free(bm->st2);
   free(bm->run);
+}
+
+/* Emitting (the manager and sequences call these; nothing here calls back). */
+
+void kvp__bm_emit(kvp_blockmgr_t *bm, const kvp_event_t *ev) {
+  if (bm->sink.emit == NULL)
+    return;
+  bm->events++;
+  if (bm->sink.emit(bm->sink.ctx, ev) != 0)
+    bm->event_errors++;
+}
+
+void kvp__bm_stored(kvp_blockmgr_t *bm, int tier, const uint64_t *parent, const uint64_t *hashes,
+                    size_t n, int32_t lora_id) {
+  kvp_event_t ev = {
+      .type = KVP_EV_STORED,
+      .tier = tier,
+      .has_parent = parent != NULL,
+      .parent_hash = parent ? *parent : 0,
+      .hashes = hashes,
+      .nhashes = n,
+      .block_tokens = bm->page,
+      .block_bytes = bm->block_bytes,
+      .lora_id = lora_id,
+  };
+  if (n > 0)
+    kvp__bm_emit(bm, &ev);
 }

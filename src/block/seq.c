@@ -4,26 +4,12 @@
 #include <string.h>
 
 #include "block/bm.h"
+#include "common/array.h"
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 
-int kvp__grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first) {
-  size_t c = *cap ? *cap : first;
-  void *p;
-
-  if (need <= *cap)
-    return 0;
-  while (c < need)
-    c *= 2;
-  if ((p = realloc(*arr, c * elem)) == NULL)
-    return KVP_ENOMEM;
-  *arr = p;
-  *cap = c;
-  return 0;
-}
-
 static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
-  return kvp__grow(arr, cap, need, elem, 4);
+  return kvp__array_reserve(arr, cap, need, elem, 4, KVP_ARRAY_DOUBLE);
 }
 
 /* A sequence with room for nfull hashes and its tail, linked into bm. */
@@ -355,13 +341,6 @@ void kvp_seq_free(kvp_seq_t *s) {
     s->next->prev = s->prev;
   bm->nseqs--;
   kvp__seq_free_memory(s);
-}
-
-void kvp__seq_free_memory(kvp_seq_t *s) {
-  free(s->hashes);
-  free(s->blocks);
-  free(s->tail);
-  free(s);
 }
 
 size_t kvp_seq_num_tokens(const kvp_seq_t *s) {
