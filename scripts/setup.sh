@@ -13,6 +13,7 @@ KVP_PACKAGES=(
   libuv1-dev libnats-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libsqlite3-dev sqlite3 libxxhash-dev libinih-dev zlib1g-dev libjansson-dev
   libcmocka-dev nats-server python3 python3-xxhash python3-protobuf openssl
+  libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
 )
 
 kvp_install_packages() {
