@@ -70,8 +70,9 @@ static void usage(FILE *f) {
           "Figures are one JSON line per endpoint. Blocks whose engine event carries\n"
           "token ids (and no extra_keys) get kvplane sequence hashes; others keep the\n"
           "engine's hash, counted as engine_native.\n\n"
-          "exit status: 0 after SIGINT or SIGTERM, 1 for bad arguments or options,\n"
-          "2 when NATS or a ZMQ endpoint could not be opened.\n");
+          "exit status: 0 after SIGINT or SIGTERM, 1 for bad arguments or options (a\n"
+          "malformed endpoint URL included),\n"
+          "2 when NATS could not be reached or refused the credentials.\n");
 }
 
 static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64_t max) {

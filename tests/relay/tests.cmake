@@ -1,0 +1,1 @@
+kvp_add_test(relay_decode relay/test_relay_decode.c)
