@@ -133,13 +133,16 @@ int main(int argc, char **argv) {
       break;
     case 'r':
     case 'w':
-      if (nep == 0 || (c == 'r' ? rp : wk)[nep - 1]) {
+    {
+      const char **slot = nep > 0 ? (c == 'r' ? rp : wk) + (nep - 1) : NULL;
+      if (!slot || *slot) {
         fprintf(stderr, "kvplane-relay: --%s must follow its --endpoint (one each)\n",
                 c == 'r' ? "replay" : "worker");
         return 1;
       }
-      (c == 'r' ? rp : wk)[nep - 1] = optarg;
+      *slot = optarg;
       break;
+    }
     case 1:
       dp = (unsigned)parse_count("--dp-ranks", optarg, 1, MAXN);
       break;
