@@ -8,8 +8,9 @@
 #include "kvplane/status.h"
 
 struct kvp_relay_decoder_s {
-  msgpack_unpacked up;
-  int up_live;
+  msgpack_zone zone; /* reused: cleared, not freed, between payloads */
+  msgpack_object root;
+  int zone_live;
   kvp_relay_event_t *ev;
   size_t nev, capev;
   uint64_t *h; /* every event's hashes, back to back */
@@ -307,14 +308,21 @@ static int kvp__event(kvp_relay_decoder_t *d, const msgpack_object *o, kvp_relay
 }
 
 kvp_relay_decoder_t *kvp__relay_decoder_new(void) {
-  return calloc(1, sizeof(kvp_relay_decoder_t));
+  kvp_relay_decoder_t *d = calloc(1, sizeof(kvp_relay_decoder_t));
+  if (d && !msgpack_zone_init(&d->zone, 64 * 1024)) {
+    free(d);
+    return NULL;
+  }
+  if (d)
+    d->zone_live = 1;
+  return d;
 }
 
 void kvp__relay_decoder_free(kvp_relay_decoder_t *d) {
   if (!d)
     return;
-  if (d->up_live)
-    msgpack_unpacked_destroy(&d->up);
+  if (d->zone_live)
+    msgpack_zone_destroy(&d->zone);
   free(d->ev);
   free(d->h);
   free(d->t);
@@ -335,16 +343,13 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
     return KVP_ETOOBIG;
   if (len == 0 || kvp__mp_skip(&p, data + len, 0) != 0 || p != data + len)
     return KVP_EPROTO;
-  if (d->up_live)
-    msgpack_unpacked_destroy(&d->up);
-  msgpack_unpacked_init(&d->up);
-  d->up_live = 1;
-  msgpack_unpack_return r = msgpack_unpack_next(&d->up, (const char *)data, len, &off);
+  msgpack_zone_clear(&d->zone);
+  msgpack_unpack_return r = msgpack_unpack((const char *)data, len, &off, &d->zone, &d->root);
   if (r == MSGPACK_UNPACK_NOMEM_ERROR)
     return KVP_ENOMEM;
   if (r != MSGPACK_UNPACK_SUCCESS)
     return KVP_EPROTO;
-  const msgpack_object *root = &d->up.data;
+  const msgpack_object *root = &d->root;
   if (root->type == MSGPACK_OBJECT_ARRAY) {
     if (root->via.array.size < 2)
       return KVP_EPROTO;
