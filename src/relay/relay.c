@@ -148,6 +148,7 @@ static void kvp__stored(kvp_relay_t *r, kvp__ep_t *ep, const kvp_relay_event_t *
     ev.hashes = e->hashes;
     ev.has_parent = e->has_parent;
     ev.parent_hash = e->parent;
+    ev.engine_native = 1;
     CNTN(ep, blocks_native, n);
   }
   ev.nhashes = n;
