@@ -76,7 +76,7 @@ typedef struct kvp_relay_stats_s {
   uint64_t out_stored, out_removed, out_cleared;  /* kvplane events published */
   uint64_t blocks_kvp, blocks_native;             /* stored blocks by hash kind */
   uint64_t skip_group, skip_medium, skip_dup;     /* skipped: hybrid group, unknown medium,
-                                                   * message already seen */
+                                                   * replayed message outside the range */
   uint64_t skip_unmapped;                         /* removals of hashes never mapped */
   uint64_t gaps, replays, replay_msgs, clears, restarts;
   uint64_t decode_errors; /* bad payloads, bad frames */

@@ -304,6 +304,8 @@ static int kvp__replay(kvp_relay_t *r, kvp__ep_t *ep, int64_t start, int64_t unt
       kvp__apply(r, ep, zmq_msg_data(&p[si + 1]), zmq_msg_size(&p[si + 1]));
       next++;
       ep->last_seq = seq;
+    } else {
+      CNT(ep, skip_dup); /* outside the range asked for, or out of order */
     }
     kvp__close_parts(p, n, 4);
   }
@@ -330,13 +332,12 @@ static void kvp__on_message(kvp_relay_t *r, kvp__ep_t *ep) {
   CNT(ep, msgs);
   if (ep->last_seq >= 0) {
     if (seq <= ep->last_seq) {
-      if (seq == 0 || seq < ep->last_seq - 1000000) {
-        CNT(ep, restarts);
-        kvp__clear(ep, "engine publisher restarted (sequence back to 0)");
-      } else {
-        CNT(ep, skip_dup);
-        goto out;
-      }
+      /* PUB/SUB never repeats a message on the live socket, and replayed
+       * messages never go past the live one that asked for them: a
+       * sequence that goes back is a restarted engine publisher (which
+       * counts from 0 again, though its first messages may be lost). */
+      CNT(ep, restarts);
+      kvp__clear(ep, "engine publisher restarted (sequence went back)");
     } else if (seq > ep->last_seq + 1) {
       CNT(ep, gaps);
       LOG(ep, "sequence gap: %" PRId64 " after %" PRId64, seq, ep->last_seq);

@@ -194,9 +194,13 @@ elif scenario in ("gap", "noreplay"):
     send(batch([stored(m, [5001], tok[8:12])]))
 elif scenario == "restart":
     send(batch([stored(m, [1001, 1002], tok[:8])]))
+    send(batch([stored(m, [1003], tok[8:12], parent=1002)]))
     m.clear()
     seq = 0
     buffer = []
+    # The restarted engine's first message is lost too: the relay sees the
+    # sequence go back from 1 to 1, not to 0.
+    send(batch([stored(None, [6001], tok[:4])]), drop=True)
     send(batch([stored(m, [7001], tok[8:12])]))
 serve_replay(3000)
 with open(expect + ".tmp", "w") as f:
