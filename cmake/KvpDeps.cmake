@@ -30,6 +30,8 @@ kvp_require_pkg(SQLITE3 sqlite3 libsqlite3-dev)
 kvp_require_pkg(INIH inih libinih-dev)
 kvp_require_pkg(ZLIB zlib zlib1g-dev)          # gzip'd trace files
 kvp_require_pkg(JANSSON jansson libjansson-dev) # JSON: trace lines, API replies
+kvp_require_pkg(ZMQ libzmq libzmq3-dev)             # kvplane-relay: engine KV events
+kvp_require_pkg(MSGPACK msgpack libmsgpack-dev)      # kvplane-relay: engine payloads
 kvp_require_program(PROTOC_C protoc-c protobuf-c-compiler)
 find_package(Threads REQUIRED)
 

@@ -14,6 +14,7 @@ KVP_PACKAGES=(
   libsqlite3-dev sqlite3 libxxhash-dev libinih-dev zlib1g-dev libjansson-dev
   libcmocka-dev nats-server python3 python3-xxhash python3-protobuf openssl
   libcurl4-openssl-dev libssl-dev python3-botocore
+  libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
 )
 
 kvp_install_packages() {

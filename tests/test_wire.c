@@ -106,6 +106,27 @@ static void round_trip(void **state) {
   kvp_wire_batch_free(wb);
 }
 
+/* engine_native (kvplane-relay's pass-through hashes) survives the wire and
+ * is false unless set. */
+static void engine_native_round_trip(void **state) {
+  (void)state;
+  uint64_t h[2] = {11, 12};
+  kvp_event_t ev[2] = {
+      {.event_id = 1, .type = KVP_EV_STORED, .tier = 1, .hashes = h, .nhashes = 2,
+       .engine_native = 1},
+      {.event_id = 2, .type = KVP_EV_STORED, .tier = 1, .hashes = h, .nhashes = 1},
+  };
+  kvp_batch_t b = {.worker_id = "w", .epoch = 1, .first_event_id = 1, .events = ev, .nevents = 2};
+  uint8_t buf[256];
+  size_t len;
+  kvp_wire_batch_t *wb;
+  assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
+  assert_int_equal(kvp_wire_decode(buf, len, NULL, &wb), 0);
+  assert_int_equal(kvp_wire_batch_view(wb)->events[0].engine_native, 1);
+  assert_int_equal(kvp_wire_batch_view(wb)->events[1].engine_native, 0);
+  kvp_wire_batch_free(wb);
+}
+
 static void heartbeat_is_empty_batch(void **state) {
   (void)state;
   kvp_batch_t b = {.worker_id = "w", .epoch = 1, .first_event_id = 7};
@@ -325,6 +346,7 @@ static void rejects_random_bytes(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(round_trip),
+    cmocka_unit_test(engine_native_round_trip),
     cmocka_unit_test(heartbeat_is_empty_batch),
     cmocka_unit_test(encode_rejects_bad_batches),
     cmocka_unit_test(decodes_protoc_encoding),

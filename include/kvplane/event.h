@@ -44,7 +44,8 @@ const char *kvp_event_type_name(int type);
 /* One event. Pointers are borrowed: a sink that keeps an event beyond its
  * emit call copies what it needs. Which fields matter depends on type:
  *   STORED:   tier, volume, has_parent/parent_hash, hashes, block_tokens,
- *             block_bytes, lora_id, token_ids (optional, may be NULL)
+ *             block_bytes, lora_id, token_ids (optional, may be NULL),
+ *             engine_native
  *   REMOVED:  tier, volume, hashes
  *   ACCESSED: tier, hashes, hit_counts (NULL = one hit each)
  *   CLEARED:  tier (KVP_TIER_ALL = every tier)
@@ -66,6 +67,7 @@ typedef struct kvp_event_s {
   uint32_t block_tokens;
   uint64_t block_bytes;
   int32_t lora_id;
+  int engine_native; /* STORED: hashes are an engine's own (kvplane-relay), not kvplane's */
   const uint32_t *token_ids;
   size_t ntoken_ids;
   uint64_t snapshot_id;

@@ -210,7 +210,7 @@ int kvp__batch_add(kvp__batch_t *b, const kvp__pubq_item_t *it, size_t from, siz
             it->ntok == (size_t)it->nhashes * it->block_tokens;
   e = b->nev > 0 ? &b->ev[b->nev - 1] : NULL;
   if (it->type == KVP_EV_STORED && e != NULL && e->type == KVP_EV_STORED && has_parent &&
-      e->tier == it->tier && e->lora_id == it->lora_id && e->block_tokens == it->block_tokens &&
+      e->tier == it->tier && e->lora_id == it->lora_id && e->engine_native == it->engine_native && e->block_tokens == it->block_tokens &&
       e->block_bytes == it->block_bytes && (e->ntok > 0) == tok && e->n > 0 &&
       !b->dead[e->hoff + e->n - 1] && b->h[e->hoff + e->n - 1] == parent &&
       e->hoff + e->n == b->nh && e->toff + e->ntok == b->nx && strcmp(e->volume, it->volume) == 0) {
@@ -229,6 +229,7 @@ int kvp__batch_add(kvp__batch_t *b, const kvp__pubq_item_t *it, size_t from, siz
     e->block_tokens = it->block_tokens;
     e->block_bytes = it->block_bytes;
     e->lora_id = it->lora_id;
+    e->engine_native = it->engine_native;
     e->snapshot_id = it->snapshot_id;
     e->chunk = it->chunk;
     e->last = it->last;
@@ -311,6 +312,7 @@ static void to_wire(const kvp__batch_t *b, const kvp__bev_t *e, kvp_event_t *o, 
   o->block_tokens = e->block_tokens;
   o->block_bytes = e->block_bytes;
   o->lora_id = e->lora_id;
+  o->engine_native = e->engine_native;
   o->snapshot_id = e->snapshot_id;
   o->chunk = e->chunk;
   o->last = e->last;

@@ -24,6 +24,7 @@ typedef struct kvp__bev_s {
   uint32_t block_tokens;
   uint64_t block_bytes;
   int32_t lora_id;
+  int engine_native;
   uint64_t snapshot_id;
   uint32_t chunk;
   int last;

@@ -103,6 +103,7 @@ static void fill(kvp__pubq_item_t *it, const kvp_event_t *ev, uint64_t *w) {
   it->has_parent = ev->has_parent ? 1 : 0;
   it->parent_hash = ev->parent_hash;
   it->lora_id = ev->lora_id;
+  it->engine_native = ev->engine_native ? 1 : 0;
   it->nhashes = (uint32_t)ev->nhashes;
   it->block_tokens = ev->block_tokens;
   it->block_bytes = ev->block_bytes;

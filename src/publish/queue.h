@@ -21,6 +21,7 @@ typedef struct kvp__pubq_item_s {
   uint8_t tier;
   uint8_t has_parent;
   uint8_t last; /* snapshot: last chunk */
+  uint8_t engine_native;
   int32_t lora_id;
   uint32_t nhashes;
   uint32_t ntok; /* token ids, packed two per word after the hashes */

@@ -130,6 +130,7 @@ int kvp_wire_encode(const kvp_batch_t *b, uint8_t *buf, size_t cap, size_t *len)
       s->block_tokens = e->block_tokens;
       s->block_bytes = e->block_bytes;
       s->lora_id = e->lora_id;
+      s->engine_native = e->engine_native != 0;
       s->n_token_ids = e->ntoken_ids;
       s->token_ids = MUT(e->token_ids);
       ev->payload_case = KVPLANE__V1__EVENT__PAYLOAD_STORED;
@@ -230,6 +231,7 @@ static int map_event(const Kvplane__V1__Event *ev, kvp_event_t *e, size_t *block
     e->block_tokens = s->block_tokens;
     e->block_bytes = s->block_bytes;
     e->lora_id = s->lora_id;
+    e->engine_native = s->engine_native;
     e->token_ids = s->n_token_ids ? s->token_ids : NULL;
     e->ntoken_ids = s->n_token_ids;
     *blocks += s->n_token_ids / 16;

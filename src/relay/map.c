@@ -1,0 +1,238 @@
+/* Relay tables (map.h). */
+#include "relay/map.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kvplane/status.h"
+
+static void kvp__media_set(kvp_relay_media_t *m, const char *name, size_t len, int tier) {
+  for (size_t i = 0; i < m->n; i++)
+    if (strlen(m->e[i].name) == len && strncasecmp(m->e[i].name, name, len) == 0) {
+      m->e[i].tier = tier;
+      return;
+    }
+  if (m->n < KVP_RELAY_MEDIA_MAX) {
+    memcpy(m->e[m->n].name, name, len);
+    m->e[m->n].name[len] = 0;
+    m->e[m->n++].tier = tier;
+  }
+}
+
+void kvp__relay_media_default(kvp_relay_media_t *m) {
+  static const struct {
+    const char *n;
+    int t;
+  } d[] = {{"GPU", 1},          {"CPU", 2},    {"CPU_PINNED", 2}, {"DISK", 3},
+           {"STORAGE", 3},      {"SHARED_STORAGE", 3}, {"NVME", 3},  {"OBJECT_STORE", 4},
+           {"REMOTE", 4},       {"EXTERNAL", 4}};
+  m->n = 0;
+  for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+    kvp__media_set(m, d[i].n, strlen(d[i].n), d[i].t);
+}
+
+int kvp__relay_media_parse(kvp_relay_media_t *m, const char *spec, char *err, size_t errlen) {
+  const char *p = spec;
+  while (p && *p) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *eq = memchr(p, '=', len);
+    size_t nlen = eq ? (size_t)(eq - p) : 0;
+    int ok = eq && nlen > 0 && nlen < 32 && len - nlen == 3 && (eq[1] == 'G' || eq[1] == 'g') &&
+             eq[2] >= '1' && eq[2] <= '4';
+    if (!ok || m->n >= KVP_RELAY_MEDIA_MAX) {
+      if (err)
+        snprintf(err, errlen, "--media: bad entry \"%.*s\" (want NAME=G1..G4)", (int)len, p);
+      return KVP_ECONFIG;
+    }
+    kvp__media_set(m, p, nlen, eq[2] - '0');
+    p = end ? end + 1 : NULL;
+  }
+  return 0;
+}
+
+int kvp__relay_media_tier(const kvp_relay_media_t *m, const char *name, size_t len) {
+  if (len == 0)
+    return 1;
+  for (size_t i = 0; i < m->n; i++)
+    if (strlen(m->e[i].name) == len && strncasecmp(m->e[i].name, name, len) == 0)
+      return m->e[i].tier;
+  return 0;
+}
+
+/* Open addressing with backward-shift deletion; entries in a doubly linked
+ * LRU list by index. */
+typedef struct kvp__ent_s {
+  uint64_t key, val;
+  uint32_t prev, next; /* LRU list */
+  uint32_t slot;       /* where it sits in the table */
+} kvp__ent_t;
+
+#define NIL UINT32_MAX
+
+struct kvp_relay_map_s {
+  size_t cap, n;
+  kvp__ent_t *ent;  /* cap entries */
+  uint32_t *table;  /* mask + 1 slots: entry index or NIL */
+  size_t mask;
+  uint32_t head, tail; /* head: most recent */
+  uint32_t free_top;   /* free entries linked through next */
+};
+
+static size_t kvp__mix(uint64_t k) {
+  k ^= k >> 33;
+  k *= UINT64_C(0xff51afd7ed558ccd);
+  k ^= k >> 33;
+  return (size_t)k;
+}
+
+kvp_relay_map_t *kvp__relay_map_new(size_t cap) {
+  if (cap == 0 || cap > (1u << 30))
+    return NULL;
+  kvp_relay_map_t *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  size_t slots = 1;
+  while (slots < cap * 2)
+    slots <<= 1;
+  m->cap = cap;
+  m->mask = slots - 1;
+  m->ent = malloc(cap * sizeof *m->ent);
+  m->table = malloc(slots * sizeof *m->table);
+  if (!m->ent || !m->table) {
+    kvp__relay_map_free(m);
+    return NULL;
+  }
+  kvp__relay_map_clear(m);
+  return m;
+}
+
+void kvp__relay_map_free(kvp_relay_map_t *m) {
+  if (!m)
+    return;
+  free(m->ent);
+  free(m->table);
+  free(m);
+}
+
+void kvp__relay_map_clear(kvp_relay_map_t *m) {
+  memset(m->table, 0xff, (m->mask + 1) * sizeof *m->table);
+  for (size_t i = 0; i < m->cap; i++)
+    m->ent[i].next = i + 1 < m->cap ? (uint32_t)(i + 1) : NIL;
+  m->free_top = 0;
+  m->head = m->tail = NIL;
+  m->n = 0;
+}
+
+size_t kvp__relay_map_size(const kvp_relay_map_t *m) { return m->n; }
+
+static void kvp__unlink(kvp_relay_map_t *m, uint32_t i) {
+  kvp__ent_t *e = &m->ent[i];
+  if (e->prev != NIL)
+    m->ent[e->prev].next = e->next;
+  else
+    m->head = e->next;
+  if (e->next != NIL)
+    m->ent[e->next].prev = e->prev;
+  else
+    m->tail = e->prev;
+}
+
+static void kvp__push_front(kvp_relay_map_t *m, uint32_t i) {
+  kvp__ent_t *e = &m->ent[i];
+  e->prev = NIL;
+  e->next = m->head;
+  if (m->head != NIL)
+    m->ent[m->head].prev = i;
+  m->head = i;
+  if (m->tail == NIL)
+    m->tail = i;
+}
+
+static size_t kvp__find(const kvp_relay_map_t *m, uint64_t key) {
+  size_t s = kvp__mix(key) & m->mask;
+  while (m->table[s] != NIL) {
+    if (m->ent[m->table[s]].key == key)
+      return s;
+    s = (s + 1) & m->mask;
+  }
+  return SIZE_MAX;
+}
+
+/* Empties slot s and shifts the following cluster back. */
+static void kvp__slot_delete(kvp_relay_map_t *m, size_t s) {
+  size_t j = s;
+  m->table[s] = NIL;
+  for (;;) {
+    j = (j + 1) & m->mask;
+    if (m->table[j] == NIL)
+      return;
+    size_t home = kvp__mix(m->ent[m->table[j]].key) & m->mask;
+    /* can the entry at j move to the hole at s? */
+    if (((j - home) & m->mask) >= ((j - s) & m->mask)) {
+      m->table[s] = m->table[j];
+      m->ent[m->table[s]].slot = (uint32_t)s;
+      m->table[j] = NIL;
+      s = j;
+    }
+  }
+}
+
+static void kvp__remove_ent(kvp_relay_map_t *m, uint32_t i) {
+  kvp__unlink(m, i);
+  kvp__slot_delete(m, m->ent[i].slot);
+  m->ent[i].next = m->free_top;
+  m->free_top = i;
+  m->n--;
+}
+
+int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
+  int evicted = 0;
+  size_t s = kvp__find(m, engine);
+  if (s != SIZE_MAX) {
+    uint32_t i = m->table[s];
+    m->ent[i].val = kvp;
+    kvp__unlink(m, i);
+    kvp__push_front(m, i);
+    return 0;
+  }
+  if (m->n == m->cap) {
+    kvp__remove_ent(m, m->tail);
+    evicted = 1;
+  }
+  uint32_t i = m->free_top;
+  m->free_top = m->ent[i].next;
+  s = kvp__mix(engine) & m->mask;
+  while (m->table[s] != NIL)
+    s = (s + 1) & m->mask;
+  m->table[s] = i;
+  m->ent[i].key = engine;
+  m->ent[i].val = kvp;
+  m->ent[i].slot = (uint32_t)s;
+  kvp__push_front(m, i);
+  m->n++;
+  return evicted;
+}
+
+int kvp__relay_map_get(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
+  size_t s = kvp__find(m, engine);
+  if (s == SIZE_MAX)
+    return 0;
+  uint32_t i = m->table[s];
+  *kvp = m->ent[i].val;
+  kvp__unlink(m, i);
+  kvp__push_front(m, i);
+  return 1;
+}
+
+int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
+  size_t s = kvp__find(m, engine);
+  if (s == SIZE_MAX)
+    return 0;
+  uint32_t i = m->table[s];
+  *kvp = m->ent[i].val;
+  kvp__remove_ent(m, i);
+  return 1;
+}

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""A KV-event publisher shaped like vLLM's ZmqEventPublisher (and SGLang's):
+a PUB socket sending [topic, 8-byte big-endian seq, msgpack batch] and a
+ROUTER replay socket answering [identity, "", start_seq] with the buffered
+messages from start_seq in one of three layouts, then seq -1.
+
+  engine_pub.py PUB_PORT REPLAY_PORT SCENARIO ENCODING LAYOUT EXPECT_FILE
+
+SCENARIO: basic, gap, noreplay, restart. ENCODING: array or map. LAYOUT:
+topic (["", topic, seq, payload], vLLM 0.26+), empty (["", seq, payload],
+older vLLM), bare ([seq, payload], SGLang). Writes EXPECT_FILE with the
+blocks the index must end with ("tier,signed hash" lines), computing
+kvplane's sequence hashes independently (python3-xxhash)."""
+import struct
+import sys
+import time
+
+import msgpack
+import xxhash
+import zmq
+
+MASK = (1 << 64) - 1
+SEED = 1337
+BS = 4
+
+pub_port, rep_port, scenario, enc, layout, expect = sys.argv[1:7]
+
+
+def seed_for(name):
+    if not name:
+        return SEED
+    return (SEED + xxhash.xxh3_64_intdigest(name.encode(), seed=0)) & MASK
+
+
+def kvp_hashes(tokens, parent_kvp, seed):
+    out, prev = [], parent_kvp
+    for i in range(0, len(tokens), BS):
+        blk = tokens[i:i + BS]
+        local = xxhash.xxh3_64_intdigest(struct.pack("<%dI" % len(blk), *blk), seed=seed)
+        if prev is None:
+            prev = local
+        else:
+            prev = xxhash.xxh3_64_intdigest(struct.pack("<QQ", prev, local), seed=seed)
+        out.append(prev)
+    return out
+
+
+class Model:
+    """What the index must hold: tier -> set of hashes; engine -> kvplane."""
+
+    def __init__(self):
+        self.tiers = {}
+        self.map = {}
+
+    def stored(self, tier, eh, kh):
+        for e, k in zip(eh, kh):
+            self.map[e] = k
+            self.tiers.setdefault(tier, set()).add(k)
+
+    def removed(self, tier, eh):
+        for e in eh:
+            k = self.map.pop(e, e)
+            self.tiers.get(tier, set()).discard(k)
+
+    def clear(self):
+        self.tiers, self.map = {}, {}
+
+
+MEDIUM_TIER = {None: 1, "GPU": 1, "CPU": 2, "DISK": 3}
+
+
+def stored(model, eh, tokens, parent=None, medium=None, lora=None, extra=None, group=0,
+           kind=None, apply=True):
+    if enc == "array":
+        ev = ["BlockStored", eh, parent, tokens, BS, None, medium, lora, extra]
+        if group or kind:
+            ev += [group, kind]
+    else:
+        ev = {"type": "BlockStored", "block_hashes": eh, "token_ids": tokens,
+              "block_size": BS, "locality": "local", "session_id": "s"}
+        if parent is not None:
+            ev["parent_block_hash"] = parent
+        if medium is not None:
+            ev["medium"] = medium
+        if lora is not None:
+            ev["lora_name"] = lora
+        if extra is not None:
+            ev["extra_keys"] = extra
+        if group:
+            ev["group_idx"] = group
+        if kind:
+            ev["kv_cache_spec_kind"] = kind
+    if apply and model is not None and not group and not kind:
+        tier = MEDIUM_TIER[medium]
+        if extra is not None:
+            kh = list(eh)
+        else:
+            pk = model.map[parent] if parent is not None else None
+            kh = kvp_hashes(tokens, pk, seed_for(lora))
+        model.stored(tier, [e & MASK for e in eh], kh)
+    return ev
+
+
+def removed(model, eh, medium=None):
+    if model is not None:
+        model.removed(MEDIUM_TIER[medium], eh)
+    if enc == "array":
+        return ["BlockRemoved", eh, medium]
+    ev = {"type": "BlockRemoved", "block_hashes": eh}
+    if medium is not None:
+        ev["medium"] = medium
+    return ev
+
+
+def cleared(model):
+    model.clear()
+    return ["AllBlocksCleared"] if enc == "array" else {"type": "AllBlocksCleared"}
+
+
+def batch(events):
+    return msgpack.packb([time.time(), events, 0] if enc == "array" else
+                         {"ts": time.time(), "events": events, "data_parallel_rank": 0})
+
+
+ctx = zmq.Context()
+pub = ctx.socket(zmq.PUB)
+pub.bind("tcp://127.0.0.1:%s" % pub_port)
+router = None
+if scenario != "noreplay":
+    router = ctx.socket(zmq.ROUTER)
+    router.bind("tcp://127.0.0.1:%s" % rep_port)
+buffer = []  # (seq, payload)
+seq = 0
+TOPIC = b"kv-events"
+
+
+def serve_replay(wait_ms):
+    """Answers replay requests for up to wait_ms."""
+    if router is None:
+        time.sleep(wait_ms / 1000)
+        return
+    deadline = time.time() + wait_ms / 1000
+    while time.time() < deadline:
+        if not router.poll(20):
+            continue
+        ident, empty, start = router.recv_multipart()
+        start = struct.unpack(">q", start)[0]
+        for s, p in buffer:
+            if s >= start:
+                sb = struct.pack(">q", s)
+                if layout == "topic":
+                    router.send_multipart([ident, b"", TOPIC, sb, p])
+                elif layout == "empty":
+                    router.send_multipart([ident, b"", sb, p])
+                else:
+                    router.send_multipart([ident, sb, p])
+        end = struct.pack(">q", -1)
+        if layout == "topic":
+            router.send_multipart([ident, b"", TOPIC, end, b""])
+        elif layout == "empty":
+            router.send_multipart([ident, b"", end, b""])
+        else:
+            router.send_multipart([ident, end, b""])
+
+
+def send(payload, drop=False):
+    global seq
+    buffer.append((seq, payload))
+    if not drop:
+        pub.send_multipart([TOPIC, struct.pack(">q", seq), payload])
+    seq += 1
+    serve_replay(30)
+
+
+time.sleep(1.0)  # slow joiner: the relay is already connecting
+m = Model()
+tok = list(range(100, 116))  # 4 blocks of 4
+if scenario == "basic":
+    send(batch([stored(m, [1001, 1002], tok[:8])]))
+    send(batch([stored(m, [1003, 1004], tok[8:], parent=1002)]))
+    send(batch([stored(m, [-5, 2**63 + 7], tok[:8], medium="CPU", lora="adapter-x")]))
+    send(batch([stored(m, [2001], tok[:4], extra=[["mm-1"]], medium="DISK")]))  # native
+    send(batch([stored(m, [3001, 3002], tok[:8], group=1, kind="sliding_window")]))  # skipped
+    send(b"\xc1\xc1garbage")  # malformed payload: counted
+    pub.send_multipart([TOPIC, b"\x00\x01"])  # wrong frame count: counted
+    send(batch([{"type": "Unknown"} if enc == "map" else ["Unknown", 1],
+                removed(m, [1004])]))
+elif scenario in ("gap", "noreplay"):
+    send(batch([stored(m, [1001], tok[:4])]))
+    lost = batch([stored(m if scenario == "gap" else None, [1002], tok[4:8], parent=1001)])
+    send(lost, drop=True)
+    if scenario == "noreplay":
+        m.clear()  # the relay clears; 1001 is gone from the index
+    send(batch([stored(m, [5001], tok[8:12])]))
+elif scenario == "restart":
+    send(batch([stored(m, [1001, 1002], tok[:8])]))
+    send(batch([stored(m, [1003], tok[8:12], parent=1002)]))
+    m.clear()
+    seq = 0
+    buffer = []
+    # The restarted engine's first message is lost too: the relay sees the
+    # sequence go back from 1 to 1, not to 0.
+    send(batch([stored(None, [6001], tok[:4])]), drop=True)
+    send(batch([stored(m, [7001], tok[8:12])]))
+serve_replay(3000)
+with open(expect + ".tmp", "w") as f:
+    for tier, hs in sorted(m.tiers.items()):
+        for h in sorted(hs):
+            f.write("%d,%d\n" % (tier, h - (1 << 64) if h >= 1 << 63 else h))
+import os
+os.rename(expect + ".tmp", expect)
+serve_replay(2000)

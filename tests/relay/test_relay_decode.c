@@ -1,0 +1,253 @@
+/* The engine payload decoder (src/relay/decode.c) and the relay tables
+ * (src/relay/map.c): both event encodings, defaults, hash forms, malformed
+ * input, LRU bounds. */
+#include <msgpack.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kvplane/status.h"
+#include "relay/decode.h"
+#include "relay/map.h"
+
+static void pk_str(msgpack_packer *p, const char *s) {
+  msgpack_pack_str(p, strlen(s));
+  msgpack_pack_str_body(p, s, strlen(s));
+}
+
+/* [ts, events, dp_rank] header with n events to follow. */
+static void pk_batch(msgpack_packer *p, size_t n) {
+  msgpack_pack_array(p, 3);
+  msgpack_pack_double(p, 1.5);
+  msgpack_pack_array(p, n);
+}
+
+static int decode(kvp_relay_decoder_t *d, msgpack_sbuffer *sb, kvp_relay_decoded_t *out) {
+  return kvp__relay_decode(d, (const uint8_t *)sb->data, sb->size, out);
+}
+
+static void tagged_arrays(void **state) {
+  (void)state;
+  msgpack_sbuffer sb;
+  msgpack_packer p;
+  kvp_relay_decoded_t out;
+  kvp_relay_decoder_t *d = kvp__relay_decoder_new();
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&p, &sb, msgpack_sbuffer_write);
+  pk_batch(&p, 3);
+  /* BlockStored with every positional field, and one extra element. */
+  msgpack_pack_array(&p, 14);
+  pk_str(&p, "BlockStored");
+  msgpack_pack_array(&p, 2);
+  msgpack_pack_uint64(&p, UINT64_C(0xfedcba9876543210));
+  msgpack_pack_int64(&p, -2);
+  msgpack_pack_uint64(&p, 7); /* parent */
+  msgpack_pack_array(&p, 4);
+  for (int i = 0; i < 4; i++)
+    msgpack_pack_int(&p, 100 + i);
+  msgpack_pack_int(&p, 2);   /* block_size */
+  msgpack_pack_int(&p, 3);   /* lora_id */
+  pk_str(&p, "CPU");         /* medium */
+  pk_str(&p, "adapter");     /* lora_name */
+  msgpack_pack_nil(&p);      /* extra_keys */
+  msgpack_pack_int(&p, 0);   /* group_idx */
+  pk_str(&p, "full_attention");
+  msgpack_pack_nil(&p);      /* sliding window */
+  pk_str(&p, "salt");        /* cache_salt */
+  msgpack_pack_int(&p, 99);  /* extra element: ignored */
+  /* BlockRemoved with bytes hashes (lower 64 bits, big-endian). */
+  msgpack_pack_array(&p, 2);
+  pk_str(&p, "BlockRemoved");
+  msgpack_pack_array(&p, 1);
+  uint8_t b[10] = {0xaa, 0xbb, 1, 2, 3, 4, 5, 6, 7, 8};
+  msgpack_pack_bin(&p, sizeof b);
+  msgpack_pack_bin_body(&p, b, sizeof b);
+  msgpack_pack_array(&p, 1);
+  pk_str(&p, "AllBlocksCleared");
+  msgpack_pack_int(&p, 4); /* dp_rank */
+
+  assert_int_equal(decode(d, &sb, &out), 0);
+  assert_int_equal(out.nevents, 3);
+  assert_int_equal(out.errors, 0);
+  assert_int_equal(out.dp_rank, 4);
+  const kvp_relay_event_t *e = &out.events[0];
+  assert_int_equal(e->type, KVP_RELAY_EV_STORED);
+  assert_int_equal(e->nhashes, 2);
+  assert_true(e->hashes[0] == UINT64_C(0xfedcba9876543210));
+  assert_true(e->hashes[1] == UINT64_MAX - 1);
+  assert_true(e->has_parent && e->parent == 7);
+  assert_int_equal(e->ntokens, 4);
+  assert_int_equal(e->token_ids[3], 103);
+  assert_int_equal(e->block_size, 2);
+  assert_int_equal(e->lora_id, 3);
+  assert_int_equal(e->medium.len, 3);
+  assert_memory_equal(e->medium.p, "CPU", 3);
+  assert_memory_equal(e->lora_name.p, "adapter", 7);
+  assert_memory_equal(e->cache_salt.p, "salt", 4);
+  assert_false(e->has_extra_keys);
+  assert_int_equal(out.events[1].type, KVP_RELAY_EV_REMOVED);
+  assert_true(out.events[1].hashes[0] == UINT64_C(0x0102030405060708));
+  assert_int_equal(out.events[2].type, KVP_RELAY_EV_CLEARED);
+  msgpack_sbuffer_destroy(&sb);
+  kvp__relay_decoder_free(d);
+}
+
+static void maps_and_defaults(void **state) {
+  (void)state;
+  msgpack_sbuffer sb;
+  msgpack_packer p;
+  kvp_relay_decoded_t out;
+  kvp_relay_decoder_t *d = kvp__relay_decoder_new();
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&p, &sb, msgpack_sbuffer_write);
+  /* The outer batch as a map too. */
+  msgpack_pack_map(&p, 3);
+  pk_str(&p, "ts");
+  msgpack_pack_double(&p, 2.0);
+  pk_str(&p, "events");
+  msgpack_pack_array(&p, 3);
+  /* Only type and block_hashes: the rest take defaults; unknown key ignored. */
+  msgpack_pack_map(&p, 3);
+  pk_str(&p, "block_hashes");
+  msgpack_pack_array(&p, 1);
+  msgpack_pack_uint64(&p, 42);
+  pk_str(&p, "future_field");
+  msgpack_pack_map(&p, 0);
+  pk_str(&p, "type");
+  pk_str(&p, "BlockStored");
+  /* Missing block_hashes: an error for this event only. */
+  msgpack_pack_map(&p, 1);
+  pk_str(&p, "type");
+  pk_str(&p, "BlockRemoved");
+  /* Hybrid-model fields and extra keys. */
+  msgpack_pack_map(&p, 5);
+  pk_str(&p, "type");
+  pk_str(&p, "BlockStored");
+  pk_str(&p, "block_hashes");
+  msgpack_pack_array(&p, 1);
+  msgpack_pack_uint64(&p, 43);
+  pk_str(&p, "group_idx");
+  msgpack_pack_int(&p, 1);
+  pk_str(&p, "kv_cache_spec_kind");
+  pk_str(&p, "sliding_window");
+  pk_str(&p, "extra_keys");
+  msgpack_pack_array(&p, 1);
+  msgpack_pack_array(&p, 1);
+  pk_str(&p, "mm-hash");
+  pk_str(&p, "data_parallel_rank");
+  msgpack_pack_nil(&p);
+
+  assert_int_equal(decode(d, &sb, &out), 0);
+  assert_int_equal(out.nevents, 2);
+  assert_int_equal(out.errors, 1);
+  assert_int_equal(out.dp_rank, -1);
+  const kvp_relay_event_t *e = &out.events[0];
+  assert_true(e->hashes[0] == 42);
+  assert_false(e->has_parent);
+  assert_null(e->token_ids);
+  assert_int_equal(e->block_size, 0);
+  assert_int_equal(e->medium.len, 0);
+  e = &out.events[1];
+  assert_int_equal(e->group_idx, 1);
+  assert_true(e->has_extra_keys);
+  assert_memory_equal(e->kind.p, "sliding_window", 14);
+  msgpack_sbuffer_destroy(&sb);
+  kvp__relay_decoder_free(d);
+}
+
+static void malformed_rejected(void **state) {
+  (void)state;
+  kvp_relay_decoded_t out;
+  kvp_relay_decoder_t *d = kvp__relay_decoder_new();
+  /* not msgpack at all, truncated, trailing bytes, wrong outer shape */
+  static const uint8_t garbage[] = {0xc1, 0x00};
+  static const uint8_t trunc[] = {0x93, 0xcb, 0, 0};
+  static const uint8_t trailing[] = {0x92, 0x01, 0x90, 0x00};
+  static const uint8_t scalar[] = {0x05};
+  static const uint8_t no_events[] = {0x92, 0x01, 0x02};
+  /* array32 claiming 2^32-1 elements with 3 bytes behind it */
+  static const uint8_t absurd[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02, 0x03};
+  static const uint8_t absurd_str[] = {0x92, 0x01, 0xdb, 0x7f, 0xff, 0xff, 0xff, 0x00};
+  assert_int_equal(kvp__relay_decode(d, garbage, sizeof garbage, &out), KVP_EPROTO);
+  assert_int_equal(kvp__relay_decode(d, trunc, sizeof trunc, &out), KVP_EPROTO);
+  assert_int_equal(kvp__relay_decode(d, trailing, sizeof trailing, &out), KVP_EPROTO);
+  assert_int_equal(kvp__relay_decode(d, scalar, sizeof scalar, &out), KVP_EPROTO);
+  assert_int_equal(kvp__relay_decode(d, no_events, sizeof no_events, &out), KVP_EPROTO);
+  assert_int_equal(kvp__relay_decode(d, absurd, sizeof absurd, &out), KVP_EPROTO);
+  assert_int_equal(kvp__relay_decode(d, absurd_str, sizeof absurd_str, &out), KVP_EPROTO);
+  assert_int_equal(kvp__relay_decode(d, garbage, 0, &out), KVP_EPROTO);
+  /* nesting deeper than the bound */
+  uint8_t deep[64];
+  memset(deep, 0x91, sizeof deep);
+  deep[sizeof deep - 1] = 0x90;
+  assert_int_equal(kvp__relay_decode(d, deep, sizeof deep, &out), KVP_EPROTO);
+  assert_int_equal(kvp__relay_decode(d, deep, (size_t)KVP_RELAY_MAX_PAYLOAD + 1, &out),
+                   KVP_ETOOBIG);
+  /* bad events inside a good batch: counted, skipped */
+  static const uint8_t bad_events[] = {0x92, 0x01, 0x94, 0x05, 0x91, 0xa3, 'F', 'o', 'o',
+                                       0x92, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o',
+                                       'r', 'e', 'd', 0x01, 0x91, 0xb0, 'A', 'l', 'l', 'B',
+                                       'l', 'o', 'c', 'k', 's', 'C', 'l', 'e', 'a', 'r',
+                                       'e', 'd'};
+  assert_int_equal(kvp__relay_decode(d, bad_events, sizeof bad_events, &out), 0);
+  assert_int_equal(out.nevents, 1);
+  assert_int_equal(out.errors, 3);
+  kvp__relay_decoder_free(d);
+}
+
+static void media_table(void **state) {
+  (void)state;
+  kvp_relay_media_t m;
+  char err[128];
+  kvp__relay_media_default(&m);
+  assert_int_equal(kvp__relay_media_tier(&m, "GPU", 3), 1);
+  assert_int_equal(kvp__relay_media_tier(&m, "cpu_pinned", 10), 2);
+  assert_int_equal(kvp__relay_media_tier(&m, "NVME", 4), 3);
+  assert_int_equal(kvp__relay_media_tier(&m, "EXTERNAL", 8), 4);
+  assert_int_equal(kvp__relay_media_tier(&m, NULL, 0), 1);
+  assert_int_equal(kvp__relay_media_tier(&m, "TAPE", 4), 0);
+  assert_int_equal(kvp__relay_media_parse(&m, "TAPE=G4,cpu=G3", err, sizeof err), 0);
+  assert_int_equal(kvp__relay_media_tier(&m, "TAPE", 4), 4);
+  assert_int_equal(kvp__relay_media_tier(&m, "CPU", 3), 3);
+  assert_int_equal(kvp__relay_media_parse(&m, "X=G5", err, sizeof err), KVP_ECONFIG);
+  assert_non_null(strstr(err, "X=G5"));
+  assert_int_equal(kvp__relay_media_parse(&m, "=G1", err, sizeof err), KVP_ECONFIG);
+}
+
+static void map_lru_bounded(void **state) {
+  (void)state;
+  kvp_relay_map_t *m = kvp__relay_map_new(100);
+  uint64_t v;
+  assert_non_null(m);
+  for (uint64_t i = 0; i < 100; i++)
+    assert_int_equal(kvp__relay_map_put(m, i * 7919, i), 0);
+  assert_int_equal(kvp__relay_map_get(m, 0, &v), 1); /* 0 becomes most recent */
+  assert_int_equal(kvp__relay_map_put(m, 1000001, 5), 1); /* evicts key 7919 (oldest) */
+  assert_int_equal(kvp__relay_map_get(m, 7919, &v), 0);
+  assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);
+  assert_int_equal(kvp__relay_map_size(m), 100);
+  assert_int_equal(kvp__relay_map_take(m, 2 * 7919, &v), 1);
+  assert_true(v == 2);
+  assert_int_equal(kvp__relay_map_take(m, 2 * 7919, &v), 0);
+  /* heavy churn keeps every live key reachable */
+  for (uint64_t i = 0; i < 100000; i++)
+    kvp__relay_map_put(m, i * 2654435761u, i);
+  for (uint64_t i = 100000 - 100; i < 100000; i++) {
+    assert_int_equal(kvp__relay_map_get(m, i * 2654435761u, &v), 1);
+    assert_true(v == i);
+  }
+  assert_int_equal(kvp__relay_map_size(m), 100);
+  kvp__relay_map_clear(m);
+  assert_int_equal(kvp__relay_map_size(m), 0);
+  assert_int_equal(kvp__relay_map_get(m, 99999 * 2654435761u, &v), 0);
+  kvp__relay_map_free(m);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(tagged_arrays),
+    cmocka_unit_test(maps_and_defaults),
+    cmocka_unit_test(malformed_rejected),
+    cmocka_unit_test(media_table),
+    cmocka_unit_test(map_lru_bounded),
+};
+
+KVP_TEST_MAIN("relay_decode", tests)

@@ -1,0 +1,5 @@
+kvp_add_test(relay_decode relay/test_relay_decode.c)
+kvp_add_test(relay_e2e relay/test_relay_e2e.c advisor/advfix.c advisor/testworker.c
+  LABELS relay nats TIMEOUT 120)
+target_include_directories(test_relay_e2e PRIVATE advisor)
+kvp_add_test(relay_cli relay/test_relay_cli.c LABELS relay)
