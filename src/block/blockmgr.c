@@ -56,19 +56,17 @@ int kvp_blockmgr_create(const kvp_blockmgr_opts_t *o, kvp_blockmgr_t **out) {
      * up to KVP__SMALL_COPY, the hardware following a longer copy. */
     uint32_t head =
         (uint32_t)(bm->block_bytes < KVP__SMALL_COPY ? bm->block_bytes : KVP__SMALL_COPY);
-    if (bm->g2->system)
-      bm->g2->pf_bytes = head;
-    if (bm->g1->system && bm->offload == KVP_OFFLOAD_ON_EVICT)
-      bm->g1->pf_bytes = head;
+    if (kvp__pool_is_system(bm->g2))
+      kvp__pool_set_prefetch_bytes(bm->g2, head);
+    if (kvp__pool_is_system(bm->g1) && bm->offload == KVP_OFFLOAD_ON_EVICT)
+      kvp__pool_set_prefetch_bytes(bm->g1, head);
   }
   if (o->g3 != NULL || o->g4 != NULL) {
     if ((rc = kvp__tiers_create(o, bm->block_bytes, &bm->tiers)) != 0)
       goto fail;
     /* G2's victims go to G3 before they are overwritten. */
-    if (bm->g2 != NULL && o->g3 != NULL) {
-      bm->g2->on_victim = kvp__tiers_victim;
-      bm->g2->victim_ctx = bm->tiers;
-    }
+    if (bm->g2 != NULL && o->g3 != NULL)
+      kvp__pool_set_victim_hook(bm->g2, kvp__tiers_victim, bm->tiers);
   }
   *out = bm;
   return 0;
@@ -124,13 +122,11 @@ kvp_pool_t *kvp_blockmgr_pool(kvp_blockmgr_t *bm, int tier) {
  * G2 is a cache, losing a copy is allowed, serving wrong bytes is not.
  * Returns 1 when copied. */
 KVP__HOT int copy_to_g2(kvp_blockmgr_t *bm, uint32_t b, uint64_t move) {
-  const kvp__blk_t *x = &bm->g1->blk[b];
-  const uint64_t *parent = x->has_parent ? &x->parent : NULL;
+  const kvp__blk_t *x = kvp__pool_rec(bm->g1, b);
   uint64_t gone;
   uint32_t d;
   int evicted;
-  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, x->hash, parent, x->hits, x->lora_id, move,
-                                &evicted, &gone, &d);
+  int rc = kvp__pool_put_cached(bm->g2, bm->g1, b, move, &evicted, &gone, &d);
 
   if (evicted)
     kvp__bm_pend_removed_g2(bm, gone, d);
@@ -160,11 +156,11 @@ KVP__HOT int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
   kvp_pool_t *g1 = bm->g1, *g2 = bm->g2;
   uint32_t b;
 
-  if (g1->free_head != KVP__NIL)
+  if (kvp__pool_has_free(g1))
     return kvp_pool_alloc(g1, block, NULL);
   if ((b = kvp__pool_pop_lru(g1)) == KVP__NIL)
     return KVP_ENOSPC;
-  const kvp__blk_t *x = &g1->blk[b];
+  const kvp__blk_t *x = kvp__pool_rec(g1, b);
   if (g2 && bm->offload == KVP_OFFLOAD_ON_EVICT) {
     /* G1 and G2 share the table. When G2 may hold b's hash (x->twin),
      * one pass over its probe sequence finds b's entry and the G2 copy;
@@ -173,11 +169,10 @@ KVP__HOT int take_g1(kvp_blockmgr_t *bm, uint32_t *block) {
      * copied (a copy exists, the filter, a failed copy): b's entry goes,
      * where it was found (entries never move). */
     uint32_t g = KVP__NIL;
-    uint64_t slot =
-        x->twin ? kvp__pool_pair(g1, g2, x->hash, b, &g) : kvp__map_slot_of(g1, x->hash, b);
+    uint64_t slot = kvp__pool_slot_and_peer(g1, b, &g);
     assert(slot != UINT64_MAX); /* a cached block is mapped */
     if (!wants_g2(bm, g, x->hits) || !copy_to_g2(bm, b, slot))
-      kvp__map_delete_at(g1, slot, x->hash);
+      kvp__pool_delete_at(g1, slot, b);
   } else {
     kvp__pool_unmap(g1, b);
   }
@@ -202,12 +197,13 @@ void kvp__bm_take_g1_many(kvp_blockmgr_t *bm, uint32_t *ids, size_t k) {
 }
 
 void kvp__bm_cached(kvp_blockmgr_t *bm, uint32_t block) {
-  kvp__blk_t *x = &bm->g1->blk[block];
+  const kvp__blk_t *x = kvp__pool_rec(bm->g1, block);
 
-  if (bm->offload != KVP_OFFLOAD_WRITE_THROUGH || x->where != KVP__CACHED || bm->g2 == NULL)
+  if (bm->offload != KVP_OFFLOAD_WRITE_THROUGH || !kvp__pool_is_cached(bm->g1, block) ||
+      bm->g2 == NULL)
     return;
   if (wants_g2(bm, kvp__pool_find(bm->g2, x->hash), x->hits) && copy_to_g2(bm, block, KVP__NO_MOVE))
-    x->twin = 1; /* G2 holds its hash now: its eviction must look */
+    kvp__pool_set_twin(bm->g1, block); /* G2 holds its hash now: its eviction must look */
 }
 
 int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {
@@ -226,7 +222,7 @@ int kvp__bm_scratch(kvp_blockmgr_t *bm, size_t n) {
 int kvp_blockmgr_reset(kvp_blockmgr_t *bm) {
   kvp_event_t ev = {.type = KVP_EV_CLEARED, .tier = KVP_TIER_ALL};
 
-  if (bm->g1->nactive > 0 || (bm->g2 && bm->g2->nactive > 0))
+  if (kvp__pool_busy(bm->g1) || (bm->g2 && kvp__pool_busy(bm->g2)))
     return KVP_EBUSY;
   kvp_pool_evict_all(bm->g1);
   if (bm->g2)
@@ -240,7 +236,7 @@ int kvp_blockmgr_reset(kvp_blockmgr_t *bm) {
 int kvp_blockmgr_snapshot(kvp_blockmgr_t *bm, int tier, uint64_t **hashes, uint64_t **parents,
                           size_t *n) {
   kvp_pool_t *p = kvp_blockmgr_pool(bm, tier);
-  uint32_t count, k = 0;
+  uint32_t count;
 
   *hashes = *parents = NULL;
   *n = 0;
@@ -248,7 +244,7 @@ int kvp_blockmgr_snapshot(kvp_blockmgr_t *bm, int tier, uint64_t **hashes, uint6
     return kvp__tiers_snapshot(bm->tiers, hashes, parents, n);
   if (p == NULL)
     return KVP_ETIER;
-  count = p->nstate[KVP_BLOCK_REGISTERED];
+  count = kvp__pool_registered(p);
   if (count == 0)
     return 0;
   *hashes = malloc(count * sizeof **hashes);
@@ -259,15 +255,7 @@ int kvp_blockmgr_snapshot(kvp_blockmgr_t *bm, int tier, uint64_t **hashes, uint6
     *hashes = *parents = NULL;
     return KVP_ENOMEM;
   }
-  for (uint32_t b = 0; b < p->n && k < count; b++) {
-    const kvp__blk_t *x = &p->blk[b];
-    if (x->state != KVP_BLOCK_REGISTERED)
-      continue;
-    (*hashes)[k] = x->hash;
-    (*parents)[k] = x->has_parent ? x->parent : x->hash;
-    k++;
-  }
-  *n = k;
+  *n = kvp__pool_list_registered(p, *hashes, *parents, count);
   return 0;
 }
 

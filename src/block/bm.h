@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-#include "block/pool_hot.h"
+#include "block/pool.h"
 #include "block/tiers.h"
 #include "kvplane/blockmgr.h"
 
@@ -12,7 +12,7 @@
 typedef struct kvp__bm_pend_s {
   uint64_t hash, parent;
   int32_t lora_id;
-  uint32_t block; /* the G2 block, marked (kvp__blk_t.mark) while queued */
+  uint32_t block; /* the G2 block, lent (kvp__pool_lent) while queued */
   uint8_t has_parent;
 } kvp__bm_pend_t;
 
@@ -32,7 +32,7 @@ struct kvp_blockmgr_s {
   uint8_t *lower_tier; /* the tier (3, 4) each block read from a volume came from */
   size_t g2_ids_cap, fresh_cap, lower_cap;
   /* Events queued during one call (events.c). rm[0]: Removed G1, rm[1]:
-   * Removed G2; st2: Stored G2, whose G2 blocks carry mark = 1. */
+   * Removed G2; st2: Stored G2, whose G2 blocks are lent (kvp__pool_lent). */
   uint64_t *rm[2];
   size_t nrm[2], rmcap[2];
   kvp__bm_pend_t *st2;
@@ -79,11 +79,11 @@ static inline void kvp__bm_pend_removed_g1(kvp_blockmgr_t *bm, uint64_t hash) {
     kvp__bm_pend_removed_slow(bm, KVP_TIER_G1, hash);
 }
 
-/* Removed G2 of hash, evicted from G2 block b. A block still marked was
+/* Removed G2 of hash, evicted from G2 block b. A block still lent was
  * offloaded earlier in this call: what is queued goes out first, so its
  * Stored precedes this Removed. */
 static inline void kvp__bm_pend_removed_g2(kvp_blockmgr_t *bm, uint64_t hash, uint32_t b) {
-  if (bm->g2->blk[b].mark)
+  if (kvp__pool_lent(bm->g2, b))
     kvp__bm_flush(bm);
   if (bm->nrm[1] < bm->rmcap[1])
     bm->rm[1][bm->nrm[1]++] = hash;
@@ -102,7 +102,7 @@ static inline void kvp__bm_pend_stored_g2(kvp_blockmgr_t *bm, const kvp__blk_t *
     e->lora_id = x->lora_id;
     e->block = b;
     e->has_parent = x->has_parent;
-    bm->g2->blk[b].mark = 1;
+    kvp__pool_lend(bm->g2, b, 1);
   } else {
     kvp__bm_pend_t e = {x->hash, x->parent, x->lora_id, b, x->has_parent};
     kvp__bm_pend_stored_g2_slow(bm, &e);

@@ -10,8 +10,8 @@
  *
  * Reordering events of one tier is only wrong for the same hash. Within a
  * call the one case is a block offloaded to G2 and evicted from G2 again
- * before the call ends: its G2 block is marked while its Stored is queued,
- * and evicting a marked block flushes what is queued first, so the Stored
+ * before the call ends: its G2 block is lent while its Stored is queued,
+ * and evicting a lent block flushes what is queued first, so the Stored
  * goes out before its Removed. (A block evicted from G2 and offloaded there
  * again is Removed, then Stored: the flush order.) */
 #include <stdlib.h>
@@ -50,7 +50,7 @@ void kvp__bm_pend_stored_g2_slow(kvp_blockmgr_t *bm, const kvp__bm_pend_t *e) {
     return;
   }
   bm->st2[bm->nst2++] = *e;
-  bm->g2->blk[e->block].mark = 1;
+  kvp__pool_lend(bm->g2, e->block, 1);
 }
 
 /* Whether b continues a's chain downwards (b is a's child). */
@@ -102,7 +102,7 @@ void kvp__bm_flush(kvp_blockmgr_t *bm) {
   flush_stored_g2(bm);
   removed_now(bm, KVP_TIER_G1, bm->rm[0], bm->nrm[0]);
   for (size_t k = 0; k < bm->nst2; k++)
-    bm->g2->blk[bm->st2[k].block].mark = 0;
+    kvp__pool_lend(bm->g2, bm->st2[k].block, 0);
   bm->nrm[0] = bm->nrm[1] = 0;
   bm->nst2 = 0;
 }

@@ -1,66 +1,13 @@
-/* A tier pool: block records, the state machine, reference counts, the
- * inactive lists (free blocks, cached blocks in LRU order) and the hash table
- * from sequence hash to registered block. */
+/* A tier pool: the checked public API (include/kvplane/blockpool.h) over
+ * the block records, the free stack, the LRU ring (lru.h) and the hash
+ * table (map.h); the state machine and reference counts. The manager's
+ * unchecked steps are inline, in pool.h. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "block/pool_hot.h"
+#include "block/pool.h"
+#include "kvplane/event.h"
 #include "kvplane/status.h"
-
-/* ---- LRU ring of cached blocks ---- */
-
-/* Drops the stale entries, keeping the order of the live ones. In place:
- * the write index never passes the read index. */
-void kvp__ring_compact(kvp_pool_t *p) {
-  uint32_t r = p->rhead, w = p->rhead;
-  uint64_t live = 0;
-  for (uint64_t k = 0; k < p->rcount; k++, r = kvp__ring_next(p, r)) {
-    if (!kvp__ring_live(p->blk, p->ring[r], r))
-      continue;
-    uint32_t b = p->ring[r];
-    p->ring[w] = b;
-    p->blk[b].link = w;
-    w = kvp__ring_next(p, w);
-    live++;
-  }
-  p->rtail = w;
-  p->rcount = live;
-  p->pf_rec = p->pf_grp = p->rhead; /* entries moved: prefetch them again */
-}
-
-/* Tops up the victims prefetched to a burst: the hash slots and the first
- * pf_bytes bytes of live entries (whose records were prefetched a burst
- * earlier), and the records a burst further on. pf_grp and pf_rec remember
- * how far each went, so that an entry is prefetched once even when pops
- * skip stale entries; behind the head (pops went past them), they start
- * again from it. Out of line: it runs once every half burst of evictions. */
-void kvp__prefetch_burst(kvp_pool_t *p) {
-  const uint32_t *ring = p->ring;
-  const kvp__blk_t *blk = p->blk;
-  uint32_t head = p->rhead, mask = p->rmask, g = p->pf_grp, r = p->pf_rec;
-  uint32_t dg = (g - head) & mask, dr = (r - head) & mask;
-  uint64_t n = p->rcount;
-  uint32_t grp_to = (uint32_t)(n < KVP__BURST ? n : KVP__BURST);
-  uint32_t rec_to = (uint32_t)(n < 2 * KVP__BURST ? n : 2 * KVP__BURST);
-  size_t stride = p->block_stride, bytes = p->pf_bytes;
-
-  if (dg > n)
-    g = head, dg = 0;
-  if (dr > n)
-    r = head, dr = 0;
-  for (; dr < rec_to; dr++, r = (r + 1) & mask)
-    __builtin_prefetch(&blk[ring[r]]);
-  for (; dg < grp_to; dg++, g = (g + 1) & mask) {
-    uint32_t e = ring[g];
-    if (!kvp__ring_live(blk, e, g))
-      continue;
-    kvp__pool_prefetch(p, blk[e].hash);
-    for (size_t k = 0; k < bytes; k += 64)
-      __builtin_prefetch(p->base + (size_t)e * stride + k);
-  }
-  p->pf_rec = r;
-  p->pf_grp = g;
-}
 
 /* ---- states ---- */
 
@@ -70,7 +17,7 @@ void kvp__prefetch_burst(kvp_pool_t *p) {
 static void activate(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
   if (x->where == KVP__FREE) {
-    kvp__free_pop(p, b);
+    kvp__pool_free_pop(p, b);
   } else {
     p->ncached--;
   }
@@ -83,10 +30,10 @@ static void activate(kvp_pool_t *p, uint32_t b) {
 static void evict(kvp_pool_t *p, uint32_t b) {
   kvp__blk_t *x = &p->blk[b];
   p->ncached--;
-  kvp__map_delete(p, x->hash, b);
-  kvp__clear_record(p, x);
+  kvp__map_delete(&p->map, x->hash, b);
+  kvp__pool_clear_record(p, x);
   p->evictions++;
-  kvp__free_push(p, b);
+  kvp__pool_free_push(p, b);
 }
 
 /* ---- public ---- */
@@ -125,31 +72,22 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
     return KVP_ETOOBIG;
   }
   p->bytes = (size_t)p->n * p->block_stride;
+  p->blk = kvp__resident_alloc((size_t)p->n * sizeof *p->blk, 64);
+  if (p->blk == NULL) {
+    free(p);
+    return KVP_ENOMEM;
+  }
   if (share != NULL) {
-    p->grp = share->grp;
-    p->ngroups = share->ngroups;
-    p->tbit = KVP__SLOT_TBIT;
+    kvp__map_share(&p->map, &share->map, p->blk);
   } else {
-    /* Block ids + 1 need 31 bits; the home-group multiply ngroups < 2^32. */
-    if (table_blocks < p->n || table_blocks > KVP__POOL_MAX_BLOCKS) {
+    if (table_blocks < p->n || (rc = kvp__map_create(&p->map, table_blocks, p->blk)) == KVP_EINVAL) {
+      free(p->blk);
       free(p);
       return KVP_EINVAL;
     }
-    p->ngroups = (table_blocks * 2 + KVP__GROUP_SLOTS - 1) / KVP__GROUP_SLOTS;
-    p->owns_slots = 1;
-    p->grp = kvp__resident_alloc(p->ngroups * sizeof *p->grp, 64);
+    p->owns_map = 1;
   }
-  /* A power of two, so that ring indices wrap by a mask; at least n/4 + 16
-   * more than the n live entries there can be, so that a compaction frees
-   * at least that many. Up to 2^32 (rmask all ones, uint32_t indices wrap
-   * by themselves). */
-  p->rcap = 16;
-  while (p->rcap < (uint64_t)p->n + p->n / 4 + 16)
-    p->rcap *= 2;
-  p->rmask = (uint32_t)(p->rcap - 1);
-  p->blk = kvp__resident_alloc((size_t)p->n * sizeof *p->blk, 64);
-  p->ring = kvp__resident_alloc((size_t)p->rcap * sizeof *p->ring, 64);
-  if (p->blk == NULL || p->grp == NULL || p->ring == NULL ||
+  if (p->map.grp == NULL || kvp__lru_create(&p->lru, p->n) != 0 ||
       p->storage.ops->alloc(p->storage.ctx, p->bytes, p->layout.alignment, (void **)&p->base) !=
           0) {
     p->base = NULL;
@@ -159,7 +97,7 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
   /* Pushed last to first, so blocks are first handed out in address order. */
   p->free_head = KVP__NIL;
   for (uint32_t b = p->n; b-- > 0;)
-    kvp__free_push(p, b);
+    kvp__pool_free_push(p, b);
   p->nstate[KVP_BLOCK_RESET] = p->n;
   if (share != NULL) { /* linked only once nothing can fail */
     p->peer = share;
@@ -174,9 +112,9 @@ void kvp_pool_destroy(kvp_pool_t *p) {
     return;
   if (p->base)
     p->storage.ops->free(p->storage.ctx, p->base, p->bytes);
-  if (p->owns_slots)
-    free(p->grp);
-  free(p->ring);
+  if (p->owns_map)
+    kvp__map_free(&p->map);
+  kvp__lru_free(&p->lru);
   free(p->blk);
   free(p);
 }
@@ -254,13 +192,13 @@ int kvp_block_register(kvp_pool_t *p, uint32_t block, uint64_t seq_hash, const u
     return KVP_EINVAL;
   if (x->state != KVP_BLOCK_COMPLETE)
     return KVP_ESTATE;
-  int rc = kvp__register_held(p, x, block, seq_hash, parent, existing);
+  int rc = kvp__pool_register_held(p, x, block, seq_hash, parent, existing);
   /* The table owner's (G1's) block under the same hash must learn that
    * this tier holds it now (kvp__blk_t.twin). */
-  if (rc == 0 && p->peer && !p->owns_slots) {
+  if (rc == 0 && p->peer && !p->owns_map) {
     uint32_t o = kvp__pool_find(p->peer, seq_hash);
     if (o != KVP__NIL)
-      p->peer->blk[o].twin = 1;
+      kvp__pool_set_twin(p->peer, o);
   }
   return rc;
 }
@@ -293,7 +231,7 @@ int kvp_pool_release(kvp_pool_t *p, uint32_t block) {
 
   if (x == NULL)
     return KVP_EINVAL;
-  kvp__release_held(p, x, block);
+  kvp__pool_release_held(p, x, block);
   return 0;
 }
 
@@ -311,7 +249,7 @@ int kvp_pool_evict(kvp_pool_t *p, uint32_t block) {
 size_t kvp_pool_evict_all(kvp_pool_t *p) {
   size_t n = 0;
   uint32_t b;
-  while ((b = kvp__ring_pop(p)) != KVP__NIL) {
+  while ((b = kvp__lru_pop(&p->lru, p->blk)) != KVP__NIL) {
     evict(p, b);
     n++;
   }
@@ -342,7 +280,7 @@ int kvp_pool_copy_block(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src, uin
   if (db >= dst->n || sb >= src->n || dst->block_stride != src->block_stride ||
       dst->layer_stride != src->layer_stride)
     return KVP_EINVAL;
-  return kvp__copy_raw(dst, db, src, sb);
+  return kvp__pool_copy_raw(dst, db, src, sb);
 }
 
 void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {
@@ -358,7 +296,20 @@ void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c) {
 }
 
 size_t kvp_pool_metadata_bytes(const kvp_pool_t *p) {
-  return (size_t)p->n * sizeof(kvp__blk_t) +
-         (p->owns_slots ? (size_t)p->ngroups * sizeof *p->grp : 0) +
-         (size_t)p->rcap * sizeof *p->ring + sizeof *p;
+  return (size_t)p->n * sizeof(kvp__blk_t) + (p->owns_map ? kvp__map_bytes(&p->map) : 0) +
+         kvp__lru_bytes(&p->lru) + sizeof *p;
+}
+
+size_t kvp__pool_list_registered(const kvp_pool_t *p, uint64_t *hashes, uint64_t *parents,
+                                 size_t cap) {
+  size_t k = 0;
+  for (uint32_t b = 0; b < p->n && k < cap; b++) {
+    const kvp__blk_t *x = &p->blk[b];
+    if (x->state != KVP_BLOCK_REGISTERED)
+      continue;
+    hashes[k] = x->hash;
+    parents[k] = x->has_parent ? x->parent : x->hash;
+    k++;
+  }
+  return k;
 }

@@ -1,108 +1,44 @@
-/* Private view of a tier pool, shared by the pool, the manager and
- * sequences. The public API is in include/kvplane/blockmgr.h. */
+/* A tier pool as the block manager sees it: the pool composes the block
+ * records (record.h), the hash table (map.h), the LRU ring (lru.h) and a
+ * free stack, and offers the manager the operations below; the manager's
+ * files (blockmgr.c, seq.c, events.c, tiers.c) use these and never the
+ * pool's fields. The public, checked API is include/kvplane/blockpool.h
+ * (pool.c). Private to src/block.
+ *
+ * The operations that run per block of a sequence (find, pop, register,
+ * release, offload) are inline, and forced inline where GCC would keep
+ * them out of line: they compile into the manager's loops instead of a call
+ * per step. Single-threaded, like the manager: the caller serializes. */
 #ifndef KVP_BLOCK_POOL_H
 #define KVP_BLOCK_POOL_H
 
-#include <stdint.h>
+#include <assert.h>
+#include <stddef.h>
 #include <string.h>
 
-#include "kvplane/blockmgr.h"
+#include "block/lru.h"
+#include "block/map.h"
+#include "block/record.h"
+#include "kvplane/blockpool.h"
+#include "kvplane/status.h"
 
-#define KVP__NIL UINT32_MAX
+/* Most blocks in a pool, and in the pools sharing one table. */
+#define KVP__POOL_MAX_BLOCKS KVP__MAP_MAX_BLOCKS
 
-/* For the steps of the per-block loops that GCC would otherwise keep as
- * functions of their own (a prologue and epilogue per block). */
-#define KVP__HOT static inline __attribute__((always_inline))
-
-/* Most blocks in a pool, and in the pools sharing one hash table: block
- * ids + 1 fit in 31 bits of a slot (and the table's groups, 2 slots per
- * block over 7 per group, stay below 2^32 for the home-group multiply). */
-#define KVP__POOL_MAX_BLOCKS 0x7fffffffu
-
-/* Where a block is: referenced, free (Reset, unreferenced), or cached
- * (Registered, unreferenced, evictable). */
-enum { KVP__ACTIVE = 0, KVP__FREE = 1, KVP__CACHED = 2 };
-
-#define KVP__HITS_MAX 0xffffu
-
-/* One block's metadata: 32 bytes, two to a cache line. */
-typedef struct kvp__blk_s {
-  uint64_t hash;   /* sequence hash, when registered */
-  uint64_t parent; /* parent's sequence hash, when has_parent */
-  uint32_t link;   /* cached: ring index of its latest LRU entry; free: next free block */
-  uint32_t refs;
-  int32_t lora_id;
-  uint16_t hits;     /* prefix hits in this tier, saturating at KVP__HITS_MAX */
-  uint8_t state : 3; /* kvp_block_state_t */
-  uint8_t where : 2; /* KVP__ACTIVE / FREE / CACHED */
-  uint8_t has_parent : 1;
-  uint8_t mark : 1; /* scratch for one manager call, 0 outside it */
-  uint8_t twin : 1; /* registered, in a shared table: the other tier may hold its hash too */
-  uint8_t loc;      /* registered: where its table entry is (kvp__loc_of), or KVP__LOC_FAR */
-} kvp__blk_t;
-_Static_assert(sizeof(kvp__blk_t) == 32, "a block record is 32 bytes, two to a cache line");
-
-/* A registered block's record says where its table entry is: the group's
- * distance from the hash's home along the probe sequence (up to
- * KVP__LOC_DMAX) and the slot in it, so that removing or moving the entry
- * stores to a known address instead of loading the group to search it
- * (the block's hash gives the home). Entries further away (rare) are
- * searched: KVP__LOC_FAR. */
-#define KVP__LOC_FAR 0xffu
-#define KVP__LOC_DMAX 30u
-
-/* A group of the hash table (struct kvp_pool_s): one cache line. */
-#define KVP__GROUP_SLOTS 7
-typedef struct kvp__grp_s {
-  uint8_t ctrl[KVP__GROUP_SLOTS]; /* per slot: 0 empty, else 0x80 | tag & 0x7f */
-  uint8_t over; /* entries that passed this group full; saturates, then stays, at 255 */
-  uint64_t slot[KVP__GROUP_SLOTS];
-} kvp__grp_t;
+/* Told of a cached block evicted by kvp__pool_put_cached, with its record
+ * and its bytes, before they are overwritten (the manager offloads G2
+ * victims to G3). */
+typedef void (*kvp__victim_fn)(void *ctx, const kvp_pool_evicted_t *ev, const void *bytes);
 
 struct kvp_pool_s {
   int tier;
   uint32_t n;
   kvp__blk_t *blk;
-  /* Hash table: open addressing over groups of KVP__GROUP_SLOTS slots, one
-   * cache line each (kvp__grp_t), probed group after group from a home
-   * group. A slot is tag << 32 | tier bit << 31 | (block + 1), where the tag
-   * is 32 bits of the hash multiplied by a 64-bit odd constant (so hashes
-   * from an engine with little entropy in some bits still spread); the home
-   * group is the tag mapped onto [0, ngroups) by a multiply. Each slot has
-   * a control byte, 0 when empty, else 0x80 | 7 bits of the tag: one
-   * 64-bit load and a few arithmetic steps find the slots of a group that
-   * may hold a hash, with no loop over slots and no record read until a tag
-   * matches. A group's overflow count says how many entries passed it full
-   * on their way from home; a search stops at the first group with none,
-   * or after every group: counts are upper bounds (one stays raised while
-   * an entry that passed it lives, and a saturated one stays at 255), so a
-   * table could have every count raised.
-   * Deletion clears the slot and takes the entry off the counts of the
-   * groups it passed: entries never move, so a slot index stays valid
-   * while its entry lives. The tier bit (tbit) lets the G1 and G2 pools of
-   * a block manager share one table (owns_slots in G1 only): a hash's G1
-   * and G2 entries share a probe sequence, so the G2 lookup after a G1 miss
-   * reads a line already loaded, and an offload moves the G1 entry to the
-   * G2 block by rewriting one slot. Sized at 2 slots per block of the pools
-   * using the table (at most half full), 64/7 x 2 = 18.3 bytes per block. */
-  kvp__grp_t *grp;
-  uint64_t ngroups;
-  uint32_t tbit; /* this pool's tier bit in a slot: 0, or 1u << 31 */
-  int owns_slots;
+  kvp__map_t map;       /* this pool's view of the table (owns_map: its own) */
+  kvp__lru_t lru;       /* cached blocks */
+  uint32_t free_head;   /* free blocks, a stack linked through link */
+  int owns_map;
   struct kvp_pool_s *peer; /* the other pool using the same table, or NULL */
-  /* LRU order of cached blocks: a ring of block ids in the order they were
-   * cached, oldest at rhead. A block leaving the cached set (a prefix hit, an
-   * eviction) or cached again leaves its old entry behind, stale: an entry
-   * at index i is live only when its block is cached with link == i. Pops
-   * skip stale entries; a ring about to fill is compacted in place (so it is
-   * never full: a prefetch cursor's distance from the head is then
-   * unambiguous, kvp__prefetch_victims). Reading victims
-   * from an array rather than a linked list lets evictions prefetch the
-   * records of victims to come without chasing pointers. */
-  uint32_t *ring;
-  uint64_t rcap, rcount;        /* rcap: a power of two, at least n + n/4 + 16 */
-  uint32_t rmask, rhead, rtail; /* rmask = rcap - 1: indices wrap by a mask */
-  uint32_t free_head;           /* free blocks, a stack linked through link */
   kvp_layout_t layout;
   size_t block_stride, layer_stride;
   kvp_storage_t storage;
@@ -112,215 +48,107 @@ struct kvp_pool_s {
   uint32_t nstate[4];
   uint32_t nactive, nfree, ncached;
   uint64_t evictions;
-  uint32_t pf_rec, pf_grp; /* ring index up to which victims' records / slots were prefetched */
-  uint32_t pf_bytes;       /* bytes of each victim prefetched with its slot (set by the manager) */
-  /* Told of a cached block evicted by kvp__pool_put_cached before its bytes
-   * and record are overwritten (the manager offloads G2 victims to G3);
-   * NULL: nobody. */
-  void (*on_victim)(void *ctx, const struct kvp_pool_s *p, uint32_t block);
+  kvp__victim_fn on_victim; /* NULL: nobody */
   void *victim_ctx;
 };
 
-/* The tag of a hash: the high half of hash * 2^64/phi, which depends on
- * every bit of the hash. */
-static inline uint64_t kvp__pool_tag(uint64_t h) {
-  return (h * UINT64_C(0x9e3779b97f4a7c15)) >> 32;
-}
-
-/* The home group of a tag. */
-static inline uint64_t kvp__pool_home(const kvp_pool_t *p, uint64_t tag) {
-  return (tag * p->ngroups) >> 32;
-}
-
-/* The loc (kvp__blk_t) of slot index i for a hash whose home group is
- * home. */
-static inline uint8_t kvp__loc_of(const kvp_pool_t *p, uint64_t home, uint64_t i) {
-  uint64_t g = i >> 3, d = g >= home ? g - home : g + p->ngroups - home;
-  return d <= KVP__LOC_DMAX ? (uint8_t)(d << 3 | (i & 7)) : (uint8_t)KVP__LOC_FAR;
-}
-
-/* The slot index that loc (not KVP__LOC_FAR) names for home. */
-static inline uint64_t kvp__loc_slot(const kvp_pool_t *p, uint64_t home, uint8_t loc) {
-  uint64_t g = home + (loc >> 3);
-  if (g >= p->ngroups)
-    g -= p->ngroups;
-  return g << 3 | (loc & 7);
-}
-
-/* The group after g, cyclically. */
-static inline uint64_t kvp__grp_next(const kvp_pool_t *p, uint64_t g) {
-  return g + 1 == p->ngroups ? 0 : g + 1;
-}
-
-/* The control byte of a tag. */
-static inline uint8_t kvp__grp_byte(uint64_t tag) {
-  return (uint8_t)(0x80 | (tag & 0x7f));
-}
-
-/* A group's control bytes as one word, byte k at bits 8k..8k+7 (byte 7 is
- * the overflow count). */
-static inline uint64_t kvp__grp_ctrl(const kvp__grp_t *g) {
-  uint64_t c;
-  memcpy(&c, g, 8); /* ctrl[7] and over, the group's first 8 bytes */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  c = __builtin_bswap64(c);
-#endif
-  return c;
-}
-
-#define KVP__GRP_LOW 0x0001010101010101ull  /* bit 0 of bytes 0..6 */
-#define KVP__GRP_HIGH 0x0080808080808080ull /* bit 7 of bytes 0..6 */
-
-/* The slots of control word c whose byte is t, as bit 7 of their byte:
- * exact (bytes are compared whole, with no borrow between them). */
-static inline uint64_t kvp__grp_match(uint64_t c, uint8_t t) {
-  uint64_t x = c ^ (KVP__GRP_LOW * t);
-  uint64_t nonzero = ((x & 0x7f7f7f7f7f7f7f7full) + 0x7f7f7f7f7f7f7f7full) | x;
-  return ~nonzero & KVP__GRP_HIGH;
-}
-
-/* The empty slots of control word c, as bit 7 of their byte. */
-static inline uint64_t kvp__grp_empty(uint64_t c) {
-  return ~c & KVP__GRP_HIGH;
-}
-
-/* The slot index (group << 3 | slot) of the lowest slot in mask m. */
-static inline uint64_t kvp__grp_pos(uint64_t g, uint64_t m) {
-  return g << 3 | (uint64_t)(__builtin_ctzll(m) >> 3);
-}
-
-/* The slot at index i. */
-static inline uint64_t *kvp__grp_slot(const kvp_pool_t *p, uint64_t i) {
-  return &p->grp[i >> 3].slot[i & 7];
-}
-
-#define KVP__SLOT_TBIT 0x80000000u
-
-/* The slot of block b under tag in p. */
-static inline uint64_t kvp__pool_slot(const kvp_pool_t *p, uint64_t tag, uint32_t b) {
-  return tag << 32 | p->tbit | (b + 1);
-}
-
-/* The slot value's bits other than the block: tag and tier bit. */
-#define KVP__SLOT_KEY (~(uint64_t)0x7fffffff)
-
-/* The block in slot value s. */
-static inline uint32_t kvp__slot_block(uint64_t s) {
-  return (uint32_t)(s & 0x7fffffff) - 1;
-}
-
-/* The block of p holding h among the slots of group G (control word c)
- * whose byte is t and whose key (tag << 32 | p's tier bit) is key, or
- * KVP__NIL. With twin set, *twin |= whether a slot matched has the other
- * tier's key (the other pool of a shared table may hold h). */
-static inline uint32_t kvp__grp_find(const kvp_pool_t *p, const kvp__grp_t *G, uint64_t c,
-                                     uint8_t t, uint64_t key, uint64_t h, int *twin) {
-  for (uint64_t m = kvp__grp_match(c, t); m; m &= m - 1) {
-    uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
-    uint32_t b = kvp__slot_block(s);
-    if ((s & KVP__SLOT_KEY) == key && p->blk[b].hash == h)
-      return b;
-    if (twin)
-      *twin |= (s & KVP__SLOT_KEY) == (key ^ KVP__SLOT_TBIT);
-  }
-  return KVP__NIL;
-}
-
-static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
-  uint64_t tag = kvp__pool_tag(h), g = kvp__pool_home(p, tag);
-  uint64_t key = tag << 32 | p->tbit;
-  uint8_t t = kvp__grp_byte(tag);
-
-  for (uint64_t left = p->ngroups;;) {
-    const kvp__grp_t *G = &p->grp[g];
-    uint32_t b = kvp__grp_find(p, G, kvp__grp_ctrl(G), t, key, h, NULL);
-    if (b != KVP__NIL || G->over == 0 || --left == 0)
-      return b;
-    g = kvp__grp_next(p, g);
-  }
-}
-
-/* Random lines (table groups, and the records and bytes of victims to
- * come) are prefetched in bursts, issued back to back, not one at a time
- * between steps of work: passes over a sequence's hashes keep half a burst
- * to a burst and a half of KVP__BURST ahead, 32 lines at a time
- * (kvp__burst_due); evictions keep up to a burst ahead, topped up when
- * fewer than half are (kvp__prefetch_victims). Why bursts: a prefetch
- * cannot retire before its address is translated, so one per step keeps
- * about one TLB walk in flight behind a reorder window full of work; a
- * burst puts them in flight together. `kvp-bench prefetch` measures the
- * difference; its figures are in the README's table. */
-#ifndef KVP__BURST
-#define KVP__BURST 32
-#endif
-_Static_assert(KVP__BURST >= 2, "KVP__BURST / 2 lines ahead must be at least one");
-
-static inline void kvp__pool_prefetch(const kvp_pool_t *p, uint64_t h) {
-  __builtin_prefetch(&p->grp[kvp__pool_home(p, kvp__pool_tag(h))]);
-}
-
-/* For a pass at index i over n items, *pf being how far prefetches went
- * (0 before the pass): whether the next burst is due, that is, fewer than
- * half a burst of the items after i are prefetched; then the burst is
- * [*from, *pf), *pf advanced past it. */
-static inline int kvp__burst_due(size_t n, size_t i, size_t *pf, size_t *from) {
-  if (*pf < i)
-    *pf = i;
-  if (*pf >= n || *pf - i >= KVP__BURST / 2)
-    return 0;
-  *from = *pf;
-  *pf = *pf + KVP__BURST < n ? *pf + KVP__BURST : n;
-  return 1;
-}
-
-/* For a pass over hashes[0, n) at index i: keeps the home groups of the
- * hashes after i prefetched, a burst at a time (kvp__burst_due). */
-static inline void kvp__pool_prefetch_ahead(const kvp_pool_t *p, const uint64_t *hashes, size_t n,
-                                            size_t i, size_t *pf) {
-  size_t k;
-
-  if (kvp__burst_due(n, i, pf, &k))
-    for (; k < *pf; k++)
-      kvp__pool_prefetch(p, hashes[k]);
-}
-
-/* Zeroed, touched memory (huge-page hinted when 2 MiB or more) for a pool's
- * tables and the system storage's blocks; freed with free(). NULL when out
- * of memory. */
-void *kvp__resident_alloc(size_t bytes, size_t alignment);
-
 /* Creates pool o, its hash table sized for table_blocks blocks (o's and
  * those of the pools that will share it; at least o->num_blocks), or, with
- * share set, using share's table under the G2 tier bit. Otherwise as
- * kvp_pool_create. */
+ * share set, using share's table as its second view. Otherwise as
+ * kvp_pool_create. (pool.c) */
 int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t *share,
                      kvp_pool_t **out);
 
-/* For G1 block b of p1, mapped under h in the table p1 shares with p2:
- * returns b's slot index and sets *other to p2's block under h (KVP__NIL
- * when none), from one pass over h's probe sequence. */
-static inline uint64_t kvp__pool_pair(const kvp_pool_t *p1, const kvp_pool_t *p2, uint64_t h,
-                                      uint32_t b, uint32_t *other) {
-  uint64_t tag = kvp__pool_tag(h), g = kvp__pool_home(p1, tag), mine = UINT64_MAX;
-  uint64_t want = kvp__pool_slot(p1, tag, b), key2 = tag << 32 | p2->tbit;
-  uint8_t t = kvp__grp_byte(tag);
+/* Whether a storage is kvp_storage_system() (copies are a memcpy).
+ * (layout.c) */
+int kvp__storage_is_system(const kvp_storage_t *s);
 
-  *other = KVP__NIL;
-  for (uint64_t left = p1->ngroups;;) {
-    const kvp__grp_t *G = &p1->grp[g];
-    for (uint64_t m = kvp__grp_match(kvp__grp_ctrl(G), t); m; m &= m - 1) {
-      uint64_t s = G->slot[__builtin_ctzll(m) >> 3];
-      uint32_t o = kvp__slot_block(s);
-      if (s == want)
-        mine = kvp__grp_pos(g, m);
-      else if ((s & KVP__SLOT_KEY) == key2 && p2->blk[o].hash == h)
-        *other = o;
-    }
-    if (G->over == 0 || --left == 0 || (mine != UINT64_MAX && *other != KVP__NIL))
-      return mine;
-    g = kvp__grp_next(p1, g);
-  }
+/* Copies the hash and parent of each Registered block, in block order,
+ * into hashes[k] and parents[k] (a root's parent is its own hash), up to
+ * cap of them. Returns how many. (pool.c) */
+size_t kvp__pool_list_registered(const kvp_pool_t *p, uint64_t *hashes, uint64_t *parents,
+                                 size_t cap);
+
+/* ---- settings, read-outs ---- */
+
+/* Evictions prefetch the first `bytes` bytes of each victim to come. */
+static inline void kvp__pool_set_prefetch_bytes(kvp_pool_t *p, uint32_t bytes) {
+  p->lru.pf_bytes = bytes;
 }
+
+static inline void kvp__pool_set_victim_hook(kvp_pool_t *p, kvp__victim_fn fn, void *ctx) {
+  p->on_victim = fn;
+  p->victim_ctx = ctx;
+}
+
+static inline int kvp__pool_is_system(const kvp_pool_t *p) {
+  return p->system;
+}
+
+/* Blocks the pool could hand out now: free, or cached (evictable). */
+static inline size_t kvp__pool_available(const kvp_pool_t *p) {
+  return (size_t)p->nfree + p->ncached;
+}
+
+static inline int kvp__pool_has_free(const kvp_pool_t *p) {
+  return p->free_head != KVP__NIL;
+}
+
+/* Whether any block is referenced. */
+static inline int kvp__pool_busy(const kvp_pool_t *p) {
+  return p->nactive > 0;
+}
+
+static inline uint32_t kvp__pool_registered(const kvp_pool_t *p) {
+  return p->nstate[KVP_BLOCK_REGISTERED];
+}
+
+/* Block b's record, to read (hash, parent, lora_id, hits). */
+static inline const kvp__blk_t *kvp__pool_rec(const kvp_pool_t *p, uint32_t b) {
+  return &p->blk[b];
+}
+
+static inline int kvp__pool_is_cached(const kvp_pool_t *p, uint32_t b) {
+  return p->blk[b].where == KVP__CACHED;
+}
+
+static inline uint32_t kvp__pool_refs(const kvp_pool_t *p, uint32_t b) {
+  return p->blk[b].refs;
+}
+
+/* The bit each record lends to the pool's owner (the manager's scratch:
+ * blocks met in one call, G2 blocks whose Stored event is queued). The
+ * pool never reads or writes it; it is 0 when a pool is created. It lives
+ * in the record because the owner tests it when the record's line is
+ * loaded anyway. */
+static inline int kvp__pool_lent(const kvp_pool_t *p, uint32_t b) {
+  return p->blk[b].lent;
+}
+
+static inline void kvp__pool_lend(kvp_pool_t *p, uint32_t b, int v) {
+  p->blk[b].lent = (uint8_t)(v != 0);
+}
+
+/* ---- lookups ---- */
+
+/* The block registered under h, or KVP__NIL. */
+static inline uint32_t kvp__pool_find(const kvp_pool_t *p, uint64_t h) {
+  return kvp__map_find(&p->map, h);
+}
+
+/* For a pass over hashes[0, n) at index i: keeps their table lines
+ * prefetched a burst ahead (pf: 0 before the pass). */
+static inline void kvp__pool_prefetch_ahead(const kvp_pool_t *p, const uint64_t *hashes, size_t n,
+                                            size_t i, size_t *pf) {
+  kvp__map_prefetch_ahead(&p->map, hashes, n, i, pf);
+}
+
+/* Prefetches the first line of block b's bytes. */
+static inline void kvp__pool_prefetch_block(const kvp_pool_t *p, uint32_t b) {
+  __builtin_prefetch(p->base + (size_t)b * p->block_stride);
+}
+
+/* ---- records ---- */
 
 /* Sets a block's state, keeping the per-state counts. */
 static inline void kvp__pool_set_state(kvp_pool_t *p, kvp__blk_t *x, int state) {
@@ -329,7 +157,278 @@ static inline void kvp__pool_set_state(kvp_pool_t *p, kvp__blk_t *x, int state) 
   x->state = (uint8_t)state;
 }
 
-/* Whether a storage is kvp_storage_system() (copies are a memcpy). */
-int kvp__storage_is_system(const kvp_storage_t *s);
+/* A prefix hit on block b, counted up to KVP__HITS_MAX. */
+static inline void kvp__pool_hit(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  if (x->hits < KVP__HITS_MAX)
+    x->hits++;
+}
+
+/* Block b starts with `hits` (an onboarded copy keeps its count). */
+static inline void kvp__pool_set_hits(kvp_pool_t *p, uint32_t b, uint32_t hits) {
+  p->blk[b].hits = (uint16_t)(hits < KVP__HITS_MAX ? hits : KVP__HITS_MAX);
+}
+
+/* Registered block b of the table's owner: the other pool holds its hash
+ * too now, so its eviction must look there (kvp__pool_slot_and_peer). */
+static inline void kvp__pool_set_twin(kvp_pool_t *p, uint32_t b) {
+  p->blk[b].twin = 1;
+}
+
+/* A block's record back to Reset: no hash, no parent, no hits. */
+static inline void kvp__pool_clear_record(kvp_pool_t *p, kvp__blk_t *x) {
+  kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
+  x->hash = x->parent = 0;
+  x->has_parent = 0;
+  x->twin = 0;
+  x->loc = KVP__LOC_FAR;
+  x->hits = 0;
+}
+
+/* ---- free stack ---- */
+
+static inline void kvp__pool_free_push(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  x->where = KVP__FREE;
+  x->link = p->free_head;
+  p->free_head = b;
+  p->nfree++;
+}
+
+/* Takes b, the top of the free stack, off it. */
+static inline void kvp__pool_free_pop(kvp_pool_t *p, uint32_t b) {
+  p->free_head = p->blk[b].link;
+  p->nfree--;
+}
+
+/* ---- bytes ---- */
+
+/* Host blocks up to this many bytes, a multiple of 16, are copied inline
+ * (kvp__pool_copy_raw); others go through memcpy. */
+#define KVP__SMALL_COPY 256
+
+typedef unsigned char kvp__v16_t __attribute__((vector_size(16)));
+
+/* Copies block sb of src to block db of dst, both valid, of one layout (a
+ * manager's pools): kvp_pool_copy_block without the checks. */
+static inline int kvp__pool_copy_raw(kvp_pool_t *dst, uint32_t db, const kvp_pool_t *src,
+                                     uint32_t sb) {
+  size_t n = dst->block_stride;
+  unsigned char *d = dst->base + (size_t)db * n;
+  const unsigned char *from = src->base + (size_t)sb * n;
+
+  if (!(dst->system && src->system))
+    return dst->storage.ops->copy(dst->storage.ctx, d, &src->storage, from, n);
+  /* Host to host, the common case: a few 16-byte moves beat a call into
+   * memcpy for small blocks. */
+  if (n <= KVP__SMALL_COPY && n % 64 == 0) {
+    for (size_t k = 0; k < n; k += 64) {
+      kvp__v16_t v[4];
+      memcpy(v, from + k, 64);
+      memcpy(d + k, v, 64);
+    }
+  } else if (n <= KVP__SMALL_COPY && n % 16 == 0) {
+    for (size_t k = 0; k < n; k += 16) {
+      kvp__v16_t v;
+      memcpy(&v, from + k, 16);
+      memcpy(d + k, &v, 16);
+    }
+  } else {
+    memcpy(d, from, n);
+  }
+  return 0;
+}
+
+/* ---- the manager's steps ---- */
+
+/* Takes the least recently used cached block out of the cached set: its
+ * record (hash, parent, hits, lora_id) and its table entry stay as they
+ * were, for the caller to read and then drop (kvp__pool_unmap,
+ * kvp__pool_delete_at) or move (kvp__pool_put_cached). The block must then
+ * go through kvp__pool_reuse. Returns KVP__NIL when no block is cached.
+ * Counts an eviction. */
+static inline uint32_t kvp__pool_pop_lru(kvp_pool_t *p) {
+  uint32_t b = kvp__lru_pop(&p->lru, p->blk);
+
+  if (b == KVP__NIL)
+    return KVP__NIL;
+  kvp__lru_prefetch_victims(&p->lru, &p->map, p->base, p->block_stride);
+  p->blk[b].where = KVP__ACTIVE; /* in transit: neither cached nor counted active */
+  p->ncached--;
+  p->evictions++;
+  return b;
+}
+
+/* Removes block b's table entry. */
+static inline void kvp__pool_unmap(kvp_pool_t *p, uint32_t b) {
+  kvp__map_delete(&p->map, p->blk[b].hash, b);
+}
+
+/* Registered block b of the table's owner (hash in its record): returns
+ * the slot of its entry, and sets *other to the peer pool's block under
+ * the same hash, or KVP__NIL. The peer is searched only when b's record
+ * says it may hold the hash (twin); otherwise the record says where the
+ * entry is, with no load of the table. */
+static inline uint64_t kvp__pool_slot_and_peer(const kvp_pool_t *p, uint32_t b, uint32_t *other) {
+  const kvp__blk_t *x = &p->blk[b];
+
+  *other = KVP__NIL;
+  if (x->twin && p->peer != NULL)
+    return kvp__map_pair(&p->map, &p->peer->map, x->hash, b, other);
+  return kvp__map_slot_of(&p->map, x->hash, b);
+}
+
+/* Empties table slot i, block b's entry (from kvp__pool_slot_and_peer). */
+static inline void kvp__pool_delete_at(kvp_pool_t *p, uint64_t i, uint32_t b) {
+  kvp__map_delete_at(&p->map, i, p->blk[b].hash);
+}
+
+/* A block from kvp__pool_pop_lru, its entry gone, becomes active: Reset,
+ * one reference, its record cleared. */
+static inline void kvp__pool_reuse(kvp_pool_t *p, uint32_t b) {
+  kvp__blk_t *x = &p->blk[b];
+  kvp__pool_clear_record(p, x);
+  x->refs = 1;
+  x->lora_id = 0;
+  p->nactive++;
+}
+
+/* Registers block x (b) under seq_hash, or finds the block that holds it
+ * already (*existing, KVP_EEXIST; x unchanged). */
+static inline int kvp__pool_register_held(kvp_pool_t *p, kvp__blk_t *x, uint32_t b,
+                                          uint64_t seq_hash, const uint64_t *parent,
+                                          uint32_t *existing) {
+  uint64_t slot = 0;
+  uint32_t other;
+  int twin = 0;
+
+  if ((other = kvp__map_probe(&p->map, seq_hash, &slot, &twin)) != KVP__NIL) {
+    if (existing)
+      *existing = other;
+    return KVP_EEXIST;
+  }
+  kvp__map_put(&p->map, slot, seq_hash, b);
+  x->twin = (uint8_t)twin;
+  x->hash = seq_hash;
+  x->has_parent = parent != NULL;
+  x->parent = parent ? *parent : 0;
+  kvp__pool_set_state(p, x, KVP_BLOCK_REGISTERED);
+  return 0;
+}
+
+/* kvp_block_register for a block the caller holds, Reset (just taken and
+ * filled at once) or Complete, without the checks; on success the block
+ * also gets lora_id. KVP_EEXIST (*existing) leaves the block as it was. */
+static inline int kvp__pool_register_own(kvp_pool_t *p, uint32_t block, uint64_t seq_hash,
+                                         const uint64_t *parent, int32_t lora_id,
+                                         uint32_t *existing) {
+  kvp__blk_t *x = &p->blk[block];
+  int rc = kvp__pool_register_held(p, x, block, seq_hash, parent, existing);
+  if (rc == 0)
+    x->lora_id = lora_id;
+  return rc;
+}
+
+/* Drops a reference of held block x (b); the last one caches or frees it. */
+static inline void kvp__pool_release_held(kvp_pool_t *p, kvp__blk_t *x, uint32_t b) {
+  if (--x->refs > 0)
+    return;
+  p->nactive--;
+  if (x->state == KVP_BLOCK_REGISTERED) {
+    p->ncached++;
+    kvp__lru_push(&p->lru, p->blk, b);
+  } else {
+    kvp__pool_set_state(p, x, KVP_BLOCK_RESET);
+    kvp__pool_free_push(p, b);
+  }
+}
+
+/* kvp_pool_release of each of blocks[0..n), which the caller holds, last
+ * first, without the checks. */
+static inline void kvp__pool_release_own(kvp_pool_t *p, const uint32_t *blocks, size_t n) {
+  for (size_t i = n; i-- > 0;)
+    kvp__pool_release_held(p, &p->blk[blocks[i]], blocks[i]);
+}
+
+/* Tells the victim hook of cached block b, about to be overwritten. */
+static inline void kvp__pool_tell_victim(const kvp_pool_t *p, uint32_t b) {
+  const kvp__blk_t *x = &p->blk[b];
+  kvp_pool_evicted_t ev = {.evicted = 1,
+                           .hash = x->hash,
+                           .has_parent = x->has_parent,
+                           .parent_hash = x->parent,
+                           .hits = x->hits,
+                           .lora_id = x->lora_id};
+  p->on_victim(p->victim_ctx, &ev, p->base + (size_t)b * p->block_stride);
+}
+
+#define KVP__NO_MOVE UINT64_MAX
+/* Copies block sb of src into a block of p taken as kvp_pool_alloc would
+ * (a free block, else the LRU cached one, whose hash goes to *evicted_hash
+ * with *evicted = 1; *block is the block taken) and leaves it Registered
+ * under sb's hash and cached, most recently used; in one step, for
+ * offload. p and src have one layout (a manager's pools: the copy is
+ * unchecked). The hash must not be registered in p. With move a slot (src
+ * shares p's table, sb is mapped at that slot, from
+ * kvp__pool_slot_and_peer), sb's entry becomes the new block's: sb is no
+ * longer found in src; with KVP__NO_MOVE, sb is left alone. The new block
+ * takes sb's parent, hits and lora_id. Returns 0, KVP_ENOSPC (every block
+ * referenced), or the copy's error (the block taken stays free, sb stays
+ * mapped). */
+KVP__HOT int kvp__pool_put_cached(kvp_pool_t *p, const kvp_pool_t *src, uint32_t sb, uint64_t move,
+                                  int *evicted, uint64_t *evicted_hash, uint32_t *block) {
+  const kvp__blk_t *y = &src->blk[sb];
+  uint64_t hash = y->hash;
+  uint32_t b = p->free_head;
+  kvp__blk_t *x;
+  int rc = 0;
+
+  *evicted = 0;
+  if (b != KVP__NIL) {
+    kvp__pool_free_pop(p, b);
+    kvp__pool_set_state(p, &p->blk[b], KVP_BLOCK_REGISTERED);
+  } else {
+    if ((b = kvp__pool_pop_lru(p)) == KVP__NIL) {
+      *block = KVP__NIL;
+      return KVP_ENOSPC;
+    }
+    *evicted = 1;
+    *evicted_hash = p->blk[b].hash;
+    if (p->on_victim != NULL)
+      kvp__pool_tell_victim(p, b);
+    kvp__map_delete(&p->map, p->blk[b].hash, b); /* Registered still, under the new hash below */
+  }
+  *block = b;
+  x = &p->blk[b];
+  if ((rc = kvp__pool_copy_raw(p, b, src, sb)) != 0) {
+    kvp__pool_clear_record(p, x);
+    kvp__pool_free_push(p, b);
+    return rc;
+  }
+  x->refs = 0;
+  x->hash = hash;
+  x->has_parent = y->has_parent;
+  x->parent = y->parent;
+  x->hits = y->hits;
+  x->lora_id = y->lora_id;
+  x->twin = 0; /* only the table owner's twin is read (kvp__pool_slot_and_peer) */
+  if (move != KVP__NO_MOVE) {
+    kvp__map_move(&p->map, move, &src->map, sb, hash, b);
+  } else {
+    uint64_t slot = 0;
+    int twin;
+    kvp__map_probe(&p->map, hash, &slot, &twin); /* absent: the caller checked */
+    kvp__map_put(&p->map, slot, hash, b);
+  }
+  p->ncached++;
+  kvp__lru_push(&p->lru, p->blk, b);
+  return 0;
+}
+
+/* Makes a cached block the most recently used one. */
+static inline void kvp__pool_touch(kvp_pool_t *p, uint32_t b) {
+  if (p->blk[b].where == KVP__CACHED)
+    kvp__lru_push(&p->lru, p->blk, b); /* the old entry goes stale */
+}
 
 #endif

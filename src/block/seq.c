@@ -76,11 +76,6 @@ int kvp_seq_create_hashed(kvp_blockmgr_t *bm, const uint64_t *hashes, size_t nha
   return 0;
 }
 
-static void hit(kvp__blk_t *x) {
-  if (x->hits < KVP__HITS_MAX)
-    x->hits++;
-}
-
 /* Emits Stored G1 for each run of blocks this call registered. */
 static void stored_runs(kvp_seq_t *s, size_t from, size_t to) {
   kvp_blockmgr_t *bm = s->bm;
@@ -143,7 +138,7 @@ static int register_or_share(kvp_seq_t *s, size_t j) {
 
   if (rc == KVP_EEXIST) {
     kvp_pool_acquire(g1, e);
-    hit(&g1->blk[e]);
+    kvp__pool_hit(g1, e);
     kvp_pool_release(g1, b); /* not Registered: back to Reset and free */
     s->blocks[j] = e;
     bm->dedups++;
@@ -181,14 +176,14 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     /* A block met twice (hashes from kvp_seq_create_hashed are the
      * engine's; chained ones cannot repeat) ends the prefix, so every
      * pinned block is counted once. */
-    if (b == KVP__NIL || g1->blk[b].mark)
+    if (b == KVP__NIL || kvp__pool_lent(g1, b))
       break;
-    g1->blk[b].mark = 1;
+    kvp__pool_lend(g1, b, 1);
     ids[h1] = b;
-    pinned += g1->blk[b].refs == 0;
+    pinned += kvp__pool_refs(g1, b) == 0;
   }
   for (size_t i = 0; i < h1; i++)
-    g1->blk[ids[i]].mark = 0;
+    kvp__pool_lend(g1, ids[i], 0);
   if (g2) {
     for (; h1 + h2 < n; h2++) {
       kvp__pool_prefetch_ahead(g2, s->hashes, n, h1 + h2, &pf);
@@ -199,14 +194,14 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     }
   }
   need = (n - h1) + tailb;
-  avail = (size_t)g1->nfree + g1->ncached; /* pinned <= cached: each counted once */
+  avail = kvp__pool_available(g1); /* pinned <= cached: each counted once */
   if (pinned > avail || need > avail - pinned)
     return KVP_ENOSPC;
 
   /* Pin the hits so that evictions below cannot take them. */
   for (size_t i = 0; i < h1; i++) {
     kvp_pool_acquire(g1, ids[i]);
-    hit(&g1->blk[ids[i]]);
+    kvp__pool_hit(g1, ids[i]);
   }
   for (size_t i = 0; i < h2; i++)
     kvp_pool_acquire(g2, bm->g2_ids[i]);
@@ -223,19 +218,19 @@ int kvp_seq_allocate(kvp_seq_t *s) {
     size_t j = h1 + i;
     uint32_t g = bm->g2_ids[i];
     kvp__pool_prefetch_ahead(g1, s->hashes, n, j, &pf);
-    if (g2->system && kvp__burst_due(h2, i, &pfb, &k))
+    if (kvp__pool_is_system(g2) && kvp__burst_due(h2, i, &pfb, &k))
       for (; k < pfb; k++)
-        __builtin_prefetch(g2->base + (size_t)bm->g2_ids[k] * g2->block_stride);
-    if (onboarded == i && kvp__copy_raw(g1, ids[j], g2, g) == 0) {
+        kvp__pool_prefetch_block(g2, bm->g2_ids[k]);
+    if (onboarded == i && kvp__pool_copy_raw(g1, ids[j], g2, g) == 0) {
       /* Shared instead when another sequence registered the hash in G1
        * meanwhile: the copy is dropped, the G1 block served. */
       bm->fresh[j] = (uint8_t)register_or_share(s, j);
       if (bm->fresh[j]) {
-        g1->blk[ids[j]].hits = g2->blk[g].hits;
-        hit(&g1->blk[ids[j]]);
+        kvp__pool_set_hits(g1, ids[j], kvp__pool_rec(g2, g)->hits);
+        kvp__pool_hit(g1, ids[j]);
         bm->onboards++;
       }
-      hit(&g2->blk[g]);
+      kvp__pool_hit(g2, g);
       onboarded++;
     }
     kvp_pool_release(g2, g);

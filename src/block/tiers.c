@@ -194,9 +194,8 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-void kvp__tiers_victim(void *ctx, const kvp_pool_t *g2, uint32_t block) {
+void kvp__tiers_victim(void *ctx, const kvp_pool_evicted_t *x, const void *bytes) {
   kvp__tiers_t *t = ctx;
-  const kvp__blk_t *x = &g2->blk[block];
 
   if (t->g3 == NULL || x->hits < t->min_hits)
     return;
@@ -212,7 +211,7 @@ void kvp__tiers_victim(void *ctx, const kvp_pool_t *g2, uint32_t block) {
   }
   /* The copy is made here, on the scheduler thread, because the caller
    * overwrites the block as soon as this returns. */
-  memcpy(copy, g2->base + (size_t)block * g2->block_stride, t->block_bytes);
+  memcpy(copy, bytes, t->block_bytes);
   pthread_mutex_lock(&t->mu);
   if (t->qlen == t->qcap) { /* filled meanwhile by nobody else: only this thread queues */
     pthread_mutex_unlock(&t->mu);
@@ -221,7 +220,7 @@ void kvp__tiers_victim(void *ctx, const kvp_pool_t *g2, uint32_t block) {
     return;
   }
   t->q[(t->qhead + t->qlen) % t->qcap] =
-      (job_t){x->hash, x->parent, x->lora_id, (uint8_t)x->has_parent, copy};
+      (job_t){x->hash, x->parent_hash, x->lora_id, (uint8_t)x->has_parent, copy};
   t->qlen++;
   pthread_cond_signal(&t->work);
   pthread_mutex_unlock(&t->mu);

@@ -25,9 +25,10 @@ int kvp__tiers_create(const kvp_blockmgr_opts_t *o, size_t block_bytes, kvp__tie
  * workers and frees everything; NULL is accepted. */
 void kvp__tiers_destroy(kvp__tiers_t *t);
 
-/* A G2 block about to be overwritten (pool hook): queued for G3 when it
- * passes the frequency filter and the queue has room (else counted). */
-void kvp__tiers_victim(void *ctx, const kvp_pool_t *g2, uint32_t block);
+/* A G2 block about to be overwritten (the pool's victim hook, with its
+ * record and its bytes): queued for G3 when it passes the frequency filter
+ * and the queue has room (else counted). */
+void kvp__tiers_victim(void *ctx, const kvp_pool_evicted_t *ev, const void *bytes);
 
 /* Reads block hash from G3 (when this worker put it there) or G4 into dst
  * (block_bytes). Returns the tier it came from (3 or 4), or 0 on a miss: not

@@ -1,5 +1,5 @@
 /* The tiering engine (see engine.h): a round on the loop thread, the job on
- * the thread pool, and recovery at open. About 570 lines: the three share
+ * the thread pool, and recovery at open. About 650 lines: the three share
  * the engine's state (volumes, pending sources, the op list) and nothing
  * else; the journal's SQL is in journal.c and the rules in policy.c. */
 #include "tier/engine.h"
