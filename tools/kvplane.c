@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "cli/inspect.h"
+#include "cli/report.h"
+#include "common/config.h"
 #include "common/clock.h"
 #include "kvplane/advisor.h"
 #include "kvplane/hash.h"
@@ -19,7 +21,14 @@
 #include "nats/conn.h"
 
 /* Exit statuses, as --help documents them. */
-enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_UNREACHABLE = 2, EXIT_ADVISOR_ERROR = 3, EXIT_NODB = 4 };
+enum {
+  EXIT_OK = 0,
+  EXIT_USAGE = 1,
+  EXIT_UNREACHABLE = 2,
+  EXIT_ADVISOR_ERROR = 3,
+  EXIT_NODB = 4,
+  EXIT_TOOL = 5
+};
 
 static const struct cmd_help_s {
   const char *name, *synopsis, *text;
@@ -38,6 +47,13 @@ static const struct cmd_help_s {
     {"migrations", "kvplane migrations [--failed] [-N COUNT] [--db PATH | -c CONFIG] [--json]",
      "The COUNT (default 20) most recently updated migrations (or only the failed\n"
      "ones, with their error): hash, from and to tier:volume, bytes, state.\n"},
+    {"report", "kvplane report --png FILE | --svg FILE [--since DURATION] [--db PATH | -c CONFIG]",
+     "Draws the tier state over time into FILE with gnuplot (gnuplot-nox): the\n"
+     "blocks held per tier, the fill of each volume with a capacity (both from\n"
+     "the tier_history samples the advisor takes every store.history_interval),\n"
+     "and the migrations finished per interval by pair of tiers. --since keeps\n"
+     "the last DURATION (e.g. 30m, 6h, 2d). Exit 4 when the database has no\n"
+     "sample in that time, 5 when gnuplot is missing or fails.\n"},
     {"match", "kvplane match [NATS options] HASH... | --tokens FILE --block-size N [--lora NAME]",
      "Sends sequence hashes to the advisor and prints, per worker and tier, how\n"
      "many leading hashes are cached consecutively. A HASH is 0x-prefixed hex\n"
@@ -58,7 +74,7 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     fprintf(f, "  %s\n", cmds[i].synopsis);
   fputs("\n"
-        "database options (status, workers, blocks, migrations):\n"
+        "database options (status, workers, blocks, migrations, report):\n"
         "      --db PATH        the advisor's database (default /var/lib/kvplane/advisor.db)\n"
         "  -c, --config FILE    take the database path from this advisor configuration\n"
         "      --json           print JSON (sizes in bytes, times in Unix ms) instead of tables\n"
@@ -78,7 +94,8 @@ static void usage(FILE *f) {
         "\n"
         "exit status: 0 success; 1 usage or a bad option; 2 the advisor did not answer\n"
         "(match, stats) or the connection failed; 3 the advisor answered with an error;\n"
-        "4 the database is missing or is not a kvplane database.\n",
+        "4 the database is missing, is not a kvplane database, or has nothing to report;\n"
+        "5 a program it runs failed (report: gnuplot).\n",
         f);
 }
 
@@ -91,7 +108,8 @@ static const struct cmd_help_s *find_cmd(const char *name) {
 
 typedef struct args_s {
   const char *cmd;
-  const char *ns, *db, *config, *tokens, *lora;
+  const char *ns, *db, *config, *tokens, *lora, *png, *svg;
+  int64_t since_ms;
   kvp_nats_opts_t nats;
   long timeout;
   int timeout_set, json, hot, cold, failed, help;
@@ -133,6 +151,9 @@ static int parse_args(int argc, char **argv, args_t *a) {
                                            {"tokens", required_argument, NULL, 'k'},
                                            {"block-size", required_argument, NULL, 'b'},
                                            {"lora", required_argument, NULL, 'l'},
+                                           {"png", required_argument, NULL, 'P'},
+                                           {"svg", required_argument, NULL, 'V'},
+                                           {"since", required_argument, NULL, 'S'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   static const struct {
@@ -201,6 +222,18 @@ static int parse_args(int argc, char **argv, args_t *a) {
       break;
     case 'l':
       a->lora = optarg;
+      break;
+    case 'P':
+      a->png = optarg;
+      break;
+    case 'V':
+      a->svg = optarg;
+      break;
+    case 'S':
+      if (kvp__parse_duration_ms(optarg, &a->since_ms) != 0 || a->since_ms <= 0) {
+        fprintf(stderr, "kvplane: --since: '%s' is not a duration (e.g. 30m, 6h, 2d)\n", optarg);
+        return EXIT_USAGE;
+      }
       break;
     case 'h':
       a->help = 1;
@@ -415,6 +448,10 @@ static int cmd_db(const args_t *a) {
     fprintf(stderr, "kvplane blocks: give --hot or --cold\n");
     return EXIT_USAGE;
   }
+  if (strcmp(a->cmd, "report") == 0 && (a->png == NULL) == (a->svg == NULL)) {
+    fprintf(stderr, "kvplane report: give --png FILE or --svg FILE\n");
+    return EXIT_USAGE;
+  }
   if (a->nrest > 0) {
     fprintf(stderr, "kvplane %s: unexpected argument '%s'\n", a->cmd, a->rest[0]);
     return EXIT_USAGE;
@@ -435,6 +472,18 @@ static int cmd_db(const args_t *a) {
     rc = kvp__cli_workers(db, &o, err, sizeof err);
   } else if (strcmp(a->cmd, "blocks") == 0) {
     rc = kvp__cli_blocks(db, a->hot, (int)a->count, &o, err, sizeof err);
+  } else if (strcmp(a->cmd, "report") == 0) {
+    kvp__cli_report_opts_t ro = {.path = a->png ? a->png : a->svg,
+                                 .svg = a->svg != NULL,
+                                 .since_ms = a->since_ms ? (int64_t)o.now_ms - a->since_ms : 0};
+    rc = kvp__cli_report(db, &ro, err, sizeof err);
+    sqlite3_close(db);
+    if (rc == 0) {
+      printf("%s\n", ro.path);
+      return EXIT_OK;
+    }
+    fprintf(stderr, "kvplane report: %s: %s\n", path, err);
+    return rc == KVP_EIO ? EXIT_TOOL : EXIT_NODB;
   } else {
     rc = kvp__cli_migrations(db, a->failed, (int)a->count, &o, err, sizeof err);
   }

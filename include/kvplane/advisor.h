@@ -65,6 +65,8 @@ typedef struct kvp_advisor_config_s {
   /* [store] */
   char db_path[512];
   int64_t flush_interval_ms;
+  int64_t history_interval_ms; /* tier_history sampling; 0: off */
+  int64_t history_keep_ms;     /* older samples are deleted; 0: kept forever */
   /* [ingest] */
   int64_t max_message_bytes;
   int64_t max_events;

@@ -48,6 +48,10 @@ static const kvp_conf_key_t keys[] = {
      "SQLite database file (created with mode 0600)", NULL},
     {"store", "flush_interval", KVP_CONF_DURATION, OFF(flush_interval_ms), 10, 3600000, NULL,
      "write-behind interval: changes are committed in one transaction this often", NULL},
+    {"store", "history_interval", KVP_CONF_DURATION, OFF(history_interval_ms), 0, 86400000, NULL,
+     "how often tier and volume occupancy is sampled into tier_history (0: never)", NULL},
+    {"store", "history_keep", KVP_CONF_DURATION, OFF(history_keep_ms), 0, 3650ll * 86400000, NULL,
+     "tier_history rows older than this are deleted (0: kept forever)", NULL},
     {"ingest", "max_message_bytes", KVP_CONF_SIZE, OFF(max_message_bytes), 64, 1 << 30, NULL,
      "larger messages are counted as oversized and skipped", NULL},
     {"ingest", "max_events", KVP_CONF_INT, OFF(max_events), 1, 1 << 24, NULL,
@@ -107,6 +111,8 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->fetch_batch = 512;
   snprintf(cfg->db_path, sizeof cfg->db_path, "/var/lib/kvplane/advisor.db");
   cfg->flush_interval_ms = 200;
+  cfg->history_interval_ms = 10000;
+  cfg->history_keep_ms = 7ll * 86400000;
   cfg->max_message_bytes = 8 << 20;
   cfg->max_events = 65536;
   cfg->max_blocks = 1 << 20;
