@@ -254,11 +254,55 @@ static void report_draws_the_history(void **state) {
   assert_int_equal(rc, 5);
 }
 
+/* top without a terminal prints a line per refresh, with rates from the
+ * second on; replay runs simulated workers into the advisor; bench prints
+ * the table of a suite. */
+static void top_replay_and_bench(void **state) {
+  cli_t *c = *state;
+  char *db = c->f.db, *url = c->f.natsd.url, trace[512];
+  long long before = advfix_stat(&c->f, "ingest.block_events");
+
+  snprintf(trace, sizeof trace, "%s/../data/conversation_trace.jsonl.gz", kvp_test_srcdir());
+  assert_int_equal(cli_run(c, (char *[]){"replay", trace, "-s", url, "-n", "t", "--workers", "1",
+                                         "--limit", "20", NULL}),
+                   0);
+  assert_non_null(strstr(c->text, "replayed 20 requests"));
+  assert_non_null(strstr(c->text, "0 corrupt reuses"));
+  for (int i = 0; i < 500 && advfix_stat(&c->f, "ingest.block_events") == before; i++)
+    usleep(10000);
+  assert_true(advfix_stat(&c->f, "ingest.block_events") > before);
+
+  assert_int_equal(cli_run(c, (char *[]){"top", "--db", db, "-s", url, "-n", "t", "-N", "2",
+                                         "--interval", "200ms", NULL}),
+                   0);
+  char *second = strchr(c->text, '\n');
+  assert_non_null(second);
+  assert_non_null(strstr(c->text, "events/s -")); /* no rate from one answer */
+  assert_non_null(strstr(second + 1, "events/s ")); /* a figure from two */
+  assert_null(strstr(second + 1, "events/s -"));
+  assert_non_null(strstr(second + 1, "blocks "));
+
+  assert_int_equal(cli_run(c, (char *[]){"replay", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"replay", trace, "--mode", "fast", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"top", "--interval", "1ms", "--db", db, NULL}), 1);
+
+  /* kvp-bench is built with the benchmarks (KVP_BENCH, on in scripts/). */
+  char bench[600];
+  snprintf(bench, sizeof bench, "%s/bench/kvp-bench", getenv("KVP_TEST_BINDIR"));
+  if (access(bench, X_OK) == 0) {
+    assert_int_equal(cli_run(c, (char *[]){"bench", "hash", NULL}), 0);
+    assert_non_null(strstr(c->text, "hash.seq.512tok.blocks_per_s"));
+    assert_non_null(strstr(c->text, "xxh3-one-pass"));
+    assert_int_equal(cli_run(c, (char *[]){"bench", "nosuch", NULL}), 5);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(views_read_the_database, setup, teardown),
     cmocka_unit_test_setup_teardown(match_by_tokens, setup, teardown),
     cmocka_unit_test_setup_teardown(exit_statuses, setup, teardown),
     cmocka_unit_test_setup_teardown(report_draws_the_history, setup, teardown),
+    cmocka_unit_test_setup_teardown(top_replay_and_bench, setup, teardown),
 };
 
 KVP_TEST_MAIN("cli", tests)
