@@ -116,6 +116,10 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
 /* Writes every key with its help text and current value, INI syntax. */
 void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, void *file);
 
+/* Writes the configuration reference (Markdown: every key with its type,
+ * default, range and help; docs/config.md is this output). */
+void kvp_advisor_config_reference(void *file);
+
 typedef struct kvp_advisor_s kvp_advisor_t;
 
 /* Opens the database (loading the index from it), connects to NATS, creates
