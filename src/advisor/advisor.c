@@ -339,6 +339,15 @@ static int ensure_db_dir(const char *path, char *err, size_t errlen) {
   return KVP_EIO;
 }
 
+/* Blocks read from G4 by a worker: the tiering engine brings the rest of
+ * their prefix to G3 (prefetch). */
+static void on_accessed(void *ctx, int tier, const uint64_t *hashes, size_t n) {
+  kvp_advisor_t *adv = ctx;
+  if (tier == KVP_TIER_G4 && adv->tier != NULL)
+    for (size_t i = 0; i < n; i++)
+      kvp__tier_engine_hit(adv->tier, hashes[i]);
+}
+
 /* Opens the index, ingest state and database, and loads the index. */
 static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = &adv->cfg;
@@ -347,6 +356,8 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
       .resync_retry_ms = (uint64_t)cfg->resync_retry_ms,
       .resync = send_resync,
       .resync_ctx = adv,
+      .accessed = on_accessed,
+      .accessed_ctx = adv,
   };
   kvp__adv_index_stats_t st;
   int rc;

@@ -91,6 +91,16 @@ static const kvp_conf_key_t keys[] = {
      "decayed hits at which a G4 block is worth G3", NULL},
     {"tiering", "keep_freq", KVP_CONF_DOUBLE, OFF(tier_keep_freq), 0, 1000000, NULL,
      "a G3 block this hot is not demoted to make room (the hysteresis band)", NULL},
+    {"tiering", "max_bytes_per_s", KVP_CONF_SIZE, OFF(tier_max_bytes_per_s), 0, 1ll << 40, NULL,
+     "bytes copied per second at most, over all moves (0: no limit); prefetches go first, then "
+     "demotions, then promotions",
+     NULL},
+    {"tiering", "prefetch_depth", KVP_CONF_INT, OFF(tier_prefetch_depth), 0, 1024, NULL,
+     "generations of descendants brought from G4 to G3 when a prefix is hit in G4 (0: no "
+     "prefetch)",
+     NULL},
+    {"tiering", "prefetch_bytes", KVP_CONF_SIZE, OFF(tier_prefetch_bytes), 0, 1ll << 40, NULL,
+     "bytes one G4 hit prefetches at most", NULL},
     {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
      "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else the install prefix's lib/kvplane/plugins",
      NULL},
@@ -130,6 +140,8 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->tier_low = 0.80;
   cfg->tier_promote_freq = 4.0;
   cfg->tier_keep_freq = 2.0;
+  cfg->tier_prefetch_depth = 8;
+  cfg->tier_prefetch_bytes = 64ll << 20;
 }
 
 /* One key of a [volume <name>] section: tier, plugin and capacity are the
