@@ -88,7 +88,7 @@ static const kvp_conf_key_t keys[] = {
     {"tiering", "keep_freq", KVP_CONF_DOUBLE, OFF(tier_keep_freq), 0, 1000000, NULL,
      "a G3 block this hot is not demoted to make room (the hysteresis band)", NULL},
     {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
-     "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else the install prefix's lib/kvplane/plugins",
+     "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else lib/kvplane/plugins of the installed tree",
      NULL},
     {"log", "level", KVP_CONF_ENUM, OFF(log_level), 0, 0, levels, "error, warn, info or debug",
      NULL},
