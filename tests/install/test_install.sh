@@ -158,16 +158,24 @@ rm -f "$prefix/$bindir/kvp-probe-static"
 
 step "nats-server with JetStream on a free loopback port"
 command -v nats-server >/dev/null || fail "nats-server not found: apt-get install nats-server"
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-nats-server -a 127.0.0.1 -p "$port" -js -sd "$tmp/jetstream" -l "$tmp/nats-server.log" &
-nats_pid=$!
-url=nats://127.0.0.1:$port
-for _ in $(seq 100); do
+# A port found free may be taken before nats-server binds it: three tries.
+for attempt in 1 2 3; do
+  port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  rm -f "$tmp/nats-server.log"
+  nats-server -a 127.0.0.1 -p "$port" -js -sd "$tmp/jetstream" -l "$tmp/nats-server.log" &
+  nats_pid=$!
+  for _ in $(seq 100); do
+    grep -q "Server is ready" "$tmp/nats-server.log" 2>/dev/null && break
+    kill -0 "$nats_pid" 2>/dev/null || break
+    sleep 0.1
+  done
   grep -q "Server is ready" "$tmp/nats-server.log" 2>/dev/null && break
-  kill -0 "$nats_pid" 2>/dev/null || fail "nats-server exited; see $tmp/nats-server.log"
-  sleep 0.1
+  kill -KILL "$nats_pid" 2>/dev/null || true
+  wait "$nats_pid" 2>/dev/null || true
+  nats_pid=
+  [ "$attempt" = 3 ] && fail "nats-server did not start (3 tries); last log: $(tail -n 3 "$tmp/nats-server.log" 2>/dev/null)"
 done
-grep -q "Server is ready" "$tmp/nats-server.log" || fail "nats-server not ready on port $port in 10 s"
+url=nats://127.0.0.1:$port
 
 step "the installed advisor with the installed configuration"
 conf=$tmp/kvplane-advisor.conf
@@ -195,7 +203,8 @@ fsync = off
 EOF
 grep -qx "plugin_dir =" "$conf" || fail "$installed_conf sets a plugin_dir"
 # As systemd makes StateDirectory=kvplane: the directory, not the database.
-mkdir -p -m 0750 "$state"
+mkdir -p "$tmp/state"
+mkdir -m 0750 "$state"
 adv=$prefix/$bindir/kvplane-advisor
 cli=$prefix/$bindir/kvplane
 run "$tmp/print-config.log" "$adv" --config "$conf" --print-config
