@@ -307,8 +307,9 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 /* Every G3/G4 location in a configured volume, with its block's figures;
- * tokens[i] is candidate i's token count. */
-static int build_candidates(kvp__tier_engine_t *e, uint64_t *used) {
+ * tokens[i] is candidate i's token count; used[v] and blocks[v] sum the
+ * bytes and blocks of volume v, not counting sources of finished moves. */
+static int build_candidates(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blocks) {
   kvp__adv_index_stats_t st;
   kvp__adv_index_stats(e->ix, &st);
   e->ncands = 0;
@@ -354,8 +355,10 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t *used) {
                                .last_access_ms = b.last_access_ms,
                                .freq = b.freq,
                                .since_ms = b.last_access_ms};
-        if (!moved)
+        if (!moved) {
           used[v] += b.bytes;
+          blocks[v]++;
+        }
       }
     }
   }
@@ -365,7 +368,7 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t *used) {
 void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   uint64_t now = kvp__unix_ms();
   kvp__tier_vol_t pv[KVP_ADVISOR_MAX_VOLUMES];
-  uint64_t used[KVP_ADVISOR_MAX_VOLUMES] = {0};
+  uint64_t used[KVP_ADVISOR_MAX_VOLUMES] = {0}, blocks[KVP_ADVISOR_MAX_VOLUMES] = {0};
   kvp__tier_move_t *moves = NULL;
   size_t nmoves = 0;
 
@@ -387,9 +390,11 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
                                .journal_id = e->pend[i].journal_id};
     e->pend[i].deleting = 1;
   }
-  if (build_candidates(e, used) == 0) {
-    for (size_t v = 0; v < e->nvols; v++)
+  if (build_candidates(e, used, blocks) == 0) {
+    for (size_t v = 0; v < e->nvols; v++) {
       e->vols[v].st.used = used[v];
+      e->vols[v].st.blocks = blocks[v];
+    }
     for (size_t v = 0; v < e->nvols; v++)
       pv[v] = (kvp__tier_vol_t){.tier = e->vols[v].tier,
                                 .capacity = e->vols[v].capacity,

@@ -63,6 +63,7 @@ typedef struct kvp__tier_vol_stats_s {
   char name[64];
   int tier;
   uint64_t capacity, used; /* used: bytes the index places there (fill = used / capacity) */
+  uint64_t blocks;         /* blocks the index places there */
   uint64_t moved_in, moved_out, bytes_in, bytes_out, evicted;
   uint64_t failed_full;  /* moves into it refused for space (then a 30 s backoff) */
   uint64_t failed_other; /* moves out of it that failed otherwise */
