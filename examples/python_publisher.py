@@ -17,6 +17,7 @@ published; the match at the end then reports that no advisor answered.
 import argparse
 import os
 import sys
+import time
 
 # Run from a source tree without installing: python/ is next to examples/.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
@@ -62,7 +63,6 @@ def main():
         with kvplane.Client(args.server, args.ns, timeout_ms=args.timeout_ms) as client:
             # The advisor applies batches asynchronously; a router would not
             # wait, the example retries briefly to show the settled answer.
-            import time
             for _ in range(50):
                 rows = client.match(b)
                 if rows and rows[0].length == len(b):

@@ -15,10 +15,9 @@ KVP_EINVAL before anything is sent.
 """
 import array
 import collections
+import ctypes
 import json
 import threading
-
-import ctypes
 
 from . import _lib
 
