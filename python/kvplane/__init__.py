@@ -28,8 +28,10 @@ __all__ = ["Error", "Publisher", "Client", "Match", "hash_blocks", "hash_seed", 
 TIER_ALL, TIER_G1, TIER_G2, TIER_G3, TIER_G4 = 0, 1, 2, 3, 4
 _TIER_NAMES = {"ALL": 0, "G1": 1, "G2": 2, "G3": 3, "G4": 4}
 
-# KVP_EINVAL and KVP_ECLOSED, include/kvplane/status.h (position in the table).
+# Codes of include/kvplane/status.h (minus the position in the table).
 EINVAL = -1
+ENOMEM = -2
+ETIER = -10
 ECLOSED = -16
 
 _MASK64 = (1 << 64) - 1
@@ -197,6 +199,15 @@ class Publisher:
     queue_capacity, heartbeat_ms, close_timeout_ms, and the NATS options
     user, password, token, creds, tls_ca, tls_cert, tls_key,
     connect_timeout_ms.
+
+    Resyncs: with snapshot=fn, fn(tier) returns the worker's registered
+    set of that tier (a list of hashes, or (hashes, parents) with None for
+    "no parent"), or None for a tier it does not have; snapshot_tiers (a
+    set of tiers, default {1, 2, 3}) says which tiers are asked, and
+    snapshot_volumes ({3: "ssd0"}) names a G3/G4 tier's volume. When the
+    advisor asks for a resync (or request_resync() is called), the next
+    poll(), made on the thread that owns that state, calls fn and queues
+    the snapshot at that point of the event stream.
     """
 
     _MODES = {"core": 0, "jetstream": 1}
@@ -205,7 +216,8 @@ class Publisher:
     def __init__(self, servers, ns, worker, block_size, *, dp_rank=0, model=None, mode="core",
                  stream=None, stream_create=False, overflow="block", coalesce=True,
                  block_bytes=0, max_delay_ms=0, queue_capacity=0, heartbeat_ms=0,
-                 close_timeout_ms=0, **nats):
+                 close_timeout_ms=0, snapshot=None, snapshot_tiers=None, snapshot_volumes=None,
+                 **nats):
         L = _lib.lib()
         self._pub = None
         self._cv = threading.Condition()
@@ -247,6 +259,22 @@ class Publisher:
         if close_timeout_ms:
             o.close_timeout_ms = close_timeout_ms
         self.block_bytes = block_bytes
+        self._snapshot = snapshot
+        self._snapshot_error = None
+        self._snapshot_cb = None
+        if snapshot is not None:
+            if not callable(snapshot):
+                _invalid("snapshot: %r is not callable" % (snapshot,))
+            # Kept on self: the C publisher calls it for as long as it lives.
+            self._snapshot_cb = _lib.SNAPSHOT_FN(self._take_snapshot)
+            o.snapshot = self._snapshot_cb
+        if snapshot_tiers is not None:
+            o.snapshot_tiers = sum(1 << _tier(t) for t in set(snapshot_tiers))
+        for t, vol in (snapshot_volumes or {}).items():
+            v = _text(vol, "snapshot_volumes[%r]" % (t,), False)
+            if len(v) > 31:
+                _invalid("snapshot_volumes[%r]: %r is longer than 31 bytes" % (t, vol))
+            o.snapshot_volumes[_tier(t)].value = v
         pub = ctypes.c_void_p()
         err = ctypes.create_string_buffer(_ERRLEN)
         rc = L.kvp_publisher_open(ctypes.byref(o), ctypes.byref(pub), err, _ERRLEN)
@@ -337,6 +365,91 @@ class Publisher:
     def cleared(self, tier=TIER_ALL):
         """Announces that every block of tier (default: of every tier) is gone."""
         self._call("cleared", _lib.lib().kvp_publisher_cleared, _tier(tier, allow_all=True))
+
+    @staticmethod
+    def _c_array(values):
+        """values (ints) in a malloc'd uint64_t array the publisher frees;
+        None when out of memory. Never NULL for an empty set."""
+        addr = _lib.malloc(8 * max(len(values), 1))
+        if addr and values:
+            ctypes.memmove(addr, (ctypes.c_uint64 * len(values))(*values), 8 * len(values))
+        return ctypes.cast(addr, ctypes.POINTER(ctypes.c_uint64)) if addr else None
+
+    def _take_snapshot(self, _ctx, tier, hashes_out, parents_out, n_out):
+        # Called by kvp_publisher_poll on poll()'s thread. An exception cannot
+        # cross the C frames: it is kept for poll() to raise, and the C side
+        # keeps the resync due.
+        try:
+            got = self._snapshot(tier)
+            if got is None:
+                return ETIER
+            hashes, parents = got if isinstance(got, tuple) else (got, None)
+            what = "snapshot(%d)" % tier
+            hs = [_hash(v, "%s hashes[%d]" % (what, i)) for i, v in enumerate(
+                _u64_check(hashes, what + " hashes"))]
+            ps = None
+            if parents is not None:
+                parents = list(_u64_check(parents, what + " parents"))
+                if len(parents) != len(hs):
+                    _invalid("%s: %d parents for %d hashes" % (what, len(parents), len(hs)))
+                ps = [hs[i] if v is None else _hash(v, "%s parents[%d]" % (what, i))
+                      for i, v in enumerate(parents)]
+            h = self._c_array(hs)
+            p = self._c_array(ps) if ps is not None else None
+            # Set before any failure return: the publisher frees both then.
+            hashes_out[0] = h
+            parents_out[0] = p
+            n_out[0] = len(hs)
+            if h is None or (ps is not None and p is None):
+                self._snapshot_error = Error(ENOMEM, "%s: no memory for %d hashes"
+                                             % (what, len(hs)))
+                return ENOMEM
+            return 0
+        except BaseException as e:  # noqa: B902 - reported by poll()
+            self._snapshot_error = e
+            return EINVAL
+
+    def request_resync(self):
+        """Marks a resync as due, as the advisor's request would; the next
+        poll() takes the snapshot."""
+        pub = self._enter()
+        try:
+            _lib.lib().kvp_publisher_request_resync(pub)
+        finally:
+            self._leave()
+
+    def poll(self):
+        """When a resync is due and the link is up, calls the snapshot
+        function for each tier and queues the snapshot; returns True then,
+        False when nothing was due (or no snapshot function was given).
+        Call it from the thread that owns the cache state (an engine's
+        scheduler loop). An exception from the snapshot function is raised
+        here (chained) and the resync stays due."""
+        self._snapshot_error = None
+        pub = self._enter()
+        try:
+            rc = _lib.lib().kvp_publisher_poll(pub)
+        finally:
+            self._leave()
+        if rc < 0:
+            cause, self._snapshot_error = self._snapshot_error, None
+            if isinstance(cause, Error):
+                raise Error(cause.code, "publisher %s: poll: %s" % (self.worker, cause.message)) \
+                    from cause
+            if cause is not None:
+                raise Error(rc, "publisher %s: poll: the snapshot function raised %s: %s"
+                            % (self.worker, type(cause).__name__, cause)) from cause
+            _fail(rc, None, "publisher %s: poll" % self.worker)
+        return rc == 1
+
+    @property
+    def epoch(self):
+        """This open's epoch (Unix time in ns at open), as batches carry it."""
+        pub = self._enter()
+        try:
+            return _lib.lib().kvp_publisher_epoch(pub)
+        finally:
+            self._leave()
 
     def flush(self, timeout_ms=5000):
         """Waits until every event queued before the call is sent (core mode:

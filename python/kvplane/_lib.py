@@ -33,8 +33,8 @@ class NatsOpts(ctypes.Structure):
     ]
 
 
-# kvp_snapshot_fn, include/kvplane/publisher.h. The binding passes NULL
-# (resyncs are then counted only), but the field keeps its pointer size.
+# kvp_snapshot_fn, include/kvplane/publisher.h. The arrays it returns are
+# freed by the publisher with free(): they come from malloc() below.
 SNAPSHOT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                                ctypes.POINTER(ctypes.POINTER(ctypes.c_uint64)),
                                ctypes.POINTER(ctypes.POINTER(ctypes.c_uint64)),
@@ -129,6 +129,8 @@ _PROTOTYPES = {
     "kvp_publisher_accessed": (_int, [_vp, _int, _u64p, _u32p, _sz]),
     "kvp_publisher_cleared": (_int, [_vp, _int]),
     "kvp_publisher_flush": (_int, [_vp, ctypes.c_uint32]),
+    "kvp_publisher_poll": (_int, [_vp]),
+    "kvp_publisher_request_resync": (None, [_vp]),
     "kvp_publisher_close": (None, [_vp]),
     "kvp_publisher_stats": (None, [_vp, _P(PublisherStats)]),
     "kvp_publisher_epoch": (ctypes.c_uint64, [_vp]),
@@ -143,6 +145,19 @@ _PROTOTYPES = {
 
 _lock = threading.Lock()
 _lib = None
+_libc = None
+
+
+def malloc(size):
+    """size bytes from the C library's malloc (the allocator libkvplane's
+    free() releases), as an int address; 0 when out of memory."""
+    global _libc
+    if _libc is None:
+        libc = ctypes.CDLL(None)  # the process's own symbols: the libc libkvplane uses
+        libc.malloc.restype = ctypes.c_void_p
+        libc.malloc.argtypes = [ctypes.c_size_t]
+        _libc = libc
+    return _libc.malloc(size) or 0
 
 
 def candidates():

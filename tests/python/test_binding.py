@@ -336,6 +336,54 @@ class BindingTest(unittest.TestCase):
             pub.accessed(hashes, hit_counts=[1])
         self.assertEqual(cm.exception.name, "KVP_EINVAL")
 
+    def test_snapshot_resync(self):
+        """A resync (requested here as the advisor would) makes poll() call
+        the snapshot function and queue its sets: the advisor then holds
+        exactly what the snapshot says, parents given or not. A snapshot
+        function that raises makes poll() raise, and the resync stays due."""
+        self.start()
+        hs = kvplane.hash_blocks(list(range(7, 7 + BS * 4)), BS)
+        state = {}
+        calls = []
+
+        def snapshot(tier):
+            calls.append(tier)
+            if "boom" in state:
+                raise RuntimeError("engine state unavailable")
+            return state.get(tier)
+        pub = self.publisher(snapshot=snapshot, snapshot_tiers={1, 2})
+        self.assertFalse(pub.poll())  # nothing due
+        self.assertEqual(calls, [])
+        pub.stored(block_hashes=hs)
+        pub.flush()
+        self.match_until(hs, [kvplane.Match("w0", 0, 1, 4)], "stored 4 in G1")
+        # The engine's real state differs: 2 blocks in G1, 3 in G2 (with parents).
+        state[1] = hs[:2]
+        state[2] = (hs[:3], [None] + hs[:2])
+        pub.request_resync()
+        self.assertTrue(pub.poll())
+        self.assertEqual(calls, [1, 2])
+        self.assertFalse(pub.poll())
+        pub.flush()
+        self.match_until(hs, [kvplane.Match("w0", 0, 1, 2), kvplane.Match("w0", 0, 2, 3)],
+                         "the snapshot's sets")
+        self.assertEqual(pub.stats()["resyncs"], 1)
+        # A failing snapshot function: poll raises, the resync stays due.
+        state["boom"] = True
+        pub.request_resync()
+        with self.assertRaises(kvplane.Error) as cm:
+            pub.poll()
+        self.assertIn("RuntimeError: engine state unavailable", str(cm.exception))
+        self.assertIsInstance(cm.exception.__cause__, RuntimeError)
+        # A tier it does not have (None) is skipped; an empty tier is a set too.
+        del state["boom"]
+        state[1] = []
+        del state[2]
+        self.assertTrue(pub.poll())
+        pub.flush()
+        self.match_until(hs, [kvplane.Match("w0", 0, 2, 3)],
+                         "G1 emptied by the snapshot; G2, skipped, kept")
+
     def test_bad_arguments(self):
         """Bad arguments raise kvplane.Error with the code's name and a
         message naming the argument."""
