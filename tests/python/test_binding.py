@@ -72,8 +72,9 @@ def reference_hashes():
 class Plane:
     """nats-server and kvplane-advisor (core mode) in a temporary directory."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, js=False):
         self.tmp = tmp
+        self.js = js
         self.port = free_port()
         self.url = "nats://127.0.0.1:%d" % self.port
         self.natsd = None
@@ -82,8 +83,10 @@ class Plane:
 
     def start_nats(self):
         log = open(os.path.join(self.tmp, "nats-server.log"), "w")
-        self.natsd = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(self.port)],
-                                      stdout=log, stderr=subprocess.STDOUT)
+        argv = ["nats-server", "-a", "127.0.0.1", "-p", str(self.port)]
+        if self.js:
+            argv += ["-js", "-sd", os.path.join(self.tmp, "js")]
+        self.natsd = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
 
         def up():
@@ -99,9 +102,10 @@ class Plane:
     def start_advisor(self):
         conf = os.path.join(self.tmp, "advisor.conf")
         with open(conf, "w") as f:
-            f.write("[nats]\nservers = %s\nmode = core\nconnect_timeout = 2s\n"
+            f.write("[nats]\nservers = %s\nmode = %s\nconnect_timeout = 2s\n"
                     "[advisor]\nnamespace = %s\n"
-                    "[store]\npath = %s\nflush_interval = 50ms\n" % (self.url, NS, self.db))
+                    "[store]\npath = %s\nflush_interval = 50ms\n"
+                    % (self.url, "jetstream" if self.js else "core", NS, self.db))
         log = open(os.path.join(self.tmp, "advisor.log"), "w")
         self.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
                                         stdout=log, stderr=subprocess.STDOUT)
@@ -150,8 +154,8 @@ class BindingTest(unittest.TestCase):
             self.plane.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def start(self, advisor=True):
-        self.plane = Plane(self.tmp)
+    def start(self, advisor=True, js=False):
+        self.plane = Plane(self.tmp, js)
         self.plane.start_nats()
         if advisor:
             self.plane.start_advisor()
@@ -384,6 +388,31 @@ class BindingTest(unittest.TestCase):
         self.match_until(hs, [kvplane.Match("w0", 0, 2, 3)],
                          "G1 emptied by the snapshot; G2, skipped, kept")
 
+    def test_jetstream(self):
+        """In JetStream mode (the advisor's durable consumer, the publisher's
+        acked publishes) stored and removed blocks reach the advisor too, and
+        flush() returns once JetStream acked them."""
+        self.start(js=True)
+        pub = self.publisher("wj", mode="jetstream")
+        hs = pub.stored(list(range(BS * 3)))
+        pub.flush()
+        st = pub.stats()
+        self.assertEqual(st["acked"], st["sent"])
+        self.assertGreaterEqual(st["acked"], 1)
+        self.match_until(hs, [kvplane.Match("wj", 0, 1, 3)], "stored through JetStream")
+        pub.removed(hs[1:])
+        pub.flush()
+        self.match_until(hs, [kvplane.Match("wj", 0, 1, 1)], "removed through JetStream")
+        e = None
+        try:
+            kvplane.Publisher(self.plane.url, NS, "wk", BS, mode="jetstream",
+                              stream="NO_SUCH_STREAM")
+        except kvplane.Error as err:
+            e = err
+        self.assertIsNotNone(e)
+        self.assertEqual(e.name, "KVP_ECONFIG")
+        self.assertIn("NO_SUCH_STREAM", str(e))
+
     def test_bad_arguments(self):
         """Bad arguments raise kvplane.Error with the code's name and a
         message naming the argument."""
@@ -406,6 +435,12 @@ class BindingTest(unittest.TestCase):
         e = err(kvplane.Publisher, "nats://127.0.0.1:%d" % free_port(), NS, "w0", BS,
                 connect_timeout_ms=300)
         self.assertEqual(e.name, "KVP_ECONN")
+        e = err(kvplane.Publisher, self.plane.url, NS, "w0", BS, mode="fast")
+        self.assertIn("mode: 'fast'", str(e))
+        e = err(kvplane.Publisher, self.plane.url, NS, "w0", BS, snapshot=5)
+        self.assertIn("snapshot: 5 is not callable", str(e))
+        e = err(kvplane.Publisher, self.plane.url, NS, "w0", BS, snapshot_volumes={3: "v" * 32})
+        self.assertIn("longer than 31", str(e))
         e = err(kvplane.Publisher, self.plane.url, NS, "w0", BS, no_such_option=1)
         self.assertEqual(e.name, "KVP_ECONFIG")
         self.assertIn("no_such_option", str(e))
