@@ -1,9 +1,9 @@
 # Tiering (src/tier). Sources are relative to tests/.
 kvp_add_test(tier_policy tier/test_tier_policy.c LABELS tier)
-kvp_add_test(tier_engine tier/test_tier_engine.c LABELS tier volume nats)
+kvp_add_test(tier_engine tier/test_tier_engine.c LABELS tier volume nats s3 TIMEOUT 180)
 target_compile_definitions(test_tier_engine PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
-add_dependencies(test_tier_engine kvplane-volume-posix)
+add_dependencies(test_tier_engine kvplane-volume-posix kvplane-volume-s3)
 # kill -9 of the advisor during migrations: 3 kills in the normal run, 20 in
 # the slow-labelled one.
 kvp_add_test(tier_kill tier/test_tier_kill.c LABELS tier nats TIMEOUT 180)
