@@ -5,11 +5,14 @@
  * (read() + write(), the same bytes, no checks). Both in the page cache
  * (fsync off on both sides): the engine's own cost, not the device's.
  *
- *   kvp-bench migrate [--blocks N]
+ *   kvp-bench migrate [--blocks N] [--no-s3]
  *
  * Prints MB/s and moves/s at 64 KiB and 2 MiB blocks with the ratio to the
  * plain loop, and the journal's share of the engine's time (the same
- * journal writes, three transactions per round, timed alone). */
+ * journal writes, three transactions per round, timed alone). Then the same
+ * with G4 on s3rver (a local S3-protocol server, the s3 plugin; fewer
+ * blocks), beside a loop that reads each block's file and PUTs it through
+ * the s3 plugin (framed and checksummed, no read-back, no journal). */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sqlite3.h>
@@ -27,6 +30,7 @@
 #include "harness.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
+#include "s3d.h"
 #include "tier/engine.h"
 #include "tier/journal.h"
 
@@ -47,6 +51,29 @@ static double plain_copy(const char *from, const char *to, size_t n, size_t byte
     }
     close(in);
     close(out);
+  }
+  free(buf);
+  return (double)(kvp_bench_now_ns() - t0) / 1e9;
+}
+
+/* The s3 baseline: each block's frame read from the G3 directory and its
+ * payload PUT through the s3 plugin to a volume of its own prefix. */
+static double plain_put(const char *from, kvp_volume_t *to, size_t n, size_t bytes) {
+  char a[1200], err[512];
+  uint8_t *buf = malloc(bytes + KVP_FRAME_HEADER);
+  uint64_t t0 = kvp_bench_now_ns();
+  for (size_t i = 0; i < n; i++) {
+    uint64_t h = (uint64_t)i + 1;
+    snprintf(a, sizeof a, "%s/b/%02x/%016" PRIx64, from, (unsigned)(h >> 56), h);
+    int in = open(a, O_RDONLY);
+    ssize_t r = in >= 0 ? read(in, buf, bytes + KVP_FRAME_HEADER) : -1;
+    kvp_frame_t m = {.hash = h, .payload_len = bytes};
+    if (r != (ssize_t)(bytes + KVP_FRAME_HEADER) ||
+        kvp_volume_put_block(to, "p", &m, buf + KVP_FRAME_HEADER, err, sizeof err) != 0) {
+      fprintf(stderr, "bench migrate: plain put of %s failed: %s\n", a, r < 0 ? "read" : err);
+      exit(1);
+    }
+    close(in);
   }
   free(buf);
   return (double)(kvp_bench_now_ns() - t0) / 1e9;
@@ -78,7 +105,7 @@ static double journal_alone(const char *db_path, size_t n) {
   return t;
 }
 
-static int run_size(size_t bytes, size_t n) {
+static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
   char dir[256], db[300], p3[300], p4[300], plain[300], err[512];
   kvp__adv_index_t *ix = NULL;
   kvp__adv_store_t *st = NULL;
@@ -135,13 +162,37 @@ static int run_size(size_t bytes, size_t n) {
   snprintf(a->params, sizeof a->params, "path=%s\nfsync=off\n", p3);
   snprintf(b->name, sizeof b->name, "g4");
   b->tier = 4;
-  snprintf(b->plugin, sizeof b->plugin, "posix");
-  snprintf(b->params, sizeof b->params, "path=%s\nfsync=off\n", p4);
+  if (s3 != NULL) {
+    snprintf(b->plugin, sizeof b->plugin, "s3");
+    snprintf(b->params, sizeof b->params,
+             "endpoint=%s\nbucket=%s\naccess_key=%s\nsecret_key=%s\nprefix=g4/\n"
+             "timeout_ms=30000\n",
+             s3->endpoint, s3->bucket, KVP_S3D_ACCESS, KVP_S3D_SECRET);
+  } else {
+    snprintf(b->plugin, sizeof b->plugin, "posix");
+    snprintf(b->params, sizeof b->params, "path=%s\nfsync=off\n", p4);
+  }
   if (kvp__tier_engine_open(&cfg, &loop, ix, &e, err, sizeof err) != 0) {
     fprintf(stderr, "bench migrate: %s\n", err);
     return 1;
   }
-  double tb = plain_copy(p3, plain, n, bytes);
+  double tb;
+  if (s3 != NULL) {
+    kvp_volume_t *pv = NULL;
+    kvp_volume_param_t q[6] = {{"endpoint", s3->endpoint},     {"bucket", s3->bucket},
+                               {"access_key", KVP_S3D_ACCESS}, {"secret_key", KVP_S3D_SECRET},
+                               {"prefix", "plain/"},           {"timeout_ms", "30000"}};
+    if (kvp_volume_open(KVP_BINARY_DIR "/plugins", "s3", "plain", q, 6, &pv, err, sizeof err) !=
+        0) {
+      fprintf(stderr, "bench migrate: %s\n", err);
+      return 1;
+    }
+    tb = plain_put(p3, pv, n, bytes);
+    kvp_volume_close(pv);
+  } else {
+    tb = plain_copy(p3, plain, n, bytes);
+  }
+  const char *kind = s3 ? "s3" : "posix", *base = s3 ? "s3-plugin-put" : "plain-read-write-copy";
   uint64_t t0 = kvp_bench_now_ns();
   kvp__tier_stats_t ts = {0};
   while (ts.demoted + ts.failed < n) {
@@ -156,12 +207,11 @@ static int run_size(size_t bytes, size_t n) {
   double tj = journal_alone(db, n);
   char label[96];
   double mb = (double)(n * bytes) / 1e6;
-  snprintf(label, sizeof label, "migrate.posix.%zuKiB.MBps", bytes >> 10);
-  kvp_bench_report(label, mb / te, "MB/s", "plain-read-write-copy", mb / tb);
-  snprintf(label, sizeof label, "migrate.posix.%zuKiB.moves", bytes >> 10);
-  kvp_bench_report(label, (double)ts.demoted / te, "moves/s", "plain-read-write-copy",
-                   (double)n / tb);
-  snprintf(label, sizeof label, "migrate.posix.%zuKiB.journal_share", bytes >> 10);
+  snprintf(label, sizeof label, "migrate.%s.%zuKiB.MBps", kind, bytes >> 10);
+  kvp_bench_report(label, mb / te, "MB/s", base, mb / tb);
+  snprintf(label, sizeof label, "migrate.%s.%zuKiB.moves", kind, bytes >> 10);
+  kvp_bench_report(label, (double)ts.demoted / te, "moves/s", base, (double)n / tb);
+  snprintf(label, sizeof label, "migrate.%s.%zuKiB.journal_share", kind, bytes >> 10);
   kvp_bench_report(label, 100.0 * tj / te, "%", NULL, 0);
   if (ts.failed)
     printf("# %" PRIu64 " moves failed\n", ts.failed);
@@ -179,19 +229,35 @@ static int run_size(size_t bytes, size_t n) {
 KVP_BENCH_SUITE(migrate, "tiering: G3 -> G4 moves (verified, journaled) vs a plain read/write "
                          "copy; journal share") {
   size_t n64 = 4096, n2m = 256;
+  int with_s3 = 1;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--blocks") == 0 && i + 1 < argc) {
       n64 = strtoull(argv[++i], NULL, 10);
       n2m = n64 / 16 ? n64 / 16 : 1;
+    } else if (strcmp(argv[i], "--no-s3") == 0) {
+      with_s3 = 0;
     } else {
-      fprintf(stderr, "usage: kvp-bench migrate [--blocks N]\n");
+      fprintf(stderr, "usage: kvp-bench migrate [--blocks N] [--no-s3]\n");
       return 2;
     }
   }
   printf(
       "# posix -> posix in the page cache (fsync off on both sides); the engine reads and\n"
       "# verifies the source, writes, reads back and verifies the copy, and journals each move\n");
-  if (run_size(64u << 10, n64) != 0 || run_size(2u << 20, n2m) != 0)
+  if (run_size(64u << 10, n64, NULL) != 0 || run_size(2u << 20, n2m, NULL) != 0)
     return 1;
-  return 0;
+  if (!with_s3)
+    return 0;
+  kvp_s3d_t s3 = {0};
+  if (kvp_s3d_program() == NULL || kvp_s3d_start(&s3, 0) != 0) {
+    fprintf(stderr, "bench migrate: s3rver is not installed or did not start (scripts/setup.sh "
+                    "installs it; --no-s3 skips this part)\n");
+    return 1;
+  }
+  printf("# posix -> s3 on a local s3rver (%s): the same engine, G4 through the s3 plugin\n",
+         s3.endpoint);
+  size_t s64 = n64 / 16 ? n64 / 16 : 1, s2m = n2m / 8 ? n2m / 8 : 1;
+  int rc = run_size(64u << 10, s64, &s3) != 0 || run_size(2u << 20, s2m, &s3) != 0;
+  kvp_s3d_stop(&s3);
+  return rc;
 }
