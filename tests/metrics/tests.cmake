@@ -1,0 +1,1 @@
+kvp_add_test(metrics metrics/test_metrics.c LABELS metrics)
