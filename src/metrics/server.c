@@ -118,8 +118,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       rc = s->text.err;
     if (rc != 0) {
       char m[128];
-      int n = snprintf(m, sizeof m, "metrics unavailable: %s\n", kvp_strerror(rc));
-      return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, TEXT, m, (size_t)n, 1);
+      int n = snprintf(m, sizeof m, "metrics unavailable: %s\n",
+                       rc == KVP_EAGAIN ? "no figures collected yet (starting)" : kvp_strerror(rc));
+      return reply(c, rc == KVP_EAGAIN ? MHD_HTTP_SERVICE_UNAVAILABLE
+                                       : MHD_HTTP_INTERNAL_SERVER_ERROR,
+                   TEXT, m, (size_t)n, 1);
     }
     return reply(c, MHD_HTTP_OK, EXPOSITION, s->text.buf ? s->text.buf : "", s->text.len, 1);
   }

@@ -1,7 +1,8 @@
 /* The HTTP side of metrics: a libmicrohttpd server on one configured
  * address serving
- *   GET /metrics  the daemon's Prometheus exposition (prom.h), 200, or 500
- *                 when the collector failed;
+ *   GET /metrics  the daemon's Prometheus exposition (prom.h), 200; 503 while
+ *                 the collector has no figures yet (KVP_EAGAIN), 500 when it
+ *                 failed otherwise;
  *   GET /healthz  200 "ok" while the process runs;
  *   GET /readyz   200 "ready" when the daemon says so, else 503 with the
  *                 reason in the body;
@@ -18,8 +19,9 @@
 
 #include "metrics/prom.h"
 
-/* Fills out (reset before each call) with the exposition. Returns 0 or a
- * KVP_E code (answered with 500). */
+/* Fills out (reset before each call) with the exposition. Returns 0,
+ * KVP_EAGAIN when there are no figures yet (answered with 503), or another
+ * KVP_E code (500). */
 typedef int (*kvp__metrics_collect_fn)(void *ctx, kvp__prom_t *out);
 /* Returns 1 when ready; else 0 with why (a sentence) filled. */
 typedef int (*kvp__metrics_ready_fn)(void *ctx, char *why, size_t len);

@@ -53,6 +53,7 @@ typedef struct kvp__tier_engine_s kvp__tier_engine_t;
 typedef struct kvp__tier_stats_s {
   uint64_t rounds, demoted, evicted, sources_deleted, failed;
   uint64_t bytes_moved;
+  uint64_t bytes_tiers[5][5]; /* bytes_moved by [source tier][destination tier] */
   uint64_t planned_promotions; /* planned, not carried out (see above) */
   uint64_t events_published;   /* moves announced as worker _advisor */
   uint64_t events_dropped;     /* announcements the publisher refused */
