@@ -12,8 +12,9 @@ advisor:        nats-server (JetStream) on a free port, kvplane-advisor with
                 nats-server is stopped), 404 and 405.
 advisor_errors: a bad [metrics] listen and a port in use stop the advisor at
                 start with an error naming the key.
-relay:          kvplane-relay with --metrics and an endpoint no engine serves:
-                /readyz 200 while NATS is up, 503 after; /metrics parses.
+relay:          kvplane-relay with --metrics and endpoints no engine serves:
+                /readyz 200 while NATS is up, 503 when it is stopped, 200
+                once it is back; /metrics parses, one series per worker.
 
 Environment: KVP_TEST_BINDIR (the build directory), KVP_TEST_SRCDIR (the
 source tree), both set by ctest."""
@@ -90,6 +91,7 @@ class Procs:
     def start(self, name, argv):
         log = open(os.path.join(self.tmp, name + ".log"), "w")
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        log.close()  # the child has its own copy
         self.procs.append((name, p))
         return p
 
@@ -288,6 +290,11 @@ def test_relay(tmp):
                             "-w", "w0", "--metrics", "127.0.0.1:99999"],
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 1 and "--metrics" in r.stderr, r.stderr
+        # NATS back on the same port: the publishers reconnect, ready again
+        # (and the relay's last flush at exit does not wait for a server).
+        start_nats(procs, nport, js=False)
+        wait_for("relay /readyz 200 again",
+                 lambda: curl("http://127.0.0.1:%d/readyz" % mport)[0] == 200)
         procs.stop(relay)
         assert relay.returncode == 0, procs.log("relay")
         print("relay: %d families" % len(fams))
