@@ -59,7 +59,7 @@ printf '\n[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 4GiB\npath = 
   -o store.path="$db" -o log.file="$work/advisor.log" \
   -o tiering.enabled=true -o tiering.plugin_dir="$KVP_BUILD_DIR/plugins" \
   -o tiering.interval=250ms -o tiering.grace=1s -o tiering.min_residence=0s \
-  -o tiering.max_moves=4096 &
+  -o tiering.max_moves=4096 -o store.history_interval=1s &
 adv_pid=$!
 for _ in $(seq 100); do
   grep -q "running" "$work/advisor.log" 2>/dev/null && break
@@ -147,3 +147,8 @@ echo "   database to look."
 echo
 echo "\$ kvplane status --db $db --server $url --ns demo"
 "$KVP_BUILD_DIR/tools/kvplane" status --db "$db" --server "$url" --ns demo
+echo
+report=$KVP_BUILD_DIR/kvplane-report.png
+echo "\$ kvplane report --db $db --png $report"
+"$KVP_BUILD_DIR/tools/kvplane" report --db "$db" --png "$report"
+echo "== the tier state over time (blocks per tier, volume fill, migrations) is drawn in $report"

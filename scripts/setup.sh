@@ -14,7 +14,7 @@ KVP_PACKAGES=(
   libsqlite3-dev sqlite3 libxxhash-dev libinih-dev zlib1g-dev libjansson-dev
   libcmocka-dev nats-server python3 python3-xxhash python3-protobuf openssl
   libcurl4-openssl-dev libssl-dev python3-botocore
-  libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
+  libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack gnuplot-nox
   libmicrohttpd-dev curl python3-prometheus-client
 )
 

@@ -11,6 +11,7 @@
 
 static void usage(FILE *f) {
   fputs("usage: kvplane-advisor [--config FILE] [-o section.key=value]... [--print-config]\n"
+        "       kvplane-advisor --config-reference\n"
         "\n"
         "The kvplane storage advisor: consumes KV events from NATS (JetStream durable\n"
         "consumer or core subscriptions on kvplane.ev.<ns>.>), keeps an index of where\n"
@@ -23,6 +24,8 @@ static void usage(FILE *f) {
         "  -c, --config FILE      read FILE (INI; etc/kvplane-advisor.conf documents every key)\n"
         "  -o, --set S.K=VALUE    override one key after the file, e.g. -o store.path=/tmp/a.db\n"
         "      --print-config     print the effective configuration and exit\n"
+        "      --config-reference print every key with its type, default, range and\n"
+        "                         meaning (Markdown; docs/config.md) and exit\n"
         "      --takeover         replace a JetStream consumer of the configured name that\n"
         "                         this database did not create (normally a refusal: another\n"
         "                         advisor may own it)\n"
@@ -39,6 +42,7 @@ int main(int argc, char **argv) {
   static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
                                            {"set", required_argument, NULL, 'o'},
                                            {"print-config", no_argument, NULL, 'p'},
+                                           {"config-reference", no_argument, NULL, 'R'},
                                            {"takeover", no_argument, NULL, 'T'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -66,6 +70,10 @@ int main(int argc, char **argv) {
     case 'p':
       print = 1;
       break;
+    case 'R':
+      kvp_advisor_config_reference(stdout);
+      free(overrides);
+      return 0;
     case 'h':
       usage(stdout);
       free(overrides);

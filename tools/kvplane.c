@@ -1,25 +1,40 @@
-/* kvplane: the operator's command line. Subcommands ask a running advisor
+/* kvplane: the operator's command line (option parsing and dispatch; the
+ * commands are library code in src/cli/). Subcommands ask a running advisor
  * over NATS request/reply (match, stats, and status's live figures) or read
  * its SQLite database read-only (status, workers, blocks, migrations); the
  * views are library code (src/cli/inspect.c). */
 #include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
 #include <jansson.h>
 #include <nats/nats.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/inspect.h"
+#include "cli/live.h"
+#include "cli/report.h"
+#include "common/config.h"
 #include "common/clock.h"
 #include "kvplane/advisor.h"
 #include "kvplane/hash.h"
 #include "kvplane/nats.h"
+#include "kvplane/publisher.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "nats/conn.h"
 
 /* Exit statuses, as --help documents them. */
-enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_UNREACHABLE = 2, EXIT_ADVISOR_ERROR = 3, EXIT_NODB = 4 };
+enum {
+  EXIT_OK = 0,
+  EXIT_USAGE = 1,
+  EXIT_UNREACHABLE = 2,
+  EXIT_ADVISOR_ERROR = 3,
+  EXIT_NODB = 4,
+  EXIT_TOOL = 5
+};
 
 static const struct cmd_help_s {
   const char *name, *synopsis, *text;
@@ -38,6 +53,31 @@ static const struct cmd_help_s {
     {"migrations", "kvplane migrations [--failed] [-N COUNT] [--db PATH | -c CONFIG] [--json]",
      "The COUNT (default 20) most recently updated migrations (or only the failed\n"
      "ones, with their error): hash, from and to tier:volume, bytes, state.\n"},
+    {"top", "kvplane top [--db PATH | -c CONFIG] [NATS options] [--interval DURATION] [-N COUNT]",
+     "The status view refreshed every --interval (default 2s) with the advisor's\n"
+     "rates (block-events/s, batches/s, migrations/s) on a terminal; when standard\n"
+     "output is not a terminal, one line per interval instead (Unix time, rates,\n"
+     "blocks, locations, workers up, lags), for logs and pipes. Stops after COUNT\n"
+     "refreshes, or on Ctrl-C.\n"},
+    {"replay", "kvplane replay TRACE [-s URL] [-n NS] [--workers N] [--mode core|jetstream] [--limit N]",
+     "Replays a Mooncake-format trace (JSONL, plain or gzip; data/ has one)\n"
+     "through simulated workers (block manager + publisher each, as kvplane-sim)\n"
+     "publishing to NATS, with a progress bar on a terminal. --workers (default\n"
+     "4), --mode (default core), --limit (first N requests; default all). Exit 2\n"
+     "when publishing failed or a reused block's bytes were wrong.\n"},
+    {"bench", "kvplane bench [SUITE...]",
+     "Runs the benchmark suites (kvp-bench; default: all of them, several\n"
+     "minutes) and prints one table: each figure with its in-run baseline and\n"
+     "the ratio. kvp-bench is looked up in $KVPLANE_BENCH, next to this program,\n"
+     "in ../bench of a build tree, then in PATH. `kvp-bench --list` names the\n"
+     "suites.\n"},
+    {"report", "kvplane report --png FILE | --svg FILE [--since DURATION] [--db PATH | -c CONFIG]",
+     "Draws the tier state over time into FILE with gnuplot (gnuplot-nox): the\n"
+     "blocks held per tier, the fill of each volume with a capacity (both from\n"
+     "the tier_history samples the advisor takes every store.history_interval),\n"
+     "and the migrations finished per interval by pair of tiers. --since keeps\n"
+     "the last DURATION (e.g. 30m, 6h, 2d). Exit 4 when the database has no\n"
+     "sample in that time, 5 when gnuplot is missing or fails.\n"},
     {"match", "kvplane match [NATS options] HASH... | --tokens FILE --block-size N [--lora NAME]",
      "Sends sequence hashes to the advisor and prints, per worker and tier, how\n"
      "many leading hashes are cached consecutively. A HASH is 0x-prefixed hex\n"
@@ -58,12 +98,12 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     fprintf(f, "  %s\n", cmds[i].synopsis);
   fputs("\n"
-        "database options (status, workers, blocks, migrations):\n"
+        "database options (status, top, workers, blocks, migrations, report):\n"
         "      --db PATH        the advisor's database (default /var/lib/kvplane/advisor.db)\n"
         "  -c, --config FILE    take the database path from this advisor configuration\n"
         "      --json           print JSON (sizes in bytes, times in Unix ms) instead of tables\n"
         "\n"
-        "NATS options (status, match, stats):\n"
+        "NATS options (status, top, match, stats; replay takes -s and -n):\n"
         "  -s, --server URL     NATS server (default nats://127.0.0.1:4222)\n"
         "  -n, --ns NS          namespace (default: default)\n"
         "  -u, --user USER      with --password\n"
@@ -78,7 +118,8 @@ static void usage(FILE *f) {
         "\n"
         "exit status: 0 success; 1 usage or a bad option; 2 the advisor did not answer\n"
         "(match, stats) or the connection failed; 3 the advisor answered with an error;\n"
-        "4 the database is missing or is not a kvplane database.\n",
+        "4 the database is missing, is not a kvplane database, or has nothing to report;\n"
+        "5 a program it runs failed (report: gnuplot; bench: kvp-bench).\n",
         f);
 }
 
@@ -91,7 +132,11 @@ static const struct cmd_help_s *find_cmd(const char *name) {
 
 typedef struct args_s {
   const char *cmd;
-  const char *ns, *db, *config, *tokens, *lora;
+  const char *ns, *db, *config, *tokens, *lora, *png, *svg;
+  int64_t since_ms, interval_ms;
+  const char *mode;
+  long workers, limit;
+  int count_set;
   kvp_nats_opts_t nats;
   long timeout;
   int timeout_set, json, hot, cold, failed, help;
@@ -133,6 +178,13 @@ static int parse_args(int argc, char **argv, args_t *a) {
                                            {"tokens", required_argument, NULL, 'k'},
                                            {"block-size", required_argument, NULL, 'b'},
                                            {"lora", required_argument, NULL, 'l'},
+                                           {"png", required_argument, NULL, 'P'},
+                                           {"svg", required_argument, NULL, 'V'},
+                                           {"since", required_argument, NULL, 'S'},
+                                           {"interval", required_argument, NULL, 'I'},
+                                           {"workers", required_argument, NULL, 'W'},
+                                           {"mode", required_argument, NULL, 'M'},
+                                           {"limit", required_argument, NULL, 'X'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   static const struct {
@@ -147,6 +199,9 @@ static int parse_args(int argc, char **argv, args_t *a) {
   a->ns = "default";
   a->timeout = 5000;
   a->count = 20;
+  a->interval_ms = 2000;
+  a->workers = 4;
+  a->mode = "core";
   kvp_nats_opts_init(&a->nats);
   while ((opt = getopt_long(argc, argv, "s:n:u:p:t:w:c:N:h", longopts, NULL)) != -1) {
     int taken = 0;
@@ -191,6 +246,28 @@ static int parse_args(int argc, char **argv, args_t *a) {
     case 'N':
       if (parse_long("--count", optarg, 1, 1000000, &a->count) != 0)
         return EXIT_USAGE;
+      a->count_set = 1;
+      break;
+    case 'I':
+      if (kvp__parse_duration_ms(optarg, &a->interval_ms) != 0 || a->interval_ms < 100) {
+        fprintf(stderr, "kvplane: --interval: '%s' is not a duration of 100ms or more\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'W':
+      if (parse_long("--workers", optarg, 1, KVP_SIM_MAX_WORKERS, &a->workers) != 0)
+        return EXIT_USAGE;
+      break;
+    case 'M':
+      if (strcmp(optarg, "core") != 0 && strcmp(optarg, "jetstream") != 0) {
+        fprintf(stderr, "kvplane: --mode: '%s' is not core or jetstream\n", optarg);
+        return EXIT_USAGE;
+      }
+      a->mode = optarg;
+      break;
+    case 'X':
+      if (parse_long("--limit", optarg, 1, 1L << 40, &a->limit) != 0)
+        return EXIT_USAGE;
       break;
     case 'k':
       a->tokens = optarg;
@@ -201,6 +278,18 @@ static int parse_args(int argc, char **argv, args_t *a) {
       break;
     case 'l':
       a->lora = optarg;
+      break;
+    case 'P':
+      a->png = optarg;
+      break;
+    case 'V':
+      a->svg = optarg;
+      break;
+    case 'S':
+      if (kvp__parse_duration_ms(optarg, &a->since_ms) != 0 || a->since_ms <= 0) {
+        fprintf(stderr, "kvplane: --since: '%s' is not a duration (e.g. 30m, 6h, 2d)\n", optarg);
+        return EXIT_USAGE;
+      }
       break;
     case 'h':
       a->help = 1;
@@ -415,6 +504,10 @@ static int cmd_db(const args_t *a) {
     fprintf(stderr, "kvplane blocks: give --hot or --cold\n");
     return EXIT_USAGE;
   }
+  if (strcmp(a->cmd, "report") == 0 && (a->png == NULL) == (a->svg == NULL)) {
+    fprintf(stderr, "kvplane report: give --png FILE or --svg FILE\n");
+    return EXIT_USAGE;
+  }
   if (a->nrest > 0) {
     fprintf(stderr, "kvplane %s: unexpected argument '%s'\n", a->cmd, a->rest[0]);
     return EXIT_USAGE;
@@ -435,6 +528,18 @@ static int cmd_db(const args_t *a) {
     rc = kvp__cli_workers(db, &o, err, sizeof err);
   } else if (strcmp(a->cmd, "blocks") == 0) {
     rc = kvp__cli_blocks(db, a->hot, (int)a->count, &o, err, sizeof err);
+  } else if (strcmp(a->cmd, "report") == 0) {
+    kvp__cli_report_opts_t ro = {.path = a->png ? a->png : a->svg,
+                                 .svg = a->svg != NULL,
+                                 .since_ms = a->since_ms ? (int64_t)o.now_ms - a->since_ms : 0};
+    rc = kvp__cli_report(db, &ro, err, sizeof err);
+    sqlite3_close(db);
+    if (rc == 0) {
+      printf("%s\n", ro.path);
+      return EXIT_OK;
+    }
+    fprintf(stderr, "kvplane report: %s: %s\n", path, err);
+    return rc == KVP_EIO ? EXIT_TOOL : EXIT_NODB;
   } else {
     rc = kvp__cli_migrations(db, a->failed, (int)a->count, &o, err, sizeof err);
   }
@@ -444,6 +549,130 @@ static int cmd_db(const args_t *a) {
     return EXIT_NODB;
   }
   return EXIT_OK;
+}
+
+/* --- long-running commands ------------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+static int cmd_top(const args_t *a) {
+  char path[600], err[512];
+  sqlite3 *db = NULL;
+  json_t *prev = NULL;
+  uint64_t prev_ms = 0;
+  int tty = isatty(STDOUT_FILENO), rc;
+
+  if (a->nrest > 0) {
+    fprintf(stderr, "kvplane top: unexpected argument '%s'\n", a->rest[0]);
+    return EXIT_USAGE;
+  }
+  if ((rc = db_path(a, path, sizeof path)) != 0)
+    return rc;
+  if (kvp__cli_db_open(path, &db, err, sizeof err) != 0) {
+    fprintf(stderr, "kvplane top: %s\n", err);
+    return EXIT_NODB;
+  }
+  signal(SIGINT, on_interrupt);
+  signal(SIGTERM, on_interrupt);
+  for (long i = 0; !interrupted && (!a->count_set || i < a->count); i++) {
+    json_t *cur = NULL;
+    kvp__cli_rates_t r;
+    if (i > 0)
+      for (int64_t slept = 0; slept < a->interval_ms && !interrupted; slept += 100)
+        usleep(100000);
+    if (interrupted)
+      break;
+    uint64_t now = kvp__unix_ms();
+    request(a, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &cur);
+    kvp__cli_rates(prev, cur, now - prev_ms, &r);
+    if (tty) {
+      kvp__cli_out_t o = {.f = stdout, .json = 0, .now_ms = now};
+      fputs("\033[H\033[2J", stdout);
+      printf("kvplane top: %s, every %.1f s (Ctrl-C quits)\n", path,
+             (double)a->interval_ms / 1000.0);
+      if (r.have)
+        printf("rates:   %.0f block-events/s, %.0f batches/s, %.1f migrations/s\n\n",
+               r.events_per_s, r.batches_per_s, r.migrations_per_s);
+      else
+        printf("rates:   (after the second answer of the advisor)\n\n");
+      if (kvp__cli_status(db, cur, &o, err, sizeof err) != 0) {
+        fprintf(stderr, "kvplane top: %s: %s\n", path, err);
+        json_decref(cur);
+        rc = EXIT_NODB;
+        break;
+      }
+      fflush(stdout);
+    } else {
+      kvp__cli_top_line(stdout, now, cur, &r);
+    }
+    json_decref(prev);
+    prev = cur;
+    prev_ms = now;
+  }
+  json_decref(prev);
+  sqlite3_close(db);
+  return rc;
+}
+
+static int cmd_replay(const args_t *a) {
+  kvp__sim_opts_t o;
+  char err[512];
+
+  if (a->nrest != 1) {
+    fprintf(stderr, "kvplane replay: give one TRACE file\n");
+    return EXIT_USAGE;
+  }
+  kvp__sim_opts_init(&o);
+  o.trace = a->rest[0];
+  o.servers = a->nats.servers[0] ? a->nats.servers : o.servers;
+  o.ns = a->ns;
+  o.workers = (int)a->workers;
+  o.mode = strcmp(a->mode, "jetstream") == 0 ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
+  o.limit = (size_t)a->limit;
+  int rc = kvp__cli_replay(&o, stdout, isatty(STDOUT_FILENO), err, sizeof err);
+  if (rc == 0)
+    return EXIT_OK;
+  fprintf(stderr, "kvplane replay: %s\n", err);
+  return rc == KVP_EINVAL || rc == KVP_EIO || rc == KVP_ENOENT ? EXIT_USAGE : EXIT_UNREACHABLE;
+}
+
+/* kvp-bench: $KVPLANE_BENCH, next to this program, ../bench (a build tree),
+ * else PATH. */
+static void bench_path(char *out, size_t len) {
+  char self[512];
+  const char *env = getenv("KVPLANE_BENCH");
+  ssize_t n;
+
+  if (env && *env) {
+    snprintf(out, len, "%s", env);
+    return;
+  }
+  if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) > 0) {
+    self[n] = '\0';
+    const char *dir = dirname(self);
+    snprintf(out, len, "%s/kvp-bench", dir);
+    if (access(out, X_OK) == 0)
+      return;
+    snprintf(out, len, "%s/../bench/kvp-bench", dir);
+    if (access(out, X_OK) == 0)
+      return;
+  }
+  snprintf(out, len, "kvp-bench");
+}
+
+static int cmd_bench(const args_t *a) {
+  char path[600], err[700];
+  bench_path(path, sizeof path);
+  int rc = kvp__cli_bench(path, a->rest, a->nrest, stdout, err, sizeof err);
+  if (rc == 0)
+    return EXIT_OK;
+  fprintf(stderr, "kvplane bench: %s\n", err);
+  return EXIT_TOOL;
 }
 
 int main(int argc, char **argv) {
@@ -471,6 +700,12 @@ int main(int argc, char **argv) {
   }
   if (strcmp(a.cmd, "match") == 0)
     rc = cmd_match(&a);
+  else if (strcmp(a.cmd, "top") == 0)
+    rc = cmd_top(&a);
+  else if (strcmp(a.cmd, "replay") == 0)
+    rc = cmd_replay(&a);
+  else if (strcmp(a.cmd, "bench") == 0)
+    rc = cmd_bench(&a);
   else if (strcmp(a.cmd, "stats") == 0)
     rc = cmd_stats(&a);
   else

@@ -65,6 +65,8 @@ typedef struct kvp_advisor_config_s {
   /* [store] */
   char db_path[512];
   int64_t flush_interval_ms;
+  int64_t history_interval_ms; /* tier_history sampling; 0: off */
+  int64_t history_keep_ms;     /* older samples are deleted; 0: kept forever */
   /* [ingest] */
   int64_t max_message_bytes;
   int64_t max_events;
@@ -84,6 +86,9 @@ typedef struct kvp_advisor_config_s {
   int64_t tier_max_moves;     /* moves per round */
   double tier_high, tier_low; /* G3 fill watermarks */
   double tier_promote_freq, tier_keep_freq;
+  int64_t tier_max_bytes_per_s; /* copies throttled to this rate; 0: unthrottled */
+  int64_t tier_prefetch_depth;  /* generations of descendants a G4 hit prefetches */
+  int64_t tier_prefetch_bytes;  /* bytes a G4 hit prefetches at most */
   char plugin_dir[512]; /* empty: kvp_volume_plugin_dir() */
   kvp_advisor_volume_t volumes[KVP_ADVISOR_MAX_VOLUMES];
   int nvolumes;
@@ -115,6 +120,10 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
 
 /* Writes every key with its help text and current value, INI syntax. */
 void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, void *file);
+
+/* Writes the configuration reference (Markdown: every key with its type,
+ * default, range and help; docs/config.md is this output). */
+void kvp_advisor_config_reference(void *file);
 
 typedef struct kvp_advisor_s kvp_advisor_t;
 

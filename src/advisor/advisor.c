@@ -29,6 +29,7 @@
 #include "advisor/consumer.h"
 #include "advisor/freshness.h"
 #include "advisor/inbox.h"
+#include "advisor/history.h"
 #include "advisor/metrics.h"
 #include "advisor/index.h"
 #include "advisor/ingest.h"
@@ -65,6 +66,7 @@ struct kvp_advisor_s {
   int final_rc;
   uint64_t applied_seq; /* last applied JetStream stream sequence */
   uint64_t start_ms;
+  uint64_t history_ms; /* when tier occupancy was last sampled */
   char db_id[KVP__ADV_DB_ID_LEN + 1];
 };
 
@@ -130,6 +132,7 @@ static void answer_stats(kvp_advisor_t *adv, natsMsg *request, uint64_t now) {
       .last_flush_ms = wb->last_flush_ms,
       .last_flush_blocks = wb->last_flush_blocks,
       .dirty = kvp__adv_index_dirty_count(adv->ix),
+      .history_dropped = kvp__adv_store_history_dropped(adv->store),
       .uptime_ms = now - adv->start_ms,
       .queue_dropped = kvp__adv_inbox_dropped(&adv->inbox),
       .apply_lag_ms = adv->fresh.apply_lag_ms,
@@ -211,10 +214,13 @@ static void close_handles(kvp_advisor_t *adv) {
       uv_close(hs[i], NULL);
 }
 
+static void sample_history(kvp_advisor_t *adv, uint64_t now, int force);
+
 /* The last flush, then the loop's handles close and uv_run returns. */
 static void shutdown_finish(void *ctx) {
   kvp_advisor_t *adv = ctx;
   adv->wb.on_idle = NULL;
+  sample_history(adv, kvp__unix_ms(), 1);
   adv->final_rc = kvp__adv_wb_sync(&adv->wb, adv->applied_seq);
   if (adv->final_rc == 0)
     kvp_log_info("advisor: stopped; stream sequence %" PRIu64 " committed", adv->applied_seq);
@@ -273,9 +279,26 @@ static void on_flush_timer(uv_timer_t *h) {
   publish_metrics(adv);
 }
 
+/* Samples tier occupancy into tier_history when store.history_interval has
+ * passed (or now, with force: the last sample at stop). The rows go with the
+ * next flush. */
+static void sample_history(kvp_advisor_t *adv, uint64_t now, int force) {
+  kvp__adv_hist_row_t rows[KVP__ADV_HIST_ROWS];
+
+  if (adv->cfg.history_interval_ms <= 0 ||
+      (!force && now - adv->history_ms < (uint64_t)adv->cfg.history_interval_ms))
+    return;
+  adv->history_ms = now;
+  size_t n = kvp__adv_history_sample(adv->ix, adv->tier, now, rows);
+  if (kvp__adv_store_history_add(adv->store, rows, n, (uint64_t)adv->cfg.history_keep_ms) != 0)
+    kvp_log_warn("advisor: tier_history sample dropped: out of memory");
+}
+
 static void on_tick_timer(uv_timer_t *h) {
   kvp_advisor_t *adv = h->data;
-  kvp__adv_ingest_tick(adv->ing, kvp__unix_ms());
+  uint64_t now = kvp__unix_ms();
+  kvp__adv_ingest_tick(adv->ing, now);
+  sample_history(adv, now, 0);
   publish_metrics(adv);
 }
 
@@ -361,6 +384,15 @@ static int ensure_db_dir(const char *path, char *err, size_t errlen) {
   return KVP_EIO;
 }
 
+/* Blocks read from G4 by a worker: the tiering engine brings the rest of
+ * their prefix to G3 (prefetch). */
+static void on_accessed(void *ctx, int tier, const uint64_t *hashes, size_t n) {
+  kvp_advisor_t *adv = ctx;
+  if (tier == KVP_TIER_G4 && adv->tier != NULL)
+    for (size_t i = 0; i < n; i++)
+      kvp__tier_engine_hit(adv->tier, hashes[i]);
+}
+
 /* Opens the index, ingest state and database, and loads the index. */
 static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = &adv->cfg;
@@ -369,6 +401,8 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
       .resync_retry_ms = (uint64_t)cfg->resync_retry_ms,
       .resync = send_resync,
       .resync_ctx = adv,
+      .accessed = on_accessed,
+      .accessed_ctx = adv,
   };
   kvp__adv_index_stats_t st;
   int rc;

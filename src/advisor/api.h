@@ -33,6 +33,7 @@ typedef struct kvp__adv_api_extra_s {
   uint64_t last_flush_blocks;
   uint64_t queue_dropped;
   size_t dirty;
+  uint64_t history_dropped; /* tier_history samples lost (store.h) */
   uint64_t uptime_ms;
   uint64_t apply_lag_ms, apply_lag_max_ms; /* freshness.h */
   uint64_t flush_lag_ms, flush_lag_max_ms;

@@ -145,6 +145,8 @@ static void apply_accessed(kvp__adv_ingest_t *ing, const kvp_event_t *ev, uint64
     uint32_t hits = ev->hit_counts ? ev->hit_counts[i] : 1;
     kvp__adv_index_access(ing->ix, ev->hashes[i], ev->tier, hits, now_ms);
   }
+  if (ing->opts.accessed != NULL && ev->nhashes > 0)
+    ing->opts.accessed(ing->opts.accessed_ctx, ev->tier, ev->hashes, ev->nhashes);
 }
 
 /* Replaces the worker's set of one tier with the staged snapshot. */

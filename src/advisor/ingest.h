@@ -47,6 +47,10 @@ typedef struct kvp__adv_ingest_opts_s {
   uint64_t resync_retry_ms;      /* resend an unanswered resync after this */
   kvp__adv_resync_fn resync;     /* may be NULL */
   void *resync_ctx;
+  /* Told of each applied Accessed event's hashes and tier (the tiering
+   * engine prefetches behind G4 hits); may be NULL. Same thread as resync. */
+  void (*accessed)(void *ctx, int tier, const uint64_t *hashes, size_t n);
+  void *accessed_ctx;
 } kvp__adv_ingest_opts_t;
 
 /* Counters, all monotonic. */

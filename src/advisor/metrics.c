@@ -112,14 +112,21 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   const kvp__tier_stats_t *t = &s->tier;
   one(p, "kvplane_migration_rounds_total", "counter", "Tiering rounds planned.", (double)t->rounds);
   kvp__prom_family(p, "kvplane_migrations_total", "counter",
-                   "Block moves carried out, by result: moved (verified copy to another tier), "
-                   "evicted (dropped from the last tier), failed.");
-  kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "moved", NULL},
+                   "Block moves finished, by result: demoted (G3 -> G4) or promoted (G4 -> G3, "
+                   "prefetches included) as a verified copy, evicted (dropped from G4), failed.");
+  kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "demoted", NULL},
                    (double)t->demoted);
+  kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "promoted", NULL},
+                   (double)t->promoted);
   kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "evicted", NULL},
                    (double)t->evicted);
   kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "failed", NULL},
                    (double)t->failed);
+  one(p, "kvplane_migration_prefetches_total", "counter",
+      "Of the promotions: prefetches of the rest of a prefix that was hit in G4.",
+      (double)t->prefetched);
+  one(p, "kvplane_migration_throttled_total", "counter",
+      "Planned moves left for later rounds by the bytes/s throttle.", (double)t->throttled);
   one(p, "kvplane_migration_sources_deleted_total", "counter",
       "Source copies deleted after [tiering] grace.", (double)t->sources_deleted);
   kvp__prom_family(p, "kvplane_migrated_bytes_total", "counter",

@@ -22,7 +22,7 @@
 #include "advisor/index.h"
 #include "advisor/ingest.h"
 
-#define KVP__ADV_SCHEMA_VERSION 3
+#define KVP__ADV_SCHEMA_VERSION 4
 
 typedef struct kvp__adv_store_s kvp__adv_store_t;
 
@@ -58,6 +58,30 @@ int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_in
  * KVP_EDB (rolled back). The flush borrows names from ix: free it before
  * ix. */
 typedef struct kvp__adv_flush_s kvp__adv_flush_t;
+
+/* One sample of a tier's or a volume's occupancy, a row of tier_history:
+ * volume "" is the tier's total; capacity 0 is unknown (NULL). */
+typedef struct kvp__adv_hist_row_s {
+  uint64_t t_ms;
+  int tier;
+  char volume[64];
+  uint64_t blocks, bytes, capacity;
+} kvp__adv_hist_row_t;
+
+/* Most samples waiting for a flush: past it the oldest are dropped (a
+ * database that cannot be written loses history, not memory). */
+#define KVP__ADV_HIST_PENDING_MAX 4096
+
+/* Queues rows for the next flush (prepare takes them; a failed write drops
+ * them, counted). Rows older than keep_ms before the newest one are deleted
+ * by that flush (keep_ms 0: kept forever). Index owner's thread. Returns 0
+ * or KVP_ENOMEM. */
+int kvp__adv_store_history_add(kvp__adv_store_t *st, const kvp__adv_hist_row_t *rows, size_t n,
+                               uint64_t keep_ms);
+
+/* Samples dropped: queued past KVP__ADV_HIST_PENDING_MAX, or in a failed
+ * write. Index owner's thread. */
+uint64_t kvp__adv_store_history_dropped(const kvp__adv_store_t *st);
 
 int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
                            uint64_t stream_seq, kvp__adv_flush_t **out);

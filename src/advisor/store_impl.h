@@ -16,6 +16,7 @@
 #define KVP_ADVISOR_STORE_IMPL_H
 
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +33,8 @@ enum {
   S_WORKER_UPSERT,
   S_VOLUME_INSERT,
   S_META_SET,
+  S_HIST_INSERT,
+  S_HIST_TRIM,
   S_COUNT
 };
 
@@ -40,6 +43,11 @@ struct kvp__adv_store_s {
   sqlite3_stmt *s[S_COUNT];
   uint64_t stream_seq;
   size_t volumes_written; /* volume ids below this are in the volumes table */
+  /* tier_history rows waiting for the next flush (index owner's thread). */
+  kvp__adv_hist_row_t *hist;
+  size_t nhist, hist_cap;
+  uint64_t hist_keep_ms;
+  _Atomic uint64_t hist_dropped; /* also counted by a failed write, on its thread */
 };
 
 /* Runs sql; on failure err (may be NULL) says why. Returns 0 or KVP_EDB. */

@@ -87,6 +87,11 @@ static const char *const steps[] = {
     "  AND l.dp_rank = w.dp_rank AND l.tier = 4) AS g4_blocks,"
     " w.down_at AS down_at, w.locations_dropped AS locations_dropped"
     " FROM workers w;",
+    /* 4: tier occupancy over time, sampled by the advisor (store.h,
+     * kvp__adv_store_history_add). volume '' is a tier's total. */
+    "CREATE TABLE tier_history(t INTEGER NOT NULL, tier INTEGER NOT NULL,"
+    " volume TEXT NOT NULL DEFAULT '', blocks INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+    " capacity INTEGER, PRIMARY KEY(t, tier, volume)) WITHOUT ROWID;",
 };
 
 static int schema_version(sqlite3 *db, int *v) {

@@ -32,6 +32,9 @@ static const char *const stmt_sql[S_COUNT] = {
                         " VALUES(?1, ?2, NULL, ?3)",
     [S_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
                    " ON CONFLICT(key) DO UPDATE SET value = ?2",
+    [S_HIST_INSERT] = "INSERT OR REPLACE INTO tier_history(t, tier, volume, blocks, bytes, capacity)"
+                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+    [S_HIST_TRIM] = "DELETE FROM tier_history WHERE t < ?1",
 };
 
 int kvp__adv_store_open(kvp__adv_store_t **out, const char *path, char *err, size_t errlen) {
@@ -72,6 +75,7 @@ void kvp__adv_store_close(kvp__adv_store_t *st) {
   for (int i = 0; i < S_COUNT; i++)
     sqlite3_finalize(st->s[i]);
   sqlite3_close(st->db);
+  free(st->hist);
   free(st);
 }
 

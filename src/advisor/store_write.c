@@ -45,6 +45,9 @@ struct kvp__adv_flush_s {
   size_t nworkers;
   const char **volumes;
   size_t nvolumes, volumes_total;
+  kvp__adv_hist_row_t *hist; /* taken from the store's queue */
+  size_t nhist;
+  uint64_t hist_keep_ms;
   uint64_t stream_seq;
 };
 
@@ -78,6 +81,7 @@ void kvp__adv_flush_free(kvp__adv_flush_t *fl) {
   free(fl->gone);
   free(fl->workers);
   free(fl->volumes);
+  free(fl->hist);
   free(fl);
 }
 
@@ -188,6 +192,12 @@ int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_
     for (size_t v = from; v < fl->volumes_total; v++)
       fl->volumes[fl->nvolumes++] = kvp__adv_index_volume_name(ix, (uint16_t)v);
   }
+  /* Nothing can fail after this: the queued samples move to the flush. */
+  fl->hist = st->hist;
+  fl->nhist = st->nhist;
+  fl->hist_keep_ms = st->hist_keep_ms;
+  st->hist = NULL;
+  st->nhist = st->hist_cap = 0;
   *out = fl;
   return 0;
 fail:
@@ -273,6 +283,27 @@ static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t
     if ((rc = kvp__adv_sql_step_done(s)) != 0)
       return rc;
   }
+  s = st->s[S_HIST_INSERT];
+  for (size_t i = 0; i < fl->nhist; i++) {
+    const kvp__adv_hist_row_t *h = &fl->hist[i];
+    sqlite3_bind_int64(s, 1, (sqlite3_int64)h->t_ms);
+    sqlite3_bind_int(s, 2, h->tier);
+    sqlite3_bind_text(s, 3, h->volume, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 4, (sqlite3_int64)h->blocks);
+    sqlite3_bind_int64(s, 5, (sqlite3_int64)h->bytes);
+    if (h->capacity > 0)
+      sqlite3_bind_int64(s, 6, (sqlite3_int64)h->capacity);
+    else
+      sqlite3_bind_null(s, 6);
+    if ((rc = kvp__adv_sql_step_done(s)) != 0)
+      return rc;
+  }
+  if (fl->nhist > 0 && fl->hist_keep_ms > 0 && fl->hist[fl->nhist - 1].t_ms > fl->hist_keep_ms) {
+    sqlite3_bind_int64(st->s[S_HIST_TRIM], 1,
+                       (sqlite3_int64)(fl->hist[fl->nhist - 1].t_ms - fl->hist_keep_ms));
+    if ((rc = kvp__adv_sql_step_done(st->s[S_HIST_TRIM])) != 0)
+      return rc;
+  }
   s = st->s[S_META_SET];
   sqlite3_bind_text(s, 1, "stream_seq", -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->stream_seq);
@@ -303,6 +334,8 @@ int kvp__adv_store_write(kvp__adv_store_t *st, const kvp__adv_flush_t *fl) {
 rollback:
   kvp_log_error("advisor: flush of %zu blocks failed: %s", fl->nrows, sqlite3_errmsg(st->db));
   kvp__adv_sql_exec(st->db, "ROLLBACK", NULL, 0);
+  /* The changes go back to the index; the samples are lost. */
+  atomic_fetch_add(&st->hist_dropped, fl->nhist);
 fail:
   return KVP_EDB;
 }
@@ -324,4 +357,29 @@ int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_in
     *nblocks = fl->nrows;
   kvp__adv_flush_free(fl);
   return 0;
+}
+
+int kvp__adv_store_history_add(kvp__adv_store_t *st, const kvp__adv_hist_row_t *rows, size_t n,
+                               uint64_t keep_ms) {
+  st->hist_keep_ms = keep_ms;
+  if (n > KVP__ADV_HIST_PENDING_MAX) {
+    atomic_fetch_add(&st->hist_dropped, n - KVP__ADV_HIST_PENDING_MAX);
+    rows += n - KVP__ADV_HIST_PENDING_MAX;
+    n = KVP__ADV_HIST_PENDING_MAX;
+  }
+  if (st->nhist + n > KVP__ADV_HIST_PENDING_MAX) { /* the oldest go */
+    size_t drop = st->nhist + n - KVP__ADV_HIST_PENDING_MAX;
+    memmove(st->hist, st->hist + drop, (st->nhist - drop) * sizeof *st->hist);
+    st->nhist -= drop;
+    atomic_fetch_add(&st->hist_dropped, drop);
+  }
+  if (KVP_ARRAY_RESERVE(st->hist, st->hist_cap, st->nhist + n, 64) != 0)
+    return KVP_ENOMEM;
+  memcpy(st->hist + st->nhist, rows, n * sizeof *rows);
+  st->nhist += n;
+  return 0;
+}
+
+uint64_t kvp__adv_store_history_dropped(const kvp__adv_store_t *st) {
+  return atomic_load(&st->hist_dropped);
 }

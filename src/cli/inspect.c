@@ -304,12 +304,14 @@ int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, c
   if (t != NULL) {
     char sz[32];
     fprintf(o->f,
-            "tiering: %" PRIu64 " blocks demoted (%s), %" PRIu64 " evicted, %" PRIu64
-            " failed, %" PRIu64 " promotions planned (not carried out yet)\n",
-            stat_u64(stats, "tiering", "demoted"),
+            "tiering: %" PRIu64 " blocks demoted, %" PRIu64 " promoted (%" PRIu64
+            " prefetched), %s moved, %" PRIu64 " evicted, %" PRIu64 " failed, %" PRIu64
+            " moves deferred by the throttle\n",
+            stat_u64(stats, "tiering", "demoted"), stat_u64(stats, "tiering", "promoted"),
+            stat_u64(stats, "tiering", "prefetched"),
             kvp__cli_size(stat_u64(stats, "tiering", "bytes_moved"), sz, sizeof sz),
             stat_u64(stats, "tiering", "evicted"), stat_u64(stats, "tiering", "failed"),
-            stat_u64(stats, "tiering", "planned_promotions"));
+            stat_u64(stats, "tiering", "throttled"));
   }
   return 0;
 }

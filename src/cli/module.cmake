@@ -1,1 +1,1 @@
-list(APPEND KVP_LIB_SOURCES cli/inspect.c)
+list(APPEND KVP_LIB_SOURCES cli/inspect.c cli/report.c cli/live.c)

@@ -46,7 +46,8 @@ static int parse_units(const char *s, const unit_t *units, size_t nunits, int64_
 }
 
 int kvp__parse_duration_ms(const char *s, int64_t *out) {
-  static const unit_t units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+  static const unit_t units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
+                                 {"d", 86400000}};
   return parse_units(s, units, sizeof units / sizeof units[0], out);
 }
 
@@ -163,7 +164,7 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const cha
   }
   if (rc != 0) {
     static const char *const what[] = {[KVP_CONF_INT] = "an integer",
-                                       [KVP_CONF_DURATION] = "a duration (e.g. 250ms, 5s, 2m)",
+                                       [KVP_CONF_DURATION] = "a duration (e.g. 250ms, 5s, 2m, 7d)",
                                        [KVP_CONF_SIZE] = "a size (e.g. 4096, 64KiB, 16MiB)"};
     snprintf(err, errlen, "[%s] %s: '%s' is not %s", section, name, value, what[k->type]);
     return KVP_ECONFIG;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ typedef struct worker_s {
   pthread_t thread;
   req_t *reqs;
   size_t nreqs, cap;
+  atomic_size_t done; /* requests replayed, read by kvp__sim_progress */
   kvp_blockmgr_t *bm;
   kvp_publisher_t *pub;
   kvp_volume_t *g3, *g4;
@@ -333,6 +335,7 @@ static void *worker_main(void *arg) {
     if (sim->o.speedup > 0)
       pace(start, r->ts_ms, sim->o.speedup);
     w->rc = run_request(w, r, (uint64_t)i * (uint64_t)sim->o.workers + (uint64_t)w->index, tokens);
+    atomic_fetch_add_explicit(&w->done, 1, memory_order_relaxed);
     kvp_publisher_poll(w->pub); /* answer resync requests on the owner thread */
   }
   /* Requests finish: their blocks stay cached. */
@@ -351,6 +354,8 @@ int kvp__sim_run(kvp__sim_t *s) {
   int started = 0, rc = 0;
   uint64_t t0 = kvp__now_ns();
 
+  for (int i = 0; i < s->o.workers; i++)
+    atomic_store(&s->w[i].done, 0);
   for (; started < s->o.workers; started++)
     if (pthread_create(&s->w[started].thread, NULL, worker_main, &s->w[started]) != 0) {
       rc = KVP_ENOMEM;
@@ -363,6 +368,13 @@ int kvp__sim_run(kvp__sim_t *s) {
   }
   s->seconds = (double)(kvp__now_ns() - t0) / 1e9;
   return rc;
+}
+
+size_t kvp__sim_progress(kvp__sim_t *s) {
+  size_t n = 0;
+  for (int i = 0; i < s->o.workers; i++)
+    n += atomic_load_explicit(&s->w[i].done, memory_order_relaxed);
+  return n;
 }
 
 size_t kvp__sim_requests(const kvp__sim_t *s) {

@@ -81,6 +81,9 @@ int kvp__sim_create(const kvp__sim_opts_t *o, kvp__sim_t **out, char *err, size_
 int kvp__sim_run(kvp__sim_t *s);
 
 size_t kvp__sim_requests(const kvp__sim_t *s);
+/* Requests replayed so far by the running kvp__sim_run: callable from any
+ * thread while it runs (a progress bar). */
+size_t kvp__sim_progress(kvp__sim_t *s);
 size_t kvp__sim_block_refs(const kvp__sim_t *s);
 double kvp__sim_seconds(const kvp__sim_t *s); /* wall time of the last run */
 

@@ -35,7 +35,7 @@ typedef struct vol_s {
 
 /* One unit of work for the job, and its outcome. */
 typedef struct op_s {
-  int kind; /* KVP__TIER_DEMOTE, KVP__TIER_EVICT, or -1: delete a moved block's source */
+  int kind; /* kvp__tier_kind_t, or -1: delete a moved block's source */
   uint64_t hash, parent, bytes;
   uint32_t tokens;
   int has_parent;
@@ -61,6 +61,12 @@ struct kvp__tier_engine_s {
   kvp__tier_params_t prm;
   uint64_t interval_ms, grace_ms;
   size_t max_moves;
+  double max_bytes_per_s; /* 0: no throttle */
+  double budget;          /* bytes the throttle lets through now (may go negative) */
+  uint64_t budget_ms;     /* when the budget was last refilled */
+  uint64_t hits[KVP__TIER_HITS_MAX]; /* G4 hits since the last round (kvp__tier_engine_hit) */
+  size_t nhits;
+  size_t round_taken;     /* moves taken this round (max_moves) */
   vol_t *vols;
   size_t nvols;
   uint16_t advisor_worker;
@@ -87,6 +93,12 @@ struct kvp__tier_engine_s {
   size_t lru_cap;
 };
 
+/* Whether a move copies a block (a demotion, promotion or prefetch), as
+ * opposed to deleting one. */
+static int is_copy(int kind) {
+  return kind == KVP__TIER_DEMOTE || kind == KVP__TIER_PROMOTE || kind == KVP__TIER_PREFETCH;
+}
+
 /* --- the job (thread pool) --------------------------------------------------- */
 
 /* Reads block hash from v into *buf (grown as needed), verified. */
@@ -106,7 +118,7 @@ static int read_block(kvp_volume_t *v, const char *ns, uint64_t hash, void **buf
 
 /* The I/O of one op; the journal is written around it by job_work. */
 static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void **b, size_t *bcap) {
-  vol_t *from = &e->vols[o->from], *to = o->kind == KVP__TIER_DEMOTE ? &e->vols[o->to] : NULL;
+  vol_t *from = &e->vols[o->from], *to = is_copy(o->kind) ? &e->vols[o->to] : NULL;
   kvp_frame_t m, back;
 
   if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
@@ -150,13 +162,13 @@ static void job_work(uv_work_t *req) {
     if (o->kind >= 0)
       o->journal_id = kvp__tier_journal_insert(
           e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
-          o->kind == KVP__TIER_DEMOTE ? e->vols[o->to].tier : 0,
-          o->kind == KVP__TIER_DEMOTE ? e->vols[o->to].name : "", o->bytes, now);
+          is_copy(o->kind) ? e->vols[o->to].tier : 0, is_copy(o->kind) ? e->vols[o->to].name : "",
+          o->bytes, now);
   }
   kvp__tier_journal_commit(e->db);
   kvp__tier_journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++)
-    if (e->ops[i].kind == KVP__TIER_DEMOTE)
+    if (is_copy(e->ops[i].kind))
       kvp__tier_journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
   kvp__tier_journal_commit(e->db);
   for (size_t i = 0; i < e->nops; i++)
@@ -164,9 +176,7 @@ static void job_work(uv_work_t *req) {
   kvp__tier_journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++) {
     const op_t *o = &e->ops[i];
-    const char *state = o->rc != 0                    ? "failed"
-                        : o->kind == KVP__TIER_DEMOTE ? "committed"
-                                                      : "source_deleted";
+    const char *state = o->rc != 0 ? "failed" : is_copy(o->kind) ? "committed" : "source_deleted";
     kvp__tier_journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
   }
   kvp__tier_journal_commit(e->db);
@@ -239,11 +249,11 @@ static void job_after(uv_work_t *req, int status) {
     }
     if (o->rc != 0) {
       e->st.failed++;
-      if (o->kind == KVP__TIER_DEMOTE && o->rc == KVP_ENOSPC)
+      if (is_copy(o->kind) && o->rc == KVP_ENOSPC)
         e->vols[o->to].st.failed_full++;
       else
         from->st.failed_other++;
-      if (o->kind == KVP__TIER_DEMOTE && o->rc == KVP_ENOSPC)
+      if (is_copy(o->kind) && o->rc == KVP_ENOSPC)
         e->vols[o->to].backoff_until_ms = now + BACKOFF_MS;
       kvp_log_warn("tiering: %s of block %016" PRIx64 " from %s failed: %s%s",
                    o->kind < 0 ? "source delete" : kvp__tier_kind_name(o->kind), o->hash,
@@ -264,7 +274,12 @@ static void job_after(uv_work_t *req, int status) {
       publish(e, KVP_EV_STORED, to, o);
       kvp__adv_index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
                            to->id, o->tokens, o->bytes, now);
-      e->st.demoted++;
+      if (o->kind == KVP__TIER_DEMOTE)
+        e->st.demoted++;
+      else
+        e->st.promoted++;
+      if (o->kind == KVP__TIER_PREFETCH)
+        e->st.prefetched++;
       from->st.moved_out++;
       from->st.bytes_out += o->bytes;
       to->st.moved_in++;
@@ -308,8 +323,9 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 /* Every G3/G4 location in a configured volume, with its block's figures;
- * tokens[i] is candidate i's token count. */
-static int build_candidates(kvp__tier_engine_t *e, uint64_t *used) {
+ * tokens[i] is candidate i's token count; used[v] and blocks[v] sum the
+ * bytes and blocks of volume v, not counting sources of finished moves. */
+static int build_candidates(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blocks) {
   kvp__adv_index_stats_t st;
   kvp__adv_index_stats(e->ix, &st);
   e->ncands = 0;
@@ -355,18 +371,121 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t *used) {
                                .last_access_ms = b.last_access_ms,
                                .freq = b.freq,
                                .since_ms = b.last_access_ms};
-        if (!moved)
+        if (!moved) {
           used[v] += b.bytes;
+          blocks[v]++;
+        }
       }
     }
   }
   return 0;
 }
 
+/* Adds moves to the job's ops in order, up to max_moves per round and, with
+ * a bytes/s throttle, while the budget lasts (a move larger than what is
+ * left still goes when some is left: the budget goes negative and the next
+ * rounds pay it back). A hash among ops[dedup_from, dedup_to) is skipped
+ * (dedup_to SIZE_MAX: up to the last op taken). */
+static void take_moves(kvp__tier_engine_t *e, const kvp__tier_move_t *moves, size_t nmoves,
+                       size_t dedup_from, size_t dedup_to) {
+  for (size_t i = 0; i < nmoves; i++) {
+    const kvp__tier_move_t *m = &moves[i];
+    int dup = 0;
+    for (size_t k = dedup_from; k < e->nops && k < dedup_to && !dup; k++)
+      dup = e->ops[k].hash == m->hash;
+    if (dup)
+      continue;
+    if (e->round_taken >= e->max_moves)
+      return;
+    if (e->max_bytes_per_s > 0 && is_copy(m->kind) && e->budget <= 0) {
+      e->st.throttled += nmoves - i;
+      return;
+    }
+    /* The candidate's block figures (the first candidate of that hash). */
+    size_t c = 0;
+    while (c < e->ncands && !(e->cands[c].hash == m->hash && e->cands[c].vol == m->from))
+      c++;
+    if (c == e->ncands || KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+      continue;
+    e->ops[e->nops++] = (op_t){.kind = m->kind,
+                               .hash = m->hash,
+                               .parent = e->cands[c].parent,
+                               .has_parent = e->cands[c].has_parent,
+                               .bytes = m->bytes,
+                               .tokens = e->tokens[c],
+                               .from = m->from,
+                               .to = m->to,
+                               .journal_id = -1};
+    e->round_taken++;
+    if (e->max_bytes_per_s > 0 && is_copy(m->kind))
+      e->budget -= (double)m->bytes;
+  }
+}
+
+/* Most G4 hits whose prefixes one round prefetches. */
+#define PREFETCH_HITS 16
+
+/* The prefetches of this round: for each G4 hit since the last round
+ * (kvp__tier_engine_hit) whose block is in a G4 volume and in no G3 one,
+ * its descendants in G4, into G3 (kvp__tier_prefetch); at most
+ * PREFETCH_HITS distinct hits. pv is updated as if they were done. */
+static void plan_prefetches(kvp__tier_engine_t *e, kvp__tier_vol_t *pv, uint64_t now,
+                            kvp__tier_move_t **out, size_t *nout) {
+  uint64_t *g3 = NULL, *g4 = NULL;
+  size_t done = 0, cap = 0, n3 = 0, n4 = 0;
+
+  *out = NULL;
+  *nout = 0;
+  if (e->nhits == 0)
+    return;
+  /* The hashes in G3 and in G4, sorted. */
+  if ((g3 = malloc((e->ncands ? e->ncands : 1) * sizeof *g3)) == NULL ||
+      (g4 = malloc((e->ncands ? e->ncands : 1) * sizeof *g4)) == NULL)
+    goto out;
+  for (size_t i = 0; i < e->ncands; i++) {
+    if (pv[e->cands[i].vol].tier == 3)
+      g3[n3++] = e->cands[i].hash;
+    else
+      g4[n4++] = e->cands[i].hash;
+  }
+  qsort(g3, n3, sizeof *g3, cmp_u64);
+  qsort(g4, n4, sizeof *g4, cmp_u64);
+  qsort(e->hits, e->nhits, sizeof *e->hits, cmp_u64);
+  for (size_t i = 0; i < e->nhits && done < PREFETCH_HITS; i++) {
+    uint64_t h = e->hits[i];
+    if ((i > 0 && e->hits[i - 1] == h) || bsearch(&h, g4, n4, sizeof *g4, cmp_u64) == NULL ||
+        bsearch(&h, g3, n3, sizeof *g3, cmp_u64) != NULL)
+      continue;
+    kvp__tier_move_t *m = NULL;
+    size_t nm = 0;
+    if (kvp__tier_prefetch(&e->prm, pv, e->nvols, e->cands, e->ncands, h, now, &m, &nm) != 0)
+      break;
+    done++;
+    if (nm > 0 && KVP_ARRAY_RESERVE(*out, cap, *nout + nm, 64) == 0) {
+      memcpy(*out + *nout, m, nm * sizeof *m);
+      *nout += nm;
+    }
+    free(m);
+  }
+out:
+  free(g3);
+  free(g4);
+}
+
+void kvp__tier_engine_hit(kvp__tier_engine_t *e, uint64_t hash) {
+  if (e->prm.prefetch_depth == 0)
+    return;
+  if (e->nhits == KVP__TIER_HITS_MAX) {
+    e->st.hits_dropped++;
+    return;
+  }
+  e->hits[e->nhits++] = hash;
+}
+
 void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   uint64_t now = kvp__unix_ms();
   kvp__tier_vol_t pv[KVP_ADVISOR_MAX_VOLUMES];
-  uint64_t used[KVP_ADVISOR_MAX_VOLUMES] = {0};
+  uint64_t used[KVP_ADVISOR_MAX_VOLUMES] = {0}, blocks[KVP_ADVISOR_MAX_VOLUMES] = {0};
   kvp__tier_move_t *moves = NULL;
   size_t nmoves = 0;
 
@@ -388,9 +507,12 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
                                .journal_id = e->pend[i].journal_id};
     e->pend[i].deleting = 1;
   }
-  if (build_candidates(e, used) == 0) {
-    for (size_t v = 0; v < e->nvols; v++)
+  int built = build_candidates(e, used, blocks) == 0;
+  if (built) {
+    for (size_t v = 0; v < e->nvols; v++) {
       e->vols[v].st.used = used[v];
+      e->vols[v].st.blocks = blocks[v];
+    }
     for (size_t v = 0; v < e->nvols; v++)
       pv[v] = (kvp__tier_vol_t){.tier = e->vols[v].tier,
                                 .capacity = e->vols[v].capacity,
@@ -400,30 +522,24 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
                        &moves, &nmoves) != 0)
       nmoves = 0;
   }
-  size_t taken = 0;
-  for (size_t i = 0; i < nmoves && taken < e->max_moves; i++) {
-    const kvp__tier_move_t *m = &moves[i];
-    if (m->kind == KVP__TIER_PROMOTE || m->kind == KVP__TIER_PREFETCH) {
-      e->st.planned_promotions++;
-      continue;
-    }
-    /* The candidate's block figures (the first candidate of that hash). */
-    size_t c = 0;
-    while (c < e->ncands && !(e->cands[c].hash == m->hash && e->cands[c].vol == m->from))
-      c++;
-    if (c == e->ncands || KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
-      continue;
-    e->ops[e->nops++] = (op_t){.kind = m->kind,
-                               .hash = m->hash,
-                               .parent = e->cands[c].parent,
-                               .has_parent = e->cands[c].has_parent,
-                               .bytes = m->bytes,
-                               .tokens = e->tokens[c],
-                               .from = m->from,
-                               .to = m->to,
-                               .journal_id = -1};
-    taken++;
+  /* Prefetch first: G4 blocks workers read since the last round bring their
+   * descendants in G4 to G3. Then the plan's
+   * moves, already in priority order (demotion for space, promotion,
+   * eviction). */
+  kvp__tier_move_t *pre = NULL;
+  size_t npre = 0, first = e->nops;
+  if (e->max_bytes_per_s > 0) {
+    double add = e->max_bytes_per_s * (double)(now - e->budget_ms) / 1000.0;
+    e->budget = e->budget + add < e->max_bytes_per_s ? e->budget + add : e->max_bytes_per_s;
+    e->budget_ms = now;
   }
+  e->round_taken = 0;
+  if (built && e->ncands > 0)
+    plan_prefetches(e, pv, now, &pre, &npre);
+  e->nhits = 0;
+  take_moves(e, pre, npre, first, SIZE_MAX);
+  take_moves(e, moves, nmoves, first, e->nops);
+  free(pre);
   free(moves);
   if (e->nops == 0)
     return;
@@ -529,6 +645,11 @@ int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp_
   e->interval_ms = (uint64_t)cfg->tier_interval_ms;
   e->grace_ms = (uint64_t)cfg->tier_grace_ms;
   e->max_moves = (size_t)cfg->tier_max_moves;
+  e->max_bytes_per_s = (double)cfg->tier_max_bytes_per_s;
+  e->budget = e->max_bytes_per_s;
+  e->budget_ms = kvp__unix_ms();
+  e->prm.prefetch_depth = (uint32_t)cfg->tier_prefetch_depth;
+  e->prm.prefetch_bytes = (uint64_t)cfg->tier_prefetch_bytes;
   if ((rc = kvp__tier_params_check(&e->prm, err, errlen)) != 0)
     goto fail;
   rc = KVP_ENOMEM;

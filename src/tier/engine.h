@@ -54,7 +54,10 @@ typedef struct kvp__tier_stats_s {
   uint64_t rounds, demoted, evicted, sources_deleted, failed;
   uint64_t bytes_moved;
   uint64_t bytes_tiers[5][5]; /* bytes_moved by [source tier][destination tier] */
-  uint64_t planned_promotions; /* planned, not carried out (see above) */
+  uint64_t promoted;   /* G4 -> G3 moves committed, prefetches included */
+  uint64_t prefetched; /* of which prefetches of a prefix hit in G4 */
+  uint64_t throttled;  /* planned moves left for later rounds by the bytes/s throttle */
+  uint64_t hits_dropped; /* G4 hits past KVP__TIER_HITS_MAX between two rounds */
   uint64_t events_published;   /* moves announced as worker _advisor */
   uint64_t events_dropped;     /* announcements the publisher refused */
 } kvp__tier_stats_t;
@@ -64,6 +67,7 @@ typedef struct kvp__tier_vol_stats_s {
   char name[64];
   int tier;
   uint64_t capacity, used; /* used: bytes the index places there (fill = used / capacity) */
+  uint64_t blocks;         /* blocks the index places there */
   uint64_t moved_in, moved_out, bytes_in, bytes_out, evicted;
   uint64_t failed_full;  /* moves into it refused for space (then a 30 s backoff) */
   uint64_t failed_other; /* moves out of it that failed otherwise */
@@ -89,6 +93,12 @@ void kvp__tier_engine_start(kvp__tier_engine_t *e);
 /* Stops the rounds; done(ctx) is called on the loop once no job runs (at
  * once when none does). */
 void kvp__tier_engine_stop(kvp__tier_engine_t *e, void (*done)(void *ctx), void *ctx);
+
+/* A worker read hash from G4 (an Accessed event): the next round prefetches
+ * its descendants in G4 to G3. Up to KVP__TIER_HITS_MAX hits wait for a
+ * round; more are counted (hits_dropped) and ignored. Loop thread. */
+#define KVP__TIER_HITS_MAX 1024
+void kvp__tier_engine_hit(kvp__tier_engine_t *e, uint64_t hash);
 
 /* Runs one round now (tests). */
 void kvp__tier_engine_round(kvp__tier_engine_t *e);

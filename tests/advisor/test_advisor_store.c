@@ -161,6 +161,48 @@ static void block_held_by_300_workers_survives_restart(void **state) {
   kvp__adv_index_destroy(ix);
 }
 
+/* Samples queued for tier_history go out with the next flush; older than
+ * history_keep before the newest are deleted; the queue is bounded. */
+static void tier_history_is_written_and_trimmed(void **state) {
+  fx_t *f = *state;
+  kvp__adv_index_t *ix = NULL;
+  kvp__adv_store_t *st = NULL;
+  kvp__adv_hist_row_t r[3];
+  char err[256];
+
+  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  memset(r, 0, sizeof r);
+  for (int i = 0; i < 3; i++) {
+    r[i].t_ms = NOW + (uint64_t)i * 1000;
+    r[i].tier = 3;
+    snprintf(r[i].volume, sizeof r[i].volume, "g3-a");
+    r[i].blocks = 10 + (uint64_t)i;
+    r[i].bytes = 1000 * r[i].blocks;
+    r[i].capacity = 100000;
+  }
+  assert_int_equal(kvp__adv_store_history_add(st, r, 2, 0), 0);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 0); /* not flushed yet */
+  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 0, NULL), 0);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 2);
+  assert_int_equal(q1(f->path, "SELECT sum(bytes) FROM tier_history WHERE volume = 'g3-a'"), 21000);
+  /* Kept 1.5 s before the newest (NOW + 2 s): the sample at NOW goes. */
+  assert_int_equal(kvp__adv_store_history_add(st, &r[2], 1, 1500), 0);
+  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 0, NULL), 0);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 2);
+  assert_int_equal(q1(f->path, "SELECT min(blocks) FROM tier_history"), 11);
+  /* Past KVP__ADV_HIST_PENDING_MAX queued, the oldest are dropped. */
+  for (int i = 0; i < KVP__ADV_HIST_PENDING_MAX + 5; i++) {
+    r[0].t_ms = NOW + 10000 + (uint64_t)i;
+    assert_int_equal(kvp__adv_store_history_add(st, r, 1, 0), 0);
+  }
+  assert_int_equal(kvp__adv_store_history_dropped(st), 5);
+  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 0, NULL), 0);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 2 + KVP__ADV_HIST_PENDING_MAX);
+  kvp__adv_store_close(st);
+  kvp__adv_index_destroy(ix);
+}
+
 static void database_files_are_private(void **state) {
   fx_t *f = *state;
   kvp__adv_store_t *st = NULL;
@@ -240,7 +282,9 @@ static void version_2_database_gains_down_columns(void **state) {
                                " WHERE name = 'down_at'"),
                    0);
   assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
-  assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+  assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"),
+                   KVP__ADV_SCHEMA_VERSION);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 0); /* step 4 */
   assert_int_equal(q1(f->path, "SELECT last_event_id FROM workers WHERE worker = 'old'"), 40);
   assert_int_equal(q1(f->path, "SELECT down_at IS NULL FROM workers WHERE worker = 'old'"), 1);
   assert_int_equal(q1(f->path, "SELECT locations_dropped FROM workers WHERE worker = 'old'"), 0);
@@ -413,6 +457,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(old_url_key_sets_servers),
     cmocka_unit_test_setup_teardown(flush_then_load_restores_everything, setup, teardown),
     cmocka_unit_test_setup_teardown(block_held_by_300_workers_survives_restart, setup, teardown),
+    cmocka_unit_test_setup_teardown(tier_history_is_written_and_trimmed, setup, teardown),
     cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
     cmocka_unit_test_setup_teardown(old_schema_is_upgraded, setup, teardown),
     cmocka_unit_test_setup_teardown(version_2_database_gains_down_columns, setup, teardown),

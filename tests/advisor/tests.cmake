@@ -11,3 +11,9 @@ kvp_add_test(advisor_kill advisor/test_advisor_kill.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 180)
 kvp_add_test(advisor_fresh advisor/test_advisor_fresh.c advisor/advfix.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 120)
+# docs/config.md is the output of kvplane-advisor --config-reference: it
+# cannot drift from the key table (regenerate it with that command).
+add_test(NAME advisor_config_reference_is_current
+  COMMAND sh -c "\"$1\" --config-reference | diff -u \"$2\" -" sh
+    $<TARGET_FILE:kvplane-advisor> ${PROJECT_SOURCE_DIR}/docs/config.md)
+set_tests_properties(advisor_config_reference_is_current PROPERTIES LABELS "advisor;docs")

@@ -50,7 +50,10 @@ static int setup(void **state) {
   char trace[512], err[512];
 
   *state = c;
-  if (advfix_setup(&c->f, 0) != 0 || advfix_start(&c->f) != 0)
+  if (advfix_setup(&c->f, 0) != 0)
+    return -1;
+  c->f.cfg.history_interval_ms = 1000; /* tier_history for `report` */
+  if (advfix_start(&c->f) != 0)
     return -1;
   snprintf(c->prog, sizeof c->prog, "%s/tools/kvplane", getenv("KVP_TEST_BINDIR"));
   snprintf(c->out, sizeof c->out, "%s/cli.out", c->f.dir);
@@ -206,10 +209,100 @@ static void exit_statuses(void **state) {
   assert_int_equal(cli_run(c, (char *[]){"stats", "-s", url, "-w", "300", NULL}), 2);
 }
 
+/* The first bytes of file path into buf (NUL-terminated); how many. */
+static size_t head_of(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "rb");
+  size_t n = 0;
+  if (f) {
+    n = fread(buf, 1, len - 1, f);
+    fclose(f);
+  }
+  buf[n] = '\0';
+  return n;
+}
+
+/* report draws tier_history (sampled every second here, and once more at
+ * stop) and the migrations with gnuplot; its exit statuses. */
+static void report_draws_the_history(void **state) {
+  cli_t *c = *state;
+  char *db = c->f.db, png[400], svg[400], head[600];
+
+  assert_int_equal(advfix_stop(&c->f), 0); /* the last sample is committed */
+  snprintf(png, sizeof png, "%s/report.png", c->f.dir);
+  snprintf(svg, sizeof svg, "%s/report.svg", c->f.dir);
+  assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, "--png", png, NULL}), 0);
+  assert_non_null(strstr(c->text, png)); /* it says where */
+  assert_int_equal(head_of(png, head, sizeof head) >= 8, 1);
+  assert_memory_equal(head, "\x89PNG\r\n\x1a\n", 8);
+  assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, "--svg", svg, NULL}), 0);
+  head_of(svg, head, sizeof head);
+  assert_non_null(strstr(head, "<svg"));
+  /* Nothing sampled in the last millisecond: nothing to report. */
+  assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, "--png", png, "--since", "1ms", NULL}),
+                   4);
+  assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, "--png", png, "--svg", svg, NULL}),
+                   1);
+  assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, "--png", png, "--since", "soon", NULL}),
+                   1);
+  /* gnuplot not found: a program it runs failed. */
+  char *path = strdup(getenv("PATH"));
+  setenv("PATH", "/nonexistent", 1);
+  int rc = cli_run(c, (char *[]){"report", "--db", db, "--png", png, NULL});
+  setenv("PATH", path, 1);
+  free(path);
+  assert_int_equal(rc, 5);
+}
+
+/* top without a terminal prints a line per refresh, with rates from the
+ * second on; replay runs simulated workers into the advisor; bench prints
+ * the table of a suite. */
+static void top_replay_and_bench(void **state) {
+  cli_t *c = *state;
+  char *db = c->f.db, *url = c->f.natsd.url, trace[512];
+  long long before = advfix_stat(&c->f, "ingest.block_events");
+
+  snprintf(trace, sizeof trace, "%s/../data/conversation_trace.jsonl.gz", kvp_test_srcdir());
+  assert_int_equal(cli_run(c, (char *[]){"replay", trace, "-s", url, "-n", "t", "--workers", "1",
+                                         "--limit", "20", NULL}),
+                   0);
+  assert_non_null(strstr(c->text, "replayed 20 requests"));
+  assert_non_null(strstr(c->text, "0 corrupt reuses"));
+  for (int i = 0; i < 500 && advfix_stat(&c->f, "ingest.block_events") == before; i++)
+    usleep(10000);
+  assert_true(advfix_stat(&c->f, "ingest.block_events") > before);
+
+  assert_int_equal(cli_run(c, (char *[]){"top", "--db", db, "-s", url, "-n", "t", "-N", "2",
+                                         "--interval", "200ms", NULL}),
+                   0);
+  char *second = strchr(c->text, '\n');
+  assert_non_null(second);
+  assert_non_null(strstr(c->text, "events/s -")); /* no rate from one answer */
+  assert_non_null(strstr(second + 1, "events/s ")); /* a figure from two */
+  assert_null(strstr(second + 1, "events/s -"));
+  assert_non_null(strstr(second + 1, "blocks "));
+
+  assert_int_equal(cli_run(c, (char *[]){"replay", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"replay", trace, "--mode", "fast", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"top", "--interval", "1ms", "--db", db, NULL}), 1);
+
+  /* kvp-bench is built with the benchmarks (KVP_BENCH, on in scripts/). */
+  char bench[600];
+  snprintf(bench, sizeof bench, "%s/bench/kvp-bench", getenv("KVP_TEST_BINDIR"));
+  if (access(bench, X_OK) == 0) {
+    assert_int_equal(cli_run(c, (char *[]){"bench", "hash", NULL}), 0);
+    assert_non_null(strstr(c->text, "hash.seq.512tok.blocks_per_s"));
+    assert_non_null(strstr(c->text, "xxh3-one-pass"));
+    assert_int_equal(cli_run(c, (char *[]){"bench", "nosuch", NULL}), 5);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(views_read_the_database, setup, teardown),
     cmocka_unit_test_setup_teardown(match_by_tokens, setup, teardown),
     cmocka_unit_test_setup_teardown(exit_statuses, setup, teardown),
+    cmocka_unit_test_setup_teardown(report_draws_the_history, setup, teardown),
+    cmocka_unit_test_setup_teardown(top_replay_and_bench, setup, teardown),
 };
 
 KVP_TEST_MAIN("cli", tests)

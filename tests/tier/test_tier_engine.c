@@ -13,6 +13,7 @@
 
 #include "advisor/index.h"
 #include "advisor/store.h"
+#include "common/clock.h"
 #include "harness.h"
 #include "natsd.h"
 #include <nats/nats.h>
@@ -330,6 +331,135 @@ static void a_missing_source_drops_its_stale_location(void **state) {
   kvp__tier_engine_close(e);
 }
 
+/* Puts blocks first..last (a chain: i's parent is i - 1) in G4, placed
+ * there by worker w in the index, last accessed at NOW. */
+static void seed_g4(fx_t *f, kvp_volume_t *g4, uint16_t v4, int first, int last) {
+  uint8_t payload[1000];
+  char err[256];
+  for (int i = first; i <= last; i++) {
+    memset(payload, i, sizeof payload);
+    kvp_frame_t m = {.hash = (uint64_t)i,
+                     .parent = (uint64_t)i - 1,
+                     .has_parent = i > 1,
+                     .payload_len = sizeof payload};
+    assert_int_equal(kvp_volume_put_block(g4, "t", &m, payload, err, sizeof err), 0);
+    assert_int_equal(kvp__adv_index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 4, v4,
+                                          16, sizeof payload + KVP_FRAME_HEADER, NOW_MS),
+                     0);
+  }
+}
+
+static kvp_volume_t *open_g4(fx_t *f, uint16_t *v4) {
+  kvp_volume_t *g4 = NULL;
+  char err[256];
+  kvp_volume_param_t p[1] = {{"path", f->p4}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &g4, err, sizeof err),
+                   0);
+  assert_int_equal(kvp__adv_index_volume(f->ix, "g4", v4), 0);
+  return g4;
+}
+
+/* A G4 block at promote_freq (4 decayed hits) comes back to G3, verified,
+ * and its G4 source goes after the grace period; one between keep_freq and
+ * promote_freq (the hysteresis band) and a cold one stay. */
+static void hot_g4_blocks_come_back_and_the_band_holds(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+  uint16_t v4;
+  kvp_volume_t *g4 = open_g4(f, &v4);
+
+  seed_g4(f, g4, v4, 101, 103); /* a chain, each block in G4 only */
+  uint64_t now = kvp__unix_ms();
+  assert_int_equal(kvp__adv_index_access(f->ix, 101, 4, 6, now), 0); /* hot */
+  assert_int_equal(kvp__adv_index_access(f->ix, 102, 4, 3, now), 0); /* in the band */
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.promoted, 1);
+  assert_int_equal(st.prefetched, 0); /* no G4 hit was reported */
+  assert_int_equal(locs_in(f, 101, 3), 1);
+  assert_int_equal(locs_in(f, 102, 3), 0);
+  assert_int_equal(locs_in(f, 103, 3), 0);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 101), 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE hash = 101 AND from_tier = 4"
+                             " AND to_tier = 3 AND to_volume = 'g3' AND state = 'committed'"),
+                   1);
+  round_and_wait(f, e); /* grace 0: the G4 source goes */
+  assert_int_equal(kvp_volume_exists(g4, "t", 101), 0);
+  assert_int_equal(locs_in(f, 101, 4), 0);
+  assert_int_equal(kvp_volume_exists(g4, "t", 102), 1);
+  /* Nothing else moves, round after round. */
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.promoted, 1);
+  assert_int_equal(st.failed, 0);
+  kvp_volume_close(g4);
+  kvp__tier_engine_close(e);
+}
+
+/* A worker reads block 201 from G4 (an Accessed event, and no G3 copy):
+ * its descendants in G4 come to G3 ahead of the requests that
+ * will want them, up to [tiering] prefetch_depth generations. */
+static void a_g4_hit_prefetches_its_descendants(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+  uint16_t v4;
+  kvp_volume_t *g4 = open_g4(f, &v4);
+
+  f->cfg.tier_prefetch_depth = 3;
+  seed_g4(f, g4, v4, 201, 206);
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  round_and_wait(f, e); /* cold: nothing moves */
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.promoted, 0);
+  assert_int_equal(kvp__adv_index_access(f->ix, 201, 4, 1, kvp__unix_ms()), 0);
+  kvp__tier_engine_hit(e, 201); /* as the advisor's ingest does for an Accessed G4 */
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.prefetched, 3); /* 202, 203, 204: three generations */
+  assert_int_equal(st.promoted, 3);
+  assert_int_equal(locs_in(f, 201, 3), 0); /* the hit itself was just read */
+  for (uint64_t h = 202; h <= 204; h++) {
+    assert_int_equal(locs_in(f, h, 3), 1);
+    assert_int_equal(kvp_volume_exists(f->g3, "t", h), 1);
+  }
+  assert_int_equal(locs_in(f, 205, 3), 0);
+  kvp_volume_close(g4);
+  kvp__tier_engine_close(e);
+}
+
+/* [tiering] max_bytes_per_s: a round copies what the budget lets through
+ * (one block of 1064 bytes at 1000 B/s: the budget goes negative) and
+ * defers the rest to later rounds, counted. */
+static void the_throttle_defers_moves(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+
+  f->cfg.tier_max_bytes_per_s = 1000;
+  f->cfg.tier_high = 0.5; /* seven demotions are due, down to 0.3 */
+  f->cfg.tier_low = 0.3;
+  seed(f, 10);
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 1);
+  assert_true(st.throttled >= 1);
+  round_and_wait(f, e); /* at once: the budget is still spent */
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 1);
+  nats_Sleep(1200); /* paid back */
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 2);
+  kvp__tier_engine_close(e);
+}
+
 static void a_volume_that_does_not_open_is_named(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
@@ -348,6 +478,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(restart_finishes_or_fails_unfinished_moves, setup, teardown),
     cmocka_unit_test_setup_teardown(a_missing_source_drops_its_stale_location, setup, teardown),
     cmocka_unit_test_setup_teardown(a_volume_that_does_not_open_is_named, setup, teardown),
+    cmocka_unit_test_setup_teardown(hot_g4_blocks_come_back_and_the_band_holds, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_g4_hit_prefetches_its_descendants, setup, teardown),
+    cmocka_unit_test_setup_teardown(the_throttle_defers_moves, setup, teardown),
 };
 
 KVP_TEST_MAIN("tier_engine", tests)

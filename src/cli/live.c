@@ -1,0 +1,259 @@
+/* top's rates and lines, replay's progress, bench's table (live.h). */
+#include "cli/live.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "kvplane/status.h"
+
+/* ---- top ---- */
+
+/* The number at a dotted path of a stats reply (0 when absent). */
+static double stat(const json_t *j, const char *path) {
+  char key[64];
+  const char *p = path;
+  while (j != NULL && *p) {
+    size_t n = strcspn(p, ".");
+    if (n >= sizeof key)
+      return 0;
+    memcpy(key, p, n);
+    key[n] = '\0';
+    j = json_object_get(j, key);
+    p += n + (p[n] == '.');
+  }
+  return json_is_number(j) ? json_number_value(j) : 0;
+}
+
+static double moves(const json_t *j) {
+  return stat(j, "tiering.demoted") + stat(j, "tiering.evicted") + stat(j, "tiering.promoted");
+}
+
+void kvp__cli_rates(const json_t *prev, const json_t *cur, uint64_t dt_ms, kvp__cli_rates_t *r) {
+  memset(r, 0, sizeof *r);
+  if (prev == NULL || cur == NULL || dt_ms == 0)
+    return;
+  double s = (double)dt_ms / 1000.0;
+  r->have = 1;
+  r->events_per_s = (stat(cur, "ingest.block_events") - stat(prev, "ingest.block_events")) / s;
+  r->batches_per_s = (stat(cur, "ingest.batches") - stat(prev, "ingest.batches")) / s;
+  r->migrations_per_s = (moves(cur) - moves(prev)) / s;
+  /* An advisor restarted between the replies: its counters began again. */
+  if (r->events_per_s < 0 || r->batches_per_s < 0 || r->migrations_per_s < 0)
+    memset(r, 0, sizeof *r);
+}
+
+void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__cli_rates_t *r) {
+  time_t t = (time_t)(now_ms / 1000);
+  struct tm tm;
+  char when[32];
+
+  gmtime_r(&t, &tm);
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  if (cur == NULL) {
+    fprintf(f, "%s advisor: no answer\n", when);
+    return;
+  }
+  fprintf(f, "%s", when);
+  if (r->have)
+    fprintf(f, " events/s %.0f batches/s %.0f migrations/s %.1f", r->events_per_s,
+            r->batches_per_s, r->migrations_per_s);
+  else
+    fputs(" events/s - batches/s - migrations/s -", f);
+  fprintf(f,
+          " blocks %.0f locations %.0f workers_up %.0f apply_lag_ms %.0f flush_lag_ms %.0f"
+          " pending_ms %.0f\n",
+          stat(cur, "blocks"), stat(cur, "locations"), stat(cur, "workers_up"),
+          stat(cur, "freshness.apply_lag_ms"), stat(cur, "freshness.flush_lag_ms"),
+          stat(cur, "freshness.pending_ms"));
+  fflush(f);
+}
+
+/* ---- replay ---- */
+
+typedef struct replay_s {
+  kvp__sim_t *sim;
+  int rc;
+  atomic_int done;
+} replay_t;
+
+static void *replay_main(void *arg) {
+  replay_t *r = arg;
+  r->rc = kvp__sim_run(r->sim);
+  atomic_store(&r->done, 1);
+  return NULL;
+}
+
+static void bar(FILE *f, size_t done, size_t total, double secs) {
+  int width = 40, fill = total ? (int)((double)done * width / (double)total) : width;
+  fputc('\r', f);
+  fputc('[', f);
+  for (int i = 0; i < width; i++)
+    fputc(i < fill ? '#' : '.', f);
+  fprintf(f, "] %zu/%zu requests  %.1f s ", done, total, secs);
+  fflush(f);
+}
+
+int kvp__cli_replay(const kvp__sim_opts_t *o, FILE *f, int tty, char *err, size_t errlen) {
+  replay_t r = {0};
+  pthread_t th;
+  int rc;
+
+  if ((rc = kvp__sim_create(o, &r.sim, err, errlen)) != 0)
+    return rc;
+  size_t total = kvp__sim_requests(r.sim), tenth = 0;
+  uint64_t t0 = kvp__now_ns();
+  fprintf(f, "replaying %zu requests of %s through %d workers on %s (namespace %s)\n", total,
+          o->trace, o->workers, o->servers, o->ns);
+  if (pthread_create(&th, NULL, replay_main, &r) != 0) {
+    kvp__sim_destroy(r.sim);
+    snprintf(err, errlen, "cannot start the replay thread");
+    return KVP_ENOMEM;
+  }
+  while (!atomic_load(&r.done)) {
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+    size_t done = kvp__sim_progress(r.sim);
+    double secs = (double)(kvp__now_ns() - t0) / 1e9;
+    if (tty) {
+      bar(f, done, total, secs);
+    } else if (total > 0 && done * 10 / total > tenth) {
+      tenth = done * 10 / total;
+      fprintf(f, "%zu/%zu requests (%zu%%) after %.1f s\n", done, total, tenth * 10, secs);
+      fflush(f);
+    }
+  }
+  pthread_join(th, NULL);
+  if (tty) {
+    bar(f, kvp__sim_progress(r.sim), total, kvp__sim_seconds(r.sim));
+    fputc('\n', f);
+  }
+  uint64_t lookups = 0, hits = 0, events = 0, corrupt = 0;
+  for (int w = 0; w < o->workers; w++) {
+    kvp__sim_worker_stats_t ws;
+    kvp__sim_worker_stats(r.sim, w, &ws);
+    lookups += ws.lookups;
+    hits += ws.hits_g1 + ws.hits_g2 + ws.hits_g3 + ws.hits_g4;
+    events += ws.events_sent;
+    corrupt += ws.corrupt;
+  }
+  fprintf(f,
+          "replayed %zu requests in %.1f s: %" PRIu64 " block lookups, hit rate %.3f, %" PRIu64
+          " events published, %" PRIu64 " corrupt reuses\n",
+          total, kvp__sim_seconds(r.sim), lookups, lookups ? (double)hits / (double)lookups : 0.0,
+          events, corrupt);
+  rc = r.rc;
+  if (rc == 0 && corrupt > 0) {
+    snprintf(err, errlen, "%" PRIu64 " reused blocks had wrong KV bytes", corrupt);
+    rc = KVP_EPROTO;
+  } else if (rc != 0) {
+    snprintf(err, errlen, "a worker failed: %s", kvp_strerror(rc));
+  }
+  kvp__sim_destroy(r.sim);
+  return rc;
+}
+
+/* ---- bench ---- */
+
+/* Parses a figure line with a baseline:
+ *   NAME VALUE UNIT  baseline LABEL... BVALUE BUNIT  ratio R
+ * into its parts (pointers into line, which is cut). Returns 1 when the
+ * line has that shape. */
+typedef struct fig_s {
+  char *name, *value, *unit, *label, *bvalue, *bunit, *ratio;
+} fig_t;
+
+static int parse_figure(char *line, fig_t *g) {
+  char *b = strstr(line, " baseline "), *r = strstr(line, " ratio ");
+  char *tok[64];
+  int n = 0;
+
+  if (line[0] == '#' || b == NULL || r == NULL || r < b)
+    return 0;
+  *b = '\0';
+  *r = '\0';
+  g->ratio = r + 7;
+  g->ratio[strcspn(g->ratio, " \n")] = '\0';
+  g->name = strtok(line, " ");
+  g->value = strtok(NULL, " ");
+  g->unit = strtok(NULL, " ");
+  if (g->name == NULL || g->value == NULL || g->unit == NULL)
+    return 0;
+  for (char *t = strtok(b + 10, " "); t != NULL && n < 64; t = strtok(NULL, " "))
+    tok[n++] = t;
+  if (n < 3)
+    return 0;
+  g->bvalue = tok[n - 2];
+  g->bunit = tok[n - 1];
+  g->label = tok[0];
+  for (int i = 1; i < n - 2; i++) /* the label's words back together */
+    tok[i][-1] = ' ';
+  return 1;
+}
+
+/* Runs bench_path arg, printing a row per figure with a baseline. Returns
+ * the rows printed, or -1 (err set). */
+static long run_suite(const char *bench_path, const char *arg, FILE *f, char *err, size_t errlen) {
+  char cmd[1200], line[1024];
+  long rows = 0;
+  FILE *p;
+
+  /* Single quotes: the path and suite name are passed as they are. */
+  if (strchr(bench_path, '\'') != NULL || strchr(arg, '\'') != NULL) {
+    snprintf(err, errlen, "unsupported character in '%s %s'", bench_path, arg);
+    return -1;
+  }
+  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", bench_path, arg);
+  if ((p = popen(cmd, "r")) == NULL) {
+    snprintf(err, errlen, "cannot run %s: %s", bench_path, strerror(errno));
+    return -1;
+  }
+  while (fgets(line, sizeof line, p) != NULL) {
+    fig_t g;
+    if (!parse_figure(line, &g))
+      continue;
+    fprintf(f, "%-44s %14s %-9s %14s %-9s %7s  %s\n", g.name, g.value, g.unit, g.bvalue, g.bunit,
+            g.ratio, g.label);
+    fflush(f);
+    rows++;
+  }
+  int st = pclose(p);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    snprintf(err, errlen, "%s %s failed (%s %d)", bench_path, arg,
+             st != -1 && WIFEXITED(st) ? "exit status" : "status",
+             st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
+    return -1;
+  }
+  return rows;
+}
+
+int kvp__cli_bench(const char *bench_path, char *const *suites, int nsuites, FILE *f, char *err,
+                   size_t errlen) {
+  long rows = 0;
+
+  fprintf(f, "%-44s %14s %-9s %14s %-9s %7s  %s\n", "figure", "value", "unit", "baseline", "unit",
+          "ratio", "baseline is");
+  if (nsuites == 0) {
+    long n = run_suite(bench_path, "all", f, err, errlen);
+    if (n < 0)
+      return KVP_EIO;
+    rows = n;
+  }
+  for (int i = 0; i < nsuites; i++) {
+    long n = run_suite(bench_path, suites[i], f, err, errlen);
+    if (n < 0)
+      return KVP_EIO;
+    rows += n;
+  }
+  if (rows == 0) {
+    snprintf(err, errlen, "%s printed no figure with a baseline", bench_path);
+    return KVP_ENOENT;
+  }
+  return 0;
+}
