@@ -379,6 +379,10 @@ static void hot_g4_blocks_come_back_and_the_band_holds(void **state) {
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.promoted, 1);
   assert_int_equal(st.prefetched, 0); /* no G4 hit was reported */
+  /* Bytes by tier pair (kvplane_migrated_bytes_total): the promotion is G4 -> G3. */
+  assert_true(st.bytes_tiers[4][3] > 0);
+  assert_int_equal(st.bytes_tiers[4][3], st.bytes_moved);
+  assert_int_equal(st.bytes_tiers[3][4], 0);
   assert_int_equal(locs_in(f, 101, 3), 1);
   assert_int_equal(locs_in(f, 102, 3), 0);
   assert_int_equal(locs_in(f, 103, 3), 0);
