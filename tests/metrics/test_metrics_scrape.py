@@ -2,7 +2,7 @@
 """Scrapes the real kvplane-advisor and kvplane-relay over HTTP with curl and
 parses the exposition with Debian's python3-prometheus-client.
 
-  test_metrics_scrape.py advisor|advisor_errors|relay
+  test_metrics_scrape.py advisor|advisor_tiering|advisor_errors|relay
 
 advisor:        nats-server (JetStream) on a free port, kvplane-advisor with
                 [metrics] listen on another, kvplane-sim replaying part of the
@@ -10,6 +10,9 @@ advisor:        nats-server (JetStream) on a free port, kvplane-advisor with
                 (families and types as documented, counters never going back,
                 event counters rising), /healthz, /readyz (200, then 503 once
                 nats-server is stopped), 404 and 405.
+advisor_tiering: the same with [tiering] over a posix G3 volume that the
+                simulated worker fills past its watermark and a G4 volume:
+                demotions, bytes G3 -> G4, volume fill.
 advisor_errors: a bad [metrics] listen and a port in use stop the advisor at
                 start with an error naming the key.
 relay:          kvplane-relay with --metrics and endpoints no engine serves:
@@ -126,12 +129,13 @@ def start_nats(procs, port, js=True):
     return p
 
 
-def advisor_conf(tmp, nats_port, listen):
+def advisor_conf(tmp, nats_port, listen, extra=""):
     path = os.path.join(tmp, "advisor.conf")
     with open(path, "w") as f:
         f.write("[nats]\nservers = nats://127.0.0.1:%d\nmode = jetstream\n"
                 "[store]\npath = %s\nflush_interval = 100ms\n"
-                "[metrics]\nlisten = %s\n" % (nats_port, os.path.join(tmp, "advisor.db"), listen))
+                "[metrics]\nlisten = %s\n%s" % (nats_port, os.path.join(tmp, "advisor.db"), listen,
+                                               extra))
     return path
 
 
@@ -232,6 +236,63 @@ def test_advisor(tmp):
         procs.close()
 
 
+def test_advisor_tiering(tmp):
+    """The tiering families: a simulated worker offloads reused G2 victims to
+    its G3 volume, which the advisor sees 128 KiB large, so it is over its
+    high watermark and the advisor demotes blocks to G4."""
+    procs = Procs(tmp)
+    try:
+        nport, mport = free_port(), free_port()
+        start_nats(procs, nport)
+        vols = os.path.join(tmp, "volumes")
+        os.makedirs(os.path.join(vols, "g3"))  # as the demo: the posix plugin makes the last level
+        plugins = os.path.join(BIN, "plugins")
+        extra = ("[tiering]\nenabled = true\nplugin_dir = %s\ninterval = 200ms\ngrace = 0s\n"
+                 "min_residence = 0s\n"
+                 "[volume g3-sim-0]\ntier = 3\nplugin = posix\ncapacity = 128KiB\npath = %s\n"
+                 "fsync = off\n"
+                 "[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 1GiB\npath = %s\n"
+                 "fsync = off\n" % (plugins, os.path.join(vols, "g3", "sim-0"),
+                                     os.path.join(vols, "g4")))
+        conf = advisor_conf(tmp, nport, "127.0.0.1:%d" % mport, extra)
+        adv = procs.start("advisor", [os.path.join(BIN, "tools/kvplane-advisor"), "-c", conf])
+        wait_for("/readyz 200", lambda: curl("http://127.0.0.1:%d/readyz" % mport)[0] == 200)
+        fams, _ = scrape(mport)
+        assert fams["kvplane_migrations"].type == "counter"
+        assert fams["kvplane_volume_fill_ratio"].type == "gauge"
+        assert value(fams, "kvplane_volume_capacity_bytes", volume="g3-sim-0") == 128 * 1024
+        assert value(fams, "kvplane_migrations", result="demoted") == 0
+        sim = procs.start("sim", [os.path.join(BIN, "tools/kvplane-sim"), "--trace",
+                                  os.path.join(SRC, "data/conversation_trace.jsonl.gz"),
+                                  "--server", "nats://127.0.0.1:%d" % nport, "--mode",
+                                  "jetstream", "--workers", "1", "--g1-blocks", "128",
+                                  "--g2-blocks", "256", "--limit", "3000", "--volumes", vols,
+                                  "--plugin-dir", plugins])
+        assert sim.wait(timeout=45) == 0, "kvplane-sim failed:\n" + procs.log("sim")
+
+        def demoted():
+            f, _ = scrape(mport)
+            return value(f, "kvplane_migrations", result="demoted") > 0 and \
+                value(f, "kvplane_migrated_bytes", **{"from": "G3", "to": "G4"}) > 0 and \
+                value(f, "kvplane_volume_used_bytes", volume="g4-shared") > 0
+        wait_for("demotions to G4", demoted)
+        fams, _ = scrape(mport)
+        assert value(fams, "kvplane_migrations", result="failed") == 0
+        assert value(fams, "kvplane_migrated_bytes", **{"from": "G4", "to": "G3"}) == 0
+        for v in ("g3-sim-0", "g4-shared"):
+            used = value(fams, "kvplane_volume_used_bytes", volume=v)
+            cap = value(fams, "kvplane_volume_capacity_bytes", volume=v)
+            fill = value(fams, "kvplane_volume_fill_ratio", volume=v)
+            assert abs(fill - used / cap) < 1e-9, (v, used, cap, fill)
+        procs.stop(adv)
+        assert adv.returncode == 0, "advisor exit %s:\n%s" % (adv.returncode, procs.log("advisor"))
+        print("advisor_tiering: demoted %d, %d bytes G3 -> G4" %
+              (value(fams, "kvplane_migrations", result="demoted"),
+               value(fams, "kvplane_migrated_bytes", **{"from": "G3", "to": "G4"})))
+    finally:
+        procs.close()
+
+
 def test_advisor_errors(tmp):
     procs = Procs(tmp)
     try:
@@ -303,7 +364,8 @@ def test_relay(tmp):
 
 
 def main():
-    tests = {"advisor": test_advisor, "advisor_errors": test_advisor_errors, "relay": test_relay}
+    tests = {"advisor": test_advisor, "advisor_tiering": test_advisor_tiering,
+             "advisor_errors": test_advisor_errors, "relay": test_relay}
     name = sys.argv[1] if len(sys.argv) > 1 else ""
     if name not in tests:
         sys.exit("usage: test_metrics_scrape.py %s" % "|".join(tests))
