@@ -6,12 +6,16 @@ if(NOT PkgConfig_FOUND)
 endif()
 
 # kvp_require_pkg(<prefix> <pkg-config module> <Debian package>)
-# Defines the imported target PkgConfig::<prefix>.
+# Defines the imported target PkgConfig::<prefix> and records the module's
+# name in the global property KVP_PKG_MODULE_<prefix>, from which the
+# installed kvplane.pc and kvplaneConfig.cmake list the library's
+# dependencies (cmake/KvpInstall.cmake), so they cannot drift from the build.
 function(kvp_require_pkg prefix module debpkg)
   pkg_check_modules(${prefix} QUIET IMPORTED_TARGET GLOBAL ${module})
   if(NOT ${prefix}_FOUND)
     message(FATAL_ERROR "${module} not found (pkg-config): apt-get install ${debpkg}")
   endif()
+  set_property(GLOBAL PROPERTY KVP_PKG_MODULE_${prefix} ${module})
 endfunction()
 
 # kvp_require_program(<var> <program> <Debian package>)

@@ -1,4 +1,7 @@
-# Install: library, public headers, the .proto, CMake package and pkg-config.
+# Install: library, public headers, the .proto, CMake package and pkg-config;
+# the systemd units, their system user and the relay's environment file. (The
+# programs and the advisor's configuration are installed by tools/, the
+# plugins by plugins/.)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS kvplane kvplane_static
@@ -9,6 +12,35 @@ install(TARGETS kvplane kvplane_static
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/kvplane DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES src/wire/kvplane.proto DESTINATION ${CMAKE_INSTALL_DATADIR}/kvplane/proto/kvplane/v1)
+
+# The library's dependencies, as its targets link them: PkgConfig::<P>
+# targets (whose module names cmake/KvpDeps.cmake recorded) and plain system
+# libraries. Both the CMake package and kvplane.pc are written from this list.
+get_target_property(kvp_link kvplane INTERFACE_LINK_LIBRARIES)
+set(KVP_FIND_DEPS "")
+set(kvp_pc_requires "")
+set(kvp_pc_libs "")
+foreach(lib ${kvp_link})
+  if(lib MATCHES "^PkgConfig::(.+)$")
+    get_property(mod GLOBAL PROPERTY KVP_PKG_MODULE_${CMAKE_MATCH_1})
+    if(NOT mod)
+      message(FATAL_ERROR "${lib}: not defined with kvp_require_pkg (cmake/KvpDeps.cmake), "
+                          "so the installed package cannot name it")
+    endif()
+    string(APPEND KVP_FIND_DEPS
+      "pkg_check_modules(${CMAKE_MATCH_1} REQUIRED IMPORTED_TARGET GLOBAL ${mod})\n")
+    list(APPEND kvp_pc_requires ${mod})
+  elseif(lib STREQUAL "Threads::Threads")
+    list(APPEND kvp_pc_libs -pthread)
+  elseif(NOT lib MATCHES "::")
+    list(APPEND kvp_pc_libs -l${lib})
+  else()
+    message(FATAL_ERROR "${lib}: a dependency of kvplane that cmake/KvpInstall.cmake cannot "
+                        "write into kvplaneConfig.cmake and kvplane.pc")
+  endif()
+endforeach()
+list(JOIN kvp_pc_requires " " KVP_PC_REQUIRES_PRIVATE)
+list(JOIN kvp_pc_libs " " KVP_PC_LIBS_PRIVATE)
 
 install(EXPORT kvplaneTargets NAMESPACE kvplane::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvplane)
@@ -21,7 +53,29 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvplaneConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/kvplaneConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvplane)
 
-file(RELATIVE_PATH KVP_PC_TO_PREFIX "${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "${CMAKE_INSTALL_PREFIX}")
+file(RELATIVE_PATH KVP_PC_TO_PREFIX "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
 configure_file(cmake/kvplane.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvplane.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvplane.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# systemd. Units go to lib/systemd/system under the prefix (searched by
+# systemd for /usr and /usr/local; multiarch LIBDIR is not), the user to
+# lib/sysusers.d. Distribution packages may pass absolute directories.
+set(KVP_SYSTEMD_UNIT_DIR lib/systemd/system CACHE STRING
+  "systemd system unit directory, relative to the install prefix or absolute")
+set(KVP_SYSUSERS_DIR lib/sysusers.d CACHE STRING
+  "sysusers.d directory, relative to the install prefix or absolute")
+install(FILES etc/systemd/kvplane.sysusers.conf DESTINATION ${KVP_SYSUSERS_DIR} RENAME kvplane.conf)
+install(FILES etc/kvplane-relay.env DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/kvplane)
+# The units name the programs and configuration by absolute path, so they are
+# written at install time, for the prefix actually installed to
+# (cmake --install --prefix DIR included), by cmake/KvpInstallUnits.cmake.
+install(CODE "
+  set(KVP_UNITS_SRC \"${PROJECT_SOURCE_DIR}/etc/systemd\")
+  set(KVP_UNITS_OUT \"${CMAKE_CURRENT_BINARY_DIR}/units\")
+  set(KVP_UNITS \"kvplane-advisor.service;kvplane-relay.service\")
+  set(KVP_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
+  set(KVP_SYSCONFDIR \"${CMAKE_INSTALL_SYSCONFDIR}\")
+  set(KVP_UNIT_DIR \"${KVP_SYSTEMD_UNIT_DIR}\")
+  include(\"${PROJECT_SOURCE_DIR}/cmake/KvpInstallUnits.cmake\")
+")

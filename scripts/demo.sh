@@ -81,7 +81,8 @@ echo "    G4 the shared posix volume $work/volumes/g4)"
 
 # The advisor writes behind and moves blocks between the volumes; wait until
 # the database holds what the workers registered in G1 and G2, and exactly
-# the blocks that are in the G3 and G4 volumes (every move settled), at most
+# the blocks that are in the G3 and G4 volumes, file for file by volume (the
+# advisor's moves put blocks in any volume; every move settled), at most
 # 60 s.
 volumes_csv() {
   /usr/bin/python3 - "$work/volumes" <<'PY'
@@ -90,11 +91,11 @@ root = sys.argv[1]
 for tier, base in ((3, os.path.join(root, "g3")), (4, os.path.join(root, "g4"))):
     for dirpath, _, files in os.walk(base):
         rel = os.path.relpath(dirpath, base).split(os.sep)
-        worker = rel[0] if tier == 3 else "_advisor"
+        volume = "g3-" + rel[0] if tier == 3 else "g4-shared"
         for f in files:
             if len(f) == 16:
                 h = int(f, 16)
-                print("%s,%d,%d" % (worker, tier, h - (1 << 64) if h >= 1 << 63 else h))
+                print("%s,%d,%d" % (volume, tier, h - (1 << 64) if h >= 1 << 63 else h))
 PY
 }
 want=$(wc -l < "$work/expect.csv")
@@ -104,12 +105,17 @@ check() {
   sqlite3 -batch "$db" <<SQL
 .mode csv
 CREATE TEMP TABLE expect(worker TEXT, tier INTEGER, hash INTEGER);
+CREATE TEMP TABLE files(volume TEXT, tier INTEGER, hash INTEGER);
 .import $work/expect12.csv expect
-.import $work/expect34.csv expect
+.import $work/expect34.csv files
 SELECT (SELECT count(*) FROM (SELECT worker, tier, hash FROM expect
-                              EXCEPT SELECT worker, tier, hash FROM block_locations))
-     + (SELECT count(*) FROM (SELECT worker, tier, hash FROM block_locations
-                              EXCEPT SELECT worker, tier, hash FROM expect));
+                              EXCEPT SELECT worker, tier, hash FROM block_locations WHERE tier <= 2))
+     + (SELECT count(*) FROM (SELECT worker, tier, hash FROM block_locations WHERE tier <= 2
+                              EXCEPT SELECT worker, tier, hash FROM expect))
+     + (SELECT count(*) FROM (SELECT volume, tier, hash FROM files
+                              EXCEPT SELECT volume, tier, hash FROM block_locations WHERE tier >= 3))
+     + (SELECT count(*) FROM (SELECT volume, tier, hash FROM block_locations WHERE tier >= 3
+                              EXCEPT SELECT volume, tier, hash FROM files));
 SQL
 }
 unsettled() {

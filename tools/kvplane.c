@@ -19,12 +19,12 @@
 #include "common/config.h"
 #include "common/clock.h"
 #include "kvplane/advisor.h"
+#include "kvplane/client.h"
 #include "kvplane/hash.h"
 #include "kvplane/nats.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
-#include "nats/conn.h"
 
 /* Exit statuses, as --help documents them. */
 enum {
@@ -330,17 +330,18 @@ static int db_path(const args_t *a, char *out, size_t len) {
 
 /* --- NATS requests ---------------------------------------------------------- */
 
-/* Sends body to kvplane.api.<ns>.<what>; *doc gets the reply. Returns 0 or an
- * exit status (the cause printed unless quiet). */
+/* Sends body to kvplane.api.<ns>.<what> through the advisor client
+ * (kvplane/client.h); *doc gets the reply. Returns 0 or an exit status (the
+ * cause printed unless quiet). */
 static int request(const args_t *a, const char *what, const char *body, long timeout, int quiet,
                    json_t **doc) {
-  char subj[KVP_SUBJECT_MAX], err[512];
-  natsConnection *nc = NULL;
-  natsMsg *rep = NULL;
-  int rc = EXIT_UNREACHABLE;
+  char err[512];
+  kvp_client_t *c = NULL;
+  char *reply = NULL;
+  int rc;
 
   *doc = NULL;
-  if (kvp_subject_api(subj, sizeof subj, a->ns, what) != 0) {
+  if (!kvp_subject_token_valid(a->ns)) {
     fprintf(stderr, "kvplane: --ns: '%s' must be 1..64 of [A-Za-z0-9_-]\n", a->ns);
     return EXIT_USAGE;
   }
@@ -348,28 +349,23 @@ static int request(const args_t *a, const char *what, const char *body, long tim
     fprintf(stderr, "kvplane: %s\n", err);
     return EXIT_USAGE;
   }
-  if (kvp__nats_connect(&a->nats, NULL, &nc, err, sizeof err) != 0) {
+  rc = kvp_client_open(&a->nats, a->ns, &c, err, sizeof err);
+  if (rc == 0)
+    rc = kvp_client_request(c, what, body, (uint32_t)timeout, &reply, err, sizeof err);
+  kvp_client_close(c);
+  if (rc != 0) {
     if (!quiet)
       fprintf(stderr, "kvplane: %s\n", err);
-    goto out;
+    return EXIT_UNREACHABLE;
   }
-  natsStatus s = natsConnection_RequestString(&rep, nc, subj, body ? body : "{}", timeout);
-  if (s != NATS_OK) {
-    if (!quiet)
-      fprintf(stderr, "kvplane: no reply on %s: %s\n", subj, natsStatus_GetText(s));
-    goto out;
-  }
-  *doc = json_loadb(natsMsg_GetData(rep), (size_t)natsMsg_GetDataLength(rep), 0, NULL);
+  *doc = json_loads(reply, 0, NULL);
+  kvp_client_free(reply);
   if (*doc == NULL) {
     if (!quiet)
-      fprintf(stderr, "kvplane: the reply on %s is not JSON\n", subj);
-    goto out;
+      fprintf(stderr, "kvplane: the %s reply is not JSON\n", what);
+    return EXIT_UNREACHABLE;
   }
-  rc = json_object_get(*doc, "error") ? EXIT_ADVISOR_ERROR : EXIT_OK;
-out:
-  natsMsg_Destroy(rep);
-  natsConnection_Destroy(nc);
-  return rc;
+  return json_object_get(*doc, "error") ? EXIT_ADVISOR_ERROR : EXIT_OK;
 }
 
 /* Reads token ids from path ("-": standard input). Returns 0 or an exit

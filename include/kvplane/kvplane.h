@@ -6,6 +6,7 @@
 #include "kvplane/advisor.h"
 #include "kvplane/blockmgr.h"
 #include "kvplane/blockpool.h"
+#include "kvplane/client.h"
 #include "kvplane/event.h"
 #include "kvplane/hash.h"
 #include "kvplane/layout.h"

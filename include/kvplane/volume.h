@@ -131,8 +131,11 @@ int kvp_frame_verify(const uint8_t *header, const void *payload, size_t len, uin
 typedef struct kvp_volume_s kvp_volume_t;
 
 /* The directory plugins are loaded from when none is given: the
- * KVPLANE_PLUGIN_DIR environment variable, else the install prefix's
- * lib/kvplane/plugins. */
+ * KVPLANE_PLUGIN_DIR environment variable; else, when this code runs from an
+ * installed tree (libkvplane.so in its library directory, or a program
+ * linked with libkvplane.a in its program directory) that has a plugin
+ * directory, that one, wherever the tree was installed or moved to; else the
+ * configured install prefix's lib/kvplane/plugins (KVP_PLUGIN_INSTALL_DIR). */
 const char *kvp_volume_plugin_dir(void);
 
 /* Loads plugin (file kvplane-volume-<plugin>.so in plugin_dir, NULL for the

@@ -104,7 +104,7 @@ static const kvp_conf_key_t keys[] = {
     {"tiering", "prefetch_bytes", KVP_CONF_SIZE, OFF(tier_prefetch_bytes), 0, 1ll << 40, NULL,
      "bytes one G4 hit prefetches at most", NULL},
     {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
-     "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else the install prefix's lib/kvplane/plugins",
+     "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else lib/kvplane/plugins of the installed tree",
      NULL},
     {"metrics", "listen", KVP_CONF_STR, OFF(metrics_listen), 0, CAP(metrics_listen), NULL,
      "host:port serving Prometheus /metrics, /healthz and /readyz over HTTP (e.g. "

@@ -1,17 +1,29 @@
 /* Volumes: the plugin loader and framed, verified block access
  * (include/kvplane/volume.h). */
+#define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
 
+/* The build defines all three (src/CMakeLists.txt); these keep the file
+ * compilable alone. */
 #ifndef KVP_PLUGIN_DIR
 #define KVP_PLUGIN_DIR "/usr/local/lib/kvplane/plugins"
+#endif
+#ifndef KVP_PLUGIN_DIR_FROM_LIBDIR
+#define KVP_PLUGIN_DIR_FROM_LIBDIR ""
+#endif
+#ifndef KVP_PLUGIN_DIR_FROM_BINDIR
+#define KVP_PLUGIN_DIR_FROM_BINDIR ""
 #endif
 
 struct kvp_volume_s {
@@ -21,9 +33,47 @@ struct kvp_volume_s {
   char name[64];
 };
 
+/* The plugin directory of the installed tree this code was loaded from, or
+ * "" when there is none; found once. */
+static char g_reloc_dir[PATH_MAX];
+static pthread_once_t g_reloc_once = PTHREAD_ONCE_INIT;
+
+/* An installed tree may not be at the configured prefix (cmake --install
+ * --prefix DIR, or moved): its plugins are then found from where this code
+ * is, libkvplane.so in the library directory or, linked statically, the
+ * program in the program directory. A build tree has no such directory
+ * beside it, and the configured one applies. */
+static void find_reloc_dir(void) {
+  char obj[PATH_MAX], cand[2 * PATH_MAX], *slash;
+  const char *rel = KVP_PLUGIN_DIR_FROM_BINDIR;
+  Dl_info di;
+  struct stat sb;
+
+  if (dladdr((void *)find_reloc_dir, &di) && di.dli_fname && di.dli_fname[0] &&
+      strncmp((slash = strrchr(di.dli_fname, '/')) ? slash + 1 : di.dli_fname, "libkvplane.so",
+              13) == 0) {
+    snprintf(obj, sizeof obj, "%s", di.dli_fname);
+    rel = KVP_PLUGIN_DIR_FROM_LIBDIR;
+  } else {
+    ssize_t n = readlink("/proc/self/exe", obj, sizeof obj - 1);
+    if (n <= 0)
+      return;
+    obj[n] = '\0';
+  }
+  if (!rel[0] || (slash = strrchr(obj, '/')) == NULL)
+    return;
+  *slash = '\0';
+  snprintf(cand, sizeof cand, "%s/%s", obj, rel);
+  if (realpath(cand, obj) != NULL && stat(obj, &sb) == 0 && S_ISDIR(sb.st_mode))
+    snprintf(g_reloc_dir, sizeof g_reloc_dir, "%s", obj);
+}
+
 const char *kvp_volume_plugin_dir(void) {
   const char *d = getenv("KVPLANE_PLUGIN_DIR");
-  return d && d[0] ? d : KVP_PLUGIN_DIR;
+  if (d && d[0])
+    return d;
+  pthread_once(&g_reloc_once, find_reloc_dir);
+  return g_reloc_dir[0] ? g_reloc_dir : KVP_PLUGIN_DIR;
 }
 
 /* The operations every plugin must have; NULL when all are there, else the

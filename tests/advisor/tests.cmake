@@ -11,6 +11,8 @@ kvp_add_test(advisor_kill advisor/test_advisor_kill.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 180)
 kvp_add_test(advisor_fresh advisor/test_advisor_fresh.c advisor/advfix.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 120)
+kvp_add_test(advisor_client advisor/test_advisor_client.c advisor/advfix.c advisor/testworker.c
+  LABELS advisor nats TIMEOUT 60)
 # docs/config.md is the output of kvplane-advisor --config-reference: it
 # cannot drift from the key table (regenerate it with that command).
 add_test(NAME advisor_config_reference_is_current

@@ -1,0 +1,194 @@
+/* Advisor client: match and other api requests over NATS; see
+ * kvplane/client.h. */
+#include "kvplane/client.h"
+
+#include <jansson.h>
+#include <nats/nats.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "advisor/api.h"
+#include "kvplane/event.h"
+#include "kvplane/status.h"
+#include "nats/conn.h"
+
+struct kvp_client_s {
+  natsConnection *nc;
+  char ns[KVP_SUBJECT_TOKEN_MAX + 1];
+};
+
+static int fail(int rc, char *err, size_t errlen, const char *fmt, ...) {
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **out, char *err,
+                    size_t errlen) {
+  char buf[512];
+  kvp_client_t *c;
+  int rc;
+
+  *out = NULL;
+  if (ns == NULL)
+    ns = "default";
+  if (!kvp_subject_token_valid(ns))
+    return fail(KVP_EINVAL, err, errlen, "ns: '%s' must be 1..64 of [A-Za-z0-9_-]", ns);
+  if ((rc = kvp_nats_opts_check(nats, NULL, buf, sizeof buf)) != 0)
+    return fail(rc, err, errlen, "%s", buf);
+  if ((c = calloc(1, sizeof *c)) == NULL)
+    return fail(KVP_ENOMEM, err, errlen, "client: out of memory");
+  snprintf(c->ns, sizeof c->ns, "%s", ns);
+  kvp__nats_conn_args_t a = {.name = "kvplane-client"};
+  if ((rc = kvp__nats_connect(nats, &a, &c->nc, buf, sizeof buf)) != 0) {
+    free(c);
+    return fail(rc, err, errlen, "%s", buf);
+  }
+  *out = c;
+  return 0;
+}
+
+/* Sends data to kvplane.api.<ns>.<call>; *rep gets the reply message. */
+static int request(kvp_client_t *c, const char *call, const void *data, size_t len,
+                   uint32_t timeout_ms, natsMsg **rep, char *err, size_t errlen) {
+  char subj[KVP_SUBJECT_MAX];
+  natsStatus s;
+
+  *rep = NULL;
+  if (kvp_subject_api(subj, sizeof subj, c->ns, call) != 0)
+    return fail(KVP_EINVAL, err, errlen, "call: '%s' must be 1..64 of [A-Za-z0-9_-]", call);
+  if (len > (size_t)INT32_MAX)
+    return fail(KVP_ETOOBIG, err, errlen, "%s: request of %zu bytes is too big", subj, len);
+  s = natsConnection_Request(rep, c->nc, subj, data, (int)len, (int64_t)timeout_ms);
+  if (s == NATS_OK)
+    return 0;
+  if (s == NATS_NO_RESPONDERS)
+    return fail(KVP_ENOENT, err, errlen, "%s: no advisor listens on this subject", subj);
+  if (s == NATS_TIMEOUT)
+    return fail(KVP_ETIMEDOUT, err, errlen, "%s: no reply within %u ms", subj, timeout_ms);
+  return fail(kvp__nats_status(s), err, errlen, "%s: request failed: %s", subj,
+              natsStatus_GetText(s));
+}
+
+int kvp_client_request(kvp_client_t *c, const char *call, const char *body, uint32_t timeout_ms,
+                       char **reply, char *err, size_t errlen) {
+  natsMsg *rep = NULL;
+  int rc;
+
+  *reply = NULL;
+  if (body == NULL)
+    body = "{}";
+  if ((rc = request(c, call, body, strlen(body), timeout_ms, &rep, err, errlen)) != 0)
+    return rc;
+  size_t n = (size_t)natsMsg_GetDataLength(rep);
+  if ((*reply = malloc(n + 1)) == NULL) {
+    rc = fail(KVP_ENOMEM, err, errlen, "%s reply: out of memory", call);
+  } else {
+    memcpy(*reply, natsMsg_GetData(rep), n);
+    (*reply)[n] = '\0';
+  }
+  natsMsg_Destroy(rep);
+  return rc;
+}
+
+void kvp_client_free(void *p) {
+  free(p);
+}
+
+static int tier_of(const char *name) {
+  for (int t = KVP_TIER_G1; t <= KVP_TIER_MAX; t++)
+    if (strcmp(kvp_tier_name(t), name) == 0)
+      return t;
+  return -1;
+}
+
+/* Reads one row of the matches array into m. Returns 0 or KVP_EPROTO. */
+static int read_row(json_t *row, kvp_match_t *m) {
+  json_t *w = json_object_get(row, "worker"), *dp = json_object_get(row, "dp_rank"),
+         *t = json_object_get(row, "tier"), *len = json_object_get(row, "length");
+  if (!json_is_string(w) || !json_is_integer(dp) || !json_is_string(t) || !json_is_integer(len))
+    return KVP_EPROTO;
+  const char *ws = json_string_value(w);
+  json_int_t d = json_integer_value(dp), l = json_integer_value(len);
+  int tier = tier_of(json_string_value(t));
+  if (strlen(ws) > KVP_SUBJECT_TOKEN_MAX || d < 0 || d > (json_int_t)UINT32_MAX || l < 0 ||
+      tier < 0)
+    return KVP_EPROTO;
+  memset(m, 0, sizeof *m);
+  snprintf(m->worker, sizeof m->worker, "%s", ws);
+  m->dp_rank = (uint32_t)d;
+  m->tier = tier;
+  m->length = (uint64_t)l;
+  return 0;
+}
+
+int kvp_client_match(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t timeout_ms,
+                     kvp_match_t *out, size_t cap, size_t *nmatches, char *err, size_t errlen) {
+  char subj[KVP_SUBJECT_MAX];
+  natsMsg *rep = NULL;
+  json_t *doc = NULL, *arr, *e;
+  json_error_t jerr;
+  uint8_t *req;
+  int rc;
+
+  *nmatches = 0;
+  if (n == 0 || n > KVP__ADV_MATCH_MAX)
+    return fail(KVP_EINVAL, err, errlen, "match: %zu hashes (1..%d per request)", n,
+                KVP__ADV_MATCH_MAX);
+  if (out == NULL && cap > 0)
+    return fail(KVP_EINVAL, err, errlen, "match: no room for %zu rows (out is NULL)", cap);
+  kvp_subject_api(subj, sizeof subj, c->ns, KVP_API_MATCH);
+  /* The binary form: "KVPM" and little-endian u64s, no JSON to build. */
+  if ((req = malloc(4 + 8 * n)) == NULL)
+    return fail(KVP_ENOMEM, err, errlen, "match: out of memory for %zu hashes", n);
+  memcpy(req, KVP__ADV_MATCH_MAGIC, 4);
+  for (size_t i = 0; i < n; i++)
+    for (int b = 0; b < 8; b++)
+      req[4 + i * 8 + (size_t)b] = (uint8_t)(hashes[i] >> (8 * b));
+  rc = request(c, KVP_API_MATCH, req, 4 + 8 * n, timeout_ms, &rep, err, errlen);
+  free(req);
+  if (rc != 0)
+    return rc;
+  doc = json_loadb(natsMsg_GetData(rep), (size_t)natsMsg_GetDataLength(rep), 0, &jerr);
+  if (doc == NULL) {
+    rc = fail(KVP_EPROTO, err, errlen, "%s: the reply is not JSON: %s", subj, jerr.text);
+    goto out;
+  }
+  if ((e = json_object_get(doc, "error")) != NULL) {
+    rc = fail(KVP_EPROTO, err, errlen, "%s: the advisor refused the request: %s", subj,
+              json_is_string(e) ? json_string_value(e) : "(no text)");
+    goto out;
+  }
+  arr = json_object_get(doc, "matches");
+  if (!json_is_array(arr)) {
+    rc = fail(KVP_EPROTO, err, errlen, "%s: the reply has no \"matches\" array", subj);
+    goto out;
+  }
+  for (size_t i = 0; i < json_array_size(arr); i++) {
+    kvp_match_t m;
+    if (read_row(json_array_get(arr, i), &m) != 0) {
+      rc = fail(KVP_EPROTO, err, errlen, "%s: row %zu of the reply is malformed", subj, i);
+      goto out;
+    }
+    if (i < cap)
+      out[i] = m;
+  }
+  *nmatches = json_array_size(arr);
+out:
+  json_decref(doc);
+  natsMsg_Destroy(rep);
+  return rc;
+}
+
+void kvp_client_close(kvp_client_t *c) {
+  if (c == NULL)
+    return;
+  natsConnection_Destroy(c->nc);
+  free(c);
+}

@@ -1,0 +1,25 @@
+# The Python binding (python/kvplane) under Debian's /usr/bin/python3, one
+# ctest per test method of test_binding.py. Not under sanitizers: an ASan or
+# TSan libkvplane cannot be loaded into an uninstrumented python3.
+if(NOT KVP_SANITIZE)
+  # Prints the C layout of the structs the binding mirrors (abi.c).
+  add_executable(test_python_abi python/abi.c)
+  target_link_libraries(test_python_abi PRIVATE kvplane)
+  set(py_test ${CMAKE_CURRENT_SOURCE_DIR}/python/test_binding.py)
+  set(py_env ${KVP_TEST_ENV}
+    "KVPLANE_LIB=$<TARGET_FILE:kvplane>"
+    "KVPLANE_ADVISOR=$<TARGET_FILE:kvplane-advisor>"
+    "KVPLANE_ABI=$<TARGET_FILE:test_python_abi>"
+    "PYTHONPATH=${PROJECT_SOURCE_DIR}/python"
+    "PYTHONDONTWRITEBYTECODE=1")
+  file(STRINGS ${py_test} lines REGEX "^    def test_[a-z0-9_]+\\(")
+  foreach(line ${lines})
+    string(REGEX MATCH "def (test_[a-z0-9_]+)" m "${line}")
+    set(case ${CMAKE_MATCH_1})
+    add_test(NAME python.${case}
+      COMMAND /usr/bin/python3 ${py_test} BindingTest.${case})
+    set_tests_properties(python.${case} PROPERTIES TIMEOUT 60 LABELS "python;nats"
+      ENVIRONMENT "${py_env}")
+  endforeach()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${py_test})
+endif()
