@@ -49,6 +49,7 @@ struct kvp__adv_flush_s {
   size_t nhist;
   uint64_t hist_keep_ms;
   uint64_t stream_seq;
+  uint64_t prepared_ms; /* when the changes were taken (meta prepared_ms) */
 };
 
 /* Signed order, as SQLite stores the hashes. */
@@ -181,6 +182,7 @@ int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_
   if (fl->ch.nblocks > 1)
     qsort(fl->ch.blocks, fl->ch.nblocks, sizeof *fl->ch.blocks, by_change_hash);
   fl->stream_seq = stream_seq;
+  fl->prepared_ms = kvp__unix_ms();
   fl->volumes_total = kvp__adv_index_volume_count(ix);
   if ((rc = prepare_rows(fl, ix)) != 0 || (rc = prepare_workers(fl, ix, ing)) != 0)
     goto fail;
@@ -304,7 +306,13 @@ static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t
     if ((rc = kvp__adv_sql_step_done(st->s[S_HIST_TRIM])) != 0)
       return rc;
   }
+  /* The tiering engine's recovery looks at moves finished since the index
+   * changes this flush holds were taken (kvp__tier_journal_recent). */
   s = st->s[S_META_SET];
+  sqlite3_bind_text(s, 1, "prepared_ms", -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->prepared_ms);
+  if ((rc = kvp__adv_sql_step_done(s)) != 0)
+    return rc;
   sqlite3_bind_text(s, 1, "stream_seq", -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->stream_seq);
   return kvp__adv_sql_step_done(s);

@@ -624,6 +624,38 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
   }
 }
 
+/* A move finished (source deleted) shortly before the last flush or after
+ * it: the index as loaded may miss its destination location or still hold
+ * its source location, if the process died before a flush wrote them.
+ * What the volumes hold decides: a destination copy there is recorded, a
+ * source copy no longer there is dropped. Idempotent. */
+static void reconcile_row(void *ctx, int64_t id, uint64_t hash, const char *fv, const char *tv,
+                          const char *state) {
+  kvp__tier_engine_t *e = ctx;
+  long from = -1, to = -1;
+  kvp__adv_block_t b;
+
+  (void)id;
+  (void)state;
+  for (size_t v = 0; v < e->nvols; v++) {
+    if (fv && strcmp(e->vols[v].name, fv) == 0)
+      from = (long)v;
+    if (tv && tv[0] && strcmp(e->vols[v].name, tv) == 0)
+      to = (long)v;
+  }
+  if (kvp__adv_index_get(e->ix, hash, &b, NULL, 0, NULL) != 0)
+    return; /* the block left the index (a clear, a worker down): nothing to fix */
+  if (to >= 0 && kvp_volume_exists(e->vols[to].v, e->ns, hash) == 1)
+    kvp__adv_index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
+                         e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, b.last_access_ms);
+  if (from >= 0 && kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0)
+    drop_locations(e, hash, &e->vols[from]);
+}
+
+/* Margin of kvp__tier_journal_recent: a job's final journal commit and its
+ * effects on the index (job_after) are this close at most in practice. */
+#define RECONCILE_MARGIN_MS 10000
+
 int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp__adv_index_t *ix,
                           kvp__tier_engine_t **out, char *err, size_t errlen) {
   kvp__tier_engine_t *e = calloc(1, sizeof *e);
@@ -687,6 +719,8 @@ int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp_
   for (size_t v = 0; v < e->nvols && rc == 0; v++)
     rc = kvp__tier_journal_volume(e->db, e->vols[v].name, e->vols[v].tier, e->vols[v].capacity,
                                   kvp__unix_ms());
+  if (rc == 0)
+    rc = kvp__tier_journal_recent(e->db, RECONCILE_MARGIN_MS, reconcile_row, e);
   if (rc == 0)
     rc = kvp__tier_journal_unfinished(e->db, recover_row, e);
   if (rc != 0) {

@@ -17,8 +17,13 @@
  * After a crash, open reads the journal: a move that did not commit is
  * failed ("interrupted"), its partial destination deleted; a committed move
  * whose source was not deleted gets its destination location back and its
- * source deleted after the grace period. A block is in at least one volume
- * with verified bytes at every moment.
+ * source deleted after the grace period. A move finished shortly before the
+ * crash (its source deleted) may have changed the index after the last
+ * flush: open looks at the moves finished since that flush took its changes
+ * (meta prepared_ms) and records or drops locations by what the volumes
+ * hold (tested by tier_kill: kill -9 at random moments, then no block lost
+ * or in two volumes, and the database equal to the volumes). A block is in
+ * at least one volume with verified bytes at every moment.
  *
  * Known gap: after a crash, JetStream may replay a worker's Stored G3 for a
  * block the engine moved and whose source it deleted before the database

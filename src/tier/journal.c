@@ -115,3 +115,21 @@ int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx
   sqlite3_finalize(s);
   return r == SQLITE_DONE ? 0 : KVP_EDB;
 }
+
+int kvp__tier_journal_recent(sqlite3 *db, uint64_t margin_ms, kvp__tier_journal_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  int r;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT id, hash, from_volume, to_volume, state FROM migrations"
+                         " WHERE state = 'source_deleted' AND updated >= coalesce((SELECT value"
+                         " FROM meta WHERE key = 'prepared_ms') - ?1, 0) ORDER BY id",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)margin_ms);
+  while ((r = sqlite3_step(s)) == SQLITE_ROW)
+    fn(ctx, sqlite3_column_int64(s, 0), kvp_hash_from_i64(sqlite3_column_int64(s, 1)),
+       (const char *)sqlite3_column_text(s, 2), (const char *)sqlite3_column_text(s, 3),
+       (const char *)sqlite3_column_text(s, 4));
+  sqlite3_finalize(s);
+  return r == SQLITE_DONE ? 0 : KVP_EDB;
+}

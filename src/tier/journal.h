@@ -40,4 +40,12 @@ typedef void (*kvp__tier_journal_fn)(void *ctx, int64_t id, uint64_t hash, const
                                      const char *to_volume, const char *state);
 int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx);
 
+/* Calls fn for every finished row (source_deleted) updated at or after the
+ * time the database's last write-behind flush took the index's changes
+ * (meta prepared_ms, written by that flush) less margin_ms; every one when
+ * the database has no such mark. Their effects on the index (the
+ * destination's location added, the source's dropped) may not have reached
+ * the database before a crash. */
+int kvp__tier_journal_recent(sqlite3 *db, uint64_t margin_ms, kvp__tier_journal_fn fn, void *ctx);
+
 #endif

@@ -4,3 +4,12 @@ kvp_add_test(tier_engine tier/test_tier_engine.c LABELS tier volume nats)
 target_compile_definitions(test_tier_engine PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_tier_engine kvplane-volume-posix)
+# kill -9 of the advisor during migrations: 3 kills in the normal run, 20 in
+# the slow-labelled one.
+kvp_add_test(tier_kill tier/test_tier_kill.c LABELS tier nats TIMEOUT 180)
+kvp_add_test(tier_kill_slow tier/test_tier_kill.c LABELS tier nats slow TIMEOUT 600)
+foreach(t test_tier_kill test_tier_kill_slow)
+  target_compile_definitions(${t} PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+  add_dependencies(${t} kvplane-volume-posix kvplane-advisor)
+endforeach()
+target_compile_definitions(test_tier_kill_slow PRIVATE TIER_KILLS=20)
