@@ -36,6 +36,7 @@ kvp_require_pkg(ZLIB zlib zlib1g-dev)          # gzip'd trace files
 kvp_require_pkg(JANSSON jansson libjansson-dev) # JSON: trace lines, API replies
 kvp_require_pkg(ZMQ libzmq libzmq3-dev)             # kvplane-relay: engine KV events
 kvp_require_pkg(MSGPACK msgpack libmsgpack-dev)      # kvplane-relay: engine payloads
+kvp_require_pkg(MHD libmicrohttpd libmicrohttpd-dev) # /metrics, /healthz, /readyz
 kvp_require_program(PROTOC_C protoc-c protobuf-c-compiler)
 find_package(Threads REQUIRED)
 
@@ -43,4 +44,5 @@ if(KVP_TESTS)
   kvp_require_pkg(CMOCKA cmocka libcmocka-dev)
   kvp_require_program(NATS_SERVER nats-server nats-server)
   kvp_require_program(PROTOC protoc protobuf-compiler)
+  kvp_require_program(CURL curl curl)                  # the metrics scrape tests
 endif()

@@ -8,11 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "kvplane/relay.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
+#include "metrics/server.h"
+#include "relay/metrics.h"
 
 #define MAXN KVP_RELAY_MAX_ENDPOINTS
 
@@ -66,6 +69,8 @@ static void usage(FILE *f) {
           "      --replay-timeout-ms N  wait for each replay reply (default 1000)\n"
           "      --stats-interval S print the figures every S seconds on stdout (default\n"
           "                         0: only at exit and on SIGUSR1)\n"
+          "      --metrics ADDR     serve Prometheus /metrics, /healthz and /readyz over\n"
+          "                         HTTP on host:port, e.g. 127.0.0.1:9465 (default: off)\n"
           "  -h, --help             this text\n\n"
           "Figures are one JSON line per endpoint. Blocks whose engine event carries\n"
           "token ids (and no extra_keys) get kvplane sequence hashes; others keep the\n"
@@ -111,12 +116,15 @@ int main(int argc, char **argv) {
       {"mode", required_argument, 0, 'm'},      {"media", required_argument, 0, 3},
       {"block-size", required_argument, 0, 4},  {"map-cap", required_argument, 0, 5},
       {"hwm", required_argument, 0, 6},         {"replay-timeout-ms", required_argument, 0, 7},
-      {"stats-interval", required_argument, 0, 8}, {"help", no_argument, 0, 'h'},
+      {"stats-interval", required_argument, 0, 8}, {"metrics", required_argument, 0, 9},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *ep[MAXN] = {0}, *rp[MAXN] = {0}, *wk[MAXN] = {0};
   char *owned[3 * MAXN] = {0};
   size_t nep = 0, nowned = 0;
   unsigned dp = 1, interval = 0;
+  const char *metrics = NULL;
+  kvp__metrics_server_t *msrv = NULL;
   kvp_relay_opts_t o;
   char err[512];
   int c, status = 0, rc;
@@ -198,6 +206,16 @@ int main(int argc, char **argv) {
     case 8:
       interval = (unsigned)parse_count("--stats-interval", optarg, 0, 86400);
       break;
+    case 9: {
+      struct sockaddr_storage sa;
+      unsigned salen;
+      if (kvp__metrics_parse_addr("--metrics", optarg, &sa, &salen, err, sizeof err) != 0) {
+        fprintf(stderr, "kvplane-relay: %s\n", err);
+        return 1;
+      }
+      metrics = optarg;
+      break;
+    }
     case 'h':
       usage(stdout);
       return 0;
@@ -264,6 +282,14 @@ int main(int argc, char **argv) {
     status = (rc == KVP_ECONFIG || rc == KVP_EINVAL) ? 1 : 2;
     goto out;
   }
+  if (metrics != NULL &&
+      (rc = kvp__metrics_server_start("--metrics", metrics, kvp__relay_metrics_collect,
+                                      kvp__relay_metrics_ready, g_relay, &msrv, err,
+                                      sizeof err)) != 0) {
+    fprintf(stderr, "kvplane-relay: %s (%s)\n", err, kvp_err_name(rc));
+    status = 1;
+    goto out;
+  }
   for (size_t i = 0; i < o.nendpoints; i++)
     fprintf(stderr, "kvplane-relay: %s (%s): subscribed, replay %s\n", o.endpoints[i].endpoint,
             o.endpoints[i].worker_id, o.endpoints[i].replay ? o.endpoints[i].replay : "none");
@@ -296,6 +322,7 @@ int main(int argc, char **argv) {
   }
   kvp_relay_stats_print(g_relay, stdout);
 out:
+  kvp__metrics_server_stop(msrv); /* it reads the relay: stopped first */
   kvp_relay_close(g_relay);
   for (size_t i = 0; i < nowned; i++)
     free(owned[i]);

@@ -92,6 +92,8 @@ typedef struct kvp_advisor_config_s {
   char plugin_dir[512]; /* empty: kvp_volume_plugin_dir() */
   kvp_advisor_volume_t volumes[KVP_ADVISOR_MAX_VOLUMES];
   int nvolumes;
+  /* [metrics] */
+  char metrics_listen[128]; /* host:port of /metrics, /healthz, /readyz; empty: off */
   /* [log] */
   int log_level; /* KVP_LOG_* as an enum index: error, warn, info, debug */
   char log_file[512];

@@ -7,11 +7,13 @@
  *   writebehind.c  SQLite flushes on the thread pool, and the acks after them
  *   store_sqlite.c the database
  *   api.c          match and stats replies
+ *   metrics.c      Prometheus /metrics, /healthz, /readyz ([metrics] listen)
  *
  * Threads: nats.c's threads and the JetStream fetch thread only push into
  * the inbox and wake the libuv loop. The loop thread alone touches the
  * index, the ingest state and the write-behind: it drains the inbox, applies
- * batches, answers queries and, on a timer, starts a flush. */
+ * batches, answers queries and, on a timer, starts a flush. The metrics
+ * server's thread reads a snapshot the loop publishes (metrics.h). */
 #include "kvplane/advisor.h"
 
 #include <errno.h>
@@ -28,6 +30,7 @@
 #include "advisor/freshness.h"
 #include "advisor/inbox.h"
 #include "advisor/history.h"
+#include "advisor/metrics.h"
 #include "advisor/index.h"
 #include "advisor/ingest.h"
 #include "advisor/store.h"
@@ -49,6 +52,8 @@ struct kvp_advisor_s {
   kvp__adv_wb_t wb;
   kvp__adv_fresh_t fresh;
   kvp__tier_engine_t *tier; /* NULL unless [tiering] enabled */
+  kvp__adv_metrics_t metrics;
+  kvp__adv_metrics_snap_t msnap; /* publish_metrics' scratch (12 KiB, off the stack) */
 
   uv_loop_t loop;
   int loop_ready;
@@ -71,6 +76,43 @@ static void send_resync(void *ctx, const char *worker, uint32_t dp_rank, uint64_
                         const char *reason) {
   kvp_advisor_t *adv = ctx;
   kvp__adv_consumer_resync(adv->consumer, worker, dp_rank, epoch, reason);
+}
+
+/* The figures /metrics shows, copied for the metrics server's thread. Cheap
+ * enough for every flush timer: counters and sums kept as they change, and
+ * one pass over the workers. */
+static void publish_metrics(kvp_advisor_t *adv) {
+  kvp__adv_metrics_snap_t *sp = &adv->msnap;
+  uint64_t now = kvp__unix_ms();
+
+  if (adv->metrics.srv == NULL)
+    return;
+  memset(sp, 0, sizeof *sp);
+  sp->in = *kvp__adv_ingest_counters(adv->ing);
+  kvp__adv_index_stats(adv->ix, &sp->ix);
+  for (size_t i = 0; i < kvp__adv_ingest_worker_count(adv->ing); i++) {
+    kvp__adv_worker_state_t ws;
+    if (kvp__adv_ingest_worker_get(adv->ing, i, &ws) == 0)
+      *(ws.down ? &sp->workers_down : &sp->workers_up) += 1;
+  }
+  sp->queue_dropped = kvp__adv_inbox_dropped(&adv->inbox);
+  sp->applied_seq = adv->applied_seq;
+  sp->committed_seq = adv->wb.committed_seq;
+  sp->flushes = adv->wb.flushes;
+  sp->flush_errors = adv->wb.flush_errors;
+  sp->dirty = kvp__adv_index_dirty_count(adv->ix);
+  sp->flush_seconds = adv->wb.flush_seconds;
+  sp->apply_lag_ms = adv->fresh.apply_lag_ms;
+  sp->flush_lag_ms = adv->fresh.flush_lag_ms;
+  sp->pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now);
+  if (adv->tier != NULL) {
+    sp->tiering = 1;
+    kvp__tier_engine_stats(adv->tier, &sp->tier);
+    sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP_ADVISOR_MAX_VOLUMES);
+    if (sp->nvols > KVP_ADVISOR_MAX_VOLUMES)
+      sp->nvols = KVP_ADVISOR_MAX_VOLUMES;
+  }
+  kvp__adv_metrics_publish(&adv->metrics, sp);
 }
 
 static void answer(kvp_advisor_t *adv, natsMsg *request, char *json) {
@@ -200,6 +242,7 @@ static void shutdown_loop(kvp_advisor_t *adv) {
     return;
   adv->stopped = 1;
   atomic_store(&adv->stopping, 1);
+  kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_STOPPING);
   kvp__adv_inbox_close_wake(&adv->inbox);
   kvp__adv_consumer_stop(adv->consumer);
   drain(adv);
@@ -233,6 +276,7 @@ static void on_flush_timer(uv_timer_t *h) {
   kvp_advisor_t *adv = h->data;
   if (!adv->stopped)
     kvp__adv_wb_start(&adv->wb, adv->applied_seq);
+  publish_metrics(adv);
 }
 
 /* Samples tier occupancy into tier_history when store.history_interval has
@@ -255,6 +299,7 @@ static void on_tick_timer(uv_timer_t *h) {
   uint64_t now = kvp__unix_ms();
   kvp__adv_ingest_tick(adv->ing, now);
   sample_history(adv, now, 0);
+  publish_metrics(adv);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -412,6 +457,10 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   adv->lim.max_blocks = (size_t)cfg->max_blocks;
   if ((rc = setup_log(cfg, err, errlen)) != 0 || (rc = init_loop(adv, err, errlen)) != 0)
     goto fail;
+  /* Before NATS and the database: /healthz answers and /readyz says why not
+   * yet while they take their time, and a port in use stops us first. */
+  if ((rc = kvp__adv_metrics_start(&adv->metrics, cfg, err, errlen)) != 0)
+    goto fail;
   if ((rc = kvp__adv_inbox_init(&adv->inbox, (size_t)cfg->queue_max, &adv->wake)) != 0)
     goto fail;
   adv->inbox_ready = 1;
@@ -420,6 +469,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   if ((rc = kvp__adv_consumer_open(&adv->cfg, &adv->inbox, &adv->consumer, err, errlen)) != 0 ||
       (rc = load_state(adv, err, errlen)) != 0)
     goto fail;
+  kvp__adv_metrics_set_conn(&adv->metrics, adv->consumer->nc);
   kvp__adv_wb_init(&adv->wb, &adv->loop, adv->store, adv->ix, adv->ing, adv->applied_seq);
   adv->wb.fresh = &adv->fresh;
   /* Volumes and unfinished moves before any event: a volume that does not
@@ -429,6 +479,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
     goto fail;
+  publish_metrics(adv);
   *out = adv;
   return 0;
 fail:
@@ -442,6 +493,8 @@ int kvp_advisor_run(kvp_advisor_t *adv) {
   uv_timer_start(&adv->tick_timer, on_tick_timer, 1000, 1000);
   if (adv->tier != NULL)
     kvp__tier_engine_start(adv->tier);
+  if (!atomic_load(&adv->stopping))
+    kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_RUNNING);
   kvp_log_info("advisor: running (namespace %s, %s mode)", adv->cfg.ns,
                adv->cfg.mode == KVP_ADVISOR_JETSTREAM ? "jetstream" : "core");
   /* A stop requested before the loop ran is seen on the first wake. */
@@ -464,6 +517,8 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   if (adv == NULL)
     return;
   atomic_store(&adv->stopping, 1);
+  /* First: its thread reads the connection the consumer closes. */
+  kvp__adv_metrics_stop(&adv->metrics);
   kvp__adv_consumer_close(adv->consumer);
   if (adv->inbox_ready)
     kvp__adv_inbox_close_wake(&adv->inbox);

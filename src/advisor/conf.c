@@ -1,11 +1,13 @@
 /* kvplane-advisor configuration: the key table, defaults and checks. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/config.h"
 #include "kvplane/advisor.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
+#include "metrics/server.h"
 
 #define OFF(f) offsetof(kvp_advisor_config_t, f)
 #define CAP(f) ((int64_t)sizeof(((kvp_advisor_config_t *)0)->f))
@@ -103,6 +105,10 @@ static const kvp_conf_key_t keys[] = {
      "bytes one G4 hit prefetches at most", NULL},
     {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
      "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else lib/kvplane/plugins of the installed tree",
+     NULL},
+    {"metrics", "listen", KVP_CONF_STR, OFF(metrics_listen), 0, CAP(metrics_listen), NULL,
+     "host:port serving Prometheus /metrics, /healthz and /readyz over HTTP (e.g. "
+     "127.0.0.1:9464); empty: off",
      NULL},
     {"log", "level", KVP_CONF_ENUM, OFF(log_level), 0, 0, levels, "error, warn, info or debug",
      NULL},
@@ -265,6 +271,13 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
       snprintf(err, errlen, "[volume %s] %s: required", v->name, miss);
       return KVP_ECONFIG;
     }
+  }
+  if (cfg->metrics_listen[0]) {
+    struct sockaddr_storage sa;
+    unsigned salen;
+    if ((rc = kvp__metrics_parse_addr("[metrics] listen", cfg->metrics_listen, &sa, &salen, err,
+                                      errlen)) != 0)
+      return rc;
   }
   if (cfg->tiering && cfg->nvolumes == 0) {
     snprintf(err, errlen, "[tiering] enabled: no [volume <name>] sections to tier between");

@@ -257,6 +257,7 @@ static void apply_event(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t 
     return;
   }
   ing->c.events++;
+  ing->c.by_type[ev->type]++; /* a known type: apply_part refused the others */
   ing->c.block_events += ev->nhashes;
 }
 

@@ -95,6 +95,9 @@ void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__adv_store_t *st,
   wb->ix = ix;
   wb->ing = ing;
   wb->committed_seq = committed_seq;
+  static const double bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                  0.25,  0.5,    1,     2.5,  5,     10};
+  kvp__prom_hist_init(&wb->flush_seconds, bounds, sizeof bounds / sizeof bounds[0]);
   kvp__adv_acks_init(&wb->acks, ack_msg, release_msg);
 }
 
@@ -111,8 +114,10 @@ static void committed(kvp__adv_wb_t *wb, size_t nblocks, uint64_t seq, uint64_t 
   wb->last_flush_ms = kvp__unix_ms();
   wb->last_flush_blocks = nblocks;
   wb->committed_seq = seq;
+  double secs = (double)(kvp__now_ns() - t0) / 1e9;
+  kvp__prom_hist_observe(&wb->flush_seconds, secs);
   kvp_log_debug("advisor: flush: %zu blocks, sequence %" PRIu64 ", %.1f ms", nblocks, seq,
-                (double)(kvp__now_ns() - t0) / 1e6);
+                secs * 1e3);
 }
 
 static void write_work(uv_work_t *req) {

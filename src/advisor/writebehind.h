@@ -35,6 +35,7 @@
 #include "advisor/index.h"
 #include "advisor/ingest.h"
 #include "advisor/store.h"
+#include "metrics/prom.h"
 
 typedef enum kvp__adv_ack_state_e {
   KVP__ACK_IDLE,            /* every applied message is acked */
@@ -87,6 +88,10 @@ typedef struct kvp__adv_wb_s {
   /* figures */
   uint64_t flushes, flush_errors, last_flush_ms, last_flush_blocks;
   uint64_t committed_seq; /* stream sequence of the last committed flush */
+  /* Committed flushes' durations in seconds, from taking the changes off the
+   * index to the commit (thread-pool wait included): what an operator
+   * weighs against [store] flush_interval. */
+  kvp__prom_hist_t flush_seconds;
 } kvp__adv_wb_t;
 
 /* Sets up write-behind to st for ix and ing, whose committed state is at

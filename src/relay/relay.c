@@ -11,6 +11,7 @@
 #include "kvplane/status.h"
 #include "relay/decode.h"
 #include "relay/map.h"
+#include "relay/metrics.h"
 
 #define CNT(ep, f) __atomic_fetch_add(&(ep)->st.f, 1, __ATOMIC_RELAXED)
 #define CNTN(ep, f, n) __atomic_fetch_add(&(ep)->st.f, (n), __ATOMIC_RELAXED)
@@ -494,4 +495,12 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file) {
             s.restarts, s.decode_errors, s.event_errors, s.map_evictions, s.last_seq);
   }
   fflush(f);
+}
+
+size_t kvp__relay_endpoint_count(const kvp_relay_t *r) { return r->nep; }
+
+const char *kvp__relay_endpoint_worker(const kvp_relay_t *r, size_t i) { return r->ep[i].worker; }
+
+kvp_publisher_t *kvp__relay_endpoint_publisher(const kvp_relay_t *r, size_t i) {
+  return r->ep[i].pub;
 }

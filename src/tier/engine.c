@@ -285,6 +285,7 @@ static void job_after(uv_work_t *req, int status) {
       to->st.moved_in++;
       to->st.bytes_in += o->bytes;
       e->st.bytes_moved += o->bytes;
+      e->st.bytes_tiers[from->tier][to->tier] += o->bytes; /* volumes are G3 or G4 (conf.c) */
       if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
         e->pend[e->npend++] = (pend_t){o->hash, now + e->grace_ms, o->from, 0, o->journal_id};
     }

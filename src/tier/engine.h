@@ -58,6 +58,7 @@ typedef struct kvp__tier_engine_s kvp__tier_engine_t;
 typedef struct kvp__tier_stats_s {
   uint64_t rounds, demoted, evicted, sources_deleted, failed;
   uint64_t bytes_moved;
+  uint64_t bytes_tiers[5][5]; /* bytes_moved by [source tier][destination tier] */
   uint64_t promoted;   /* G4 -> G3 moves committed, prefetches included */
   uint64_t prefetched; /* of which prefetches of a prefix hit in G4 */
   uint64_t throttled;  /* planned moves left for later rounds by the bytes/s throttle */

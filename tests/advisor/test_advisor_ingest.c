@@ -112,6 +112,11 @@ static void applies_stored_removed_accessed(void **state) {
   const kvp__adv_ingest_counters_t *c = kvp__adv_ingest_counters(f->ing);
   assert_int_equal(c->events, 3);
   assert_int_equal(c->block_events, 6);
+  /* By type (kvplane_advisor_events_total{type}). */
+  assert_int_equal(c->by_type[KVP_EV_STORED], 1);
+  assert_int_equal(c->by_type[KVP_EV_REMOVED], 1);
+  assert_int_equal(c->by_type[KVP_EV_ACCESSED], 1);
+  assert_int_equal(c->by_type[KVP_EV_CLEARED], 0);
 }
 
 static void duplicate_events_are_skipped(void **state) {

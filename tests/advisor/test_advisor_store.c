@@ -433,6 +433,9 @@ static void each_config_mistake_names_the_key(void **state) {
       {"[store]\npath =\n", "[store] path"},
       {"[jetstream]\nconsumer = a b\n", "[jetstream] consumer"},
       {"[workers]\nheartbeat_timeout = 2d\n", "[workers] heartbeat_timeout"},
+      {"[metrics]\nlisten = 9464\n", "[metrics] listen"},
+      {"[metrics]\nlisten = metrics.example:9464\n", "[metrics] listen"},
+      {"[metrics]\nlisten = 127.0.0.1:65536\n", "[metrics] listen"},
   };
   char err[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

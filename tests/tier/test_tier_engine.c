@@ -188,6 +188,10 @@ static void cold_g3_blocks_move_to_g4_whole(void **state) {
   /* Down to 0.80: two blocks, the leaves first: the chain's end (10, 9),
    * although block 1 is the least recently accessed. */
   assert_int_equal(st.demoted, 2);
+  /* Bytes by tier pair (kvplane_migrated_bytes_total): all of them G3 -> G4. */
+  assert_true(st.bytes_moved > 0);
+  assert_int_equal(st.bytes_tiers[3][4], st.bytes_moved);
+  assert_int_equal(st.bytes_tiers[4][3], 0);
   assert_int_equal(locs_in(f, 10, 4), 1);
   assert_int_equal(locs_in(f, 9, 4), 1);
   assert_int_equal(locs_in(f, 1, 4), 0);
@@ -376,6 +380,10 @@ static void hot_g4_blocks_come_back_and_the_band_holds(void **state) {
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.promoted, 1);
   assert_int_equal(st.prefetched, 0); /* no G4 hit was reported */
+  /* Bytes by tier pair (kvplane_migrated_bytes_total): the promotion is G4 -> G3. */
+  assert_true(st.bytes_tiers[4][3] > 0);
+  assert_int_equal(st.bytes_tiers[4][3], st.bytes_moved);
+  assert_int_equal(st.bytes_tiers[3][4], 0);
   assert_int_equal(locs_in(f, 101, 3), 1);
   assert_int_equal(locs_in(f, 102, 3), 0);
   assert_int_equal(locs_in(f, 103, 3), 0);

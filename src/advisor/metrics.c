@@ -1,0 +1,253 @@
+/* The advisor's Prometheus metrics; see metrics.h. The names, types and
+ * labels are listed in the README's "Metrics" section. */
+#include "advisor/metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kvplane/event.h"
+#include "kvplane/status.h"
+
+/* One family with one unlabelled sample. */
+static void one(kvp__prom_t *p, const char *name, const char *type, const char *help, double v) {
+  kvp__prom_family(p, name, type, help);
+  kvp__prom_sample(p, name, NULL, v);
+}
+
+static void write_ingest(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
+  const kvp__adv_ingest_counters_t *c = &s->in;
+  one(p, "kvplane_advisor_messages_total", "counter",
+      "Event messages received from NATS and handed to decoding.", (double)c->messages);
+  one(p, "kvplane_advisor_batches_total", "counter", "Event batches applied (heartbeats included).",
+      (double)c->batches);
+  one(p, "kvplane_advisor_heartbeats_total", "counter", "Heartbeat batches applied.",
+      (double)c->heartbeats);
+  kvp__prom_family(p, "kvplane_advisor_events_total", "counter",
+                   "Events applied to the index, by event type.");
+  for (int t = KVP_EV_STORED; t <= KVP_EV_SNAPSHOT; t++)
+    kvp__prom_sample(p, "kvplane_advisor_events_total",
+                     (const char *[]){"type", kvp_event_type_name(t), NULL}, (double)c->by_type[t]);
+  one(p, "kvplane_advisor_block_events_total", "counter", "Block hashes in the applied events.",
+      (double)c->block_events);
+  one(p, "kvplane_advisor_decode_errors_total", "counter",
+      "Messages that did not decode (malformed or over the [ingest] limits); skipped.",
+      (double)c->malformed);
+  one(p, "kvplane_advisor_oversized_total", "counter",
+      "Of the decode errors: messages over the [ingest] size limits.", (double)c->oversized);
+  kvp__prom_family(p, "kvplane_advisor_skipped_total", "counter",
+                   "Messages, batches or events not applied, by cause.");
+  static const char *const causes[] = {"bad_event", "duplicate", "stale_epoch", "foreign_subject",
+                                       "spoofed"};
+  const uint64_t vals[] = {c->bad_events, c->duplicates, c->stale, c->foreign, c->spoofed};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+    kvp__prom_sample(p, "kvplane_advisor_skipped_total", (const char *[]){"cause", causes[i], NULL},
+                     (double)vals[i]);
+  one(p, "kvplane_advisor_unknown_removes_total", "counter",
+      "Removed events naming blocks or locations the index did not hold.",
+      (double)c->unknown_removes);
+  one(p, "kvplane_advisor_gaps_total", "counter", "Gaps seen in workers' event id sequences.",
+      (double)c->gaps);
+  one(p, "kvplane_advisor_resyncs_total", "counter", "Resync requests sent to workers.",
+      (double)c->resyncs);
+  one(p, "kvplane_advisor_snapshots_total", "counter", "Worker snapshots completed.",
+      (double)c->snapshots);
+  one(p, "kvplane_advisor_worker_restarts_total", "counter",
+      "New worker epochs seen (a worker process restarted).", (double)c->epochs);
+  one(p, "kvplane_advisor_workers_marked_down_total", "counter",
+      "Workers marked down after [workers] heartbeat_timeout of silence.", (double)c->downs);
+  one(p, "kvplane_advisor_queue_dropped_total", "counter",
+      "Core-mode messages dropped because the inbox held [ingest] queue_max.",
+      (double)s->queue_dropped);
+  one(p, "kvplane_advisor_apply_lag_seconds", "gauge",
+      "From the last applied batch's timestamp (worker clock) to its application.",
+      (double)s->apply_lag_ms / 1e3);
+  one(p, "kvplane_advisor_applied_sequence", "gauge",
+      "Last applied JetStream stream sequence (0 in core mode).", (double)s->applied_seq);
+  kvp__prom_family(p, "kvplane_workers", "gauge", "Workers known to the advisor, by state.");
+  kvp__prom_sample(p, "kvplane_workers", (const char *[]){"state", "up", NULL},
+                   (double)s->workers_up);
+  kvp__prom_sample(p, "kvplane_workers", (const char *[]){"state", "down", NULL},
+                   (double)s->workers_down);
+}
+
+static void write_index(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
+  one(p, "kvplane_index_blocks", "gauge", "Distinct blocks in the index (any tier, any worker).",
+      (double)s->ix.blocks);
+  kvp__prom_family(p, "kvplane_index_locations", "gauge",
+                   "Block locations (block, worker, tier[, volume]) in the index, by tier.");
+  for (int t = 1; t <= KVP_TIER_MAX; t++)
+    kvp__prom_sample(p, "kvplane_index_locations", (const char *[]){"tier", kvp_tier_name(t), NULL},
+                     (double)s->ix.tier_locations[t]);
+  kvp__prom_family(p, "kvplane_index_bytes", "gauge",
+                   "Bytes of the indexed locations, by tier (as the events reported them).");
+  for (int t = 1; t <= KVP_TIER_MAX; t++)
+    kvp__prom_sample(p, "kvplane_index_bytes", (const char *[]){"tier", kvp_tier_name(t), NULL},
+                     (double)s->ix.tier_bytes[t]);
+  one(p, "kvplane_index_memory_bytes", "gauge", "Memory allocated by the index.",
+      (double)s->ix.memory_bytes);
+}
+
+static void write_store(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
+  one(p, "kvplane_store_flushes_total", "counter", "Write-behind flushes committed to SQLite.",
+      (double)s->flushes);
+  one(p, "kvplane_store_flush_errors_total", "counter",
+      "Write-behind flushes that failed (their changes are written by the next one).",
+      (double)s->flush_errors);
+  kvp__prom_histogram(p, "kvplane_store_flush_seconds",
+                      "Duration of committed flushes, from taking the changes to the commit.", NULL,
+                      &s->flush_seconds);
+  one(p, "kvplane_store_flush_lag_seconds", "gauge",
+      "Last committed flush: commit time minus the timestamp of its oldest batch.",
+      (double)s->flush_lag_ms / 1e3);
+  one(p, "kvplane_store_pending_seconds", "gauge",
+      "How long the oldest applied batch not yet committed to SQLite has waited (0: none).",
+      (double)s->pending_ms / 1e3);
+  one(p, "kvplane_store_dirty_blocks", "gauge", "Changed blocks waiting for the next flush.",
+      (double)s->dirty);
+  one(p, "kvplane_store_committed_sequence", "gauge",
+      "JetStream stream sequence of the last committed flush.", (double)s->committed_seq);
+}
+
+static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
+  const kvp__tier_stats_t *t = &s->tier;
+  one(p, "kvplane_migration_rounds_total", "counter", "Tiering rounds planned.", (double)t->rounds);
+  kvp__prom_family(p, "kvplane_migrations_total", "counter",
+                   "Block moves finished, by result: demoted (G3 -> G4) or promoted (G4 -> G3, "
+                   "prefetches included) as a verified copy, evicted (dropped from G4), failed.");
+  kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "demoted", NULL},
+                   (double)t->demoted);
+  kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "promoted", NULL},
+                   (double)t->promoted);
+  kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "evicted", NULL},
+                   (double)t->evicted);
+  kvp__prom_sample(p, "kvplane_migrations_total", (const char *[]){"result", "failed", NULL},
+                   (double)t->failed);
+  one(p, "kvplane_migration_prefetches_total", "counter",
+      "Of the promotions: prefetches of the rest of a prefix that was hit in G4.",
+      (double)t->prefetched);
+  one(p, "kvplane_migration_throttled_total", "counter",
+      "Planned moves left for later rounds by the bytes/s throttle.", (double)t->throttled);
+  one(p, "kvplane_migration_sources_deleted_total", "counter",
+      "Source copies deleted after [tiering] grace.", (double)t->sources_deleted);
+  kvp__prom_family(p, "kvplane_migrated_bytes_total", "counter",
+                   "Bytes of the blocks moved, by source and destination tier.");
+  for (int a = 3; a <= 4; a++)
+    for (int b = 3; b <= 4; b++)
+      if (a != b)
+        kvp__prom_sample(p, "kvplane_migrated_bytes_total",
+                         (const char *[]){"from", kvp_tier_name(a), "to", kvp_tier_name(b), NULL},
+                         (double)t->bytes_tiers[a][b]);
+  kvp__prom_family(p, "kvplane_volume_used_bytes", "gauge",
+                   "Bytes the index places on the volume, as of the last tiering round.");
+  for (size_t i = 0; i < s->nvols; i++)
+    kvp__prom_sample(p, "kvplane_volume_used_bytes",
+                     (const char *[]){"volume", s->vols[i].name, NULL}, (double)s->vols[i].used);
+  kvp__prom_family(p, "kvplane_volume_capacity_bytes", "gauge",
+                   "The volume's configured capacity ([volume <name>] capacity).");
+  for (size_t i = 0; i < s->nvols; i++)
+    kvp__prom_sample(p, "kvplane_volume_capacity_bytes",
+                     (const char *[]){"volume", s->vols[i].name, NULL},
+                     (double)s->vols[i].capacity);
+  kvp__prom_family(p, "kvplane_volume_fill_ratio", "gauge",
+                   "used / capacity of volumes with a capacity.");
+  for (size_t i = 0; i < s->nvols; i++)
+    if (s->vols[i].capacity > 0)
+      kvp__prom_sample(p, "kvplane_volume_fill_ratio",
+                       (const char *[]){"volume", s->vols[i].name, NULL},
+                       (double)s->vols[i].used / (double)s->vols[i].capacity);
+}
+
+void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
+  write_ingest(s, p);
+  write_index(s, p);
+  write_store(s, p);
+  if (s->tiering)
+    write_tiering(s, p);
+}
+
+/* --- MHD's thread ------------------------------------------------------------ */
+
+static int collect(void *ctx, kvp__prom_t *out) {
+  kvp__adv_metrics_t *m = ctx;
+  int rc = KVP_EAGAIN;
+  /* Written under the lock: a copy would be 12 KiB on MHD's stack per
+   * scrape for nothing, and the loop only waits for this at its ticks. */
+  pthread_mutex_lock(&m->mu);
+  if (m->have) {
+    kvp__adv_metrics_write(&m->snap, out);
+    rc = 0;
+  }
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+static int ready(void *ctx, char *why, size_t len) {
+  kvp__adv_metrics_t *m = ctx;
+  natsConnection *nc = atomic_load(&m->nc);
+  switch ((kvp__adv_phase_t)atomic_load(&m->phase)) {
+  case KVP__ADV_STARTING:
+    snprintf(why, len, "starting: connecting to NATS (%s) and loading %s", m->servers, m->db_path);
+    return 0;
+  case KVP__ADV_STOPPING:
+    snprintf(why, len, "stopping");
+    return 0;
+  case KVP__ADV_RUNNING:
+    break;
+  }
+  natsConnStatus st = nc != NULL ? natsConnection_Status(nc) : NATS_CONN_STATUS_DISCONNECTED;
+  if (st == NATS_CONN_STATUS_CONNECTED)
+    return 1;
+  snprintf(why, len, "NATS: %s (servers %s)",
+           st == NATS_CONN_STATUS_RECONNECTING ? "reconnecting"
+           : st == NATS_CONN_STATUS_CLOSED     ? "connection closed"
+                                               : "not connected",
+           m->servers);
+  return 0;
+}
+
+/* --- loop thread ---------------------------------------------------------------- */
+
+int kvp__adv_metrics_start(kvp__adv_metrics_t *m, const kvp_advisor_config_t *cfg, char *err,
+                           size_t errlen) {
+  int rc;
+  memset(m, 0, sizeof *m);
+  atomic_init(&m->phase, KVP__ADV_STARTING);
+  atomic_init(&m->nc, NULL);
+  if (cfg->metrics_listen[0] == '\0')
+    return 0;
+  snprintf(m->servers, sizeof m->servers, "%s", cfg->nats.servers);
+  snprintf(m->db_path, sizeof m->db_path, "%s", cfg->db_path);
+  if (pthread_mutex_init(&m->mu, NULL) != 0)
+    return KVP_ENOMEM;
+  if ((rc = kvp__metrics_server_start("[metrics] listen", cfg->metrics_listen, collect, ready, m,
+                                      &m->srv, err, errlen)) != 0) {
+    pthread_mutex_destroy(&m->mu);
+    return rc;
+  }
+  return 0;
+}
+
+void kvp__adv_metrics_publish(kvp__adv_metrics_t *m, const kvp__adv_metrics_snap_t *s) {
+  if (m->srv == NULL)
+    return;
+  pthread_mutex_lock(&m->mu);
+  m->snap = *s;
+  m->have = 1;
+  pthread_mutex_unlock(&m->mu);
+}
+
+void kvp__adv_metrics_set_conn(kvp__adv_metrics_t *m, natsConnection *nc) {
+  atomic_store(&m->nc, nc);
+}
+
+void kvp__adv_metrics_set_phase(kvp__adv_metrics_t *m, kvp__adv_phase_t phase) {
+  atomic_store(&m->phase, (int)phase);
+}
+
+void kvp__adv_metrics_stop(kvp__adv_metrics_t *m) {
+  if (m->srv == NULL)
+    return;
+  kvp__metrics_server_stop(m->srv);
+  m->srv = NULL;
+  pthread_mutex_destroy(&m->mu);
+}

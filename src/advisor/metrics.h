@@ -1,0 +1,79 @@
+/* The advisor's Prometheus metrics ([metrics] listen; README "Metrics").
+ *
+ * Threads: the figures belong to the loop thread, and the HTTP server
+ * answers on libmicrohttpd's thread. So the loop publishes a copy of them, a
+ * snapshot, under a mutex (at start, every tick and every flush timer), and
+ * /metrics writes the exposition from the latest snapshot. Readiness reads
+ * only atomics and nats.c's connection status, which nats.c locks. */
+#ifndef KVP_ADVISOR_METRICS_H
+#define KVP_ADVISOR_METRICS_H
+
+#include <nats/nats.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "advisor/index.h"
+#include "advisor/ingest.h"
+#include "kvplane/advisor.h"
+#include "metrics/prom.h"
+#include "metrics/server.h"
+#include "tier/engine.h"
+
+typedef struct kvp__adv_metrics_snap_s {
+  kvp__adv_ingest_counters_t in;
+  kvp__adv_index_stats_t ix;
+  size_t workers_up, workers_down;
+  uint64_t queue_dropped;
+  uint64_t applied_seq, committed_seq;
+  uint64_t flushes, flush_errors;
+  size_t dirty;
+  kvp__prom_hist_t flush_seconds;
+  uint64_t apply_lag_ms, flush_lag_ms, pending_ms; /* freshness.h */
+  int tiering;                                     /* the rest is set only with tiering */
+  kvp__tier_stats_t tier;
+  kvp__tier_vol_stats_t vols[KVP_ADVISOR_MAX_VOLUMES];
+  size_t nvols;
+} kvp__adv_metrics_snap_t;
+
+typedef enum kvp__adv_phase_e {
+  KVP__ADV_STARTING = 0, /* connecting, loading the database */
+  KVP__ADV_RUNNING = 1,  /* the loop runs */
+  KVP__ADV_STOPPING = 2,
+} kvp__adv_phase_t;
+
+typedef struct kvp__adv_metrics_s {
+  kvp__metrics_server_t *srv; /* NULL when [metrics] listen is empty */
+  pthread_mutex_t mu;         /* guards snap and have */
+  kvp__adv_metrics_snap_t snap;
+  int have;
+  atomic_int phase;                /* kvp__adv_phase_t */
+  natsConnection *_Atomic nc;      /* set once connected; valid until the server stops */
+  /* For the reasons /readyz gives. */
+  char servers[sizeof(((kvp_nats_opts_t *)0)->servers)];
+  char db_path[sizeof(((kvp_advisor_config_t *)0)->db_path)];
+} kvp__adv_metrics_t;
+
+/* Starts serving on cfg->metrics_listen (nothing when it is empty). Returns
+ * 0, or the server's KVP_ECONFIG / KVP_EIO / KVP_ENOMEM with err naming
+ * "[metrics] listen", the address and the cause. */
+int kvp__adv_metrics_start(kvp__adv_metrics_t *m, const kvp_advisor_config_t *cfg, char *err,
+                           size_t errlen);
+
+/* Loop thread: replaces the snapshot /metrics reads. */
+void kvp__adv_metrics_publish(kvp__adv_metrics_t *m, const kvp__adv_metrics_snap_t *s);
+
+/* Any thread: the connection whose status /readyz reports (it must stay
+ * open until kvp__adv_metrics_stop), and the daemon's phase. */
+void kvp__adv_metrics_set_conn(kvp__adv_metrics_t *m, natsConnection *nc);
+void kvp__adv_metrics_set_phase(kvp__adv_metrics_t *m, kvp__adv_phase_t phase);
+
+/* Stops the server (no callback runs after it returns) and frees what start
+ * set up. Idempotent; safe on a zeroed struct. */
+void kvp__adv_metrics_stop(kvp__adv_metrics_t *m);
+
+/* Writes the exposition of s into p (exposed for tests). */
+void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p);
+
+#endif

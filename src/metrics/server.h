@@ -1,0 +1,55 @@
+/* The HTTP side of metrics: a libmicrohttpd server on one configured
+ * address serving
+ *   GET /metrics  the daemon's Prometheus exposition (prom.h), 200; 503 while
+ *                 the collector has no figures yet (KVP_EAGAIN), 500 when it
+ *                 failed otherwise;
+ *   GET /healthz  200 "ok" while the process runs;
+ *   GET /readyz   200 "ready" when the daemon says so, else 503 with the
+ *                 reason in the body;
+ * 404 for any other path, 405 (with Allow: GET, HEAD) for other methods.
+ *
+ * Threads: MHD answers on its own thread (MHD_USE_INTERNAL_POLLING_THREAD),
+ * one request at a time, so collect and ready run there and must read only
+ * what is safe to read from another thread (a snapshot under a mutex,
+ * atomics, nats.c's status calls). */
+#ifndef KVP_METRICS_SERVER_H
+#define KVP_METRICS_SERVER_H
+
+#include <stddef.h>
+
+#include "metrics/prom.h"
+
+/* Fills out (reset before each call) with the exposition. Returns 0,
+ * KVP_EAGAIN when there are no figures yet (answered with 503), or another
+ * KVP_E code (500). */
+typedef int (*kvp__metrics_collect_fn)(void *ctx, kvp__prom_t *out);
+/* Returns 1 when ready; else 0 with why (a sentence) filled. */
+typedef int (*kvp__metrics_ready_fn)(void *ctx, char *why, size_t len);
+
+typedef struct kvp__metrics_server_s kvp__metrics_server_t;
+
+/* Parses "host:port" (an IPv4 address, "[IPv6]", or "localhost"; port
+ * 0..65535, 0 for any free one) into a socket address. Returns 0 or
+ * KVP_ECONFIG with err reading "<key>: '<addr>' <cause>". sa must hold a
+ * struct sockaddr_storage; *salen is set. */
+int kvp__metrics_parse_addr(const char *key, const char *addr, void *sa, unsigned *salen, char *err,
+                            size_t errlen);
+
+/* Binds addr (parsed as above; key names the setting in errors, e.g.
+ * "[metrics] listen" or "--metrics") and starts serving. Returns 0 with *out
+ * set, KVP_ECONFIG for a bad address, KVP_EIO when the address cannot be
+ * bound ("address already in use" and the like, with the address) or the
+ * server does not start, KVP_ENOMEM; err says which. */
+int kvp__metrics_server_start(const char *key, const char *addr, kvp__metrics_collect_fn collect,
+                              kvp__metrics_ready_fn ready, void *ctx, kvp__metrics_server_t **out,
+                              char *err, size_t errlen);
+
+/* The port it listens on (the chosen one when the address said 0). */
+int kvp__metrics_server_port(const kvp__metrics_server_t *s);
+
+/* Stops serving (a request being answered finishes first) and frees it;
+ * after it returns collect and ready are not called again. NULL is
+ * accepted. */
+void kvp__metrics_server_stop(kvp__metrics_server_t *s);
+
+#endif

@@ -1,0 +1,10 @@
+kvp_add_test(metrics metrics/test_metrics.c LABELS metrics)
+# The real daemons scraped with curl, the exposition parsed with Debian's
+# python3-prometheus-client (tests/metrics/test_metrics_scrape.py).
+foreach(case advisor advisor_tiering advisor_errors relay)
+  add_test(NAME metrics_scrape.${case}
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/metrics/test_metrics_scrape.py ${case})
+  set_tests_properties(metrics_scrape.${case} PROPERTIES TIMEOUT 60
+    LABELS "metrics_scrape;metrics;nats" ENVIRONMENT "${KVP_TEST_ENV}")
+endforeach()
+add_dependencies(test_metrics kvplane-advisor kvplane-relay kvplane-sim kvplane-volume-posix)
