@@ -100,14 +100,10 @@ int kvp__tier_journal_volume(sqlite3 *db, const char *name, int tier, uint64_t c
   return rc;
 }
 
-int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx) {
-  sqlite3_stmt *s = NULL;
+/* Calls fn for each row of s (id, hash, from_volume, to_volume, state),
+ * then finalizes it. */
+static int each_row(sqlite3_stmt *s, kvp__tier_journal_fn fn, void *ctx) {
   int r;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT id, hash, from_volume, to_volume, state FROM migrations"
-                         " WHERE state IN ('queued', 'copying', 'committed') ORDER BY id",
-                         -1, &s, NULL) != SQLITE_OK)
-    return KVP_EDB;
   while ((r = sqlite3_step(s)) == SQLITE_ROW)
     fn(ctx, sqlite3_column_int64(s, 0), kvp_hash_from_i64(sqlite3_column_int64(s, 1)),
        (const char *)sqlite3_column_text(s, 2), (const char *)sqlite3_column_text(s, 3),
@@ -116,9 +112,18 @@ int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx
   return r == SQLITE_DONE ? 0 : KVP_EDB;
 }
 
+int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT id, hash, from_volume, to_volume, state FROM migrations"
+                         " WHERE state IN ('queued', 'copying', 'committed') ORDER BY id",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  return each_row(s, fn, ctx);
+}
+
 int kvp__tier_journal_recent(sqlite3 *db, uint64_t margin_ms, kvp__tier_journal_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
-  int r;
   if (sqlite3_prepare_v2(db,
                          "SELECT id, hash, from_volume, to_volume, state FROM migrations"
                          " WHERE state = 'source_deleted' AND updated >= coalesce((SELECT value"
@@ -126,10 +131,5 @@ int kvp__tier_journal_recent(sqlite3 *db, uint64_t margin_ms, kvp__tier_journal_
                          -1, &s, NULL) != SQLITE_OK)
     return KVP_EDB;
   sqlite3_bind_int64(s, 1, (sqlite3_int64)margin_ms);
-  while ((r = sqlite3_step(s)) == SQLITE_ROW)
-    fn(ctx, sqlite3_column_int64(s, 0), kvp_hash_from_i64(sqlite3_column_int64(s, 1)),
-       (const char *)sqlite3_column_text(s, 2), (const char *)sqlite3_column_text(s, 3),
-       (const char *)sqlite3_column_text(s, 4));
-  sqlite3_finalize(s);
-  return r == SQLITE_DONE ? 0 : KVP_EDB;
+  return each_row(s, fn, ctx);
 }
