@@ -91,6 +91,8 @@ struct kvp__tier_engine_s {
   size_t tokens_cap;
   uint64_t *lru;
   size_t lru_cap;
+  kvp__adv_loc_t *locs; /* one block's locations (get_block) */
+  size_t locs_cap;
 };
 
 /* Whether a move copies a block (a demotion, promotion or prefetch), as
@@ -184,15 +186,29 @@ static void job_work(uv_work_t *req) {
   free(b);
 }
 
+/* Looks hash up with all its locations, however many workers hold it, into
+ * the engine's location scratch (e->locs). Returns 0 or KVP_ENOENT /
+ * KVP_ENOMEM. */
+static int get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__adv_block_t *b, size_t *n) {
+  int rc = kvp__adv_index_get(e->ix, hash, b, e->locs, e->locs_cap, n);
+  if (rc == 0 && *n > e->locs_cap) {
+    if (KVP_ARRAY_RESERVE(e->locs, e->locs_cap, *n, 64) != 0)
+      return KVP_ENOMEM;
+    rc = kvp__adv_index_get(e->ix, hash, b, e->locs, e->locs_cap, n);
+  }
+  return rc;
+}
+
 /* Removes every location of hash in (tier, volume), whoever holds it. */
 static void drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
-  kvp__adv_loc_t locs[64];
   size_t n = 0;
-  if (kvp__adv_index_get(e->ix, hash, NULL, locs, 64, &n) != 0)
+  if (get_block(e, hash, NULL, &n) != 0)
     return;
-  for (size_t i = 0; i < n && i < 64; i++)
-    if (locs[i].tier == v->tier && locs[i].volume == v->id)
-      kvp__adv_index_remove(e->ix, hash, locs[i].worker, v->tier, v->id);
+  /* Backwards: a removal does not move the locations before it in e->locs
+   * (the copy), and the index is asked for each one by its key. */
+  for (size_t i = n; i-- > 0;)
+    if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id)
+      kvp__adv_index_remove(e->ix, hash, e->locs[i].worker, v->tier, v->id);
 }
 
 /* Tells workers and routers (and this advisor, through the stream) about a
@@ -346,11 +362,11 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blo
     n = u;
     for (size_t i = 0; i < n; i++) {
       kvp__adv_block_t b;
-      kvp__adv_loc_t locs[64];
       size_t nl = 0;
-      if (kvp__adv_index_get(e->ix, e->lru[i], &b, locs, 64, &nl) != 0)
+      if (get_block(e, e->lru[i], &b, &nl) != 0)
         continue;
-      for (size_t k = 0; k < nl && k < 64; k++) {
+      const kvp__adv_loc_t *locs = e->locs;
+      for (size_t k = 0; k < nl; k++) {
         long v = locs[k].tier == tier ? vol_of(e, tier, locs[k].volume) : -1;
         if (v < 0)
           continue;
@@ -804,6 +820,7 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   free(e->cands);
   free(e->tokens);
   free(e->lru);
+  free(e->locs);
   if (e->timer_ready && !uv_is_closing((uv_handle_t *)&e->timer)) {
     uv_close((uv_handle_t *)&e->timer, free_engine); /* the loop frees it */
     return;

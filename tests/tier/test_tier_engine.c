@@ -536,6 +536,34 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   kvp_s3d_stop(&s3);
 }
 
+/* Block 10 is also in G1 at 100 workers: its G3 location is still seen
+ * (tiering once looked at a block's first 64 locations only) and it is
+ * demoted like any other leaf. */
+static void a_block_held_by_many_workers_still_moves(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+
+  seed(f, 10);
+  for (int i = 0; i < 100; i++) {
+    char name[16];
+    uint16_t w;
+    snprintf(name, sizeof name, "gpu%d", i);
+    assert_int_equal(kvp__adv_index_worker(f->ix, name, 0, &w), 0);
+    assert_int_equal(kvp__adv_index_store(f->ix, 10, 1, 9, w, 1, 0, 16, 1064, NOW_MS + 10000), 0);
+  }
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  round_and_wait(f, e);
+  assert_int_equal(locs_in(f, 10, 4), 1);
+  round_and_wait(f, e); /* grace 0: the G3 source goes, the G1 copies stay */
+  assert_int_equal(locs_in(f, 10, 3), 0);
+  kvp__adv_loc_t l[128];
+  size_t n = 0;
+  assert_int_equal(kvp__adv_index_get(f->ix, 10, NULL, l, 128, &n), 0);
+  assert_int_equal(n, 101); /* 100 in G1, 1 in G4 */
+  kvp__tier_engine_close(e);
+}
+
 static void a_volume_that_does_not_open_is_named(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
@@ -558,6 +586,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_g4_hit_prefetches_its_descendants, setup, teardown),
     cmocka_unit_test_setup_teardown(the_throttle_defers_moves, setup, teardown),
     cmocka_unit_test_setup_teardown(s3_as_g4_survives_a_server_restart, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_block_held_by_many_workers_still_moves, setup, teardown),
 };
 
 KVP_TEST_MAIN("tier_engine", tests)
