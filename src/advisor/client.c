@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "advisor/api.h"
+#include "advisor/client_impl.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 #include "nats/conn.h"
@@ -128,12 +129,44 @@ static int read_row(json_t *row, kvp_match_t *m) {
   return 0;
 }
 
+int kvp__client_match_parse(const void *data, size_t len, kvp_match_t *out, size_t cap,
+                            size_t *nmatches, char *err, size_t errlen) {
+  json_error_t jerr;
+  json_t *doc, *arr, *e;
+  int rc = 0;
+
+  *nmatches = 0;
+  if ((doc = json_loadb(data, len, 0, &jerr)) == NULL)
+    return fail(KVP_EPROTO, err, errlen, "the reply is not JSON: %s", jerr.text);
+  if ((e = json_object_get(doc, "error")) != NULL) {
+    rc = fail(KVP_EPROTO, err, errlen, "the advisor refused the request: %s",
+              json_is_string(e) ? json_string_value(e) : "(no text)");
+    goto out;
+  }
+  arr = json_object_get(doc, "matches");
+  if (!json_is_array(arr)) {
+    rc = fail(KVP_EPROTO, err, errlen, "the reply has no \"matches\" array");
+    goto out;
+  }
+  for (size_t i = 0; i < json_array_size(arr); i++) {
+    kvp_match_t m;
+    if (read_row(json_array_get(arr, i), &m) != 0) {
+      rc = fail(KVP_EPROTO, err, errlen, "row %zu of the reply is malformed", i);
+      goto out;
+    }
+    if (i < cap)
+      out[i] = m;
+  }
+  *nmatches = json_array_size(arr);
+out:
+  json_decref(doc);
+  return rc;
+}
+
 int kvp_client_match(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t timeout_ms,
                      kvp_match_t *out, size_t cap, size_t *nmatches, char *err, size_t errlen) {
   char subj[KVP_SUBJECT_MAX];
   natsMsg *rep = NULL;
-  json_t *doc = NULL, *arr, *e;
-  json_error_t jerr;
   uint8_t *req;
   int rc;
 
@@ -155,33 +188,13 @@ int kvp_client_match(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t
   free(req);
   if (rc != 0)
     return rc;
-  doc = json_loadb(natsMsg_GetData(rep), (size_t)natsMsg_GetDataLength(rep), 0, &jerr);
-  if (doc == NULL) {
-    rc = fail(KVP_EPROTO, err, errlen, "%s: the reply is not JSON: %s", subj, jerr.text);
-    goto out;
+  rc = kvp__client_match_parse(natsMsg_GetData(rep), (size_t)natsMsg_GetDataLength(rep), out, cap,
+                               nmatches, err, errlen);
+  if (rc != 0 && err != NULL && errlen > 0) { /* name the subject in front of the cause */
+    char why[512];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, errlen, "%s: %s", subj, why);
   }
-  if ((e = json_object_get(doc, "error")) != NULL) {
-    rc = fail(KVP_EPROTO, err, errlen, "%s: the advisor refused the request: %s", subj,
-              json_is_string(e) ? json_string_value(e) : "(no text)");
-    goto out;
-  }
-  arr = json_object_get(doc, "matches");
-  if (!json_is_array(arr)) {
-    rc = fail(KVP_EPROTO, err, errlen, "%s: the reply has no \"matches\" array", subj);
-    goto out;
-  }
-  for (size_t i = 0; i < json_array_size(arr); i++) {
-    kvp_match_t m;
-    if (read_row(json_array_get(arr, i), &m) != 0) {
-      rc = fail(KVP_EPROTO, err, errlen, "%s: row %zu of the reply is malformed", subj, i);
-      goto out;
-    }
-    if (i < cap)
-      out[i] = m;
-  }
-  *nmatches = json_array_size(arr);
-out:
-  json_decref(doc);
   natsMsg_Destroy(rep);
   return rc;
 }

@@ -1,0 +1,18 @@
+/* The advisor client's reply decoding, apart from the request, so that the
+ * fuzz target (tests/fuzz/fuzz_match_reply.c) reaches it: a match reply
+ * comes from whoever answers on the subject. Threads: any. */
+#ifndef KVP_ADVISOR_CLIENT_IMPL_H
+#define KVP_ADVISOR_CLIENT_IMPL_H
+
+#include <stddef.h>
+
+#include "kvplane/client.h"
+
+/* Decodes a match reply (JSON: {"matches": [{"worker", "dp_rank", "tier",
+ * "length"}, ...]} or {"error": "..."}) into out (up to cap rows; the
+ * total count in *nmatches). Returns 0, or KVP_EPROTO with err saying what
+ * is wrong (nothing counted). */
+int kvp__client_match_parse(const void *data, size_t len, kvp_match_t *out, size_t cap,
+                            size_t *nmatches, char *err, size_t errlen);
+
+#endif
