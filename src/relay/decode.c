@@ -29,6 +29,20 @@ static int kvp__be(const uint8_t *p, int n, uint64_t *v) {
   return 0;
 }
 
+/* The encoded width of a msgpack number, nil or boolean starting with type
+ * byte b (the byte included), or 0 for anything else. */
+static inline size_t kvp__mp_scalar_width(uint8_t b) {
+  if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+    return 1;
+  switch (b) {
+  case 0xcc: case 0xd0: return 2;
+  case 0xcd: case 0xd1: return 3;
+  case 0xca: case 0xce: case 0xd2: return 5;
+  case 0xcb: case 0xcf: case 0xd3: return 9;
+  default: return 0;
+  }
+}
+
 /* Skips one object at *pp; 0 or -1. Every declared length must fit in the
  * bytes left (one byte per element at least), so nothing absurd reaches the
  * allocator. */
@@ -86,9 +100,17 @@ static int kvp__mp_skip(const uint8_t **pp, const uint8_t *end, int depth) {
   if (items_per) {
     if (n > left / (uint64_t)items_per)
       return -1;
-    for (uint64_t i = 0; i < n * (uint64_t)items_per; i++)
+    for (uint64_t i = 0; i < n * (uint64_t)items_per; i++) {
+      /* Numbers and nil inline: token ids and block hashes are most of a
+       * payload, and a call per element was the decoder's largest cost. */
+      size_t w = p < end ? kvp__mp_scalar_width(*p) : 0;
+      if (w > 0 && (size_t)(end - p) >= w) {
+        p += w;
+        continue;
+      }
       if (kvp__mp_skip(&p, end, depth + 1) != 0)
         return -1;
+    }
   } else {
     if (len > left)
       return -1;

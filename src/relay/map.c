@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/array.h"
 #include "kvplane/status.h"
 
 static void kvp__media_set(kvp_relay_media_t *m, const char *name, size_t len, int tier) {
@@ -74,11 +75,12 @@ typedef struct kvp__ent_s {
 
 struct kvp_relay_map_s {
   size_t cap, n;
-  kvp__ent_t *ent;  /* cap entries */
+  kvp__ent_t *ent;  /* entries in use or freed: nent of them, grown up to cap */
+  size_t nent, ent_cap;
   uint32_t *table;  /* mask + 1 slots: entry index or NIL */
-  size_t mask;
+  size_t mask, max_slots;
   uint32_t head, tail; /* head: most recent */
-  uint32_t free_top;   /* free entries linked through next */
+  uint32_t free_top;   /* freed entries linked through next */
 };
 
 static size_t kvp__mix(uint64_t k) {
@@ -88,20 +90,27 @@ static size_t kvp__mix(uint64_t k) {
   return (size_t)k;
 }
 
+/* The table starts small and doubles while it is more than half full, up
+ * to two slots per entry of the cap: a map holding a few thousand hashes
+ * stays in cache (a lookup in a table sized for the cap, 8 MiB at the
+ * default, was a cache miss per block-event), and its memory follows what
+ * it holds. */
+#define KVP__MAP_MIN_SLOTS 1024
+
 kvp_relay_map_t *kvp__relay_map_new(size_t cap) {
   if (cap == 0 || cap > (1u << 30))
     return NULL;
   kvp_relay_map_t *m = calloc(1, sizeof *m);
   if (!m)
     return NULL;
-  size_t slots = 1;
-  while (slots < cap * 2)
-    slots <<= 1;
+  size_t max_slots = 1;
+  while (max_slots < cap * 2)
+    max_slots <<= 1;
   m->cap = cap;
-  m->mask = slots - 1;
-  m->ent = malloc(cap * sizeof *m->ent);
-  m->table = malloc(slots * sizeof *m->table);
-  if (!m->ent || !m->table) {
+  m->max_slots = max_slots;
+  m->mask = (max_slots < KVP__MAP_MIN_SLOTS ? max_slots : KVP__MAP_MIN_SLOTS) - 1;
+  m->table = malloc((m->mask + 1) * sizeof *m->table);
+  if (!m->table) {
     kvp__relay_map_free(m);
     return NULL;
   }
@@ -119,9 +128,8 @@ void kvp__relay_map_free(kvp_relay_map_t *m) {
 
 void kvp__relay_map_clear(kvp_relay_map_t *m) {
   memset(m->table, 0xff, (m->mask + 1) * sizeof *m->table);
-  for (size_t i = 0; i < m->cap; i++)
-    m->ent[i].next = i + 1 < m->cap ? (uint32_t)(i + 1) : NIL;
-  m->free_top = 0;
+  m->nent = 0;
+  m->free_top = NIL;
   m->head = m->tail = NIL;
   m->n = 0;
 }
@@ -188,6 +196,27 @@ static void kvp__remove_ent(kvp_relay_map_t *m, uint32_t i) {
   m->n--;
 }
 
+/* Doubles the table and puts every entry back. Returns 0 or KVP_ENOMEM
+ * (the table stays as it was). */
+static int kvp__grow(kvp_relay_map_t *m) {
+  size_t slots = (m->mask + 1) * 2;
+  uint32_t *t = malloc(slots * sizeof *t);
+  if (!t)
+    return KVP_ENOMEM;
+  memset(t, 0xff, slots * sizeof *t);
+  for (uint32_t i = m->head; i != NIL; i = m->ent[i].next) {
+    size_t s = kvp__mix(m->ent[i].key) & (slots - 1);
+    while (t[s] != NIL)
+      s = (s + 1) & (slots - 1);
+    t[s] = i;
+    m->ent[i].slot = (uint32_t)s;
+  }
+  free(m->table);
+  m->table = t;
+  m->mask = slots - 1;
+  return 0;
+}
+
 int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
   int evicted = 0;
   size_t s = kvp__find(m, engine);
@@ -201,9 +230,18 @@ int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
   if (m->n == m->cap) {
     kvp__remove_ent(m, m->tail);
     evicted = 1;
+  } else if ((m->n + 1) * 2 > m->mask + 1 && m->mask + 1 < m->max_slots && kvp__grow(m) != 0) {
+    return evicted; /* out of memory: not mapped (removals pass the engine's hash) */
   }
-  uint32_t i = m->free_top;
-  m->free_top = m->ent[i].next;
+  uint32_t i;
+  if (m->free_top != NIL) {
+    i = m->free_top;
+    m->free_top = m->ent[i].next;
+  } else {
+    if (KVP_ARRAY_RESERVE(m->ent, m->ent_cap, m->nent + 1, 1024) != 0)
+      return evicted;
+    i = (uint32_t)m->nent++;
+  }
   s = kvp__mix(engine) & m->mask;
   while (m->table[s] != NIL)
     s = (s + 1) & m->mask;
