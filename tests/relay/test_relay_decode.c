@@ -242,12 +242,43 @@ static void map_lru_bounded(void **state) {
   kvp__relay_map_free(m);
 }
 
+/* A map far larger than its first table: the table doubles as entries come
+ * (from 1,024 slots), every key stays reachable across the regrowths and
+ * removals, and at the cap the least recent goes. */
+static void map_grows_with_what_it_holds(void **state) {
+  (void)state;
+  const uint64_t cap = 50000;
+  kvp_relay_map_t *m = kvp__relay_map_new(cap);
+  uint64_t v;
+  assert_non_null(m);
+  for (uint64_t i = 1; i <= cap; i++)
+    assert_int_equal(kvp__relay_map_put(m, i * 0x9e3779b97f4a7c15ull, i), 0);
+  for (uint64_t i = 1; i <= cap; i += 2)
+    assert_int_equal(kvp__relay_map_take(m, i * 0x9e3779b97f4a7c15ull, &v), 1);
+  for (uint64_t i = 2; i <= cap; i += 2) {
+    assert_int_equal(kvp__relay_map_get(m, i * 0x9e3779b97f4a7c15ull, &v), 1);
+    assert_true(v == i);
+  }
+  assert_int_equal(kvp__relay_map_size(m), cap / 2);
+  /* Fill to the cap again with new keys, then one more: the least recent
+   * (key 2, touched first in the loop above) goes. */
+  for (uint64_t i = 1; i <= cap / 2; i++)
+    assert_int_equal(kvp__relay_map_put(m, (cap + i) * 0x9e3779b97f4a7c15ull, i), 0);
+  assert_int_equal(kvp__relay_map_size(m), cap);
+  assert_int_equal(kvp__relay_map_put(m, 7, 7), 1);
+  assert_int_equal(kvp__relay_map_get(m, 2 * 0x9e3779b97f4a7c15ull, &v), 0);
+  assert_int_equal(kvp__relay_map_get(m, 4 * 0x9e3779b97f4a7c15ull, &v), 1);
+  assert_int_equal(kvp__relay_map_get(m, 7, &v), 1);
+  kvp__relay_map_free(m);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(tagged_arrays),
     cmocka_unit_test(maps_and_defaults),
     cmocka_unit_test(malformed_rejected),
     cmocka_unit_test(media_table),
     cmocka_unit_test(map_lru_bounded),
+    cmocka_unit_test(map_grows_with_what_it_holds),
 };
 
 KVP_TEST_MAIN("relay_decode", tests)
