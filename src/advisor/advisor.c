@@ -13,7 +13,11 @@
  * the inbox and wake the libuv loop. The loop thread alone touches the
  * index, the ingest state and the write-behind: it drains the inbox, applies
  * batches, answers queries and, on a timer, starts a flush. The metrics
- * server's thread reads a snapshot the loop publishes (metrics.h). */
+ * server's thread reads a snapshot the loop publishes (metrics.h).
+ *
+ * About 540 lines, over the ~500 the tree aims for: besides the wiring it
+ * fills the stats reply, the metrics snapshot and the tier_history samples
+ * from the parts' private state, which this struct alone sees. */
 #include "kvplane/advisor.h"
 
 #include <errno.h>

@@ -1,1 +1,1 @@
-list(APPEND KVP_LIB_SOURCES tier/policy.c tier/policy_lru.c tier/journal.c tier/engine.c)
+list(APPEND KVP_LIB_SOURCES tier/policy.c tier/policy_lru.c tier/journal.c tier/engine.c tier/engine_job.c tier/engine_open.c)

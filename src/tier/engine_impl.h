@@ -1,0 +1,118 @@
+/* What the tiering engine's files share (engine.h is the interface): its
+ * state, the job's op list and pending sources, and the helpers more than
+ * one file calls. Private to src/tier/engine*.c:
+ *   engine.c       rounds (candidates, plan, prefetch, throttle), start,
+ *                  stop, figures, close: the loop thread;
+ *   engine_job.c   the job on libuv's thread pool (copies, verification,
+ *                  the journal's transactions) and its completion on the
+ *                  loop thread (index, events, counters);
+ *   engine_open.c  opening the volumes, recovery from the journal and the
+ *                  reconciliation of moves finished before a crash: the
+ *                  loop thread, before the rounds start. */
+#ifndef KVP_TIER_ENGINE_IMPL_H
+#define KVP_TIER_ENGINE_IMPL_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "advisor/index.h"
+#include "kvplane/publisher.h"
+#include "kvplane/volume.h"
+#include "tier/engine.h"
+#include "tier/policy.h"
+#include <sqlite3.h>
+
+#define ADVISOR_WORKER "_advisor"
+#define BACKOFF_MS 30000
+
+typedef struct vol_s {
+  kvp_volume_t *v;
+  char name[64];
+  int tier;
+  uint64_t capacity;
+  uint16_t id; /* the index's volume id */
+  uint64_t backoff_until_ms;
+  kvp__tier_vol_stats_t st; /* name, tier, capacity in st too */
+} vol_t;
+
+/* One unit of work for the job, and its outcome. */
+typedef struct op_s {
+  int kind; /* kvp__tier_kind_t, or -1: delete a moved block's source */
+  uint64_t hash, parent, bytes;
+  uint32_t tokens;
+  int has_parent;
+  uint32_t from, to; /* volume indexes; to unused for evict/delete */
+  int64_t journal_id;
+  int rc;
+  int src_missing; /* a demotion's source was not in its volume */
+  char err[256];
+} op_t;
+
+/* A committed move whose source waits for the grace period. */
+typedef struct pend_s {
+  uint64_t hash, due_ms;
+  uint32_t from;
+  int deleting; /* handed to the running job */
+  int64_t journal_id;
+} pend_t;
+
+struct kvp__tier_engine_s {
+  uv_loop_t *loop;
+  kvp__adv_index_t *ix;
+  char ns[64], db_path[512];
+  kvp__tier_params_t prm;
+  uint64_t interval_ms, grace_ms;
+  size_t max_moves;
+  double max_bytes_per_s; /* 0: no throttle */
+  double budget;          /* bytes the throttle lets through now (may go negative) */
+  uint64_t budget_ms;     /* when the budget was last refilled */
+  uint64_t hits[KVP__TIER_HITS_MAX]; /* G4 hits since the last round (kvp__tier_engine_hit) */
+  size_t nhits;
+  size_t round_taken;     /* moves taken this round (max_moves) */
+  vol_t *vols;
+  size_t nvols;
+  uint16_t advisor_worker;
+  kvp_publisher_t *pub; /* the moves as events of worker _advisor; NULL: not published */
+  uint64_t published, publish_errors;
+  sqlite3 *db; /* the journal's connection: the job's, or the loop's before start */
+  uv_timer_t timer;
+  int timer_ready, running;
+  uv_work_t work;
+  op_t *ops;
+  size_t nops, ops_cap;
+  int busy;
+  pend_t *pend;
+  size_t npend, pend_cap;
+  void (*on_idle)(void *ctx);
+  void *idle_ctx;
+  kvp__tier_stats_t st;
+  /* Candidate scratch, reused across rounds. */
+  kvp__tier_cand_t *cands;
+  size_t ncands, cands_cap;
+  uint32_t *tokens;
+  size_t tokens_cap;
+  uint64_t *lru;
+  size_t lru_cap;
+  kvp__adv_loc_t *locs; /* one block's locations (get_block) */
+  size_t locs_cap;
+};
+
+/* Whether a move copies a block (a demotion, promotion or prefetch), as
+ * opposed to deleting one. */
+static inline int kvp__tier_is_copy(int kind) {
+  return kind == KVP__TIER_DEMOTE || kind == KVP__TIER_PROMOTE || kind == KVP__TIER_PREFETCH;
+}
+
+/* The job, queued with uv_queue_work by a round (engine_job.c). */
+void kvp__tier_job_work(uv_work_t *req);
+void kvp__tier_job_after(uv_work_t *req, int status);
+
+/* Looks hash up with all its locations, however many workers hold it, into
+ * e->locs. Returns 0 or KVP_ENOENT / KVP_ENOMEM. (engine_job.c) */
+int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__adv_block_t *b, size_t *n);
+
+/* Removes every location of hash in (tier, volume) v, whoever holds it.
+ * (engine_job.c) */
+void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v);
+
+#endif

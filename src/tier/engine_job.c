@@ -1,0 +1,229 @@
+/* The tiering engine's job (engine_impl.h): the moves' I/O and journal on
+ * libuv's thread pool, their completion back on the loop thread. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/array.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "kvplane/hash.h"
+#include "kvplane/status.h"
+#include "tier/engine_impl.h"
+#include "tier/journal.h"
+
+/* --- the job (thread pool) --------------------------------------------------- */
+
+/* Reads block hash from v into *buf (grown as needed), verified. */
+static int read_block(kvp_volume_t *v, const char *ns, uint64_t hash, void **buf, size_t *cap,
+                      kvp_frame_t *meta, char *err, size_t errlen) {
+  int rc = kvp_volume_get_block(v, ns, hash, meta, *buf, *cap, err, errlen);
+  if (rc == KVP_ETOOBIG) {
+    void *p = realloc(*buf, (size_t)meta->payload_len);
+    if (p == NULL)
+      return KVP_ENOMEM;
+    *buf = p;
+    *cap = (size_t)meta->payload_len;
+    rc = kvp_volume_get_block(v, ns, hash, meta, *buf, *cap, err, errlen);
+  }
+  return rc;
+}
+
+/* The I/O of one op; the journal is written around it by kvp__tier_job_work. */
+static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void **b, size_t *bcap) {
+  vol_t *from = &e->vols[o->from], *to = kvp__tier_is_copy(o->kind) ? &e->vols[o->to] : NULL;
+  kvp_frame_t m, back;
+
+  if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
+    o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
+    if (o->rc == KVP_ENOENT)
+      o->rc = 0; /* gone already: the goal */
+    return;
+  }
+  o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
+  o->src_missing = o->rc == KVP_ENOENT;
+  if (o->rc == 0)
+    o->rc = kvp_volume_put_block(to->v, e->ns, &m, *a, o->err, sizeof o->err);
+  /* Committed means the destination's frame was read back and verified. */
+  if (o->rc == 0)
+    o->rc = read_block(to->v, e->ns, o->hash, b, bcap, &back, o->err, sizeof o->err);
+  if (o->rc == 0 && back.checksum != m.checksum) {
+    snprintf(o->err, sizeof o->err, "volume %s: block %016" PRIx64 " read back differs", to->name,
+             o->hash);
+    o->rc = KVP_ECORRUPT;
+  }
+  if (o->rc == 0) {
+    o->bytes = m.payload_len;
+  } else if (o->rc != KVP_ENOENT) {
+    char ignore[256];
+    kvp_volume_delete(to->v, e->ns, o->hash, ignore, sizeof ignore); /* a partial copy */
+  }
+}
+
+/* The job: the journal in three transactions around the I/O (queued, then
+ * copying, then each move's outcome), so that a crash at any point leaves
+ * rows that open can resume or roll back. */
+void kvp__tier_job_work(uv_work_t *req) {
+  kvp__tier_engine_t *e = req->data;
+  void *a = NULL, *b = NULL;
+  size_t acap = 0, bcap = 0;
+  uint64_t now = kvp__unix_ms();
+
+  kvp__tier_journal_begin(e->db);
+  for (size_t i = 0; i < e->nops; i++) {
+    op_t *o = &e->ops[i];
+    if (o->kind >= 0)
+      o->journal_id = kvp__tier_journal_insert(
+          e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
+          kvp__tier_is_copy(o->kind) ? e->vols[o->to].tier : 0, kvp__tier_is_copy(o->kind) ? e->vols[o->to].name : "",
+          o->bytes, now);
+  }
+  kvp__tier_journal_commit(e->db);
+  kvp__tier_journal_begin(e->db);
+  for (size_t i = 0; i < e->nops; i++)
+    if (kvp__tier_is_copy(e->ops[i].kind))
+      kvp__tier_journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
+  kvp__tier_journal_commit(e->db);
+  for (size_t i = 0; i < e->nops; i++)
+    do_io(e, &e->ops[i], &a, &acap, &b, &bcap);
+  kvp__tier_journal_begin(e->db);
+  for (size_t i = 0; i < e->nops; i++) {
+    const op_t *o = &e->ops[i];
+    const char *state = o->rc != 0 ? "failed" : kvp__tier_is_copy(o->kind) ? "committed" : "source_deleted";
+    kvp__tier_journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
+  }
+  kvp__tier_journal_commit(e->db);
+  free(a);
+  free(b);
+}
+
+/* Looks hash up with all its locations, however many workers hold it, into
+ * the engine's location scratch (e->locs). Returns 0 or KVP_ENOENT /
+ * KVP_ENOMEM. */
+int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__adv_block_t *b, size_t *n) {
+  int rc = kvp__adv_index_get(e->ix, hash, b, e->locs, e->locs_cap, n);
+  if (rc == 0 && *n > e->locs_cap) {
+    if (KVP_ARRAY_RESERVE(e->locs, e->locs_cap, *n, 64) != 0)
+      return KVP_ENOMEM;
+    rc = kvp__adv_index_get(e->ix, hash, b, e->locs, e->locs_cap, n);
+  }
+  return rc;
+}
+
+/* Removes every location of hash in (tier, volume), whoever holds it. */
+void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
+  size_t n = 0;
+  if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
+    return;
+  /* Backwards: a removal does not move the locations before it in e->locs
+   * (the copy), and the index is asked for each one by its key. */
+  for (size_t i = n; i-- > 0;)
+    if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id)
+      kvp__adv_index_remove(e->ix, hash, e->locs[i].worker, v->tier, v->id);
+}
+
+/* Tells workers and routers (and this advisor, through the stream) about a
+ * move, as worker _advisor: Stored in the destination once the copy is
+ * verified, Removed from the source once it is deleted. The publisher is
+ * thread-safe and drops rather than blocks the loop when its queue is full
+ * (counted). */
+static void publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t *o) {
+  if (e->pub == NULL)
+    return;
+  int rc = type == KVP_EV_STORED
+               ? kvp_publisher_stored(e->pub, v->tier, v->name, o->has_parent ? &o->parent : NULL,
+                                      &o->hash, 1, o->tokens, o->bytes, 0)
+               : kvp_publisher_removed(e->pub, v->tier, v->name, &o->hash, 1);
+  if (rc == 0)
+    e->published++;
+  else
+    e->publish_errors++;
+}
+
+/* The pend entry of a source delete that ran: gone when it succeeded, due
+ * again when it failed. */
+static void pend_done(kvp__tier_engine_t *e, uint64_t hash, uint32_t from, int ok) {
+  for (size_t i = 0; i < e->npend; i++)
+    if (e->pend[i].hash == hash && e->pend[i].from == from && e->pend[i].deleting) {
+      if (ok)
+        e->pend[i] = e->pend[--e->npend];
+      else
+        e->pend[i].deleting = 0;
+      return;
+    }
+}
+
+void kvp__tier_job_after(uv_work_t *req, int status) {
+  kvp__tier_engine_t *e = req->data;
+  uint64_t now = kvp__unix_ms();
+
+  (void)status;
+  for (size_t i = 0; i < e->nops; i++) {
+    op_t *o = &e->ops[i];
+    vol_t *from = &e->vols[o->from];
+    if (o->kind < 0)
+      pend_done(e, o->hash, o->from, o->rc == 0);
+    if (o->rc != 0 && o->src_missing) {
+      /* The index placed a block where it is not (a location replayed
+       * after a crash, a block deleted behind the advisor's back): the
+       * location goes, so the index heals where the engine looks. */
+      kvp__tier_drop_locations(e, o->hash, from);
+      e->st.failed++;
+      from->st.missing++;
+      kvp_log_warn("tiering: block %016" PRIx64 " is not in %s: its location there is dropped",
+                   o->hash, from->name);
+      continue;
+    }
+    if (o->rc != 0) {
+      e->st.failed++;
+      if (kvp__tier_is_copy(o->kind) && o->rc == KVP_ENOSPC)
+        e->vols[o->to].st.failed_full++;
+      else
+        from->st.failed_other++;
+      if (kvp__tier_is_copy(o->kind) && o->rc == KVP_ENOSPC)
+        e->vols[o->to].backoff_until_ms = now + BACKOFF_MS;
+      kvp_log_warn("tiering: %s of block %016" PRIx64 " from %s failed: %s%s",
+                   o->kind < 0 ? "source delete" : kvp__tier_kind_name(o->kind), o->hash,
+                   from->name, o->err, o->rc == KVP_ENOSPC ? " (no moves into it for 30 s)" : "");
+      continue;
+    }
+    if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
+      kvp__tier_drop_locations(e, o->hash, from);
+      if (o->kind < 0)
+        e->st.sources_deleted++;
+      else {
+        e->st.evicted++;
+        from->st.evicted++;
+      }
+      publish(e, KVP_EV_REMOVED, from, o);
+    } else {
+      vol_t *to = &e->vols[o->to];
+      publish(e, KVP_EV_STORED, to, o);
+      kvp__adv_index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
+                           to->id, o->tokens, o->bytes, now);
+      if (o->kind == KVP__TIER_DEMOTE)
+        e->st.demoted++;
+      else
+        e->st.promoted++;
+      if (o->kind == KVP__TIER_PREFETCH)
+        e->st.prefetched++;
+      from->st.moved_out++;
+      from->st.bytes_out += o->bytes;
+      to->st.moved_in++;
+      to->st.bytes_in += o->bytes;
+      e->st.bytes_moved += o->bytes;
+      e->st.bytes_tiers[from->tier][to->tier] += o->bytes; /* volumes are G3 or G4 (conf.c) */
+      if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
+        e->pend[e->npend++] = (pend_t){o->hash, now + e->grace_ms, o->from, 0, o->journal_id};
+    }
+  }
+  e->nops = 0;
+  e->busy = 0;
+  if (e->on_idle != NULL) {
+    void (*f)(void *) = e->on_idle;
+    e->on_idle = NULL;
+    f(e->idle_ctx);
+  }
+}
+
