@@ -5,6 +5,7 @@
  * destination that is full fails cleanly and keeps the source; moves
  * interrupted by a crash are failed at the next open and committed ones
  * finished; a volume that does not open stops the engine with its name. */
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -536,6 +537,86 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   kvp_s3d_stop(&s3);
 }
 
+/* Kills s3rver after delay_ms, from another thread: while the job runs. */
+typedef struct killer_s {
+  kvp_s3d_t *s3;
+  int delay_ms;
+} killer_t;
+
+static void *kill_later(void *arg) {
+  killer_t *k = arg;
+  nats_Sleep(k->delay_ms);
+  kvp_s3d_kill(k->s3);
+  return NULL;
+}
+
+/* s3rver killed in the middle of a job of nine moves into it (25 ms in;
+ * each move is a PUT and a GET back), then restarted: the moves it cut
+ * fail or commit, never half; the next rounds finish the work, and every
+ * block ends in exactly one volume with a valid frame, the index agreeing. */
+static void s3_killed_during_a_job(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  kvp__tier_stats_t st;
+  kvp_s3d_t s3;
+  kvp_volume_t *g4 = NULL;
+  pthread_t th;
+  char err[512];
+
+  if (kvp_s3d_program() == NULL)
+    fail_msg("s3rver is not installed: run scripts/setup.sh");
+  assert_int_equal(kvp_s3d_start(&s3, 0), 0);
+  kvp_advisor_volume_t *v4 = &f->cfg.volumes[1];
+  snprintf(v4->plugin, sizeof v4->plugin, "s3");
+  snprintf(v4->params, sizeof v4->params,
+           "endpoint=%s\nbucket=%s\naccess_key=%s\nsecret_key=%s\nprefix=kv/\n"
+           "timeout_ms=2000\nretries=1\n",
+           s3.endpoint, s3.bucket, KVP_S3D_ACCESS, KVP_S3D_SECRET);
+  f->cfg.tier_high = 0.15; /* down to one block: nine moves in one round */
+  f->cfg.tier_low = 0.1;
+  f->cfg.tier_max_moves = 16;
+  seed(f, 10);
+  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  killer_t k = {&s3, 25};
+  assert_int_equal(pthread_create(&th, NULL, kill_later, &k), 0);
+  round_and_wait(f, e);
+  pthread_join(th, NULL);
+  kvp__tier_engine_stats(e, &st);
+  print_message("with s3rver killed 25 ms into the job: %llu moves committed, %llu failed\n",
+                (unsigned long long)st.demoted, (unsigned long long)st.failed);
+  assert_int_equal(st.demoted + st.failed, 9);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state IN ('queued', 'copying')"),
+                   0);
+
+  assert_int_equal(kvp_s3d_restart(&s3), 0);
+  for (int i = 0; i < 20 && (st.demoted < 9 || st.sources_deleted < st.demoted); i++) {
+    round_and_wait(f, e);
+    kvp__tier_engine_stats(e, &st);
+  }
+  assert_int_equal(st.demoted, 9);
+  assert_int_equal(st.sources_deleted, 9);
+  kvp__tier_engine_close(e);
+
+  kvp_volume_param_t p[6] = {{"endpoint", s3.endpoint}, {"bucket", s3.bucket},
+                             {"access_key", KVP_S3D_ACCESS}, {"secret_key", KVP_S3D_SECRET},
+                             {"prefix", "kv/"},             {"timeout_ms", "3000"}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "s3", "g4", p, 6, &g4, err, sizeof err), 0);
+  for (uint64_t h = 1; h <= 10; h++) {
+    int a = kvp_volume_exists(f->g3, "t", h), b = kvp_volume_exists(g4, "t", h);
+    uint8_t out[1000];
+    kvp_frame_t m;
+    assert_int_equal(a + b, 1);
+    assert_int_equal(a, h == 1); /* the chain's root stays in G3 */
+    assert_int_equal(locs_in(f, h, 3), a);
+    assert_int_equal(locs_in(f, h, 4), b);
+    assert_int_equal(
+        kvp_volume_get_block(a ? f->g3 : g4, "t", h, &m, out, sizeof out, err, sizeof err), 0);
+    assert_int_equal(out[999], (uint8_t)h);
+  }
+  kvp_volume_close(g4);
+  kvp_s3d_stop(&s3);
+}
+
 /* Block 10 is also in G1 at 100 workers: its G3 location is still seen
  * (tiering once looked at a block's first 64 locations only) and it is
  * demoted like any other leaf. */
@@ -586,6 +667,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_g4_hit_prefetches_its_descendants, setup, teardown),
     cmocka_unit_test_setup_teardown(the_throttle_defers_moves, setup, teardown),
     cmocka_unit_test_setup_teardown(s3_as_g4_survives_a_server_restart, setup, teardown),
+    cmocka_unit_test_setup_teardown(s3_killed_during_a_job, setup, teardown),
     cmocka_unit_test_setup_teardown(a_block_held_by_many_workers_still_moves, setup, teardown),
 };
 
