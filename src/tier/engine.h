@@ -5,8 +5,11 @@
  * Each round (a timer on the advisor's loop) builds the candidates from the
  * index (every G3/G4 location in a configured volume; a volume's fill is the
  * bytes the index places in it over its configured capacity), plans, and
- * hands up to max_moves demotions and evictions to one job on libuv's thread
- * pool. The job journals each move (queued -> copying -> committed, or
+ * hands one job on libuv's thread pool, in priority order, the prefetches
+ * behind the G4 hits reported since the last round (kvp__tier_engine_hit),
+ * then demotions for space, promotions and evictions: up to max_moves and,
+ * with [tiering] max_bytes_per_s, what a token bucket lets through. One job
+ * runs at a time, so at most one move per volume is in flight. The job journals each move (queued -> copying -> committed, or
  * failed with the error), copies the block (read and verified from the
  * source, written to the destination, read back and verified there), and
  * returns. Back on the loop, a committed move adds the destination location
@@ -30,9 +33,6 @@
  * recorded it; that location is stale until a worker reads the block (it
  * falls back to G4) or the engine plans a move of it (a demotion that
  * finds no source drops the location).
- *
- * Not done yet (issue 15): promotions and prefetches are planned but not
- * carried out; throttling is by moves per round, not bytes/s.
  *
  * Threads: everything here runs on the advisor's loop thread except the
  * job, which uses only its own copy of the moves, the volumes (thread-safe
