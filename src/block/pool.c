@@ -54,6 +54,9 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
     return KVP_ETIER;
   if (o->num_blocks == 0 || o->num_blocks > KVP__POOL_MAX_BLOCKS)
     return KVP_EINVAL;
+  /* A table of its own holds at least this pool's blocks (map.h bounds it). */
+  if (share == NULL && (table_blocks < o->num_blocks || table_blocks > KVP__MAP_MAX_BLOCKS))
+    return KVP_EINVAL;
   if ((rc = kvp_layout_check(&o->layout)) != 0)
     return rc;
   if ((p = calloc(1, sizeof *p)) == NULL)
@@ -73,21 +76,12 @@ int kvp__pool_create(const kvp_pool_opts_t *o, uint64_t table_blocks, kvp_pool_t
   }
   p->bytes = (size_t)p->n * p->block_stride;
   p->blk = kvp__resident_alloc((size_t)p->n * sizeof *p->blk, 64);
-  if (p->blk == NULL) {
-    free(p);
-    return KVP_ENOMEM;
-  }
-  if (share != NULL) {
+  p->owns_map = share == NULL;
+  if (p->blk != NULL && share != NULL)
     kvp__map_share(&p->map, &share->map, p->blk);
-  } else {
-    if (table_blocks < p->n || (rc = kvp__map_create(&p->map, table_blocks, p->blk)) == KVP_EINVAL) {
-      free(p->blk);
-      free(p);
-      return KVP_EINVAL;
-    }
-    p->owns_map = 1;
-  }
-  if (p->map.grp == NULL || kvp__lru_create(&p->lru, p->n) != 0 ||
+  else if (p->blk != NULL)
+    kvp__map_create(&p->map, table_blocks, p->blk); /* bounds checked: fails only for memory */
+  if (p->blk == NULL || p->map.grp == NULL || kvp__lru_create(&p->lru, p->n) != 0 ||
       p->storage.ops->alloc(p->storage.ctx, p->bytes, p->layout.alignment, (void **)&p->base) !=
           0) {
     p->base = NULL;

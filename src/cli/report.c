@@ -14,16 +14,16 @@
 #include "kvplane/status.h"
 
 /* Writes the rows of one SELECT as a gnuplot datablock named name: each
- * row's columns (all numeric) on a line; a series column (column 0, when
- * split is set) starts a new data set, two blank lines apart, whenever it
- * changes, so that `index` picks one series. Returns the number of series
- * (split) or rows, or -1 (err set). */
-static long datablock(sqlite3 *db, FILE *g, const char *name, const char *sql, int split,
-                      sqlite3_int64 since_ms, char *err, size_t errlen) {
+ * row's columns after the first (all numeric) on a line. The first column
+ * names the series: a new one starts a new data set, two blank lines apart
+ * (`index k` picks the k-th), and its name goes to names[k] (malloc'd; up
+ * to cap series, the rest left out). Returns the number of series, or -1
+ * with err set and no name left allocated. */
+static long datablock(sqlite3 *db, FILE *g, const char *name, const char *sql,
+                      sqlite3_int64 since_ms, char **names, long cap, char *err, size_t errlen) {
   sqlite3_stmt *s = NULL;
   long n = 0;
   int rc;
-  char prev[128] = "";
 
   if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) {
     snprintf(err, errlen, "%s", sqlite3_errmsg(db));
@@ -32,56 +32,24 @@ static long datablock(sqlite3 *db, FILE *g, const char *name, const char *sql, i
   sqlite3_bind_int64(s, 1, since_ms);
   fprintf(g, "$%s << EOD\n", name);
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    int ncol = sqlite3_column_count(s), from = 0;
-    if (split) {
-      const char *key = (const char *)sqlite3_column_text(s, 0);
-      if (key == NULL)
-        key = "";
-      if (n == 0 || strcmp(key, prev) != 0) {
-        if (n > 0)
-          fputs("\n\n", g);
-        snprintf(prev, sizeof prev, "%s", key);
-        n++;
+    const char *key = (const char *)sqlite3_column_text(s, 0);
+    if (key == NULL)
+      key = "";
+    if (n == 0 || strcmp(key, names[n - 1]) != 0) {
+      if (n == cap)
+        break;
+      if ((names[n] = strdup(key)) == NULL) {
+        rc = SQLITE_NOMEM;
+        break;
       }
-      from = 1;
-    } else {
-      n++;
+      if (n++ > 0)
+        fputs("\n\n", g);
     }
-    for (int c = from; c < ncol; c++)
-      fprintf(g, "%s%.6f", c > from ? " " : "", sqlite3_column_double(s, c));
+    for (int c = 1; c < sqlite3_column_count(s); c++)
+      fprintf(g, "%s%.6f", c > 1 ? " " : "", sqlite3_column_double(s, c));
     fputc('\n', g);
   }
   fputs("EOD\n", g);
-  if (rc != SQLITE_DONE) {
-    snprintf(err, errlen, "%s", sqlite3_errmsg(db));
-    n = -1;
-  }
-  sqlite3_finalize(s);
-  return n;
-}
-
-/* The names of the series of a split datablock, in its order: one per
- * distinct value of the first column of sql. Returns how many (up to cap),
- * or -1. Names are malloc'd; free them. */
-static long series_names(sqlite3 *db, const char *sql, sqlite3_int64 since_ms, char **names,
-                         long cap, char *err, size_t errlen) {
-  sqlite3_stmt *s = NULL;
-  long n = 0;
-  int rc;
-
-  if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) {
-    snprintf(err, errlen, "%s", sqlite3_errmsg(db));
-    return -1;
-  }
-  sqlite3_bind_int64(s, 1, since_ms);
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW && n < cap) {
-    const char *v = (const char *)sqlite3_column_text(s, 0);
-    if ((names[n] = strdup(v ? v : "")) == NULL) {
-      rc = SQLITE_NOMEM;
-      break;
-    }
-    n++;
-  }
   if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
     snprintf(err, errlen, "%s", rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
     while (n > 0)
@@ -149,21 +117,6 @@ int kvp__cli_report(sqlite3 *db, const kvp__cli_report_opts_t *o, char *err, siz
   if (bucket < 1.0)
     bucket = 1.0;
 
-  nt = series_names(db,
-                    "SELECT DISTINCT " TIER_KEY " AS k FROM tier_history"
-                    " WHERE t >= ?1 AND volume = '' ORDER BY k",
-                    since, tiers, MAX_SERIES, err, errlen);
-  nv = series_names(db,
-                    "SELECT DISTINCT " VOL_KEY " AS k FROM tier_history"
-                    " WHERE t >= ?1 AND volume <> '' AND capacity > 0 ORDER BY k",
-                    since, vols, MAX_SERIES, err, errlen);
-  nm = series_names(db,
-                    "SELECT DISTINCT " MOVE_KEY " AS k FROM migrations"
-                    " WHERE updated >= ?1 AND state = 'source_deleted' ORDER BY k",
-                    since, moves, MAX_SERIES, err, errlen);
-  if (nt < 0 || nv < 0 || nm < 0)
-    goto out;
-
   /* gnuplot reads the script on its standard input; its own errors go to
    * our standard error. SIGPIPE would kill us if it died early: ignored,
    * the write then fails and pclose reports its status. */
@@ -181,14 +134,15 @@ int kvp__cli_report(sqlite3 *db, const kvp__cli_report_opts_t *o, char *err, siz
   gp_string(g, o->path);
   fputc('\n', g);
 
-  if (datablock(db, g, "tiers",
-                "SELECT " TIER_KEY " AS k, t / 1000.0, bytes / 1048576.0 FROM tier_history"
-                " WHERE t >= ?1 AND volume = '' ORDER BY k, t",
-                1, since, err, errlen) < 0 ||
-      datablock(db, g, "vols",
-                "SELECT " VOL_KEY " AS k, t / 1000.0, 100.0 * bytes / capacity FROM tier_history"
-                " WHERE t >= ?1 AND volume <> '' AND capacity > 0 ORDER BY k, t",
-                1, since, err, errlen) < 0)
+  if ((nt = datablock(db, g, "tiers",
+                      "SELECT " TIER_KEY " AS k, t / 1000.0, bytes / 1048576.0 FROM tier_history"
+                      " WHERE t >= ?1 AND volume = '' ORDER BY k, t",
+                      since, tiers, MAX_SERIES, err, errlen)) < 0 ||
+      (nv = datablock(db, g, "vols",
+                      "SELECT " VOL_KEY " AS k, t / 1000.0, 100.0 * bytes / capacity"
+                      " FROM tier_history WHERE t >= ?1 AND volume <> '' AND capacity > 0"
+                      " ORDER BY k, t",
+                      since, vols, MAX_SERIES, err, errlen)) < 0)
     goto fail;
   /* Moves finished (source deleted) per bucket, per pair of tiers. */
   char sql[512];
@@ -197,7 +151,7 @@ int kvp__cli_report(sqlite3 *db, const kvp__cli_report_opts_t *o, char *err, siz
            " count(*) FROM migrations WHERE updated >= ?1 AND state = 'source_deleted'"
            " GROUP BY k, CAST(updated / 1000.0 / %.3f AS INTEGER) ORDER BY k, 2",
            bucket, bucket, bucket);
-  if (datablock(db, g, "moves", sql, 1, since, err, errlen) < 0)
+  if ((nm = datablock(db, g, "moves", sql, since, moves, MAX_SERIES, err, errlen)) < 0)
     goto fail;
 
   fputs("set multiplot layout 3,1 title 'kvplane: tier state over time'\n"

@@ -117,12 +117,9 @@ static void take_moves(kvp__tier_engine_t *e, const kvp__tier_move_t *moves, siz
       e->st.throttled += nmoves - i;
       return;
     }
-    /* The candidate's block figures (the first candidate of that hash). */
-    size_t c = 0;
-    while (c < e->ncands && !(e->cands[c].hash == m->hash && e->cands[c].vol == m->from))
-      c++;
-    if (c == e->ncands || KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
-      continue;
+    size_t c = m->cand; /* the candidate's block figures */
+    if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+      return;
     e->ops[e->nops++] = (op_t){.kind = m->kind,
                                .hash = m->hash,
                                .parent = e->cands[c].parent,

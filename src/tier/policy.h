@@ -88,6 +88,7 @@ typedef struct kvp__tier_move_s {
   uint64_t hash;
   uint64_t bytes;
   uint32_t from, to; /* volume indexes; to is KVP__TIER_NOWHERE for an eviction */
+  uint32_t cand;     /* the candidate moved: an index into the plan's cands */
   uint8_t kind;      /* kvp__tier_kind_t */
 } kvp__tier_move_t;
 

@@ -466,6 +466,46 @@ static void the_throttle_defers_moves(void **state) {
   kvp__tier_engine_close(e);
 }
 
+/* Starts s3rver and makes the fixture's G4 volume an s3 one on it. */
+static void s3_as_g4(fx_t *f, kvp_s3d_t *s3) {
+  if (kvp_s3d_program() == NULL)
+    fail_msg("s3rver is not installed: run scripts/setup.sh");
+  assert_int_equal(kvp_s3d_start(s3, 0), 0);
+  kvp_advisor_volume_t *v4 = &f->cfg.volumes[1];
+  snprintf(v4->plugin, sizeof v4->plugin, "s3");
+  snprintf(v4->params, sizeof v4->params,
+           "endpoint=%s\nbucket=%s\naccess_key=%s\nsecret_key=%s\nprefix=kv/\n"
+           "timeout_ms=2000\nretries=1\n",
+           s3->endpoint, s3->bucket, KVP_S3D_ACCESS, KVP_S3D_SECRET);
+}
+
+/* The test's own handle on that G4 volume. */
+static kvp_volume_t *open_s3_g4(const kvp_s3d_t *s3) {
+  kvp_volume_t *g4 = NULL;
+  char err[512];
+  kvp_volume_param_t p[6] = {{"endpoint", s3->endpoint}, {"bucket", s3->bucket},
+                             {"access_key", KVP_S3D_ACCESS}, {"secret_key", KVP_S3D_SECRET},
+                             {"prefix", "kv/"},              {"timeout_ms", "3000"}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "s3", "g4", p, 6, &g4, err, sizeof err), 0);
+  return g4;
+}
+
+/* Block h (seeded) is in exactly one of G3 and g4, its frame valid and the
+ * index placing it there alone: 1 when in g4, 0 when in G3. */
+static int in_g4_alone(fx_t *f, kvp_volume_t *g4, uint64_t h) {
+  int a = kvp_volume_exists(f->g3, "t", h), b = kvp_volume_exists(g4, "t", h);
+  uint8_t out[1000];
+  kvp_frame_t m;
+  char err[512];
+  assert_int_equal(a + b, 1);
+  assert_int_equal(locs_in(f, h, 3), a);
+  assert_int_equal(locs_in(f, h, 4), b);
+  assert_int_equal(kvp_volume_get_block(a ? f->g3 : g4, "t", h, &m, out, sizeof out, err, sizeof err),
+                   0);
+  assert_int_equal(out[999], (uint8_t)h);
+  return b;
+}
+
 /* G4 on an S3-protocol server (s3rver on loopback, the s3 plugin): moves
  * commit while it runs; stopped mid-run, the moves into it fail and their
  * sources stay; restarted, the next rounds finish the work. Every block
@@ -478,15 +518,7 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   kvp_volume_t *g4 = NULL;
   char err[512];
 
-  if (kvp_s3d_program() == NULL)
-    fail_msg("s3rver is not installed: run scripts/setup.sh");
-  assert_int_equal(kvp_s3d_start(&s3, 0), 0);
-  kvp_advisor_volume_t *v4 = &f->cfg.volumes[1];
-  snprintf(v4->plugin, sizeof v4->plugin, "s3");
-  snprintf(v4->params, sizeof v4->params,
-           "endpoint=%s\nbucket=%s\naccess_key=%s\nsecret_key=%s\nprefix=kv/\n"
-           "timeout_ms=2000\nretries=1\n",
-           s3.endpoint, s3.bucket, KVP_S3D_ACCESS, KVP_S3D_SECRET);
+  s3_as_g4(f, &s3);
   f->cfg.tier_high = 0.5;
   f->cfg.tier_low = 0.2;
   f->cfg.tier_max_moves = 2;
@@ -515,23 +547,10 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   assert_int_equal(st.sources_deleted, 6);
   kvp__tier_engine_close(e);
 
-  kvp_volume_param_t p[6] = {{"endpoint", s3.endpoint}, {"bucket", s3.bucket},
-                             {"access_key", KVP_S3D_ACCESS}, {"secret_key", KVP_S3D_SECRET},
-                             {"prefix", "kv/"},             {"timeout_ms", "3000"}};
-  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "s3", "g4", p, 6, &g4, err, sizeof err), 0);
+  g4 = open_s3_g4(&s3);
   int in4 = 0;
-  for (uint64_t h = 1; h <= 10; h++) {
-    int a = kvp_volume_exists(f->g3, "t", h), b = kvp_volume_exists(g4, "t", h);
-    uint8_t out[1000];
-    kvp_frame_t m;
-    assert_int_equal(a + b, 1);
-    assert_int_equal(locs_in(f, h, 3), a);
-    assert_int_equal(locs_in(f, h, 4), b);
-    assert_int_equal(
-        kvp_volume_get_block(a ? f->g3 : g4, "t", h, &m, out, sizeof out, err, sizeof err), 0);
-    assert_int_equal(out[999], (uint8_t)h);
-    in4 += b;
-  }
+  for (uint64_t h = 1; h <= 10; h++)
+    in4 += in_g4_alone(f, g4, h);
   assert_int_equal(in4, 6);
   kvp_volume_close(g4);
   kvp_s3d_stop(&s3);
@@ -563,15 +582,7 @@ static void s3_killed_during_a_job(void **state) {
   pthread_t th;
   char err[512];
 
-  if (kvp_s3d_program() == NULL)
-    fail_msg("s3rver is not installed: run scripts/setup.sh");
-  assert_int_equal(kvp_s3d_start(&s3, 0), 0);
-  kvp_advisor_volume_t *v4 = &f->cfg.volumes[1];
-  snprintf(v4->plugin, sizeof v4->plugin, "s3");
-  snprintf(v4->params, sizeof v4->params,
-           "endpoint=%s\nbucket=%s\naccess_key=%s\nsecret_key=%s\nprefix=kv/\n"
-           "timeout_ms=2000\nretries=1\n",
-           s3.endpoint, s3.bucket, KVP_S3D_ACCESS, KVP_S3D_SECRET);
+  s3_as_g4(f, &s3);
   f->cfg.tier_high = 0.15; /* down to one block: nine moves in one round */
   f->cfg.tier_low = 0.1;
   f->cfg.tier_max_moves = 16;
@@ -597,22 +608,9 @@ static void s3_killed_during_a_job(void **state) {
   assert_int_equal(st.sources_deleted, 9);
   kvp__tier_engine_close(e);
 
-  kvp_volume_param_t p[6] = {{"endpoint", s3.endpoint}, {"bucket", s3.bucket},
-                             {"access_key", KVP_S3D_ACCESS}, {"secret_key", KVP_S3D_SECRET},
-                             {"prefix", "kv/"},             {"timeout_ms", "3000"}};
-  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "s3", "g4", p, 6, &g4, err, sizeof err), 0);
-  for (uint64_t h = 1; h <= 10; h++) {
-    int a = kvp_volume_exists(f->g3, "t", h), b = kvp_volume_exists(g4, "t", h);
-    uint8_t out[1000];
-    kvp_frame_t m;
-    assert_int_equal(a + b, 1);
-    assert_int_equal(a, h == 1); /* the chain's root stays in G3 */
-    assert_int_equal(locs_in(f, h, 3), a);
-    assert_int_equal(locs_in(f, h, 4), b);
-    assert_int_equal(
-        kvp_volume_get_block(a ? f->g3 : g4, "t", h, &m, out, sizeof out, err, sizeof err), 0);
-    assert_int_equal(out[999], (uint8_t)h);
-  }
+  g4 = open_s3_g4(&s3);
+  for (uint64_t h = 1; h <= 10; h++)
+    assert_int_equal(in_g4_alone(f, g4, h), h != 1); /* the chain's root stays in G3 */
   kvp_volume_close(g4);
   kvp_s3d_stop(&s3);
 }
