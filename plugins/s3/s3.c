@@ -29,7 +29,11 @@
  *
  * Thread-safe per volume: each call takes a curl handle from a small pool
  * (connections are reused through the handles), usage counters are under
- * a mutex. */
+ * a mutex.
+ *
+ * About 710 lines in one file: a plugin is one shared object built from its
+ * own sources, and its parts (requests with retries, listing, the
+ * operations) share the volume struct and the request helpers only. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
