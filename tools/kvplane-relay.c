@@ -38,46 +38,45 @@ static void *run_loop(void *r) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: kvplane-relay -e URL -w ID [-r URL] [-e URL -w ID [-r URL]]... [options]\n\n"
-          "Subscribes to the ZMQ KV-event publishers of vLLM or SGLang engines and\n"
-          "republishes their events as kvplane events on NATS, one worker id per engine\n"
-          "endpoint (subject kvplane.ev.<ns>.<worker>).\n\n"
-          "  -e, --endpoint URL     engine PUB endpoint to connect (repeatable), e.g.\n"
-          "                         tcp://10.0.0.5:5557\n"
-          "  -r, --replay URL       replay (ROUTER) endpoint of the preceding --endpoint,\n"
-          "                         e.g. tcp://10.0.0.5:5558; without one a sequence gap\n"
-          "                         clears the worker's blocks\n"
-          "  -w, --worker ID        worker id of the preceding --endpoint ([A-Za-z0-9_-])\n"
-          "      --dp-ranks N       each endpoint is a data-parallel engine of N ranks:\n"
-          "                         rank k at port + k (endpoint and replay), worker\n"
-          "                         ID-dp<k> (default 1: no expansion)\n"
-          "  -t, --topic STR        ZMQ topic filter (default: every topic)\n"
-          "  -s, --server URL       NATS server(s), comma-separated (default\n"
-          "                         nats://127.0.0.1:4222)\n"
-          "      --nats NAME=VALUE  other NATS option: user, password, token, creds,\n"
-          "                         tls_ca, tls_cert, tls_key, connect_timeout_ms\n"
-          "  -n, --ns NAME          namespace (default \"default\")\n"
-          "  -m, --mode MODE        core or jetstream (default core)\n"
-          "      --media LIST       medium-to-tier overrides, NAME=G<n>,... (default table:\n"
-          "                         GPU=G1, CPU/CPU_PINNED=G2, DISK/STORAGE/SHARED_STORAGE/\n"
-          "                         NVME=G3, OBJECT_STORE/REMOTE/EXTERNAL=G4)\n"
-          "      --block-size N     tokens per block when events omit block_size\n"
-          "      --map-cap N        engine-to-kvplane hashes remembered per worker, LRU\n"
-          "                         (default 1048576)\n"
-          "      --hwm N            ZMQ receive high-water mark (default 100000)\n"
-          "      --replay-timeout-ms N  wait for each replay reply (default 1000)\n"
-          "      --stats-interval S print the figures every S seconds on stdout (default\n"
-          "                         0: only at exit and on SIGUSR1)\n"
-          "      --metrics ADDR     serve Prometheus /metrics, /healthz and /readyz over\n"
-          "                         HTTP on host:port, e.g. 127.0.0.1:9465 (default: off)\n"
-          "  -h, --help             this text\n\n"
-          "Figures are one JSON line per endpoint. Blocks whose engine event carries\n"
-          "token ids (and no extra_keys) get kvplane sequence hashes; others keep the\n"
-          "engine's hash, counted as engine_native.\n\n"
-          "exit status: 0 after SIGINT or SIGTERM, 1 for bad arguments or options (a\n"
-          "malformed endpoint URL included),\n"
-          "2 when NATS could not be reached or refused the credentials.\n");
+  fprintf(f, "usage: kvplane-relay -e URL -w ID [-r URL] [-e URL -w ID [-r URL]]... [options]\n\n"
+             "Subscribes to the ZMQ KV-event publishers of vLLM or SGLang engines and\n"
+             "republishes their events as kvplane events on NATS, one worker id per engine\n"
+             "endpoint (subject kvplane.ev.<ns>.<worker>).\n\n"
+             "  -e, --endpoint URL     engine PUB endpoint to connect (repeatable), e.g.\n"
+             "                         tcp://10.0.0.5:5557\n"
+             "  -r, --replay URL       replay (ROUTER) endpoint of the preceding --endpoint,\n"
+             "                         e.g. tcp://10.0.0.5:5558; without one a sequence gap\n"
+             "                         clears the worker's blocks\n"
+             "  -w, --worker ID        worker id of the preceding --endpoint ([A-Za-z0-9_-])\n"
+             "      --dp-ranks N       each endpoint is a data-parallel engine of N ranks:\n"
+             "                         rank k at port + k (endpoint and replay), worker\n"
+             "                         ID-dp<k> (default 1: no expansion)\n"
+             "  -t, --topic STR        ZMQ topic filter (default: every topic)\n"
+             "  -s, --server URL       NATS server(s), comma-separated (default\n"
+             "                         nats://127.0.0.1:4222)\n"
+             "      --nats NAME=VALUE  other NATS option: user, password, token, creds,\n"
+             "                         tls_ca, tls_cert, tls_key, connect_timeout_ms\n"
+             "  -n, --ns NAME          namespace (default \"default\")\n"
+             "  -m, --mode MODE        core or jetstream (default core)\n"
+             "      --media LIST       medium-to-tier overrides, NAME=G<n>,... (default table:\n"
+             "                         GPU=G1, CPU/CPU_PINNED=G2, DISK/STORAGE/SHARED_STORAGE/\n"
+             "                         NVME=G3, OBJECT_STORE/REMOTE/EXTERNAL=G4)\n"
+             "      --block-size N     tokens per block when events omit block_size\n"
+             "      --map-cap N        engine-to-kvplane hashes remembered per worker, LRU\n"
+             "                         (default 1048576)\n"
+             "      --hwm N            ZMQ receive high-water mark (default 100000)\n"
+             "      --replay-timeout-ms N  wait for each replay reply (default 1000)\n"
+             "      --stats-interval S print the figures every S seconds on stdout (default\n"
+             "                         0: only at exit and on SIGUSR1)\n"
+             "      --metrics ADDR     serve Prometheus /metrics, /healthz and /readyz over\n"
+             "                         HTTP on host:port, e.g. 127.0.0.1:9465 (default: off)\n"
+             "  -h, --help             this text\n\n"
+             "Figures are one JSON line per endpoint. Blocks whose engine event carries\n"
+             "token ids (and no extra_keys) get kvplane sequence hashes; others keep the\n"
+             "engine's hash, counted as engine_native.\n\n"
+             "exit status: 0 after SIGINT or SIGTERM, 1 for bad arguments or options (a\n"
+             "malformed endpoint URL included),\n"
+             "2 when NATS could not be reached or refused the credentials.\n");
 }
 
 static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64_t max) {
@@ -108,17 +107,24 @@ static char *port_plus(const char *url, unsigned k) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"endpoint", required_argument, 0, 'e'},  {"replay", required_argument, 0, 'r'},
-      {"worker", required_argument, 0, 'w'},    {"dp-ranks", required_argument, 0, 1},
-      {"topic", required_argument, 0, 't'},     {"server", required_argument, 0, 's'},
-      {"nats", required_argument, 0, 2},        {"ns", required_argument, 0, 'n'},
-      {"mode", required_argument, 0, 'm'},      {"media", required_argument, 0, 3},
-      {"block-size", required_argument, 0, 4},  {"map-cap", required_argument, 0, 5},
-      {"hwm", required_argument, 0, 6},         {"replay-timeout-ms", required_argument, 0, 7},
-      {"stats-interval", required_argument, 0, 8}, {"metrics", required_argument, 0, 9},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option opts[] = {{"endpoint", required_argument, 0, 'e'},
+                                       {"replay", required_argument, 0, 'r'},
+                                       {"worker", required_argument, 0, 'w'},
+                                       {"dp-ranks", required_argument, 0, 1},
+                                       {"topic", required_argument, 0, 't'},
+                                       {"server", required_argument, 0, 's'},
+                                       {"nats", required_argument, 0, 2},
+                                       {"ns", required_argument, 0, 'n'},
+                                       {"mode", required_argument, 0, 'm'},
+                                       {"media", required_argument, 0, 3},
+                                       {"block-size", required_argument, 0, 4},
+                                       {"map-cap", required_argument, 0, 5},
+                                       {"hwm", required_argument, 0, 6},
+                                       {"replay-timeout-ms", required_argument, 0, 7},
+                                       {"stats-interval", required_argument, 0, 8},
+                                       {"metrics", required_argument, 0, 9},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   const char *ep[MAXN] = {0}, *rp[MAXN] = {0}, *wk[MAXN] = {0};
   char *owned[3 * MAXN] = {0};
   size_t nep = 0, nowned = 0;
@@ -140,8 +146,7 @@ int main(int argc, char **argv) {
       ep[nep++] = optarg;
       break;
     case 'r':
-    case 'w':
-    {
+    case 'w': {
       const char **slot = nep > 0 ? (c == 'r' ? rp : wk) + (nep - 1) : NULL;
       if (!slot || *slot) {
         fprintf(stderr, "kvplane-relay: --%s must follow its --endpoint (one each)\n",
@@ -282,10 +287,9 @@ int main(int argc, char **argv) {
     status = (rc == KVP_ECONFIG || rc == KVP_EINVAL) ? 1 : 2;
     goto out;
   }
-  if (metrics != NULL &&
-      (rc = kvp__metrics_server_start("--metrics", metrics, kvp__relay_metrics_collect,
-                                      kvp__relay_metrics_ready, g_relay, &msrv, err,
-                                      sizeof err)) != 0) {
+  if (metrics != NULL && (rc = kvp__metrics_server_start(
+                              "--metrics", metrics, kvp__relay_metrics_collect,
+                              kvp__relay_metrics_ready, g_relay, &msrv, err, sizeof err)) != 0) {
     fprintf(stderr, "kvplane-relay: %s (%s)\n", err, kvp_err_name(rc));
     status = 1;
     goto out;

@@ -64,7 +64,8 @@ static const struct cmd_help_s {
      "output is not a terminal, one line per interval instead (Unix time, rates,\n"
      "blocks, locations, workers up, lags), for logs and pipes. Stops after COUNT\n"
      "refreshes, or on Ctrl-C.\n"},
-    {"replay", "kvplane replay TRACE [-s URL] [-n NS] [--workers N] [--mode core|jetstream] [--limit N]",
+    {"replay",
+     "kvplane replay TRACE [-s URL] [-n NS] [--workers N] [--mode core|jetstream] [--limit N]",
      "Replays a Mooncake-format trace (JSONL, plain or gzip; data/ has one)\n"
      "through simulated workers (block manager + publisher each, as kvplane-sim)\n"
      "publishing to NATS, with a progress bar on a terminal. --workers (default\n"

@@ -89,7 +89,7 @@ typedef struct kvp_advisor_config_s {
   int64_t tier_max_bytes_per_s; /* copies throttled to this rate; 0: unthrottled */
   int64_t tier_prefetch_depth;  /* generations of descendants a G4 hit prefetches */
   int64_t tier_prefetch_bytes;  /* bytes a G4 hit prefetches at most */
-  char plugin_dir[512]; /* empty: kvp_volume_plugin_dir() */
+  char plugin_dir[512];         /* empty: kvp_volume_plugin_dir() */
   kvp_advisor_volume_t volumes[KVP_ADVISOR_MAX_VOLUMES];
   int nvolumes;
   /* [metrics] */

@@ -176,12 +176,12 @@ int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
                 (json_int_t)c->snapshots, "epochs", (json_int_t)c->epochs, "downs",
                 (json_int_t)c->downs, "unknown_removes", (json_int_t)c->unknown_removes, "foreign",
                 (json_int_t)c->foreign, "spoofed", (json_int_t)c->spoofed);
-  json_t *store = json_pack(
-      "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream_seq", (json_int_t)x->stream_seq,
-      "committed_seq", (json_int_t)x->committed_seq, "flushes", (json_int_t)x->flushes,
-      "flush_errors", (json_int_t)x->flush_errors, "last_flush_ms", (json_int_t)x->last_flush_ms,
-      "last_flush_blocks", (json_int_t)x->last_flush_blocks, "dirty", (json_int_t)x->dirty,
-      "history_dropped", (json_int_t)x->history_dropped);
+  json_t *store =
+      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream_seq", (json_int_t)x->stream_seq,
+                "committed_seq", (json_int_t)x->committed_seq, "flushes", (json_int_t)x->flushes,
+                "flush_errors", (json_int_t)x->flush_errors, "last_flush_ms",
+                (json_int_t)x->last_flush_ms, "last_flush_blocks", (json_int_t)x->last_flush_blocks,
+                "dirty", (json_int_t)x->dirty, "history_dropped", (json_int_t)x->history_dropped);
   json_t *fresh = json_pack(
       "{s:I, s:I, s:I, s:I, s:I}", "apply_lag_ms", (json_int_t)x->apply_lag_ms, "apply_lag_max_ms",
       (json_int_t)x->apply_lag_max_ms, "flush_lag_ms", (json_int_t)x->flush_lag_ms,
@@ -212,9 +212,8 @@ int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
     json_object_set_new(
         o, "tiering",
         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:o}",
-                  "rounds",
-                  (json_int_t)x->tier->rounds, "demoted", (json_int_t)x->tier->demoted, "evicted",
-                  (json_int_t)x->tier->evicted, "sources_deleted",
+                  "rounds", (json_int_t)x->tier->rounds, "demoted", (json_int_t)x->tier->demoted,
+                  "evicted", (json_int_t)x->tier->evicted, "sources_deleted",
                   (json_int_t)x->tier->sources_deleted, "failed", (json_int_t)x->tier->failed,
                   "bytes_moved", (json_int_t)x->tier->bytes_moved, "promoted",
                   (json_int_t)x->tier->promoted, "prefetched", (json_int_t)x->tier->prefetched,

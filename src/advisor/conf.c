@@ -411,7 +411,9 @@ void kvp_advisor_config_reference(void *file) {
     if (k->alias_of != NULL)
       continue;
     if (strcmp(section, k->section) != 0) {
-      fprintf(f, "\n## [%s]\n\n| key | type | default | range | meaning |\n| --- | --- | --- | --- | --- |\n",
+      fprintf(f,
+              "\n## [%s]\n\n| key | type | default | range | meaning |\n| --- | --- | --- | --- | "
+              "--- |\n",
               k->section);
       section = k->section;
     }

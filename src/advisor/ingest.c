@@ -361,9 +361,8 @@ static int decode_apply(kvp__adv_ingest_t *ing, const char *subject, const char 
     return rc;
   }
   b = kvp_wire_batch_view(wb);
-  if (sender_worker != NULL &&
-      (strcmp(b->worker_id, sender_worker) != 0 ||
-       (b->ns != NULL && b->ns[0] && strcmp(b->ns, sender_ns) != 0))) {
+  if (sender_worker != NULL && (strcmp(b->worker_id, sender_worker) != 0 ||
+                                (b->ns != NULL && b->ns[0] && strcmp(b->ns, sender_ns) != 0))) {
     ing->c.spoofed++;
     if (worth_logging(ing->c.spoofed))
       kvp_log_warn("advisor: batch on %s claims worker '%s' namespace '%s': rejected (%" PRIu64

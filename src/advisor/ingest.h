@@ -71,8 +71,8 @@ typedef struct kvp__adv_ingest_counters_s {
   uint64_t epochs;          /* worker restarts seen */
   uint64_t downs;           /* workers marked down */
   uint64_t unknown_removes; /* removes of blocks or locations not indexed */
-  uint64_t foreign;  /* messages on a subject outside kvplane.ev.<ns>.<worker> (not decoded) */
-  uint64_t spoofed;  /* batches whose worker or namespace disagrees with their subject */
+  uint64_t foreign;    /* messages on a subject outside kvplane.ev.<ns>.<worker> (not decoded) */
+  uint64_t spoofed;    /* batches whose worker or namespace disagrees with their subject */
   uint64_t by_type[6]; /* events applied, by KVP_EV_* type ([0] unused); they sum to events */
 } kvp__adv_ingest_counters_t;
 

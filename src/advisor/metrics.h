@@ -48,8 +48,8 @@ typedef struct kvp__adv_metrics_s {
   pthread_mutex_t mu;         /* guards snap and have */
   kvp__adv_metrics_snap_t snap;
   int have;
-  atomic_int phase;                /* kvp__adv_phase_t */
-  natsConnection *_Atomic nc;      /* set once connected; valid until the server stops */
+  atomic_int phase;           /* kvp__adv_phase_t */
+  natsConnection *_Atomic nc; /* set once connected; valid until the server stops */
   /* For the reasons /readyz gives. */
   char servers[sizeof(((kvp_nats_opts_t *)0)->servers)];
   char db_path[sizeof(((kvp_advisor_config_t *)0)->db_path)];

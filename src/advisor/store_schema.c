@@ -12,7 +12,6 @@
 #include "common/log.h"
 #include "kvplane/status.h"
 
-
 /* Schema steps: steps[v - 1] turns a version v - 1 database into version v.
  * Never edit a released step; add one. */
 static const char *const steps[] = {
@@ -136,7 +135,8 @@ int kvp__adv_store_upgrade(sqlite3 *db, int target, char *err, size_t errlen) {
              "INSERT INTO meta(key, value) VALUES('schema_version', %d)"
              " ON CONFLICT(key) DO UPDATE SET value = %d",
              v + 1, v + 1);
-    if ((rc = kvp__adv_sql_exec(db, steps[v], err, errlen)) != 0 || (rc = kvp__adv_sql_exec(db, sql, err, errlen)) != 0) {
+    if ((rc = kvp__adv_sql_exec(db, steps[v], err, errlen)) != 0 ||
+        (rc = kvp__adv_sql_exec(db, sql, err, errlen)) != 0) {
       kvp__adv_sql_exec(db, "ROLLBACK", NULL, 0);
       return rc;
     }
@@ -166,9 +166,9 @@ int kvp__adv_store_open_db(sqlite3 **db, const char *path, char *err, size_t err
    * against a killed process (the WAL is in the page cache) and keeps the
    * database consistent across power loss. */
   return kvp__adv_sql_exec(*db,
-              "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-              " PRAGMA cache_size = -65536;",
-              err, errlen);
+                           "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+                           " PRAGMA cache_size = -65536;",
+                           err, errlen);
 }
 
 int kvp__adv_store_create_version(const char *path, int version) {

@@ -32,8 +32,9 @@ static const char *const stmt_sql[S_COUNT] = {
                         " VALUES(?1, ?2, NULL, ?3)",
     [S_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
                    " ON CONFLICT(key) DO UPDATE SET value = ?2",
-    [S_HIST_INSERT] = "INSERT OR REPLACE INTO tier_history(t, tier, volume, blocks, bytes, capacity)"
-                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+    [S_HIST_INSERT] =
+        "INSERT OR REPLACE INTO tier_history(t, tier, volume, blocks, bytes, capacity)"
+        " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
     [S_HIST_TRIM] = "DELETE FROM tier_history WHERE t < ?1",
 };
 

@@ -45,9 +45,9 @@ typedef enum kvp__adv_ack_state_e {
 } kvp__adv_ack_state_t;
 
 typedef struct kvp__adv_acks_s {
-  void *pending, *writing;      /* messages; NULL when the slot is empty */
-  void (*ack)(void *msg);       /* acknowledges msg (and so all before it) */
-  void (*release)(void *msg);   /* frees msg without acknowledging it */
+  void *pending, *writing;    /* messages; NULL when the slot is empty */
+  void (*ack)(void *msg);     /* acknowledges msg (and so all before it) */
+  void (*release)(void *msg); /* frees msg without acknowledging it */
 } kvp__adv_acks_t;
 
 void kvp__adv_acks_init(kvp__adv_acks_t *a, void (*ack)(void *), void (*release)(void *));

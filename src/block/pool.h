@@ -34,9 +34,9 @@ struct kvp_pool_s {
   int tier;
   uint32_t n;
   kvp__blk_t *blk;
-  kvp__map_t map;       /* this pool's view of the table (owns_map: its own) */
-  kvp__lru_t lru;       /* cached blocks */
-  uint32_t free_head;   /* free blocks, a stack linked through link */
+  kvp__map_t map;     /* this pool's view of the table (owns_map: its own) */
+  kvp__lru_t lru;     /* cached blocks */
+  uint32_t free_head; /* free blocks, a stack linked through link */
   int owns_map;
   struct kvp_pool_s *peer; /* the other pool using the same table, or NULL */
   kvp_layout_t layout;

@@ -62,8 +62,8 @@ void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__c
   }
   fprintf(f, "%s", when);
   if (r->have)
-    fprintf(f, " events/s %.0f batches/s %.0f migrations/s %.1f", r->events_per_s,
-            r->batches_per_s, r->migrations_per_s);
+    fprintf(f, " events/s %.0f batches/s %.0f migrations/s %.1f", r->events_per_s, r->batches_per_s,
+            r->migrations_per_s);
   else
     fputs(" events/s - batches/s - migrations/s -", f);
   fprintf(f,

@@ -15,9 +15,9 @@
 
 /* Rates between two stats replies of the advisor (NULL: no answer). */
 typedef struct kvp__cli_rates_s {
-  int have;               /* both replies present and dt > 0 */
-  double events_per_s;    /* block-events applied */
-  double batches_per_s;   /* batches applied */
+  int have;                /* both replies present and dt > 0 */
+  double events_per_s;     /* block-events applied */
+  double batches_per_s;    /* batches applied */
   double migrations_per_s; /* moves finished (tiering demoted + evicted + promoted) */
 } kvp__cli_rates_t;
 

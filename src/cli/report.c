@@ -159,7 +159,8 @@ int kvp__cli_report(sqlite3 *db, const kvp__cli_report_opts_t *o, char *err, siz
         "set grid\nset key outside right top\nset lmargin 12\nset rmargin 22\n",
         g);
   fputs("set yrange [0:*]\n", g);
-  fprintf(g, "set xrange [%.3f:%.3f]\n", t0, (t1 > t0 ? t1 : t0 + 1) + bucket); /* the last bar whole */
+  fprintf(g, "set xrange [%.3f:%.3f]\n", t0,
+          (t1 > t0 ? t1 : t0 + 1) + bucket); /* the last bar whole */
   fputs("set title 'Blocks held per tier (all workers and volumes)'\nset ylabel 'MiB'\n", g);
   if (nt == 0) {
     empty_panel(g, "no samples");
@@ -198,8 +199,10 @@ int kvp__cli_report(sqlite3 *db, const kvp__cli_report_opts_t *o, char *err, siz
   int st = pclose(g);
   g = NULL;
   if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    snprintf(err, errlen, "gnuplot failed (%s %d); is gnuplot installed (apt-get install gnuplot-nox)?",
-             st != -1 && WIFEXITED(st) ? "exit status" : "status", st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
+    snprintf(err, errlen,
+             "gnuplot failed (%s %d); is gnuplot installed (apt-get install gnuplot-nox)?",
+             st != -1 && WIFEXITED(st) ? "exit status" : "status",
+             st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
     rc = KVP_EIO;
     goto out;
   }

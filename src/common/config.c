@@ -46,8 +46,8 @@ static int parse_units(const char *s, const unit_t *units, size_t nunits, int64_
 }
 
 int kvp__parse_duration_ms(const char *s, int64_t *out) {
-  static const unit_t units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
-                                 {"d", 86400000}};
+  static const unit_t units[] = {{"", 1},      {"ms", 1},      {"s", 1000},
+                                 {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
   return parse_units(s, units, sizeof units / sizeof units[0], out);
 }
 

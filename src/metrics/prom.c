@@ -10,7 +10,9 @@
 #include "common/array.h"
 #include "kvplane/status.h"
 
-void kvp__prom_init(kvp__prom_t *p) { memset(p, 0, sizeof *p); }
+void kvp__prom_init(kvp__prom_t *p) {
+  memset(p, 0, sizeof *p);
+}
 
 void kvp__prom_reset(kvp__prom_t *p) {
   p->len = 0;
@@ -45,7 +47,9 @@ static void put(kvp__prom_t *p, const char *s, size_t n) {
   p->buf[p->len] = '\0';
 }
 
-static void puts_(kvp__prom_t *p, const char *s) { put(p, s, strlen(s)); }
+static void puts_(kvp__prom_t *p, const char *s) {
+  put(p, s, strlen(s));
+}
 
 static void printf_(kvp__prom_t *p, const char *fmt, ...) {
   char tmp[64];

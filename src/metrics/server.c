@@ -120,8 +120,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       char m[128];
       int n = snprintf(m, sizeof m, "metrics unavailable: %s\n",
                        rc == KVP_EAGAIN ? "no figures collected yet (starting)" : kvp_strerror(rc));
-      return reply(c, rc == KVP_EAGAIN ? MHD_HTTP_SERVICE_UNAVAILABLE
-                                       : MHD_HTTP_INTERNAL_SERVER_ERROR,
+      return reply(c,
+                   rc == KVP_EAGAIN ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_INTERNAL_SERVER_ERROR,
                    TEXT, m, (size_t)n, 1);
     }
     return reply(c, MHD_HTTP_OK, EXPOSITION, s->text.buf ? s->text.buf : "", s->text.len, 1);
@@ -186,8 +186,8 @@ int kvp__metrics_server_start(const char *key, const char *addr, kvp__metrics_co
   s->ready = ready;
   s->ctx = ctx;
   kvp__prom_init(&s->text);
-  if ((rc = bind_socket(key, addr, (struct sockaddr *)&sa, salen, &s->fd, &s->port, err,
-                        errlen)) != 0) {
+  if ((rc = bind_socket(key, addr, (struct sockaddr *)&sa, salen, &s->fd, &s->port, err, errlen)) !=
+      0) {
     free(s);
     return rc;
   }
@@ -208,7 +208,9 @@ int kvp__metrics_server_start(const char *key, const char *addr, kvp__metrics_co
   return 0;
 }
 
-int kvp__metrics_server_port(const kvp__metrics_server_t *s) { return s->port; }
+int kvp__metrics_server_port(const kvp__metrics_server_t *s) {
+  return s->port;
+}
 
 void kvp__metrics_server_stop(kvp__metrics_server_t *s) {
   if (s == NULL)

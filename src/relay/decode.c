@@ -35,11 +35,22 @@ static inline size_t kvp__mp_scalar_width(uint8_t b) {
   if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
     return 1;
   switch (b) {
-  case 0xcc: case 0xd0: return 2;
-  case 0xcd: case 0xd1: return 3;
-  case 0xca: case 0xce: case 0xd2: return 5;
-  case 0xcb: case 0xcf: case 0xd3: return 9;
-  default: return 0;
+  case 0xcc:
+  case 0xd0:
+    return 2;
+  case 0xcd:
+  case 0xd1:
+    return 3;
+  case 0xca:
+  case 0xce:
+  case 0xd2:
+    return 5;
+  case 0xcb:
+  case 0xcf:
+  case 0xd3:
+    return 9;
+  default:
+    return 0;
   }
 }
 
@@ -71,28 +82,105 @@ static int kvp__mp_skip(const uint8_t **pp, const uint8_t *end, int depth) {
     len = b & 0x1f;
   } else {
     switch (b) {
-    case 0xc4: case 0xd9: NEED(1); kvp__be(p, 1, &len); p += 1; break;
-    case 0xc5: case 0xda: NEED(2); kvp__be(p, 2, &len); p += 2; break;
-    case 0xc6: case 0xdb: NEED(4); kvp__be(p, 4, &len); p += 4; break;
-    case 0xc7: NEED(2); kvp__be(p, 1, &len); len += 1; p += 1; break;
-    case 0xc8: NEED(3); kvp__be(p, 2, &len); len += 1; p += 2; break;
-    case 0xc9: NEED(5); kvp__be(p, 4, &len); len += 1; p += 4; break;
-    case 0xca: len = 4; break;
-    case 0xcb: len = 8; break;
-    case 0xcc: case 0xd0: len = 1; break;
-    case 0xcd: case 0xd1: len = 2; break;
-    case 0xce: case 0xd2: len = 4; break;
-    case 0xcf: case 0xd3: len = 8; break;
-    case 0xd4: len = 2; break;
-    case 0xd5: len = 3; break;
-    case 0xd6: len = 5; break;
-    case 0xd7: len = 9; break;
-    case 0xd8: len = 17; break;
-    case 0xdc: NEED(2); kvp__be(p, 2, &n); p += 2; items_per = 1; break;
-    case 0xdd: NEED(4); kvp__be(p, 4, &n); p += 4; items_per = 1; break;
-    case 0xde: NEED(2); kvp__be(p, 2, &n); p += 2; items_per = 2; break;
-    case 0xdf: NEED(4); kvp__be(p, 4, &n); p += 4; items_per = 2; break;
-    default: return -1; /* 0xc1 */
+    case 0xc4:
+    case 0xd9:
+      NEED(1);
+      kvp__be(p, 1, &len);
+      p += 1;
+      break;
+    case 0xc5:
+    case 0xda:
+      NEED(2);
+      kvp__be(p, 2, &len);
+      p += 2;
+      break;
+    case 0xc6:
+    case 0xdb:
+      NEED(4);
+      kvp__be(p, 4, &len);
+      p += 4;
+      break;
+    case 0xc7:
+      NEED(2);
+      kvp__be(p, 1, &len);
+      len += 1;
+      p += 1;
+      break;
+    case 0xc8:
+      NEED(3);
+      kvp__be(p, 2, &len);
+      len += 1;
+      p += 2;
+      break;
+    case 0xc9:
+      NEED(5);
+      kvp__be(p, 4, &len);
+      len += 1;
+      p += 4;
+      break;
+    case 0xca:
+      len = 4;
+      break;
+    case 0xcb:
+      len = 8;
+      break;
+    case 0xcc:
+    case 0xd0:
+      len = 1;
+      break;
+    case 0xcd:
+    case 0xd1:
+      len = 2;
+      break;
+    case 0xce:
+    case 0xd2:
+      len = 4;
+      break;
+    case 0xcf:
+    case 0xd3:
+      len = 8;
+      break;
+    case 0xd4:
+      len = 2;
+      break;
+    case 0xd5:
+      len = 3;
+      break;
+    case 0xd6:
+      len = 5;
+      break;
+    case 0xd7:
+      len = 9;
+      break;
+    case 0xd8:
+      len = 17;
+      break;
+    case 0xdc:
+      NEED(2);
+      kvp__be(p, 2, &n);
+      p += 2;
+      items_per = 1;
+      break;
+    case 0xdd:
+      NEED(4);
+      kvp__be(p, 4, &n);
+      p += 4;
+      items_per = 1;
+      break;
+    case 0xde:
+      NEED(2);
+      kvp__be(p, 2, &n);
+      p += 2;
+      items_per = 2;
+      break;
+    case 0xdf:
+      NEED(4);
+      kvp__be(p, 4, &n);
+      p += 4;
+      items_per = 2;
+      break;
+    default:
+      return -1; /* 0xc1 */
     }
   }
 #undef NEED
@@ -132,8 +220,8 @@ int kvp__relay_hash_from(const struct msgpack_object *o, uint64_t *out) {
     return 0;
   case MSGPACK_OBJECT_BIN:
   case MSGPACK_OBJECT_STR: {
-    const uint8_t *p = (const uint8_t *)(o->type == MSGPACK_OBJECT_BIN ? o->via.bin.ptr
-                                                                       : o->via.str.ptr);
+    const uint8_t *p =
+        (const uint8_t *)(o->type == MSGPACK_OBJECT_BIN ? o->via.bin.ptr : o->via.str.ptr);
     uint32_t n = o->type == MSGPACK_OBJECT_BIN ? o->via.bin.size : o->via.str.size;
     if (n == 0)
       return KVP_EPROTO;
@@ -148,7 +236,9 @@ int kvp__relay_hash_from(const struct msgpack_object *o, uint64_t *out) {
   }
 }
 
-static int kvp__is_nil(const msgpack_object *o) { return !o || o->type == MSGPACK_OBJECT_NIL; }
+static int kvp__is_nil(const msgpack_object *o) {
+  return !o || o->type == MSGPACK_OBJECT_NIL;
+}
 
 static int kvp__get_int(const msgpack_object *o, int64_t *v) {
   if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
@@ -198,13 +288,32 @@ static int kvp__grow(void **p, size_t *cap, size_t need, size_t elem) {
 
 /* Field slots, in the positional order of the tagged-array encoding. */
 enum {
-  F_HASHES, F_PARENT, F_TOKENS, F_BLOCK_SIZE, F_LORA_ID, F_MEDIUM, F_LORA_NAME, F_EXTRA_KEYS,
-  F_GROUP_IDX, F_KIND, F_SLIDING, F_CACHE_SALT, F_COUNT
+  F_HASHES,
+  F_PARENT,
+  F_TOKENS,
+  F_BLOCK_SIZE,
+  F_LORA_ID,
+  F_MEDIUM,
+  F_LORA_NAME,
+  F_EXTRA_KEYS,
+  F_GROUP_IDX,
+  F_KIND,
+  F_SLIDING,
+  F_CACHE_SALT,
+  F_COUNT
 };
-static const char *const kvp__stored_keys[F_COUNT] = {
-    "block_hashes", "parent_block_hash", "token_ids", "block_size",
-    "lora_id", "medium", "lora_name", "extra_keys",
-    "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "cache_salt"};
+static const char *const kvp__stored_keys[F_COUNT] = {"block_hashes",
+                                                      "parent_block_hash",
+                                                      "token_ids",
+                                                      "block_size",
+                                                      "lora_id",
+                                                      "medium",
+                                                      "lora_name",
+                                                      "extra_keys",
+                                                      "group_idx",
+                                                      "kv_cache_spec_kind",
+                                                      "kv_cache_spec_sliding_window",
+                                                      "cache_salt"};
 /* BlockRemoved positional: block_hashes, medium, group_idx. */
 static const int kvp__removed_pos[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX};
 

@@ -26,9 +26,10 @@ void kvp__relay_media_default(kvp_relay_media_t *m) {
   static const struct {
     const char *n;
     int t;
-  } d[] = {{"GPU", 1},          {"CPU", 2},    {"CPU_PINNED", 2}, {"DISK", 3},
-           {"STORAGE", 3},      {"SHARED_STORAGE", 3}, {"NVME", 3},  {"OBJECT_STORE", 4},
-           {"REMOTE", 4},       {"EXTERNAL", 4}};
+  } d[] = {{"GPU", 1},     {"CPU", 2},          {"CPU_PINNED", 2},
+           {"DISK", 3},    {"STORAGE", 3},      {"SHARED_STORAGE", 3},
+           {"NVME", 3},    {"OBJECT_STORE", 4}, {"REMOTE", 4},
+           {"EXTERNAL", 4}};
   m->n = 0;
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
     kvp__media_set(m, d[i].n, strlen(d[i].n), d[i].t);
@@ -75,9 +76,9 @@ typedef struct kvp__ent_s {
 
 struct kvp_relay_map_s {
   size_t cap, n;
-  kvp__ent_t *ent;  /* entries in use or freed: nent of them, grown up to cap */
+  kvp__ent_t *ent; /* entries in use or freed: nent of them, grown up to cap */
   size_t nent, ent_cap;
-  uint32_t *table;  /* mask + 1 slots: entry index or NIL */
+  uint32_t *table; /* mask + 1 slots: entry index or NIL */
   size_t mask, max_slots;
   uint32_t head, tail; /* head: most recent */
   uint32_t free_top;   /* freed entries linked through next */
@@ -134,7 +135,9 @@ void kvp__relay_map_clear(kvp_relay_map_t *m) {
   m->n = 0;
 }
 
-size_t kvp__relay_map_size(const kvp_relay_map_t *m) { return m->n; }
+size_t kvp__relay_map_size(const kvp_relay_map_t *m) {
+  return m->n;
+}
 
 static void kvp__unlink(kvp_relay_map_t *m, uint32_t i) {
   kvp__ent_t *e = &m->ent[i];

@@ -68,8 +68,7 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p) {
   per_ep(p, r, f, "kvplane_relay_skipped_total", ST(skip_unmapped), "cause", "unmapped_remove");
   simple(p, r, f, "kvplane_relay_gaps_total", "Sequence gaps seen on the engine's stream.",
          ST(gaps));
-  simple(p, r, f, "kvplane_relay_replays_total", "Replays requested from the engine.",
-         ST(replays));
+  simple(p, r, f, "kvplane_relay_replays_total", "Replays requested from the engine.", ST(replays));
   simple(p, r, f, "kvplane_relay_replayed_messages_total", "Messages received by replays.",
          ST(replay_msgs));
   simple(p, r, f, "kvplane_relay_clears_total",
@@ -90,13 +89,11 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p) {
                      (const char *[]){"worker", kvp__relay_endpoint_worker(r, i), NULL},
                      (double)f[i].st.last_seq);
   simple(p, r, f, "kvplane_relay_published_batches_total",
-         "Event batch messages published to NATS (heartbeats and resends included).",
-         PUB(batches));
+         "Event batch messages published to NATS (heartbeats and resends included).", PUB(batches));
   simple(p, r, f, "kvplane_relay_published_bytes_total", "Payload bytes published to NATS.",
          PUB(bytes));
   simple(p, r, f, "kvplane_relay_publish_dropped_total",
-         "kvplane events lost by the publisher (queue full, failed core publishes).",
-         PUB(dropped));
+         "kvplane events lost by the publisher (queue full, failed core publishes).", PUB(dropped));
   simple(p, r, f, "kvplane_relay_nats_reconnects_total", "NATS reconnections.", PUB(reconnects));
   kvp__prom_family(p, "kvplane_relay_nats_connected", "gauge",
                    "1 while the worker's publisher is connected to NATS.");

@@ -443,9 +443,13 @@ int kvp_relay_run(kvp_relay_t *r) {
   return 0;
 }
 
-void kvp_relay_stop(kvp_relay_t *r) { __atomic_store_n(&r->stop, 1, __ATOMIC_RELAXED); }
+void kvp_relay_stop(kvp_relay_t *r) {
+  __atomic_store_n(&r->stop, 1, __ATOMIC_RELAXED);
+}
 
-int kvp_relay_stopped(kvp_relay_t *r) { return __atomic_load_n(&r->stop, __ATOMIC_RELAXED); }
+int kvp_relay_stopped(kvp_relay_t *r) {
+  return __atomic_load_n(&r->stop, __ATOMIC_RELAXED);
+}
 
 void kvp_relay_close(kvp_relay_t *r) {
   if (!r)
@@ -490,16 +494,20 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file) {
             ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64 ",\"last_seq\":%" PRId64
             "}\n",
             r->ep[i].endpoint, r->ep[i].worker, s.msgs, s.in_stored, s.in_removed, s.in_cleared,
-            s.out_stored, s.out_removed, s.out_cleared, s.blocks_kvp, s.blocks_native,
-            s.skip_group, s.skip_medium, s.skip_dup, s.gaps, s.replays, s.replay_msgs, s.clears,
-            s.restarts, s.decode_errors, s.event_errors, s.map_evictions, s.last_seq);
+            s.out_stored, s.out_removed, s.out_cleared, s.blocks_kvp, s.blocks_native, s.skip_group,
+            s.skip_medium, s.skip_dup, s.gaps, s.replays, s.replay_msgs, s.clears, s.restarts,
+            s.decode_errors, s.event_errors, s.map_evictions, s.last_seq);
   }
   fflush(f);
 }
 
-size_t kvp__relay_endpoint_count(const kvp_relay_t *r) { return r->nep; }
+size_t kvp__relay_endpoint_count(const kvp_relay_t *r) {
+  return r->nep;
+}
 
-const char *kvp__relay_endpoint_worker(const kvp_relay_t *r, size_t i) { return r->ep[i].worker; }
+const char *kvp__relay_endpoint_worker(const kvp_relay_t *r, size_t i) {
+  return r->ep[i].worker;
+}
 
 kvp_publisher_t *kvp__relay_endpoint_publisher(const kvp_relay_t *r, size_t i) {
   return r->ep[i].pub;

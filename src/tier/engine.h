@@ -9,8 +9,8 @@
  * behind the G4 hits reported since the last round (kvp__tier_engine_hit),
  * then demotions for space, promotions and evictions: up to max_moves and,
  * with [tiering] max_bytes_per_s, what a token bucket lets through. One job
- * runs at a time, so at most one move per volume is in flight. The job journals each move (queued -> copying -> committed, or
- * failed with the error), copies the block (read and verified from the
+ * runs at a time, so at most one move per volume is in flight. The job journals each move (queued
+ * -> copying -> committed, or failed with the error), copies the block (read and verified from the
  * source, written to the destination, read back and verified there), and
  * returns. Back on the loop, a committed move adds the destination location
  * to the index (worker "_advisor"); after the grace period a later job
@@ -59,12 +59,12 @@ typedef struct kvp__tier_stats_s {
   uint64_t rounds, demoted, evicted, sources_deleted, failed;
   uint64_t bytes_moved;
   uint64_t bytes_tiers[5][5]; /* bytes_moved by [source tier][destination tier] */
-  uint64_t promoted;   /* G4 -> G3 moves committed, prefetches included */
-  uint64_t prefetched; /* of which prefetches of a prefix hit in G4 */
-  uint64_t throttled;  /* planned moves left for later rounds by the bytes/s throttle */
-  uint64_t hits_dropped; /* G4 hits past KVP__TIER_HITS_MAX between two rounds */
-  uint64_t events_published;   /* moves announced as worker _advisor */
-  uint64_t events_dropped;     /* announcements the publisher refused */
+  uint64_t promoted;          /* G4 -> G3 moves committed, prefetches included */
+  uint64_t prefetched;        /* of which prefetches of a prefix hit in G4 */
+  uint64_t throttled;         /* planned moves left for later rounds by the bytes/s throttle */
+  uint64_t hits_dropped;      /* G4 hits past KVP__TIER_HITS_MAX between two rounds */
+  uint64_t events_published;  /* moves announced as worker _advisor */
+  uint64_t events_dropped;    /* announcements the publisher refused */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */

@@ -63,12 +63,12 @@ struct kvp__tier_engine_s {
   kvp__tier_params_t prm;
   uint64_t interval_ms, grace_ms;
   size_t max_moves;
-  double max_bytes_per_s; /* 0: no throttle */
-  double budget;          /* bytes the throttle lets through now (may go negative) */
-  uint64_t budget_ms;     /* when the budget was last refilled */
+  double max_bytes_per_s;            /* 0: no throttle */
+  double budget;                     /* bytes the throttle lets through now (may go negative) */
+  uint64_t budget_ms;                /* when the budget was last refilled */
   uint64_t hits[KVP__TIER_HITS_MAX]; /* G4 hits since the last round (kvp__tier_engine_hit) */
   size_t nhits;
-  size_t round_taken;     /* moves taken this round (max_moves) */
+  size_t round_taken; /* moves taken this round (max_moves) */
   vol_t *vols;
   size_t nvols;
   uint16_t advisor_worker;

@@ -76,8 +76,8 @@ void kvp__tier_job_work(uv_work_t *req) {
     if (o->kind >= 0)
       o->journal_id = kvp__tier_journal_insert(
           e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
-          kvp__tier_is_copy(o->kind) ? e->vols[o->to].tier : 0, kvp__tier_is_copy(o->kind) ? e->vols[o->to].name : "",
-          o->bytes, now);
+          kvp__tier_is_copy(o->kind) ? e->vols[o->to].tier : 0,
+          kvp__tier_is_copy(o->kind) ? e->vols[o->to].name : "", o->bytes, now);
   }
   kvp__tier_journal_commit(e->db);
   kvp__tier_journal_begin(e->db);
@@ -90,7 +90,9 @@ void kvp__tier_job_work(uv_work_t *req) {
   kvp__tier_journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++) {
     const op_t *o = &e->ops[i];
-    const char *state = o->rc != 0 ? "failed" : kvp__tier_is_copy(o->kind) ? "committed" : "source_deleted";
+    const char *state = o->rc != 0                   ? "failed"
+                        : kvp__tier_is_copy(o->kind) ? "committed"
+                                                     : "source_deleted";
     kvp__tier_journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
   }
   kvp__tier_journal_commit(e->db);
@@ -226,4 +228,3 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
     f(e->idle_ctx);
   }
 }
-

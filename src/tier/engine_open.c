@@ -14,7 +14,6 @@
 #include "tier/engine_impl.h"
 #include "tier/journal.h"
 
-
 static int open_volume(kvp__tier_engine_t *e, const kvp_advisor_config_t *cfg,
                        const kvp_advisor_volume_t *c, vol_t *v, char *err, size_t errlen) {
   kvp_volume_param_t p[32];
@@ -200,4 +199,3 @@ fail:
   kvp__tier_engine_close(e);
   return rc;
 }
-

@@ -180,11 +180,11 @@ static int add_move(plan_t *p, size_t i, uint32_t to, int kind) {
   if (KVP_ARRAY_RESERVE(p->moves, p->cap, p->nmoves + 1, 64) != 0)
     return KVP_ENOMEM;
   p->moves[p->nmoves++] = (kvp__tier_move_t){.hash = x->hash,
-                                              .bytes = x->bytes,
-                                              .from = x->vol,
-                                              .to = to,
-                                              .cand = (uint32_t)i,
-                                              .kind = (uint8_t)kind};
+                                             .bytes = x->bytes,
+                                             .from = x->vol,
+                                             .to = to,
+                                             .cand = (uint32_t)i,
+                                             .kind = (uint8_t)kind};
   p->moved[i] = 1;
   p->vols[x->vol].used -= x->bytes < p->vols[x->vol].used ? x->bytes : p->vols[x->vol].used;
   if (to != KVP__TIER_NOWHERE)

@@ -143,8 +143,7 @@ static void broken_replies(void **state) {
   char err[512];
 
   assert_int_equal(
-      natsConnection_Subscribe(&sub, f->nc, "kvplane.api.fake.match", fake_reply, &text),
-      NATS_OK);
+      natsConnection_Subscribe(&sub, f->nc, "kvplane.api.fake.match", fake_reply, &text), NATS_OK);
   natsConnection_Flush(f->nc);
   kvp_client_t *c = open_client(f, "fake");
   static const struct {
@@ -177,8 +176,7 @@ static void broken_replies(void **state) {
   assert_int_equal(rows[0].tier, 4);
   /* A responder that never answers: the timeout. */
   text = NULL;
-  assert_int_equal(kvp_client_match(c, h, 1, 200, rows, 2, &got, err, sizeof err),
-                   KVP_ETIMEDOUT);
+  assert_int_equal(kvp_client_match(c, h, 1, 200, rows, 2, &got, err, sizeof err), KVP_ETIMEDOUT);
   assert_non_null(strstr(err, "no reply within 200 ms"));
   kvp_client_close(c);
   natsSubscription_Unsubscribe(sub);

@@ -285,8 +285,7 @@ static void malformed_and_oversized_are_counted(void **state) {
 static void unknown_event_type_is_a_bad_event(void **state) {
   fx_t *f = *state;
   uint64_t h[2] = {5, 6};
-  kvp_event_t ev[2] = {{.event_id = 1, .type = 99, .tier = 1, .hashes = h,
-                        .nhashes = 2},
+  kvp_event_t ev[2] = {{.event_id = 1, .type = 99, .tier = 1, .hashes = h, .nhashes = 2},
                        stored(1, h, 2)};
   ev[1].event_id = 2;
   kvp_batch_t b = {.worker_id = "u", .epoch = 1, .first_event_id = 1, .events = ev, .nevents = 2};

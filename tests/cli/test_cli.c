@@ -238,13 +238,13 @@ static void report_draws_the_history(void **state) {
   head_of(svg, head, sizeof head);
   assert_non_null(strstr(head, "<svg"));
   /* Nothing sampled in the last millisecond: nothing to report. */
-  assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, "--png", png, "--since", "1ms", NULL}),
-                   4);
+  assert_int_equal(
+      cli_run(c, (char *[]){"report", "--db", db, "--png", png, "--since", "1ms", NULL}), 4);
   assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, NULL}), 1);
   assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, "--png", png, "--svg", svg, NULL}),
                    1);
-  assert_int_equal(cli_run(c, (char *[]){"report", "--db", db, "--png", png, "--since", "soon", NULL}),
-                   1);
+  assert_int_equal(
+      cli_run(c, (char *[]){"report", "--db", db, "--png", png, "--since", "soon", NULL}), 1);
   /* gnuplot not found: a program it runs failed. */
   char *path = strdup(getenv("PATH"));
   setenv("PATH", "/nonexistent", 1);
@@ -277,7 +277,7 @@ static void top_replay_and_bench(void **state) {
                    0);
   char *second = strchr(c->text, '\n');
   assert_non_null(second);
-  assert_non_null(strstr(c->text, "events/s -")); /* no rate from one answer */
+  assert_non_null(strstr(c->text, "events/s -"));   /* no rate from one answer */
   assert_non_null(strstr(second + 1, "events/s ")); /* a figure from two */
   assert_null(strstr(second + 1, "events/s -"));
   assert_non_null(strstr(second + 1, "blocks "));

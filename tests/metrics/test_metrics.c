@@ -71,14 +71,15 @@ static void histogram_buckets_are_cumulative_with_inf_sum_count(void **state) {
                       &h);
   assert_int_equal(p.err, 0);
   char want[1024];
-  snprintf(want, sizeof want, "# HELP kvplane_f_seconds Flush time.\n"
-                             "# TYPE kvplane_f_seconds histogram\n"
-                             "kvplane_f_seconds_bucket{db=\"x\",le=\"0.01\"} 2\n"
-                             "kvplane_f_seconds_bucket{db=\"x\",le=\"0.1\"} 2\n"
-                             "kvplane_f_seconds_bucket{db=\"x\",le=\"1\"} 3\n"
-                             "kvplane_f_seconds_bucket{db=\"x\",le=\"+Inf\"} 4\n"
-                             "kvplane_f_seconds_sum{db=\"x\"} %.17g\n"
-                             "kvplane_f_seconds_count{db=\"x\"} 4\n",
+  snprintf(want, sizeof want,
+           "# HELP kvplane_f_seconds Flush time.\n"
+           "# TYPE kvplane_f_seconds histogram\n"
+           "kvplane_f_seconds_bucket{db=\"x\",le=\"0.01\"} 2\n"
+           "kvplane_f_seconds_bucket{db=\"x\",le=\"0.1\"} 2\n"
+           "kvplane_f_seconds_bucket{db=\"x\",le=\"1\"} 3\n"
+           "kvplane_f_seconds_bucket{db=\"x\",le=\"+Inf\"} 4\n"
+           "kvplane_f_seconds_sum{db=\"x\"} %.17g\n"
+           "kvplane_f_seconds_count{db=\"x\"} 4\n",
            0.005 + 0.01 + 0.5 + 4.0);
   assert_string_equal(p.buf, want);
   kvp__prom_free(&p);
@@ -112,8 +113,8 @@ static void parse_addr_accepts_ipv4_ipv6_localhost_and_names_bad_ones(void **sta
   assert_int_equal(sa.ss_family, AF_INET6);
   assert_int_equal(kvp__metrics_parse_addr("k", "localhost:0", &sa, &len, err, sizeof err), 0);
   assert_int_equal(sa.ss_family, AF_INET);
-  const char *bad[] = {"9464", "127.0.0.1", "127.0.0.1:", "127.0.0.1:70000", "1.2.3:80",
-                       "[::1:80", "host.example:80", ":80", "127.0.0.1:9x"};
+  const char *bad[] = {"9464",    "127.0.0.1",       "127.0.0.1:", "127.0.0.1:70000", "1.2.3:80",
+                       "[::1:80", "host.example:80", ":80",        "127.0.0.1:9x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     assert_int_equal(
         kvp__metrics_parse_addr("[metrics] listen", bad[i], &sa, &len, err, sizeof err),

@@ -44,16 +44,16 @@ static void tagged_arrays(void **state) {
   msgpack_pack_array(&p, 4);
   for (int i = 0; i < 4; i++)
     msgpack_pack_int(&p, 100 + i);
-  msgpack_pack_int(&p, 2);   /* block_size */
-  msgpack_pack_int(&p, 3);   /* lora_id */
-  pk_str(&p, "CPU");         /* medium */
-  pk_str(&p, "adapter");     /* lora_name */
-  msgpack_pack_nil(&p);      /* extra_keys */
-  msgpack_pack_int(&p, 0);   /* group_idx */
+  msgpack_pack_int(&p, 2); /* block_size */
+  msgpack_pack_int(&p, 3); /* lora_id */
+  pk_str(&p, "CPU");       /* medium */
+  pk_str(&p, "adapter");   /* lora_name */
+  msgpack_pack_nil(&p);    /* extra_keys */
+  msgpack_pack_int(&p, 0); /* group_idx */
   pk_str(&p, "full_attention");
-  msgpack_pack_nil(&p);      /* sliding window */
-  pk_str(&p, "salt");        /* cache_salt */
-  msgpack_pack_int(&p, 99);  /* extra element: ignored */
+  msgpack_pack_nil(&p);     /* sliding window */
+  pk_str(&p, "salt");       /* cache_salt */
+  msgpack_pack_int(&p, 99); /* extra element: ignored */
   /* BlockRemoved with bytes hashes (lower 64 bits, big-endian). */
   msgpack_pack_array(&p, 2);
   pk_str(&p, "BlockRemoved");
@@ -183,11 +183,10 @@ static void malformed_rejected(void **state) {
   assert_int_equal(kvp__relay_decode(d, deep, (size_t)KVP_RELAY_MAX_PAYLOAD + 1, &out),
                    KVP_ETOOBIG);
   /* bad events inside a good batch: counted, skipped */
-  static const uint8_t bad_events[] = {0x92, 0x01, 0x94, 0x05, 0x91, 0xa3, 'F', 'o', 'o',
-                                       0x92, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o',
-                                       'r', 'e', 'd', 0x01, 0x91, 0xb0, 'A', 'l', 'l', 'B',
-                                       'l', 'o', 'c', 'k', 's', 'C', 'l', 'e', 'a', 'r',
-                                       'e', 'd'};
+  static const uint8_t bad_events[] = {
+      0x92, 0x01, 0x94, 0x05, 0x91, 0xa3, 'F', 'o', 'o',  0x92, 0xab, 'B', 'l', 'o',
+      'c',  'k',  'S',  't',  'o',  'r',  'e', 'd', 0x01, 0x91, 0xb0, 'A', 'l', 'l',
+      'B',  'l',  'o',  'c',  'k',  's',  'C', 'l', 'e',  'a',  'r',  'e', 'd'};
   assert_int_equal(kvp__relay_decode(d, bad_events, sizeof bad_events, &out), 0);
   assert_int_equal(out.nevents, 1);
   assert_int_equal(out.errors, 3);
@@ -220,7 +219,7 @@ static void map_lru_bounded(void **state) {
   assert_non_null(m);
   for (uint64_t i = 0; i < 100; i++)
     assert_int_equal(kvp__relay_map_put(m, i * 7919, i), 0);
-  assert_int_equal(kvp__relay_map_get(m, 0, &v), 1); /* 0 becomes most recent */
+  assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);      /* 0 becomes most recent */
   assert_int_equal(kvp__relay_map_put(m, 1000001, 5), 1); /* evicts key 7919 (oldest) */
   assert_int_equal(kvp__relay_map_get(m, 7919, &v), 0);
   assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);
@@ -273,12 +272,9 @@ static void map_grows_with_what_it_holds(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(tagged_arrays),
-    cmocka_unit_test(maps_and_defaults),
-    cmocka_unit_test(malformed_rejected),
-    cmocka_unit_test(media_table),
-    cmocka_unit_test(map_lru_bounded),
-    cmocka_unit_test(map_grows_with_what_it_holds),
+    cmocka_unit_test(tagged_arrays),      cmocka_unit_test(maps_and_defaults),
+    cmocka_unit_test(malformed_rejected), cmocka_unit_test(media_table),
+    cmocka_unit_test(map_lru_bounded),    cmocka_unit_test(map_grows_with_what_it_holds),
 };
 
 KVP_TEST_MAIN("relay_decode", tests)

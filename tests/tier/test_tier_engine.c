@@ -483,10 +483,11 @@ static void s3_as_g4(fx_t *f, kvp_s3d_t *s3) {
 static kvp_volume_t *open_s3_g4(const kvp_s3d_t *s3) {
   kvp_volume_t *g4 = NULL;
   char err[512];
-  kvp_volume_param_t p[6] = {{"endpoint", s3->endpoint}, {"bucket", s3->bucket},
-                             {"access_key", KVP_S3D_ACCESS}, {"secret_key", KVP_S3D_SECRET},
-                             {"prefix", "kv/"},              {"timeout_ms", "3000"}};
-  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "s3", "g4", p, 6, &g4, err, sizeof err), 0);
+  kvp_volume_param_t p[6] = {
+      {"endpoint", s3->endpoint},     {"bucket", s3->bucket}, {"access_key", KVP_S3D_ACCESS},
+      {"secret_key", KVP_S3D_SECRET}, {"prefix", "kv/"},      {"timeout_ms", "3000"}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "s3", "g4", p, 6, &g4, err, sizeof err),
+                   0);
   return g4;
 }
 
@@ -500,8 +501,8 @@ static int in_g4_alone(fx_t *f, kvp_volume_t *g4, uint64_t h) {
   assert_int_equal(a + b, 1);
   assert_int_equal(locs_in(f, h, 3), a);
   assert_int_equal(locs_in(f, h, 4), b);
-  assert_int_equal(kvp_volume_get_block(a ? f->g3 : g4, "t", h, &m, out, sizeof out, err, sizeof err),
-                   0);
+  assert_int_equal(
+      kvp_volume_get_block(a ? f->g3 : g4, "t", h, &m, out, sizeof out, err, sizeof err), 0);
   assert_int_equal(out[999], (uint8_t)h);
   return b;
 }
@@ -596,8 +597,8 @@ static void s3_killed_during_a_job(void **state) {
   print_message("with s3rver killed 25 ms into the job: %llu moves committed, %llu failed\n",
                 (unsigned long long)st.demoted, (unsigned long long)st.failed);
   assert_int_equal(st.demoted + st.failed, 9);
-  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state IN ('queued', 'copying')"),
-                   0);
+  assert_int_equal(
+      q1(f->db, "SELECT count(*) FROM migrations WHERE state IN ('queued', 'copying')"), 0);
 
   assert_int_equal(kvp_s3d_restart(&s3), 0);
   for (int i = 0; i < 20 && (st.demoted < 9 || st.sources_deleted < st.demoted); i++) {

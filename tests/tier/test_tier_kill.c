@@ -110,8 +110,8 @@ static int64_t q1(const char *db, const char *sql) {
 static int db_has(const char *db, uint64_t h, const char *vol) {
   char sql[200];
   snprintf(sql, sizeof sql,
-           "SELECT count(*) FROM block_locations WHERE hash = %lld AND volume = '%s'",
-           (long long)h, vol);
+           "SELECT count(*) FROM block_locations WHERE hash = %lld AND volume = '%s'", (long long)h,
+           vol);
   return q1(db, sql) > 0;
 }
 
@@ -192,16 +192,15 @@ static void kill9_during_migrations_loses_nothing(void **state) {
     if (a + b != 1)
       fail_msg("block %llu is in %d volumes (g3 %d, g4 %d)", (unsigned long long)h, a + b, a, b);
     kvp_frame_t m;
-    assert_int_equal(kvp_volume_get_block(a ? f->g3 : f->g4, "k", h, &m, out, sizeof out, err,
-                                          sizeof err),
-                     0);
+    assert_int_equal(
+        kvp_volume_get_block(a ? f->g3 : f->g4, "k", h, &m, out, sizeof out, err, sizeof err), 0);
     assert_int_equal(out[0], (uint8_t)h);
     assert_int_equal(m.has_parent, (h - 1) % 4 != 0);
     if (m.has_parent)
       assert_int_equal(m.parent, h - 1);
     if (db_has(f->db, h, "g3") != a || db_has(f->db, h, "g4") != b)
-      fail_msg("block %llu: in g3 %d (database %d), in g4 %d (database %d)",
-               (unsigned long long)h, a, db_has(f->db, h, "g3"), b, db_has(f->db, h, "g4"));
+      fail_msg("block %llu: in g3 %d (database %d), in g4 %d (database %d)", (unsigned long long)h,
+               a, db_has(f->db, h, "g3"), b, db_has(f->db, h, "g4"));
     n3 += a;
     n4 += b;
   }
