@@ -22,9 +22,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
-#include "advisor/store.h"
+#include "store/store.h"
 #include "bench.h"
 #include "kvplane/event.h"
 #include "kvplane/hash.h"
@@ -255,10 +255,10 @@ KVP_BENCH_SUITE(ingest, "advisor: decode + apply of trace-driven batches, block-
     return 1;
   double best_apply = 1e30, best_decode = 1e30;
   for (int r = 0; r < 9; r++) {
-    kvp__adv_index_t *ix = NULL;
+    kvp__index_t *ix = NULL;
     kvp__adv_ingest_t *ing = NULL;
-    kvp__adv_changes_t ch;
-    kvp__adv_index_create(&ix, 1 << 18, 3600);
+    kvp__index_changes_t ch;
+    kvp__index_create(&ix, 1 << 18, 3600);
     kvp__adv_ingest_create(&ing, ix, NULL);
     uint64_t t0 = kvp_bench_now_ns();
     for (size_t i = 0; i < m.n; i++)
@@ -270,10 +270,10 @@ KVP_BENCH_SUITE(ingest, "advisor: decode + apply of trace-driven batches, block-
       fprintf(stderr, "bench ingest: applied %llu of %llu block events\n",
               (unsigned long long)kvp__adv_ingest_counters(ing)->block_events,
               (unsigned long long)m.block_events);
-    kvp__adv_index_changes_take(ix, &ch);
-    kvp__adv_changes_free(&ch);
+    kvp__index_changes_take(ix, &ch);
+    kvp__index_changes_free(&ch);
     kvp__adv_ingest_destroy(ing);
-    kvp__adv_index_destroy(ix);
+    kvp__index_destroy(ix);
 
     t0 = kvp_bench_now_ns();
     for (size_t i = 0; i < m.n; i++) {
@@ -312,8 +312,8 @@ KVP_BENCH_SUITE(match, "advisor: 64-block prefix match vs 1M blocks / 8 workers;
   const size_t nblocks = 1u << 20, nchains = nblocks / CHAIN, nq = 200000;
   uint64_t *chains = malloc(nblocks * sizeof *chains);
   uint64_t *lat = malloc(nq * sizeof *lat), *blat = malloc(nq * sizeof *blat);
-  kvp__adv_match_t rows[64];
-  kvp__adv_index_t *ix = NULL;
+  kvp__index_match_t rows[64];
+  kvp__index_t *ix = NULL;
   uint16_t w[8];
 
   for (size_t c = 0; c < nchains; c++) {
@@ -322,28 +322,28 @@ KVP_BENCH_SUITE(match, "advisor: 64-block prefix match vs 1M blocks / 8 workers;
       chains[c * CHAIN + i] = prev = kvp_hash_chain(prev, rnd(), KVP_HASH_SEED);
   }
   size_t rss0 = kvp_bench_rss_bytes();
-  kvp__adv_index_create(&ix, nblocks, 3600);
+  kvp__index_create(&ix, nblocks, 3600);
   /* As after a flush: the write-behind lists are empty between flushes. */
-  kvp__adv_index_track_dirty(ix, 0);
+  kvp__index_track_dirty(ix, 0);
   for (int i = 0; i < 8; i++) {
     char name[16];
     snprintf(name, sizeof name, "worker%d", i);
-    kvp__adv_index_worker(ix, name, 0, &w[i]);
+    kvp__index_worker(ix, name, 0, &w[i]);
   }
   /* Chain c lives in G1 of worker c % 8; its first 16 blocks also sit in G2
    * of the next worker (shared system prompts). */
   for (size_t c = 0; c < nchains; c++)
     for (size_t i = 0; i < CHAIN; i++) {
       uint64_t h = chains[c * CHAIN + i];
-      kvp__adv_index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[c % 8], 1, 0, 16,
+      kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[c % 8], 1, 0, 16,
                            1 << 20, NOW_MS);
       if (i < 16)
-        kvp__adv_index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[(c + 1) % 8], 2, 0,
+        kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[(c + 1) % 8], 2, 0,
                              16, 1 << 20, NOW_MS);
     }
   size_t rss1 = kvp_bench_rss_bytes();
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(ix, &st);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
 
   /* Baseline: a plain u64 -> u32 open-addressing table of the same blocks. */
   uset_t plain;
@@ -355,7 +355,7 @@ KVP_BENCH_SUITE(match, "advisor: 64-block prefix match vs 1M blocks / 8 workers;
     const uint64_t *h = &chains[(rnd() % nchains) * CHAIN];
     uint64_t t0 = kvp_bench_now_ns();
     size_t n = 0;
-    int mrc = kvp__adv_index_match(ix, h, CHAIN, rows, 64, &n);
+    int mrc = kvp__index_match(ix, h, CHAIN, rows, 64, &n);
     lat[q] = kvp_bench_now_ns() - t0;
     kvp_bench_sink((uint64_t)n + (uint64_t)mrc + rows[0].length);
     h = &chains[(rnd() % nchains) * CHAIN];
@@ -383,7 +383,7 @@ KVP_BENCH_SUITE(match, "advisor: 64-block prefix match vs 1M blocks / 8 workers;
   kvp_bench_report("match.index_bytes_per_location", (double)st.memory_bytes / (double)st.locations,
                    "B", NULL, 0);
   us_free(&plain);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
   free(chains);
   free(lat);
   free(blat);
@@ -419,14 +419,14 @@ static void make_changes(change_t *c, size_t n, uint64_t *live, size_t *nlive, u
   }
 }
 
-static void apply_changes(kvp__adv_index_t *ix, const change_t *c, size_t n, uint64_t now) {
+static void apply_changes(kvp__index_t *ix, const change_t *c, size_t n, uint64_t now) {
   for (size_t i = 0; i < n; i++) {
     if (c[i].op == 0)
-      kvp__adv_index_store(ix, c[i].hash, 0, 0, c[i].worker, 1, 0, 16, 1 << 20, now);
+      kvp__index_store(ix, c[i].hash, 0, 0, c[i].worker, 1, 0, 16, 1 << 20, now);
     else if (c[i].op == 1)
-      kvp__adv_index_access(ix, c[i].hash, 1, 1, now);
+      kvp__index_access(ix, c[i].hash, 1, 1, now);
     else
-      kvp__adv_index_remove(ix, c[i].hash, c[i].worker, 1, 0);
+      kvp__index_remove(ix, c[i].hash, c[i].worker, 1, 0);
   }
 }
 
@@ -474,7 +474,7 @@ static sqlite3 *baseline_open(const char *path, sqlite3_stmt **s) {
       " AND volume = ''",
       "DELETE FROM blocks WHERE hash = ?1"};
   sqlite3 *db = NULL;
-  kvp__adv_store_create_version(path, KVP__ADV_SCHEMA_VERSION);
+  kvp__store_create_version(path, KVP__STORE_SCHEMA_VERSION);
   sqlite3_open(path, &db);
   sqlite3_exec(db,
                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
@@ -486,8 +486,8 @@ static sqlite3 *baseline_open(const char *path, sqlite3_stmt **s) {
 }
 
 typedef struct writer_s {
-  kvp__adv_store_t *st;
-  kvp__adv_flush_t *fl;
+  kvp__store_t *st;
+  kvp__store_flush_t *fl;
   pthread_t thread;
   uint64_t oldest, end_ns;
   int rc, done;
@@ -495,7 +495,7 @@ typedef struct writer_s {
 
 static void *writer_main(void *arg) {
   writer_t *w = arg;
-  w->rc = kvp__adv_store_write(w->st, w->fl);
+  w->rc = kvp__store_write(w->st, w->fl);
   w->end_ns = kvp_bench_now_ns();
   __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
   return NULL;
@@ -509,8 +509,8 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
   change_t *c = malloc(per_round * sizeof *c);
   uint64_t *live = malloc(per_round * rounds * sizeof *live);
   size_t nlive = 0;
-  kvp__adv_index_t *ix = NULL;
-  kvp__adv_store_t *st = NULL;
+  kvp__index_t *ix = NULL;
+  kvp__store_t *st = NULL;
   sqlite3_stmt *bs[4] = {0};
   char err[256];
   uint16_t w;
@@ -521,13 +521,13 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
     return 1;
   snprintf(p1, sizeof p1, "%s/advisor.db", dir);
   snprintf(p2, sizeof p2, "%s/baseline.db", dir);
-  kvp__adv_index_create(&ix, per_round * rounds, 3600);
+  kvp__index_create(&ix, per_round * rounds, 3600);
   for (int i = 0; i < 8; i++) {
     char name[16];
     snprintf(name, sizeof name, "worker%d", i);
-    kvp__adv_index_worker(ix, name, 0, &w);
+    kvp__index_worker(ix, name, 0, &w);
   }
-  if (kvp__adv_store_open(&st, p1, err, sizeof err) != 0) {
+  if (kvp__store_open(&st, p1, err, sizeof err) != 0) {
     fprintf(stderr, "bench persist: %s\n", err);
     return 1;
   }
@@ -537,7 +537,7 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
     make_changes(c, per_round, live, &nlive, 8);
     apply_changes(ix, c, per_round, NOW_MS + r);
     uint64_t t0 = kvp_bench_now_ns();
-    kvp__adv_store_flush(st, ix, NULL, r, &n);
+    kvp__store_flush(st, ix, NULL, 0, r, &n);
     t_adv += (double)(kvp_bench_now_ns() - t0) / 1e9;
     written += n;
     t_base += baseline_round(bdb, bs, c, per_round);
@@ -565,9 +565,9 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
       pthread_join(wr.thread, NULL);
       busy = 0;
       if (wr.rc != 0)
-        kvp__adv_store_abandon(ix, wr.fl);
+        kvp__store_abandon(ix, wr.fl);
       else
-        kvp__adv_flush_free(wr.fl);
+        kvp__store_flush_free(wr.fl);
       uint64_t lag = wr.end_ns > wr.oldest ? wr.end_ns - wr.oldest : 0;
       max_lag = lag > max_lag ? lag : max_lag;
       sum_lag += lag;
@@ -584,7 +584,7 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
       continue;
     }
     if (now >= next_flush && !busy && oldest) {
-      if (kvp__adv_store_prepare(st, ix, NULL, applied, &wr.fl) == 0) {
+      if (kvp__store_prepare(st, ix, NULL, 0, applied, &wr.fl) == 0) {
         wr.oldest = oldest;
         wr.done = 0;
         oldest = 0;
@@ -605,8 +605,8 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
   for (int i = 0; i < 4; i++)
     sqlite3_finalize(bs[i]);
   sqlite3_close(bdb);
-  kvp__adv_store_close(st);
-  kvp__adv_index_destroy(ix);
+  kvp__store_close(st);
+  kvp__index_destroy(ix);
   free(c);
   free(live);
   static const char *const files[] = {"advisor.db",  "advisor.db-wal",  "advisor.db-shm",

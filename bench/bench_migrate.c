@@ -15,7 +15,6 @@
  * the s3 plugin (framed and checksummed, no read-back, no journal). */
 #include <fcntl.h>
 #include <inttypes.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +22,9 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "advisor/index.h"
-#include "advisor/store.h"
+#include "advisor/advisor.h"
+#include "index/index.h"
+#include "store/store.h"
 #include "bench.h"
 #include "common/clock.h"
 #include "harness.h"
@@ -32,7 +32,7 @@
 #include "kvplane/volume.h"
 #include "s3d.h"
 #include "tier/engine.h"
-#include "tier/journal.h"
+#include "store/journal.h"
 
 static double plain_copy(const char *from, const char *to, size_t n, size_t bytes) {
   char a[1200], b[1200];
@@ -81,39 +81,40 @@ static double plain_put(const char *from, kvp_volume_t *to, size_t n, size_t byt
 
 /* The journal's writes for n moves (three transactions), timed alone. */
 static double journal_alone(const char *db_path, size_t n) {
-  sqlite3 *db = NULL;
+  kvp__journal_t *db = NULL;
   char err[256];
   int64_t *id = malloc(n * sizeof *id);
-  if (kvp__tier_journal_open(db_path, &db, err, sizeof err) != 0)
+  if (kvp__journal_open(db_path, &db, err, sizeof err) != 0)
     return 0;
   uint64_t t0 = kvp_bench_now_ns();
-  kvp__tier_journal_begin(db);
+  kvp__journal_begin(db);
   for (size_t i = 0; i < n; i++)
-    id[i] = kvp__tier_journal_insert(db, i + 1, 3, "g3", 4, "g4", 1, kvp__unix_ms());
-  kvp__tier_journal_commit(db);
-  kvp__tier_journal_begin(db);
+    id[i] = kvp__journal_insert(db, i + 1, 3, "g3", 4, "g4", 1, kvp__unix_ms());
+  kvp__journal_commit(db);
+  kvp__journal_begin(db);
   for (size_t i = 0; i < n; i++)
-    kvp__tier_journal_set(db, id[i], "copying", NULL);
-  kvp__tier_journal_commit(db);
-  kvp__tier_journal_begin(db);
+    kvp__journal_set(db, id[i], "copying", NULL);
+  kvp__journal_commit(db);
+  kvp__journal_begin(db);
   for (size_t i = 0; i < n; i++)
-    kvp__tier_journal_set(db, id[i], "committed", NULL);
-  kvp__tier_journal_commit(db);
+    kvp__journal_set(db, id[i], "committed", NULL);
+  kvp__journal_commit(db);
   double t = (double)(kvp_bench_now_ns() - t0) / 1e9;
-  sqlite3_close(db);
+  kvp__journal_close(db);
   free(id);
   return t;
 }
 
 static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
   char dir[256], db[300], p3[300], p4[300], plain[300], err[512];
-  kvp__adv_index_t *ix = NULL;
-  kvp__adv_store_t *st = NULL;
+  kvp__index_t *ix = NULL;
+  kvp__store_t *st = NULL;
   kvp_volume_t *g3 = NULL;
   kvp__tier_engine_t *e = NULL;
   uv_loop_t loop;
   uint16_t w, v3;
   kvp_advisor_config_t cfg;
+  kvp__tier_opts_t topts;
 
   if (kvp_test_tmpdir(dir, sizeof dir) == NULL)
     return 1;
@@ -122,16 +123,16 @@ static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
   snprintf(p4, sizeof p4, "%s/g4", dir);
   snprintf(plain, sizeof plain, "%s/plain", dir);
   uv_loop_init(&loop);
-  kvp__adv_index_create(&ix, n * 2, 3600);
-  if (kvp__adv_store_open(&st, db, err, sizeof err) != 0)
+  kvp__index_create(&ix, n * 2, 3600);
+  if (kvp__store_open(&st, db, err, sizeof err) != 0)
     return 1;
   kvp_volume_param_t p[2] = {{"path", p3}, {"fsync", "off"}};
   if (kvp_volume_open(KVP_BINARY_DIR "/plugins", "posix", "g3", p, 2, &g3, err, sizeof err) != 0) {
     fprintf(stderr, "bench migrate: %s\n", err);
     return 1;
   }
-  kvp__adv_index_worker(ix, "w", 0, &w);
-  kvp__adv_index_volume(ix, "g3", &v3);
+  kvp__index_worker(ix, "w", 0, &w);
+  kvp__index_volume(ix, "g3", &v3);
   uint8_t *payload = malloc(bytes);
   for (size_t i = 0; i < bytes; i++)
     payload[i] = (uint8_t)(i * 31);
@@ -139,7 +140,7 @@ static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
     kvp_frame_t m = {.hash = (uint64_t)i + 1, .payload_len = bytes};
     payload[0] = (uint8_t)i;
     if (kvp_volume_put_block(g3, "b", &m, payload, err, sizeof err) != 0 ||
-        kvp__adv_index_store(ix, (uint64_t)i + 1, 0, 0, w, 3, v3, 16, bytes, 1600000000000ull) != 0)
+        kvp__index_store(ix, (uint64_t)i + 1, 0, 0, w, 3, v3, 16, bytes, 1600000000000ull) != 0)
       return 1;
   }
   free(payload);
@@ -172,7 +173,7 @@ static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
     snprintf(b->plugin, sizeof b->plugin, "posix");
     snprintf(b->params, sizeof b->params, "path=%s\nfsync=off\n", p4);
   }
-  if (kvp__tier_engine_open(&cfg, &loop, ix, &e, err, sizeof err) != 0) {
+  if (kvp__tier_engine_open(kvp__adv_tier_opts(&cfg, &topts), &loop, ix, &e, err, sizeof err) != 0) {
     fprintf(stderr, "bench migrate: %s\n", err);
     return 1;
   }
@@ -220,8 +221,8 @@ static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   kvp_volume_close(g3);
-  kvp__adv_store_close(st);
-  kvp__adv_index_destroy(ix);
+  kvp__store_close(st);
+  kvp__index_destroy(ix);
   kvp_test_rmtree(dir);
   return ts.demoted == n ? 0 : 1;
 }

@@ -40,7 +40,7 @@
 #include "bench.h"
 #include "common/clock.h"
 #include "harness.h"
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "kvplane/wire.h"

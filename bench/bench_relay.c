@@ -20,7 +20,7 @@
 
 #include "bench.h"
 #include "harness.h"
-#include "kvplane/relay.h"
+#include "relay/relay.h"
 #include "kvplane/subjects.h"
 #include "kvplane/wire.h"
 #include "natsd.h"

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/config.h"
+#include "config/config.h"
 #include "harness.h"
 #include "kvplane/status.h"
 

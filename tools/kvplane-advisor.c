@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 #include "kvplane/status.h"
 
 static void usage(FILE *f) {

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kvplane/relay.h"
+#include "relay/relay.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "metrics/server.h"

@@ -21,9 +21,9 @@
 #include "cli/inspect.h"
 #include "cli/live.h"
 #include "cli/report.h"
-#include "common/config.h"
+#include "config/config.h"
 #include "common/clock.h"
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 #include "kvplane/client.h"
 #include "kvplane/hash.h"
 #include "kvplane/nats.h"
@@ -365,7 +365,7 @@ static int request(const args_t *a, const char *what, const char *body, long tim
     return EXIT_UNREACHABLE;
   }
   *doc = json_loads(reply, 0, NULL);
-  kvp_client_free(reply);
+  kvp_client_reply_free(reply);
   if (*doc == NULL) {
     if (!quiet)
       fprintf(stderr, "kvplane: the %s reply is not JSON\n", what);

@@ -1,3 +1,3 @@
 add_executable(kvplane-relay kvplane-relay.c)
-target_link_libraries(kvplane-relay PRIVATE kvplane_internal)
+target_link_libraries(kvplane-relay PRIVATE kvplane_relay)
 install(TARGETS kvplane-relay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

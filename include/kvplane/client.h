@@ -1,7 +1,21 @@
 /* Advisor client: the queries an engine, a router or a binding sends to a
  * running kvplane-advisor over NATS request/reply (DESIGN.md, "Subjects":
- * kvplane.api.<ns>.match and kvplane.api.<ns>.stats; the reply formats are
- * in kvplane/advisor.h).
+ * kvplane.api.<ns>.match and kvplane.api.<ns>.stats).
+ *
+ * Query formats (request/reply, replies are JSON objects):
+ *   match request:  {"hashes": ["<hex u64>", ...]} (hex with or without 0x;
+ *                   JSON integers are accepted too and read as the same
+ *                   64 bits), or binary: the 4 bytes "KVPM" followed by
+ *                   little-endian u64 sequence hashes.
+ *   match reply:    {"hashes": N, "matches": [{"worker": "w0", "dp_rank": 0,
+ *                   "tier": "G1", "length": 12}, ...]} longest first; length
+ *                   is the number of leading hashes the (worker, tier) holds
+ *                   consecutively. Errors: {"error": "<cause>"}.
+ *   stats request:  anything; reply: {"blocks":..., "locations":...,
+ *                   "tiers": {...}, "ingest": {...}, "store": {...}, ...};
+ *                   docs/stats.md documents every field.
+ * Resync request payload (published, no reply expected):
+ *   {"worker": "w0", "dp_rank": 0, "epoch": 17, "reason": "gap"}.
  *
  * A client owns one NATS connection (reconnecting on its own). Its calls
  * block the calling thread for at most their timeout and may be made from
@@ -18,6 +32,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The binary match request: these 4 bytes, then the hashes. */
+#define KVP_MATCH_MAGIC "KVPM"
+/* Most hashes in one match request. */
+#define KVP_MATCH_MAX 65536
 
 typedef struct kvp_client_s kvp_client_t;
 
@@ -54,14 +73,14 @@ int kvp_client_match(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t
 
 /* Sends body (NULL: "{}") to kvplane.api.<ns>.<call> (call: a token such as
  * KVP_API_STATS) and sets *reply to the reply, a malloc'd NUL-terminated
- * JSON text the caller frees with kvp_client_free. Same returns as
+ * JSON text the caller frees with kvp_client_reply_free. Same returns as
  * kvp_client_match, without the match-specific checks: an {"error": ...}
  * reply is returned as it is, with 0. */
 int kvp_client_request(kvp_client_t *c, const char *call, const char *body, uint32_t timeout_ms,
                        char **reply, char *err, size_t errlen);
 
 /* Frees a reply of kvp_client_request; NULL is accepted. */
-void kvp_client_free(void *p);
+void kvp_client_reply_free(char *reply);
 
 /* Closes the connection and frees c; NULL is accepted. */
 void kvp_client_close(kvp_client_t *c);

@@ -1,9 +1,12 @@
 /* kvplane: KV-cache block manager, event plane and storage advisor.
- * Umbrella header: includes every public header. */
+ * Umbrella header: includes every public header, which is all of
+ * libkvplane's API. The daemons' libraries (advisor, relay, index, store,
+ * tiering) are not part of libkvplane and their headers are not installed;
+ * their wire contracts are (the .proto, the query formats in client.h, the
+ * SQL schema in docs/sql.md). */
 #ifndef KVPLANE_KVPLANE_H
 #define KVPLANE_KVPLANE_H
 
-#include "kvplane/advisor.h"
 #include "kvplane/blockmgr.h"
 #include "kvplane/blockpool.h"
 #include "kvplane/client.h"

@@ -584,7 +584,7 @@ class Client:
         try:
             return ctypes.string_at(rep).decode()
         finally:
-            L.kvp_client_free(rep)
+            L.kvp_client_reply_free(rep)
 
     def close(self):
         """Closes the connection; closing twice is harmless."""

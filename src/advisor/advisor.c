@@ -18,7 +18,7 @@
  * About 540 lines, over the ~500 the tree aims for: besides the wiring it
  * fills the stats reply, the metrics snapshot and the tier_history samples
  * from the parts' private state, which this struct alone sees. */
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -35,9 +35,9 @@
 #include "advisor/inbox.h"
 #include "advisor/history.h"
 #include "advisor/metrics.h"
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
-#include "advisor/store.h"
+#include "store/store.h"
 #include "advisor/writebehind.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -46,9 +46,9 @@
 
 struct kvp_advisor_s {
   kvp_advisor_config_t cfg;
-  kvp__adv_index_t *ix;
+  kvp__index_t *ix;
   kvp__adv_ingest_t *ing;
-  kvp__adv_store_t *store;
+  kvp__store_t *store;
   kvp__adv_consumer_t *consumer;
   kvp_wire_limits_t lim;
   kvp__adv_inbox_t inbox;
@@ -71,7 +71,7 @@ struct kvp_advisor_s {
   uint64_t applied_seq; /* last applied JetStream stream sequence */
   uint64_t start_ms;
   uint64_t history_ms; /* when tier occupancy was last sampled */
-  char db_id[KVP__ADV_DB_ID_LEN + 1];
+  char db_id[KVP__STORE_DB_ID_LEN + 1];
 };
 
 /* --- loop thread ------------------------------------------------------------ */
@@ -93,7 +93,7 @@ static void publish_metrics(kvp_advisor_t *adv) {
     return;
   memset(sp, 0, sizeof *sp);
   sp->in = *kvp__adv_ingest_counters(adv->ing);
-  kvp__adv_index_stats(adv->ix, &sp->ix);
+  kvp__index_stats(adv->ix, &sp->ix);
   for (size_t i = 0; i < kvp__adv_ingest_worker_count(adv->ing); i++) {
     kvp__adv_worker_state_t ws;
     if (kvp__adv_ingest_worker_get(adv->ing, i, &ws) == 0)
@@ -104,7 +104,7 @@ static void publish_metrics(kvp_advisor_t *adv) {
   sp->committed_seq = adv->wb.committed_seq;
   sp->flushes = adv->wb.flushes;
   sp->flush_errors = adv->wb.flush_errors;
-  sp->dirty = kvp__adv_index_dirty_count(adv->ix);
+  sp->dirty = kvp__index_dirty_count(adv->ix);
   sp->flush_seconds = adv->wb.flush_seconds;
   sp->apply_lag_ms = adv->fresh.apply_lag_ms;
   sp->flush_lag_ms = adv->fresh.flush_lag_ms;
@@ -112,9 +112,9 @@ static void publish_metrics(kvp_advisor_t *adv) {
   if (adv->tier != NULL) {
     sp->tiering = 1;
     kvp__tier_engine_stats(adv->tier, &sp->tier);
-    sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP_ADVISOR_MAX_VOLUMES);
-    if (sp->nvols > KVP_ADVISOR_MAX_VOLUMES)
-      sp->nvols = KVP_ADVISOR_MAX_VOLUMES;
+    sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP__TIER_MAX_VOLUMES);
+    if (sp->nvols > KVP__TIER_MAX_VOLUMES)
+      sp->nvols = KVP__TIER_MAX_VOLUMES;
   }
   kvp__adv_metrics_publish(&adv->metrics, sp);
 }
@@ -135,8 +135,8 @@ static void answer_stats(kvp_advisor_t *adv, natsMsg *request, uint64_t now) {
       .flush_errors = wb->flush_errors,
       .last_flush_ms = wb->last_flush_ms,
       .last_flush_blocks = wb->last_flush_blocks,
-      .dirty = kvp__adv_index_dirty_count(adv->ix),
-      .history_dropped = kvp__adv_store_history_dropped(adv->store),
+      .dirty = kvp__index_dirty_count(adv->ix),
+      .history_dropped = kvp__store_history_dropped(adv->store),
       .uptime_ms = now - adv->start_ms,
       .queue_dropped = kvp__adv_inbox_dropped(&adv->inbox),
       .apply_lag_ms = adv->fresh.apply_lag_ms,
@@ -146,11 +146,11 @@ static void answer_stats(kvp_advisor_t *adv, natsMsg *request, uint64_t now) {
       .pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now),
   };
   kvp__tier_stats_t ts;
-  kvp__tier_vol_stats_t tv[KVP_ADVISOR_MAX_VOLUMES];
+  kvp__tier_vol_stats_t tv[KVP__TIER_MAX_VOLUMES];
   if (adv->tier != NULL) {
     kvp__tier_engine_stats(adv->tier, &ts);
     x.tier = &ts;
-    x.ntier_vols = kvp__tier_engine_volumes(adv->tier, tv, KVP_ADVISOR_MAX_VOLUMES);
+    x.ntier_vols = kvp__tier_engine_volumes(adv->tier, tv, KVP__TIER_MAX_VOLUMES);
     x.tier_vols = tv;
     x.high_watermark = adv->cfg.tier_high;
     x.low_watermark = adv->cfg.tier_low;
@@ -287,14 +287,14 @@ static void on_flush_timer(uv_timer_t *h) {
  * passed (or now, with force: the last sample at stop). The rows go with the
  * next flush. */
 static void sample_history(kvp_advisor_t *adv, uint64_t now, int force) {
-  kvp__adv_hist_row_t rows[KVP__ADV_HIST_ROWS];
+  kvp__store_hist_row_t rows[KVP__ADV_HIST_ROWS];
 
   if (adv->cfg.history_interval_ms <= 0 ||
       (!force && now - adv->history_ms < (uint64_t)adv->cfg.history_interval_ms))
     return;
   adv->history_ms = now;
   size_t n = kvp__adv_history_sample(adv->ix, adv->tier, now, rows);
-  if (kvp__adv_store_history_add(adv->store, rows, n, (uint64_t)adv->cfg.history_keep_ms) != 0)
+  if (kvp__store_history_add(adv->store, rows, n, (uint64_t)adv->cfg.history_keep_ms) != 0)
     kvp_log_warn("advisor: tier_history sample dropped: out of memory");
 }
 
@@ -408,24 +408,25 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
       .accessed = on_accessed,
       .accessed_ctx = adv,
   };
-  kvp__adv_index_stats_t st;
+  kvp__index_stats_t st;
   int rc;
 
-  if ((rc = kvp__adv_index_create(&adv->ix, (size_t)cfg->initial_blocks,
+  if ((rc = kvp__index_create(&adv->ix, (size_t)cfg->initial_blocks,
                                   (double)cfg->hit_half_life_ms / 1000.0)) != 0 ||
       (rc = kvp__adv_ingest_create(&adv->ing, adv->ix, &io)) != 0 ||
       (rc = ensure_db_dir(cfg->db_path, err, errlen)) != 0 ||
-      (rc = kvp__adv_store_open(&adv->store, cfg->db_path, err, errlen)) != 0)
+      (rc = kvp__store_open(&adv->store, cfg->db_path, err, errlen)) != 0)
     return rc;
   {
     char consumer[128];
     kvp__adv_consumer_name(cfg, consumer, sizeof consumer);
-    if ((rc = kvp__adv_store_bind(adv->store, cfg->ns,
+    if ((rc = kvp__store_bind(adv->store, cfg->ns,
                                   cfg->mode == KVP_ADVISOR_JETSTREAM ? consumer : NULL, adv->db_id,
                                   err, errlen)) != 0)
       return rc;
   }
-  if ((rc = kvp__adv_store_load(adv->store, adv->ix, adv->ing, &adv->applied_seq)) != 0) {
+  if ((rc = kvp__store_load(adv->store, adv->ix, kvp__adv_ingest_load_worker, adv->ing,
+                            &adv->applied_seq)) != 0) {
     snprintf(err, errlen, "%s: cannot load the index: %s", cfg->db_path, kvp_strerror(rc));
     return rc;
   }
@@ -437,7 +438,7 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
       kvp__adv_ingest_worker_set(adv->ing, &ws);
     }
   }
-  kvp__adv_index_stats(adv->ix, &st);
+  kvp__index_stats(adv->ix, &st);
   kvp_log_info("advisor: %s loaded: %zu blocks, %zu locations, stream sequence %" PRIu64,
                cfg->db_path, st.blocks, st.locations, adv->applied_seq);
   return 0;
@@ -478,8 +479,9 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   adv->wb.fresh = &adv->fresh;
   /* Volumes and unfinished moves before any event: a volume that does not
    * open stops the advisor here, naming it. */
-  if (cfg->tiering &&
-      (rc = kvp__tier_engine_open(&adv->cfg, &adv->loop, adv->ix, &adv->tier, err, errlen)) != 0)
+  kvp__tier_opts_t topts;
+  if (cfg->tiering && (rc = kvp__tier_engine_open(kvp__adv_tier_opts(&adv->cfg, &topts), &adv->loop,
+                                                  adv->ix, &adv->tier, err, errlen)) != 0)
     goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
     goto fail;
@@ -537,8 +539,8 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   if (adv->inbox_ready)
     kvp__adv_inbox_destroy(&adv->inbox);
   kvp__adv_wb_destroy(&adv->wb);
-  kvp__adv_store_close(adv->store);
+  kvp__store_close(adv->store);
   kvp__adv_ingest_destroy(adv->ing);
-  kvp__adv_index_destroy(adv->ix);
+  kvp__index_destroy(adv->ix);
   free(adv);
 }

@@ -37,13 +37,13 @@ int kvp__adv_api_parse_match(const void *data, size_t len, uint64_t **hashes, si
 
   *hashes = NULL;
   *n = 0;
-  if (len >= 4 && memcmp(p, KVP__ADV_MATCH_MAGIC, 4) == 0) {
+  if (len >= 4 && memcmp(p, KVP_MATCH_MAGIC, 4) == 0) {
     if ((len - 4) % 8 != 0) {
       snprintf(err, errlen, "binary request: length %zu is not 4 + 8n", len);
       return KVP_EPROTO;
     }
     cnt = (len - 4) / 8;
-    if (cnt > KVP__ADV_MATCH_MAX)
+    if (cnt > KVP_MATCH_MAX)
       return KVP_ETOOBIG;
     if (cnt && (h = malloc(cnt * sizeof *h)) == NULL)
       return KVP_ENOMEM;
@@ -68,9 +68,9 @@ int kvp__adv_api_parse_match(const void *data, size_t len, uint64_t **hashes, si
     goto done;
   }
   cnt = json_array_size(arr);
-  if (cnt > KVP__ADV_MATCH_MAX) {
+  if (cnt > KVP_MATCH_MAX) {
     rc = KVP_ETOOBIG;
-    snprintf(err, errlen, "more than %d hashes", KVP__ADV_MATCH_MAX);
+    snprintf(err, errlen, "more than %d hashes", KVP_MATCH_MAX);
     goto done;
   }
   if (cnt && (h = malloc(cnt * sizeof *h)) == NULL) {
@@ -105,7 +105,7 @@ static int dump(json_t *o, char **reply) {
 }
 
 static int by_length(const void *a, const void *b) {
-  const kvp__adv_match_t *x = a, *y = b;
+  const kvp__index_match_t *x = a, *y = b;
   if (x->length != y->length)
     return x->length > y->length ? -1 : 1;
   if (x->worker != y->worker)
@@ -113,10 +113,10 @@ static int by_length(const void *a, const void *b) {
   return x->tier - y->tier;
 }
 
-int kvp__adv_api_match(const kvp__adv_index_t *ix, const void *data, size_t len, char **reply) {
+int kvp__adv_api_match(const kvp__index_t *ix, const void *data, size_t len, char **reply) {
   uint64_t *h = NULL;
-  size_t n, cap = 4 * (kvp__adv_index_worker_count(ix) + 1);
-  kvp__adv_match_t *rows = NULL;
+  size_t n, cap = 4 * (kvp__index_worker_count(ix) + 1);
+  kvp__index_match_t *rows = NULL;
   char err[256];
   json_t *o = NULL, *arr;
   size_t nrows = 0;
@@ -124,7 +124,7 @@ int kvp__adv_api_match(const kvp__adv_index_t *ix, const void *data, size_t len,
 
   rc = kvp__adv_api_parse_match(data, len, &h, &n, err, sizeof err);
   if (rc == KVP_ETOOBIG)
-    snprintf(err, sizeof err, "more than %d hashes", KVP__ADV_MATCH_MAX);
+    snprintf(err, sizeof err, "more than %d hashes", KVP_MATCH_MAX);
   if (rc != 0 && rc != KVP_ENOMEM)
     return dump(json_pack("{s:s}", "error", err), reply);
   if (rc != 0)
@@ -135,13 +135,13 @@ int kvp__adv_api_match(const kvp__adv_index_t *ix, const void *data, size_t len,
   }
   /* cap covers every (worker, tier) pair: KVP_ENOSPC cannot happen, and
    * would leave the first cap rows. */
-  (void)kvp__adv_index_match(ix, h, n, rows, cap, &nrows);
+  (void)kvp__index_match(ix, h, n, rows, cap, &nrows);
   qsort(rows, nrows, sizeof *rows, by_length);
   o = json_pack("{s:I, s:[]}", "hashes", (json_int_t)n, "matches");
   arr = o ? json_object_get(o, "matches") : NULL;
   for (size_t i = 0; arr && i < nrows; i++) {
     uint32_t dp = 0;
-    const char *w = kvp__adv_index_worker_name(ix, rows[i].worker, &dp);
+    const char *w = kvp__index_worker_name(ix, rows[i].worker, &dp);
     json_array_append_new(arr, json_pack("{s:s, s:I, s:s, s:I}", "worker", w, "dp_rank",
                                          (json_int_t)dp, "tier", kvp_tier_name(rows[i].tier),
                                          "length", (json_int_t)rows[i].length));
@@ -153,13 +153,13 @@ done:
   return rc;
 }
 
-int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
+int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
                        const kvp__adv_api_extra_t *x, char **reply) {
-  kvp__adv_index_stats_t s;
+  kvp__index_stats_t s;
   const kvp__adv_ingest_counters_t *c = kvp__adv_ingest_counters(ing);
   json_t *tiers = json_object();
 
-  kvp__adv_index_stats(ix, &s);
+  kvp__index_stats(ix, &s);
   for (int t = 1; tiers && t <= KVP_TIER_MAX; t++)
     json_object_set_new(tiers, kvp_tier_name(t),
                         json_pack("{s:I, s:I}", "locations", (json_int_t)s.tier_locations[t],
@@ -189,7 +189,7 @@ int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
   json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:I}",
                         "namespace", x->ns, "mode", x->mode, "uptime_ms", (json_int_t)x->uptime_ms,
                         "blocks", (json_int_t)s.blocks, "locations", (json_int_t)s.locations,
-                        "workers", (json_int_t)kvp__adv_index_worker_count(ix), "workers_up",
+                        "workers", (json_int_t)kvp__index_worker_count(ix), "workers_up",
                         (json_int_t)kvp__adv_ingest_workers_up(ing), "index_memory_bytes",
                         (json_int_t)s.memory_bytes, "tiers", tiers, "ingest", ingest, "store",
                         store, "freshness", fresh, "queue_dropped", (json_int_t)x->queue_dropped);

@@ -1,16 +1,15 @@
 /* Advisor queries (kvplane.api.<ns>.match and .stats): request bytes in,
- * JSON reply out. Formats are documented in include/kvplane/advisor.h. */
+ * JSON reply out. Formats are documented in include/kvplane/client.h. */
 #ifndef KVP_ADVISOR_API_H
 #define KVP_ADVISOR_API_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
+#include "kvplane/client.h"
 
-#define KVP__ADV_MATCH_MAGIC "KVPM"
-#define KVP__ADV_MATCH_MAX 65536 /* hashes per match request */
 
 /* Parses a match request into *hashes (malloc'd, caller frees) and *n.
  * Returns 0, KVP_EPROTO (with err set) or KVP_ETOOBIG. */
@@ -19,7 +18,7 @@ int kvp__adv_api_parse_match(const void *data, size_t len, uint64_t **hashes, si
 
 /* Answers a match request; *reply is a malloc'd NUL-terminated JSON text
  * (an {"error": ...} object for a bad request). Returns 0 or KVP_ENOMEM. */
-int kvp__adv_api_match(const kvp__adv_index_t *ix, const void *data, size_t len, char **reply);
+int kvp__adv_api_match(const kvp__index_t *ix, const void *data, size_t len, char **reply);
 
 /* Figures the stats reply carries beyond the index and ingest counters. */
 typedef struct kvp__adv_api_extra_s {
@@ -45,7 +44,7 @@ typedef struct kvp__adv_api_extra_s {
 } kvp__adv_api_extra_t;
 
 /* The stats reply, malloc'd JSON. Returns 0 or KVP_ENOMEM. */
-int kvp__adv_api_stats(const kvp__adv_index_t *ix, const kvp__adv_ingest_t *ing,
+int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
                        const kvp__adv_api_extra_t *x, char **reply);
 
 #endif

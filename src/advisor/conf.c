@@ -3,8 +3,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "common/config.h"
-#include "kvplane/advisor.h"
+#include "config/config.h"
+#include "advisor/advisor.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "metrics/server.h"
@@ -161,8 +161,8 @@ static int volume_entry(void *ctx, const char *name, const char *key, const char
     if (strcmp(cfg->volumes[i].name, name) == 0)
       v = &cfg->volumes[i];
   if (v == NULL) {
-    if (cfg->nvolumes == KVP_ADVISOR_MAX_VOLUMES) {
-      snprintf(err, errlen, "more than %d volumes", KVP_ADVISOR_MAX_VOLUMES);
+    if (cfg->nvolumes == KVP__TIER_MAX_VOLUMES) {
+      snprintf(err, errlen, "more than %d volumes", KVP__TIER_MAX_VOLUMES);
       return KVP_ECONFIG;
     }
     if (name[0] == '\0' || strlen(name) >= sizeof v->name || strpbrk(name, " \t/")) {
@@ -474,4 +474,28 @@ void kvp_advisor_config_reference(void *file) {
         "`plugins/`). A volume whose plugin fails to open stops the advisor, naming\n"
         "the volume.\n",
         f);
+}
+
+const kvp__tier_opts_t *kvp__adv_tier_opts(const kvp_advisor_config_t *cfg, kvp__tier_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->ns = cfg->ns;
+  o->db_path = cfg->db_path;
+  o->nats = &cfg->nats;
+  o->jetstream = cfg->mode == KVP_ADVISOR_JETSTREAM;
+  o->stream = cfg->stream;
+  o->plugin_dir = cfg->plugin_dir;
+  o->interval_ms = cfg->tier_interval_ms;
+  o->grace_ms = cfg->tier_grace_ms;
+  o->residence_ms = cfg->tier_residence_ms;
+  o->max_moves = cfg->tier_max_moves;
+  o->high = cfg->tier_high;
+  o->low = cfg->tier_low;
+  o->promote_freq = cfg->tier_promote_freq;
+  o->keep_freq = cfg->tier_keep_freq;
+  o->max_bytes_per_s = cfg->tier_max_bytes_per_s;
+  o->prefetch_depth = cfg->tier_prefetch_depth;
+  o->prefetch_bytes = cfg->tier_prefetch_bytes;
+  o->volumes = cfg->volumes;
+  o->nvolumes = cfg->nvolumes;
+  return o;
 }

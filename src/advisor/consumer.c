@@ -8,7 +8,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "advisor/store.h"
+#include "store/store.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "nats/conn.h"
@@ -96,7 +96,7 @@ static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char 
   const kvp_advisor_config_t *cfg = c->cfg;
   jsConsumerInfo *ci = NULL;
   jsErrCode jerr = 0;
-  char mark[KVP__ADV_DB_ID_LEN + 8];
+  char mark[KVP__STORE_DB_ID_LEN + 8];
   natsStatus s;
   int ours, rc = 0;
 
@@ -137,7 +137,7 @@ static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, const 
   jsErrCode jerr = 0;
   jsSubOptions so;
   natsStatus s;
-  char filter[KVP_SUBJECT_MAX], desc[KVP__ADV_DB_ID_LEN + 128];
+  char filter[KVP_SUBJECT_MAX], desc[KVP__STORE_DB_ID_LEN + 128];
   int rc, created = 0;
 
   if ((s = natsConnection_JetStream(&c->js, c->nc, NULL)) != NATS_OK)

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "advisor/inbox.h"
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 
 typedef struct kvp__adv_consumer_s {
   const kvp_advisor_config_t *cfg; /* borrowed; outlives the consumer */

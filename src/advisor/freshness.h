@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 
 typedef struct kvp__adv_observer_s {
   /* Batch number n (1, 2, ...) of block_events hashes, emitted at batch_ms,

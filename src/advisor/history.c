@@ -3,14 +3,14 @@
 
 #include <string.h>
 
-size_t kvp__adv_history_sample(const kvp__adv_index_t *ix, const kvp__tier_engine_t *e,
-                               uint64_t now_ms, kvp__adv_hist_row_t *rows) {
-  kvp__adv_index_stats_t st;
+size_t kvp__adv_history_sample(const kvp__index_t *ix, const kvp__tier_engine_t *e,
+                               uint64_t now_ms, kvp__store_hist_row_t *rows) {
+  kvp__index_stats_t st;
   size_t n = 0;
 
-  kvp__adv_index_stats(ix, &st);
+  kvp__index_stats(ix, &st);
   for (int tier = 1; tier <= 4; tier++) {
-    kvp__adv_hist_row_t *r = &rows[n++];
+    kvp__store_hist_row_t *r = &rows[n++];
     memset(r, 0, sizeof *r);
     r->t_ms = now_ms;
     r->tier = tier;
@@ -18,10 +18,10 @@ size_t kvp__adv_history_sample(const kvp__adv_index_t *ix, const kvp__tier_engin
     r->bytes = st.tier_bytes[tier];
   }
   if (e != NULL) {
-    kvp__tier_vol_stats_t vs[KVP_ADVISOR_MAX_VOLUMES];
-    size_t nv = kvp__tier_engine_volumes(e, vs, KVP_ADVISOR_MAX_VOLUMES);
-    for (size_t v = 0; v < nv && v < KVP_ADVISOR_MAX_VOLUMES; v++) {
-      kvp__adv_hist_row_t *r = &rows[n++];
+    kvp__tier_vol_stats_t vs[KVP__TIER_MAX_VOLUMES];
+    size_t nv = kvp__tier_engine_volumes(e, vs, KVP__TIER_MAX_VOLUMES);
+    for (size_t v = 0; v < nv && v < KVP__TIER_MAX_VOLUMES; v++) {
+      kvp__store_hist_row_t *r = &rows[n++];
       memset(r, 0, sizeof *r);
       r->t_ms = now_ms;
       r->tier = vs[v].tier;

@@ -30,7 +30,7 @@ typedef struct wstate_s {
 } wstate_t;
 
 struct kvp__adv_ingest_s {
-  kvp__adv_index_t *ix;
+  kvp__index_t *ix;
   kvp__adv_ingest_opts_t opts;
   wstate_t *w; /* by index worker id */
   size_t nw, wcap;
@@ -66,7 +66,7 @@ static int staging_reserve(staging_t *s, size_t need) {
   return kvp__array_reserve_n(cols, elems, 5, &s->cap, need, 256) == 0 ? 0 : KVP_ENOMEM;
 }
 
-int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__adv_index_t *ix,
+int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__index_t *ix,
                            const kvp__adv_ingest_opts_t *opts) {
   kvp__adv_ingest_t *ing = calloc(1, sizeof *ing);
   *out = NULL;
@@ -105,7 +105,7 @@ static wstate_t *wstate(kvp__adv_ingest_t *ing, uint16_t id) {
 static void request_resync(kvp__adv_ingest_t *ing, wstate_t *ws, const char *reason,
                            uint64_t now_ms) {
   uint32_t dp = 0;
-  const char *name = kvp__adv_index_worker_name(ing->ix, ws->st.id, &dp);
+  const char *name = kvp__index_worker_name(ing->ix, ws->st.id, &dp);
   ws->resync_pending = 1;
   ws->resync_sent_ms = now_ms;
   ing->c.resyncs++;
@@ -118,11 +118,11 @@ static void request_resync(kvp__adv_ingest_t *ing, wstate_t *ws, const char *rea
 static void apply_stored(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *ev,
                          uint64_t now_ms) {
   uint16_t vol;
-  int rc = kvp__adv_index_volume(ing->ix, ev->volume, &vol);
+  int rc = kvp__index_volume(ing->ix, ev->volume, &vol);
   for (size_t i = 0; rc == 0 && i < ev->nhashes; i++) {
     int hp = i > 0 || ev->has_parent;
     uint64_t parent = i > 0 ? ev->hashes[i - 1] : ev->parent_hash;
-    rc = kvp__adv_index_store(ing->ix, ev->hashes[i], hp, parent, w, ev->tier, vol,
+    rc = kvp__index_store(ing->ix, ev->hashes[i], hp, parent, w, ev->tier, vol,
                               ev->block_tokens, ev->block_bytes, now_ms);
   }
   if (rc != 0)
@@ -130,20 +130,20 @@ static void apply_stored(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *
 }
 
 static void apply_removed(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *ev) {
-  uint16_t vol = KVP__ADV_NO_VOLUME;
-  if (ev->volume && ev->volume[0] && kvp__adv_index_volume(ing->ix, ev->volume, &vol) != 0) {
+  uint16_t vol = KVP__INDEX_NO_VOLUME;
+  if (ev->volume && ev->volume[0] && kvp__index_volume(ing->ix, ev->volume, &vol) != 0) {
     ing->c.bad_events++;
     return;
   }
   for (size_t i = 0; i < ev->nhashes; i++)
-    if (kvp__adv_index_remove(ing->ix, ev->hashes[i], w, ev->tier, vol) != 0)
+    if (kvp__index_remove(ing->ix, ev->hashes[i], w, ev->tier, vol) != 0)
       ing->c.unknown_removes++;
 }
 
 static void apply_accessed(kvp__adv_ingest_t *ing, const kvp_event_t *ev, uint64_t now_ms) {
   for (size_t i = 0; i < ev->nhashes; i++) {
     uint32_t hits = ev->hit_counts ? ev->hit_counts[i] : 1;
-    kvp__adv_index_access(ing->ix, ev->hashes[i], ev->tier, hits, now_ms);
+    kvp__index_access(ing->ix, ev->hashes[i], ev->tier, hits, now_ms);
   }
   if (ing->opts.accessed != NULL && ev->nhashes > 0)
     ing->opts.accessed(ing->opts.accessed_ctx, ev->tier, ev->hashes, ev->nhashes);
@@ -153,10 +153,10 @@ static void apply_accessed(kvp__adv_ingest_t *ing, const kvp_event_t *ev, uint64
 static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint64_t now_ms) {
   staging_t *s = &ws->snap[tier];
   int rc = 0;
-  kvp__adv_index_drop(ing->ix, ws->st.id, 1u << tier);
+  kvp__index_drop(ing->ix, ws->st.id, 1u << tier);
   for (size_t i = 0; rc == 0 && i < s->n; i++) {
     int hp = s->parents[i] != s->hashes[i];
-    rc = kvp__adv_index_store(ing->ix, s->hashes[i], hp, s->parents[i], ws->st.id, tier,
+    rc = kvp__index_store(ing->ix, s->hashes[i], hp, s->parents[i], ws->st.id, tier,
                               s->volumes[i], s->tokens[i], s->bytes[i], now_ms);
   }
   if (rc != 0)
@@ -172,7 +172,7 @@ static void apply_snapshot(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event
   uint16_t vol;
 
   if (ev->tier < KVP_TIER_G1 || ev->tier > KVP_TIER_G4 ||
-      kvp__adv_index_volume(ing->ix, ev->volume, &vol) != 0) {
+      kvp__index_volume(ing->ix, ev->volume, &vol) != 0) {
     ing->c.bad_events++;
     return;
   }
@@ -223,7 +223,7 @@ static int apply_part(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t *e
     apply_accessed(ing, ev, now_ms);
     break;
   case KVP_EV_CLEARED:
-    kvp__adv_index_drop(ing->ix, w, ev->tier == KVP_TIER_ALL ? ALL_MASK : 1u << ev->tier);
+    kvp__index_drop(ing->ix, w, ev->tier == KVP_TIER_ALL ? ALL_MASK : 1u << ev->tier);
     break;
   case KVP_EV_SNAPSHOT:
     apply_snapshot(ing, ws, ev, now_ms);
@@ -249,7 +249,7 @@ static void apply_event(kvp__adv_ingest_t *ing, wstate_t *ws, const kvp_event_t 
         part.has_parent = 1;
         part.parent_hash = ev->hashes[off - 1];
       }
-      kvp__adv_index_prefetch(ing->ix, part.hashes, n);
+      kvp__index_prefetch(ing->ix, part.hashes, n);
       if (apply_part(ing, ws, &part, now_ms) != 0)
         return;
     }
@@ -267,7 +267,7 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
   int rc;
   const char *need_resync = NULL;
 
-  if ((rc = kvp__adv_index_worker(ing->ix, b->worker_id, b->dp_rank, &id)) != 0)
+  if ((rc = kvp__index_worker(ing->ix, b->worker_id, b->dp_rank, &id)) != 0)
     return rc;
   if ((ws = wstate(ing, id)) == NULL)
     return KVP_ENOMEM;
@@ -280,7 +280,7 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
     return 0;
   }
   if (ws->st.known && b->epoch > ws->st.epoch) {
-    size_t n = kvp__adv_index_drop(ing->ix, id, G12_MASK);
+    size_t n = kvp__index_drop(ing->ix, id, G12_MASK);
     kvp_log_info("advisor: worker %s dp %" PRIu32 ": new epoch %" PRIu64 " (was %" PRIu64
                  "), %zu G1/G2 locations dropped",
                  b->worker_id, b->dp_rank, b->epoch, ws->st.epoch, n);
@@ -410,8 +410,8 @@ void kvp__adv_ingest_tick(kvp__adv_ingest_t *ing, uint64_t now_ms) {
     if (ing->opts.heartbeat_timeout_ms && ws->st.last_seen_ms &&
         now_ms > ws->st.last_seen_ms + ing->opts.heartbeat_timeout_ms) {
       uint32_t dp = 0;
-      const char *name = kvp__adv_index_worker_name(ing->ix, ws->st.id, &dp);
-      size_t n = kvp__adv_index_drop(ing->ix, ws->st.id, G12_MASK);
+      const char *name = kvp__index_worker_name(ing->ix, ws->st.id, &dp);
+      size_t n = kvp__index_drop(ing->ix, ws->st.id, G12_MASK);
       ws->st.down = 1;
       ws->st.down_at_ms = now_ms;
       ws->st.locations_dropped = n;
@@ -454,6 +454,51 @@ int kvp__adv_ingest_worker_set(kvp__adv_ingest_t *ing, const kvp__adv_worker_sta
   ws->present = 1;
   ws->st = *st;
   return 0;
+}
+
+int kvp__adv_ingest_worker_rows(const kvp__adv_ingest_t *ing, kvp__store_worker_t **rows,
+                                size_t *n) {
+  kvp__store_worker_t *r = NULL;
+  size_t k = 0;
+
+  *rows = NULL;
+  *n = 0;
+  if (ing->nw && (r = malloc(ing->nw * sizeof *r)) == NULL)
+    return KVP_ENOMEM;
+  for (size_t i = 0; i < ing->nw; i++) {
+    const kvp__adv_worker_state_t *st = &ing->w[i].st;
+    if (!ing->w[i].present)
+      continue;
+    r[k].name = kvp__index_worker_name(ing->ix, st->id, &r[k].dp_rank);
+    if (r[k].name == NULL)
+      continue;
+    r[k].epoch = st->epoch;
+    r[k].last_event_id = st->last_event_id;
+    r[k].last_seen_ms = st->last_seen_ms;
+    r[k].known = st->known;
+    r[k].down = st->down;
+    r[k].down_at_ms = st->down_at_ms;
+    r[k].locations_dropped = st->locations_dropped;
+    k++;
+  }
+  *rows = r;
+  *n = k;
+  return 0;
+}
+
+int kvp__adv_ingest_load_worker(void *ctx, const kvp__store_worker_t *w) {
+  kvp__adv_ingest_t *ing = ctx;
+  kvp__adv_worker_state_t st = {0};
+  if (kvp__index_worker(ing->ix, w->name, w->dp_rank, &st.id) != 0)
+    return 0;
+  st.epoch = w->epoch;
+  st.last_event_id = w->last_event_id;
+  st.last_seen_ms = w->last_seen_ms;
+  st.known = w->known;
+  st.down = w->down;
+  st.down_at_ms = w->down_at_ms;
+  st.locations_dropped = w->locations_dropped;
+  return kvp__adv_ingest_worker_set(ing, &st);
 }
 
 size_t kvp__adv_ingest_workers_up(const kvp__adv_ingest_t *ing) {

@@ -30,7 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
+#include "store/store.h"
 #include "kvplane/event.h"
 #include "kvplane/wire.h"
 
@@ -92,7 +93,7 @@ typedef struct kvp__adv_worker_state_s {
 
 /* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or
  * KVP_ENOMEM. */
-int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__adv_index_t *ix,
+int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__index_t *ix,
                            const kvp__adv_ingest_opts_t *opts);
 
 /* Frees it; NULL is accepted. */
@@ -135,6 +136,17 @@ int kvp__adv_ingest_worker_get(const kvp__adv_ingest_t *ing, size_t i, kvp__adv_
 
 /* Restores a worker's state loaded from the store. Returns 0 or KVP_ENOMEM. */
 int kvp__adv_ingest_worker_set(kvp__adv_ingest_t *ing, const kvp__adv_worker_state_t *st);
+
+/* The workers table's rows for a store flush: *rows (malloc'd, the caller
+ * frees it; NULL when *n is 0) gets one row per known worker, its name
+ * borrowed from the index. Returns 0 or KVP_ENOMEM. */
+int kvp__adv_ingest_worker_rows(const kvp__adv_ingest_t *ing, kvp__store_worker_t **rows,
+                                size_t *n);
+
+/* A kvp__store_worker_fn for kvp__store_load (ctx: the ingest): interns the
+ * row's worker in the index and restores its state. A row whose name the
+ * index refuses is skipped. Returns 0 or KVP_ENOMEM. */
+int kvp__adv_ingest_load_worker(void *ctx, const kvp__store_worker_t *w);
 
 /* Number of workers currently up. */
 size_t kvp__adv_ingest_workers_up(const kvp__adv_ingest_t *ing);

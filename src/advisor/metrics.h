@@ -14,16 +14,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 #include "metrics/prom.h"
 #include "metrics/server.h"
 #include "tier/engine.h"
 
 typedef struct kvp__adv_metrics_snap_s {
   kvp__adv_ingest_counters_t in;
-  kvp__adv_index_stats_t ix;
+  kvp__index_stats_t ix;
   size_t workers_up, workers_down;
   uint64_t queue_dropped;
   uint64_t applied_seq, committed_seq;
@@ -33,7 +33,7 @@ typedef struct kvp__adv_metrics_snap_s {
   uint64_t apply_lag_ms, flush_lag_ms, pending_ms; /* freshness.h */
   int tiering;                                     /* the rest is set only with tiering */
   kvp__tier_stats_t tier;
-  kvp__tier_vol_stats_t vols[KVP_ADVISOR_MAX_VOLUMES];
+  kvp__tier_vol_stats_t vols[KVP__TIER_MAX_VOLUMES];
   size_t nvols;
 } kvp__adv_metrics_snap_t;
 

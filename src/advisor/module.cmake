@@ -1,5 +1,8 @@
-list(APPEND KVP_LIB_SOURCES advisor/intern.c advisor/changelog.c advisor/index.c advisor/query.c
-  advisor/ingest.c advisor/store_schema.c advisor/store_sqlite.c advisor/store_load.c
-  advisor/store_write.c advisor/api.c advisor/conf.c advisor/inbox.c advisor/consumer.c
-  advisor/writebehind.c advisor/freshness.c advisor/history.c advisor/metrics.c advisor/advisor.c
-  advisor/client.c)
+# The advisor daemon as a library: ingest, API, configuration, the loop's
+# parts (inbox, consumer, write-behind, freshness, history, metrics) and the
+# wiring.
+kvp_daemon_lib(advisor
+  SOURCES advisor/ingest.c advisor/api.c advisor/conf.c advisor/inbox.c advisor/consumer.c
+          advisor/writebehind.c advisor/freshness.c advisor/history.c advisor/metrics.c
+          advisor/advisor.c
+  LIBS kvplane_index kvplane_store kvplane_tier kvplane_metrics kvplane_config)

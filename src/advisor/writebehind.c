@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <nats/nats.h>
 #include <string.h>
 
@@ -87,8 +88,8 @@ static void release_msg(void *msg) {
   natsMsg_Destroy(msg);
 }
 
-void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__adv_store_t *st,
-                      kvp__adv_index_t *ix, kvp__adv_ingest_t *ing, uint64_t committed_seq) {
+void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st,
+                      kvp__index_t *ix, kvp__adv_ingest_t *ing, uint64_t committed_seq) {
   memset(wb, 0, sizeof *wb);
   wb->loop = loop;
   wb->store = st;
@@ -122,21 +123,21 @@ static void committed(kvp__adv_wb_t *wb, size_t nblocks, uint64_t seq, uint64_t 
 
 static void write_work(uv_work_t *req) {
   kvp__adv_wb_t *wb = req->data;
-  wb->write_rc = kvp__adv_store_write(wb->store, wb->inflight);
+  wb->write_rc = kvp__store_write(wb->store, wb->inflight);
 }
 
 static void write_after(uv_work_t *req, int status) {
   kvp__adv_wb_t *wb = req->data;
   if (status == 0 && wb->write_rc == 0) {
-    committed(wb, kvp__adv_flush_blocks(wb->inflight), wb->inflight_seq, wb->inflight_t0);
+    committed(wb, kvp__store_flush_blocks(wb->inflight), wb->inflight_seq, wb->inflight_t0);
     kvp__adv_acks_flush_committed(&wb->acks);
     if (wb->fresh != NULL)
       kvp__adv_fresh_flush_committed(wb->fresh, wb->last_flush_ms);
-    kvp__adv_flush_free(wb->inflight);
+    kvp__store_flush_free(wb->inflight);
   } else {
     /* The changes go back to the index; the next flush writes them. */
     wb->flush_errors++;
-    kvp__adv_store_abandon(wb->ix, wb->inflight);
+    kvp__store_abandon(wb->ix, wb->inflight);
     kvp__adv_acks_flush_failed(&wb->acks);
     if (wb->fresh != NULL)
       kvp__adv_fresh_flush_failed(wb->fresh);
@@ -149,8 +150,14 @@ static void write_after(uv_work_t *req, int status) {
 void kvp__adv_wb_start(kvp__adv_wb_t *wb, uint64_t applied_seq) {
   if (wb->inflight != NULL)
     return;
+  kvp__store_worker_t *rows = NULL;
+  size_t nrows = 0;
+  int rc;
   wb->inflight_t0 = kvp__now_ns();
-  if (kvp__adv_store_prepare(wb->store, wb->ix, wb->ing, applied_seq, &wb->inflight) != 0) {
+  if ((rc = kvp__adv_ingest_worker_rows(wb->ing, &rows, &nrows)) == 0)
+    rc = kvp__store_prepare(wb->store, wb->ix, rows, nrows, applied_seq, &wb->inflight);
+  free(rows);
+  if (rc != 0) {
     wb->flush_errors++;
     wb->inflight = NULL;
     return;
@@ -171,8 +178,13 @@ int kvp__adv_wb_sync(kvp__adv_wb_t *wb, uint64_t applied_seq) {
   uint64_t t0 = kvp__now_ns();
   int rc;
 
+  kvp__store_worker_t *rows = NULL;
+  size_t nrows = 0;
   assert(wb->inflight == NULL);
-  if ((rc = kvp__adv_store_flush(wb->store, wb->ix, wb->ing, applied_seq, &n)) != 0) {
+  if ((rc = kvp__adv_ingest_worker_rows(wb->ing, &rows, &nrows)) == 0)
+    rc = kvp__store_flush(wb->store, wb->ix, rows, nrows, applied_seq, &n);
+  free(rows);
+  if (rc != 0) {
     wb->flush_errors++;
     return rc;
   }

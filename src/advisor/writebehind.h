@@ -32,9 +32,9 @@
 #include <uv.h>
 
 #include "advisor/freshness.h"
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
-#include "advisor/store.h"
+#include "store/store.h"
 #include "metrics/prom.h"
 
 typedef enum kvp__adv_ack_state_e {
@@ -71,14 +71,14 @@ void kvp__adv_acks_destroy(kvp__adv_acks_t *a);
 
 typedef struct kvp__adv_wb_s {
   uv_loop_t *loop;
-  kvp__adv_store_t *store;
-  kvp__adv_index_t *ix;
+  kvp__store_t *store;
+  kvp__index_t *ix;
   kvp__adv_ingest_t *ing;
   kvp__adv_acks_t acks;
   kvp__adv_fresh_t *fresh; /* told when flushes start, commit and fail; may be NULL */
   /* The flush running on the thread pool, if any. */
   uv_work_t req;
-  kvp__adv_flush_t *inflight;
+  kvp__store_flush_t *inflight;
   uint64_t inflight_seq, inflight_t0;
   int write_rc;
   /* Called on the loop thread when a running flush has finished (set by
@@ -97,8 +97,8 @@ typedef struct kvp__adv_wb_s {
 /* Sets up write-behind to st for ix and ing, whose committed state is at
  * stream sequence committed_seq. JetStream messages are acked with
  * natsMsg_Ack. */
-void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__adv_store_t *st,
-                      kvp__adv_index_t *ix, kvp__adv_ingest_t *ing, uint64_t committed_seq);
+void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st,
+                      kvp__index_t *ix, kvp__adv_ingest_t *ing, uint64_t committed_seq);
 
 /* A JetStream message (a natsMsg, taken) was applied. */
 void kvp__adv_wb_applied(kvp__adv_wb_t *wb, void *msg);

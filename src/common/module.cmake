@@ -1,2 +1,1 @@
-list(APPEND KVP_LIB_SOURCES common/status.c common/log.c common/config.c common/clock.c
-  common/array.c)
+list(APPEND KVP_LIB_SOURCES common/status.c common/log.c common/clock.c common/array.c)

@@ -1,3 +1,2 @@
 # Prometheus exposition and its HTTP server (libmicrohttpd).
-list(APPEND KVP_LIB_SOURCES metrics/prom.c metrics/server.c)
-list(APPEND KVP_LIB_LIBS PkgConfig::MHD)
+kvp_daemon_lib(metrics SOURCES metrics/prom.c metrics/server.c LIBS PkgConfig::MHD)

@@ -14,20 +14,6 @@
 #include "kvplane/status.h"
 #include "publish/pub.h"
 
-void kvp__pub_wake(kvp_publisher_t *pub) {
-  /* nats.c threads may still call back while the loop stops. */
-  pthread_mutex_lock(&pub->wmu);
-  if (pub->wake_ok)
-    uv_async_send(&pub->async);
-  pthread_mutex_unlock(&pub->wmu);
-}
-
-void kvp__pub_maybe_wake(kvp_publisher_t *pub, size_t before) {
-  if (before == KVP__PUBQ_HALF || pub->wake_at == 0 ||
-      (before == 0 ? !atomic_load(&pub->armed) : before + 1 == pub->wake_at))
-    kvp__pub_wake(pub);
-}
-
 static void set_done(kvp_publisher_t *pub, uint64_t ticket) {
   pthread_mutex_lock(&pub->fmu);
   if (ticket > pub->done_ticket) {

@@ -1,2 +1,2 @@
 list(APPEND KVP_LIB_SOURCES publish/options.c publish/queue.c publish/batch.c publish/transport.c
-  publish/loop.c publish/publisher.c)
+  publish/loop.c publish/wake.c publish/publisher.c)

@@ -105,12 +105,15 @@ int kvp__pub_connected(kvp_publisher_t *pub);
 
 /* loop.c */
 void kvp__pub_loop_main(void *arg);
+void kvp__pub_on_async(uv_async_t *a);
+
+/* wake.c: callable from any thread. Wakes the loop (nothing once its
+ * async handle is closing). */
 void kvp__pub_wake(kvp_publisher_t *pub);
 
 /* A producer queued an event behind `before` others: wakes the loop when
  * it must (an empty queue and no open window, or the queue reaching the
  * wake threshold). */
 void kvp__pub_maybe_wake(kvp_publisher_t *pub, size_t before);
-void kvp__pub_on_async(uv_async_t *a);
 
 #endif

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "kvplane/relay.h"
+#include "relay/relay.h"
 #include "metrics/prom.h"
 
 /* Writes the relay's exposition into p. Returns 0 (the writer's own

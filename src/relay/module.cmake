@@ -1,4 +1,5 @@
-# Engine adapters: the kvplane-relay library parts (decoder, tier table and
-# hash map, ZMQ relay loop).
-list(APPEND KVP_LIB_SOURCES relay/decode.c relay/map.c relay/relay.c relay/metrics.c)
-list(APPEND KVP_LIB_LIBS PkgConfig::ZMQ PkgConfig::MSGPACK)
+# Engine adapters: kvplane-relay's decoder, tier table and hash map, ZMQ
+# relay loop and its metrics.
+kvp_daemon_lib(relay
+  SOURCES relay/decode.c relay/map.c relay/relay.c relay/metrics.c
+  LIBS kvplane_metrics PkgConfig::ZMQ PkgConfig::MSGPACK)

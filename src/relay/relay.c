@@ -1,5 +1,5 @@
 /* kvplane-relay loop (kvplane/relay.h). */
-#include "kvplane/relay.h"
+#include "relay/relay.h"
 
 #include <inttypes.h>
 #include <stdio.h>

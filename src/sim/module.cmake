@@ -1,1 +1,2 @@
-list(APPEND KVP_LIB_SOURCES sim/trace.c sim/sim.c)
+# Trace replay: the trace reader (gzip'd JSON lines) and simulated workers.
+kvp_daemon_lib(sim SOURCES sim/trace.c sim/sim.c LIBS PkgConfig::ZLIB)

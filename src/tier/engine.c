@@ -13,7 +13,7 @@
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
-#include "tier/journal.h"
+#include "store/journal.h"
 
 /* --- rounds (loop thread) ------------------------------------------------------ */
 
@@ -42,8 +42,8 @@ static int cmp_u64(const void *a, const void *b) {
  * tokens[i] is candidate i's token count; used[v] and blocks[v] sum the
  * bytes and blocks of volume v, not counting sources of finished moves. */
 static int build_candidates(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blocks) {
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(e->ix, &st);
+  kvp__index_stats_t st;
+  kvp__index_stats(e->ix, &st);
   e->ncands = 0;
   for (int tier = 3; tier <= 4; tier++) {
     size_t want = st.tier_locations[tier];
@@ -51,7 +51,7 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blo
       continue;
     if (KVP_ARRAY_RESERVE(e->lru, e->lru_cap, want, 1024) != 0)
       return KVP_ENOMEM;
-    size_t n = kvp__adv_index_lru(e->ix, tier, e->lru, want);
+    size_t n = kvp__index_lru(e->ix, tier, e->lru, want);
     /* One entry per location: a block in two volumes of the tier appears
      * twice, and each of its locations is taken once below. */
     qsort(e->lru, n, sizeof *e->lru, cmp_u64);
@@ -61,11 +61,11 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blo
         e->lru[u++] = e->lru[i];
     n = u;
     for (size_t i = 0; i < n; i++) {
-      kvp__adv_block_t b;
+      kvp__index_block_t b;
       size_t nl = 0;
       if (kvp__tier_get_block(e, e->lru[i], &b, &nl) != 0)
         continue;
-      const kvp__adv_loc_t *locs = e->locs;
+      const kvp__index_loc_t *locs = e->locs;
       for (size_t k = 0; k < nl; k++) {
         long v = locs[k].tier == tier ? vol_of(e, tier, locs[k].volume) : -1;
         if (v < 0)
@@ -197,8 +197,8 @@ void kvp__tier_engine_hit(kvp__tier_engine_t *e, uint64_t hash) {
 
 void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   uint64_t now = kvp__unix_ms();
-  kvp__tier_vol_t pv[KVP_ADVISOR_MAX_VOLUMES];
-  uint64_t used[KVP_ADVISOR_MAX_VOLUMES] = {0}, blocks[KVP_ADVISOR_MAX_VOLUMES] = {0};
+  kvp__tier_vol_t pv[KVP__TIER_MAX_VOLUMES];
+  uint64_t used[KVP__TIER_MAX_VOLUMES] = {0}, blocks[KVP__TIER_MAX_VOLUMES] = {0};
   kvp__tier_move_t *moves = NULL;
   size_t nmoves = 0;
 
@@ -323,7 +323,7 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   for (size_t v = 0; v < e->nvols; v++)
     kvp_volume_close(e->vols[v].v);
   free(e->vols);
-  sqlite3_close(e->db);
+  kvp__journal_close(e->db);
   free(e->ops);
   free(e->pend);
   free(e->cands);

@@ -50,8 +50,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "advisor/index.h"
-#include "kvplane/advisor.h"
+#include "index/index.h"
+#include "tier/opts.h"
 
 typedef struct kvp__tier_engine_s kvp__tier_engine_t;
 
@@ -89,7 +89,7 @@ size_t kvp__tier_engine_volumes(const kvp__tier_engine_t *e, kvp__tier_vol_stats
  * naming it), records their tier and capacity in the volumes table, and
  * recovers unfinished moves from the journal. Returns 0, a volume's error,
  * KVP_EDB or KVP_ENOMEM; err says which. */
-int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp__adv_index_t *ix,
+int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index_t *ix,
                           kvp__tier_engine_t **out, char *err, size_t errlen);
 
 /* Starts the rounds. */

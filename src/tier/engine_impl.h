@@ -8,19 +8,23 @@
  *                  loop thread (index, events, counters);
  *   engine_open.c  opening the volumes, recovery from the journal and the
  *                  reconciliation of moves finished before a crash: the
- *                  loop thread, before the rounds start. */
+ *                  loop thread, before the rounds start;
+ *   locations.c    a block's locations in the index, and dropping them.
+ * Calls go one way: engine.c queues the job of engine_job.c; all three
+ * call locations.c; engine_job.c and engine_open.c call nothing in
+ * engine.c (the job reports back through on_idle). */
 #ifndef KVP_TIER_ENGINE_IMPL_H
 #define KVP_TIER_ENGINE_IMPL_H
 
 #include <stdint.h>
 #include <uv.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "kvplane/publisher.h"
 #include "kvplane/volume.h"
+#include "store/journal.h"
 #include "tier/engine.h"
 #include "tier/policy.h"
-#include <sqlite3.h>
 
 #define ADVISOR_WORKER "_advisor"
 #define BACKOFF_MS 30000
@@ -58,7 +62,7 @@ typedef struct pend_s {
 
 struct kvp__tier_engine_s {
   uv_loop_t *loop;
-  kvp__adv_index_t *ix;
+  kvp__index_t *ix;
   char ns[64], db_path[512];
   kvp__tier_params_t prm;
   uint64_t interval_ms, grace_ms;
@@ -74,7 +78,7 @@ struct kvp__tier_engine_s {
   uint16_t advisor_worker;
   kvp_publisher_t *pub; /* the moves as events of worker _advisor; NULL: not published */
   uint64_t published, publish_errors;
-  sqlite3 *db; /* the journal's connection: the job's, or the loop's before start */
+  kvp__journal_t *db; /* the journal's connection: the job's, or the loop's before start */
   uv_timer_t timer;
   int timer_ready, running;
   uv_work_t work;
@@ -93,7 +97,7 @@ struct kvp__tier_engine_s {
   size_t tokens_cap;
   uint64_t *lru;
   size_t lru_cap;
-  kvp__adv_loc_t *locs; /* one block's locations (get_block) */
+  kvp__index_loc_t *locs; /* one block's locations (get_block) */
   size_t locs_cap;
 };
 
@@ -108,11 +112,11 @@ void kvp__tier_job_work(uv_work_t *req);
 void kvp__tier_job_after(uv_work_t *req, int status);
 
 /* Looks hash up with all its locations, however many workers hold it, into
- * e->locs. Returns 0 or KVP_ENOENT / KVP_ENOMEM. (engine_job.c) */
-int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__adv_block_t *b, size_t *n);
+ * e->locs. Returns 0 or KVP_ENOENT / KVP_ENOMEM. (locations.c) */
+int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__index_block_t *b, size_t *n);
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
- * (engine_job.c) */
+ * (locations.c) */
 void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v);
 
 #endif

@@ -11,7 +11,7 @@
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
-#include "tier/journal.h"
+#include "store/journal.h"
 
 /* --- the job (thread pool) --------------------------------------------------- */
 
@@ -70,59 +70,34 @@ void kvp__tier_job_work(uv_work_t *req) {
   size_t acap = 0, bcap = 0;
   uint64_t now = kvp__unix_ms();
 
-  kvp__tier_journal_begin(e->db);
+  kvp__journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++) {
     op_t *o = &e->ops[i];
     if (o->kind >= 0)
-      o->journal_id = kvp__tier_journal_insert(
+      o->journal_id = kvp__journal_insert(
           e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
           kvp__tier_is_copy(o->kind) ? e->vols[o->to].tier : 0,
           kvp__tier_is_copy(o->kind) ? e->vols[o->to].name : "", o->bytes, now);
   }
-  kvp__tier_journal_commit(e->db);
-  kvp__tier_journal_begin(e->db);
+  kvp__journal_commit(e->db);
+  kvp__journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++)
     if (kvp__tier_is_copy(e->ops[i].kind))
-      kvp__tier_journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
-  kvp__tier_journal_commit(e->db);
+      kvp__journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
+  kvp__journal_commit(e->db);
   for (size_t i = 0; i < e->nops; i++)
     do_io(e, &e->ops[i], &a, &acap, &b, &bcap);
-  kvp__tier_journal_begin(e->db);
+  kvp__journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++) {
     const op_t *o = &e->ops[i];
     const char *state = o->rc != 0                   ? "failed"
                         : kvp__tier_is_copy(o->kind) ? "committed"
                                                      : "source_deleted";
-    kvp__tier_journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
+    kvp__journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
   }
-  kvp__tier_journal_commit(e->db);
+  kvp__journal_commit(e->db);
   free(a);
   free(b);
-}
-
-/* Looks hash up with all its locations, however many workers hold it, into
- * the engine's location scratch (e->locs). Returns 0 or KVP_ENOENT /
- * KVP_ENOMEM. */
-int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__adv_block_t *b, size_t *n) {
-  int rc = kvp__adv_index_get(e->ix, hash, b, e->locs, e->locs_cap, n);
-  if (rc == 0 && *n > e->locs_cap) {
-    if (KVP_ARRAY_RESERVE(e->locs, e->locs_cap, *n, 64) != 0)
-      return KVP_ENOMEM;
-    rc = kvp__adv_index_get(e->ix, hash, b, e->locs, e->locs_cap, n);
-  }
-  return rc;
-}
-
-/* Removes every location of hash in (tier, volume), whoever holds it. */
-void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
-  size_t n = 0;
-  if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
-    return;
-  /* Backwards: a removal does not move the locations before it in e->locs
-   * (the copy), and the index is asked for each one by its key. */
-  for (size_t i = n; i-- > 0;)
-    if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id)
-      kvp__adv_index_remove(e->ix, hash, e->locs[i].worker, v->tier, v->id);
 }
 
 /* Tells workers and routers (and this advisor, through the stream) about a
@@ -202,7 +177,7 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
     } else {
       vol_t *to = &e->vols[o->to];
       publish(e, KVP_EV_STORED, to, o);
-      kvp__adv_index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
+      kvp__index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
                            to->id, o->tokens, o->bytes, now);
       if (o->kind == KVP__TIER_DEMOTE)
         e->st.demoted++;

@@ -12,10 +12,10 @@
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
-#include "tier/journal.h"
+#include "store/journal.h"
 
-static int open_volume(kvp__tier_engine_t *e, const kvp_advisor_config_t *cfg,
-                       const kvp_advisor_volume_t *c, vol_t *v, char *err, size_t errlen) {
+static int open_volume(kvp__tier_engine_t *e, const kvp__tier_opts_t *o,
+                       const kvp__tier_volume_conf_t *c, vol_t *v, char *err, size_t errlen) {
   kvp_volume_param_t p[32];
   size_t np = 0;
   char buf[sizeof c->params];
@@ -31,10 +31,10 @@ static int open_volume(kvp__tier_engine_t *e, const kvp_advisor_config_t *cfg,
   snprintf(v->name, sizeof v->name, "%s", c->name);
   v->tier = c->tier;
   v->capacity = (uint64_t)c->capacity;
-  int rc = kvp_volume_open(cfg->plugin_dir[0] ? cfg->plugin_dir : NULL, c->plugin, c->name, p, np,
+  int rc = kvp_volume_open(o->plugin_dir && o->plugin_dir[0] ? o->plugin_dir : NULL, c->plugin, c->name, p, np,
                            &v->v, err, errlen);
   if (rc == 0)
-    rc = kvp__adv_index_volume(e->ix, c->name, &v->id);
+    rc = kvp__index_volume(e->ix, c->name, &v->id);
   return rc;
 }
 
@@ -47,7 +47,7 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
   kvp__tier_engine_t *e = ctx;
   long from = -1, to = -1;
   char err[256];
-  kvp__adv_block_t b;
+  kvp__index_block_t b;
 
   for (size_t v = 0; v < e->nvols; v++) {
     if (fv && strcmp(e->vols[v].name, fv) == 0)
@@ -59,16 +59,16 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
     int gone = kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0;
     if (gone)
       kvp__tier_drop_locations(e, hash, &e->vols[from]);
-    kvp__tier_journal_set(e->db, id, gone ? "source_deleted" : "failed",
+    kvp__journal_set(e->db, id, gone ? "source_deleted" : "failed",
                           gone ? NULL : "interrupted by a restart; the block stays");
   } else if (strcmp(state, "committed") != 0) {
     if (to >= 0)
       kvp_volume_delete(e->vols[to].v, e->ns, hash, err, sizeof err); /* a partial copy */
-    kvp__tier_journal_set(e->db, id, "failed", "interrupted by a restart before it committed");
+    kvp__journal_set(e->db, id, "failed", "interrupted by a restart before it committed");
     kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " interrupted; the source stays", id,
                  hash);
-  } else if (from >= 0 && to >= 0 && kvp__adv_index_get(e->ix, hash, &b, NULL, 0, NULL) == 0) {
-    kvp__adv_index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
+  } else if (from >= 0 && to >= 0 && kvp__index_get(e->ix, hash, &b, NULL, 0, NULL) == 0) {
+    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
                          e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
     if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
       e->pend[e->npend++] = (pend_t){hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, 0, id};
@@ -76,7 +76,7 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
                  "source is deleted after the grace period",
                  id, hash);
   } else {
-    kvp__tier_journal_set(e->db, id, "failed",
+    kvp__journal_set(e->db, id, "failed",
                           "committed, but its volumes or block are gone; source kept");
   }
 }
@@ -90,7 +90,7 @@ static void reconcile_row(void *ctx, int64_t id, uint64_t hash, const char *fv, 
                           const char *state) {
   kvp__tier_engine_t *e = ctx;
   long from = -1, to = -1;
-  kvp__adv_block_t b;
+  kvp__index_block_t b;
 
   (void)id;
   (void)state;
@@ -100,20 +100,20 @@ static void reconcile_row(void *ctx, int64_t id, uint64_t hash, const char *fv, 
     if (tv && tv[0] && strcmp(e->vols[v].name, tv) == 0)
       to = (long)v;
   }
-  if (kvp__adv_index_get(e->ix, hash, &b, NULL, 0, NULL) != 0)
+  if (kvp__index_get(e->ix, hash, &b, NULL, 0, NULL) != 0)
     return; /* the block left the index (a clear, a worker down): nothing to fix */
   if (to >= 0 && kvp_volume_exists(e->vols[to].v, e->ns, hash) == 1)
-    kvp__adv_index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
+    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
                          e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, b.last_access_ms);
   if (from >= 0 && kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0)
     kvp__tier_drop_locations(e, hash, &e->vols[from]);
 }
 
-/* Margin of kvp__tier_journal_recent: a job's final journal commit and its
+/* Margin of kvp__journal_recent: a job's final journal commit and its
  * effects on the index (kvp__tier_job_after) are this close at most in practice. */
 #define RECONCILE_MARGIN_MS 10000
 
-int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp__adv_index_t *ix,
+int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index_t *ix,
                           kvp__tier_engine_t **out, char *err, size_t errlen) {
   kvp__tier_engine_t *e = calloc(1, sizeof *e);
   int rc;
@@ -123,49 +123,49 @@ int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp_
     return KVP_ENOMEM;
   e->loop = loop;
   e->ix = ix;
-  snprintf(e->ns, sizeof e->ns, "%s", cfg->ns);
-  snprintf(e->db_path, sizeof e->db_path, "%s", cfg->db_path);
+  snprintf(e->ns, sizeof e->ns, "%s", o->ns);
+  snprintf(e->db_path, sizeof e->db_path, "%s", o->db_path);
   kvp__tier_params_init(&e->prm);
-  e->prm.high_watermark = cfg->tier_high;
-  e->prm.low_watermark = cfg->tier_low;
-  e->prm.promote_freq = cfg->tier_promote_freq;
-  e->prm.keep_freq = cfg->tier_keep_freq;
-  e->prm.min_residence_ms = (uint64_t)cfg->tier_residence_ms;
-  e->interval_ms = (uint64_t)cfg->tier_interval_ms;
-  e->grace_ms = (uint64_t)cfg->tier_grace_ms;
-  e->max_moves = (size_t)cfg->tier_max_moves;
-  e->max_bytes_per_s = (double)cfg->tier_max_bytes_per_s;
+  e->prm.high_watermark = o->high;
+  e->prm.low_watermark = o->low;
+  e->prm.promote_freq = o->promote_freq;
+  e->prm.keep_freq = o->keep_freq;
+  e->prm.min_residence_ms = (uint64_t)o->residence_ms;
+  e->interval_ms = (uint64_t)o->interval_ms;
+  e->grace_ms = (uint64_t)o->grace_ms;
+  e->max_moves = (size_t)o->max_moves;
+  e->max_bytes_per_s = (double)o->max_bytes_per_s;
   e->budget = e->max_bytes_per_s;
   e->budget_ms = kvp__unix_ms();
-  e->prm.prefetch_depth = (uint32_t)cfg->tier_prefetch_depth;
-  e->prm.prefetch_bytes = (uint64_t)cfg->tier_prefetch_bytes;
+  e->prm.prefetch_depth = (uint32_t)o->prefetch_depth;
+  e->prm.prefetch_bytes = (uint64_t)o->prefetch_bytes;
   if ((rc = kvp__tier_params_check(&e->prm, err, errlen)) != 0)
     goto fail;
   rc = KVP_ENOMEM;
-  if ((e->vols = calloc((size_t)cfg->nvolumes + 1, sizeof *e->vols)) == NULL)
+  if ((e->vols = calloc((size_t)o->nvolumes + 1, sizeof *e->vols)) == NULL)
     goto fail;
-  for (int i = 0; i < cfg->nvolumes; i++) {
-    if ((rc = open_volume(e, cfg, &cfg->volumes[i], &e->vols[i], err, errlen)) != 0)
+  for (int i = 0; i < o->nvolumes; i++) {
+    if ((rc = open_volume(e, o, &o->volumes[i], &e->vols[i], err, errlen)) != 0)
       goto fail;
     e->nvols++;
   }
-  if ((rc = kvp__adv_index_worker(ix, ADVISOR_WORKER, 0, &e->advisor_worker)) != 0) {
+  if ((rc = kvp__index_worker(ix, ADVISOR_WORKER, 0, &e->advisor_worker)) != 0) {
     snprintf(err, errlen, "tiering: cannot register worker %s: %s", ADVISOR_WORKER,
              kvp_strerror(rc));
     goto fail;
   }
-  if ((rc = kvp__tier_journal_open(cfg->db_path, &e->db, err, errlen)) != 0)
+  if ((rc = kvp__journal_open(o->db_path, &e->db, err, errlen)) != 0)
     goto fail;
-  if (cfg->nats.servers[0] != '\0') {
+  if (o->nats != NULL && o->nats->servers[0] != '\0') {
     kvp_publisher_opts_t po;
     char why[512];
     kvp_publisher_opts_init(&po);
-    po.nats = cfg->nats;
-    po.ns = cfg->ns;
+    po.nats = *o->nats;
+    po.ns = o->ns;
     po.worker_id = ADVISOR_WORKER;
     po.model = "kvplane-advisor";
-    po.mode = cfg->mode == KVP_ADVISOR_JETSTREAM ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
-    po.stream = cfg->stream;
+    po.mode = o->jetstream ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
+    po.stream = o->stream;
     po.overflow = KVP_OVERFLOW_DROP;
     po.snapshot_tiers = 0;
     if ((rc = kvp_publisher_open(&po, &e->pub, why, sizeof why)) != 0) {
@@ -174,15 +174,15 @@ int kvp__tier_engine_open(const kvp_advisor_config_t *cfg, uv_loop_t *loop, kvp_
     }
   }
   for (size_t v = 0; v < e->nvols && rc == 0; v++)
-    rc = kvp__tier_journal_volume(e->db, e->vols[v].name, e->vols[v].tier, e->vols[v].capacity,
+    rc = kvp__journal_volume(e->db, e->vols[v].name, e->vols[v].tier, e->vols[v].capacity,
                                   kvp__unix_ms());
   if (rc == 0)
-    rc = kvp__tier_journal_recent(e->db, RECONCILE_MARGIN_MS, reconcile_row, e);
+    rc = kvp__journal_recent(e->db, RECONCILE_MARGIN_MS, reconcile_row, e);
   if (rc == 0)
-    rc = kvp__tier_journal_unfinished(e->db, recover_row, e);
+    rc = kvp__journal_unfinished(e->db, recover_row, e);
   if (rc != 0) {
-    snprintf(err, errlen, "tiering: %s: the volumes or migrations tables: %s", cfg->db_path,
-             sqlite3_errmsg(e->db));
+    snprintf(err, errlen, "tiering: %s: the volumes or migrations tables: %s", o->db_path,
+             kvp__journal_errmsg(e->db));
     goto fail;
   }
   if (uv_timer_init(loop, &e->timer) != 0) {

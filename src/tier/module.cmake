@@ -1,1 +1,5 @@
-list(APPEND KVP_LIB_SOURCES tier/policy.c tier/policy_lru.c tier/journal.c tier/engine.c tier/engine_job.c tier/engine_open.c)
+# Tiering: the policy, the engine that moves blocks between G3 and G4.
+kvp_daemon_lib(tier
+  SOURCES tier/policy.c tier/policy_lru.c tier/engine.c tier/engine_job.c tier/engine_open.c
+          tier/locations.c
+  LIBS kvplane_index kvplane_store)

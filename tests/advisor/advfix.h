@@ -7,7 +7,7 @@
 #include <nats/nats.h>
 #include <pthread.h>
 
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 #include "natsd.h"
 #include "testworker.h"
 

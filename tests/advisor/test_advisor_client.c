@@ -111,7 +111,7 @@ static void match_rows(void **state) {
   assert_non_null(j);
   assert_int_equal(json_integer_value(json_object_get(j, "locations")), 9);
   json_decref(j);
-  kvp_client_free(reply);
+  kvp_client_reply_free(reply);
   assert_int_equal(kvp_client_request(c, "not a token", NULL, 2000, &reply, err, sizeof err),
                    KVP_EINVAL);
   assert_null(reply);

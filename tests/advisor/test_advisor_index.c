@@ -4,32 +4,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "harness.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 
 #define NOW 1800000000000ull
 
-static kvp__adv_index_t *mk(void) {
-  kvp__adv_index_t *ix = NULL;
-  assert_int_equal(kvp__adv_index_create(&ix, 4, 3600), 0);
+static kvp__index_t *mk(void) {
+  kvp__index_t *ix = NULL;
+  assert_int_equal(kvp__index_create(&ix, 4, 3600), 0);
   return ix;
 }
 
-static uint16_t wid(kvp__adv_index_t *ix, const char *name) {
+static uint16_t wid(kvp__index_t *ix, const char *name) {
   uint16_t id;
-  assert_int_equal(kvp__adv_index_worker(ix, name, 0, &id), 0);
+  assert_int_equal(kvp__index_worker(ix, name, 0, &id), 0);
   return id;
 }
 
-static void store_chain(kvp__adv_index_t *ix, const uint64_t *h, size_t n, uint16_t w, int tier) {
+static void store_chain(kvp__index_t *ix, const uint64_t *h, size_t n, uint16_t w, int tier) {
   for (size_t i = 0; i < n; i++)
     assert_int_equal(
-        kvp__adv_index_store(ix, h[i], i > 0, i ? h[i - 1] : 0, w, tier, 0, 16, 1 << 20, NOW), 0);
+        kvp__index_store(ix, h[i], i > 0, i ? h[i - 1] : 0, w, tier, 0, 16, 1 << 20, NOW), 0);
 }
 
-static uint64_t len_of(const kvp__adv_match_t *m, size_t n, uint16_t w, int tier) {
+static uint64_t len_of(const kvp__index_match_t *m, size_t n, uint16_t w, int tier) {
   for (size_t i = 0; i < n; i++)
     if (m[i].worker == w && m[i].tier == tier)
       return m[i].length;
@@ -38,9 +38,9 @@ static uint64_t len_of(const kvp__adv_match_t *m, size_t n, uint16_t w, int tier
 
 static void match_longest_prefix_per_worker_and_tier(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   uint64_t h[10];
-  kvp__adv_match_t m[16];
+  kvp__index_match_t m[16];
   for (int i = 0; i < 10; i++)
     h[i] = 1000 + (uint64_t)i;
   uint16_t a = wid(ix, "a"), b = wid(ix, "b");
@@ -48,36 +48,36 @@ static void match_longest_prefix_per_worker_and_tier(void **state) {
   store_chain(ix, h, 4, b, KVP_TIER_G1);
   store_chain(ix, h, 6, b, KVP_TIER_G2);
   /* b holds 8 in G2 but not 6 and 7: its G2 prefix stops at 6. */
-  assert_int_equal(kvp__adv_index_store(ix, h[8], 1, h[7], b, KVP_TIER_G2, 0, 16, 1, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, h[8], 1, h[7], b, KVP_TIER_G2, 0, 16, 1, NOW), 0);
   size_t n = 0;
-  assert_int_equal(kvp__adv_index_match(ix, h, 10, m, 16, &n), 0);
+  assert_int_equal(kvp__index_match(ix, h, 10, m, 16, &n), 0);
   assert_int_equal(n, 3);
   assert_int_equal(len_of(m, n, a, KVP_TIER_G1), 10);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G1), 4);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G2), 6);
   /* A query whose first hash is unknown matches nothing. */
   uint64_t q[2] = {999, 1000};
-  assert_int_equal(kvp__adv_index_match(ix, q, 2, m, 16, &n), 0);
+  assert_int_equal(kvp__index_match(ix, q, 2, m, 16, &n), 0);
   assert_int_equal(n, 0);
   /* A (worker, tier) that starts later in the chain has no prefix. */
   uint64_t q2[3] = {1004, 1005, 1006};
-  assert_int_equal(kvp__adv_index_match(ix, q2, 3, m, 16, &n), 0);
+  assert_int_equal(kvp__index_match(ix, q2, 3, m, 16, &n), 0);
   assert_int_equal(len_of(m, n, a, KVP_TIER_G1), 3);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G1), 0);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G2), 2);
   /* Too many pairs: the code says so, the count stays a count. */
-  assert_int_equal(kvp__adv_index_match(ix, h, 10, m, 1, &n), KVP_ENOSPC);
+  assert_int_equal(kvp__index_match(ix, h, 10, m, 1, &n), KVP_ENOSPC);
   assert_int_equal(n, 1);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 /* The row count and lengths travel as size_t / uint64_t, never through an
  * int that also carries error codes: 2,000 workers x 4 tiers all match. */
 static void match_counts_many_rows_without_int(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   enum { W = 2000 };
-  kvp__adv_match_t *m = calloc(4 * W, sizeof *m);
+  kvp__index_match_t *m = calloc(4 * W, sizeof *m);
   uint64_t h[2] = {77, 78};
   char name[16];
   for (int i = 0; i < W; i++) {
@@ -87,225 +87,225 @@ static void match_counts_many_rows_without_int(void **state) {
       store_chain(ix, h, 2, w, t);
   }
   size_t n = 0;
-  assert_int_equal(kvp__adv_index_match(ix, h, 2, m, 4 * W, &n), 0);
+  assert_int_equal(kvp__index_match(ix, h, 2, m, 4 * W, &n), 0);
   assert_int_equal(n, 4 * W);
   for (size_t i = 0; i < n; i++)
     assert_true(m[i].length == 2);
-  assert_int_equal(kvp__adv_index_match(ix, h, 2, m, 4 * W - 1, &n), KVP_ENOSPC);
+  assert_int_equal(kvp__index_match(ix, h, 2, m, 4 * W - 1, &n), KVP_ENOSPC);
   assert_int_equal(n, 4 * W - 1);
   free(m);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static void match_long_query_crosses_batches(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   uint64_t h[300];
-  kvp__adv_match_t m[4];
+  kvp__index_match_t m[4];
   for (int i = 0; i < 300; i++)
     h[i] = 0x1234567800000000ull + (uint64_t)i * 77;
   uint16_t a = wid(ix, "a");
   store_chain(ix, h, 200, a, KVP_TIER_G3);
   size_t n = 0;
-  assert_int_equal(kvp__adv_index_match(ix, h, 300, m, 4, &n), 0);
+  assert_int_equal(kvp__index_match(ix, h, 300, m, 4, &n), 0);
   assert_int_equal(n, 1);
   assert_int_equal(m[0].length, 200);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static void remove_deletes_block_with_last_location(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
-  kvp__adv_block_t b;
-  kvp__adv_loc_t locs[4];
+  kvp__index_t *ix = mk();
+  kvp__index_block_t b;
+  kvp__index_loc_t locs[4];
   size_t n;
   uint16_t a = wid(ix, "a"), c = wid(ix, "c"), vol;
-  assert_int_equal(kvp__adv_index_volume(ix, "nvme0", &vol), 0);
-  assert_int_equal(kvp__adv_index_store(ix, 42, 1, 41, a, KVP_TIER_G1, 0, 16, 100, NOW), 0);
-  assert_int_equal(kvp__adv_index_store(ix, 42, 1, 41, c, KVP_TIER_G3, vol, 16, 100, NOW), 0);
-  assert_int_equal(kvp__adv_index_get(ix, 42, &b, locs, 4, &n), 0);
+  assert_int_equal(kvp__index_volume(ix, "nvme0", &vol), 0);
+  assert_int_equal(kvp__index_store(ix, 42, 1, 41, a, KVP_TIER_G1, 0, 16, 100, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, 42, 1, 41, c, KVP_TIER_G3, vol, 16, 100, NOW), 0);
+  assert_int_equal(kvp__index_get(ix, 42, &b, locs, 4, &n), 0);
   assert_int_equal(n, 2);
   assert_true(b.parent == 41);
-  assert_int_equal(kvp__adv_index_remove(ix, 42, a, KVP_TIER_G2, KVP__ADV_NO_VOLUME), KVP_ENOENT);
-  assert_int_equal(kvp__adv_index_remove(ix, 42, a, KVP_TIER_G1, KVP__ADV_NO_VOLUME), 0);
-  assert_int_equal(kvp__adv_index_get(ix, 42, &b, locs, 4, &n), 0);
+  assert_int_equal(kvp__index_remove(ix, 42, a, KVP_TIER_G2, KVP__INDEX_NO_VOLUME), KVP_ENOENT);
+  assert_int_equal(kvp__index_remove(ix, 42, a, KVP_TIER_G1, KVP__INDEX_NO_VOLUME), 0);
+  assert_int_equal(kvp__index_get(ix, 42, &b, locs, 4, &n), 0);
   assert_int_equal(n, 1);
   assert_int_equal(locs[0].worker, c);
   assert_int_equal(locs[0].volume, vol);
-  assert_int_equal(kvp__adv_index_remove(ix, 42, c, KVP_TIER_G3, vol), 0);
-  assert_int_equal(kvp__adv_index_get(ix, 42, &b, locs, 4, &n), KVP_ENOENT);
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(ix, &st);
+  assert_int_equal(kvp__index_remove(ix, 42, c, KVP_TIER_G3, vol), 0);
+  assert_int_equal(kvp__index_get(ix, 42, &b, locs, 4, &n), KVP_ENOENT);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
   assert_int_equal(st.blocks, 0);
   assert_int_equal(st.locations, 0);
   assert_int_equal(st.tier_bytes[1] + st.tier_bytes[3], 0);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static void many_blocks_grow_and_shrink(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   uint16_t a = wid(ix, "a");
   const size_t N = 50000;
   for (size_t i = 1; i <= N; i++)
     assert_int_equal(
-        kvp__adv_index_store(ix, i * 0x9e3779b97f4a7c15ull, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW),
+        kvp__index_store(ix, i * 0x9e3779b97f4a7c15ull, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW),
         0);
   for (size_t i = 1; i <= N; i += 2)
-    assert_int_equal(kvp__adv_index_remove(ix, i * 0x9e3779b97f4a7c15ull, a, KVP_TIER_G1, 0), 0);
+    assert_int_equal(kvp__index_remove(ix, i * 0x9e3779b97f4a7c15ull, a, KVP_TIER_G1, 0), 0);
   for (size_t i = 1; i <= N; i++) {
-    int rc = kvp__adv_index_get(ix, i * 0x9e3779b97f4a7c15ull, NULL, NULL, 0, NULL);
+    int rc = kvp__index_get(ix, i * 0x9e3779b97f4a7c15ull, NULL, NULL, 0, NULL);
     assert_int_equal(rc, i % 2 ? KVP_ENOENT : 0);
   }
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(ix, &st);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
   assert_int_equal(st.blocks, N / 2);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static void lru_orders_by_last_touch(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   uint16_t a = wid(ix, "a");
   uint64_t out[8];
   for (uint64_t h = 1; h <= 4; h++)
-    assert_int_equal(kvp__adv_index_store(ix, h, 0, 0, a, KVP_TIER_G3, 0, 16, 1, NOW), 0);
-  assert_int_equal(kvp__adv_index_lru(ix, KVP_TIER_G3, out, 8), 4);
+    assert_int_equal(kvp__index_store(ix, h, 0, 0, a, KVP_TIER_G3, 0, 16, 1, NOW), 0);
+  assert_int_equal(kvp__index_lru(ix, KVP_TIER_G3, out, 8), 4);
   assert_true(out[0] == 1 && out[3] == 4);
-  assert_int_equal(kvp__adv_index_access(ix, 1, KVP_TIER_G3, 3, NOW + 1000), 0);
-  assert_int_equal(kvp__adv_index_store(ix, 2, 0, 0, a, KVP_TIER_G3, 0, 16, 1, NOW + 2000), 0);
-  assert_int_equal(kvp__adv_index_lru(ix, KVP_TIER_G3, out, 8), 4);
+  assert_int_equal(kvp__index_access(ix, 1, KVP_TIER_G3, 3, NOW + 1000), 0);
+  assert_int_equal(kvp__index_store(ix, 2, 0, 0, a, KVP_TIER_G3, 0, 16, 1, NOW + 2000), 0);
+  assert_int_equal(kvp__index_lru(ix, KVP_TIER_G3, out, 8), 4);
   assert_true(out[0] == 3 && out[1] == 4 && out[2] == 1 && out[3] == 2);
-  assert_int_equal(kvp__adv_index_lru(ix, KVP_TIER_G1, out, 8), 0);
-  kvp__adv_block_t b;
-  assert_int_equal(kvp__adv_index_get(ix, 1, &b, NULL, 0, NULL), 0);
+  assert_int_equal(kvp__index_lru(ix, KVP_TIER_G1, out, 8), 0);
+  kvp__index_block_t b;
+  assert_int_equal(kvp__index_get(ix, 1, &b, NULL, 0, NULL), 0);
   assert_int_equal(b.hits, 3);
   assert_true(b.freq > 2.9 && b.freq < 3.1);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static void hit_frequency_decays_with_half_life(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = NULL;
-  kvp__adv_block_t b;
-  assert_int_equal(kvp__adv_index_create(&ix, 4, 10), 0);
+  kvp__index_t *ix = NULL;
+  kvp__index_block_t b;
+  assert_int_equal(kvp__index_create(&ix, 4, 10), 0);
   uint16_t a = wid(ix, "a");
-  assert_int_equal(kvp__adv_index_store(ix, 7, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
-  assert_int_equal(kvp__adv_index_access(ix, 7, 0, 8, NOW), 0);
-  assert_int_equal(kvp__adv_index_access(ix, 7, 0, 0, NOW + 10000), 0);
-  assert_int_equal(kvp__adv_index_get(ix, 7, &b, NULL, 0, NULL), 0);
+  assert_int_equal(kvp__index_store(ix, 7, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
+  assert_int_equal(kvp__index_access(ix, 7, 0, 8, NOW), 0);
+  assert_int_equal(kvp__index_access(ix, 7, 0, 0, NOW + 10000), 0);
+  assert_int_equal(kvp__index_get(ix, 7, &b, NULL, 0, NULL), 0);
   assert_true(b.freq > 3.9 && b.freq < 4.1);
   assert_int_equal(b.hits, 8);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static void drop_removes_worker_tiers_only(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   uint16_t a = wid(ix, "a"), b = wid(ix, "b");
-  kvp__adv_match_t m[8];
+  kvp__index_match_t m[8];
   uint64_t h[3] = {11, 12, 13};
   store_chain(ix, h, 3, a, KVP_TIER_G1);
   store_chain(ix, h, 3, a, KVP_TIER_G3);
   store_chain(ix, h, 3, b, KVP_TIER_G1);
-  assert_int_equal(kvp__adv_index_drop(ix, a, 1u << KVP_TIER_G1 | 1u << KVP_TIER_G2), 3);
+  assert_int_equal(kvp__index_drop(ix, a, 1u << KVP_TIER_G1 | 1u << KVP_TIER_G2), 3);
   size_t n = 0;
-  assert_int_equal(kvp__adv_index_match(ix, h, 3, m, 8, &n), 0);
+  assert_int_equal(kvp__index_match(ix, h, 3, m, 8, &n), 0);
   assert_int_equal(n, 2);
   assert_int_equal(len_of(m, n, a, KVP_TIER_G3), 3);
   assert_int_equal(len_of(m, n, b, KVP_TIER_G1), 3);
-  assert_int_equal(kvp__adv_index_drop(ix, b, 0x1e), 3);
-  assert_int_equal(kvp__adv_index_drop(ix, a, 0x1e), 3);
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(ix, &st);
+  assert_int_equal(kvp__index_drop(ix, b, 0x1e), 3);
+  assert_int_equal(kvp__index_drop(ix, a, 0x1e), 3);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
   assert_int_equal(st.blocks, 0);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static void changes_list_each_block_once(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   uint16_t a = wid(ix, "a"), b = wid(ix, "b");
-  kvp__adv_changes_t ch;
+  kvp__index_changes_t ch;
   for (int r = 0; r < 3; r++)
     for (uint64_t h = 1; h <= 5; h++)
-      assert_int_equal(kvp__adv_index_store(ix, h, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
-  assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+      assert_int_equal(kvp__index_store(ix, h, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
+  assert_int_equal(kvp__index_changes_take(ix, &ch), 0);
   assert_int_equal(ch.nblocks, 5);
-  assert_int_equal(ch.blocks[0].what, KVP__ADV_CH_BLOCK | KVP__ADV_CH_LOCS);
+  assert_int_equal(ch.blocks[0].what, KVP__INDEX_CH_BLOCK | KVP__INDEX_CH_LOCS);
   assert_int_equal(ch.ngone, 0);
-  kvp__adv_changes_free(&ch);
-  assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+  kvp__index_changes_free(&ch);
+  assert_int_equal(kvp__index_changes_take(ix, &ch), 0);
   assert_int_equal(ch.nblocks, 0);
-  kvp__adv_changes_free(&ch);
+  kvp__index_changes_free(&ch);
   /* An access changes the block row only. */
-  assert_int_equal(kvp__adv_index_access(ix, 2, 0, 1, NOW), 0);
-  assert_int_equal(kvp__adv_index_store(ix, 4, 0, 0, b, KVP_TIER_G2, 0, 16, 1, NOW), 0);
-  assert_int_equal(kvp__adv_index_remove(ix, 3, a, KVP_TIER_G1, 0), 0);
-  assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+  assert_int_equal(kvp__index_access(ix, 2, 0, 1, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, 4, 0, 0, b, KVP_TIER_G2, 0, 16, 1, NOW), 0);
+  assert_int_equal(kvp__index_remove(ix, 3, a, KVP_TIER_G1, 0), 0);
+  assert_int_equal(kvp__index_changes_take(ix, &ch), 0);
   assert_int_equal(ch.nblocks, 3);
-  assert_true(ch.blocks[0].hash == 2 && ch.blocks[0].what == KVP__ADV_CH_BLOCK);
+  assert_true(ch.blocks[0].hash == 2 && ch.blocks[0].what == KVP__INDEX_CH_BLOCK);
   assert_true(ch.blocks[1].hash == 4 &&
-              ch.blocks[1].what == (KVP__ADV_CH_BLOCK | KVP__ADV_CH_LOCS));
+              ch.blocks[1].what == (KVP__INDEX_CH_BLOCK | KVP__INDEX_CH_LOCS));
   assert_true(ch.blocks[2].hash == 3 && ch.blocks[2].what == 0);
   assert_int_equal(ch.ngone, 1);
   assert_true(ch.gone[0].hash == 3 && ch.gone[0].worker == a && ch.gone[0].tier == 1);
   /* A failed write gives everything back. */
-  kvp__adv_index_changes_restore(ix, &ch);
-  kvp__adv_changes_free(&ch);
-  assert_int_equal(kvp__adv_index_dirty_count(ix), 3);
-  assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
+  kvp__index_changes_restore(ix, &ch);
+  kvp__index_changes_free(&ch);
+  assert_int_equal(kvp__index_dirty_count(ix), 3);
+  assert_int_equal(kvp__index_changes_take(ix, &ch), 0);
   assert_int_equal(ch.ngone, 1);
-  kvp__adv_changes_free(&ch);
-  kvp__adv_index_track_dirty(ix, 0);
-  assert_int_equal(kvp__adv_index_store(ix, 9, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
-  assert_int_equal(kvp__adv_index_dirty_count(ix), 0);
-  kvp__adv_index_destroy(ix);
+  kvp__index_changes_free(&ch);
+  kvp__index_track_dirty(ix, 0);
+  assert_int_equal(kvp__index_store(ix, 9, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
+  assert_int_equal(kvp__index_dirty_count(ix), 0);
+  kvp__index_destroy(ix);
 }
 
 static void rejects_bad_tier_and_names(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   uint16_t a = wid(ix, "a"), id;
-  assert_int_equal(kvp__adv_index_store(ix, 1, 0, 0, a, 0, 0, 16, 1, NOW), KVP_ETIER);
-  assert_int_equal(kvp__adv_index_store(ix, 1, 0, 0, a, 5, 0, 16, 1, NOW), KVP_ETIER);
-  assert_int_equal(kvp__adv_index_store(ix, 1, 0, 0, 77, 1, 0, 16, 1, NOW), KVP_EINVAL);
-  assert_int_equal(kvp__adv_index_worker(ix, "bad name", 0, &id), KVP_EINVAL);
-  assert_int_equal(kvp__adv_index_worker(ix, "a", 1, &id), 0);
+  assert_int_equal(kvp__index_store(ix, 1, 0, 0, a, 0, 0, 16, 1, NOW), KVP_ETIER);
+  assert_int_equal(kvp__index_store(ix, 1, 0, 0, a, 5, 0, 16, 1, NOW), KVP_ETIER);
+  assert_int_equal(kvp__index_store(ix, 1, 0, 0, 77, 1, 0, 16, 1, NOW), KVP_EINVAL);
+  assert_int_equal(kvp__index_worker(ix, "bad name", 0, &id), KVP_EINVAL);
+  assert_int_equal(kvp__index_worker(ix, "a", 1, &id), 0);
   assert_int_not_equal(id, a);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 /* The published memory figure: bytes the index allocates per location. */
 static void memory_per_location_is_bounded(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = NULL;
+  kvp__index_t *ix = NULL;
   const size_t N = 200000;
-  assert_int_equal(kvp__adv_index_create(&ix, N, 3600), 0);
-  kvp__adv_index_track_dirty(ix, 0); /* the dirty list is flushed every interval */
+  assert_int_equal(kvp__index_create(&ix, N, 3600), 0);
+  kvp__index_track_dirty(ix, 0); /* the dirty list is flushed every interval */
   uint16_t w[8];
   for (int i = 0; i < 8; i++) {
     char name[8] = {'w', (char)('0' + i), 0};
     w[i] = wid(ix, name);
   }
   for (size_t i = 1; i <= N; i++)
-    assert_int_equal(kvp__adv_index_store(ix, i * 0x9e3779b97f4a7c15ull, 0, 0, w[i % 8],
+    assert_int_equal(kvp__index_store(ix, i * 0x9e3779b97f4a7c15ull, 0, 0, w[i % 8],
                                           KVP_TIER_G1, 0, 16, 1, NOW),
                      0);
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(ix, &st);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
   double per = (double)st.memory_bytes / (double)st.locations;
   print_message("index memory: %.1f bytes per block location (%zu locations)\n", per, st.locations);
   /* One location per block is the worst case: a 40-byte node, a 20-byte
    * location and 4-byte map slots at a load of 0.35..0.7. */
   assert_true(per <= 72.0);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 /* Random stores, removes and drops against a plain reference array. */
 static void random_operations_match_a_reference(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = mk();
+  kvp__index_t *ix = mk();
   enum { N = 20000 };
   static uint64_t keys[N];
   static int in[N][2];
@@ -320,27 +320,27 @@ static void random_operations_match_a_reference(void **state) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     int k = (int)(x % N), who = (int)((x >> 20) & 1), what = (int)((x >> 30) % 10);
     if (what < 6) {
-      assert_int_equal(kvp__adv_index_store(ix, keys[k], 0, 0, w[who], 1, 0, 16, 1, NOW), 0);
+      assert_int_equal(kvp__index_store(ix, keys[k], 0, 0, w[who], 1, 0, 16, 1, NOW), 0);
       in[k][who] = 1;
     } else if (what < 9) {
-      int rc = kvp__adv_index_remove(ix, keys[k], w[who], 1, 0);
+      int rc = kvp__index_remove(ix, keys[k], w[who], 1, 0);
       assert_int_equal(rc, in[k][who] ? 0 : KVP_ENOENT);
       in[k][who] = 0;
     } else if (op % 1000 == 0) {
-      kvp__adv_index_drop(ix, w[who], 0x1e);
+      kvp__index_drop(ix, w[who], 0x1e);
       for (int i = 0; i < N; i++)
         in[i][who] = 0;
     }
     if (op % 50000 == 0) {
-      kvp__adv_changes_t ch;
-      assert_int_equal(kvp__adv_index_changes_take(ix, &ch), 0);
-      kvp__adv_changes_free(&ch);
+      kvp__index_changes_t ch;
+      assert_int_equal(kvp__index_changes_take(ix, &ch), 0);
+      kvp__index_changes_free(&ch);
     }
   }
   size_t blocks = 0;
   for (int i = 0; i < N; i++) {
     size_t n = 0;
-    int rc = kvp__adv_index_get(ix, keys[i], NULL, NULL, 0, &n);
+    int rc = kvp__index_get(ix, keys[i], NULL, NULL, 0, &n);
     if (in[i][0] || in[i][1]) {
       assert_int_equal(rc, 0);
       assert_int_equal(n, (size_t)(in[i][0] + in[i][1]));
@@ -349,10 +349,10 @@ static void random_operations_match_a_reference(void **state) {
       assert_int_equal(rc, KVP_ENOENT);
     }
   }
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(ix, &st);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
   assert_int_equal(st.blocks, blocks);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static const struct CMUnitTest tests[] = {

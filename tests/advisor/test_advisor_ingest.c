@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
 #include "harness.h"
 #include "kvplane/event.h"
@@ -13,7 +13,7 @@
 #define NOW 1800000000000ull
 
 typedef struct fx_s {
-  kvp__adv_index_t *ix;
+  kvp__index_t *ix;
   kvp__adv_ingest_t *ing;
   int resyncs;
   char last_reason[32];
@@ -34,7 +34,7 @@ static int setup(void **state) {
   fx_t *f = calloc(1, sizeof *f);
   kvp__adv_ingest_opts_t o = {
       .heartbeat_timeout_ms = 10000, .resync_retry_ms = 1000, .resync = on_resync, .resync_ctx = f};
-  if (kvp__adv_index_create(&f->ix, 16, 3600) != 0 ||
+  if (kvp__index_create(&f->ix, 16, 3600) != 0 ||
       kvp__adv_ingest_create(&f->ing, f->ix, &o) != 0)
     return -1;
   *state = f;
@@ -44,7 +44,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fx_t *f = *state;
   kvp__adv_ingest_destroy(f->ing);
-  kvp__adv_index_destroy(f->ix);
+  kvp__index_destroy(f->ix);
   free(f);
   return 0;
 }
@@ -79,14 +79,14 @@ static kvp_event_t stored(int tier, const uint64_t *h, size_t n) {
 static size_t locs_of(fx_t *f, const char *worker, int tier) {
   uint16_t w;
   size_t n = 0;
-  kvp__adv_match_t m[16];
+  kvp__index_match_t m[16];
   /* Count via match over each known test hash range. */
-  if (kvp__adv_index_worker(f->ix, worker, 0, &w) != 0)
+  if (kvp__index_worker(f->ix, worker, 0, &w) != 0)
     return 0;
   for (uint64_t h = 1; h < 200; h++) {
     uint64_t q = h;
     size_t k = 0;
-    assert_int_equal(kvp__adv_index_match(f->ix, &q, 1, m, 16, &k), 0);
+    assert_int_equal(kvp__index_match(f->ix, &q, 1, m, 16, &k), 0);
     for (size_t i = 0; i < k; i++)
       n += m[i].worker == w && m[i].tier == tier;
   }
@@ -103,10 +103,10 @@ static void applies_stored_removed_accessed(void **state) {
       {.type = KVP_EV_ACCESSED, .tier = 1, .hashes = h, .nhashes = 1, .hit_counts = hits}};
   assert_int_equal(feed(f, "w", 1, 1, ev, 3, 0, NOW), 0);
   assert_int_equal(locs_of(f, "w", 1), 3);
-  kvp__adv_block_t b;
-  assert_int_equal(kvp__adv_index_get(f->ix, 3, &b, NULL, 0, NULL), 0);
+  kvp__index_block_t b;
+  assert_int_equal(kvp__index_get(f->ix, 3, &b, NULL, 0, NULL), 0);
   assert_true(b.parent == 2);
-  assert_int_equal(kvp__adv_index_get(f->ix, 1, &b, NULL, 0, NULL), 0);
+  assert_int_equal(kvp__index_get(f->ix, 1, &b, NULL, 0, NULL), 0);
   assert_int_equal(b.hits, 5);
   assert_int_equal(f->resyncs, 0);
   const kvp__adv_ingest_counters_t *c = kvp__adv_ingest_counters(f->ing);
@@ -159,9 +159,9 @@ static void gap_requests_resync_and_snapshot_converges(void **state) {
   assert_int_equal(locs_of(f, "w", 1), 4); /* {1,2,3,4}: nothing replaced before the last chunk */
   assert_int_equal(feed(f, "w", 1, 7, &s1, 1, 0, NOW), 0);
   assert_int_equal(locs_of(f, "w", 1), 4);
-  assert_int_equal(kvp__adv_index_get(f->ix, 2, NULL, NULL, 0, NULL), KVP_ENOENT);
-  kvp__adv_block_t b;
-  assert_int_equal(kvp__adv_index_get(f->ix, 9, &b, NULL, 0, NULL), 0);
+  assert_int_equal(kvp__index_get(f->ix, 2, NULL, NULL, 0, NULL), KVP_ENOENT);
+  kvp__index_block_t b;
+  assert_int_equal(kvp__index_get(f->ix, 9, &b, NULL, 0, NULL), 0);
   assert_true(b.parent == 9);
   assert_int_equal(kvp__adv_ingest_counters(f->ing)->snapshots, 1);
   /* Answered: no retry. */
@@ -222,8 +222,8 @@ static void cleared_drops_tier_or_all(void **state) {
   assert_int_equal(locs_of(f, "w", 1), 1);
   cl.tier = KVP_TIER_ALL;
   assert_int_equal(feed(f, "w", 1, 5, &cl, 1, 0, NOW), 0);
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(f->ix, &st);
+  kvp__index_stats_t st;
+  kvp__index_stats(f->ix, &st);
   assert_int_equal(st.locations, 0);
 }
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
 #include "harness.h"
 #include "kvplane/subjects.h"
@@ -107,19 +107,19 @@ static int64_t committed_seq(fx_t *f) {
 }
 
 /* Blocks in the database against the reference index, row by row. */
-static void compare_blocks(fx_t *f, kvp__adv_index_t *ref) {
+static void compare_blocks(fx_t *f, kvp__index_t *ref) {
   sqlite3 *db = NULL;
   sqlite3_stmt *s = NULL;
   size_t rows = 0;
-  kvp__adv_index_stats_t st;
+  kvp__index_stats_t st;
   assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
   assert_int_equal(
       sqlite3_prepare_v2(db, "SELECT hash, parent, hits, tokens, bytes FROM blocks", -1, &s, NULL),
       SQLITE_OK);
   while (sqlite3_step(s) == SQLITE_ROW) {
-    kvp__adv_block_t b;
+    kvp__index_block_t b;
     uint64_t h = (uint64_t)sqlite3_column_int64(s, 0);
-    if (kvp__adv_index_get(ref, h, &b, NULL, 0, NULL) != 0)
+    if (kvp__index_get(ref, h, &b, NULL, 0, NULL) != 0)
       fail_msg("block %016llx in the database, not in the reference", (unsigned long long)h);
     uint64_t parent =
         sqlite3_column_type(s, 1) == SQLITE_NULL ? h : (uint64_t)sqlite3_column_int64(s, 1);
@@ -133,7 +133,7 @@ static void compare_blocks(fx_t *f, kvp__adv_index_t *ref) {
   }
   sqlite3_finalize(s);
   sqlite3_close(db);
-  kvp__adv_index_stats(ref, &st);
+  kvp__index_stats(ref, &st);
   assert_int_equal(rows, st.blocks);
 }
 
@@ -241,9 +241,9 @@ static void kill9_at_random_points_loses_nothing(void **state) {
   sqlite3_close(db);
 
   /* Blocks and hit counts: every message applied exactly once. */
-  kvp__adv_index_t *ref = NULL;
+  kvp__index_t *ref = NULL;
   kvp__adv_ingest_t *ing = NULL;
-  assert_int_equal(kvp__adv_index_create(&ref, 1024, 3600), 0);
+  assert_int_equal(kvp__index_create(&ref, 1024, 3600), 0);
   assert_int_equal(kvp__adv_ingest_create(&ing, ref, NULL), 0);
   uint64_t a0 = (uint64_t)nats_Now();
   for (int i = 0; i < NBATCHES; i++)
@@ -251,7 +251,7 @@ static void kill9_at_random_points_loses_nothing(void **state) {
   print_message("reference apply: %llu ms\n", (unsigned long long)((uint64_t)nats_Now() - a0));
   compare_blocks(f, ref);
   kvp__adv_ingest_destroy(ing);
-  kvp__adv_index_destroy(ref);
+  kvp__index_destroy(ref);
 
   for (int i = 0; i < NBATCHES; i++)
     free(f->msgs[i]);

@@ -7,11 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
-#include "advisor/store.h"
+#include "store/store.h"
 #include "harness.h"
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 
@@ -37,6 +37,18 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* A flush with ing's worker rows, as the advisor's write-behind does it. */
+static int flush_with(kvp__store_t *st, kvp__index_t *ix, kvp__adv_ingest_t *ing, uint64_t seq,
+                      size_t *nblocks) {
+  kvp__store_worker_t *rows = NULL;
+  size_t n = 0;
+  int rc = kvp__adv_ingest_worker_rows(ing, &rows, &n);
+  if (rc == 0)
+    rc = kvp__store_flush(st, ix, rows, n, seq, nblocks);
+  free(rows);
+  return rc;
+}
+
 static int64_t q1(const char *path, const char *sql) {
   sqlite3 *db = NULL;
   sqlite3_stmt *s = NULL;
@@ -53,36 +65,36 @@ static int64_t q1(const char *path, const char *sql) {
 
 static void flush_then_load_restores_everything(void **state) {
   fx_t *f = *state;
-  kvp__adv_index_t *ix = NULL, *ix2 = NULL;
+  kvp__index_t *ix = NULL, *ix2 = NULL;
   kvp__adv_ingest_t *ing = NULL, *ing2 = NULL;
-  kvp__adv_store_t *st = NULL;
+  kvp__store_t *st = NULL;
   char err[256];
   uint16_t a, b, vol;
   uint64_t seq;
 
-  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
   assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
-  assert_int_equal(kvp__adv_index_worker(ix, "a", 0, &a), 0);
-  assert_int_equal(kvp__adv_index_worker(ix, "b", 3, &b), 0);
-  assert_int_equal(kvp__adv_index_volume(ix, "nvme0", &vol), 0);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_worker(ix, "a", 0, &a), 0);
+  assert_int_equal(kvp__index_worker(ix, "b", 3, &b), 0);
+  assert_int_equal(kvp__index_volume(ix, "nvme0", &vol), 0);
   /* Hashes with the top bit set are stored as negative integers. */
   uint64_t big = 0xfedcba9876543210ull;
-  assert_int_equal(kvp__adv_index_store(ix, big, 0, 0, a, 1, 0, 16, 4096, NOW), 0);
-  assert_int_equal(kvp__adv_index_store(ix, 5, 1, big, a, 1, 0, 16, 4096, NOW), 0);
-  assert_int_equal(kvp__adv_index_store(ix, 5, 1, big, b, 3, vol, 16, 8192, NOW), 0);
-  assert_int_equal(kvp__adv_index_store(ix, 6, 1, 5, b, 3, vol, 16, 8192, NOW), 0);
-  assert_int_equal(kvp__adv_index_access(ix, 5, 0, 4, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, big, 0, 0, a, 1, 0, 16, 4096, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, 5, 1, big, a, 1, 0, 16, 4096, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, 5, 1, big, b, 3, vol, 16, 8192, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, 6, 1, 5, b, 3, vol, 16, 8192, NOW), 0);
+  assert_int_equal(kvp__index_access(ix, 5, 0, 4, NOW), 0);
   kvp__adv_worker_state_t ws = {
       .id = a, .epoch = 9, .last_event_id = 77, .known = 1, .last_seen_ms = NOW};
   assert_int_equal(kvp__adv_ingest_worker_set(ing, &ws), 0);
-  assert_int_equal(kvp__adv_store_flush(st, ix, ing, 1234, NULL), 0);
+  assert_int_equal(flush_with(st, ix, ing, 1234, NULL), 0);
   /* Removed after a flush: the next flush deletes the rows. */
-  assert_int_equal(kvp__adv_index_remove(ix, 6, b, 3, vol), 0);
+  assert_int_equal(kvp__index_remove(ix, 6, b, 3, vol), 0);
   size_t n = 0;
-  assert_int_equal(kvp__adv_store_flush(st, ix, ing, 1240, &n), 0);
+  assert_int_equal(flush_with(st, ix, ing, 1240, &n), 0);
   assert_int_equal(n, 1);
-  kvp__adv_store_close(st);
+  kvp__store_close(st);
   st = NULL;
 
   assert_int_equal(q1(f->path, "SELECT count(*) FROM blocks"), 2);
@@ -100,78 +112,78 @@ static void flush_then_load_restores_everything(void **state) {
   assert_int_equal(q1(f->path, "SELECT count(*) FROM cold_blocks"), 2);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM recent_migrations"), 0);
 
-  assert_int_equal(kvp__adv_index_create(&ix2, 16, 3600), 0);
+  assert_int_equal(kvp__index_create(&ix2, 16, 3600), 0);
   assert_int_equal(kvp__adv_ingest_create(&ing2, ix2, NULL), 0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
-  assert_int_equal(kvp__adv_store_load(st, ix2, ing2, &seq), 0);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__store_load(st, ix2, kvp__adv_ingest_load_worker, ing2, &seq), 0);
   assert_int_equal(seq, 1240);
-  kvp__adv_block_t blk;
-  kvp__adv_loc_t locs[4];
-  assert_int_equal(kvp__adv_index_get(ix2, 5, &blk, locs, 4, &n), 0);
+  kvp__index_block_t blk;
+  kvp__index_loc_t locs[4];
+  assert_int_equal(kvp__index_get(ix2, 5, &blk, locs, 4, &n), 0);
   assert_int_equal(n, 2);
   assert_true(blk.parent == big);
   assert_int_equal(blk.hits, 4);
-  assert_int_equal(kvp__adv_index_get(ix2, 6, NULL, NULL, 0, NULL), KVP_ENOENT);
-  assert_int_equal(kvp__adv_index_dirty_count(ix2), 0);
+  assert_int_equal(kvp__index_get(ix2, 6, NULL, NULL, 0, NULL), KVP_ENOENT);
+  assert_int_equal(kvp__index_dirty_count(ix2), 0);
   kvp__adv_worker_state_t ws2;
   assert_int_equal(kvp__adv_ingest_worker_get(ing2, 0, &ws2), 0);
   assert_int_equal(ws2.last_event_id, 77);
   assert_int_equal(ws2.epoch, 9);
-  kvp__adv_store_close(st);
+  kvp__store_close(st);
   kvp__adv_ingest_destroy(ing2);
-  kvp__adv_index_destroy(ix2);
+  kvp__index_destroy(ix2);
   kvp__adv_ingest_destroy(ing);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 /* A block held by more workers than any fixed buffer (300) keeps every
  * location across a flush and a restart. */
 static void block_held_by_300_workers_survives_restart(void **state) {
   fx_t *f = *state;
-  kvp__adv_index_t *ix = NULL, *ix2 = NULL;
-  kvp__adv_store_t *st = NULL;
+  kvp__index_t *ix = NULL, *ix2 = NULL;
+  kvp__store_t *st = NULL;
   char err[256], name[32];
   uint64_t seq;
   size_t n = 0;
 
-  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
   for (int i = 0; i < 300; i++) {
     uint16_t w;
     snprintf(name, sizeof name, "w%d", i);
-    assert_int_equal(kvp__adv_index_worker(ix, name, 0, &w), 0);
-    assert_int_equal(kvp__adv_index_store(ix, 42, 0, 0, w, 1 + i % 2, 0, 16, 4096, NOW), 0);
+    assert_int_equal(kvp__index_worker(ix, name, 0, &w), 0);
+    assert_int_equal(kvp__index_store(ix, 42, 0, 0, w, 1 + i % 2, 0, 16, 4096, NOW), 0);
   }
-  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 7, NULL), 0);
-  kvp__adv_store_close(st);
+  assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 7, NULL), 0);
+  kvp__store_close(st);
   st = NULL;
   assert_int_equal(q1(f->path, "SELECT count(*) FROM block_locations WHERE hash = 42"), 300);
 
-  assert_int_equal(kvp__adv_index_create(&ix2, 16, 3600), 0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
-  assert_int_equal(kvp__adv_store_load(st, ix2, NULL, &seq), 0);
-  assert_int_equal(kvp__adv_index_get(ix2, 42, NULL, NULL, 0, &n), 0);
+  assert_int_equal(kvp__index_create(&ix2, 16, 3600), 0);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__store_load(st, ix2, NULL, NULL, &seq), 0);
+  assert_int_equal(kvp__index_get(ix2, 42, NULL, NULL, 0, &n), 0);
   assert_int_equal(n, 300);
-  kvp__adv_index_stats_t s;
-  kvp__adv_index_stats(ix2, &s);
+  kvp__index_stats_t s;
+  kvp__index_stats(ix2, &s);
   assert_int_equal(s.tier_locations[1], 150);
   assert_int_equal(s.tier_locations[2], 150);
-  kvp__adv_store_close(st);
-  kvp__adv_index_destroy(ix2);
-  kvp__adv_index_destroy(ix);
+  kvp__store_close(st);
+  kvp__index_destroy(ix2);
+  kvp__index_destroy(ix);
 }
 
 /* Samples queued for tier_history go out with the next flush; older than
  * history_keep before the newest are deleted; the queue is bounded. */
 static void tier_history_is_written_and_trimmed(void **state) {
   fx_t *f = *state;
-  kvp__adv_index_t *ix = NULL;
-  kvp__adv_store_t *st = NULL;
-  kvp__adv_hist_row_t r[3];
+  kvp__index_t *ix = NULL;
+  kvp__store_t *st = NULL;
+  kvp__store_hist_row_t r[3];
   char err[256];
 
-  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
   memset(r, 0, sizeof r);
   for (int i = 0; i < 3; i++) {
     r[i].t_ms = NOW + (uint64_t)i * 1000;
@@ -181,55 +193,55 @@ static void tier_history_is_written_and_trimmed(void **state) {
     r[i].bytes = 1000 * r[i].blocks;
     r[i].capacity = 100000;
   }
-  assert_int_equal(kvp__adv_store_history_add(st, r, 2, 0), 0);
+  assert_int_equal(kvp__store_history_add(st, r, 2, 0), 0);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 0); /* not flushed yet */
-  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 0, NULL), 0);
+  assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 0, NULL), 0);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 2);
   assert_int_equal(q1(f->path, "SELECT sum(bytes) FROM tier_history WHERE volume = 'g3-a'"), 21000);
   /* Kept 1.5 s before the newest (NOW + 2 s): the sample at NOW goes. */
-  assert_int_equal(kvp__adv_store_history_add(st, &r[2], 1, 1500), 0);
-  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 0, NULL), 0);
+  assert_int_equal(kvp__store_history_add(st, &r[2], 1, 1500), 0);
+  assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 0, NULL), 0);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 2);
   assert_int_equal(q1(f->path, "SELECT min(blocks) FROM tier_history"), 11);
-  /* Past KVP__ADV_HIST_PENDING_MAX queued, the oldest are dropped. */
-  for (int i = 0; i < KVP__ADV_HIST_PENDING_MAX + 5; i++) {
+  /* Past KVP__STORE_HIST_PENDING_MAX queued, the oldest are dropped. */
+  for (int i = 0; i < KVP__STORE_HIST_PENDING_MAX + 5; i++) {
     r[0].t_ms = NOW + 10000 + (uint64_t)i;
-    assert_int_equal(kvp__adv_store_history_add(st, r, 1, 0), 0);
+    assert_int_equal(kvp__store_history_add(st, r, 1, 0), 0);
   }
-  assert_int_equal(kvp__adv_store_history_dropped(st), 5);
-  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 0, NULL), 0);
-  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 2 + KVP__ADV_HIST_PENDING_MAX);
-  kvp__adv_store_close(st);
-  kvp__adv_index_destroy(ix);
+  assert_int_equal(kvp__store_history_dropped(st), 5);
+  assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 0, NULL), 0);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 2 + KVP__STORE_HIST_PENDING_MAX);
+  kvp__store_close(st);
+  kvp__index_destroy(ix);
 }
 
 static void database_files_are_private(void **state) {
   fx_t *f = *state;
-  kvp__adv_store_t *st = NULL;
+  kvp__store_t *st = NULL;
   char err[256], wal[320];
   struct stat sb;
   mode_t old = umask(0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
   umask(old);
   assert_int_equal(stat(f->path, &sb), 0);
   assert_int_equal(sb.st_mode & 0777, 0600);
   snprintf(wal, sizeof wal, "%s-wal", f->path);
   assert_int_equal(stat(wal, &sb), 0);
   assert_int_equal(sb.st_mode & 0777, 0600);
-  kvp__adv_store_close(st);
+  kvp__store_close(st);
 }
 
 static void old_schema_is_upgraded(void **state) {
   fx_t *f = *state;
-  kvp__adv_store_t *st = NULL;
+  kvp__store_t *st = NULL;
   char err[256];
-  assert_int_equal(kvp__adv_store_create_version(f->path, 1), 0);
+  assert_int_equal(kvp__store_create_version(f->path, 1), 0);
   assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"), 1);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'tier_usage'"), 0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
-  kvp__adv_store_close(st);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  kvp__store_close(st);
   assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"),
-                   KVP__ADV_SCHEMA_VERSION);
+                   KVP__STORE_SCHEMA_VERSION);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM sqlite_master WHERE type = 'view'"), 5);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM pragma_table_info('blocks')"
                                " WHERE name = 'hits'"),
@@ -239,13 +251,13 @@ static void old_schema_is_upgraded(void **state) {
   char p2[sizeof f->path + 8];
   sqlite3 *db = NULL;
   snprintf(p2, sizeof p2, "%s.v2", f->path);
-  assert_int_equal(kvp__adv_store_create_version(p2, 2), 0);
+  assert_int_equal(kvp__store_create_version(p2, 2), 0);
   assert_int_equal(sqlite3_open(p2, &db), SQLITE_OK);
   assert_int_equal(
       sqlite3_exec(db, "INSERT INTO workers VALUES('w', 0, 1, 7, 1000, 'up')", 0, 0, 0), SQLITE_OK);
   sqlite3_close(db);
-  assert_int_equal(kvp__adv_store_open(&st, p2, err, sizeof err), 0);
-  kvp__adv_store_close(st);
+  assert_int_equal(kvp__store_open(&st, p2, err, sizeof err), 0);
+  kvp__store_close(st);
   assert_int_equal(q1(p2, "SELECT last_event_id FROM worker_status WHERE worker = 'w'"), 7);
   assert_int_equal(q1(p2, "SELECT locations_dropped FROM worker_status WHERE worker = 'w'"), 0);
   assert_int_equal(q1(p2, "SELECT down_at IS NULL FROM workers WHERE worker = 'w'"), 1);
@@ -262,15 +274,15 @@ static void old_schema_is_upgraded(void **state) {
  * then survive a flush and a load. */
 static void version_2_database_gains_down_columns(void **state) {
   fx_t *f = *state;
-  kvp__adv_index_t *ix = NULL;
+  kvp__index_t *ix = NULL;
   kvp__adv_ingest_t *ing = NULL;
-  kvp__adv_store_t *st = NULL;
+  kvp__store_t *st = NULL;
   sqlite3 *db = NULL;
   char err[256];
   uint64_t seq;
   uint16_t a;
 
-  assert_int_equal(kvp__adv_store_create_version(f->path, 2), 0);
+  assert_int_equal(kvp__store_create_version(f->path, 2), 0);
   assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
   assert_int_equal(sqlite3_exec(db,
                                 "INSERT INTO workers VALUES('old', 0, 3, 40, 1000, 'down');"
@@ -281,9 +293,9 @@ static void version_2_database_gains_down_columns(void **state) {
   assert_int_equal(q1(f->path, "SELECT count(*) FROM pragma_table_info('workers')"
                                " WHERE name = 'down_at'"),
                    0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
   assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"),
-                   KVP__ADV_SCHEMA_VERSION);
+                   KVP__STORE_SCHEMA_VERSION);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 0); /* step 4 */
   assert_int_equal(q1(f->path, "SELECT last_event_id FROM workers WHERE worker = 'old'"), 40);
   assert_int_equal(q1(f->path, "SELECT down_at IS NULL FROM workers WHERE worker = 'old'"), 1);
@@ -292,10 +304,10 @@ static void version_2_database_gains_down_columns(void **state) {
                                " FROM worker_status WHERE worker = 'a'"),
                    1);
 
-  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
   assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
-  assert_int_equal(kvp__adv_store_load(st, ix, ing, &seq), 0);
-  assert_int_equal(kvp__adv_index_worker(ix, "a", 0, &a), 0);
+  assert_int_equal(kvp__store_load(st, ix, kvp__adv_ingest_load_worker, ing, &seq), 0);
+  assert_int_equal(kvp__index_worker(ix, "a", 0, &a), 0);
   kvp__adv_worker_state_t ws = {.id = a,
                                 .epoch = 1,
                                 .last_event_id = 5,
@@ -305,25 +317,25 @@ static void version_2_database_gains_down_columns(void **state) {
                                 .down_at_ms = NOW + 30000,
                                 .locations_dropped = 1234};
   assert_int_equal(kvp__adv_ingest_worker_set(ing, &ws), 0);
-  assert_int_equal(kvp__adv_store_flush(st, ix, ing, 0, NULL), 0);
-  kvp__adv_store_close(st);
+  assert_int_equal(flush_with(st, ix, ing, 0, NULL), 0);
+  kvp__store_close(st);
   st = NULL;
   kvp__adv_ingest_destroy(ing);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
   assert_int_equal(q1(f->path, "SELECT down_at FROM workers WHERE worker = 'a'"),
                    (int64_t)(NOW + 30000));
   assert_int_equal(q1(f->path, "SELECT locations_dropped FROM worker_status WHERE worker = 'a'"),
                    1234);
 
-  assert_int_equal(kvp__adv_index_create(&ix, 16, 3600), 0);
+  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
   assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), 0);
-  assert_int_equal(kvp__adv_store_load(st, ix, ing, &seq), 0);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__store_load(st, ix, kvp__adv_ingest_load_worker, ing, &seq), 0);
   kvp__adv_worker_state_t got;
   int found = 0;
   for (size_t i = 0; i < kvp__adv_ingest_worker_count(ing); i++) {
     if (kvp__adv_ingest_worker_get(ing, i, &got) == 0 &&
-        strcmp(kvp__adv_index_worker_name(ix, got.id, NULL), "a") == 0) {
+        strcmp(kvp__index_worker_name(ix, got.id, NULL), "a") == 0) {
       found = 1;
       assert_true(got.down);
       assert_true(got.down_at_ms == NOW + 30000);
@@ -331,31 +343,31 @@ static void version_2_database_gains_down_columns(void **state) {
     }
   }
   assert_true(found);
-  kvp__adv_store_close(st);
+  kvp__store_close(st);
   kvp__adv_ingest_destroy(ing);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
 }
 
 static void newer_schema_is_refused(void **state) {
   fx_t *f = *state;
-  kvp__adv_store_t *st = NULL;
+  kvp__store_t *st = NULL;
   sqlite3 *db = NULL;
   char err[256] = "";
-  assert_int_equal(kvp__adv_store_create_version(f->path, KVP__ADV_SCHEMA_VERSION), 0);
+  assert_int_equal(kvp__store_create_version(f->path, KVP__STORE_SCHEMA_VERSION), 0);
   assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
   assert_int_equal(
       sqlite3_exec(db, "UPDATE meta SET value = 99 WHERE key = 'schema_version'", 0, 0, 0), 0);
   sqlite3_close(db);
-  assert_int_equal(kvp__adv_store_open(&st, f->path, err, sizeof err), KVP_ENOTSUP);
+  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), KVP_ENOTSUP);
   assert_null(st);
   assert_non_null(strstr(err, "99"));
 }
 
 static void unwritable_path_is_an_error(void **state) {
   (void)state;
-  kvp__adv_store_t *st = NULL;
+  kvp__store_t *st = NULL;
   char err[256] = "";
-  assert_int_equal(kvp__adv_store_open(&st, "/nonexistent-dir/x/advisor.db", err, sizeof err),
+  assert_int_equal(kvp__store_open(&st, "/nonexistent-dir/x/advisor.db", err, sizeof err),
                    KVP_EIO);
   assert_non_null(strstr(err, "/nonexistent-dir/x/advisor.db"));
 }

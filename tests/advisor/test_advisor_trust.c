@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "advfix.h"
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
 #include "harness.h"
 #include "kvplane/publisher.h"
@@ -64,14 +64,14 @@ static void batch_claiming_another_worker_is_rejected(void **state) {
 /* The ingest refuses subjects outside its namespace before decoding. */
 static void subject_outside_namespace_is_never_applied(void **state) {
   (void)state;
-  kvp__adv_index_t *ix = NULL;
+  kvp__index_t *ix = NULL;
   kvp__adv_ingest_t *ing = NULL;
   kvp__adv_ingest_opts_t io = {0};
   tw_t *w = tw_create("u", "w0", 0, 1, 71);
   const uint8_t *buf;
   size_t len;
 
-  assert_int_equal(kvp__adv_index_create(&ix, 1024, 3600.0), 0);
+  assert_int_equal(kvp__index_create(&ix, 1024, 3600.0), 0);
   assert_int_equal(kvp__adv_ingest_create(&ing, ix, &io), 0);
   assert_int_equal(tw_batch(w, 5, &buf, &len), 0);
   const char *bad[] = {"kvplane.ev.u.w0", "kvplane.ev.t", "kvplane.ctl.t.w0.resync", "x", NULL};
@@ -88,7 +88,7 @@ static void subject_outside_namespace_is_never_applied(void **state) {
   assert_int_equal(kvp__adv_ingest_message_on(ing, "kvplane.ev.u.w0", "u", buf, len, NULL, 1), 0);
   assert_int_equal(kvp__adv_ingest_counters(ing)->batches, 1);
   kvp__adv_ingest_destroy(ing);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
   tw_destroy(w);
 }
 

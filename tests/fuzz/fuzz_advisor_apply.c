@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "advisor/index.h"
+#include "index/index.h"
 #include "advisor/ingest.h"
 #include "common/log.h"
 #include "kvplane/event.h"
@@ -27,7 +27,7 @@ static void no_resync(void *ctx, const char *w, uint32_t dp, uint64_t epoch, con
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kvp_wire_limits_t lim = {.max_bytes = 1 << 20, .max_events = 4096, .max_blocks = 1 << 16};
-  kvp__adv_index_t *ix = NULL;
+  kvp__index_t *ix = NULL;
   kvp__adv_ingest_t *ing = NULL;
   int resyncs = 0;
   kvp__adv_ingest_opts_t o = {
@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!quiet++)
     kvp__log_setup(KVP_LOG_ERROR, "fuzz"); /* bad input is logged: keep the fuzzer fast */
 
-  if (kvp__adv_index_create(&ix, 16, 60) != 0 || kvp__adv_ingest_create(&ing, ix, &o) != 0)
+  if (kvp__index_create(&ix, 16, 60) != 0 || kvp__adv_ingest_create(&ing, ix, &o) != 0)
     abort();
   while (size > 0) {
     size_t n = size;
@@ -57,25 +57,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size -= n;
   }
   uint64_t probe[4], lru[8];
-  kvp__adv_match_t rows[64];
-  size_t got = kvp__adv_index_lru(ix, KVP_TIER_G1, probe, 4);
+  kvp__index_match_t rows[64];
+  size_t got = kvp__index_lru(ix, KVP_TIER_G1, probe, 4);
   size_t nrows = 0;
-  if (got && kvp__adv_index_match(ix, probe, got, rows, 64, &nrows) != 0 &&
-      kvp__adv_index_worker_count(ix) * 4 <= 64)
+  if (got && kvp__index_match(ix, probe, got, rows, 64, &nrows) != 0 &&
+      kvp__index_worker_count(ix) * 4 <= 64)
     abort();
   for (int t = 1; t <= KVP_TIER_MAX; t++)
-    kvp__adv_index_lru(ix, t, lru, 8);
-  kvp__adv_index_stats_t st;
-  kvp__adv_index_stats(ix, &st);
+    kvp__index_lru(ix, t, lru, 8);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
   size_t per_tier = 0;
   for (int t = 1; t <= KVP_TIER_MAX; t++)
     per_tier += st.tier_locations[t];
   if (per_tier != st.locations || (st.blocks == 0) != (st.locations == 0))
     abort();
-  kvp__adv_changes_t ch;
-  if (kvp__adv_index_changes_take(ix, &ch) == 0)
-    kvp__adv_changes_free(&ch);
+  kvp__index_changes_t ch;
+  if (kvp__index_changes_take(ix, &ch) == 0)
+    kvp__index_changes_free(&ch);
   kvp__adv_ingest_destroy(ing);
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
   return 0;
 }

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "kvplane/advisor.h"
+#include "advisor/advisor.h"
 #include "kvplane/status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

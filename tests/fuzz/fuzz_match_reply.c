@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "advisor/client_impl.h"
+#include "client/client_impl.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"

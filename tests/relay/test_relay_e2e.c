@@ -15,7 +15,7 @@
 
 #include "advfix.h"
 #include "harness.h"
-#include "kvplane/relay.h"
+#include "relay/relay.h"
 
 /* ThreadSanitizer cannot see libzmq's own synchronisation (lock-free pipes
  * between its I/O thread and the application thread, in the uninstrumented

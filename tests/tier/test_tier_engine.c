@@ -12,9 +12,10 @@
 #include <string.h>
 #include <uv.h>
 
-#include "advisor/index.h"
-#include "advisor/store.h"
+#include "index/index.h"
+#include "store/store.h"
 #include "common/clock.h"
+#include "advisor/advisor.h"
 #include "harness.h"
 #include "natsd.h"
 #include "s3d.h"
@@ -31,9 +32,10 @@
 typedef struct fx_s {
   char dir[256], db[300], p3[300], p4[300];
   uv_loop_t loop;
-  kvp__adv_index_t *ix;
-  kvp__adv_store_t *st;
+  kvp__index_t *ix;
+  kvp__store_t *st;
   kvp_advisor_config_t cfg;
+  kvp__tier_opts_t topts;
   kvp_volume_t *g3; /* the worker's own handle on G3 */
   uint16_t w, v3;
 } fx_t;
@@ -48,8 +50,8 @@ static int setup(void **state) {
   snprintf(f->p3, sizeof f->p3, "%s/g3", f->dir);
   snprintf(f->p4, sizeof f->p4, "%s/g4", f->dir);
   uv_loop_init(&f->loop);
-  if (kvp__adv_index_create(&f->ix, 64, 3600) != 0 ||
-      kvp__adv_store_open(&f->st, f->db, err, sizeof err) != 0)
+  if (kvp__index_create(&f->ix, 64, 3600) != 0 ||
+      kvp__store_open(&f->st, f->db, err, sizeof err) != 0)
     return -1;
   kvp_advisor_config_defaults(&f->cfg);
   snprintf(f->cfg.ns, sizeof f->cfg.ns, "t");
@@ -73,8 +75,8 @@ static int setup(void **state) {
   kvp_volume_param_t p[2] = {{"path", f->p3}, {"fsync", "off"}};
   if (kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g3", p, 2, &f->g3, err, sizeof err) != 0)
     return -1;
-  if (kvp__adv_index_worker(f->ix, "w", 0, &f->w) != 0 ||
-      kvp__adv_index_volume(f->ix, "g3", &f->v3) != 0)
+  if (kvp__index_worker(f->ix, "w", 0, &f->w) != 0 ||
+      kvp__index_volume(f->ix, "g3", &f->v3) != 0)
     return -1;
   return 0;
 }
@@ -84,8 +86,8 @@ static int teardown(void **state) {
   uv_run(&f->loop, UV_RUN_DEFAULT);
   uv_loop_close(&f->loop);
   kvp_volume_close(f->g3);
-  kvp__adv_store_close(f->st);
-  kvp__adv_index_destroy(f->ix);
+  kvp__store_close(f->st);
+  kvp__index_destroy(f->ix);
   kvp_test_rmtree(f->dir);
   free(f);
   return 0;
@@ -103,7 +105,7 @@ static void seed(fx_t *f, int n) {
                      .has_parent = i > 1,
                      .payload_len = sizeof payload};
     assert_int_equal(kvp_volume_put_block(f->g3, "t", &m, payload, err, sizeof err), 0);
-    assert_int_equal(kvp__adv_index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 3,
+    assert_int_equal(kvp__index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 3,
                                           f->v3, 16, sizeof payload + KVP_FRAME_HEADER,
                                           NOW_MS + (uint64_t)i * 1000),
                      0);
@@ -129,10 +131,10 @@ static int64_t q1(const char *db, const char *sql) {
 }
 
 static int locs_in(fx_t *f, uint64_t hash, int tier) {
-  kvp__adv_loc_t l[8];
+  kvp__index_loc_t l[8];
   size_t n = 0;
   int k = 0;
-  if (kvp__adv_index_get(f->ix, hash, NULL, l, 8, &n) != 0)
+  if (kvp__index_get(f->ix, hash, NULL, l, 8, &n) != 0)
     return 0;
   for (size_t i = 0; i < n && i < 8; i++)
     k += l[i].tier == tier;
@@ -183,7 +185,7 @@ static void cold_g3_blocks_move_to_g4_whole(void **state) {
   assert_int_equal(natsConnection_Subscribe(&sub, nc, subj, on_event, &seen), NATS_OK);
   natsConnection_Flush(nc);
   seed(f, 10); /* 10 of 10 blocks: fill 1.0 > 0.90 */
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   /* Down to 0.80: two blocks, the leaves first: the chain's end (10, 9),
@@ -257,7 +259,7 @@ static void full_destination_fails_cleanly(void **state) {
   snprintf(f->cfg.volumes[1].params, sizeof f->cfg.volumes[1].params,
            "path=%s\nfsync=off\ncapacity=1100\n", f->p4);
   seed(f, 10);
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 1);
@@ -297,7 +299,7 @@ static void restart_finishes_or_fails_unfinished_moves(void **state) {
                    SQLITE_OK);
   sqlite3_close(db);
   f->cfg.volumes[0].capacity = 1000000; /* nothing to demote now */
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   assert_int_equal(q1(f->db, "SELECT state = 'failed' FROM migrations WHERE hash = 1"), 1);
   assert_int_equal(locs_in(f, 2, 4), 1); /* recorded at the destination again */
   round_and_wait(f, e);                  /* grace 0: the source goes */
@@ -323,7 +325,7 @@ static void a_missing_source_drops_its_stale_location(void **state) {
 
   seed(f, 10);
   assert_int_equal(kvp_volume_delete(f->g3, "t", 10, err, sizeof err), 0);
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.failed, 1);
@@ -345,7 +347,7 @@ static void seed_g4(fx_t *f, kvp_volume_t *g4, uint16_t v4, int first, int last)
                      .has_parent = i > 1,
                      .payload_len = sizeof payload};
     assert_int_equal(kvp_volume_put_block(g4, "t", &m, payload, err, sizeof err), 0);
-    assert_int_equal(kvp__adv_index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 4, v4,
+    assert_int_equal(kvp__index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 4, v4,
                                           16, sizeof payload + KVP_FRAME_HEADER, NOW_MS),
                      0);
   }
@@ -357,7 +359,7 @@ static kvp_volume_t *open_g4(fx_t *f, uint16_t *v4) {
   kvp_volume_param_t p[1] = {{"path", f->p4}};
   assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &g4, err, sizeof err),
                    0);
-  assert_int_equal(kvp__adv_index_volume(f->ix, "g4", v4), 0);
+  assert_int_equal(kvp__index_volume(f->ix, "g4", v4), 0);
   return g4;
 }
 
@@ -374,9 +376,9 @@ static void hot_g4_blocks_come_back_and_the_band_holds(void **state) {
 
   seed_g4(f, g4, v4, 101, 103); /* a chain, each block in G4 only */
   uint64_t now = kvp__unix_ms();
-  assert_int_equal(kvp__adv_index_access(f->ix, 101, 4, 6, now), 0); /* hot */
-  assert_int_equal(kvp__adv_index_access(f->ix, 102, 4, 3, now), 0); /* in the band */
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__index_access(f->ix, 101, 4, 6, now), 0); /* hot */
+  assert_int_equal(kvp__index_access(f->ix, 102, 4, 3, now), 0); /* in the band */
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.promoted, 1);
@@ -418,11 +420,11 @@ static void a_g4_hit_prefetches_its_descendants(void **state) {
 
   f->cfg.tier_prefetch_depth = 3;
   seed_g4(f, g4, v4, 201, 206);
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e); /* cold: nothing moves */
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.promoted, 0);
-  assert_int_equal(kvp__adv_index_access(f->ix, 201, 4, 1, kvp__unix_ms()), 0);
+  assert_int_equal(kvp__index_access(f->ix, 201, 4, 1, kvp__unix_ms()), 0);
   kvp__tier_engine_hit(e, 201); /* as the advisor's ingest does for an Accessed G4 */
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
@@ -451,7 +453,7 @@ static void the_throttle_defers_moves(void **state) {
   f->cfg.tier_high = 0.5; /* seven demotions are due, down to 0.3 */
   f->cfg.tier_low = 0.3;
   seed(f, 10);
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 1);
@@ -524,7 +526,7 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   f->cfg.tier_low = 0.2;
   f->cfg.tier_max_moves = 2;
   seed(f, 10);
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e); /* 10 -> 8 blocks in G3 */
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 2);
@@ -588,7 +590,7 @@ static void s3_killed_during_a_job(void **state) {
   f->cfg.tier_low = 0.1;
   f->cfg.tier_max_moves = 16;
   seed(f, 10);
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   killer_t k = {&s3, 25};
   assert_int_equal(pthread_create(&th, NULL, kill_later, &k), 0);
   round_and_wait(f, e);
@@ -629,17 +631,17 @@ static void a_block_held_by_many_workers_still_moves(void **state) {
     char name[16];
     uint16_t w;
     snprintf(name, sizeof name, "gpu%d", i);
-    assert_int_equal(kvp__adv_index_worker(f->ix, name, 0, &w), 0);
-    assert_int_equal(kvp__adv_index_store(f->ix, 10, 1, 9, w, 1, 0, 16, 1064, NOW_MS + 10000), 0);
+    assert_int_equal(kvp__index_worker(f->ix, name, 0, &w), 0);
+    assert_int_equal(kvp__index_store(f->ix, 10, 1, 9, w, 1, 0, 16, 1064, NOW_MS + 10000), 0);
   }
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
   round_and_wait(f, e);
   assert_int_equal(locs_in(f, 10, 4), 1);
   round_and_wait(f, e); /* grace 0: the G3 source goes, the G1 copies stay */
   assert_int_equal(locs_in(f, 10, 3), 0);
-  kvp__adv_loc_t l[128];
+  kvp__index_loc_t l[128];
   size_t n = 0;
-  assert_int_equal(kvp__adv_index_get(f->ix, 10, NULL, l, 128, &n), 0);
+  assert_int_equal(kvp__index_get(f->ix, 10, NULL, l, 128, &n), 0);
   assert_int_equal(n, 101); /* 100 in G1, 1 in G4 */
   kvp__tier_engine_close(e);
 }
@@ -649,7 +651,7 @@ static void a_volume_that_does_not_open_is_named(void **state) {
   kvp__tier_engine_t *e = NULL;
   char err[512];
   snprintf(f->cfg.volumes[1].plugin, sizeof f->cfg.volumes[1].plugin, "nosuch");
-  assert_int_equal(kvp__tier_engine_open(&f->cfg, &f->loop, f->ix, &e, err, sizeof err),
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err),
                    KVP_ENOENT);
   assert_non_null(strstr(err, "volume g4"));
   assert_non_null(strstr(err, "kvplane-volume-nosuch.so"));

@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "advisor/index.h"
-#include "advisor/store.h"
+#include "index/index.h"
+#include "store/store.h"
 #include "harness.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
@@ -50,15 +50,15 @@ static kvp_volume_t *open_posix(const char *name, const char *path) {
 /* Blocks 1..NBLOCKS in G3 (chains of four: each fourth block is a root),
  * and a database that places them there, as the advisor would have. */
 static void seed(fx_t *f) {
-  kvp__adv_index_t *ix = NULL;
-  kvp__adv_store_t *st = NULL;
+  kvp__index_t *ix = NULL;
+  kvp__store_t *st = NULL;
   uint8_t payload[PAYLOAD];
   uint16_t w, v3;
   char err[256];
 
-  assert_int_equal(kvp__adv_index_create(&ix, 1024, 3600), 0);
-  assert_int_equal(kvp__adv_index_worker(ix, "w", 0, &w), 0);
-  assert_int_equal(kvp__adv_index_volume(ix, "g3", &v3), 0);
+  assert_int_equal(kvp__index_create(&ix, 1024, 3600), 0);
+  assert_int_equal(kvp__index_worker(ix, "w", 0, &w), 0);
+  assert_int_equal(kvp__index_volume(ix, "g3", &v3), 0);
   for (int i = 1; i <= NBLOCKS; i++) {
     int root = (i - 1) % 4 == 0;
     memset(payload, i, sizeof payload);
@@ -67,14 +67,14 @@ static void seed(fx_t *f) {
                      .has_parent = !root,
                      .payload_len = sizeof payload};
     assert_int_equal(kvp_volume_put_block(f->g3, "k", &m, payload, err, sizeof err), 0);
-    assert_int_equal(kvp__adv_index_store(ix, (uint64_t)i, !root, (uint64_t)i - 1, w, 3, v3, 16,
+    assert_int_equal(kvp__index_store(ix, (uint64_t)i, !root, (uint64_t)i - 1, w, 3, v3, 16,
                                           FRAME, 1700000000000ull + (uint64_t)i * 1000),
                      0);
   }
-  assert_int_equal(kvp__adv_store_open(&st, f->db, err, sizeof err), 0);
-  assert_int_equal(kvp__adv_store_flush(st, ix, NULL, 0, NULL), 0);
-  kvp__adv_store_close(st);
-  kvp__adv_index_destroy(ix);
+  assert_int_equal(kvp__store_open(&st, f->db, err, sizeof err), 0);
+  assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 0, NULL), 0);
+  kvp__store_close(st);
+  kvp__index_destroy(ix);
 }
 
 static pid_t spawn_advisor(fx_t *f) {

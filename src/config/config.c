@@ -1,5 +1,5 @@
 /* INI configuration; see config.h. */
-#include "common/config.h"
+#include "config/config.h"
 #include "common/log.h"
 
 #include <errno.h>

@@ -1,14 +1,14 @@
-/* Loading the advisor's database into an empty index and ingest (store.h).
+/* Loading the advisor's database into an empty index (store.h).
  * Thread: the one that opens the store, before the loop runs. */
 #include <sqlite3.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "advisor/store_impl.h"
+#include "store/store_impl.h"
 #include "common/log.h"
 #include "kvplane/status.h"
 
-static int load_workers(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {
+static int load_workers(kvp__store_t *st, kvp__store_worker_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   int rc = KVP_EDB, r;
   if (sqlite3_prepare_v2(st->db,
@@ -17,19 +17,20 @@ static int load_workers(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ing
                          -1, &s, NULL) != SQLITE_OK)
     return KVP_EDB;
   while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    kvp__adv_worker_state_t ws = {0};
+    kvp__store_worker_t w = {0};
     const char *status = (const char *)sqlite3_column_text(s, 5);
-    if (kvp__adv_index_worker(ix, (const char *)sqlite3_column_text(s, 0),
-                              (uint32_t)sqlite3_column_int64(s, 1), &ws.id) != 0)
+    w.name = (const char *)sqlite3_column_text(s, 0);
+    if (w.name == NULL)
       continue;
-    ws.epoch = (uint64_t)sqlite3_column_int64(s, 2);
-    ws.last_event_id = (uint64_t)sqlite3_column_int64(s, 3);
-    ws.last_seen_ms = (uint64_t)sqlite3_column_int64(s, 4);
-    ws.known = status && strcmp(status, "unknown") != 0;
-    ws.down = status && strcmp(status, "down") == 0;
-    ws.down_at_ms = ws.down ? (uint64_t)sqlite3_column_int64(s, 6) : 0;
-    ws.locations_dropped = ws.down ? (uint64_t)sqlite3_column_int64(s, 7) : 0;
-    if (ing && (rc = kvp__adv_ingest_worker_set(ing, &ws)) != 0)
+    w.dp_rank = (uint32_t)sqlite3_column_int64(s, 1);
+    w.epoch = (uint64_t)sqlite3_column_int64(s, 2);
+    w.last_event_id = (uint64_t)sqlite3_column_int64(s, 3);
+    w.last_seen_ms = (uint64_t)sqlite3_column_int64(s, 4);
+    w.known = status && strcmp(status, "unknown") != 0;
+    w.down = status && strcmp(status, "down") == 0;
+    w.down_at_ms = w.down ? (uint64_t)sqlite3_column_int64(s, 6) : 0;
+    w.locations_dropped = w.down ? (uint64_t)sqlite3_column_int64(s, 7) : 0;
+    if (fn && (rc = fn(ctx, &w)) != 0)
       goto done;
   }
   rc = r == SQLITE_DONE ? 0 : KVP_EDB;
@@ -38,7 +39,7 @@ done:
   return rc;
 }
 
-static int load_blocks(kvp__adv_store_t *st, kvp__adv_index_t *ix) {
+static int load_blocks(kvp__store_t *st, kvp__index_t *ix) {
   sqlite3_stmt *s = NULL;
   int rc = KVP_EDB, r;
   if (sqlite3_prepare_v2(st->db,
@@ -46,7 +47,7 @@ static int load_blocks(kvp__adv_store_t *st, kvp__adv_index_t *ix) {
                          -1, &s, NULL) != SQLITE_OK)
     return KVP_EDB;
   while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    kvp__adv_block_t b;
+    kvp__index_block_t b;
     b.hash = (uint64_t)sqlite3_column_int64(s, 0);
     b.parent =
         sqlite3_column_type(s, 1) == SQLITE_NULL ? b.hash : (uint64_t)sqlite3_column_int64(s, 1);
@@ -55,7 +56,7 @@ static int load_blocks(kvp__adv_store_t *st, kvp__adv_index_t *ix) {
     b.last_access_ms = (uint64_t)sqlite3_column_int64(s, 4);
     b.hits = (uint32_t)sqlite3_column_int64(s, 5);
     b.freq = sqlite3_column_double(s, 6);
-    if ((rc = kvp__adv_index_load_block(ix, &b)) != 0)
+    if ((rc = kvp__index_load_block(ix, &b)) != 0)
       goto done;
   }
   rc = r == SQLITE_DONE ? 0 : KVP_EDB;
@@ -64,24 +65,24 @@ done:
   return rc;
 }
 
-static int load_locations(kvp__adv_store_t *st, kvp__adv_index_t *ix) {
+static int load_locations(kvp__store_t *st, kvp__index_t *ix) {
   sqlite3_stmt *s = NULL;
   int rc = KVP_EDB, r;
   if (sqlite3_prepare_v2(st->db, "SELECT hash, worker, dp_rank, tier, volume FROM block_locations",
                          -1, &s, NULL) != SQLITE_OK)
     return KVP_EDB;
   while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    kvp__adv_loc_t loc;
+    kvp__index_loc_t loc;
     uint64_t h = (uint64_t)sqlite3_column_int64(s, 0);
-    if (kvp__adv_index_worker(ix, (const char *)sqlite3_column_text(s, 1),
+    if (kvp__index_worker(ix, (const char *)sqlite3_column_text(s, 1),
                               (uint32_t)sqlite3_column_int64(s, 2), &loc.worker) != 0 ||
-        kvp__adv_index_volume(ix, (const char *)sqlite3_column_text(s, 4), &loc.volume) != 0) {
+        kvp__index_volume(ix, (const char *)sqlite3_column_text(s, 4), &loc.volume) != 0) {
       kvp_log_warn("advisor: location of block %016llx skipped: bad worker or volume",
                    (unsigned long long)h);
       continue;
     }
     loc.tier = (uint8_t)sqlite3_column_int(s, 3);
-    if ((rc = kvp__adv_index_load_loc(ix, h, &loc)) == KVP_ENOMEM)
+    if ((rc = kvp__index_load_loc(ix, h, &loc)) == KVP_ENOMEM)
       goto done;
   }
   rc = r == SQLITE_DONE ? 0 : KVP_EDB;
@@ -90,8 +91,8 @@ done:
   return rc;
 }
 
-int kvp__adv_store_load(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
-                        uint64_t *stream_seq) {
+int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn worker_fn,
+                    void *ctx, uint64_t *stream_seq) {
   sqlite3_stmt *s = NULL;
   int rc;
 
@@ -102,13 +103,13 @@ int kvp__adv_store_load(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ing
   if (sqlite3_step(s) == SQLITE_ROW)
     *stream_seq = (uint64_t)sqlite3_column_int64(s, 0);
   sqlite3_finalize(s);
-  kvp__adv_index_track_dirty(ix, 0);
-  if ((rc = load_workers(st, ix, ing)) == 0 && (rc = load_blocks(st, ix)) == 0)
+  kvp__index_track_dirty(ix, 0);
+  if ((rc = load_workers(st, worker_fn, ctx)) == 0 && (rc = load_blocks(st, ix)) == 0)
     rc = load_locations(st, ix);
-  kvp__adv_index_track_dirty(ix, 1);
+  kvp__index_track_dirty(ix, 1);
   if (rc == 0) {
     st->stream_seq = *stream_seq;
-    st->volumes_written = kvp__adv_index_volume_count(ix);
+    st->volumes_written = kvp__index_volume_count(ix);
   }
   return rc;
 }

@@ -1,7 +1,7 @@
 /* Advisor persistence: the SQLite database that operators query
  * (DESIGN.md, "SQL inspection"; docs/sql.md documents every table and view).
  *
- * Write-behind: the index marks changed blocks dirty; kvp__adv_store_flush()
+ * Write-behind: the index marks changed blocks dirty; kvp__store_flush()
  * writes every dirty block, the worker states and the last applied stream
  * sequence in ONE transaction, so the database always holds a state that
  * matches exactly one stream position. A restart loads that state and resumes
@@ -13,40 +13,58 @@
  *
  * In parts (store_impl.h says which thread runs each): store_schema.c,
  * store_sqlite.c, store_load.c, store_write.c. */
-#ifndef KVP_ADVISOR_STORE_H
-#define KVP_ADVISOR_STORE_H
+#ifndef KVP_STORE_STORE_H
+#define KVP_STORE_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "advisor/index.h"
-#include "advisor/ingest.h"
+#include "index/index.h"
 
-#define KVP__ADV_SCHEMA_VERSION 4
+#define KVP__STORE_SCHEMA_VERSION 4
 
-typedef struct kvp__adv_store_s kvp__adv_store_t;
+typedef struct kvp__store_s kvp__store_t;
 
 /* Opens (creating with mode 0600 if needed) and upgrades the database at
  * path. Returns 0, KVP_EIO when the file cannot be created, KVP_EDB for a
  * database error or KVP_ENOTSUP for a schema newer than this program; err
  * then says why. */
-int kvp__adv_store_open(kvp__adv_store_t **out, const char *path, char *err, size_t errlen);
+int kvp__store_open(kvp__store_t **out, const char *path, char *err, size_t errlen);
 
 /* Closes; NULL is accepted. Nothing pending is written: flush first. */
-void kvp__adv_store_close(kvp__adv_store_t *st);
+void kvp__store_close(kvp__store_t *st);
 
-/* Loads blocks, locations and worker states into an empty ix and ing, and
- * the committed stream sequence into *stream_seq (0 when none). Returns 0,
- * KVP_EDB or KVP_ENOMEM. */
-int kvp__adv_store_load(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
-                        uint64_t *stream_seq);
+/* A row of the workers table: one (worker id, dp rank)'s stream state, as
+ * the advisor's ingest keeps it. */
+typedef struct kvp__store_worker_s {
+  const char *name;
+  uint32_t dp_rank;
+  uint64_t epoch;
+  uint64_t last_event_id;
+  uint64_t last_seen_ms;
+  int known; /* last_event_id is meaningful */
+  int down;
+  uint64_t down_at_ms;        /* while down: when it was marked down */
+  uint64_t locations_dropped; /* while down: G1/G2 locations that dropped */
+} kvp__store_worker_t;
 
-/* Writes the dirty blocks of ix, the worker states of ing (may be NULL) and
+/* Called for each workers row at load; a non-zero return stops the load
+ * and is returned by it. */
+typedef int (*kvp__store_worker_fn)(void *ctx, const kvp__store_worker_t *w);
+
+/* Loads blocks and locations into an empty ix, hands every workers row to
+ * worker_fn (may be NULL), and sets *stream_seq to the committed stream
+ * sequence (0 when none). Returns 0, KVP_EDB, KVP_ENOMEM or what
+ * worker_fn returned. */
+int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn worker_fn,
+                    void *ctx, uint64_t *stream_seq);
+
+/* Writes the dirty blocks of ix, the worker rows workers[0..nworkers) and
  * stream_seq in one transaction. *nblocks (may be NULL) receives the number
  * of blocks written. On failure the transaction is rolled back, the dirty
  * marks are restored and KVP_EDB is returned. */
-int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
-                         uint64_t stream_seq, size_t *nblocks);
+int kvp__store_flush(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker_t *workers,
+                     size_t nworkers, uint64_t stream_seq, size_t *nblocks);
 
 /* The same flush in two halves, so that the write can run off the loop
  * thread (the daemon queues it on libuv's thread pool):
@@ -57,59 +75,59 @@ int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_in
  * prepare returns 0 or KVP_ENOMEM (nothing taken); write returns 0 or
  * KVP_EDB (rolled back). The flush borrows names from ix: free it before
  * ix. */
-typedef struct kvp__adv_flush_s kvp__adv_flush_t;
+typedef struct kvp__store_flush_s kvp__store_flush_t;
 
 /* One sample of a tier's or a volume's occupancy, a row of tier_history:
  * volume "" is the tier's total; capacity 0 is unknown (NULL). */
-typedef struct kvp__adv_hist_row_s {
+typedef struct kvp__store_hist_row_s {
   uint64_t t_ms;
   int tier;
   char volume[64];
   uint64_t blocks, bytes, capacity;
-} kvp__adv_hist_row_t;
+} kvp__store_hist_row_t;
 
 /* Most samples waiting for a flush: past it the oldest are dropped (a
  * database that cannot be written loses history, not memory). */
-#define KVP__ADV_HIST_PENDING_MAX 4096
+#define KVP__STORE_HIST_PENDING_MAX 4096
 
 /* Queues rows for the next flush (prepare takes them; a failed write drops
  * them, counted). Rows older than keep_ms before the newest one are deleted
  * by that flush (keep_ms 0: kept forever). Index owner's thread. Returns 0
  * or KVP_ENOMEM. */
-int kvp__adv_store_history_add(kvp__adv_store_t *st, const kvp__adv_hist_row_t *rows, size_t n,
+int kvp__store_history_add(kvp__store_t *st, const kvp__store_hist_row_t *rows, size_t n,
                                uint64_t keep_ms);
 
-/* Samples dropped: queued past KVP__ADV_HIST_PENDING_MAX, or in a failed
+/* Samples dropped: queued past KVP__STORE_HIST_PENDING_MAX, or in a failed
  * write. Index owner's thread. */
-uint64_t kvp__adv_store_history_dropped(const kvp__adv_store_t *st);
+uint64_t kvp__store_history_dropped(const kvp__store_t *st);
 
-int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
-                           uint64_t stream_seq, kvp__adv_flush_t **out);
-int kvp__adv_store_write(kvp__adv_store_t *st, const kvp__adv_flush_t *fl);
-void kvp__adv_store_abandon(kvp__adv_index_t *ix, kvp__adv_flush_t *fl);
-void kvp__adv_flush_free(kvp__adv_flush_t *fl);
+int kvp__store_prepare(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker_t *workers,
+                       size_t nworkers, uint64_t stream_seq, kvp__store_flush_t **out);
+int kvp__store_write(kvp__store_t *st, const kvp__store_flush_t *fl);
+void kvp__store_abandon(kvp__index_t *ix, kvp__store_flush_t *fl);
+void kvp__store_flush_free(kvp__store_flush_t *fl);
 /* Blocks (rows of the blocks table) the flush writes. */
-size_t kvp__adv_flush_blocks(const kvp__adv_flush_t *fl);
+size_t kvp__store_flush_blocks(const kvp__store_flush_t *fl);
 
 /* The stream sequence of the last committed flush (not thread-safe against
  * a write running elsewhere). */
-uint64_t kvp__adv_store_stream_seq(const kvp__adv_store_t *st);
+uint64_t kvp__store_stream_seq(const kvp__store_t *st);
 
 /* Runs the SQL of schema versions 1..version on a fresh database, for the
  * upgrade tests. Returns 0 or KVP_EDB. */
-int kvp__adv_store_create_version(const char *path, int version);
+int kvp__store_create_version(const char *path, int version);
 
 /* Identity of a database: the namespace (and, in JetStream mode, the
  * durable consumer) it holds the state of, and a random id that marks the
  * consumer this database created on the server. */
-#define KVP__ADV_DB_ID_LEN 32
+#define KVP__STORE_DB_ID_LEN 32
 
 /* Binds the database to ns and consumer (NULL in core mode: not checked or
  * recorded): a new database records them, an existing one must hold the
  * same ones. db_id receives the database's id (made on first use). Returns
  * 0, KVP_ECONFIG when the database belongs to another namespace or consumer
  * (err names both), or KVP_EDB. */
-int kvp__adv_store_bind(kvp__adv_store_t *st, const char *ns, const char *consumer,
-                        char db_id[KVP__ADV_DB_ID_LEN + 1], char *err, size_t errlen);
+int kvp__store_bind(kvp__store_t *st, const char *ns, const char *consumer,
+                        char db_id[KVP__STORE_DB_ID_LEN + 1], char *err, size_t errlen);
 
 #endif

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "advisor/store_impl.h"
+#include "store/store_impl.h"
 #include "common/array.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -35,8 +35,8 @@ typedef struct fworker_s {
   uint64_t epoch, last_event_id, last_seen_ms, down_at_ms, locations_dropped;
 } fworker_t;
 
-struct kvp__adv_flush_s {
-  kvp__adv_changes_t ch; /* given back to the index if the write fails */
+struct kvp__store_flush_s {
+  kvp__index_changes_t ch; /* given back to the index if the write fails */
   frow_t *rows;
   size_t nrows;
   floc_t *locs, *gone;
@@ -45,7 +45,7 @@ struct kvp__adv_flush_s {
   size_t nworkers;
   const char **volumes;
   size_t nvolumes, volumes_total;
-  kvp__adv_hist_row_t *hist; /* taken from the store's queue */
+  kvp__store_hist_row_t *hist; /* taken from the store's queue */
   size_t nhist;
   uint64_t hist_keep_ms;
   uint64_t stream_seq;
@@ -54,29 +54,29 @@ struct kvp__adv_flush_s {
 
 /* Signed order, as SQLite stores the hashes. */
 static int by_change_hash(const void *a, const void *b) {
-  int64_t x = (int64_t)((const kvp__adv_change_t *)a)->hash;
-  int64_t y = (int64_t)((const kvp__adv_change_t *)b)->hash;
+  int64_t x = (int64_t)((const kvp__index_change_t *)a)->hash;
+  int64_t y = (int64_t)((const kvp__index_change_t *)b)->hash;
   return x < y ? -1 : x > y;
 }
 
 static int by_gone_hash(const void *a, const void *b) {
-  int64_t x = (int64_t)((const kvp__adv_gone_t *)a)->hash;
-  int64_t y = (int64_t)((const kvp__adv_gone_t *)b)->hash;
+  int64_t x = (int64_t)((const kvp__index_gone_t *)a)->hash;
+  int64_t y = (int64_t)((const kvp__index_gone_t *)b)->hash;
   return x < y ? -1 : x > y;
 }
 
-static void floc_fill(floc_t *f, kvp__adv_index_t *ix, uint64_t h, uint16_t worker, int tier,
+static void floc_fill(floc_t *f, kvp__index_t *ix, uint64_t h, uint16_t worker, int tier,
                       uint16_t volume) {
   f->hash = h;
-  f->worker = kvp__adv_index_worker_name(ix, worker, &f->dp_rank);
-  f->volume = kvp__adv_index_volume_name(ix, volume);
+  f->worker = kvp__index_worker_name(ix, worker, &f->dp_rank);
+  f->volume = kvp__index_volume_name(ix, volume);
   f->tier = tier;
 }
 
-void kvp__adv_flush_free(kvp__adv_flush_t *fl) {
+void kvp__store_flush_free(kvp__store_flush_t *fl) {
   if (fl == NULL)
     return;
-  kvp__adv_changes_free(&fl->ch);
+  kvp__index_changes_free(&fl->ch);
   free(fl->rows);
   free(fl->locs);
   free(fl->gone);
@@ -86,14 +86,14 @@ void kvp__adv_flush_free(kvp__adv_flush_t *fl) {
   free(fl);
 }
 
-size_t kvp__adv_flush_blocks(const kvp__adv_flush_t *fl) {
+size_t kvp__store_flush_blocks(const kvp__store_flush_t *fl) {
   return fl->nrows;
 }
 
 /* Copies the changed blocks and, where they changed, all their locations
  * (however many workers hold a block). */
-static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
-  kvp__adv_loc_t *locs = NULL;
+static int prepare_rows(kvp__store_flush_t *fl, kvp__index_t *ix) {
+  kvp__index_loc_t *locs = NULL;
   size_t locs_cap = 0, cap = 0;
   int rc = KVP_ENOMEM;
 
@@ -102,18 +102,18 @@ static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
   if (fl->ch.ngone && (fl->gone = malloc(fl->ch.ngone * sizeof *fl->gone)) == NULL)
     goto out;
   for (size_t i = 0; i < fl->ch.ngone; i++) {
-    const kvp__adv_gone_t *g = &fl->ch.gone[i];
+    const kvp__index_gone_t *g = &fl->ch.gone[i];
     floc_fill(&fl->gone[i], ix, g->hash, g->worker, g->tier, g->volume);
   }
   fl->ngone = fl->ch.ngone;
   for (size_t i = 0; i < fl->ch.nblocks; i++) {
-    const kvp__adv_change_t *c = &fl->ch.blocks[i];
+    const kvp__index_change_t *c = &fl->ch.blocks[i];
     frow_t *r = &fl->rows[fl->nrows++];
-    kvp__adv_block_t b;
+    kvp__index_block_t b;
     size_t n = 0;
     memset(r, 0, sizeof *r);
     r->hash = c->hash;
-    if (c->what == 0 || kvp__adv_index_get(ix, c->hash, &b, locs, locs_cap, &n) != 0)
+    if (c->what == 0 || kvp__index_get(ix, c->hash, &b, locs, locs_cap, &n) != 0)
       continue; /* what 0: delete */
     r->what = c->what;
     r->parent = b.parent;
@@ -122,11 +122,11 @@ static int prepare_rows(kvp__adv_flush_t *fl, kvp__adv_index_t *ix) {
     r->last_access_ms = b.last_access_ms;
     r->hits = b.hits;
     r->freq = b.freq;
-    if (!(c->what & KVP__ADV_CH_LOCS))
+    if (!(c->what & KVP__INDEX_CH_LOCS))
       continue;
     if (n > locs_cap) {
       if ((rc = KVP_ARRAY_RESERVE(locs, locs_cap, n, 64)) != 0 ||
-          (rc = kvp__adv_index_get(ix, c->hash, NULL, locs, locs_cap, &n)) != 0)
+          (rc = kvp__index_get(ix, c->hash, NULL, locs, locs_cap, &n)) != 0)
         goto out;
     }
     if ((rc = KVP_ARRAY_RESERVE(fl->locs, cap, fl->nlocs + n, 1024)) != 0)
@@ -142,36 +142,33 @@ out:
   return rc;
 }
 
-static int prepare_workers(kvp__adv_flush_t *fl, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing) {
-  size_t n = ing ? kvp__adv_ingest_worker_count(ing) : 0;
-  kvp__adv_worker_state_t ws;
+static int prepare_workers(kvp__store_flush_t *fl, const kvp__store_worker_t *w, size_t n) {
   if (n && (fl->workers = malloc(n * sizeof *fl->workers)) == NULL)
     return KVP_ENOMEM;
   for (size_t i = 0; i < n; i++) {
-    if (kvp__adv_ingest_worker_get(ing, i, &ws) != 0)
-      continue;
-    fworker_t *w = &fl->workers[fl->nworkers++];
-    w->name = kvp__adv_index_worker_name(ix, ws.id, &w->dp_rank);
-    w->epoch = ws.epoch;
-    w->last_event_id = ws.last_event_id;
-    w->last_seen_ms = ws.last_seen_ms;
-    w->down_at_ms = ws.down_at_ms;
-    w->locations_dropped = ws.locations_dropped;
-    w->status = ws.down ? "down" : (ws.known ? "up" : "unknown");
+    fworker_t *f = &fl->workers[fl->nworkers++];
+    f->name = w[i].name;
+    f->dp_rank = w[i].dp_rank;
+    f->epoch = w[i].epoch;
+    f->last_event_id = w[i].last_event_id;
+    f->last_seen_ms = w[i].last_seen_ms;
+    f->down_at_ms = w[i].down_at_ms;
+    f->locations_dropped = w[i].locations_dropped;
+    f->status = w[i].down ? "down" : (w[i].known ? "up" : "unknown");
   }
   return 0;
 }
 
-int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
-                           uint64_t stream_seq, kvp__adv_flush_t **out) {
-  kvp__adv_flush_t *fl = calloc(1, sizeof *fl);
+int kvp__store_prepare(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker_t *workers,
+                       size_t nworkers, uint64_t stream_seq, kvp__store_flush_t **out) {
+  kvp__store_flush_t *fl = calloc(1, sizeof *fl);
   size_t from = st->volumes_written ? st->volumes_written : 1;
   int rc;
 
   *out = NULL;
   if (fl == NULL)
     return KVP_ENOMEM;
-  if (kvp__adv_index_changes_take(ix, &fl->ch) != 0) {
+  if (kvp__index_changes_take(ix, &fl->ch) != 0) {
     free(fl);
     return KVP_ENOMEM;
   }
@@ -183,8 +180,8 @@ int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_
     qsort(fl->ch.blocks, fl->ch.nblocks, sizeof *fl->ch.blocks, by_change_hash);
   fl->stream_seq = stream_seq;
   fl->prepared_ms = kvp__unix_ms();
-  fl->volumes_total = kvp__adv_index_volume_count(ix);
-  if ((rc = prepare_rows(fl, ix)) != 0 || (rc = prepare_workers(fl, ix, ing)) != 0)
+  fl->volumes_total = kvp__index_volume_count(ix);
+  if ((rc = prepare_rows(fl, ix)) != 0 || (rc = prepare_workers(fl, workers, nworkers)) != 0)
     goto fail;
   if (fl->volumes_total > from) {
     if ((fl->volumes = malloc((fl->volumes_total - from) * sizeof *fl->volumes)) == NULL) {
@@ -192,7 +189,7 @@ int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_
       goto fail;
     }
     for (size_t v = from; v < fl->volumes_total; v++)
-      fl->volumes[fl->nvolumes++] = kvp__adv_index_volume_name(ix, (uint16_t)v);
+      fl->volumes[fl->nvolumes++] = kvp__index_volume_name(ix, (uint16_t)v);
   }
   /* Nothing can fail after this: the queued samples move to the flush. */
   fl->hist = st->hist;
@@ -203,15 +200,15 @@ int kvp__adv_store_prepare(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_
   *out = fl;
   return 0;
 fail:
-  kvp__adv_store_abandon(ix, fl);
+  kvp__store_abandon(ix, fl);
   return rc;
 }
 
-void kvp__adv_store_abandon(kvp__adv_index_t *ix, kvp__adv_flush_t *fl) {
+void kvp__store_abandon(kvp__index_t *ix, kvp__store_flush_t *fl) {
   if (fl == NULL)
     return;
-  kvp__adv_index_changes_restore(ix, &fl->ch);
-  kvp__adv_flush_free(fl);
+  kvp__index_changes_restore(ix, &fl->ch);
+  kvp__store_flush_free(fl);
 }
 
 static void bind_floc(sqlite3_stmt *s, const floc_t *f) {
@@ -222,7 +219,7 @@ static void bind_floc(sqlite3_stmt *s, const floc_t *f) {
   sqlite3_bind_text(s, 5, f->volume, -1, SQLITE_STATIC);
 }
 
-static int write_row(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, const frow_t *r,
+static int write_row(kvp__store_t *st, const kvp__store_flush_t *fl, const frow_t *r,
                      uint64_t now_ms) {
   sqlite3_stmt *s;
   int rc;
@@ -230,9 +227,9 @@ static int write_row(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, const fro
   if (r->what == 0) {
     sqlite3_bind_int64(st->s[S_BLOCK_DELETE], 1, (sqlite3_int64)r->hash);
     sqlite3_bind_int64(st->s[S_LOC_DELETE], 1, (sqlite3_int64)r->hash);
-    if ((rc = kvp__adv_sql_step_done(st->s[S_BLOCK_DELETE])) != 0)
+    if ((rc = kvp__store_sql_step_done(st->s[S_BLOCK_DELETE])) != 0)
       return rc;
-    return kvp__adv_sql_step_done(st->s[S_LOC_DELETE]);
+    return kvp__store_sql_step_done(st->s[S_LOC_DELETE]);
   }
   s = st->s[S_BLOCK_UPSERT];
   sqlite3_bind_int64(s, 1, (sqlite3_int64)r->hash);
@@ -246,19 +243,19 @@ static int write_row(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, const fro
   sqlite3_bind_int64(s, 6, (sqlite3_int64)(r->last_access_ms ? r->last_access_ms : now_ms));
   sqlite3_bind_int64(s, 7, r->hits);
   sqlite3_bind_double(s, 8, r->freq);
-  if ((rc = kvp__adv_sql_step_done(s)) != 0)
+  if ((rc = kvp__store_sql_step_done(s)) != 0)
     return rc;
   /* Rows of locations that stayed are kept (OR IGNORE); removed ones went
    * with the gone list. */
   for (uint32_t k = 0; k < r->nlocs; k++) {
     bind_floc(st->s[S_LOC_INSERT], &fl->locs[r->loc_off + k]);
-    if ((rc = kvp__adv_sql_step_done(st->s[S_LOC_INSERT])) != 0)
+    if ((rc = kvp__store_sql_step_done(st->s[S_LOC_INSERT])) != 0)
       return rc;
   }
   return 0;
 }
 
-static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t now_ms) {
+static int write_rest(kvp__store_t *st, const kvp__store_flush_t *fl, uint64_t now_ms) {
   sqlite3_stmt *s = st->s[S_WORKER_UPSERT];
   int rc;
   for (size_t i = 0; i < fl->nworkers; i++) {
@@ -274,7 +271,7 @@ static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t
     else
       sqlite3_bind_null(s, 7);
     sqlite3_bind_int64(s, 8, (sqlite3_int64)w->locations_dropped);
-    if ((rc = kvp__adv_sql_step_done(s)) != 0)
+    if ((rc = kvp__store_sql_step_done(s)) != 0)
       return rc;
   }
   s = st->s[S_VOLUME_INSERT];
@@ -282,12 +279,12 @@ static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t
     sqlite3_bind_text(s, 1, fl->volumes[i], -1, SQLITE_STATIC);
     sqlite3_bind_null(s, 2);
     sqlite3_bind_int64(s, 3, (sqlite3_int64)now_ms);
-    if ((rc = kvp__adv_sql_step_done(s)) != 0)
+    if ((rc = kvp__store_sql_step_done(s)) != 0)
       return rc;
   }
   s = st->s[S_HIST_INSERT];
   for (size_t i = 0; i < fl->nhist; i++) {
-    const kvp__adv_hist_row_t *h = &fl->hist[i];
+    const kvp__store_hist_row_t *h = &fl->hist[i];
     sqlite3_bind_int64(s, 1, (sqlite3_int64)h->t_ms);
     sqlite3_bind_int(s, 2, h->tier);
     sqlite3_bind_text(s, 3, h->volume, -1, SQLITE_STATIC);
@@ -297,36 +294,36 @@ static int write_rest(kvp__adv_store_t *st, const kvp__adv_flush_t *fl, uint64_t
       sqlite3_bind_int64(s, 6, (sqlite3_int64)h->capacity);
     else
       sqlite3_bind_null(s, 6);
-    if ((rc = kvp__adv_sql_step_done(s)) != 0)
+    if ((rc = kvp__store_sql_step_done(s)) != 0)
       return rc;
   }
   if (fl->nhist > 0 && fl->hist_keep_ms > 0 && fl->hist[fl->nhist - 1].t_ms > fl->hist_keep_ms) {
     sqlite3_bind_int64(st->s[S_HIST_TRIM], 1,
                        (sqlite3_int64)(fl->hist[fl->nhist - 1].t_ms - fl->hist_keep_ms));
-    if ((rc = kvp__adv_sql_step_done(st->s[S_HIST_TRIM])) != 0)
+    if ((rc = kvp__store_sql_step_done(st->s[S_HIST_TRIM])) != 0)
       return rc;
   }
   /* The tiering engine's recovery looks at moves finished since the index
-   * changes this flush holds were taken (kvp__tier_journal_recent). */
+   * changes this flush holds were taken (kvp__journal_recent). */
   s = st->s[S_META_SET];
   sqlite3_bind_text(s, 1, "prepared_ms", -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->prepared_ms);
-  if ((rc = kvp__adv_sql_step_done(s)) != 0)
+  if ((rc = kvp__store_sql_step_done(s)) != 0)
     return rc;
   sqlite3_bind_text(s, 1, "stream_seq", -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->stream_seq);
-  return kvp__adv_sql_step_done(s);
+  return kvp__store_sql_step_done(s);
 }
 
-int kvp__adv_store_write(kvp__adv_store_t *st, const kvp__adv_flush_t *fl) {
+int kvp__store_write(kvp__store_t *st, const kvp__store_flush_t *fl) {
   uint64_t now_ms = kvp__unix_ms();
   int rc;
 
-  if ((rc = kvp__adv_sql_exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
+  if ((rc = kvp__store_sql_exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
     goto fail;
   for (size_t i = 0; i < fl->ngone; i++) {
     bind_floc(st->s[S_LOC_DELETE_ONE], &fl->gone[i]);
-    if ((rc = kvp__adv_sql_step_done(st->s[S_LOC_DELETE_ONE])) != 0)
+    if ((rc = kvp__store_sql_step_done(st->s[S_LOC_DELETE_ONE])) != 0)
       goto rollback;
   }
   for (size_t i = 0; i < fl->nrows; i++)
@@ -334,49 +331,49 @@ int kvp__adv_store_write(kvp__adv_store_t *st, const kvp__adv_flush_t *fl) {
       goto rollback;
   if ((rc = write_rest(st, fl, now_ms)) != 0)
     goto rollback;
-  if ((rc = kvp__adv_sql_exec(st->db, "COMMIT", NULL, 0)) != 0)
+  if ((rc = kvp__store_sql_exec(st->db, "COMMIT", NULL, 0)) != 0)
     goto rollback;
   st->stream_seq = fl->stream_seq;
   st->volumes_written = fl->volumes_total;
   return 0;
 rollback:
   kvp_log_error("advisor: flush of %zu blocks failed: %s", fl->nrows, sqlite3_errmsg(st->db));
-  kvp__adv_sql_exec(st->db, "ROLLBACK", NULL, 0);
+  kvp__store_sql_exec(st->db, "ROLLBACK", NULL, 0);
   /* The changes go back to the index; the samples are lost. */
   atomic_fetch_add(&st->hist_dropped, fl->nhist);
 fail:
   return KVP_EDB;
 }
 
-int kvp__adv_store_flush(kvp__adv_store_t *st, kvp__adv_index_t *ix, kvp__adv_ingest_t *ing,
-                         uint64_t stream_seq, size_t *nblocks) {
-  kvp__adv_flush_t *fl = NULL;
+int kvp__store_flush(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker_t *workers,
+                     size_t nworkers, uint64_t stream_seq, size_t *nblocks) {
+  kvp__store_flush_t *fl = NULL;
   int rc;
 
   if (nblocks)
     *nblocks = 0;
-  if ((rc = kvp__adv_store_prepare(st, ix, ing, stream_seq, &fl)) != 0)
+  if ((rc = kvp__store_prepare(st, ix, workers, nworkers, stream_seq, &fl)) != 0)
     return rc;
-  if ((rc = kvp__adv_store_write(st, fl)) != 0) {
-    kvp__adv_store_abandon(ix, fl);
+  if ((rc = kvp__store_write(st, fl)) != 0) {
+    kvp__store_abandon(ix, fl);
     return rc;
   }
   if (nblocks)
     *nblocks = fl->nrows;
-  kvp__adv_flush_free(fl);
+  kvp__store_flush_free(fl);
   return 0;
 }
 
-int kvp__adv_store_history_add(kvp__adv_store_t *st, const kvp__adv_hist_row_t *rows, size_t n,
+int kvp__store_history_add(kvp__store_t *st, const kvp__store_hist_row_t *rows, size_t n,
                                uint64_t keep_ms) {
   st->hist_keep_ms = keep_ms;
-  if (n > KVP__ADV_HIST_PENDING_MAX) {
-    atomic_fetch_add(&st->hist_dropped, n - KVP__ADV_HIST_PENDING_MAX);
-    rows += n - KVP__ADV_HIST_PENDING_MAX;
-    n = KVP__ADV_HIST_PENDING_MAX;
+  if (n > KVP__STORE_HIST_PENDING_MAX) {
+    atomic_fetch_add(&st->hist_dropped, n - KVP__STORE_HIST_PENDING_MAX);
+    rows += n - KVP__STORE_HIST_PENDING_MAX;
+    n = KVP__STORE_HIST_PENDING_MAX;
   }
-  if (st->nhist + n > KVP__ADV_HIST_PENDING_MAX) { /* the oldest go */
-    size_t drop = st->nhist + n - KVP__ADV_HIST_PENDING_MAX;
+  if (st->nhist + n > KVP__STORE_HIST_PENDING_MAX) { /* the oldest go */
+    size_t drop = st->nhist + n - KVP__STORE_HIST_PENDING_MAX;
     memmove(st->hist, st->hist + drop, (st->nhist - drop) * sizeof *st->hist);
     st->nhist -= drop;
     atomic_fetch_add(&st->hist_dropped, drop);
@@ -388,6 +385,6 @@ int kvp__adv_store_history_add(kvp__adv_store_t *st, const kvp__adv_hist_row_t *
   return 0;
 }
 
-uint64_t kvp__adv_store_history_dropped(const kvp__adv_store_t *st) {
+uint64_t kvp__store_history_dropped(const kvp__store_t *st) {
   return atomic_load(&st->hist_dropped);
 }

@@ -1,44 +1,65 @@
 /* The migrations journal (see journal.h). */
-#include "tier/journal.h"
+#include "store/journal.h"
 
 #include <inttypes.h>
+#include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 
-int kvp__tier_journal_open(const char *path, sqlite3 **out, char *err, size_t errlen) {
+struct kvp__journal_s {
+  sqlite3 *db;
+};
+
+int kvp__journal_open(const char *path, kvp__journal_t **out, char *err, size_t errlen) {
+  kvp__journal_t *j = calloc(1, sizeof *j);
+
   *out = NULL;
-  if (sqlite3_open_v2(path, out, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-    snprintf(err, errlen, "tiering: %s: %s", path, sqlite3_errmsg(*out));
-    sqlite3_close(*out);
-    *out = NULL;
+  if (j == NULL)
+    return KVP_ENOMEM;
+  if (sqlite3_open_v2(path, &j->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+    snprintf(err, errlen, "tiering: %s: %s", path, sqlite3_errmsg(j->db));
+    kvp__journal_close(j);
     return KVP_EDB;
   }
-  sqlite3_busy_timeout(*out, 10000);
+  sqlite3_busy_timeout(j->db, 10000);
   /* WAL with synchronous=NORMAL, like the store: committed transactions
    * survive a crash of the process; a job's journal is three of them. */
-  sqlite3_exec(*out, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
+  sqlite3_exec(j->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
+  *out = j;
   return 0;
 }
 
-void kvp__tier_journal_begin(sqlite3 *db) {
-  sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+void kvp__journal_close(kvp__journal_t *j) {
+  if (j == NULL)
+    return;
+  sqlite3_close(j->db);
+  free(j);
 }
 
-void kvp__tier_journal_commit(sqlite3 *db) {
-  if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-    kvp_log_warn("tiering: journal commit failed: %s", sqlite3_errmsg(db));
+const char *kvp__journal_errmsg(kvp__journal_t *j) {
+  return sqlite3_errmsg(j->db);
 }
 
-int64_t kvp__tier_journal_insert(sqlite3 *db, uint64_t hash, int from_tier, const char *from_volume,
+void kvp__journal_begin(kvp__journal_t *j) {
+  sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+}
+
+void kvp__journal_commit(kvp__journal_t *j) {
+  if (sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+    kvp_log_warn("tiering: journal commit failed: %s", sqlite3_errmsg(j->db));
+}
+
+int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier, const char *from_volume,
                                  int to_tier, const char *to_volume, uint64_t bytes,
                                  uint64_t now_ms) {
   sqlite3_stmt *s = NULL;
   int64_t id = -1;
-  if (sqlite3_prepare_v2(db,
+  if (sqlite3_prepare_v2(j->db,
                          "INSERT INTO migrations(hash, from_tier, from_volume, to_tier, to_volume,"
                          " bytes, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?5, ?6,"
                          " 'queued', ?7, ?7)",
@@ -52,14 +73,14 @@ int64_t kvp__tier_journal_insert(sqlite3 *db, uint64_t hash, int from_tier, cons
   sqlite3_bind_int64(s, 6, (sqlite3_int64)bytes);
   sqlite3_bind_int64(s, 7, (sqlite3_int64)now_ms);
   if (sqlite3_step(s) == SQLITE_DONE)
-    id = sqlite3_last_insert_rowid(db);
+    id = sqlite3_last_insert_rowid(j->db);
   sqlite3_finalize(s);
   return id;
 }
 
-void kvp__tier_journal_set(sqlite3 *db, int64_t id, const char *state, const char *error) {
+void kvp__journal_set(kvp__journal_t *j, int64_t id, const char *state, const char *error) {
   sqlite3_stmt *s = NULL;
-  if (id < 0 || sqlite3_prepare_v2(db,
+  if (id < 0 || sqlite3_prepare_v2(j->db,
                                    "UPDATE migrations SET state = ?1, updated = ?2, error = ?3"
                                    " WHERE id = ?4",
                                    -1, &s, NULL) != SQLITE_OK)
@@ -73,15 +94,15 @@ void kvp__tier_journal_set(sqlite3 *db, int64_t id, const char *state, const cha
   sqlite3_bind_int64(s, 4, id);
   if (sqlite3_step(s) != SQLITE_DONE)
     kvp_log_warn("tiering: journal row %" PRId64 " not updated to %s: %s", id, state,
-                 sqlite3_errmsg(db));
+                 sqlite3_errmsg(j->db));
   sqlite3_finalize(s);
 }
 
-int kvp__tier_journal_volume(sqlite3 *db, const char *name, int tier, uint64_t capacity,
+int kvp__journal_volume(kvp__journal_t *j, const char *name, int tier, uint64_t capacity,
                              uint64_t now_ms) {
   sqlite3_stmt *s = NULL;
   int rc = KVP_EDB;
-  if (sqlite3_prepare_v2(db,
+  if (sqlite3_prepare_v2(j->db,
                          "INSERT INTO volumes(volume, tier, capacity, first_seen)"
                          " VALUES(?1, ?2, ?3, ?4) ON CONFLICT(volume) DO UPDATE SET tier = ?2,"
                          " capacity = ?3",
@@ -102,7 +123,7 @@ int kvp__tier_journal_volume(sqlite3 *db, const char *name, int tier, uint64_t c
 
 /* Calls fn for each row of s (id, hash, from_volume, to_volume, state),
  * then finalizes it. */
-static int each_row(sqlite3_stmt *s, kvp__tier_journal_fn fn, void *ctx) {
+static int each_row(sqlite3_stmt *s, kvp__journal_fn fn, void *ctx) {
   int r;
   while ((r = sqlite3_step(s)) == SQLITE_ROW)
     fn(ctx, sqlite3_column_int64(s, 0), kvp_hash_from_i64(sqlite3_column_int64(s, 1)),
@@ -112,9 +133,9 @@ static int each_row(sqlite3_stmt *s, kvp__tier_journal_fn fn, void *ctx) {
   return r == SQLITE_DONE ? 0 : KVP_EDB;
 }
 
-int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx) {
+int kvp__journal_unfinished(kvp__journal_t *j, kvp__journal_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
-  if (sqlite3_prepare_v2(db,
+  if (sqlite3_prepare_v2(j->db,
                          "SELECT id, hash, from_volume, to_volume, state FROM migrations"
                          " WHERE state IN ('queued', 'copying', 'committed') ORDER BY id",
                          -1, &s, NULL) != SQLITE_OK)
@@ -122,9 +143,9 @@ int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx
   return each_row(s, fn, ctx);
 }
 
-int kvp__tier_journal_recent(sqlite3 *db, uint64_t margin_ms, kvp__tier_journal_fn fn, void *ctx) {
+int kvp__journal_recent(kvp__journal_t *j, uint64_t margin_ms, kvp__journal_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
-  if (sqlite3_prepare_v2(db,
+  if (sqlite3_prepare_v2(j->db,
                          "SELECT id, hash, from_volume, to_volume, state FROM migrations"
                          " WHERE state = 'source_deleted' AND updated >= coalesce((SELECT value"
                          " FROM meta WHERE key = 'prepared_ms') - ?1, 0) ORDER BY id",

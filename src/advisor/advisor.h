@@ -9,27 +9,17 @@
  * The kvplane-advisor program is a thin main over this API, so tests run the
  * whole daemon in-process.
  *
- * Query formats (request/reply, replies are JSON objects):
- *   match request:  {"hashes": ["<hex u64>", ...]} (hex with or without 0x;
- *                   JSON integers are accepted too and read as the same
- *                   64 bits), or binary: the 4 bytes "KVPM" followed by
- *                   little-endian u64 sequence hashes.
- *   match reply:    {"hashes": N, "matches": [{"worker": "w0", "dp_rank": 0,
- *                   "tier": "G1", "length": 12}, ...]} longest first; length
- *                   is the number of leading hashes the (worker, tier) holds
- *                   consecutively. Errors: {"error": "<cause>"}.
- *   stats request:  anything; reply: {"blocks":..., "locations":...,
- *                   "tiers": {...}, "ingest": {...}, "store": {...}, ...};
- *                   docs/stats.md documents every field.
- * Resync request payload (published, no reply expected):
- *   {"worker": "w0", "dp_rank": 0, "epoch": 17, "reason": "gap"}. */
-#ifndef KVPLANE_ADVISOR_H
-#define KVPLANE_ADVISOR_H
+ * The query formats (request/reply on kvplane.api.<ns>.match and .stats)
+ * are a public contract: include/kvplane/client.h documents them. This
+ * header is the advisor library's, not libkvplane's: it is not installed. */
+#ifndef KVP_ADVISOR_ADVISOR_H
+#define KVP_ADVISOR_ADVISOR_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "kvplane/nats.h"
+#include "tier/opts.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,15 +32,8 @@ typedef enum kvp_advisor_mode_e {
 
 /* Every key of etc/kvplane-advisor.conf; see that file for the meaning. */
 /* A storage volume the advisor opens for tiering: a [volume <name>]
- * section (docs/volumes.md for each plugin's parameters). */
-#define KVP_ADVISOR_MAX_VOLUMES 64
-typedef struct kvp_advisor_volume_s {
-  char name[64];
-  int tier; /* 3 or 4 */
-  char plugin[32];
-  int64_t capacity;  /* bytes; the fill watermarks are of this */
-  char params[1024]; /* the plugin's parameters, "key=value" lines */
-} kvp_advisor_volume_t;
+ * section (tier/opts.h). */
+typedef kvp__tier_volume_conf_t kvp_advisor_volume_t;
 
 typedef struct kvp_advisor_config_s {
   /* [nats] */
@@ -90,7 +73,7 @@ typedef struct kvp_advisor_config_s {
   int64_t tier_prefetch_depth;  /* generations of descendants a G4 hit prefetches */
   int64_t tier_prefetch_bytes;  /* bytes a G4 hit prefetches at most */
   char plugin_dir[512];         /* empty: kvp_volume_plugin_dir() */
-  kvp_advisor_volume_t volumes[KVP_ADVISOR_MAX_VOLUMES];
+  kvp_advisor_volume_t volumes[KVP__TIER_MAX_VOLUMES];
   int nvolumes;
   /* [metrics] */
   char metrics_listen[128]; /* host:port of /metrics, /healthz, /readyz; empty: off */
@@ -102,6 +85,10 @@ typedef struct kvp_advisor_config_s {
   int handle_signals; /* SIGTERM/SIGINT stop, SIGHUP reopens the log */
   int takeover;       /* take over a durable consumer this database did not create */
 } kvp_advisor_config_t;
+
+/* Fills o, the tiering engine's options, from cfg (o points into cfg) and
+ * returns o. */
+const kvp__tier_opts_t *kvp__adv_tier_opts(const kvp_advisor_config_t *cfg, kvp__tier_opts_t *o);
 
 /* Fills cfg with the defaults (the values shown in etc/kvplane-advisor.conf). */
 void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg);
@@ -150,4 +137,4 @@ void kvp_advisor_close(kvp_advisor_t *adv);
 #ifdef __cplusplus
 }
 #endif
-#endif /* KVPLANE_ADVISOR_H */
+#endif /* KVP_ADVISOR_ADVISOR_H */

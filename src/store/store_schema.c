@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "advisor/store_impl.h"
+#include "store/store_impl.h"
 #include "common/log.h"
 #include "kvplane/status.h"
 
@@ -87,7 +87,7 @@ static const char *const steps[] = {
     " w.down_at AS down_at, w.locations_dropped AS locations_dropped"
     " FROM workers w;",
     /* 4: tier occupancy over time, sampled by the advisor (store.h,
-     * kvp__adv_store_history_add). volume '' is a tier's total. */
+     * kvp__store_history_add). volume '' is a tier's total. */
     "CREATE TABLE tier_history(t INTEGER NOT NULL, tier INTEGER NOT NULL,"
     " volume TEXT NOT NULL DEFAULT '', blocks INTEGER NOT NULL, bytes INTEGER NOT NULL,"
     " capacity INTEGER, PRIMARY KEY(t, tier, volume)) WITHOUT ROWID;",
@@ -116,31 +116,31 @@ static int schema_version(sqlite3 *db, int *v) {
 }
 
 /* Brings db from its version up to target, one transaction per step. */
-int kvp__adv_store_upgrade(sqlite3 *db, int target, char *err, size_t errlen) {
+int kvp__store_upgrade(sqlite3 *db, int target, char *err, size_t errlen) {
   int v, rc;
   char sql[128];
 
   if ((rc = schema_version(db, &v)) != 0)
     return rc;
   int from = v;
-  if (v > KVP__ADV_SCHEMA_VERSION) {
+  if (v > KVP__STORE_SCHEMA_VERSION) {
     snprintf(err, errlen, "schema version %d is newer than this program's %d", v,
-             KVP__ADV_SCHEMA_VERSION);
+             KVP__STORE_SCHEMA_VERSION);
     return KVP_ENOTSUP;
   }
   for (; v < target; v++) {
-    if ((rc = kvp__adv_sql_exec(db, "BEGIN IMMEDIATE", err, errlen)) != 0)
+    if ((rc = kvp__store_sql_exec(db, "BEGIN IMMEDIATE", err, errlen)) != 0)
       return rc;
     snprintf(sql, sizeof sql,
              "INSERT INTO meta(key, value) VALUES('schema_version', %d)"
              " ON CONFLICT(key) DO UPDATE SET value = %d",
              v + 1, v + 1);
-    if ((rc = kvp__adv_sql_exec(db, steps[v], err, errlen)) != 0 ||
-        (rc = kvp__adv_sql_exec(db, sql, err, errlen)) != 0) {
-      kvp__adv_sql_exec(db, "ROLLBACK", NULL, 0);
+    if ((rc = kvp__store_sql_exec(db, steps[v], err, errlen)) != 0 ||
+        (rc = kvp__store_sql_exec(db, sql, err, errlen)) != 0) {
+      kvp__store_sql_exec(db, "ROLLBACK", NULL, 0);
       return rc;
     }
-    if ((rc = kvp__adv_sql_exec(db, "COMMIT", err, errlen)) != 0)
+    if ((rc = kvp__store_sql_exec(db, "COMMIT", err, errlen)) != 0)
       return rc;
     if (from > 0)
       kvp_log_info("advisor: database upgraded from schema version %d to %d", v, v + 1);
@@ -148,7 +148,7 @@ int kvp__adv_store_upgrade(sqlite3 *db, int target, char *err, size_t errlen) {
   return 0;
 }
 
-int kvp__adv_store_open_db(sqlite3 **db, const char *path, char *err, size_t errlen) {
+int kvp__store_open_db(sqlite3 **db, const char *path, char *err, size_t errlen) {
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -165,18 +165,18 @@ int kvp__adv_store_open_db(sqlite3 **db, const char *path, char *err, size_t err
   /* WAL: sqlite3 shells read while the daemon writes. NORMAL is durable
    * against a killed process (the WAL is in the page cache) and keeps the
    * database consistent across power loss. */
-  return kvp__adv_sql_exec(*db,
+  return kvp__store_sql_exec(*db,
                            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
                            " PRAGMA cache_size = -65536;",
                            err, errlen);
 }
 
-int kvp__adv_store_create_version(const char *path, int version) {
+int kvp__store_create_version(const char *path, int version) {
   sqlite3 *db = NULL;
   char err[256];
-  int rc = kvp__adv_store_open_db(&db, path, err, sizeof err);
+  int rc = kvp__store_open_db(&db, path, err, sizeof err);
   if (rc == 0)
-    rc = kvp__adv_store_upgrade(db, version, err, sizeof err);
+    rc = kvp__store_upgrade(db, version, err, sizeof err);
   sqlite3_close(db);
   return rc;
 }

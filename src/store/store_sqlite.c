@@ -2,14 +2,14 @@
  * database's identity; see store.h. The schema is in store_schema.c,
  * loading in store_load.c, the write-behind flush in store_write.c.
  * Thread: the one that opens the store. */
-#include "advisor/store.h"
+#include "store/store.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "advisor/store_impl.h"
+#include "store/store_impl.h"
 #include "kvplane/status.h"
 
 static const char *const stmt_sql[S_COUNT] = {
@@ -38,15 +38,15 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_HIST_TRIM] = "DELETE FROM tier_history WHERE t < ?1",
 };
 
-int kvp__adv_store_open(kvp__adv_store_t **out, const char *path, char *err, size_t errlen) {
-  kvp__adv_store_t *st = calloc(1, sizeof *st);
+int kvp__store_open(kvp__store_t **out, const char *path, char *err, size_t errlen) {
+  kvp__store_t *st = calloc(1, sizeof *st);
   int rc = KVP_ENOMEM;
 
   *out = NULL;
   if (st == NULL)
     goto fail;
-  if ((rc = kvp__adv_store_open_db(&st->db, path, err, errlen)) != 0 ||
-      (rc = kvp__adv_store_upgrade(st->db, KVP__ADV_SCHEMA_VERSION, err, errlen)) != 0) {
+  if ((rc = kvp__store_open_db(&st->db, path, err, errlen)) != 0 ||
+      (rc = kvp__store_upgrade(st->db, KVP__STORE_SCHEMA_VERSION, err, errlen)) != 0) {
     /* Every message names the file, once. */
     if (err != NULL && errlen > 0 && strstr(err, path) == NULL) {
       char why[512];
@@ -66,11 +66,11 @@ int kvp__adv_store_open(kvp__adv_store_t **out, const char *path, char *err, siz
   *out = st;
   return 0;
 fail:
-  kvp__adv_store_close(st);
+  kvp__store_close(st);
   return rc;
 }
 
-void kvp__adv_store_close(kvp__adv_store_t *st) {
+void kvp__store_close(kvp__store_t *st) {
   if (st == NULL)
     return;
   for (int i = 0; i < S_COUNT; i++)
@@ -80,7 +80,7 @@ void kvp__adv_store_close(kvp__adv_store_t *st) {
   free(st);
 }
 
-uint64_t kvp__adv_store_stream_seq(const kvp__adv_store_t *st) {
+uint64_t kvp__store_stream_seq(const kvp__store_t *st) {
   return st->stream_seq;
 }
 
@@ -119,14 +119,14 @@ static int meta_set(sqlite3 *db, const char *key, const char *value) {
   return rc;
 }
 
-int kvp__adv_store_bind(kvp__adv_store_t *st, const char *ns, const char *consumer,
-                        char db_id[KVP__ADV_DB_ID_LEN + 1], char *err, size_t errlen) {
+int kvp__store_bind(kvp__store_t *st, const char *ns, const char *consumer,
+                        char db_id[KVP__STORE_DB_ID_LEN + 1], char *err, size_t errlen) {
   char have_ns[128], have_consumer[128];
   int rc;
 
   if ((rc = meta_get(st->db, "namespace", have_ns, sizeof have_ns)) != 0 ||
       (rc = meta_get(st->db, "consumer", have_consumer, sizeof have_consumer)) != 0 ||
-      (rc = meta_get(st->db, "db_id", db_id, KVP__ADV_DB_ID_LEN + 1)) != 0) {
+      (rc = meta_get(st->db, "db_id", db_id, KVP__STORE_DB_ID_LEN + 1)) != 0) {
     snprintf(err, errlen, "%s: cannot read meta: %s", sqlite3_db_filename(st->db, "main"),
              sqlite3_errmsg(st->db));
     return rc;
@@ -140,21 +140,21 @@ int kvp__adv_store_bind(kvp__adv_store_t *st, const char *ns, const char *consum
              ns, consumer ? consumer : "-");
     return KVP_ECONFIG;
   }
-  if (strlen(db_id) != KVP__ADV_DB_ID_LEN) {
-    unsigned char r[KVP__ADV_DB_ID_LEN / 2];
+  if (strlen(db_id) != KVP__STORE_DB_ID_LEN) {
+    unsigned char r[KVP__STORE_DB_ID_LEN / 2];
     sqlite3_randomness((int)sizeof r, r);
     for (size_t i = 0; i < sizeof r; i++)
       snprintf(db_id + 2 * i, 3, "%02x", r[i]);
   }
-  if ((rc = kvp__adv_sql_exec(st->db, "BEGIN IMMEDIATE", err, errlen)) != 0)
+  if ((rc = kvp__store_sql_exec(st->db, "BEGIN IMMEDIATE", err, errlen)) != 0)
     return rc;
   if ((rc = meta_set(st->db, "namespace", ns)) != 0 ||
       (consumer != NULL && (rc = meta_set(st->db, "consumer", consumer)) != 0) ||
       (rc = meta_set(st->db, "db_id", db_id)) != 0) {
     snprintf(err, errlen, "%s: cannot write meta: %s", sqlite3_db_filename(st->db, "main"),
              sqlite3_errmsg(st->db));
-    kvp__adv_sql_exec(st->db, "ROLLBACK", NULL, 0);
+    kvp__store_sql_exec(st->db, "ROLLBACK", NULL, 0);
     return rc;
   }
-  return kvp__adv_sql_exec(st->db, "COMMIT", err, errlen);
+  return kvp__store_sql_exec(st->db, "COMMIT", err, errlen);
 }

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "advisor/api.h"
-#include "advisor/client_impl.h"
+#include "client/client_impl.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 #include "nats/conn.h"
@@ -98,8 +97,8 @@ int kvp_client_request(kvp_client_t *c, const char *call, const char *body, uint
   return rc;
 }
 
-void kvp_client_free(void *p) {
-  free(p);
+void kvp_client_reply_free(char *reply) {
+  free(reply);
 }
 
 static int tier_of(const char *name) {
@@ -171,16 +170,16 @@ int kvp_client_match(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t
   int rc;
 
   *nmatches = 0;
-  if (n == 0 || n > KVP__ADV_MATCH_MAX)
+  if (n == 0 || n > KVP_MATCH_MAX)
     return fail(KVP_EINVAL, err, errlen, "match: %zu hashes (1..%d per request)", n,
-                KVP__ADV_MATCH_MAX);
+                KVP_MATCH_MAX);
   if (out == NULL && cap > 0)
     return fail(KVP_EINVAL, err, errlen, "match: no room for %zu rows (out is NULL)", cap);
   kvp_subject_api(subj, sizeof subj, c->ns, KVP_API_MATCH);
   /* The binary form: "KVPM" and little-endian u64s, no JSON to build. */
   if ((req = malloc(4 + 8 * n)) == NULL)
     return fail(KVP_ENOMEM, err, errlen, "match: out of memory for %zu hashes", n);
-  memcpy(req, KVP__ADV_MATCH_MAGIC, 4);
+  memcpy(req, KVP_MATCH_MAGIC, 4);
   for (size_t i = 0; i < n; i++)
     for (int b = 0; b < 8; b++)
       req[4 + i * 8 + (size_t)b] = (uint8_t)(hashes[i] >> (8 * b));

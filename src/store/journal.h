@@ -1,44 +1,52 @@
 /* The migrations journal (the migrations table, docs/sql.md) and the
  * volumes table's tier and capacity, through the tiering engine's own
- * SQLite connection. States: queued -> copying -> committed ->
+ * SQLite connection. The SQL lives here, in the store module, with the rest
+ * of the schema's; the tiering engine calls these. States: queued -> copying -> committed ->
  * source_deleted, or failed with the error (DESIGN.md, "Migrations").
  *
  * Threads: one connection, used by one thread at a time: the engine's open
  * on the loop thread, then its jobs on the thread pool, one at a time. */
-#ifndef KVP_TIER_JOURNAL_H
-#define KVP_TIER_JOURNAL_H
+#ifndef KVP_STORE_JOURNAL_H
+#define KVP_STORE_JOURNAL_H
 
-#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct kvp__journal_s kvp__journal_t;
+
 /* Opens path (the advisor's database, which must exist) for the journal:
  * WAL, synchronous=NORMAL, a 10 s busy timeout. Returns 0 or KVP_EDB with
- * err naming the path. */
-int kvp__tier_journal_open(const char *path, sqlite3 **out, char *err, size_t errlen);
+ * err naming the path, or KVP_ENOMEM. */
+int kvp__journal_open(const char *path, kvp__journal_t **out, char *err, size_t errlen);
+
+/* Closes the connection; NULL is accepted. */
+void kvp__journal_close(kvp__journal_t *j);
+
+/* The connection's last error message. */
+const char *kvp__journal_errmsg(kvp__journal_t *j);
 
 /* BEGIN IMMEDIATE / COMMIT around a job's journal writes. */
-void kvp__tier_journal_begin(sqlite3 *db);
-void kvp__tier_journal_commit(sqlite3 *db);
+void kvp__journal_begin(kvp__journal_t *j);
+void kvp__journal_commit(kvp__journal_t *j);
 
 /* A move queued now: its row id, or -1 when the row could not be written
  * (the move still runs; its outcome is then only logged). to_volume ""
  * and to_tier 0 for an eviction. */
-int64_t kvp__tier_journal_insert(sqlite3 *db, uint64_t hash, int from_tier, const char *from_volume,
+int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier, const char *from_volume,
                                  int to_tier, const char *to_volume, uint64_t bytes,
                                  uint64_t now_ms);
 
 /* Moves row id to state, with error (NULL for none). */
-void kvp__tier_journal_set(sqlite3 *db, int64_t id, const char *state, const char *error);
+void kvp__journal_set(kvp__journal_t *j, int64_t id, const char *state, const char *error);
 
 /* Records a volume's tier and capacity (0: unknown) in the volumes table. */
-int kvp__tier_journal_volume(sqlite3 *db, const char *name, int tier, uint64_t capacity,
+int kvp__journal_volume(kvp__journal_t *j, const char *name, int tier, uint64_t capacity,
                              uint64_t now_ms);
 
 /* Calls fn for every row not finished (queued, copying, committed). */
-typedef void (*kvp__tier_journal_fn)(void *ctx, int64_t id, uint64_t hash, const char *from_volume,
+typedef void (*kvp__journal_fn)(void *ctx, int64_t id, uint64_t hash, const char *from_volume,
                                      const char *to_volume, const char *state);
-int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx);
+int kvp__journal_unfinished(kvp__journal_t *j, kvp__journal_fn fn, void *ctx);
 
 /* Calls fn for every finished row (source_deleted) updated at or after the
  * time the database's last write-behind flush took the index's changes
@@ -46,6 +54,6 @@ int kvp__tier_journal_unfinished(sqlite3 *db, kvp__tier_journal_fn fn, void *ctx
  * the database has no such mark. Their effects on the index (the
  * destination's location added, the source's dropped) may not have reached
  * the database before a crash. */
-int kvp__tier_journal_recent(sqlite3 *db, uint64_t margin_ms, kvp__tier_journal_fn fn, void *ctx);
+int kvp__journal_recent(kvp__journal_t *j, uint64_t margin_ms, kvp__journal_fn fn, void *ctx);
 
 #endif

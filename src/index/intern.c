@@ -1,5 +1,5 @@
 /* Interned names of the advisor's index; see intern.h. */
-#include "advisor/intern.h"
+#include "index/intern.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,12 +7,12 @@
 #include "common/array.h"
 #include "kvplane/status.h"
 
-void kvp__adv_intern_init(kvp__adv_intern_t *t, size_t max) {
+void kvp__index_intern_init(kvp__index_intern_t *t, size_t max) {
   memset(t, 0, sizeof *t);
   t->max = max;
 }
 
-void kvp__adv_intern_free(kvp__adv_intern_t *t) {
+void kvp__index_intern_free(kvp__index_intern_t *t) {
   for (size_t i = 0; i < t->n; i++)
     free(t->v[i].name);
   free(t->v);
@@ -20,7 +20,7 @@ void kvp__adv_intern_free(kvp__adv_intern_t *t) {
   t->n = t->cap = 0;
 }
 
-int kvp__adv_intern_id(kvp__adv_intern_t *t, const char *name, uint32_t dp_rank, size_t from,
+int kvp__index_intern_id(kvp__index_intern_t *t, const char *name, uint32_t dp_rank, size_t from,
                        uint16_t *id) {
   char *copy;
   int rc;
@@ -39,12 +39,12 @@ int kvp__adv_intern_id(kvp__adv_intern_t *t, const char *name, uint32_t dp_rank,
     return rc;
   if ((copy = strdup(name)) == NULL)
     return KVP_ENOMEM;
-  t->v[t->n] = (kvp__adv_name_t){.name = copy, .dp_rank = dp_rank};
+  t->v[t->n] = (kvp__index_name_t){.name = copy, .dp_rank = dp_rank};
   *id = (uint16_t)t->n++;
   return 0;
 }
 
-const char *kvp__adv_intern_name(const kvp__adv_intern_t *t, uint16_t id, uint32_t *dp_rank) {
+const char *kvp__index_intern_name(const kvp__index_intern_t *t, uint16_t id, uint32_t *dp_rank) {
   if (id >= t->n)
     return NULL;
   if (dp_rank)
@@ -52,9 +52,9 @@ const char *kvp__adv_intern_name(const kvp__adv_intern_t *t, uint16_t id, uint32
   return t->v[id].name;
 }
 
-size_t kvp__adv_intern_memory(const kvp__adv_intern_t *t) {
+size_t kvp__index_intern_memory(const kvp__index_intern_t *t) {
   size_t bytes = 0;
   for (size_t i = 0; i < t->n; i++)
-    bytes += sizeof(kvp__adv_name_t) + strlen(t->v[i].name) + 1;
+    bytes += sizeof(kvp__index_name_t) + strlen(t->v[i].name) + 1;
   return bytes;
 }

@@ -11,33 +11,33 @@
  * (worker id, dp rank) pair: every data-parallel rank has its own caches.
  *
  * Every change marks the block dirty (once) so the store can write it behind;
- * kvp__adv_index_changes_take() hands the changes over.
+ * kvp__index_changes_take() hands the changes over.
  *
  * In parts: index.c (the map, the pools, the LRU lists and the updates),
  * query.c (match, lookups, LRU walks), intern.c (names), changelog.c (the
  * change log); index_impl.h is what index.c and query.c share.
  *
  * Not thread-safe: the advisor's loop thread owns it. */
-#ifndef KVP_ADVISOR_INDEX_H
-#define KVP_ADVISOR_INDEX_H
+#ifndef KVP_INDEX_INDEX_H
+#define KVP_INDEX_INDEX_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "advisor/changelog.h"
+#include "index/changelog.h"
 
-#define KVP__ADV_MAX_WORKERS 8191u
-#define KVP__ADV_MAX_VOLUMES 65535u
-#define KVP__ADV_MAX_BLOCKS ((1u << 27) - 2) /* node ids share a u32 slot with a tag */
-#define KVP__ADV_NO_VOLUME 0xffffu           /* "any volume" in kvp__adv_index_remove */
+#define KVP__INDEX_MAX_WORKERS 8191u
+#define KVP__INDEX_MAX_VOLUMES 65535u
+#define KVP__INDEX_MAX_BLOCKS ((1u << 27) - 2) /* node ids share a u32 slot with a tag */
+#define KVP__INDEX_NO_VOLUME 0xffffu           /* "any volume" in kvp__index_remove */
 /* In-memory last access is kept in seconds since this Unix time (2020-01-01)
  * to keep the node small; the store writes it back as Unix milliseconds. */
-#define KVP__ADV_EPOCH_S 1577836800u
+#define KVP__INDEX_EPOCH_S 1577836800u
 
-typedef struct kvp__adv_index_s kvp__adv_index_t;
+typedef struct kvp__index_s kvp__index_t;
 
 /* A block as the store and the queries see it. */
-typedef struct kvp__adv_block_s {
+typedef struct kvp__index_block_s {
   uint64_t hash;
   uint64_t parent; /* equal to hash when the block has no parent */
   uint32_t tokens;
@@ -45,118 +45,118 @@ typedef struct kvp__adv_block_s {
   uint64_t last_access_ms;
   uint32_t hits;
   double freq; /* decayed hit frequency at last access */
-} kvp__adv_block_t;
+} kvp__index_block_t;
 
-typedef struct kvp__adv_loc_s {
+typedef struct kvp__index_loc_s {
   uint16_t worker;
   uint16_t volume; /* 0 = none (G1/G2) */
   uint8_t tier;
-} kvp__adv_loc_t;
+} kvp__index_loc_t;
 
 /* One row of a match answer: worker, tier and the number of leading hashes
  * of the query that this (worker, tier) holds, consecutively from the first. */
-typedef struct kvp__adv_match_s {
+typedef struct kvp__index_match_s {
   uint16_t worker;
   uint8_t tier;
   uint64_t length; /* up to the query's length (a size_t) */
-} kvp__adv_match_t;
+} kvp__index_match_t;
 
 /* Creates an empty index sized for about cap_hint blocks; half_life_s is the
  * half-life of the decayed hit frequency. Returns 0 or KVP_ENOMEM. */
-int kvp__adv_index_create(kvp__adv_index_t **out, size_t cap_hint, double half_life_s);
+int kvp__index_create(kvp__index_t **out, size_t cap_hint, double half_life_s);
 
 /* Frees everything; NULL is accepted. */
-void kvp__adv_index_destroy(kvp__adv_index_t *ix);
+void kvp__index_destroy(kvp__index_t *ix);
 
 /* Interns a (worker id, dp rank) pair. Returns 0, KVP_EINVAL for a bad id or
- * KVP_ENOSPC past KVP__ADV_MAX_WORKERS. */
-int kvp__adv_index_worker(kvp__adv_index_t *ix, const char *name, uint32_t dp_rank, uint16_t *id);
+ * KVP_ENOSPC past KVP__INDEX_MAX_WORKERS. */
+int kvp__index_worker(kvp__index_t *ix, const char *name, uint32_t dp_rank, uint16_t *id);
 /* Name and dp rank of an interned worker; NULL for an unknown id. */
-const char *kvp__adv_index_worker_name(const kvp__adv_index_t *ix, uint16_t id, uint32_t *dp_rank);
-size_t kvp__adv_index_worker_count(const kvp__adv_index_t *ix);
+const char *kvp__index_worker_name(const kvp__index_t *ix, uint16_t id, uint32_t *dp_rank);
+size_t kvp__index_worker_count(const kvp__index_t *ix);
 
 /* Interns a volume name; NULL or "" is volume 0. Returns 0, KVP_EINVAL for a
  * name over 255 bytes, or KVP_ENOSPC. */
-int kvp__adv_index_volume(kvp__adv_index_t *ix, const char *name, uint16_t *id);
+int kvp__index_volume(kvp__index_t *ix, const char *name, uint16_t *id);
 /* Name of a volume id ("" for 0); NULL for an unknown id. */
-const char *kvp__adv_index_volume_name(const kvp__adv_index_t *ix, uint16_t id);
-size_t kvp__adv_index_volume_count(const kvp__adv_index_t *ix);
+const char *kvp__index_volume_name(const kvp__index_t *ix, uint16_t id);
+size_t kvp__index_volume_count(const kvp__index_t *ix);
 
 /* Records that worker holds block hash in tier (and volume). Creates the
  * block if it is new (has_parent 0: no parent); refreshes size and last
  * access; a location already present is only moved to the front of its LRU.
  * Returns 0, KVP_ETIER for a tier outside 1..4, KVP_ENOSPC past
- * KVP__ADV_MAX_BLOCKS blocks, or KVP_ENOMEM (index unchanged). */
-int kvp__adv_index_store(kvp__adv_index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
+ * KVP__INDEX_MAX_BLOCKS blocks, or KVP_ENOMEM (index unchanged). */
+int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
                          uint16_t worker, int tier, uint16_t volume, uint32_t tokens,
                          uint64_t bytes, uint64_t now_ms);
 
-/* Removes worker's location of hash in tier (volume KVP__ADV_NO_VOLUME: any
+/* Removes worker's location of hash in tier (volume KVP__INDEX_NO_VOLUME: any
  * volume). A block with no location left is deleted. Returns 0, or KVP_ENOENT
  * when there was no such location (not an error for event streams). */
-int kvp__adv_index_remove(kvp__adv_index_t *ix, uint64_t hash, uint16_t worker, int tier,
+int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier,
                           uint16_t volume);
 
 /* Counts hits on a block: hit counter, decayed frequency, last access, and
  * the LRU position of the tier's locations (tier 0: all). KVP_ENOENT when the
  * block is unknown. */
-int kvp__adv_index_access(kvp__adv_index_t *ix, uint64_t hash, int tier, uint32_t hits,
+int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits,
                           uint64_t now_ms);
 
 /* Drops every location of worker in the tiers of tier_mask (bit t for tier
  * t). Returns the number of locations dropped. */
-size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_mask);
+size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask);
 
 /* Hints that hashes are about to be stored, removed or accessed: issues
  * the memory loads of their map slots and nodes in parallel. */
-void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n);
+void kvp__index_prefetch(const kvp__index_t *ix, const uint64_t *hashes, size_t n);
 
 /* Longest consecutive cached prefix of hashes[0..n) per (worker, tier).
  * Writes up to cap rows to out and their number to *nrows. Returns 0, or
  * KVP_ENOSPC when more than cap (worker, tier) pairs matched (*nrows is then
  * cap, and out holds the first cap pairs with their lengths so far). Rows
  * with length 0 are not reported. */
-int kvp__adv_index_match(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n,
-                         kvp__adv_match_t *out, size_t cap, size_t *nrows);
+int kvp__index_match(const kvp__index_t *ix, const uint64_t *hashes, size_t n,
+                         kvp__index_match_t *out, size_t cap, size_t *nrows);
 
 /* Looks a block up. Returns 0 or KVP_ENOENT. locs (cap entries) receives
  * its locations; *nlocs their total count (may exceed cap). */
-int kvp__adv_index_get(const kvp__adv_index_t *ix, uint64_t hash, kvp__adv_block_t *b,
-                       kvp__adv_loc_t *locs, size_t cap, size_t *nlocs);
+int kvp__index_get(const kvp__index_t *ix, uint64_t hash, kvp__index_block_t *b,
+                       kvp__index_loc_t *locs, size_t cap, size_t *nlocs);
 
 /* Loads a block row (from the store) without marking it dirty. */
-int kvp__adv_index_load_block(kvp__adv_index_t *ix, const kvp__adv_block_t *b);
+int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b);
 /* Loads a location row; the block must have been loaded. KVP_ENOENT if not. */
-int kvp__adv_index_load_loc(kvp__adv_index_t *ix, uint64_t hash, const kvp__adv_loc_t *loc);
+int kvp__index_load_loc(kvp__index_t *ix, uint64_t hash, const kvp__index_loc_t *loc);
 
 /* Least recently used locations of tier, coldest first: up to cap hashes. */
-size_t kvp__adv_index_lru(const kvp__adv_index_t *ix, int tier, uint64_t *hashes, size_t cap);
+size_t kvp__index_lru(const kvp__index_t *ix, int tier, uint64_t *hashes, size_t cap);
 
 /* Figures. */
-typedef struct kvp__adv_index_stats_s {
+typedef struct kvp__index_stats_s {
   size_t blocks;
   size_t locations;
   size_t tier_locations[5]; /* by tier; [0] unused */
   uint64_t tier_bytes[5];
   size_t memory_bytes; /* allocated by the index (map, pools, names) */
-} kvp__adv_index_stats_t;
-void kvp__adv_index_stats(const kvp__adv_index_t *ix, kvp__adv_index_stats_t *st);
+} kvp__index_stats_t;
+void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st);
 
 /* Turns dirty tracking on (default) or off (benchmarks, fuzzing). */
-void kvp__adv_index_track_dirty(kvp__adv_index_t *ix, int on);
+void kvp__index_track_dirty(kvp__index_t *ix, int on);
 
 /* Changes since the last take, for the write-behind store (the types are
  * in changelog.h). */
 /* Hands the changes over and clears the marks. Write the removed locations
  * first, then the blocks. Returns 0 or KVP_ENOMEM (nothing taken). Free ch
- * with kvp__adv_changes_free(). */
-int kvp__adv_index_changes_take(kvp__adv_index_t *ix, kvp__adv_changes_t *ch);
+ * with kvp__index_changes_free(). */
+int kvp__index_changes_take(kvp__index_t *ix, kvp__index_changes_t *ch);
 
 /* Gives the changes of a failed write back (conservatively: every block's
  * locations are written again). */
-void kvp__adv_index_changes_restore(kvp__adv_index_t *ix, const kvp__adv_changes_t *ch);
+void kvp__index_changes_restore(kvp__index_t *ix, const kvp__index_changes_t *ch);
 
 /* Number of changed blocks pending. */
-size_t kvp__adv_index_dirty_count(const kvp__adv_index_t *ix);
+size_t kvp__index_dirty_count(const kvp__index_t *ix);
 
 #endif

@@ -1,14 +1,14 @@
 /* Advisor block index: the map, the node and location pools, the LRU lists
  * and every update (index.h). Names are in intern.c, the change log in
  * changelog.c, the queries in query.c. Thread: the advisor's loop thread. */
-#include "advisor/index.h"
+#include "index/index.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "advisor/index_impl.h"
+#include "index/index_impl.h"
 #include "common/array.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
@@ -16,7 +16,7 @@
 
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
-  return s <= KVP__ADV_EPOCH_S ? 0 : (uint32_t)(s - KVP__ADV_EPOCH_S);
+  return s <= KVP__INDEX_EPOCH_S ? 0 : (uint32_t)(s - KVP__INDEX_EPOCH_S);
 }
 
 /* Big tables are read at random: transparent huge pages spare a TLB miss
@@ -42,8 +42,8 @@ static inline int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return rc;
 }
 
-int kvp__adv_index_create(kvp__adv_index_t **out, size_t cap_hint, double half_life_s) {
-  kvp__adv_index_t *ix = calloc(1, sizeof *ix);
+int kvp__index_create(kvp__index_t **out, size_t cap_hint, double half_life_s) {
+  kvp__index_t *ix = calloc(1, sizeof *ix);
   size_t cap = 16;
   int rc = KVP_ENOMEM;
 
@@ -64,26 +64,26 @@ int kvp__adv_index_create(kvp__adv_index_t **out, size_t cap_hint, double half_l
     goto fail;
   if (grow((void **)&ix->locs, &ix->loc_cap, cap_hint + 1, sizeof(loc_t)) != 0)
     goto fail;
-  kvp__adv_intern_init(&ix->workers, KVP__ADV_MAX_WORKERS);
-  kvp__adv_intern_init(&ix->volumes, KVP__ADV_MAX_VOLUMES);
+  kvp__index_intern_init(&ix->workers, KVP__INDEX_MAX_WORKERS);
+  kvp__index_intern_init(&ix->volumes, KVP__INDEX_MAX_VOLUMES);
   uint16_t none;
-  if (kvp__adv_intern_id(&ix->volumes, "", 0, 0, &none) != 0)
+  if (kvp__index_intern_id(&ix->volumes, "", 0, 0, &none) != 0)
     goto fail;
   ix->track_dirty = 1;
   ix->half_life_s = half_life_s > 0 ? half_life_s : 3600;
   *out = ix;
   return 0;
 fail:
-  kvp__adv_index_destroy(ix);
+  kvp__index_destroy(ix);
   return rc;
 }
 
-void kvp__adv_index_destroy(kvp__adv_index_t *ix) {
+void kvp__index_destroy(kvp__index_t *ix) {
   if (ix == NULL)
     return;
-  kvp__adv_intern_free(&ix->workers);
-  kvp__adv_intern_free(&ix->volumes);
-  kvp__adv_changelog_free(&ix->log);
+  kvp__index_intern_free(&ix->workers);
+  kvp__index_intern_free(&ix->volumes);
+  kvp__index_changelog_free(&ix->log);
   free(ix->slots);
   free(ix->nodes);
   free(ix->locs);
@@ -92,41 +92,41 @@ void kvp__adv_index_destroy(kvp__adv_index_t *ix) {
 
 /* --- names (intern.c) ------------------------------------------------- */
 
-int kvp__adv_index_worker(kvp__adv_index_t *ix, const char *name, uint32_t dp_rank, uint16_t *id) {
+int kvp__index_worker(kvp__index_t *ix, const char *name, uint32_t dp_rank, uint16_t *id) {
   if (!kvp_subject_token_valid(name))
     return KVP_EINVAL;
-  return kvp__adv_intern_id(&ix->workers, name, dp_rank, 0, id);
+  return kvp__index_intern_id(&ix->workers, name, dp_rank, 0, id);
 }
 
-const char *kvp__adv_index_worker_name(const kvp__adv_index_t *ix, uint16_t id, uint32_t *dp_rank) {
-  return kvp__adv_intern_name(&ix->workers, id, dp_rank);
+const char *kvp__index_worker_name(const kvp__index_t *ix, uint16_t id, uint32_t *dp_rank) {
+  return kvp__index_intern_name(&ix->workers, id, dp_rank);
 }
 
-size_t kvp__adv_index_worker_count(const kvp__adv_index_t *ix) {
+size_t kvp__index_worker_count(const kvp__index_t *ix) {
   return ix->workers.n;
 }
 
-int kvp__adv_index_volume(kvp__adv_index_t *ix, const char *name, uint16_t *id) {
+int kvp__index_volume(kvp__index_t *ix, const char *name, uint16_t *id) {
   if (name == NULL || name[0] == '\0') {
     *id = 0;
     return 0;
   }
   if (strlen(name) > 255)
     return KVP_EINVAL;
-  return kvp__adv_intern_id(&ix->volumes, name, 0, 1, id);
+  return kvp__index_intern_id(&ix->volumes, name, 0, 1, id);
 }
 
-const char *kvp__adv_index_volume_name(const kvp__adv_index_t *ix, uint16_t id) {
-  return kvp__adv_intern_name(&ix->volumes, id, NULL);
+const char *kvp__index_volume_name(const kvp__index_t *ix, uint16_t id) {
+  return kvp__index_intern_name(&ix->volumes, id, NULL);
 }
 
-size_t kvp__adv_index_volume_count(const kvp__adv_index_t *ix) {
+size_t kvp__index_volume_count(const kvp__index_t *ix) {
   return ix->volumes.n;
 }
 
 /* --- map --------------------------------------------------------------- */
 
-static int rehash(kvp__adv_index_t *ix, size_t cap) {
+static int rehash(kvp__index_t *ix, size_t cap) {
   uint32_t *slots = calloc(cap, sizeof *slots);
   if (slots == NULL)
     return KVP_ENOMEM;
@@ -135,7 +135,7 @@ static int rehash(kvp__adv_index_t *ix, size_t cap) {
     uint32_t v = ix->slots[i];
     if (v == 0)
       continue;
-    size_t s = kvp__adv_slot_of(ix->nodes[v & IDX_MASK].hash, cap - 1);
+    size_t s = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, cap - 1);
     while (slots[s] != 0)
       s = (s + 1) & (cap - 1);
     slots[s] = v;
@@ -148,15 +148,15 @@ static int rehash(kvp__adv_index_t *ix, size_t cap) {
 }
 
 /* Backward-shift deletion keeps linear probing free of tombstones. */
-static void unmap(kvp__adv_index_t *ix, uint64_t h) {
-  size_t s = kvp__adv_slot_of(h, ix->mask);
+static void unmap(kvp__index_t *ix, uint64_t h) {
+  size_t s = kvp__index_slot_of(h, ix->mask);
   while (ix->slots[s] == 0 || ix->nodes[ix->slots[s] & IDX_MASK].hash != h)
     s = (s + 1) & ix->mask;
   for (size_t j = (s + 1) & ix->mask;; j = (j + 1) & ix->mask) {
     uint32_t v = ix->slots[j];
     if (v == 0)
       break;
-    size_t home = kvp__adv_slot_of(ix->nodes[v & IDX_MASK].hash, ix->mask);
+    size_t home = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, ix->mask);
     /* Move v back into the hole when its home is not in (s, j]. */
     if (((j - home) & ix->mask) >= ((j - s) & ix->mask)) {
       ix->slots[s] = v;
@@ -166,7 +166,7 @@ static void unmap(kvp__adv_index_t *ix, uint64_t h) {
   ix->slots[s] = 0;
 }
 
-static void touch_node(kvp__adv_index_t *ix, uint32_t n, uint16_t extra) {
+static void touch_node(kvp__index_t *ix, uint32_t n, uint16_t extra) {
   node_t *nd = &ix->nodes[n];
   if (!ix->track_dirty)
     return;
@@ -174,11 +174,11 @@ static void touch_node(kvp__adv_index_t *ix, uint32_t n, uint16_t extra) {
   if (nd->flags & NODE_DIRTY)
     return;
   /* On ENOMEM the block stays clean in the store until its next change. */
-  if (kvp__adv_changelog_mark(&ix->log, nd->hash) == 0)
+  if (kvp__index_changelog_mark(&ix->log, nd->hash) == 0)
     nd->flags |= NODE_DIRTY;
 }
 
-static int node_new(kvp__adv_index_t *ix, uint64_t h, uint32_t *out) {
+static int node_new(kvp__index_t *ix, uint64_t h, uint32_t *out) {
   uint32_t n;
   if ((ix->blocks + 1) * 10 > ix->cap * 7 && rehash(ix, ix->cap * 2) != 0)
     return KVP_ENOMEM;
@@ -195,20 +195,20 @@ static int node_new(kvp__adv_index_t *ix, uint64_t h, uint32_t *out) {
   memset(&ix->nodes[n], 0, sizeof(node_t));
   ix->nodes[n].hash = h;
   ix->nodes[n].parent = h;
-  size_t s = kvp__adv_slot_of(h, ix->mask);
+  size_t s = kvp__index_slot_of(h, ix->mask);
   while (ix->slots[s] != 0)
     s = (s + 1) & ix->mask;
-  ix->slots[s] = kvp__adv_tag_of(h) | n;
+  ix->slots[s] = kvp__index_tag_of(h) | n;
   ix->blocks++;
   *out = n;
   return 0;
 }
 
-static void node_free(kvp__adv_index_t *ix, uint32_t n) {
+static void node_free(kvp__index_t *ix, uint32_t n) {
   uint64_t h = ix->nodes[n].hash;
   unmap(ix, h);
   if (ix->track_dirty && !(ix->nodes[n].flags & NODE_DIRTY))
-    kvp__adv_changelog_mark(&ix->log, h);
+    kvp__index_changelog_mark(&ix->log, h);
   ix->nodes[n].flags = 0;
   ix->nodes[n].loc_head = (uint32_t)ix->node_free;
   ix->node_free = n;
@@ -217,9 +217,9 @@ static void node_free(kvp__adv_index_t *ix, uint32_t n) {
 
 /* --- locations and LRU -------------------------------------------------- */
 
-static void lru_unlink(kvp__adv_index_t *ix, uint32_t l) {
+static void lru_unlink(kvp__index_t *ix, uint32_t l) {
   loc_t *lc = &ix->locs[l];
-  int t = kvp__adv_loc_tier(lc);
+  int t = kvp__index_loc_tier(lc);
   if (lc->lru_prev)
     ix->locs[lc->lru_prev].lru_next = lc->lru_next;
   else
@@ -231,9 +231,9 @@ static void lru_unlink(kvp__adv_index_t *ix, uint32_t l) {
   lc->lru_prev = lc->lru_next = 0;
 }
 
-static void lru_push(kvp__adv_index_t *ix, uint32_t l) {
+static void lru_push(kvp__index_t *ix, uint32_t l) {
   loc_t *lc = &ix->locs[l];
-  int t = kvp__adv_loc_tier(lc);
+  int t = kvp__index_loc_tier(lc);
   lc->lru_prev = 0;
   lc->lru_next = ix->lru_head[t];
   if (ix->lru_head[t])
@@ -243,7 +243,7 @@ static void lru_push(kvp__adv_index_t *ix, uint32_t l) {
   ix->lru_head[t] = l;
 }
 
-static int loc_add(kvp__adv_index_t *ix, uint32_t n, uint16_t worker, int tier, uint16_t volume) {
+static int loc_add(kvp__index_t *ix, uint32_t n, uint16_t worker, int tier, uint16_t volume) {
   uint16_t wt = (uint16_t)(worker << 3 | tier);
   for (uint32_t l = ix->nodes[n].loc_head; l; l = ix->locs[l].next) {
     if (ix->locs[l].wt == wt && ix->locs[l].volume == volume) {
@@ -275,22 +275,22 @@ static int loc_add(kvp__adv_index_t *ix, uint32_t n, uint16_t worker, int tier, 
   return 1;
 }
 
-static void record_gone(kvp__adv_index_t *ix, uint64_t h, const loc_t *lc) {
+static void record_gone(kvp__index_t *ix, uint64_t h, const loc_t *lc) {
   if (!ix->track_dirty)
     return;
   /* On ENOMEM the row stays in the store until the block is deleted. */
-  kvp__adv_gone_t g = {.hash = h,
-                       .worker = kvp__adv_loc_worker(lc),
+  kvp__index_gone_t g = {.hash = h,
+                       .worker = kvp__index_loc_worker(lc),
                        .volume = lc->volume,
-                       .tier = (uint8_t)kvp__adv_loc_tier(lc)};
-  (void)kvp__adv_changelog_gone(&ix->log, &g);
+                       .tier = (uint8_t)kvp__index_loc_tier(lc)};
+  (void)kvp__index_changelog_gone(&ix->log, &g);
 }
 
 /* Unlinks location l (whose predecessor in the block's list is prev, 0 when
  * l is the head) and frees it. */
-static void loc_del(kvp__adv_index_t *ix, uint32_t n, uint32_t prev, uint32_t l) {
+static void loc_del(kvp__index_t *ix, uint32_t n, uint32_t prev, uint32_t l) {
   loc_t *lc = &ix->locs[l];
-  int t = kvp__adv_loc_tier(lc);
+  int t = kvp__index_loc_tier(lc);
   record_gone(ix, ix->nodes[n].hash, lc);
   lru_unlink(ix, l);
   if (prev)
@@ -306,7 +306,7 @@ static void loc_del(kvp__adv_index_t *ix, uint32_t n, uint32_t prev, uint32_t l)
   ix->loc_free = l;
 }
 
-int kvp__adv_index_store(kvp__adv_index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
+int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
                          uint16_t worker, int tier, uint16_t volume, uint32_t tokens,
                          uint64_t bytes, uint64_t now_ms) {
   uint32_t n;
@@ -316,7 +316,7 @@ int kvp__adv_index_store(kvp__adv_index_t *ix, uint64_t hash, int has_parent, ui
     return KVP_ETIER;
   if (worker >= ix->workers.n || volume >= ix->volumes.n)
     return KVP_EINVAL;
-  n = kvp__adv_find(ix, hash);
+  n = kvp__index_find(ix, hash);
   if (n == 0) {
     if ((rc = node_new(ix, hash, &n)) != 0)
       return rc;
@@ -329,7 +329,7 @@ int kvp__adv_index_store(kvp__adv_index_t *ix, uint64_t hash, int has_parent, ui
   if (b32 != nd->bytes && nd->loc_head) {
     /* Keep the per-tier byte totals exact when a size changes. */
     for (uint32_t l = nd->loc_head; l; l = ix->locs[l].next) {
-      int t = kvp__adv_loc_tier(&ix->locs[l]);
+      int t = kvp__index_loc_tier(&ix->locs[l]);
       ix->tier_bytes[t] = ix->tier_bytes[t] - nd->bytes + b32;
     }
   }
@@ -345,9 +345,9 @@ int kvp__adv_index_store(kvp__adv_index_t *ix, uint64_t hash, int has_parent, ui
   return 0;
 }
 
-int kvp__adv_index_remove(kvp__adv_index_t *ix, uint64_t hash, uint16_t worker, int tier,
+int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier,
                           uint16_t volume) {
-  uint32_t n = kvp__adv_find(ix, hash), prev = 0;
+  uint32_t n = kvp__index_find(ix, hash), prev = 0;
   int found = 0;
 
   if (n == 0)
@@ -355,8 +355,8 @@ int kvp__adv_index_remove(kvp__adv_index_t *ix, uint64_t hash, uint16_t worker, 
   for (uint32_t l = ix->nodes[n].loc_head; l;) {
     loc_t *lc = &ix->locs[l];
     uint32_t next = lc->next;
-    if (kvp__adv_loc_worker(lc) == worker && kvp__adv_loc_tier(lc) == tier &&
-        (volume == KVP__ADV_NO_VOLUME || lc->volume == volume)) {
+    if (kvp__index_loc_worker(lc) == worker && kvp__index_loc_tier(lc) == tier &&
+        (volume == KVP__INDEX_NO_VOLUME || lc->volume == volume)) {
       loc_del(ix, n, prev, l);
       found = 1;
     } else {
@@ -373,9 +373,9 @@ int kvp__adv_index_remove(kvp__adv_index_t *ix, uint64_t hash, uint16_t worker, 
   return 0;
 }
 
-int kvp__adv_index_access(kvp__adv_index_t *ix, uint64_t hash, int tier, uint32_t hits,
+int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits,
                           uint64_t now_ms) {
-  uint32_t n = kvp__adv_find(ix, hash);
+  uint32_t n = kvp__index_find(ix, hash);
   if (n == 0)
     return KVP_ENOENT;
   node_t *nd = &ix->nodes[n];
@@ -385,7 +385,7 @@ int kvp__adv_index_access(kvp__adv_index_t *ix, uint64_t hash, int tier, uint32_
   nd->hits = nd->hits + hits < nd->hits ? UINT32_MAX : nd->hits + hits;
   nd->last_access_s = now_s;
   for (uint32_t l = nd->loc_head; l; l = ix->locs[l].next) {
-    if (tier == 0 || kvp__adv_loc_tier(&ix->locs[l]) == tier) {
+    if (tier == 0 || kvp__index_loc_tier(&ix->locs[l]) == tier) {
       lru_unlink(ix, l);
       lru_push(ix, l);
     }
@@ -394,12 +394,12 @@ int kvp__adv_index_access(kvp__adv_index_t *ix, uint64_t hash, int tier, uint32_
   return 0;
 }
 
-size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_mask) {
+size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask) {
   size_t dropped = 0;
   /* A linear pass over the pool: drops are rare (restart, silence, clear). */
   for (size_t l = 1; l < ix->nlocs; l++) {
     loc_t *lc = &ix->locs[l];
-    if (lc->node == 0 || kvp__adv_loc_worker(lc) != worker || !(tier_mask & (1u << kvp__adv_loc_tier(lc))))
+    if (lc->node == 0 || kvp__index_loc_worker(lc) != worker || !(tier_mask & (1u << kvp__index_loc_tier(lc))))
       continue;
     uint32_t n = lc->node, prev = 0;
     for (uint32_t p = ix->nodes[n].loc_head; p != l; p = ix->locs[p].next)
@@ -414,25 +414,25 @@ size_t kvp__adv_index_drop(kvp__adv_index_t *ix, uint16_t worker, unsigned tier_
   return dropped;
 }
 
-void kvp__adv_index_prefetch(const kvp__adv_index_t *ix, const uint64_t *hashes, size_t n) {
+void kvp__index_prefetch(const kvp__index_t *ix, const uint64_t *hashes, size_t n) {
   /* Two passes so the slot loads of the first overlap, then the node loads
    * of the second: the apply loop that follows finds them in cache. */
   for (size_t i = 0; i < n; i++)
-    __builtin_prefetch(&ix->slots[kvp__adv_slot_of(hashes[i], ix->mask)]);
+    __builtin_prefetch(&ix->slots[kvp__index_slot_of(hashes[i], ix->mask)]);
   for (size_t i = 0; i < n; i++) {
-    uint32_t nd = kvp__adv_candidate(ix, hashes[i]);
+    uint32_t nd = kvp__index_candidate(ix, hashes[i]);
     if (nd)
       __builtin_prefetch(&ix->nodes[nd]);
   }
   for (size_t i = 0; i < n; i++) {
-    uint32_t nd = kvp__adv_candidate(ix, hashes[i]);
+    uint32_t nd = kvp__index_candidate(ix, hashes[i]);
     if (nd && ix->nodes[nd].hash == hashes[i] && ix->nodes[nd].loc_head)
       __builtin_prefetch(&ix->locs[ix->nodes[nd].loc_head]);
   }
 }
 
-int kvp__adv_index_load_block(kvp__adv_index_t *ix, const kvp__adv_block_t *b) {
-  uint32_t n = kvp__adv_find(ix, b->hash);
+int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b) {
+  uint32_t n = kvp__index_find(ix, b->hash);
   int rc;
   if (n == 0 && (rc = node_new(ix, b->hash, &n)) != 0)
     return rc;
@@ -446,8 +446,8 @@ int kvp__adv_index_load_block(kvp__adv_index_t *ix, const kvp__adv_block_t *b) {
   return 0;
 }
 
-int kvp__adv_index_load_loc(kvp__adv_index_t *ix, uint64_t hash, const kvp__adv_loc_t *loc) {
-  uint32_t n = kvp__adv_find(ix, hash);
+int kvp__index_load_loc(kvp__index_t *ix, uint64_t hash, const kvp__index_loc_t *loc) {
+  uint32_t n = kvp__index_find(ix, hash);
   if (n == 0)
     return KVP_ENOENT;
   if (loc->tier < KVP_TIER_G1 || loc->tier > KVP_TIER_G4)
@@ -458,7 +458,7 @@ int kvp__adv_index_load_loc(kvp__adv_index_t *ix, uint64_t hash, const kvp__adv_
   return rc < 0 ? rc : 0;
 }
 
-void kvp__adv_index_stats(const kvp__adv_index_t *ix, kvp__adv_index_stats_t *st) {
+void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st) {
   memset(st, 0, sizeof *st);
   st->blocks = ix->blocks;
   st->locations = ix->locations;
@@ -467,46 +467,46 @@ void kvp__adv_index_stats(const kvp__adv_index_t *ix, kvp__adv_index_stats_t *st
     st->tier_bytes[t] = ix->tier_bytes[t];
   }
   st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * sizeof(node_t) +
-                     ix->loc_cap * sizeof(loc_t) + kvp__adv_changelog_memory(&ix->log) +
-                     kvp__adv_intern_memory(&ix->workers) + kvp__adv_intern_memory(&ix->volumes);
+                     ix->loc_cap * sizeof(loc_t) + kvp__index_changelog_memory(&ix->log) +
+                     kvp__index_intern_memory(&ix->workers) + kvp__index_intern_memory(&ix->volumes);
 }
 
-void kvp__adv_index_track_dirty(kvp__adv_index_t *ix, int on) {
+void kvp__index_track_dirty(kvp__index_t *ix, int on) {
   ix->track_dirty = on;
 }
 
 /* --- change log (changelog.c) ------------------------------------------ */
 
-/* What became of a listed block: see kvp__adv_settle_fn. */
+/* What became of a listed block: see kvp__index_settle_fn. */
 static uint32_t settle(void *ctx, uint64_t hash) {
-  kvp__adv_index_t *ix = ctx;
-  uint32_t n = kvp__adv_find(ix, hash);
+  kvp__index_t *ix = ctx;
+  uint32_t n = kvp__index_find(ix, hash);
   if (n == 0)
     return 0;
   node_t *nd = &ix->nodes[n];
   if (!(nd->flags & NODE_DIRTY))
-    return KVP__ADV_CH_SKIP; /* listed twice: deleted, then created again */
-  uint32_t what = KVP__ADV_CH_BLOCK | ((nd->flags & NODE_LOCS) ? KVP__ADV_CH_LOCS : 0);
+    return KVP__INDEX_CH_SKIP; /* listed twice: deleted, then created again */
+  uint32_t what = KVP__INDEX_CH_BLOCK | ((nd->flags & NODE_LOCS) ? KVP__INDEX_CH_LOCS : 0);
   nd->flags &= (uint16_t) ~(NODE_DIRTY | NODE_LOCS);
   return what;
 }
 
-int kvp__adv_index_changes_take(kvp__adv_index_t *ix, kvp__adv_changes_t *ch) {
-  return kvp__adv_changelog_take(&ix->log, settle, ix, ch);
+int kvp__index_changes_take(kvp__index_t *ix, kvp__index_changes_t *ch) {
+  return kvp__index_changelog_take(&ix->log, settle, ix, ch);
 }
 
-void kvp__adv_index_changes_restore(kvp__adv_index_t *ix, const kvp__adv_changes_t *ch) {
+void kvp__index_changes_restore(kvp__index_t *ix, const kvp__index_changes_t *ch) {
   for (size_t i = 0; i < ch->ngone; i++)
-    (void)kvp__adv_changelog_gone(&ix->log, &ch->gone[i]);
+    (void)kvp__index_changelog_gone(&ix->log, &ch->gone[i]);
   for (size_t i = 0; i < ch->nblocks; i++) {
-    uint32_t n = kvp__adv_find(ix, ch->blocks[i].hash);
+    uint32_t n = kvp__index_find(ix, ch->blocks[i].hash);
     if (n)
       touch_node(ix, n, NODE_LOCS);
     else
-      (void)kvp__adv_changelog_mark(&ix->log, ch->blocks[i].hash);
+      (void)kvp__index_changelog_mark(&ix->log, ch->blocks[i].hash);
   }
 }
 
-size_t kvp__adv_index_dirty_count(const kvp__adv_index_t *ix) {
-  return kvp__adv_changelog_count(&ix->log);
+size_t kvp__index_dirty_count(const kvp__index_t *ix) {
+  return kvp__index_changelog_count(&ix->log);
 }

@@ -12,8 +12,8 @@
  *                   owner's (loop) thread, write on any one thread at a time.
  * Calls go one way: store_sqlite.c -> store_schema.c; the others only use
  * this header. */
-#ifndef KVP_ADVISOR_STORE_IMPL_H
-#define KVP_ADVISOR_STORE_IMPL_H
+#ifndef KVP_STORE_STORE_IMPL_H
+#define KVP_STORE_STORE_IMPL_H
 
 #include <sqlite3.h>
 #include <stdatomic.h>
@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "advisor/store.h"
+#include "store/store.h"
 #include "kvplane/status.h"
 
 enum {
@@ -38,20 +38,20 @@ enum {
   S_COUNT
 };
 
-struct kvp__adv_store_s {
+struct kvp__store_s {
   sqlite3 *db;
   sqlite3_stmt *s[S_COUNT];
   uint64_t stream_seq;
   size_t volumes_written; /* volume ids below this are in the volumes table */
   /* tier_history rows waiting for the next flush (index owner's thread). */
-  kvp__adv_hist_row_t *hist;
+  kvp__store_hist_row_t *hist;
   size_t nhist, hist_cap;
   uint64_t hist_keep_ms;
   _Atomic uint64_t hist_dropped; /* also counted by a failed write, on its thread */
 };
 
 /* Runs sql; on failure err (may be NULL) says why. Returns 0 or KVP_EDB. */
-static inline int kvp__adv_sql_exec(sqlite3 *db, const char *sql, char *err, size_t errlen) {
+static inline int kvp__store_sql_exec(sqlite3 *db, const char *sql, char *err, size_t errlen) {
   char *msg = NULL;
   if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
     if (err)
@@ -63,7 +63,7 @@ static inline int kvp__adv_sql_exec(sqlite3 *db, const char *sql, char *err, siz
 }
 
 /* Steps a statement that returns no row and resets it. 0 or KVP_EDB. */
-static inline int kvp__adv_sql_step_done(sqlite3_stmt *s) {
+static inline int kvp__store_sql_step_done(sqlite3_stmt *s) {
   int rc = sqlite3_step(s);
   sqlite3_reset(s);
   return rc == SQLITE_DONE ? 0 : KVP_EDB;
@@ -71,10 +71,10 @@ static inline int kvp__adv_sql_step_done(sqlite3_stmt *s) {
 
 /* Opens (creating with mode 0600) path in WAL mode. Returns 0, KVP_EIO or
  * KVP_EDB (err says why). */
-int kvp__adv_store_open_db(sqlite3 **db, const char *path, char *err, size_t errlen);
+int kvp__store_open_db(sqlite3 **db, const char *path, char *err, size_t errlen);
 
 /* Brings db up to schema version target, one transaction per step. Returns
  * 0, KVP_EDB, or KVP_ENOTSUP for a version newer than this program's. */
-int kvp__adv_store_upgrade(sqlite3 *db, int target, char *err, size_t errlen);
+int kvp__store_upgrade(sqlite3 *db, int target, char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,33 @@
+/* The tiering engine's view of the index (engine_impl.h): a block with all
+ * its locations, and dropping a volume's locations of a block. The round
+ * (engine.c), the job's completion (engine_job.c) and recovery
+ * (engine_open.c) use these; they call nothing of those files. Loop
+ * thread. */
+#include "common/array.h"
+#include "kvplane/status.h"
+#include "tier/engine_impl.h"
+
+/* Looks hash up with all its locations, however many workers hold it, into
+ * the engine's location scratch (e->locs). Returns 0 or KVP_ENOENT /
+ * KVP_ENOMEM. */
+int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__index_block_t *b, size_t *n) {
+  int rc = kvp__index_get(e->ix, hash, b, e->locs, e->locs_cap, n);
+  if (rc == 0 && *n > e->locs_cap) {
+    if (KVP_ARRAY_RESERVE(e->locs, e->locs_cap, *n, 64) != 0)
+      return KVP_ENOMEM;
+    rc = kvp__index_get(e->ix, hash, b, e->locs, e->locs_cap, n);
+  }
+  return rc;
+}
+
+/* Removes every location of hash in (tier, volume), whoever holds it. */
+void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
+  size_t n = 0;
+  if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
+    return;
+  /* Backwards: a removal does not move the locations before it in e->locs
+   * (the copy), and the index is asked for each one by its key. */
+  for (size_t i = n; i-- > 0;)
+    if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id)
+      kvp__index_remove(e->ix, hash, e->locs[i].worker, v->tier, v->id);
+}

@@ -1,0 +1,45 @@
+/* What the tiering engine is configured with. The advisor fills it from its
+ * configuration ([tiering], the [volume <name>] sections, [nats],
+ * [jetstream], [store]: kvp__adv_tier_opts); tests and benchmarks fill it
+ * the same way. The engine copies what it keeps: the strings need to live
+ * only through kvp__tier_engine_open. */
+#ifndef KVP_TIER_OPTS_H
+#define KVP_TIER_OPTS_H
+
+#include <stdint.h>
+
+#include "kvplane/nats.h"
+
+#define KVP__TIER_MAX_VOLUMES 64
+
+/* A storage volume the engine opens: one [volume <name>] section
+ * (docs/volumes.md for each plugin's parameters). */
+typedef struct kvp__tier_volume_conf_s {
+  char name[64];
+  int tier; /* 3 or 4 */
+  char plugin[32];
+  int64_t capacity;  /* bytes; the fill watermarks are of this */
+  char params[1024]; /* the plugin's parameters, "key=value" lines */
+} kvp__tier_volume_conf_t;
+
+typedef struct kvp__tier_opts_s {
+  const char *ns;
+  const char *db_path;         /* the advisor's database, for the migrations journal */
+  const kvp_nats_opts_t *nats; /* NULL or no servers: moves are not announced */
+  int jetstream;               /* announce through JetStream (stream), else core NATS */
+  const char *stream;
+  const char *plugin_dir; /* NULL or "": kvp_volume_plugin_dir() */
+  int64_t interval_ms;    /* how often moves are planned */
+  int64_t grace_ms;       /* a moved block's source is deleted this long after the copy */
+  int64_t residence_ms;   /* minimum time since a block's last access before it moves */
+  int64_t max_moves;      /* moves per round */
+  double high, low;       /* G3 fill watermarks */
+  double promote_freq, keep_freq;
+  int64_t max_bytes_per_s; /* copies throttled to this rate; 0: unthrottled */
+  int64_t prefetch_depth;  /* generations of descendants a G4 hit prefetches */
+  int64_t prefetch_bytes;  /* bytes a G4 hit prefetches at most */
+  const kvp__tier_volume_conf_t *volumes;
+  int nvolumes;
+} kvp__tier_opts_t;
+
+#endif
