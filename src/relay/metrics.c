@@ -117,3 +117,9 @@ int kvp__relay_metrics_ready(void *relay, char *why, size_t len) {
     }
   return 1;
 }
+
+int kvp__relay_metrics_start(kvp_relay_t *r, const char *addr, kvp__metrics_server_t **out,
+                             char *err, size_t errlen) {
+  return kvp__metrics_server_start("--metrics", addr, kvp__relay_metrics_collect,
+                                   kvp__relay_metrics_ready, r, out, err, errlen);
+}
