@@ -217,7 +217,9 @@ static void media_table(void **state) {
 
 static void map_lru_bounded(void **state) {
   (void)state;
-  kvp_relay_map_t *m;
+  kvp_relay_map_t *m = (kvp_relay_map_t *)&m;
+  assert_int_equal(kvp__relay_map_create(0, &m), KVP_EINVAL);
+  assert_null(m);
   assert_int_equal(kvp__relay_map_create(100, &m), 0);
   uint64_t v;
   assert_non_null(m);
