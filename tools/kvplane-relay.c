@@ -1,41 +1,10 @@
 /* kvplane-relay: KV events of vLLM and SGLang engines (ZMQ) republished as
- * kvplane events on NATS. A thin main over kvplane/relay.h. */
+ * kvplane events on NATS. A thin main over src/relay/cli.h: parse the
+ * command line, expand the endpoints, serve. */
 #include <getopt.h>
-#include <pthread.h>
-#include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include "relay/relay.h"
-#include "kvplane/status.h"
-#include "kvplane/subjects.h"
-#include "metrics/server.h"
-#include "relay/metrics.h"
-
-#define MAXN KVP_RELAY_MAX_ENDPOINTS
-
-static kvp_relay_t *g_relay;
-static volatile sig_atomic_t g_dump;
-
-static void on_stop(int sig) {
-  (void)sig;
-  if (g_relay)
-    kvp_relay_stop(g_relay);
-}
-static void on_usr1(int sig) {
-  (void)sig;
-  g_dump = 1;
-}
-
-static void *run_loop(void *r) {
-  kvp_relay_run(r);
-  return NULL;
-}
+#include "relay/cli.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: kvplane-relay -e URL -w ID [-r URL] [-e URL -w ID [-r URL]]... [options]\n\n"
@@ -79,31 +48,12 @@ static void usage(FILE *f) {
              "2 when NATS could not be reached or refused the credentials.\n");
 }
 
-static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64_t max) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || v < min || v > max) {
-    fprintf(stderr, "kvplane-relay: %s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]\n",
-            opt, s, min, max);
-    exit(1);
-  }
-  return v;
-}
-
-/* url with its port plus k; NULL when url has no numeric port. */
-static char *port_plus(const char *url, unsigned k) {
-  const char *c = strrchr(url, ':');
-  char *end;
-  if (!c || c[1] == '\0')
-    return NULL;
-  unsigned long p = strtoul(c + 1, &end, 10);
-  if (*end != '\0' || p + k > 65535)
-    return NULL;
-  size_t n = (size_t)(c - url) + 16;
-  char *s = malloc(n);
-  if (s)
-    snprintf(s, n, "%.*s:%lu", (int)(c - url), url, p + k);
-  return s;
+/* The long name of option c, or NULL for an unknown one. */
+static const char *long_name(const struct option *opts, int c) {
+  for (size_t i = 0; opts[i].name; i++)
+    if (opts[i].val == c)
+      return opts[i].name;
+  return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -125,210 +75,38 @@ int main(int argc, char **argv) {
                                        {"metrics", required_argument, 0, 9},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  const char *ep[MAXN] = {0}, *rp[MAXN] = {0}, *wk[MAXN] = {0};
-  char *owned[3 * MAXN] = {0};
-  size_t nep = 0, nowned = 0;
-  unsigned dp = 1, interval = 0;
-  const char *metrics = NULL;
-  kvp__metrics_server_t *msrv = NULL;
-  kvp_relay_opts_t o;
+  kvp__relay_cli_t cli;
   char err[512];
-  int c, status = 0, rc;
+  int c, status;
 
-  kvp_relay_opts_init(&o);
+  kvp__relay_cli_init(&cli);
   while ((c = getopt_long(argc, argv, "e:r:w:t:s:n:m:h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'e':
-      if (nep == MAXN) {
-        fprintf(stderr, "kvplane-relay: --endpoint: at most %d\n", MAXN);
-        return 1;
-      }
-      ep[nep++] = optarg;
-      break;
-    case 'r':
-    case 'w': {
-      const char **slot = nep > 0 ? (c == 'r' ? rp : wk) + (nep - 1) : NULL;
-      if (!slot || *slot) {
-        fprintf(stderr, "kvplane-relay: --%s must follow its --endpoint (one each)\n",
-                c == 'r' ? "replay" : "worker");
-        return 1;
-      }
-      *slot = optarg;
-      break;
-    }
-    case 1:
-      dp = (unsigned)parse_count("--dp-ranks", optarg, 1, MAXN);
-      break;
-    case 't':
-      o.topic = optarg;
-      break;
-    case 's':
-    case 2: {
-      const char *name = "servers", *val = optarg;
-      char buf[1100];
-      if (c == 2) {
-        const char *eq = strchr(optarg, '=');
-        if (!eq || (size_t)(eq - optarg) >= 64) {
-          fprintf(stderr, "kvplane-relay: --nats: '%s' is not NAME=VALUE\n", optarg);
-          return 1;
-        }
-        snprintf(buf, sizeof buf, "%.*s", (int)(eq - optarg), optarg);
-        name = buf;
-        val = eq + 1;
-      }
-      if (kvp_nats_opts_set(&o.pub.nats, name, val, err, sizeof err) != 0) {
-        fprintf(stderr, "kvplane-relay: %s\n", err);
-        return 1;
-      }
-      break;
-    }
-    case 'n':
-      o.pub.ns = optarg;
-      break;
-    case 'm':
-      if (strcmp(optarg, "core") != 0 && strcmp(optarg, "jetstream") != 0) {
-        fprintf(stderr, "kvplane-relay: --mode: '%s' is not core or jetstream\n", optarg);
-        return 1;
-      }
-      o.pub.mode = strcmp(optarg, "core") == 0 ? KVP_PUB_CORE : KVP_PUB_JETSTREAM;
-      o.pub.stream_create = 1;
-      break;
-    case 3:
-      o.media = optarg;
-      break;
-    case 4:
-      o.block_size = (uint32_t)parse_count("--block-size", optarg, 1, 1u << 20);
-      break;
-    case 5:
-      o.map_cap = parse_count("--map-cap", optarg, 1, 1u << 30);
-      break;
-    case 6:
-      o.rcvhwm = (int)parse_count("--hwm", optarg, 1, 1u << 30);
-      break;
-    case 7:
-      o.replay_timeout_ms = (uint32_t)parse_count("--replay-timeout-ms", optarg, 1, 600000);
-      break;
-    case 8:
-      interval = (unsigned)parse_count("--stats-interval", optarg, 0, 86400);
-      break;
-    case 9: {
-      struct sockaddr_storage sa;
-      unsigned salen;
-      if (kvp__metrics_parse_addr("--metrics", optarg, &sa, &salen, err, sizeof err) != 0) {
-        fprintf(stderr, "kvplane-relay: %s\n", err);
-        return 1;
-      }
-      metrics = optarg;
-      break;
-    }
-    case 'h':
+    const char *name = long_name(opts, c);
+    if (c == 'h') {
       usage(stdout);
       return 0;
-    default:
+    }
+    if (name == NULL) {
       usage(stderr);
       return 1;
     }
+    if (kvp__relay_cli_set(&cli, name, optarg, err, sizeof err) != 0) {
+      fprintf(stderr, "kvplane-relay: %s\n", err);
+      return 1;
+    }
   }
-  if (optind != argc || nep == 0) {
-    fprintf(stderr, "kvplane-relay: %s\n", nep ? "unexpected argument" : "--endpoint is required");
+  if (optind != argc || cli.nargs == 0) {
+    fprintf(stderr, "kvplane-relay: %s\n",
+            cli.nargs ? "unexpected argument" : "--endpoint is required");
     usage(stderr);
     return 1;
   }
-  if (nep * dp > MAXN) {
-    fprintf(stderr, "kvplane-relay: --dp-ranks: %zu endpoints x %u ranks is above %d\n", nep, dp,
-            MAXN);
-    return 1;
-  }
-  for (size_t i = 0; i < nep; i++) {
-    if (!wk[i] || !kvp_subject_token_valid(wk[i])) {
-      fprintf(stderr, "kvplane-relay: --worker of %s: %s\n", ep[i],
-              wk[i] ? "not 1..64 characters of [A-Za-z0-9_-]" : "missing");
-      return 1;
-    }
-    for (unsigned k = 0; k < dp; k++) {
-      kvp_relay_endpoint_t *e = &o.endpoints[o.nendpoints++];
-      e->dp_rank = k;
-      if (dp == 1) {
-        e->endpoint = ep[i];
-        e->replay = rp[i];
-        e->worker_id = wk[i];
-        continue;
-      }
-      char *u = port_plus(ep[i], k), *r = rp[i] ? port_plus(rp[i], k) : NULL;
-      char *w = malloc(80);
-      owned[nowned++] = u;
-      owned[nowned++] = r;
-      owned[nowned++] = w;
-      if (!u || (rp[i] && !r) || !w) {
-        fprintf(stderr, "kvplane-relay: --dp-ranks: %s has no port to add the rank to\n",
-                !u ? ep[i] : rp[i]);
-        status = 1;
-        goto out;
-      }
-      snprintf(w, 80, "%s-dp%u", wk[i], k);
-      if (!kvp_subject_token_valid(w)) {
-        fprintf(stderr, "kvplane-relay: --worker %s: too long with -dp%u\n", wk[i], k);
-        status = 1;
-        goto out;
-      }
-      e->endpoint = u;
-      e->replay = r;
-      e->worker_id = w;
-    }
-  }
-  if (kvp_nats_opts_check(&o.pub.nats, "--nats ", err, sizeof err) != 0) {
+  if (kvp__relay_cli_finish(&cli, err, sizeof err) != 0) {
     fprintf(stderr, "kvplane-relay: %s\n", err);
     status = 1;
-    goto out;
+  } else {
+    status = kvp__relay_serve(&cli);
   }
-  rc = kvp_relay_open(&o, &g_relay, err, sizeof err);
-  if (rc != 0) {
-    fprintf(stderr, "kvplane-relay: %s (%s)\n", err, kvp_err_name(rc));
-    status = (rc == KVP_ECONFIG || rc == KVP_EINVAL) ? 1 : 2;
-    goto out;
-  }
-  if (metrics != NULL && (rc = kvp__metrics_server_start(
-                              "--metrics", metrics, kvp__relay_metrics_collect,
-                              kvp__relay_metrics_ready, g_relay, &msrv, err, sizeof err)) != 0) {
-    fprintf(stderr, "kvplane-relay: %s (%s)\n", err, kvp_err_name(rc));
-    status = 1;
-    goto out;
-  }
-  for (size_t i = 0; i < o.nendpoints; i++)
-    fprintf(stderr, "kvplane-relay: %s (%s): subscribed, replay %s\n", o.endpoints[i].endpoint,
-            o.endpoints[i].worker_id, o.endpoints[i].replay ? o.endpoints[i].replay : "none");
-  signal(SIGINT, on_stop);
-  signal(SIGTERM, on_stop);
-  signal(SIGUSR1, on_usr1);
-  signal(SIGPIPE, SIG_IGN);
-  /* The relay loop runs on its own thread; this one prints the figures on
-   * SIGUSR1 and every --stats-interval seconds until a signal stops it. */
-  {
-    pthread_t th;
-    if (pthread_create(&th, NULL, run_loop, g_relay) != 0) {
-      fprintf(stderr, "kvplane-relay: cannot start the loop thread\n");
-      status = 2;
-      goto out;
-    }
-    time_t last = time(NULL);
-    for (;;) {
-      struct timespec ts = {0, 100 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-      if (g_dump || (interval && time(NULL) - last >= (time_t)interval)) {
-        g_dump = 0;
-        last = time(NULL);
-        kvp_relay_stats_print(g_relay, stdout);
-      }
-      if (kvp_relay_stopped(g_relay))
-        break;
-    }
-    pthread_join(th, NULL);
-  }
-  kvp_relay_stats_print(g_relay, stdout);
-out:
-  kvp__metrics_server_stop(msrv); /* it reads the relay: stopped first */
-  kvp_relay_close(g_relay);
-  for (size_t i = 0; i < nowned; i++)
-    free(owned[i]);
+  kvp__relay_cli_cleanup(&cli);
   return status;
 }

@@ -170,6 +170,11 @@ typedef struct kvp_publisher_stats_s {
 
 void kvp_publisher_stats(kvp_publisher_t *pub, kvp_publisher_stats_t *f);
 
+/* 1 while the publisher's NATS connection is up, 0 while it is down or
+ * reconnecting (or pub is NULL). Thread-safe; the answer may change right
+ * after the call (a daemon's readiness, a gauge). */
+int kvp_publisher_connected(kvp_publisher_t *pub);
+
 /* Epoch of this open (Unix time in ns at open). */
 uint64_t kvp_publisher_epoch(const kvp_publisher_t *pub);
 

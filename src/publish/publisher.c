@@ -382,6 +382,10 @@ void kvp_publisher_stats(kvp_publisher_t *pub, kvp_publisher_stats_t *f) {
   f->resent = atomic_load(&pub->f_resent);
 }
 
+int kvp_publisher_connected(kvp_publisher_t *pub) {
+  return pub != NULL && kvp__pub_connected(pub);
+}
+
 uint64_t kvp_publisher_epoch(const kvp_publisher_t *pub) {
   return pub ? pub->epoch : 0;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kvplane/status.h"
+#include "relay/mpread.h"
 
 struct kvp_relay_decoder_s {
   msgpack_zone zone; /* reused: cleared, not freed, between payloads */
@@ -19,260 +20,7 @@ struct kvp_relay_decoder_s {
   size_t nt, capt;
 };
 
-/* ---- bounds check of raw msgpack before msgpack-c allocates ---- */
-
-static int kvp__be(const uint8_t *p, int n, uint64_t *v) {
-  uint64_t x = 0;
-  for (int i = 0; i < n; i++)
-    x = (x << 8) | p[i];
-  *v = x;
-  return 0;
-}
-
-/* The encoded width of a msgpack number, nil or boolean starting with type
- * byte b (the byte included), or 0 for anything else. */
-static inline size_t kvp__mp_scalar_width(uint8_t b) {
-  if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
-    return 1;
-  switch (b) {
-  case 0xcc:
-  case 0xd0:
-    return 2;
-  case 0xcd:
-  case 0xd1:
-    return 3;
-  case 0xca:
-  case 0xce:
-  case 0xd2:
-    return 5;
-  case 0xcb:
-  case 0xcf:
-  case 0xd3:
-    return 9;
-  default:
-    return 0;
-  }
-}
-
-/* Skips one object at *pp; 0 or -1. Every declared length must fit in the
- * bytes left (one byte per element at least), so nothing absurd reaches the
- * allocator. */
-static int kvp__mp_skip(const uint8_t **pp, const uint8_t *end, int depth) {
-  const uint8_t *p = *pp;
-  uint64_t n = 0, len = 0;
-  int items_per = 0;
-  if (depth > KVP_RELAY_MAX_DEPTH || p >= end)
-    return -1;
-  uint8_t b = *p++;
-  size_t left = (size_t)(end - p);
-#define NEED(k)                                                                                    \
-  do {                                                                                             \
-    if (left < (size_t)(k))                                                                        \
-      return -1;                                                                                   \
-  } while (0)
-  if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-    /* scalar in the type byte */
-  } else if (b >= 0x80 && b <= 0x8f) {
-    n = b & 0x0f;
-    items_per = 2;
-  } else if (b >= 0x90 && b <= 0x9f) {
-    n = b & 0x0f;
-    items_per = 1;
-  } else if (b >= 0xa0 && b <= 0xbf) {
-    len = b & 0x1f;
-  } else {
-    switch (b) {
-    case 0xc4:
-    case 0xd9:
-      NEED(1);
-      kvp__be(p, 1, &len);
-      p += 1;
-      break;
-    case 0xc5:
-    case 0xda:
-      NEED(2);
-      kvp__be(p, 2, &len);
-      p += 2;
-      break;
-    case 0xc6:
-    case 0xdb:
-      NEED(4);
-      kvp__be(p, 4, &len);
-      p += 4;
-      break;
-    case 0xc7:
-      NEED(2);
-      kvp__be(p, 1, &len);
-      len += 1;
-      p += 1;
-      break;
-    case 0xc8:
-      NEED(3);
-      kvp__be(p, 2, &len);
-      len += 1;
-      p += 2;
-      break;
-    case 0xc9:
-      NEED(5);
-      kvp__be(p, 4, &len);
-      len += 1;
-      p += 4;
-      break;
-    case 0xca:
-      len = 4;
-      break;
-    case 0xcb:
-      len = 8;
-      break;
-    case 0xcc:
-    case 0xd0:
-      len = 1;
-      break;
-    case 0xcd:
-    case 0xd1:
-      len = 2;
-      break;
-    case 0xce:
-    case 0xd2:
-      len = 4;
-      break;
-    case 0xcf:
-    case 0xd3:
-      len = 8;
-      break;
-    case 0xd4:
-      len = 2;
-      break;
-    case 0xd5:
-      len = 3;
-      break;
-    case 0xd6:
-      len = 5;
-      break;
-    case 0xd7:
-      len = 9;
-      break;
-    case 0xd8:
-      len = 17;
-      break;
-    case 0xdc:
-      NEED(2);
-      kvp__be(p, 2, &n);
-      p += 2;
-      items_per = 1;
-      break;
-    case 0xdd:
-      NEED(4);
-      kvp__be(p, 4, &n);
-      p += 4;
-      items_per = 1;
-      break;
-    case 0xde:
-      NEED(2);
-      kvp__be(p, 2, &n);
-      p += 2;
-      items_per = 2;
-      break;
-    case 0xdf:
-      NEED(4);
-      kvp__be(p, 4, &n);
-      p += 4;
-      items_per = 2;
-      break;
-    default:
-      return -1; /* 0xc1 */
-    }
-  }
-#undef NEED
-  left = (size_t)(end - p);
-  if (items_per) {
-    if (n > left / (uint64_t)items_per)
-      return -1;
-    for (uint64_t i = 0; i < n * (uint64_t)items_per; i++) {
-      /* Numbers and nil inline: token ids and block hashes are most of a
-       * payload, and a call per element was the decoder's largest cost. */
-      size_t w = p < end ? kvp__mp_scalar_width(*p) : 0;
-      if (w > 0 && (size_t)(end - p) >= w) {
-        p += w;
-        continue;
-      }
-      if (kvp__mp_skip(&p, end, depth + 1) != 0)
-        return -1;
-    }
-  } else {
-    if (len > left)
-      return -1;
-    p += len;
-  }
-  *pp = p;
-  return 0;
-}
-
-/* ---- typed readers ---- */
-
-int kvp__relay_hash_from(const struct msgpack_object *o, uint64_t *out) {
-  switch (o->type) {
-  case MSGPACK_OBJECT_POSITIVE_INTEGER:
-    *out = o->via.u64;
-    return 0;
-  case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-    *out = (uint64_t)o->via.i64;
-    return 0;
-  case MSGPACK_OBJECT_BIN:
-  case MSGPACK_OBJECT_STR: {
-    const uint8_t *p =
-        (const uint8_t *)(o->type == MSGPACK_OBJECT_BIN ? o->via.bin.ptr : o->via.str.ptr);
-    uint32_t n = o->type == MSGPACK_OBJECT_BIN ? o->via.bin.size : o->via.str.size;
-    if (n == 0)
-      return KVP_EPROTO;
-    uint64_t v = 0;
-    for (uint32_t i = n > 8 ? n - 8 : 0; i < n; i++)
-      v = (v << 8) | p[i];
-    *out = v;
-    return 0;
-  }
-  default:
-    return KVP_EPROTO;
-  }
-}
-
-static int kvp__is_nil(const msgpack_object *o) {
-  return !o || o->type == MSGPACK_OBJECT_NIL;
-}
-
-static int kvp__get_int(const msgpack_object *o, int64_t *v) {
-  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-    if (o->via.u64 > INT64_MAX)
-      return KVP_EPROTO;
-    *v = (int64_t)o->via.u64;
-    return 0;
-  }
-  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-    *v = o->via.i64;
-    return 0;
-  }
-  return KVP_EPROTO;
-}
-
-static int kvp__get_str(const msgpack_object *o, kvp_relay_str_t *s) {
-  if (kvp__is_nil(o)) {
-    s->p = NULL;
-    s->len = 0;
-    return 0;
-  }
-  if (o->type != MSGPACK_OBJECT_STR)
-    return KVP_EPROTO;
-  s->p = o->via.str.ptr;
-  s->len = o->via.str.size;
-  return 0;
-}
-
-static int kvp__str_is(const msgpack_object *o, const char *s) {
-  size_t n = strlen(s);
-  return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n && memcmp(o->via.str.ptr, s, n) == 0;
-}
-
-static int kvp__grow(void **p, size_t *cap, size_t need, size_t elem) {
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap)
     return 0;
   size_t c = *cap ? *cap : 64;
@@ -302,25 +50,25 @@ enum {
   F_CACHE_SALT,
   F_COUNT
 };
-static const char *const kvp__stored_keys[F_COUNT] = {"block_hashes",
-                                                      "parent_block_hash",
-                                                      "token_ids",
-                                                      "block_size",
-                                                      "lora_id",
-                                                      "medium",
-                                                      "lora_name",
-                                                      "extra_keys",
-                                                      "group_idx",
-                                                      "kv_cache_spec_kind",
-                                                      "kv_cache_spec_sliding_window",
-                                                      "cache_salt"};
+static const char *const stored_keys[F_COUNT] = {"block_hashes",
+                                                 "parent_block_hash",
+                                                 "token_ids",
+                                                 "block_size",
+                                                 "lora_id",
+                                                 "medium",
+                                                 "lora_name",
+                                                 "extra_keys",
+                                                 "group_idx",
+                                                 "kv_cache_spec_kind",
+                                                 "kv_cache_spec_sliding_window",
+                                                 "cache_salt"};
 /* BlockRemoved positional: block_hashes, medium, group_idx. */
-static const int kvp__removed_pos[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX};
+static const int removed_pos[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX};
 
 /* Fills the event from the field slots; KVP_EPROTO for a missing or
  * malformed field, KVP_ENOMEM. */
-static int kvp__event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
-                           const msgpack_object *f[F_COUNT]) {
+static int event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
+                      const msgpack_object *f[F_COUNT]) {
   int64_t v;
   int rc;
   if (e->type == KVP_RELAY_EV_CLEARED)
@@ -328,7 +76,7 @@ static int kvp__event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
   const msgpack_object *h = f[F_HASHES];
   if (!h || h->type != MSGPACK_OBJECT_ARRAY)
     return KVP_EPROTO;
-  if ((rc = kvp__grow((void **)&d->h, &d->caph, d->nh + h->via.array.size + 1, sizeof *d->h)))
+  if ((rc = grow((void **)&d->h, &d->caph, d->nh + h->via.array.size + 1, sizeof *d->h)))
     return rc;
   size_t h0 = d->nh;
   for (uint32_t i = 0; i < h->via.array.size; i++)
@@ -337,25 +85,25 @@ static int kvp__event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
   e->nhashes = h->via.array.size;
   e->hashes = (const uint64_t *)(uintptr_t)h0; /* rebased once every event is read */
   d->nh += e->nhashes;
-  if (kvp__get_str(f[F_MEDIUM], &e->medium))
+  if (kvp__relay_mp_str(f[F_MEDIUM], &e->medium))
     return KVP_EPROTO;
-  if (!kvp__is_nil(f[F_GROUP_IDX]) && kvp__get_int(f[F_GROUP_IDX], &e->group_idx))
+  if (!kvp__relay_mp_nil(f[F_GROUP_IDX]) && kvp__relay_mp_int(f[F_GROUP_IDX], &e->group_idx))
     return KVP_EPROTO;
   if (e->type == KVP_RELAY_EV_REMOVED)
     return 0;
-  if (!kvp__is_nil(f[F_PARENT])) {
+  if (!kvp__relay_mp_nil(f[F_PARENT])) {
     if (kvp__relay_hash_from(f[F_PARENT], &e->parent))
       return KVP_EPROTO;
     e->has_parent = 1;
   }
   const msgpack_object *t = f[F_TOKENS];
-  if (!kvp__is_nil(t)) {
+  if (!kvp__relay_mp_nil(t)) {
     if (t->type != MSGPACK_OBJECT_ARRAY)
       return KVP_EPROTO;
-    if ((rc = kvp__grow((void **)&d->t, &d->capt, d->nt + t->via.array.size + 1, sizeof *d->t)))
+    if ((rc = grow((void **)&d->t, &d->capt, d->nt + t->via.array.size + 1, sizeof *d->t)))
       return rc;
     for (uint32_t i = 0; i < t->via.array.size; i++) {
-      if (kvp__get_int(&t->via.array.ptr[i], &v) || v < 0 || v > UINT32_MAX)
+      if (kvp__relay_mp_int(&t->via.array.ptr[i], &v) || v < 0 || v > UINT32_MAX)
         return KVP_EPROTO;
       d->t[d->nt + i] = (uint32_t)v;
     }
@@ -363,36 +111,36 @@ static int kvp__event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
     e->token_ids = (const uint32_t *)(uintptr_t)(d->nt + 1); /* +1: 0 means none */
     d->nt += e->ntokens;
   }
-  if (!kvp__is_nil(f[F_BLOCK_SIZE])) {
-    if (kvp__get_int(f[F_BLOCK_SIZE], &v) || v < 0 || v > UINT32_MAX)
+  if (!kvp__relay_mp_nil(f[F_BLOCK_SIZE])) {
+    if (kvp__relay_mp_int(f[F_BLOCK_SIZE], &v) || v < 0 || v > UINT32_MAX)
       return KVP_EPROTO;
     e->block_size = (uint32_t)v;
   }
-  if (!kvp__is_nil(f[F_LORA_ID])) {
-    if (kvp__get_int(f[F_LORA_ID], &v) || v < INT32_MIN || v > INT32_MAX)
+  if (!kvp__relay_mp_nil(f[F_LORA_ID])) {
+    if (kvp__relay_mp_int(f[F_LORA_ID], &v) || v < INT32_MIN || v > INT32_MAX)
       return KVP_EPROTO;
     e->lora_id = (int32_t)v;
   }
-  if (kvp__get_str(f[F_LORA_NAME], &e->lora_name) || kvp__get_str(f[F_KIND], &e->kind) ||
-      kvp__get_str(f[F_CACHE_SALT], &e->cache_salt))
+  if (kvp__relay_mp_str(f[F_LORA_NAME], &e->lora_name) || kvp__relay_mp_str(f[F_KIND], &e->kind) ||
+      kvp__relay_mp_str(f[F_CACHE_SALT], &e->cache_salt))
     return KVP_EPROTO;
   const msgpack_object *x = f[F_EXTRA_KEYS];
-  if (!kvp__is_nil(x)) {
+  if (!kvp__relay_mp_nil(x)) {
     if (x->type != MSGPACK_OBJECT_ARRAY)
       e->has_extra_keys = 1;
     else
       for (uint32_t i = 0; i < x->via.array.size; i++)
-        if (!kvp__is_nil(&x->via.array.ptr[i]))
+        if (!kvp__relay_mp_nil(&x->via.array.ptr[i]))
           e->has_extra_keys = 1;
   }
-  if (!kvp__is_nil(f[F_SLIDING]) && kvp__get_int(f[F_SLIDING], &e->sliding_window))
+  if (!kvp__relay_mp_nil(f[F_SLIDING]) && kvp__relay_mp_int(f[F_SLIDING], &e->sliding_window))
     return KVP_EPROTO;
   return 0;
 }
 
 /* Decodes one event object; KVP_EPROTO when it is malformed or of an
  * unknown type. */
-static int kvp__event(kvp_relay_decoder_t *d, const msgpack_object *o, kvp_relay_event_t *e) {
+static int event_decode(kvp_relay_decoder_t *d, const msgpack_object *o, kvp_relay_event_t *e) {
   const msgpack_object *f[F_COUNT] = {0};
   const msgpack_object *tag = NULL;
   memset(e, 0, sizeof *e);
@@ -402,18 +150,18 @@ static int kvp__event(kvp_relay_decoder_t *d, const msgpack_object *o, kvp_relay
     tag = &o->via.array.ptr[0];
   } else if (o->type == MSGPACK_OBJECT_MAP) {
     for (uint32_t i = 0; i < o->via.map.size; i++)
-      if (kvp__str_is(&o->via.map.ptr[i].key, "type"))
+      if (kvp__relay_mp_str_is(&o->via.map.ptr[i].key, "type"))
         tag = &o->via.map.ptr[i].val;
     if (!tag)
       return KVP_EPROTO;
   } else {
     return KVP_EPROTO;
   }
-  if (kvp__str_is(tag, "BlockStored"))
+  if (kvp__relay_mp_str_is(tag, "BlockStored"))
     e->type = KVP_RELAY_EV_STORED;
-  else if (kvp__str_is(tag, "BlockRemoved"))
+  else if (kvp__relay_mp_str_is(tag, "BlockRemoved"))
     e->type = KVP_RELAY_EV_REMOVED;
-  else if (kvp__str_is(tag, "AllBlocksCleared"))
+  else if (kvp__relay_mp_str_is(tag, "AllBlocksCleared"))
     e->type = KVP_RELAY_EV_CLEARED;
   else
     return KVP_EPROTO;
@@ -425,31 +173,34 @@ static int kvp__event(kvp_relay_decoder_t *d, const msgpack_object *o, kvp_relay
         f[i] = &a[i];
     } else if (e->type == KVP_RELAY_EV_REMOVED) {
       for (uint32_t i = 0; i < n && i < 3; i++)
-        f[kvp__removed_pos[i]] = &a[i];
+        f[removed_pos[i]] = &a[i];
     }
   } else {
     for (uint32_t i = 0; i < o->via.map.size; i++) {
       const msgpack_object *k = &o->via.map.ptr[i].key;
       for (int j = 0; j < F_COUNT; j++)
-        if (kvp__str_is(k, kvp__stored_keys[j]))
+        if (kvp__relay_mp_str_is(k, stored_keys[j]))
           f[j] = &o->via.map.ptr[i].val;
     }
   }
-  return kvp__event_fill(d, e, f);
+  return event_fill(d, e, f);
 }
 
-kvp_relay_decoder_t *kvp__relay_decoder_new(void) {
+int kvp__relay_decoder_create(kvp_relay_decoder_t **out) {
   kvp_relay_decoder_t *d = calloc(1, sizeof(kvp_relay_decoder_t));
-  if (d && !msgpack_zone_init(&d->zone, 64 * 1024)) {
+  *out = NULL;
+  if (!d)
+    return KVP_ENOMEM;
+  if (!msgpack_zone_init(&d->zone, 64 * 1024)) {
     free(d);
-    return NULL;
+    return KVP_ENOMEM;
   }
-  if (d)
-    d->zone_live = 1;
-  return d;
+  d->zone_live = 1;
+  *out = d;
+  return 0;
 }
 
-void kvp__relay_decoder_free(kvp_relay_decoder_t *d) {
+void kvp__relay_decoder_destroy(kvp_relay_decoder_t *d) {
   if (!d)
     return;
   if (d->zone_live)
@@ -463,7 +214,6 @@ void kvp__relay_decoder_free(kvp_relay_decoder_t *d) {
 int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
                       kvp_relay_decoded_t *out) {
   const msgpack_object *evs = NULL, *ts = NULL, *rank = NULL;
-  const uint8_t *p = data;
   size_t off = 0;
   int rc;
 
@@ -472,7 +222,7 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
   d->nev = d->nh = d->nt = 0;
   if (len > KVP_RELAY_MAX_PAYLOAD)
     return KVP_ETOOBIG;
-  if (len == 0 || kvp__mp_skip(&p, data + len, 0) != 0 || p != data + len)
+  if (kvp__relay_mp_check(data, len) != 0)
     return KVP_EPROTO;
   msgpack_zone_clear(&d->zone);
   msgpack_unpack_return r = msgpack_unpack((const char *)data, len, &off, &d->zone, &d->root);
@@ -491,11 +241,11 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
   } else if (root->type == MSGPACK_OBJECT_MAP) {
     for (uint32_t i = 0; i < root->via.map.size; i++) {
       const msgpack_object *k = &root->via.map.ptr[i].key;
-      if (kvp__str_is(k, "ts") || kvp__str_is(k, "timestamp"))
+      if (kvp__relay_mp_str_is(k, "ts") || kvp__relay_mp_str_is(k, "timestamp"))
         ts = &root->via.map.ptr[i].val;
-      else if (kvp__str_is(k, "events"))
+      else if (kvp__relay_mp_str_is(k, "events"))
         evs = &root->via.map.ptr[i].val;
-      else if (kvp__str_is(k, "data_parallel_rank") || kvp__str_is(k, "dp_rank"))
+      else if (kvp__relay_mp_str_is(k, "data_parallel_rank") || kvp__relay_mp_str_is(k, "dp_rank"))
         rank = &root->via.map.ptr[i].val;
     }
   } else {
@@ -509,13 +259,13 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
     out->ts = ts->via.f64;
   else if (ts && ts->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
     out->ts = (double)ts->via.u64;
-  if (rank && !kvp__is_nil(rank) && kvp__get_int(rank, &out->dp_rank) != 0)
+  if (rank && !kvp__relay_mp_nil(rank) && kvp__relay_mp_int(rank, &out->dp_rank) != 0)
     out->dp_rank = -1;
-  if ((rc = kvp__grow((void **)&d->ev, &d->capev, evs->via.array.size + 1, sizeof *d->ev)))
+  if ((rc = grow((void **)&d->ev, &d->capev, evs->via.array.size + 1, sizeof *d->ev)))
     return rc;
   for (uint32_t i = 0; i < evs->via.array.size; i++) {
     size_t nh = d->nh, nt = d->nt;
-    rc = kvp__event(d, &evs->via.array.ptr[i], &d->ev[d->nev]);
+    rc = event_decode(d, &evs->via.array.ptr[i], &d->ev[d->nev]);
     if (rc == KVP_ENOMEM)
       return rc;
     if (rc != 0) {

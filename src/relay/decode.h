@@ -13,7 +13,8 @@
  *
  * Outside bytes: the decoder bounds the input size, nesting depth and every
  * declared container length (a length larger than the bytes left is
- * rejected before anything is allocated). */
+ * rejected before anything is allocated: mpread.h). The decoder itself,
+ * decode.c, maps the two event shapes onto one set of fields. */
 #ifndef KVP_RELAY_DECODE_H
 #define KVP_RELAY_DECODE_H
 
@@ -63,8 +64,10 @@ typedef struct kvp_relay_decoded_s {
 
 typedef struct kvp_relay_decoder_s kvp_relay_decoder_t;
 
-kvp_relay_decoder_t *kvp__relay_decoder_new(void);
-void kvp__relay_decoder_free(kvp_relay_decoder_t *d);
+/* Returns 0 with *out set, or KVP_ENOMEM with *out NULL. */
+int kvp__relay_decoder_create(kvp_relay_decoder_t **out);
+/* Frees the decoder and the events of its last decode. NULL is accepted. */
+void kvp__relay_decoder_destroy(kvp_relay_decoder_t *d);
 
 /* Decodes one payload. Returns 0 with *out filled (events whose fields were
  * malformed are counted in out->errors and left out), KVP_EPROTO for a
@@ -73,10 +76,5 @@ void kvp__relay_decoder_free(kvp_relay_decoder_t *d);
  * KVP_RELAY_MAX_PAYLOAD, KVP_ENOMEM. */
 int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
                       kvp_relay_decoded_t *out);
-
-/* Reads a block hash as engines send it: a signed or unsigned integer, or
- * bytes (the lower 64 bits, big-endian). Returns 0 or KVP_EPROTO. */
-struct msgpack_object;
-int kvp__relay_hash_from(const struct msgpack_object *o, uint64_t *out);
 
 #endif

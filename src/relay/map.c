@@ -9,7 +9,7 @@
 #include "common/array.h"
 #include "kvplane/status.h"
 
-static void kvp__media_set(kvp_relay_media_t *m, const char *name, size_t len, int tier) {
+static void media_set(kvp_relay_media_t *m, const char *name, size_t len, int tier) {
   for (size_t i = 0; i < m->n; i++)
     if (strlen(m->e[i].name) == len && strncasecmp(m->e[i].name, name, len) == 0) {
       m->e[i].tier = tier;
@@ -32,7 +32,7 @@ void kvp__relay_media_default(kvp_relay_media_t *m) {
            {"EXTERNAL", 4}};
   m->n = 0;
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
-    kvp__media_set(m, d[i].n, strlen(d[i].n), d[i].t);
+    media_set(m, d[i].n, strlen(d[i].n), d[i].t);
 }
 
 int kvp__relay_media_parse(kvp_relay_media_t *m, const char *spec, char *err, size_t errlen) {
@@ -49,7 +49,7 @@ int kvp__relay_media_parse(kvp_relay_media_t *m, const char *spec, char *err, si
         snprintf(err, errlen, "--media: bad entry \"%.*s\" (want NAME=G1..G4)", (int)len, p);
       return KVP_ECONFIG;
     }
-    kvp__media_set(m, p, nlen, eq[2] - '0');
+    media_set(m, p, nlen, eq[2] - '0');
     p = end ? end + 1 : NULL;
   }
   return 0;
@@ -66,17 +66,17 @@ int kvp__relay_media_tier(const kvp_relay_media_t *m, const char *name, size_t l
 
 /* Open addressing with backward-shift deletion; entries in a doubly linked
  * LRU list by index. */
-typedef struct kvp__ent_s {
+typedef struct ent_s {
   uint64_t key, val;
   uint32_t prev, next; /* LRU list */
   uint32_t slot;       /* where it sits in the table */
-} kvp__ent_t;
+} ent_t;
 
 #define NIL UINT32_MAX
 
 struct kvp_relay_map_s {
   size_t cap, n;
-  kvp__ent_t *ent; /* entries in use or freed: nent of them, grown up to cap */
+  ent_t *ent; /* entries in use or freed: nent of them, grown up to cap */
   size_t nent, ent_cap;
   uint32_t *table; /* mask + 1 slots: entry index or NIL */
   size_t mask, max_slots;
@@ -84,7 +84,7 @@ struct kvp_relay_map_s {
   uint32_t free_top;   /* freed entries linked through next */
 };
 
-static size_t kvp__mix(uint64_t k) {
+static size_t mix(uint64_t k) {
   k ^= k >> 33;
   k *= UINT64_C(0xff51afd7ed558ccd);
   k ^= k >> 33;
@@ -96,30 +96,32 @@ static size_t kvp__mix(uint64_t k) {
  * stays in cache (a lookup in a table sized for the cap, 8 MiB at the
  * default, was a cache miss per block-event), and its memory follows what
  * it holds. */
-#define KVP__MAP_MIN_SLOTS 1024
+#define MAP_MIN_SLOTS 1024
 
-kvp_relay_map_t *kvp__relay_map_new(size_t cap) {
+int kvp__relay_map_create(size_t cap, kvp_relay_map_t **out) {
+  *out = NULL;
   if (cap == 0 || cap > (1u << 30))
-    return NULL;
+    return KVP_EINVAL;
   kvp_relay_map_t *m = calloc(1, sizeof *m);
   if (!m)
-    return NULL;
+    return KVP_ENOMEM;
   size_t max_slots = 1;
   while (max_slots < cap * 2)
     max_slots <<= 1;
   m->cap = cap;
   m->max_slots = max_slots;
-  m->mask = (max_slots < KVP__MAP_MIN_SLOTS ? max_slots : KVP__MAP_MIN_SLOTS) - 1;
+  m->mask = (max_slots < MAP_MIN_SLOTS ? max_slots : MAP_MIN_SLOTS) - 1;
   m->table = malloc((m->mask + 1) * sizeof *m->table);
   if (!m->table) {
-    kvp__relay_map_free(m);
-    return NULL;
+    kvp__relay_map_destroy(m);
+    return KVP_ENOMEM;
   }
   kvp__relay_map_clear(m);
-  return m;
+  *out = m;
+  return 0;
 }
 
-void kvp__relay_map_free(kvp_relay_map_t *m) {
+void kvp__relay_map_destroy(kvp_relay_map_t *m) {
   if (!m)
     return;
   free(m->ent);
@@ -139,8 +141,8 @@ size_t kvp__relay_map_size(const kvp_relay_map_t *m) {
   return m->n;
 }
 
-static void kvp__unlink(kvp_relay_map_t *m, uint32_t i) {
-  kvp__ent_t *e = &m->ent[i];
+static void unlink_ent(kvp_relay_map_t *m, uint32_t i) {
+  ent_t *e = &m->ent[i];
   if (e->prev != NIL)
     m->ent[e->prev].next = e->next;
   else
@@ -151,8 +153,8 @@ static void kvp__unlink(kvp_relay_map_t *m, uint32_t i) {
     m->tail = e->prev;
 }
 
-static void kvp__push_front(kvp_relay_map_t *m, uint32_t i) {
-  kvp__ent_t *e = &m->ent[i];
+static void push_front(kvp_relay_map_t *m, uint32_t i) {
+  ent_t *e = &m->ent[i];
   e->prev = NIL;
   e->next = m->head;
   if (m->head != NIL)
@@ -162,8 +164,8 @@ static void kvp__push_front(kvp_relay_map_t *m, uint32_t i) {
     m->tail = i;
 }
 
-static size_t kvp__find(const kvp_relay_map_t *m, uint64_t key) {
-  size_t s = kvp__mix(key) & m->mask;
+static size_t find(const kvp_relay_map_t *m, uint64_t key) {
+  size_t s = mix(key) & m->mask;
   while (m->table[s] != NIL) {
     if (m->ent[m->table[s]].key == key)
       return s;
@@ -173,14 +175,14 @@ static size_t kvp__find(const kvp_relay_map_t *m, uint64_t key) {
 }
 
 /* Empties slot s and shifts the following cluster back. */
-static void kvp__slot_delete(kvp_relay_map_t *m, size_t s) {
+static void slot_delete(kvp_relay_map_t *m, size_t s) {
   size_t j = s;
   m->table[s] = NIL;
   for (;;) {
     j = (j + 1) & m->mask;
     if (m->table[j] == NIL)
       return;
-    size_t home = kvp__mix(m->ent[m->table[j]].key) & m->mask;
+    size_t home = mix(m->ent[m->table[j]].key) & m->mask;
     /* can the entry at j move to the hole at s? */
     if (((j - home) & m->mask) >= ((j - s) & m->mask)) {
       m->table[s] = m->table[j];
@@ -191,9 +193,9 @@ static void kvp__slot_delete(kvp_relay_map_t *m, size_t s) {
   }
 }
 
-static void kvp__remove_ent(kvp_relay_map_t *m, uint32_t i) {
-  kvp__unlink(m, i);
-  kvp__slot_delete(m, m->ent[i].slot);
+static void remove_ent(kvp_relay_map_t *m, uint32_t i) {
+  unlink_ent(m, i);
+  slot_delete(m, m->ent[i].slot);
   m->ent[i].next = m->free_top;
   m->free_top = i;
   m->n--;
@@ -201,14 +203,14 @@ static void kvp__remove_ent(kvp_relay_map_t *m, uint32_t i) {
 
 /* Doubles the table and puts every entry back. Returns 0 or KVP_ENOMEM
  * (the table stays as it was). */
-static int kvp__grow(kvp_relay_map_t *m) {
+static int grow(kvp_relay_map_t *m) {
   size_t slots = (m->mask + 1) * 2;
   uint32_t *t = malloc(slots * sizeof *t);
   if (!t)
     return KVP_ENOMEM;
   memset(t, 0xff, slots * sizeof *t);
   for (uint32_t i = m->head; i != NIL; i = m->ent[i].next) {
-    size_t s = kvp__mix(m->ent[i].key) & (slots - 1);
+    size_t s = mix(m->ent[i].key) & (slots - 1);
     while (t[s] != NIL)
       s = (s + 1) & (slots - 1);
     t[s] = i;
@@ -222,18 +224,18 @@ static int kvp__grow(kvp_relay_map_t *m) {
 
 int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
   int evicted = 0;
-  size_t s = kvp__find(m, engine);
+  size_t s = find(m, engine);
   if (s != SIZE_MAX) {
     uint32_t i = m->table[s];
     m->ent[i].val = kvp;
-    kvp__unlink(m, i);
-    kvp__push_front(m, i);
+    unlink_ent(m, i);
+    push_front(m, i);
     return 0;
   }
   if (m->n == m->cap) {
-    kvp__remove_ent(m, m->tail);
+    remove_ent(m, m->tail);
     evicted = 1;
-  } else if ((m->n + 1) * 2 > m->mask + 1 && m->mask + 1 < m->max_slots && kvp__grow(m) != 0) {
+  } else if ((m->n + 1) * 2 > m->mask + 1 && m->mask + 1 < m->max_slots && grow(m) != 0) {
     return evicted; /* out of memory: not mapped (removals pass the engine's hash) */
   }
   uint32_t i;
@@ -245,35 +247,35 @@ int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
       return evicted;
     i = (uint32_t)m->nent++;
   }
-  s = kvp__mix(engine) & m->mask;
+  s = mix(engine) & m->mask;
   while (m->table[s] != NIL)
     s = (s + 1) & m->mask;
   m->table[s] = i;
   m->ent[i].key = engine;
   m->ent[i].val = kvp;
   m->ent[i].slot = (uint32_t)s;
-  kvp__push_front(m, i);
+  push_front(m, i);
   m->n++;
   return evicted;
 }
 
 int kvp__relay_map_get(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
-  size_t s = kvp__find(m, engine);
+  size_t s = find(m, engine);
   if (s == SIZE_MAX)
     return 0;
   uint32_t i = m->table[s];
   *kvp = m->ent[i].val;
-  kvp__unlink(m, i);
-  kvp__push_front(m, i);
+  unlink_ent(m, i);
+  push_front(m, i);
   return 1;
 }
 
 int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
-  size_t s = kvp__find(m, engine);
+  size_t s = find(m, engine);
   if (s == SIZE_MAX)
     return 0;
   uint32_t i = m->table[s];
   *kvp = m->ent[i].val;
-  kvp__remove_ent(m, i);
+  remove_ent(m, i);
   return 1;
 }

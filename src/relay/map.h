@@ -33,8 +33,11 @@ int kvp__relay_media_tier(const kvp_relay_media_t *m, const char *name, size_t l
  * goes first. */
 typedef struct kvp_relay_map_s kvp_relay_map_t;
 
-kvp_relay_map_t *kvp__relay_map_new(size_t cap);
-void kvp__relay_map_free(kvp_relay_map_t *m);
+/* Returns 0 with *out set, KVP_EINVAL for a cap outside 1..2^30, or
+ * KVP_ENOMEM; *out is NULL on failure. */
+int kvp__relay_map_create(size_t cap, kvp_relay_map_t **out);
+/* NULL is accepted. */
+void kvp__relay_map_destroy(kvp_relay_map_t *m);
 /* Inserts or updates (and marks as recent). Returns 1 when an entry was
  * evicted to make room, else 0. */
 int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp);

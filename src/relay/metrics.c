@@ -5,7 +5,6 @@
 #include <stdio.h>
 
 #include "kvplane/status.h"
-#include "publish/pub.h"
 
 typedef struct {
   kvp_relay_stats_t st;
@@ -41,7 +40,7 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p) {
   for (size_t i = 0; i < n; i++) {
     kvp_relay_stats(r, i, &f[i].st);
     kvp_publisher_stats(kvp__relay_endpoint_publisher(r, i), &f[i].pub);
-    f[i].connected = kvp__pub_connected(kvp__relay_endpoint_publisher(r, i));
+    f[i].connected = kvp_publisher_connected(kvp__relay_endpoint_publisher(r, i));
   }
   simple(p, r, f, "kvplane_relay_messages_total",
          "ZMQ messages read from the engine (live and replayed).", ST(msgs));
@@ -111,10 +110,16 @@ int kvp__relay_metrics_ready(void *relay, char *why, size_t len) {
     return 0;
   }
   for (size_t i = 0; i < kvp__relay_endpoint_count(r); i++)
-    if (!kvp__pub_connected(kvp__relay_endpoint_publisher(r, i))) {
+    if (!kvp_publisher_connected(kvp__relay_endpoint_publisher(r, i))) {
       snprintf(why, len, "NATS: the publisher of worker %s is not connected",
                kvp__relay_endpoint_worker(r, i));
       return 0;
     }
   return 1;
+}
+
+int kvp__relay_metrics_start(kvp_relay_t *r, const char *addr, kvp__metrics_server_t **out,
+                             char *err, size_t errlen) {
+  return kvp__metrics_server_start("--metrics", addr, kvp__relay_metrics_collect,
+                                   kvp__relay_metrics_ready, r, out, err, errlen);
 }

@@ -14,6 +14,7 @@
 
 #include "relay/relay.h"
 #include "metrics/prom.h"
+#include "metrics/server.h"
 
 /* Writes the relay's exposition into p. Returns 0 (the writer's own
  * allocation failure is in p->err). Signature of kvp__metrics_collect_fn. */
@@ -22,6 +23,14 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p);
 /* 1 when every endpoint's publisher is connected to NATS; else 0 with why
  * naming the first worker that is not. Signature of kvp__metrics_ready_fn. */
 int kvp__relay_metrics_ready(void *relay, char *why, size_t len);
+
+/* Serves the relay's /metrics, /healthz and /readyz on addr ("host:port",
+ * named --metrics in errors) until kvp__metrics_server_stop(*out), which
+ * must come before kvp_relay_close(r). Returns 0 with *out set, or
+ * kvp__metrics_server_start's codes (KVP_ECONFIG, KVP_EIO, KVP_ENOMEM) with
+ * err. */
+int kvp__relay_metrics_start(kvp_relay_t *r, const char *addr, kvp__metrics_server_t **out,
+                             char *err, size_t errlen);
 
 /* relay.c's side: the endpoints' count, worker ids, publishers. */
 size_t kvp__relay_endpoint_count(const kvp_relay_t *r);

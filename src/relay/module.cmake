@@ -1,5 +1,6 @@
-# Engine adapters: kvplane-relay's decoder, tier table and hash map, ZMQ
-# relay loop and its metrics.
+# Engine adapters: kvplane-relay's msgpack reader and decoder, tier table and
+# hash map, recovery, the ZMQ relay loop, its metrics and its command line.
 kvp_daemon_lib(relay
-  SOURCES relay/decode.c relay/map.c relay/relay.c relay/metrics.c
+  SOURCES relay/mpread.c relay/decode.c relay/map.c relay/apply.c relay/recover.c relay/relay.c
+          relay/metrics.c relay/cli.c relay/serve.c
   LIBS kvplane_metrics PkgConfig::ZMQ PkgConfig::MSGPACK)

@@ -15,8 +15,8 @@
  * starts after the missing sequence make the relay publish AllBlocksCleared
  * (every tier) for that worker and start afresh.
  */
-#ifndef KVPLANE_RELAY_H
-#define KVPLANE_RELAY_H
+#ifndef KVP_RELAY_RELAY_H
+#define KVP_RELAY_RELAY_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -95,4 +95,4 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file); /* file: a FILE * */
 #ifdef __cplusplus
 }
 #endif
-#endif /* KVPLANE_RELAY_H */
+#endif /* KVP_RELAY_RELAY_H */

@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static kvp_relay_decoder_t *d;
   kvp_relay_decoded_t out;
-  if (!d && !(d = kvp__relay_decoder_new()))
+  if (!d && kvp__relay_decoder_create(&d) != 0)
     abort();
   if (kvp__relay_decode(d, data, size, &out) != 0)
     return 0;

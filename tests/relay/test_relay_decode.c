@@ -30,7 +30,8 @@ static void tagged_arrays(void **state) {
   msgpack_sbuffer sb;
   msgpack_packer p;
   kvp_relay_decoded_t out;
-  kvp_relay_decoder_t *d = kvp__relay_decoder_new();
+  kvp_relay_decoder_t *d;
+  assert_int_equal(kvp__relay_decoder_create(&d), 0);
   msgpack_sbuffer_init(&sb);
   msgpack_packer_init(&p, &sb, msgpack_sbuffer_write);
   pk_batch(&p, 3);
@@ -88,7 +89,7 @@ static void tagged_arrays(void **state) {
   assert_true(out.events[1].hashes[0] == UINT64_C(0x0102030405060708));
   assert_int_equal(out.events[2].type, KVP_RELAY_EV_CLEARED);
   msgpack_sbuffer_destroy(&sb);
-  kvp__relay_decoder_free(d);
+  kvp__relay_decoder_destroy(d);
 }
 
 static void maps_and_defaults(void **state) {
@@ -96,7 +97,8 @@ static void maps_and_defaults(void **state) {
   msgpack_sbuffer sb;
   msgpack_packer p;
   kvp_relay_decoded_t out;
-  kvp_relay_decoder_t *d = kvp__relay_decoder_new();
+  kvp_relay_decoder_t *d;
+  assert_int_equal(kvp__relay_decoder_create(&d), 0);
   msgpack_sbuffer_init(&sb);
   msgpack_packer_init(&p, &sb, msgpack_sbuffer_write);
   /* The outer batch as a map too. */
@@ -151,13 +153,14 @@ static void maps_and_defaults(void **state) {
   assert_true(e->has_extra_keys);
   assert_memory_equal(e->kind.p, "sliding_window", 14);
   msgpack_sbuffer_destroy(&sb);
-  kvp__relay_decoder_free(d);
+  kvp__relay_decoder_destroy(d);
 }
 
 static void malformed_rejected(void **state) {
   (void)state;
   kvp_relay_decoded_t out;
-  kvp_relay_decoder_t *d = kvp__relay_decoder_new();
+  kvp_relay_decoder_t *d;
+  assert_int_equal(kvp__relay_decoder_create(&d), 0);
   /* not msgpack at all, truncated, trailing bytes, wrong outer shape */
   static const uint8_t garbage[] = {0xc1, 0x00};
   static const uint8_t trunc[] = {0x93, 0xcb, 0, 0};
@@ -190,7 +193,7 @@ static void malformed_rejected(void **state) {
   assert_int_equal(kvp__relay_decode(d, bad_events, sizeof bad_events, &out), 0);
   assert_int_equal(out.nevents, 1);
   assert_int_equal(out.errors, 3);
-  kvp__relay_decoder_free(d);
+  kvp__relay_decoder_destroy(d);
 }
 
 static void media_table(void **state) {
@@ -214,7 +217,10 @@ static void media_table(void **state) {
 
 static void map_lru_bounded(void **state) {
   (void)state;
-  kvp_relay_map_t *m = kvp__relay_map_new(100);
+  kvp_relay_map_t *m = (kvp_relay_map_t *)&m;
+  assert_int_equal(kvp__relay_map_create(0, &m), KVP_EINVAL);
+  assert_null(m);
+  assert_int_equal(kvp__relay_map_create(100, &m), 0);
   uint64_t v;
   assert_non_null(m);
   for (uint64_t i = 0; i < 100; i++)
@@ -238,7 +244,7 @@ static void map_lru_bounded(void **state) {
   kvp__relay_map_clear(m);
   assert_int_equal(kvp__relay_map_size(m), 0);
   assert_int_equal(kvp__relay_map_get(m, 99999 * 2654435761u, &v), 0);
-  kvp__relay_map_free(m);
+  kvp__relay_map_destroy(m);
 }
 
 /* A map far larger than its first table: the table doubles as entries come
@@ -247,7 +253,8 @@ static void map_lru_bounded(void **state) {
 static void map_grows_with_what_it_holds(void **state) {
   (void)state;
   const uint64_t cap = 50000;
-  kvp_relay_map_t *m = kvp__relay_map_new(cap);
+  kvp_relay_map_t *m;
+  assert_int_equal(kvp__relay_map_create(cap, &m), 0);
   uint64_t v;
   assert_non_null(m);
   for (uint64_t i = 1; i <= cap; i++)
@@ -268,7 +275,7 @@ static void map_grows_with_what_it_holds(void **state) {
   assert_int_equal(kvp__relay_map_get(m, 2 * 0x9e3779b97f4a7c15ull, &v), 0);
   assert_int_equal(kvp__relay_map_get(m, 4 * 0x9e3779b97f4a7c15ull, &v), 1);
   assert_int_equal(kvp__relay_map_get(m, 7, &v), 1);
-  kvp__relay_map_free(m);
+  kvp__relay_map_destroy(m);
 }
 
 static const struct CMUnitTest tests[] = {

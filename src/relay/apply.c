@@ -1,0 +1,167 @@
+/* A decoded engine payload republished as kvplane events (state.h): the
+ * hybrid-group and medium filters, kvplane's own sequence hashes computed
+ * from token ids, and the engine-to-kvplane hash map. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvplane/hash.h"
+#include "kvplane/status.h"
+#include "relay/state.h"
+
+/* Publishes AllBlocksCleared for the worker and forgets its hashes. */
+void kvp__relay_clear(kvp__relay_ep_t *ep, const char *why) {
+  LOG(ep, "publishing AllBlocksCleared: %s", why);
+  kvp__relay_map_clear(ep->map);
+  if (kvp_publisher_cleared(ep->pub, KVP_TIER_ALL) == 0)
+    CNT(ep, out_cleared);
+  CNT(ep, clears);
+}
+
+static void unknown_medium(kvp__relay_ep_t *ep, const kvp_relay_str_t *m) {
+  size_t len = m->len < 31 ? m->len : 31;
+  for (size_t i = 0; i < ep->nunknown; i++)
+    if (strlen(ep->unknown[i]) == len && memcmp(ep->unknown[i], m->p, len) == 0)
+      return;
+  if (ep->nunknown < KVP__RELAY_UNKNOWN_LOGGED) {
+    memcpy(ep->unknown[ep->nunknown], m->p, len);
+    ep->unknown[ep->nunknown++][len] = 0;
+  }
+  LOG(ep, "unknown medium \"%.*s\": its events are skipped (--media sets the table)", (int)len,
+      m->p);
+}
+
+/* A kind other than the main full-attention group. */
+static int hybrid(const kvp_relay_event_t *e) {
+  if (e->group_idx > 0 || e->sliding_window > 0)
+    return 1;
+  if (e->kind.len == 0)
+    return 0;
+  static const char *const full[] = {"full_attention", "full", "FullAttentionSpec", "mla",
+                                     "MLAAttentionSpec"};
+  for (size_t i = 0; i < sizeof full / sizeof full[0]; i++)
+    if (strlen(full[i]) == e->kind.len && memcmp(full[i], e->kind.p, e->kind.len) == 0)
+      return 0;
+  return 1;
+}
+
+static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tier) {
+  kvp_event_t ev = {.type = KVP_EV_STORED, .tier = tier, .lora_id = e->lora_id};
+  size_t n = e->nhashes;
+  uint32_t bs = e->block_size ? e->block_size : r->block_size;
+  if (n == 0)
+    return;
+  if (r->hcap < n) {
+    uint64_t *h = realloc(r->hbuf, n * sizeof *h);
+    if (!h)
+      return;
+    r->hbuf = h;
+    r->hcap = n;
+  }
+  int own = e->token_ids && !e->has_extra_keys && bs > 0 && e->ntokens >= (size_t)bs * n;
+  uint64_t parent = 0;
+  int has_parent = 0;
+  if (own && e->has_parent) {
+    has_parent = kvp__relay_map_get(ep->map, e->parent, &parent);
+    if (!has_parent)
+      own = 0; /* parent unknown to us: cannot chain, pass the engine's hashes */
+  }
+  if (own) {
+    char salt[256];
+    const kvp_relay_str_t *s = e->lora_name.len ? &e->lora_name : &e->cache_salt;
+    size_t sl = s->len < sizeof salt - 1 ? s->len : sizeof salt - 1;
+    if (sl)
+      memcpy(salt, s->p, sl);
+    salt[sl] = 0;
+    uint64_t seed = kvp_hash_seed(salt);
+    /* The engine's token_ids cover exactly these blocks; the last n full
+     * blocks are the ones announced. */
+    const uint32_t *tok = e->token_ids + (e->ntokens - (size_t)bs * n);
+    uint64_t prev = parent;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t local = kvp_hash_block(tok + i * bs, bs, seed);
+      prev = (i == 0 && !has_parent) ? local : kvp_hash_chain(prev, local, seed);
+      r->hbuf[i] = prev;
+      if (kvp__relay_map_put(ep->map, e->hashes[i], prev))
+        CNT(ep, map_evictions);
+    }
+    ev.hashes = r->hbuf;
+    ev.has_parent = has_parent;
+    ev.parent_hash = parent;
+    CNTN(ep, blocks_kvp, n);
+  } else {
+    ev.hashes = e->hashes;
+    ev.has_parent = e->has_parent;
+    ev.parent_hash = e->parent;
+    ev.engine_native = 1;
+    CNTN(ep, blocks_native, n);
+  }
+  ev.nhashes = n;
+  ev.block_tokens = bs;
+  if (kvp_publisher_emit(ep->pub, &ev) == 0)
+    CNT(ep, out_stored);
+}
+
+static void removed(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tier) {
+  size_t n = 0;
+  if (r->hcap < e->nhashes) {
+    uint64_t *h = realloc(r->hbuf, e->nhashes * sizeof *h);
+    if (!h)
+      return;
+    r->hbuf = h;
+    r->hcap = e->nhashes;
+  }
+  for (size_t i = 0; i < e->nhashes; i++) {
+    uint64_t k;
+    if (kvp__relay_map_take(ep->map, e->hashes[i], &k))
+      r->hbuf[n++] = k;
+    else
+      r->hbuf[n++] = e->hashes[i], CNT(ep, skip_unmapped); /* engine-native, or evicted */
+  }
+  if (n && kvp_publisher_removed(ep->pub, tier, NULL, r->hbuf, n) == 0)
+    CNT(ep, out_removed);
+}
+
+/* Applies one decoded payload. */
+void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const uint8_t *payload, size_t len) {
+  kvp_relay_decoded_t d;
+  int rc = kvp__relay_decode(r->dec, payload, len, &d);
+  if (rc != 0) {
+    CNT(ep, decode_errors);
+    LOG(ep, "payload of %zu bytes skipped: %s", len, kvp_strerror(rc));
+    return;
+  }
+  CNTN(ep, event_errors, d.errors);
+  for (size_t i = 0; i < d.nevents; i++) {
+    const kvp_relay_event_t *e = &d.events[i];
+    int tier;
+    switch (e->type) {
+    case KVP_RELAY_EV_CLEARED:
+      CNT(ep, in_cleared);
+      kvp__relay_map_clear(ep->map);
+      if (kvp_publisher_cleared(ep->pub, KVP_TIER_ALL) == 0)
+        CNT(ep, out_cleared);
+      continue;
+    case KVP_RELAY_EV_STORED:
+      CNT(ep, in_stored);
+      break;
+    default:
+      CNT(ep, in_removed);
+      break;
+    }
+    if (hybrid(e)) {
+      CNT(ep, skip_group);
+      continue;
+    }
+    tier = kvp__relay_media_tier(&r->media, e->medium.p, e->medium.len);
+    if (tier == 0) {
+      CNT(ep, skip_medium);
+      unknown_medium(ep, &e->medium);
+      continue;
+    }
+    if (e->type == KVP_RELAY_EV_STORED)
+      stored(r, ep, e, tier);
+    else
+      removed(r, ep, e, tier);
+  }
+}

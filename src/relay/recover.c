@@ -1,0 +1,151 @@
+/* One endpoint's message sequence (state.h): a live message's sequence
+ * number against the last one, a gap recovered through the engine's replay
+ * socket (its three reply layouts), a restart or an unrecoverable gap
+ * cleared. relay/relay.h describes the protocol. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <zmq.h>
+
+#include "relay/state.h"
+
+static int be64(const void *p, size_t n, int64_t *seq) {
+  if (n != 8)
+    return -1;
+  const uint8_t *b = p;
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v = (v << 8) | b[i];
+  *seq = (int64_t)v;
+  return 0;
+}
+
+/* Reads one multipart message into parts (up to max, sizes in n); returns
+ * the frame count (beyond max frames are read and dropped), or -1. */
+static int recv_parts(void *sock, zmq_msg_t *parts, int max, int flags) {
+  int count = 0, more = 1;
+  while (more) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, sock, count == 0 ? flags : 0) < 0) {
+      zmq_msg_close(&m);
+      for (int i = 0; i < count && i < max; i++)
+        zmq_msg_close(&parts[i]);
+      return -1;
+    }
+    more = zmq_msg_more(&m);
+    if (count < max)
+      parts[count] = m;
+    else
+      zmq_msg_close(&m);
+    count++;
+  }
+  return count;
+}
+
+static void close_parts(zmq_msg_t *parts, int n, int max) {
+  for (int i = 0; i < n && i < max; i++)
+    zmq_msg_close(&parts[i]);
+}
+
+/* Asks the replay socket for start..; applies what comes back up to (not
+ * including) until. Returns 0 when every sequence from start to until-1
+ * arrived, -1 otherwise. */
+static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t until) {
+  int ok = -1, linger = 0, tmo = (int)r->replay_timeout_ms;
+  int64_t next = start;
+  void *d = zmq_socket(r->zctx, ZMQ_DEALER);
+  if (!d)
+    return -1;
+  CNT(ep, replays);
+  zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(d, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+  zmq_setsockopt(d, ZMQ_SNDTIMEO, &tmo, sizeof tmo);
+  if (zmq_connect(d, ep->replay) != 0)
+    goto done;
+  uint8_t be[8];
+  for (int i = 0; i < 8; i++)
+    be[i] = (uint8_t)((uint64_t)start >> (56 - 8 * i));
+  if (zmq_send(d, "", 0, ZMQ_SNDMORE) < 0 || zmq_send(d, be, 8, 0) < 0)
+    goto done;
+  for (;;) {
+    zmq_msg_t p[4];
+    int n = recv_parts(d, p, 4, 0);
+    if (n < 0) {
+      LOG(ep, "replay from %" PRId64 ": no answer in %u ms", start, r->replay_timeout_ms);
+      goto done;
+    }
+    int si; /* index of the sequence frame */
+    if (n == 4 && zmq_msg_size(&p[0]) == 0)
+      si = 2;
+    else if (n == 3 && zmq_msg_size(&p[0]) == 0)
+      si = 1;
+    else if (n == 2)
+      si = 0;
+    else {
+      CNT(ep, decode_errors);
+      close_parts(p, n, 4);
+      continue;
+    }
+    int64_t seq;
+    if (be64(zmq_msg_data(&p[si]), zmq_msg_size(&p[si]), &seq) != 0) {
+      CNT(ep, decode_errors);
+      close_parts(p, n, 4);
+      continue;
+    }
+    if (seq == -1) {
+      close_parts(p, n, 4);
+      break;
+    }
+    if (seq == next && seq < until) {
+      CNT(ep, replay_msgs);
+      CNT(ep, msgs);
+      kvp__relay_apply(r, ep, zmq_msg_data(&p[si + 1]), zmq_msg_size(&p[si + 1]));
+      next++;
+      ep->last_seq = seq;
+    } else {
+      CNT(ep, skip_dup); /* outside the range asked for, or out of order */
+    }
+    close_parts(p, n, 4);
+  }
+  ok = next >= until ? 0 : -1;
+  if (ok)
+    LOG(ep, "replay from %" PRId64 " ended at %" PRId64 ", wanted up to %" PRId64, start, next,
+        until - 1);
+done:
+  zmq_close(d);
+  return ok;
+}
+
+void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
+  zmq_msg_t p[3];
+  int n = recv_parts(ep->sub, p, 3, ZMQ_DONTWAIT);
+  int64_t seq;
+  if (n < 0)
+    return;
+  if (n != 3 || be64(zmq_msg_data(&p[1]), zmq_msg_size(&p[1]), &seq) != 0) {
+    CNT(ep, decode_errors);
+    LOG(ep, "message of %d frames skipped (want topic, 8-byte seq, payload)", n);
+    goto out;
+  }
+  CNT(ep, msgs);
+  if (ep->last_seq >= 0) {
+    if (seq <= ep->last_seq) {
+      /* PUB/SUB never repeats a message on the live socket, and replayed
+       * messages never go past the live one that asked for them: a
+       * sequence that goes back is a restarted engine publisher (which
+       * counts from 0 again, though its first messages may be lost). */
+      CNT(ep, restarts);
+      kvp__relay_clear(ep, "engine publisher restarted (sequence went back)");
+    } else if (seq > ep->last_seq + 1) {
+      CNT(ep, gaps);
+      LOG(ep, "sequence gap: %" PRId64 " after %" PRId64, seq, ep->last_seq);
+      if (!ep->replay[0] || replay(r, ep, ep->last_seq + 1, seq) != 0)
+        kvp__relay_clear(ep, ep->replay[0] ? "replay failed or too short" : "no replay endpoint");
+    }
+  }
+  kvp__relay_apply(r, ep, zmq_msg_data(&p[2]), zmq_msg_size(&p[2]));
+  ep->last_seq = seq;
+  __atomic_store_n(&ep->st.last_seq, seq, __ATOMIC_RELAXED);
+out:
+  close_parts(p, n, 3);
+}

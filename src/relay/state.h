@@ -1,0 +1,62 @@
+/* Internal state of a relay, shared by the files of src/relay: relay.c
+ * (open, the poll loop, close, figures), recover.c (one endpoint's message
+ * sequence: gaps, replays, restarts) and apply.c (a decoded payload
+ * republished as kvplane events). */
+#ifndef KVP_RELAY_STATE_H
+#define KVP_RELAY_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "relay/relay.h"
+#include "relay/decode.h"
+#include "relay/map.h"
+
+/* The figures are read by other threads (kvp_relay_stats): relaxed atomics. */
+#define CNT(ep, f) __atomic_fetch_add(&(ep)->st.f, 1, __ATOMIC_RELAXED)
+#define CNTN(ep, f, n) __atomic_fetch_add(&(ep)->st.f, (n), __ATOMIC_RELAXED)
+
+#define LOG(ep, fmt, ...)                                                                          \
+  fprintf(stderr, "kvplane-relay: %s (%s): " fmt "\n", (ep)->endpoint, (ep)->worker, __VA_ARGS__)
+
+#define KVP__RELAY_UNKNOWN_LOGGED 16
+
+typedef struct kvp__relay_ep_s {
+  char endpoint[256], replay[256], worker[65];
+  void *sub;
+  kvp_publisher_t *pub;
+  kvp_relay_map_t *map;
+  int64_t last_seq; /* -1: nothing seen yet */
+  kvp_relay_stats_t st;
+  char unknown[KVP__RELAY_UNKNOWN_LOGGED][32]; /* media already logged */
+  size_t nunknown;
+} kvp__relay_ep_t;
+
+struct kvp_relay_s {
+  void *zctx;
+  kvp__relay_ep_t *ep;
+  size_t nep;
+  int stop;
+  int rcvhwm;
+  uint32_t replay_timeout_ms, block_size;
+  kvp_relay_media_t media;
+  kvp_relay_decoder_t *dec;
+  uint64_t *hbuf; /* kvplane hashes of one event */
+  size_t hcap;
+};
+
+/* apply.c: decodes one payload and republishes its events; a payload that
+ * does not decode is counted and logged, never fatal. */
+void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const uint8_t *payload, size_t len);
+
+/* apply.c: publishes AllBlocksCleared (every tier) for the worker and
+ * forgets its hashes; why goes to the log. */
+void kvp__relay_clear(kvp__relay_ep_t *ep, const char *why);
+
+/* recover.c: reads one message of ep's SUB socket (without waiting), checks
+ * its sequence against the last one (a gap is replayed or cleared, a
+ * sequence that goes back clears) and applies its payload. */
+void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep);
+
+#endif
