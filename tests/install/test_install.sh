@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The install test (ctest install.tree, tests/install/tests.cmake):
 #   test_install.sh BUILD_DIR SOURCE_DIR
-# 1. cmake --install BUILD_DIR into a temporary prefix; every part is there.
+# 1. cmake --install BUILD_DIR into a temporary prefix; every part is there;
+#    libkvplane.so and kvplane.pc name none of the daemons' libraries.
 # 2. examples/ built out of tree against it with find_package(kvplane)
 #    (shared and static library) and with pkg-config (shared and static);
 #    a probe program linked each way finds the prefix's plugin directory.
@@ -94,6 +95,24 @@ for f in "$bindir/kvplane-advisor" "$bindir/kvplane-relay" "$bindir/kvplane" "$b
   [ -e "$prefix/$f" ] || fail "not installed: $prefix/$f"
 done
 plugins=$prefix/$libdir/kvplane/plugins
+
+step "libkvplane carries only what a worker needs"
+# The daemons' libraries are not the worker's: not linked, not required by
+# the .pc file, and their headers are not installed.
+needed=$(readelf -d "$prefix/$libdir/libkvplane.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+for l in libsqlite3 libinih libzmq libmsgpack libmicrohttpd libz.so; do
+  if printf '%s\n' "$needed" | grep -q "^$l"; then
+    fail "libkvplane.so links $l (NEEDED: $(echo $needed))"
+  fi
+done
+for m in sqlite3 inih libzmq msgpack libmicrohttpd zlib; do
+  if grep -E "^Requires" "$prefix/$libdir/pkgconfig/kvplane.pc" | grep -qw "$m"; then
+    fail "kvplane.pc requires $m"
+  fi
+done
+for h in advisor.h relay.h; do
+  [ ! -e "$prefix/include/kvplane/$h" ] || fail "installed a daemon's header: include/kvplane/$h"
+done
 
 # A program that prints the default plugin directory: the installed tree's,
 # whether it links libkvplane.so or libkvplane.a.
