@@ -46,7 +46,7 @@
 #include <unistd.h>
 
 #include "kvplane/status.h"
-#include "kvplane/volume.h"
+#include "kvplane/volume_plugin.h"
 #include "plugin_util.h"
 
 #define MAX_HANDLES 16

@@ -121,6 +121,24 @@ static void loader_names_file_and_cause(void **state) {
   assert_int_equal(kvp_volume_open(KVP_TEST_PLUGIN_DIR, "noentry", "g3", p, 1, &v, err, sizeof err),
                    KVP_ENOTSUP);
   assert_non_null(strstr(err, KVP_VOLUME_ENTRY));
+  /* The reserved device-memory flag, set while no version has its
+   * operations. */
+  assert_int_equal(
+      kvp_volume_open(KVP_TEST_PLUGIN_DIR, "baddevice", "g3", p, 0, &v, err, sizeof err),
+      KVP_ENOTSUP);
+  assert_non_null(strstr(err, "kvplane-volume-baddevice.so"));
+  assert_non_null(strstr(err, "KVP_VOLUME_CAN_DEVICE is reserved"));
+  /* A plugin built against the frozen version-1 header loads; its table is
+   * the library's full-size copy. */
+  assert_int_equal(kvp_volume_open(KVP_TEST_PLUGIN_DIR, "v1", "g3-v1", p, 0, &v, err, sizeof err),
+                   0);
+  assert_int_equal(kvp_volume_ops(v)->abi_version, 1);
+  assert_string_equal(kvp_volume_ops(v)->name, "v1");
+  kvp_volume_stat_t st;
+  assert_int_equal(kvp_volume_stat(v, &st, err, sizeof err), 0);
+  assert_int_equal(st.capacity, 0x7631);
+  kvp_volume_close(v);
+  v = NULL;
   /* The plugin's own refusal, with the volume named. */
   kvp_volume_param_t bad[2] = {{"path", "/tmp"}, {"colour", "blue"}};
   assert_int_equal(
