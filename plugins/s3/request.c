@@ -173,7 +173,7 @@ static void error_code(req_t *r) {
 }
 
 int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, const char *what,
-                   char *err, size_t errlen) {
+                    char *err, size_t errlen) {
   CURL *c = take_handle(s);
   char userpwd[520], sigv4[128], sha[65], hdr_sha[100], hdr_tok[2100];
   struct curl_slist *h = NULL;

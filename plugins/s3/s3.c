@@ -29,7 +29,9 @@
  *
  * Thread-safe per volume: each call takes a curl handle from a small pool
  * (connections are reused through the handles), usage counters are under
- * a mutex.
+ * a mutex, and a put or delete looks up the size it replaces or removes
+ * under its key's lock (one HEAD per put), so the usage and the quota count
+ * every object once.
  *
  * This file: the parameters and the operations. request.c makes the HTTP
  * requests, list.c lists a prefix; s3.h is what they share. */
@@ -62,6 +64,8 @@ static void s3_close(void *vol) {
     return;
   kvp__s3_free_handles(s);
   pthread_mutex_destroy(&s->mu);
+  for (int i = 0; i < KEY_LOCKS; i++)
+    pthread_mutex_destroy(&s->key_mu[i]);
   free(s);
 }
 
@@ -84,6 +88,8 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
     return KVP_ENOMEM;
   kvp__s3_global_init();
   pthread_mutex_init(&s->mu, NULL);
+  for (int i = 0; i < KEY_LOCKS; i++)
+    pthread_mutex_init(&s->key_mu[i], NULL);
   snprintf(s->region, sizeof s->region, "us-east-1");
   s->timeout_ms = 10000;
   s->connect_ms = 2000;
@@ -215,15 +221,24 @@ static int s3_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   }
   kvp__s3_key_of(s, ns, hash, key, sizeof key);
   snprintf(what, sizeof what, "bucket %s: PUT %s", s->bucket, key);
-  /* The quota counts a replaced object once: its old size is looked up. */
-  int existed = s->capacity ? head(s, key, &old, err, errlen) : 0;
-  if (existed < 0)
+  /* A replaced object is counted once, in the usage and the quota: its old
+   * size is looked up under the key's lock, and a put in flight reserves
+   * its bytes. */
+  pthread_mutex_t *km = &s->key_mu[hash % KEY_LOCKS];
+  pthread_mutex_lock(km);
+  int existed = head(s, key, &old, err, errlen);
+  if (existed < 0) {
+    pthread_mutex_unlock(km);
     return existed;
+  }
   pthread_mutex_lock(&s->mu);
-  int full = s->capacity && s->used - old + len > s->capacity;
-  uint64_t used = s->used;
+  int full = s->capacity && s->used + s->reserved - old + len > s->capacity;
+  uint64_t used = s->used + s->reserved;
+  if (!full)
+    s->reserved += len;
   pthread_mutex_unlock(&s->mu);
   if (full) {
+    pthread_mutex_unlock(km);
     snprintf(err, errlen, "%s: %zu bytes over the %" PRIu64 "-byte quota (%" PRIu64 " used)", what,
              len, s->capacity, used);
     return KVP_ENOSPC;
@@ -234,12 +249,14 @@ static int s3_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   if (rc == 0 && r.status != 200)
     rc = kvp__s3_http_error(&r, what, err, errlen);
   free(r.text);
+  pthread_mutex_lock(&s->mu);
+  s->reserved -= len;
   if (rc == 0) {
-    pthread_mutex_lock(&s->mu);
     s->used = s->used - old + len;
     s->blocks += existed ? 0 : 1;
-    pthread_mutex_unlock(&s->mu);
   }
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(km);
   return rc;
 }
 
@@ -292,17 +309,22 @@ static int s3_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
   kvp__s3_key_of(s, ns, hash, key, sizeof key);
   snprintf(what, sizeof what, "bucket %s: DELETE %s", s->bucket, key);
   /* S3 answers 204 for a missing key too: look first, so that a missing
-   * key is KVP_ENOENT as the ABI says, and for the usage. */
-  int ex = head(s, key, &size, err, errlen);
-  if (ex < 0)
-    return ex;
-  if (ex == 0) {
+   * key is KVP_ENOENT as the ABI says, and for the usage (under the key's
+   * lock, see put). */
+  pthread_mutex_t *km = &s->key_mu[hash % KEY_LOCKS];
+  pthread_mutex_lock(km);
+  int rc = head(s, key, &size, err, errlen);
+  if (rc == 0) {
     snprintf(err, errlen, "%s: no such key", what);
-    return KVP_ENOENT;
+    rc = KVP_ENOENT;
+  }
+  if (rc < 0) {
+    pthread_mutex_unlock(km);
+    return rc;
   }
   req_t r = {0};
   kvp__s3_url_of(s, key, NULL, url, sizeof url);
-  int rc = kvp__s3_perform(s, "DELETE", url, &r, what, err, errlen);
+  rc = kvp__s3_perform(s, "DELETE", url, &r, what, err, errlen);
   if (rc == 0 && r.status != 204 && r.status != 200)
     rc = kvp__s3_http_error(&r, what, err, errlen);
   free(r.text);
@@ -312,6 +334,7 @@ static int s3_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
     s->blocks -= s->blocks ? 1 : 0;
     pthread_mutex_unlock(&s->mu);
   }
+  pthread_mutex_unlock(km);
   return rc;
 }
 

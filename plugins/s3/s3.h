@@ -13,6 +13,7 @@
 #include "kvplane/volume_plugin.h"
 
 #define MAX_HANDLES 16
+#define KEY_LOCKS 64
 
 /* A volume: its parameters, a pool of curl handles, and its usage. */
 typedef struct s3_s {
@@ -27,6 +28,10 @@ typedef struct s3_s {
   CURL *pool[MAX_HANDLES];
   int npool;
   uint64_t used, blocks;
+  uint64_t reserved; /* bytes of puts in flight, counted against capacity */
+  /* A put or delete holds its key's lock from looking up the old size to
+   * counting the change, so that two of one key never both count it. */
+  pthread_mutex_t key_mu[KEY_LOCKS];
   unsigned seed;
 } s3_t;
 
