@@ -70,21 +70,19 @@ int kvp__volume_adopt_ops(const kvp_volume_ops_t *table, kvp_volume_ops_t *out, 
    * version is known. */
   memcpy(&version, table, sizeof version);
   if (version < 1 || version > KVP_VOLUME_ABI_VERSION) {
-    snprintf(err, errlen,
-             "%s is built for volume ABI %u, this kvplane loads versions 1 to %u%s", path,
-             (unsigned)version, (unsigned)KVP_VOLUME_ABI_VERSION,
+    snprintf(err, errlen, "%s is built for volume ABI %u, this kvplane loads versions 1 to %u%s",
+             path, (unsigned)version, (unsigned)KVP_VOLUME_ABI_VERSION,
              version > KVP_VOLUME_ABI_VERSION ? ": it needs a newer kvplane" : "");
     return KVP_ENOTSUP;
   }
   if (table_size[version] == 0 || table_size[version] > sizeof *out) {
-    snprintf(err, errlen, "%s: volume ABI %u has no table size in this kvplane (a build bug)",
-             path, (unsigned)version);
+    snprintf(err, errlen, "%s: volume ABI %u has no table size in this kvplane (a build bug)", path,
+             (unsigned)version);
     return KVP_ENOTSUP;
   }
   memcpy(out, table, table_size[version]);
   if (out->flags & ~known_flags(version)) {
-    snprintf(err, errlen,
-             "%s sets flags 0x%x that volume ABI %u does not have%s", path,
+    snprintf(err, errlen, "%s sets flags 0x%x that volume ABI %u does not have%s", path,
              (unsigned)(out->flags & ~known_flags(version)), (unsigned)version,
              (out->flags & KVP_VOLUME_CAN_DEVICE)
                  ? " (KVP_VOLUME_CAN_DEVICE is reserved: no version has the device operations yet)"

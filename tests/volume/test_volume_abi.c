@@ -119,8 +119,8 @@ static void v1_table_is_never_read_past_its_end(void **state) {
   kvp_volume_ops_t out;
   char err[512];
 
-  unsigned char *map = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  unsigned char *map =
+      mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   assert_true(map != MAP_FAILED);
   assert_int_equal(mprotect(map + page, (size_t)page, PROT_NONE), 0);
   unsigned char *at = map + page - f->v1_size;

@@ -56,3 +56,41 @@ kvp_add_test(volume_s3 volume/test_volume_s3.c LABELS volume s3 TIMEOUT 300)
 target_compile_definitions(test_volume_s3 PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_volume_s3 kvplane-volume-s3)
+
+# The conformance suite (volume/conformance.c, docs/volumes.md): one program
+# a vendor runs against any plugin; here one ctest per case and plugin,
+# conformance_<plugin>.<case>.
+add_executable(kvp-volume-conformance volume/conformance.c)
+target_link_libraries(kvp-volume-conformance PRIVATE kvp_test_harness)
+file(STRINGS volume/conformance.c conf_lines REGEX "cmocka_unit_test[a-z_]*\\(")
+set(KVP_CONFORMANCE_CASES "")
+foreach(line ${conf_lines})
+  string(REGEX MATCHALL "cmocka_unit_test[a-z_]*\\([A-Za-z0-9_]+" ms "${line}")
+  foreach(m ${ms})
+    string(REGEX REPLACE "^cmocka_unit_test[a-z_]*\\(" "" case "${m}")
+    list(APPEND KVP_CONFORMANCE_CASES ${case})
+  endforeach()
+endforeach()
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+  ${CMAKE_CURRENT_SOURCE_DIR}/volume/conformance.c)
+
+# kvp_add_conformance(<plugin> [S3RVER] PARAMS <key=value>... [LABELS <labels>...])
+function(kvp_add_conformance plugin)
+  cmake_parse_arguments(C "S3RVER" "" "PARAMS;LABELS" ${ARGN})
+  set(opts "")
+  if(C_S3RVER)
+    set(opts --s3rver)
+  endif()
+  foreach(case ${KVP_CONFORMANCE_CASES})
+    add_test(NAME conformance_${plugin}.${case}
+      COMMAND kvp-volume-conformance ${opts} --case ${case}
+        $<TARGET_FILE:kvplane-volume-${plugin}> ${C_PARAMS})
+    set_tests_properties(conformance_${plugin}.${case} PROPERTIES TIMEOUT 300
+      LABELS "conformance;volume;${C_LABELS}" ENVIRONMENT "${KVP_TEST_ENV}")
+  endforeach()
+  add_dependencies(kvp-volume-conformance kvplane-volume-${plugin})
+endfunction()
+
+kvp_add_conformance(posix PARAMS path={tmpdir}/vol)
+kvp_add_conformance(s3 S3RVER LABELS s3 PARAMS endpoint={s3rver} bucket=kvb access_key=S3RVER
+  secret_key=S3RVER prefix=conformance/ timeout_ms=5000 retries=3)
