@@ -1,6 +1,6 @@
 /* Small helpers shared by the in-tree volume plugins (posix, s3). Header
  * only, so that a plugin still links no kvplane library: the ABI is
- * include/kvplane/volume.h alone. */
+ * include/kvplane/volume_plugin.h alone. */
 #ifndef KVP_PLUGIN_UTIL_H
 #define KVP_PLUGIN_UTIL_H
 

@@ -19,6 +19,7 @@
 #include "kvplane/storage.h"
 #include "kvplane/subjects.h"
 #include "kvplane/volume.h"
+#include "kvplane/volume_plugin.h"
 #include "kvplane/wire.h"
 
 #endif

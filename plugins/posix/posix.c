@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "kvplane/status.h"
-#include "kvplane/volume.h"
+#include "kvplane/volume_plugin.h"
 #include "plugin_util.h"
 
 typedef struct posix_s {

@@ -6,7 +6,8 @@
  *    8  payload length u64      44  inner_dim u32
  *   16  sequence hash u64       48  elem_size u32
  *   24  parent hash u64         52  header checksum u32: low half of the
- *                                   XXH3-64 of bytes 0..51 and 56..63
+ *                                   XXH3-64 of the 64-byte header with
+ *                                   bytes 52..55 (this field) zeroed
  *                               56  XXH3-64 of the payload
  *
  * XXH3 (libxxhash) is the same hash family as the block hashes: fast enough

@@ -1,1 +1,1 @@
-list(APPEND KVP_LIB_SOURCES volume/frame.c volume/volume.c)
+list(APPEND KVP_LIB_SOURCES volume/abi.c volume/frame.c volume/volume.c)

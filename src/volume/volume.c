@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
 
@@ -28,7 +29,9 @@
 
 struct kvp_volume_s {
   void *dl;
-  const kvp_volume_ops_t *ops;
+  /* The plugin's table, copied to the full size of this version's: the
+   * operations of versions after the plugin's are NULL. */
+  kvp_volume_ops_t ops;
   void *vol;
   char name[64];
 };
@@ -76,32 +79,6 @@ const char *kvp_volume_plugin_dir(void) {
   return g_reloc_dir[0] ? g_reloc_dir : KVP_PLUGIN_DIR;
 }
 
-/* The operations every plugin must have; NULL when all are there, else the
- * first missing one's name. */
-static const char *missing_op(const kvp_volume_ops_t *o) {
-  if (!o->open)
-    return "open";
-  if (!o->close)
-    return "close";
-  if (!o->put)
-    return "put";
-  if (!o->get)
-    return "get";
-  if (!o->del)
-    return "del";
-  if (!o->exists)
-    return "exists";
-  if (!o->stat)
-    return "stat";
-  if (!o->iterate)
-    return "iterate";
-  if ((o->flags & KVP_VOLUME_CAN_COPY) && !o->copy)
-    return "copy (flagged)";
-  if ((o->flags & KVP_VOLUME_CAN_COMPACT) && !o->compact)
-    return "compact (flagged)";
-  return NULL;
-}
-
 int kvp_volume_open(const char *plugin_dir, const char *plugin, const char *name,
                     const kvp_volume_param_t *params, size_t nparams, kvp_volume_t **out, char *err,
                     size_t errlen) {
@@ -135,26 +112,19 @@ int kvp_volume_open(const char *plugin_dir, const char *plugin, const char *name
     goto fail;
   }
   kvp_volume_entry_fn entry;
+  const kvp_volume_ops_t *table;
   *(void **)&entry = dlsym(v->dl, KVP_VOLUME_ENTRY);
-  if (entry == NULL || (v->ops = entry()) == NULL) {
+  if (entry == NULL || (table = entry()) == NULL) {
     snprintf(err, errlen, "volume %s: %s exports no %s(): not a kvplane volume plugin", name, path,
              KVP_VOLUME_ENTRY);
     rc = KVP_ENOTSUP;
     goto fail;
   }
-  if (v->ops->abi_version != KVP_VOLUME_ABI_VERSION) {
-    snprintf(err, errlen, "volume %s: %s is built for volume ABI %u, this kvplane has %u", name,
-             path, v->ops->abi_version, KVP_VOLUME_ABI_VERSION);
-    rc = KVP_ENOTSUP;
+  if ((rc = kvp__volume_adopt_ops(table, &v->ops, path, why, sizeof why)) != 0) {
+    snprintf(err, errlen, "volume %s: %s", name, why);
     goto fail;
   }
-  const char *miss = missing_op(v->ops);
-  if (miss != NULL) {
-    snprintf(err, errlen, "volume %s: %s has no '%s' operation", name, path, miss);
-    rc = KVP_ENOTSUP;
-    goto fail;
-  }
-  if ((rc = v->ops->open(params, nparams, &v->vol, why, sizeof why)) != 0) {
+  if ((rc = v->ops.open(params, nparams, &v->vol, why, sizeof why)) != 0) {
     snprintf(err, errlen, "volume %s (plugin %s): %s", name, plugin,
              why[0] ? why : kvp_strerror(rc));
     v->vol = NULL;
@@ -171,7 +141,7 @@ void kvp_volume_close(kvp_volume_t *v) {
   if (v == NULL)
     return;
   if (v->vol != NULL)
-    v->ops->close(v->vol);
+    v->ops.close(v->vol);
   if (v->dl != NULL)
     dlclose(v->dl);
   free(v);
@@ -182,7 +152,7 @@ const char *kvp_volume_name(const kvp_volume_t *v) {
 }
 
 const kvp_volume_ops_t *kvp_volume_ops(const kvp_volume_t *v) {
-  return v->ops;
+  return &v->ops;
 }
 
 void *kvp_volume_handle(const kvp_volume_t *v) {
@@ -204,7 +174,7 @@ int kvp_volume_put_block(kvp_volume_t *v, const char *ns, const kvp_frame_t *met
 
   kvp_frame_encode(&f, payload, header);
   struct iovec iov[2] = {{header, sizeof header}, {(void *)payload, (size_t)f.payload_len}};
-  return named(v, v->ops->put(v->vol, ns, f.hash, iov, f.payload_len ? 2 : 1, why, sizeof why), why,
+  return named(v, v->ops.put(v->vol, ns, f.hash, iov, f.payload_len ? 2 : 1, why, sizeof why), why,
                err, errlen);
 }
 
@@ -215,7 +185,7 @@ int kvp_volume_get_block(kvp_volume_t *v, const char *ns, uint64_t hash, kvp_fra
   size_t len = 0;
   struct iovec iov[2] = {{header, sizeof header}, {payload, cap}};
 
-  int rc = v->ops->get(v->vol, ns, hash, iov, cap ? 2 : 1, &len, why, sizeof why);
+  int rc = v->ops.get(v->vol, ns, hash, iov, cap ? 2 : 1, &len, why, sizeof why);
   if (rc == KVP_ETOOBIG) {
     meta->payload_len = len > KVP_FRAME_HEADER ? len - KVP_FRAME_HEADER : 0;
     return named(v, rc, why, err, errlen);
@@ -235,19 +205,19 @@ int kvp_volume_get_block(kvp_volume_t *v, const char *ns, uint64_t hash, kvp_fra
 
 int kvp_volume_delete(kvp_volume_t *v, const char *ns, uint64_t hash, char *err, size_t errlen) {
   char why[512] = "";
-  return named(v, v->ops->del(v->vol, ns, hash, why, sizeof why), why, err, errlen);
+  return named(v, v->ops.del(v->vol, ns, hash, why, sizeof why), why, err, errlen);
 }
 
 int kvp_volume_exists(kvp_volume_t *v, const char *ns, uint64_t hash) {
-  return v->ops->exists(v->vol, ns, hash, NULL);
+  return v->ops.exists(v->vol, ns, hash, NULL);
 }
 
 int kvp_volume_stat(kvp_volume_t *v, kvp_volume_stat_t *st, char *err, size_t errlen) {
   char why[512] = "";
-  return named(v, v->ops->stat(v->vol, st, why, sizeof why), why, err, errlen);
+  return named(v, v->ops.stat(v->vol, st, why, sizeof why), why, err, errlen);
 }
 
 int kvp_volume_iterate(kvp_volume_t *v, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen) {
   char why[512] = "";
-  return named(v, v->ops->iterate(v->vol, fn, ctx, why, sizeof why), why, err, errlen);
+  return named(v, v->ops.iterate(v->vol, fn, ctx, why, sizeof why), why, err, errlen);
 }

@@ -1,5 +1,5 @@
 /* A test plugin built for another volume ABI: the loader must refuse it. */
-#include "kvplane/volume.h"
+#include "kvplane/volume_plugin.h"
 
 static const kvp_volume_ops_t ops = {.abi_version = KVP_VOLUME_ABI_VERSION + 98, .name = "badabi"};
 

@@ -1,19 +1,96 @@
 # Volumes (src/volume, plugins/). Sources are relative to tests/.
-# Two broken plugins for the loader's errors, in their own directory.
-foreach(bad bad_abi no_entry)
-  string(REPLACE "_" "" badname ${bad})
-  add_library(kvplane-volume-${badname} MODULE volume/${bad}.c)
-  set_target_properties(kvplane-volume-${badname} PROPERTIES PREFIX ""
+# Test plugins, in their own directory: three broken ones for the loader's
+# errors, and one built against the frozen version-1 header (abi_v1.h, in
+# this directory, found before include/).
+foreach(tp bad_abi no_entry bad_device plugin_v1)
+  string(REGEX REPLACE "^plugin_" "" tpname ${tp})
+  string(REPLACE "_" "" tpname ${tpname})
+  add_library(kvplane-volume-${tpname} MODULE volume/${tp}.c)
+  set_target_properties(kvplane-volume-${tpname} PROPERTIES PREFIX ""
     LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/test-plugins C_VISIBILITY_PRESET hidden)
-  target_include_directories(kvplane-volume-${badname} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_include_directories(kvplane-volume-${tpname} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/volume
+    ${PROJECT_SOURCE_DIR}/include)
 endforeach()
 kvp_add_test(volume volume/test_volume.c LABELS volume TIMEOUT 300)
 target_compile_definitions(test_volume PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins"
   KVP_TEST_PLUGIN_DIR="${CMAKE_BINARY_DIR}/test-plugins")
-add_dependencies(test_volume kvplane-volume-posix kvplane-volume-badabi kvplane-volume-noentry)
+add_dependencies(test_volume kvplane-volume-posix kvplane-volume-badabi kvplane-volume-noentry
+  kvplane-volume-baddevice kvplane-volume-v1)
+
+# The ABI's next version, written the way it will be: the public header with
+# one operation (test_next_op) appended where later versions append theirs
+# and KVP_VOLUME_ABI_VERSION raised by one. test_volume_abi and the loader's
+# table adoption (src/volume/abi.c, compiled again under another name) are
+# built against it and load the version-1 test plugin.
+set(abi_h_src ${PROJECT_SOURCE_DIR}/include/kvplane/volume_plugin.h)
+file(READ ${abi_h_src} abi_h)
+if(NOT abi_h MATCHES "#define KVP_VOLUME_ABI_VERSION ([0-9]+)")
+  message(FATAL_ERROR "${abi_h_src}: no '#define KVP_VOLUME_ABI_VERSION <n>' for the ABI test")
+endif()
+set(abi_now ${CMAKE_MATCH_1})
+math(EXPR abi_next "${abi_now} + 1")
+set(abi_marker "  /* Operations of later ABI versions are appended here. */")
+string(FIND "${abi_h}" "${abi_marker}" abi_at)
+if(abi_at LESS 0)
+  message(FATAL_ERROR "${abi_h_src}: the line '${abi_marker}' the ABI test appends at is gone")
+endif()
+string(REPLACE "#define KVP_VOLUME_ABI_VERSION ${abi_now}"
+  "#define KVP_VOLUME_ABI_VERSION ${abi_next}" abi_h "${abi_h}")
+string(REPLACE "${abi_marker}"
+  "  int (*test_next_op)(void *vol, char *err, size_t errlen);\n${abi_marker}" abi_h "${abi_h}")
+file(WRITE ${CMAKE_BINARY_DIR}/abi-next/volume_plugin.h.new "${abi_h}")
+configure_file(${CMAKE_BINARY_DIR}/abi-next/volume_plugin.h.new
+  ${CMAKE_BINARY_DIR}/abi-next/kvplane/volume_plugin.h COPYONLY)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${abi_h_src})
+kvp_add_test(volume_abi volume/test_volume_abi.c ${PROJECT_SOURCE_DIR}/src/volume/abi.c
+  LABELS volume)
+target_include_directories(test_volume_abi BEFORE PRIVATE ${CMAKE_BINARY_DIR}/abi-next)
+target_compile_definitions(test_volume_abi PRIVATE
+  kvp__volume_adopt_ops=kvp__volume_adopt_ops_next
+  KVP_TEST_PLUGIN_DIR="${CMAKE_BINARY_DIR}/test-plugins")
+target_link_libraries(test_volume_abi PRIVATE ${CMAKE_DL_LIBS})
+add_dependencies(test_volume_abi kvplane-volume-v1)
 # s3: against s3rver (npm, scripts/setup.sh) and the botocore SigV4 checker.
 kvp_add_test(volume_s3 volume/test_volume_s3.c LABELS volume s3 TIMEOUT 300)
 target_compile_definitions(test_volume_s3 PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_volume_s3 kvplane-volume-s3)
+
+# The conformance suite (volume/conformance.c, docs/volumes.md): one program
+# a vendor runs against any plugin; here one ctest per case and plugin,
+# conformance_<plugin>.<case>.
+add_executable(kvp-volume-conformance volume/conformance.c)
+target_link_libraries(kvp-volume-conformance PRIVATE kvp_test_harness)
+file(STRINGS volume/conformance.c conf_lines REGEX "cmocka_unit_test[a-z_]*\\(")
+set(KVP_CONFORMANCE_CASES "")
+foreach(line ${conf_lines})
+  string(REGEX MATCHALL "cmocka_unit_test[a-z_]*\\([A-Za-z0-9_]+" ms "${line}")
+  foreach(m ${ms})
+    string(REGEX REPLACE "^cmocka_unit_test[a-z_]*\\(" "" case "${m}")
+    list(APPEND KVP_CONFORMANCE_CASES ${case})
+  endforeach()
+endforeach()
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+  ${CMAKE_CURRENT_SOURCE_DIR}/volume/conformance.c)
+
+# kvp_add_conformance(<plugin> [S3RVER] PARAMS <key=value>... [LABELS <labels>...])
+function(kvp_add_conformance plugin)
+  cmake_parse_arguments(C "S3RVER" "" "PARAMS;LABELS" ${ARGN})
+  set(opts "")
+  if(C_S3RVER)
+    set(opts --s3rver)
+  endif()
+  foreach(case ${KVP_CONFORMANCE_CASES})
+    add_test(NAME conformance_${plugin}.${case}
+      COMMAND kvp-volume-conformance ${opts} --case ${case}
+        $<TARGET_FILE:kvplane-volume-${plugin}> ${C_PARAMS})
+    set_tests_properties(conformance_${plugin}.${case} PROPERTIES TIMEOUT 300
+      LABELS "conformance;volume;${C_LABELS}" ENVIRONMENT "${KVP_TEST_ENV}")
+  endforeach()
+  add_dependencies(kvp-volume-conformance kvplane-volume-${plugin})
+endfunction()
+
+kvp_add_conformance(posix PARAMS path={tmpdir}/vol)
+kvp_add_conformance(s3 S3RVER LABELS s3 PARAMS endpoint={s3rver} bucket=kvb access_key=S3RVER
+  secret_key=S3RVER prefix=conformance/ timeout_ms=5000 retries=3)

@@ -1,0 +1,88 @@
+/* The s3 volume plugin's parts (s3.c: the parameters and the operations;
+ * request.c: HTTP requests, signed, with retries; list.c: listing a prefix).
+ * Private to the plugin: nothing here is exported from its shared object. */
+#ifndef KVP_PLUGIN_S3_H
+#define KVP_PLUGIN_S3_H
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "kvplane/volume_plugin.h"
+
+#define MAX_HANDLES 16
+#define KEY_LOCKS 64
+
+/* A volume: its parameters, a pool of curl handles, and its usage. */
+typedef struct s3_s {
+  char endpoint[512], bucket[256], region[64], prefix[256];
+  char access[256], secret[256], token[2048];
+  char ca_file[1024];
+  int virtual_host;
+  uint64_t capacity;
+  long timeout_ms, connect_ms;
+  int retries;
+  pthread_mutex_t mu;
+  CURL *pool[MAX_HANDLES];
+  int npool;
+  uint64_t used, blocks;
+  uint64_t reserved; /* bytes of puts in flight, counted against capacity */
+  /* A put or delete holds its key's lock from looking up the old size to
+   * counting the change, so that two of one key never both count it. */
+  pthread_mutex_t key_mu[KEY_LOCKS];
+  unsigned seed;
+} s3_t;
+
+/* One request's buffers and result. */
+typedef struct req_s {
+  /* upload */
+  const struct iovec *up;
+  int nup, upi;
+  size_t upoff;
+  /* download into iovecs, or into a growable text buffer (listings) */
+  const struct iovec *down;
+  int ndown;
+  size_t got, cap;
+  int overflow;
+  char *text;
+  size_t ntext, captext;
+  /* result */
+  long hstatus;    /* the status line seen so far (routes the body) */
+  long status;     /* the final status */
+  curl_off_t clen; /* Content-Length of the response, -1 unknown */
+  char code[64];   /* the <Code> of an error body */
+} req_t;
+
+/* curl_global_init, once per process. */
+void kvp__s3_global_init(void);
+
+/* Returns the curl handles of the pool to libcurl (s3_close). */
+void kvp__s3_free_handles(s3_t *s);
+
+/* The URL of key (NULL: the bucket itself) with an optional query. */
+void kvp__s3_url_of(const s3_t *s, const char *key, const char *query, char *out, size_t len);
+
+/* <prefix><ns>/<hash as 16 hex>. */
+void kvp__s3_key_of(const s3_t *s, const char *ns, uint64_t hash, char *out, size_t len);
+
+/* Performs method on url with r's buffers, signed (SigV4), retrying what may
+ * pass on a second try (5xx, 429, timeouts, dropped connections) with
+ * exponential backoff and jitter. Returns 0 (r->status holds the final HTTP
+ * status) or a KVP_E* code for a transport failure, with err naming what
+ * and the cause. */
+int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, const char *what,
+                    char *err, size_t errlen);
+
+/* The code for an HTTP status other than 2xx (403 KVP_EAUTH, 404
+ * KVP_ENOENT, 503/429 KVP_EAGAIN, else KVP_EIO), with err naming what, the
+ * status and the store's error code. */
+int kvp__s3_http_error(req_t *r, const char *what, char *err, size_t errlen);
+
+/* Calls fn for every object named <prefix><ns>/<16 hex> in the bucket,
+ * following continuation tokens; a non-zero return of fn stops and is
+ * returned. A missing bucket is KVP_ENOENT. */
+int kvp__s3_list(s3_t *s, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen);
+
+#endif
