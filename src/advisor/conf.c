@@ -286,8 +286,7 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
   return 0;
 }
 
-void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, void *file) {
-  FILE *f = file;
+void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, FILE *f) {
   const char *section = "";
   for (size_t i = 0; i < NKEYS; i++) {
     const kvp_conf_key_t *k = &keys[i];
@@ -387,8 +386,7 @@ static void cell(FILE *f, const char *s) {
   }
 }
 
-void kvp_advisor_config_reference(void *file) {
-  FILE *f = file;
+void kvp_advisor_config_reference(FILE *f) {
   kvp_advisor_config_t def;
   char a[64], b[64];
 
