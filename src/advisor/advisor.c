@@ -411,11 +411,11 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   kvp__index_stats_t st;
   int rc;
 
-  if ((rc = kvp__index_create(&adv->ix, (size_t)cfg->initial_blocks,
-                                  (double)cfg->hit_half_life_ms / 1000.0)) != 0 ||
-      (rc = kvp__adv_ingest_create(&adv->ing, adv->ix, &io)) != 0 ||
+  if ((rc = kvp__index_create((size_t)cfg->initial_blocks, (double)cfg->hit_half_life_ms / 1000.0,
+                              &adv->ix)) != 0 ||
+      (rc = kvp__adv_ingest_create(adv->ix, &io, &adv->ing)) != 0 ||
       (rc = ensure_db_dir(cfg->db_path, err, errlen)) != 0 ||
-      (rc = kvp__store_open(&adv->store, cfg->db_path, err, errlen)) != 0)
+      (rc = kvp__store_open(cfg->db_path, &adv->store, err, errlen)) != 0)
     return rc;
   {
     char consumer[128];

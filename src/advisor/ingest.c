@@ -66,8 +66,8 @@ static int staging_reserve(staging_t *s, size_t need) {
   return kvp__array_reserve_n(cols, elems, 5, &s->cap, need, 256) == 0 ? 0 : KVP_ENOMEM;
 }
 
-int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__index_t *ix,
-                           const kvp__adv_ingest_opts_t *opts) {
+int kvp__adv_ingest_create(kvp__index_t *ix, const kvp__adv_ingest_opts_t *opts,
+                           kvp__adv_ingest_t **out) {
   kvp__adv_ingest_t *ing = calloc(1, sizeof *ing);
   *out = NULL;
   if (ing == NULL)

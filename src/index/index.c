@@ -42,7 +42,7 @@ static inline int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return rc;
 }
 
-int kvp__index_create(kvp__index_t **out, size_t cap_hint, double half_life_s) {
+int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out) {
   kvp__index_t *ix = calloc(1, sizeof *ix);
   size_t cap = 16;
   int rc = KVP_ENOMEM;
