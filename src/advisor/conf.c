@@ -1,4 +1,10 @@
-/* kvplane-advisor configuration: the key table, defaults and checks. */
+/* kvplane-advisor configuration: the key table, defaults and checks, and
+ * its two writers (--print-config, --config-reference).
+ *
+ * Why this file is long: about a fifth of it is the key table itself, one
+ * entry per key of etc/kvplane-advisor.conf with its range and help text,
+ * and every function here walks that table; it stays static to this file
+ * rather than be exported so that the writers can live elsewhere. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>

@@ -1,4 +1,10 @@
-/* Advisor ingest; see ingest.h. */
+/* Advisor ingest; see ingest.h.
+ *
+ * Why this file is long: it is one state machine per (worker, dp rank):
+ * duplicate and gap detection, epochs, snapshot staging and resync
+ * requests all read and write the private wstate_t, and the accessors at
+ * the end (worker rows for the store, worker state for the stats) are its
+ * read side; splitting them off would publish wstate_t to a second file. */
 #include "advisor/ingest.h"
 
 #include <inttypes.h>
