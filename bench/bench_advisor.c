@@ -258,8 +258,8 @@ KVP_BENCH_SUITE(ingest, "advisor: decode + apply of trace-driven batches, block-
     kvp__index_t *ix = NULL;
     kvp__adv_ingest_t *ing = NULL;
     kvp__index_changes_t ch;
-    kvp__index_create(&ix, 1 << 18, 3600);
-    kvp__adv_ingest_create(&ing, ix, NULL);
+    kvp__index_create(1 << 18, 3600, &ix);
+    kvp__adv_ingest_create(ix, NULL, &ing);
     uint64_t t0 = kvp_bench_now_ns();
     for (size_t i = 0; i < m.n; i++)
       kvp__adv_ingest_message(ing, m.buf[i], m.len[i], NULL, NOW_MS);
@@ -322,7 +322,7 @@ KVP_BENCH_SUITE(match, "advisor: 64-block prefix match vs 1M blocks / 8 workers;
       chains[c * CHAIN + i] = prev = kvp_hash_chain(prev, rnd(), KVP_HASH_SEED);
   }
   size_t rss0 = kvp_bench_rss_bytes();
-  kvp__index_create(&ix, nblocks, 3600);
+  kvp__index_create(nblocks, 3600, &ix);
   /* As after a flush: the write-behind lists are empty between flushes. */
   kvp__index_track_dirty(ix, 0);
   for (int i = 0; i < 8; i++) {
@@ -521,13 +521,13 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
     return 1;
   snprintf(p1, sizeof p1, "%s/advisor.db", dir);
   snprintf(p2, sizeof p2, "%s/baseline.db", dir);
-  kvp__index_create(&ix, per_round * rounds, 3600);
+  kvp__index_create(per_round * rounds, 3600, &ix);
   for (int i = 0; i < 8; i++) {
     char name[16];
     snprintf(name, sizeof name, "worker%d", i);
     kvp__index_worker(ix, name, 0, &w);
   }
-  if (kvp__store_open(&st, p1, err, sizeof err) != 0) {
+  if (kvp__store_open(p1, &st, err, sizeof err) != 0) {
     fprintf(stderr, "bench persist: %s\n", err);
     return 1;
   }

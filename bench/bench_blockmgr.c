@@ -139,7 +139,7 @@ static int trace_load(trace_t *t, const char *path) {
   int rc;
 
   memset(t, 0, sizeof *t);
-  if (kvp_trace_open(&tr, path, err, sizeof err) != 0) {
+  if (kvp_trace_open(path, &tr, err, sizeof err) != 0) {
     fprintf(stderr, "bench blockmgr: %s\n", err);
     return -1;
   }

@@ -123,8 +123,8 @@ static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
   snprintf(p4, sizeof p4, "%s/g4", dir);
   snprintf(plain, sizeof plain, "%s/plain", dir);
   uv_loop_init(&loop);
-  kvp__index_create(&ix, n * 2, 3600);
-  if (kvp__store_open(&st, db, err, sizeof err) != 0)
+  kvp__index_create(n * 2, 3600, &ix);
+  if (kvp__store_open(db, &st, err, sizeof err) != 0)
     return 1;
   kvp_volume_param_t p[2] = {{"path", p3}, {"fsync", "off"}};
   if (kvp_volume_open(KVP_BINARY_DIR "/plugins", "posix", "g3", p, 2, &g3, err, sizeof err) != 0) {

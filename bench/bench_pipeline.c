@@ -396,7 +396,7 @@ static double trace_span_ms(size_t limit) {
   char err[256];
   uint64_t last = 0;
   size_t n = 0;
-  if (kvp_trace_open(&t, g.trace, err, sizeof err) != 0)
+  if (kvp_trace_open(g.trace, &t, err, sizeof err) != 0)
     return 0;
   while ((limit == 0 || n < limit) && kvp_trace_next(t, &r, err, sizeof err) == 1) {
     if (r.nhash_ids == 0)

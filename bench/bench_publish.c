@@ -287,7 +287,7 @@ static int trace_load(trace_wl_t *t) {
   int rc;
 
   memset(t, 0, sizeof *t);
-  if (kvp_trace_open(&tr, kvp_bench_trace_path(), err, sizeof err) != 0) {
+  if (kvp_trace_open(kvp_bench_trace_path(), &tr, err, sizeof err) != 0) {
     fprintf(stderr, "publish: %s\n", err);
     return -1;
   }

@@ -137,8 +137,6 @@ void kvp_pool_counts(const kvp_pool_t *p, kvp_pool_counts_t *c);
  * table), not counting the blocks' KV bytes. */
 size_t kvp_pool_metadata_bytes(const kvp_pool_t *p);
 
-/* ---- Block manager ----------------------------------------------------- */
-
 #ifdef __cplusplus
 }
 #endif

@@ -8,16 +8,14 @@
  *   store_sqlite.c the database
  *   api.c          match and stats replies
  *   metrics.c      Prometheus /metrics, /healthz, /readyz ([metrics] listen)
+ *   figures.c      the stats reply's, metrics snapshot's and tier_history's
+ *                  figures from the parts' state (advisor_impl.h: the struct)
  *
  * Threads: nats.c's threads and the JetStream fetch thread only push into
  * the inbox and wake the libuv loop. The loop thread alone touches the
  * index, the ingest state and the write-behind: it drains the inbox, applies
  * batches, answers queries and, on a timer, starts a flush. The metrics
- * server's thread reads a snapshot the loop publishes (metrics.h).
- *
- * About 540 lines, over the ~500 the tree aims for: besides the wiring it
- * fills the stats reply, the metrics snapshot and the tier_history samples
- * from the parts' private state, which this struct alone sees. */
+ * server's thread reads a snapshot the loop publishes (metrics.h). */
 #include "advisor/advisor.h"
 
 #include <errno.h>
@@ -29,50 +27,12 @@
 #include <sys/stat.h>
 #include <uv.h>
 
+#include "advisor/advisor_impl.h"
 #include "advisor/api.h"
-#include "advisor/consumer.h"
-#include "advisor/freshness.h"
-#include "advisor/inbox.h"
-#include "advisor/history.h"
-#include "advisor/metrics.h"
-#include "index/index.h"
-#include "advisor/ingest.h"
-#include "store/store.h"
-#include "advisor/writebehind.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/status.h"
 #include "tier/engine.h"
-
-struct kvp_advisor_s {
-  kvp_advisor_config_t cfg;
-  kvp__index_t *ix;
-  kvp__adv_ingest_t *ing;
-  kvp__store_t *store;
-  kvp__adv_consumer_t *consumer;
-  kvp_wire_limits_t lim;
-  kvp__adv_inbox_t inbox;
-  int inbox_ready;
-  kvp__adv_wb_t wb;
-  kvp__adv_fresh_t fresh;
-  kvp__tier_engine_t *tier; /* NULL unless [tiering] enabled */
-  kvp__adv_metrics_t metrics;
-  kvp__adv_metrics_snap_t msnap; /* publish_metrics' scratch (12 KiB, off the stack) */
-
-  uv_loop_t loop;
-  int loop_ready;
-  uv_async_t wake;
-  uv_timer_t flush_timer, tick_timer;
-  uv_signal_t sig_term, sig_int, sig_hup;
-
-  atomic_int stopping;
-  int stopped;
-  int final_rc;
-  uint64_t applied_seq; /* last applied JetStream stream sequence */
-  uint64_t start_ms;
-  uint64_t history_ms; /* when tier occupancy was last sampled */
-  char db_id[KVP__STORE_DB_ID_LEN + 1];
-};
 
 /* --- loop thread ------------------------------------------------------------ */
 
@@ -82,82 +42,9 @@ static void send_resync(void *ctx, const char *worker, uint32_t dp_rank, uint64_
   kvp__adv_consumer_resync(adv->consumer, worker, dp_rank, epoch, reason);
 }
 
-/* The figures /metrics shows, copied for the metrics server's thread. Cheap
- * enough for every flush timer: counters and sums kept as they change, and
- * one pass over the workers. */
-static void publish_metrics(kvp_advisor_t *adv) {
-  kvp__adv_metrics_snap_t *sp = &adv->msnap;
-  uint64_t now = kvp__unix_ms();
-
-  if (adv->metrics.srv == NULL)
-    return;
-  memset(sp, 0, sizeof *sp);
-  sp->in = *kvp__adv_ingest_counters(adv->ing);
-  kvp__index_stats(adv->ix, &sp->ix);
-  for (size_t i = 0; i < kvp__adv_ingest_worker_count(adv->ing); i++) {
-    kvp__adv_worker_state_t ws;
-    if (kvp__adv_ingest_worker_get(adv->ing, i, &ws) == 0)
-      *(ws.down ? &sp->workers_down : &sp->workers_up) += 1;
-  }
-  sp->queue_dropped = kvp__adv_inbox_dropped(&adv->inbox);
-  sp->applied_seq = adv->applied_seq;
-  sp->committed_seq = adv->wb.committed_seq;
-  sp->flushes = adv->wb.flushes;
-  sp->flush_errors = adv->wb.flush_errors;
-  sp->dirty = kvp__index_dirty_count(adv->ix);
-  sp->flush_seconds = adv->wb.flush_seconds;
-  sp->apply_lag_ms = adv->fresh.apply_lag_ms;
-  sp->flush_lag_ms = adv->fresh.flush_lag_ms;
-  sp->pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now);
-  if (adv->tier != NULL) {
-    sp->tiering = 1;
-    kvp__tier_engine_stats(adv->tier, &sp->tier);
-    sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP__TIER_MAX_VOLUMES);
-    if (sp->nvols > KVP__TIER_MAX_VOLUMES)
-      sp->nvols = KVP__TIER_MAX_VOLUMES;
-  }
-  kvp__adv_metrics_publish(&adv->metrics, sp);
-}
-
 static void answer(kvp_advisor_t *adv, natsMsg *request, char *json) {
   kvp__adv_consumer_reply(adv->consumer, request, json);
   free(json);
-}
-
-static void answer_stats(kvp_advisor_t *adv, natsMsg *request, uint64_t now) {
-  const kvp__adv_wb_t *wb = &adv->wb;
-  kvp__adv_api_extra_t x = {
-      .ns = adv->cfg.ns,
-      .mode = adv->cfg.mode == KVP_ADVISOR_JETSTREAM ? "jetstream" : "core",
-      .stream_seq = adv->applied_seq,
-      .committed_seq = wb->committed_seq,
-      .flushes = wb->flushes,
-      .flush_errors = wb->flush_errors,
-      .last_flush_ms = wb->last_flush_ms,
-      .last_flush_blocks = wb->last_flush_blocks,
-      .dirty = kvp__index_dirty_count(adv->ix),
-      .history_dropped = kvp__store_history_dropped(adv->store),
-      .uptime_ms = now - adv->start_ms,
-      .queue_dropped = kvp__adv_inbox_dropped(&adv->inbox),
-      .apply_lag_ms = adv->fresh.apply_lag_ms,
-      .apply_lag_max_ms = adv->fresh.apply_lag_max_ms,
-      .flush_lag_ms = adv->fresh.flush_lag_ms,
-      .flush_lag_max_ms = adv->fresh.flush_lag_max_ms,
-      .pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now),
-  };
-  kvp__tier_stats_t ts;
-  kvp__tier_vol_stats_t tv[KVP__TIER_MAX_VOLUMES];
-  if (adv->tier != NULL) {
-    kvp__tier_engine_stats(adv->tier, &ts);
-    x.tier = &ts;
-    x.ntier_vols = kvp__tier_engine_volumes(adv->tier, tv, KVP__TIER_MAX_VOLUMES);
-    x.tier_vols = tv;
-    x.high_watermark = adv->cfg.tier_high;
-    x.low_watermark = adv->cfg.tier_low;
-  }
-  char *json = NULL;
-  if (kvp__adv_api_stats(adv->ix, adv->ing, &x, &json) == 0)
-    answer(adv, request, json);
 }
 
 /* An event batch: checked against its subject, applied, its freshness noted. */
@@ -194,7 +81,8 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
       answer(adv, it->msg, json);
     break;
   case KVP__IN_STATS:
-    answer_stats(adv, it->msg, now);
+    if ((json = kvp__adv_stats_json(adv, now)) != NULL)
+      answer(adv, it->msg, json);
     break;
   }
 }
@@ -218,13 +106,11 @@ static void close_handles(kvp_advisor_t *adv) {
       uv_close(hs[i], NULL);
 }
 
-static void sample_history(kvp_advisor_t *adv, uint64_t now, int force);
-
 /* The last flush, then the loop's handles close and uv_run returns. */
 static void shutdown_finish(void *ctx) {
   kvp_advisor_t *adv = ctx;
   adv->wb.on_idle = NULL;
-  sample_history(adv, kvp__unix_ms(), 1);
+  kvp__adv_sample_history(adv, kvp__unix_ms(), 1);
   adv->final_rc = kvp__adv_wb_sync(&adv->wb, adv->applied_seq);
   if (adv->final_rc == 0)
     kvp_log_info("advisor: stopped; stream sequence %" PRIu64 " committed", adv->applied_seq);
@@ -280,30 +166,15 @@ static void on_flush_timer(uv_timer_t *h) {
   kvp_advisor_t *adv = h->data;
   if (!adv->stopped)
     kvp__adv_wb_start(&adv->wb, adv->applied_seq);
-  publish_metrics(adv);
-}
-
-/* Samples tier occupancy into tier_history when store.history_interval has
- * passed (or now, with force: the last sample at stop). The rows go with the
- * next flush. */
-static void sample_history(kvp_advisor_t *adv, uint64_t now, int force) {
-  kvp__store_hist_row_t rows[KVP__ADV_HIST_ROWS];
-
-  if (adv->cfg.history_interval_ms <= 0 ||
-      (!force && now - adv->history_ms < (uint64_t)adv->cfg.history_interval_ms))
-    return;
-  adv->history_ms = now;
-  size_t n = kvp__adv_history_sample(adv->ix, adv->tier, now, rows);
-  if (kvp__store_history_add(adv->store, rows, n, (uint64_t)adv->cfg.history_keep_ms) != 0)
-    kvp_log_warn("advisor: tier_history sample dropped: out of memory");
+  kvp__adv_publish_metrics(adv);
 }
 
 static void on_tick_timer(uv_timer_t *h) {
   kvp_advisor_t *adv = h->data;
   uint64_t now = kvp__unix_ms();
   kvp__adv_ingest_tick(adv->ing, now);
-  sample_history(adv, now, 0);
-  publish_metrics(adv);
+  kvp__adv_sample_history(adv, now, 0);
+  kvp__adv_publish_metrics(adv);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -411,11 +282,11 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   kvp__index_stats_t st;
   int rc;
 
-  if ((rc = kvp__index_create(&adv->ix, (size_t)cfg->initial_blocks,
-                                  (double)cfg->hit_half_life_ms / 1000.0)) != 0 ||
-      (rc = kvp__adv_ingest_create(&adv->ing, adv->ix, &io)) != 0 ||
+  if ((rc = kvp__index_create((size_t)cfg->initial_blocks, (double)cfg->hit_half_life_ms / 1000.0,
+                              &adv->ix)) != 0 ||
+      (rc = kvp__adv_ingest_create(adv->ix, &io, &adv->ing)) != 0 ||
       (rc = ensure_db_dir(cfg->db_path, err, errlen)) != 0 ||
-      (rc = kvp__store_open(&adv->store, cfg->db_path, err, errlen)) != 0)
+      (rc = kvp__store_open(cfg->db_path, &adv->store, err, errlen)) != 0)
     return rc;
   {
     char consumer[128];
@@ -485,7 +356,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
     goto fail;
-  publish_metrics(adv);
+  kvp__adv_publish_metrics(adv);
   *out = adv;
   return 0;
 fail:

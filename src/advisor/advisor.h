@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvplane/nats.h"
 #include "tier/opts.h"
@@ -106,11 +107,11 @@ int kvp_advisor_config_set(kvp_advisor_config_t *cfg, const char *assignment, ch
 int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t errlen);
 
 /* Writes every key with its help text and current value, INI syntax. */
-void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, void *file);
+void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, FILE *f);
 
 /* Writes the configuration reference (Markdown: every key with its type,
  * default, range and help; docs/config.md is this output). */
-void kvp_advisor_config_reference(void *file);
+void kvp_advisor_config_reference(FILE *f);
 
 typedef struct kvp_advisor_s kvp_advisor_t;
 

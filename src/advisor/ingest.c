@@ -1,4 +1,10 @@
-/* Advisor ingest; see ingest.h. */
+/* Advisor ingest; see ingest.h.
+ *
+ * Why this file is long: it is one state machine per (worker, dp rank):
+ * duplicate and gap detection, epochs, snapshot staging and resync
+ * requests all read and write the private wstate_t, and the accessors at
+ * the end (worker rows for the store, worker state for the stats) are its
+ * read side; splitting them off would publish wstate_t to a second file. */
 #include "advisor/ingest.h"
 
 #include <inttypes.h>
@@ -66,8 +72,8 @@ static int staging_reserve(staging_t *s, size_t need) {
   return kvp__array_reserve_n(cols, elems, 5, &s->cap, need, 256) == 0 ? 0 : KVP_ENOMEM;
 }
 
-int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__index_t *ix,
-                           const kvp__adv_ingest_opts_t *opts) {
+int kvp__adv_ingest_create(kvp__index_t *ix, const kvp__adv_ingest_opts_t *opts,
+                           kvp__adv_ingest_t **out) {
   kvp__adv_ingest_t *ing = calloc(1, sizeof *ing);
   *out = NULL;
   if (ing == NULL)

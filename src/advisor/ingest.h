@@ -93,8 +93,8 @@ typedef struct kvp__adv_worker_state_s {
 
 /* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or
  * KVP_ENOMEM. */
-int kvp__adv_ingest_create(kvp__adv_ingest_t **out, kvp__index_t *ix,
-                           const kvp__adv_ingest_opts_t *opts);
+int kvp__adv_ingest_create(kvp__index_t *ix, const kvp__adv_ingest_opts_t *opts,
+                           kvp__adv_ingest_t **out);
 
 /* Frees it; NULL is accepted. */
 void kvp__adv_ingest_destroy(kvp__adv_ingest_t *ing);

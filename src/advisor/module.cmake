@@ -1,8 +1,8 @@
 # The advisor daemon as a library: ingest, API, configuration, the loop's
-# parts (inbox, consumer, write-behind, freshness, history, metrics) and the
-# wiring.
+# parts (inbox, consumer, write-behind, freshness, history, metrics), the
+# figures it reports and the wiring.
 kvp_daemon_lib(advisor
   SOURCES advisor/ingest.c advisor/api.c advisor/conf.c advisor/inbox.c advisor/consumer.c
           advisor/writebehind.c advisor/freshness.c advisor/history.c advisor/metrics.c
-          advisor/advisor.c
+          advisor/figures.c advisor/advisor.c
   LIBS kvplane_index kvplane_store kvplane_tier kvplane_metrics kvplane_config)

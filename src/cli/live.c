@@ -1,17 +1,26 @@
-/* top's rates and lines, replay's progress, bench's table (live.h). */
+/* top's rates and lines, replay's progress, bench's table (live.h), and
+ * the top, replay and bench commands over them (cli.h). */
 #include "cli/live.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "cli/cli.h"
+#include "cli/inspect.h"
 #include "common/clock.h"
+#include "kvplane/publisher.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 
 /* ---- top ---- */
 
@@ -256,4 +265,129 @@ int kvp__cli_bench(const char *bench_path, char *const *suites, int nsuites, FIL
     return KVP_ENOENT;
   }
   return 0;
+}
+
+/* ---- the commands: options checked, exit statuses (cli.h) ---- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+int kvp__cli_cmd_top(const kvp__cli_args_t *a) {
+  char path[600], err[512];
+  sqlite3 *db = NULL;
+  json_t *prev = NULL;
+  uint64_t prev_ms = 0;
+  int tty = isatty(STDOUT_FILENO), rc;
+
+  if (a->nrest > 0) {
+    fprintf(stderr, "kvplane top: unexpected argument '%s'\n", a->rest[0]);
+    return KVP__CLI_EXIT_USAGE;
+  }
+  if ((rc = kvp__cli_db_path(a, path, sizeof path)) != 0)
+    return rc;
+  if (kvp__cli_db_open(path, &db, err, sizeof err) != 0) {
+    fprintf(stderr, "kvplane top: %s\n", err);
+    return KVP__CLI_EXIT_NODB;
+  }
+  signal(SIGINT, on_interrupt);
+  signal(SIGTERM, on_interrupt);
+  for (long i = 0; !interrupted && (!a->count_set || i < a->count); i++) {
+    json_t *cur = NULL;
+    kvp__cli_rates_t r;
+    if (i > 0)
+      for (int64_t slept = 0; slept < a->interval_ms && !interrupted; slept += 100)
+        usleep(100000);
+    if (interrupted)
+      break;
+    uint64_t now = kvp__unix_ms();
+    kvp__cli_request(a, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &cur);
+    kvp__cli_rates(prev, cur, now - prev_ms, &r);
+    if (tty) {
+      kvp__cli_out_t o = {.f = stdout, .json = 0, .now_ms = now};
+      fputs("\033[H\033[2J", stdout);
+      printf("kvplane top: %s, every %.1f s (Ctrl-C quits)\n", path,
+             (double)a->interval_ms / 1000.0);
+      if (r.have)
+        printf("rates:   %.0f block-events/s, %.0f batches/s, %.1f migrations/s\n\n",
+               r.events_per_s, r.batches_per_s, r.migrations_per_s);
+      else
+        printf("rates:   (after the second answer of the advisor)\n\n");
+      if (kvp__cli_status(db, cur, &o, err, sizeof err) != 0) {
+        fprintf(stderr, "kvplane top: %s: %s\n", path, err);
+        json_decref(cur);
+        rc = KVP__CLI_EXIT_NODB;
+        break;
+      }
+      fflush(stdout);
+    } else {
+      kvp__cli_top_line(stdout, now, cur, &r);
+    }
+    json_decref(prev);
+    prev = cur;
+    prev_ms = now;
+  }
+  json_decref(prev);
+  sqlite3_close(db);
+  return rc;
+}
+
+int kvp__cli_cmd_replay(const kvp__cli_args_t *a) {
+  kvp__sim_opts_t o;
+  char err[512];
+
+  if (a->nrest != 1) {
+    fprintf(stderr, "kvplane replay: give one TRACE file\n");
+    return KVP__CLI_EXIT_USAGE;
+  }
+  kvp__sim_opts_init(&o);
+  o.trace = a->rest[0];
+  o.servers = a->nats.servers[0] ? a->nats.servers : o.servers;
+  o.ns = a->ns;
+  o.workers = (int)a->workers;
+  o.mode = strcmp(a->mode, "jetstream") == 0 ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
+  o.limit = (size_t)a->limit;
+  int rc = kvp__cli_replay(&o, stdout, isatty(STDOUT_FILENO), err, sizeof err);
+  if (rc == 0)
+    return KVP__CLI_EXIT_OK;
+  fprintf(stderr, "kvplane replay: %s\n", err);
+  return rc == KVP_EINVAL || rc == KVP_EIO || rc == KVP_ENOENT ? KVP__CLI_EXIT_USAGE
+                                                               : KVP__CLI_EXIT_UNREACHABLE;
+}
+
+/* kvp-bench: $KVPLANE_BENCH, next to this program, ../bench (a build tree),
+ * else PATH. */
+static void bench_path(char *out, size_t len) {
+  char self[512];
+  const char *env = getenv("KVPLANE_BENCH");
+  ssize_t n;
+
+  if (env && *env) {
+    snprintf(out, len, "%s", env);
+    return;
+  }
+  if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) > 0) {
+    self[n] = '\0';
+    const char *dir = dirname(self);
+    snprintf(out, len, "%s/kvp-bench", dir);
+    if (access(out, X_OK) == 0)
+      return;
+    snprintf(out, len, "%s/../bench/kvp-bench", dir);
+    if (access(out, X_OK) == 0)
+      return;
+  }
+  snprintf(out, len, "kvp-bench");
+}
+
+int kvp__cli_cmd_bench(const kvp__cli_args_t *a) {
+  char path[600], err[700];
+  bench_path(path, sizeof path);
+  int rc = kvp__cli_bench(path, a->rest, a->nrest, stdout, err, sizeof err);
+  if (rc == 0)
+    return KVP__CLI_EXIT_OK;
+  fprintf(stderr, "kvplane bench: %s\n", err);
+  return KVP__CLI_EXIT_TOOL;
 }

@@ -1,6 +1,7 @@
 /* Advisor block index: the map, the node and location pools, the LRU lists
- * and every update (index.h). Names are in intern.c, the change log in
- * changelog.c, the queries in query.c. Thread: the advisor's loop thread. */
+ * and every update (index.h). Worker and volume names are in names.c (over
+ * intern.c), the change log in changelog.c, the queries in query.c.
+ * Thread: the advisor's loop thread. */
 #include "index/index.h"
 
 #include <math.h>
@@ -12,7 +13,6 @@
 #include "common/array.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
-#include "kvplane/subjects.h"
 
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
@@ -42,7 +42,7 @@ static inline int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return rc;
 }
 
-int kvp__index_create(kvp__index_t **out, size_t cap_hint, double half_life_s) {
+int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out) {
   kvp__index_t *ix = calloc(1, sizeof *ix);
   size_t cap = 16;
   int rc = KVP_ENOMEM;
@@ -88,40 +88,6 @@ void kvp__index_destroy(kvp__index_t *ix) {
   free(ix->nodes);
   free(ix->locs);
   free(ix);
-}
-
-/* --- names (intern.c) ------------------------------------------------- */
-
-int kvp__index_worker(kvp__index_t *ix, const char *name, uint32_t dp_rank, uint16_t *id) {
-  if (!kvp_subject_token_valid(name))
-    return KVP_EINVAL;
-  return kvp__index_intern_id(&ix->workers, name, dp_rank, 0, id);
-}
-
-const char *kvp__index_worker_name(const kvp__index_t *ix, uint16_t id, uint32_t *dp_rank) {
-  return kvp__index_intern_name(&ix->workers, id, dp_rank);
-}
-
-size_t kvp__index_worker_count(const kvp__index_t *ix) {
-  return ix->workers.n;
-}
-
-int kvp__index_volume(kvp__index_t *ix, const char *name, uint16_t *id) {
-  if (name == NULL || name[0] == '\0') {
-    *id = 0;
-    return 0;
-  }
-  if (strlen(name) > 255)
-    return KVP_EINVAL;
-  return kvp__index_intern_id(&ix->volumes, name, 0, 1, id);
-}
-
-const char *kvp__index_volume_name(const kvp__index_t *ix, uint16_t id) {
-  return kvp__index_intern_name(&ix->volumes, id, NULL);
-}
-
-size_t kvp__index_volume_count(const kvp__index_t *ix) {
-  return ix->volumes.n;
 }
 
 /* --- map --------------------------------------------------------------- */

@@ -63,7 +63,7 @@ typedef struct kvp__index_match_s {
 
 /* Creates an empty index sized for about cap_hint blocks; half_life_s is the
  * half-life of the decayed hit frequency. Returns 0 or KVP_ENOMEM. */
-int kvp__index_create(kvp__index_t **out, size_t cap_hint, double half_life_s);
+int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out);
 
 /* Frees everything; NULL is accepted. */
 void kvp__index_destroy(kvp__index_t *ix);

@@ -1,3 +1,3 @@
-# The block index: interning, locations, prefix links, LRU, change log and
+# The block index: interning and names, locations, prefix links, LRU, change log and
 # queries. Knows neither the store nor the tiering engine nor the advisor.
-kvp_daemon_lib(index SOURCES index/intern.c index/changelog.c index/index.c index/query.c)
+kvp_daemon_lib(index SOURCES index/intern.c index/names.c index/changelog.c index/index.c index/query.c)

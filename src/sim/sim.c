@@ -76,7 +76,7 @@ static int load_trace(kvp__sim_t *s, char *err, size_t errlen) {
   char why[512];
   int rc;
 
-  if ((rc = kvp_trace_open(&t, s->o.trace, why, sizeof why)) != 0) {
+  if ((rc = kvp_trace_open(s->o.trace, &t, why, sizeof why)) != 0) {
     snprintf(err, errlen, "%s", why);
     return rc;
   }

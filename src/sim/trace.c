@@ -21,7 +21,7 @@ struct kvp_trace_s {
   uint64_t lineno;
 };
 
-int kvp_trace_open(kvp_trace_t **out, const char *path, char *err, size_t errlen) {
+int kvp_trace_open(const char *path, kvp_trace_t **out, char *err, size_t errlen) {
   kvp_trace_t *t = calloc(1, sizeof *t);
 
   *out = NULL;

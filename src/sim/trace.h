@@ -17,7 +17,7 @@ typedef struct kvp_trace_req_s {
 typedef struct kvp_trace_s kvp_trace_t;
 
 /* Returns 0 or KVP_EIO (err names the path and the cause). */
-int kvp_trace_open(kvp_trace_t **out, const char *path, char *err, size_t errlen);
+int kvp_trace_open(const char *path, kvp_trace_t **out, char *err, size_t errlen);
 
 /* Reads the next request. Returns 1 with *req filled, 0 at the end, or
  * KVP_EPROTO for a malformed line (err names the line number and the cause;

@@ -29,7 +29,7 @@ typedef struct kvp__store_s kvp__store_t;
  * path. Returns 0, KVP_EIO when the file cannot be created, KVP_EDB for a
  * database error or KVP_ENOTSUP for a schema newer than this program; err
  * then says why. */
-int kvp__store_open(kvp__store_t **out, const char *path, char *err, size_t errlen);
+int kvp__store_open(const char *path, kvp__store_t **out, char *err, size_t errlen);
 
 /* Closes; NULL is accepted. Nothing pending is written: flush first. */
 void kvp__store_close(kvp__store_t *st);

@@ -71,7 +71,7 @@ static inline int kvp__store_sql_step_done(sqlite3_stmt *s) {
 
 /* Opens (creating with mode 0600) path in WAL mode. Returns 0, KVP_EIO or
  * KVP_EDB (err says why). */
-int kvp__store_open_db(sqlite3 **db, const char *path, char *err, size_t errlen);
+int kvp__store_open_db(const char *path, sqlite3 **db, char *err, size_t errlen);
 
 /* Brings db up to schema version target, one transaction per step. Returns
  * 0, KVP_EDB, or KVP_ENOTSUP for a version newer than this program's. */

@@ -148,7 +148,7 @@ int kvp__store_upgrade(sqlite3 *db, int target, char *err, size_t errlen) {
   return 0;
 }
 
-int kvp__store_open_db(sqlite3 **db, const char *path, char *err, size_t errlen) {
+int kvp__store_open_db(const char *path, sqlite3 **db, char *err, size_t errlen) {
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -174,7 +174,7 @@ int kvp__store_open_db(sqlite3 **db, const char *path, char *err, size_t errlen)
 int kvp__store_create_version(const char *path, int version) {
   sqlite3 *db = NULL;
   char err[256];
-  int rc = kvp__store_open_db(&db, path, err, sizeof err);
+  int rc = kvp__store_open_db(path, &db, err, sizeof err);
   if (rc == 0)
     rc = kvp__store_upgrade(db, version, err, sizeof err);
   sqlite3_close(db);

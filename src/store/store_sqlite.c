@@ -38,14 +38,14 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_HIST_TRIM] = "DELETE FROM tier_history WHERE t < ?1",
 };
 
-int kvp__store_open(kvp__store_t **out, const char *path, char *err, size_t errlen) {
+int kvp__store_open(const char *path, kvp__store_t **out, char *err, size_t errlen) {
   kvp__store_t *st = calloc(1, sizeof *st);
   int rc = KVP_ENOMEM;
 
   *out = NULL;
   if (st == NULL)
     goto fail;
-  if ((rc = kvp__store_open_db(&st->db, path, err, errlen)) != 0 ||
+  if ((rc = kvp__store_open_db(path, &st->db, err, errlen)) != 0 ||
       (rc = kvp__store_upgrade(st->db, KVP__STORE_SCHEMA_VERSION, err, errlen)) != 0) {
     /* Every message names the file, once. */
     if (err != NULL && errlen > 0 && strstr(err, path) == NULL) {

@@ -15,7 +15,8 @@
  *     comes back to G3 when there is room below the high watermark, or when
  *     a G3 block colder than keep_freq can be demoted for it. Between
  *     keep_freq and promote_freq nothing moves (the hysteresis band), and no
- *     block leaves a volume within min_residence_ms of arriving: no
+ *     block moves within min_residence_ms of its last access (residence
+ *     counts from the last access, not from arrival in the volume): no
  *     ping-pong;
  *   - eviction of last resort: a G4 volume above its own high watermark (of
  *     its quota) has its coldest blocks deleted down to its low watermark;
@@ -42,7 +43,7 @@ typedef struct kvp__tier_params_s {
   double low_watermark;      /* ... and where it stops (0.80) */
   double promote_freq;       /* G4 -> G3 at or above this decayed hit frequency (4.0) */
   double keep_freq;          /* a G3 block at or above this is not demoted for a promotion (2.0) */
-  uint64_t min_residence_ms; /* no move out of a volume sooner after arriving (60 s) */
+  uint64_t min_residence_ms; /* no move sooner than this after the block's last access (60 s) */
   double g4_high_watermark;  /* G4 fill of its quota that starts eviction (1.0) */
   double g4_low_watermark;   /* ... and where it stops (0.95) */
   uint32_t prefetch_depth;   /* descendants followed from a G4 hit (8) */
@@ -70,7 +71,7 @@ typedef struct kvp__tier_cand_s {
   uint64_t bytes;
   uint64_t last_access_ms;
   double freq;       /* decayed hit frequency, at the plan's now */
-  uint64_t since_ms; /* when it arrived in its volume */
+  uint64_t since_ms; /* residence counts from here: the engine sets its last access */
 } kvp__tier_cand_t;
 
 typedef enum kvp__tier_kind_e {

@@ -13,7 +13,7 @@
 
 static kvp__index_t *mk(void) {
   kvp__index_t *ix = NULL;
-  assert_int_equal(kvp__index_create(&ix, 4, 3600), 0);
+  assert_int_equal(kvp__index_create(4, 3600, &ix), 0);
   return ix;
 }
 
@@ -188,7 +188,7 @@ static void hit_frequency_decays_with_half_life(void **state) {
   (void)state;
   kvp__index_t *ix = NULL;
   kvp__index_block_t b;
-  assert_int_equal(kvp__index_create(&ix, 4, 10), 0);
+  assert_int_equal(kvp__index_create(4, 10, &ix), 0);
   uint16_t a = wid(ix, "a");
   assert_int_equal(kvp__index_store(ix, 7, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
   assert_int_equal(kvp__index_access(ix, 7, 0, 8, NOW), 0);
@@ -281,7 +281,7 @@ static void memory_per_location_is_bounded(void **state) {
   (void)state;
   kvp__index_t *ix = NULL;
   const size_t N = 200000;
-  assert_int_equal(kvp__index_create(&ix, N, 3600), 0);
+  assert_int_equal(kvp__index_create(N, 3600, &ix), 0);
   kvp__index_track_dirty(ix, 0); /* the dirty list is flushed every interval */
   uint16_t w[8];
   for (int i = 0; i < 8; i++) {

@@ -34,8 +34,7 @@ static int setup(void **state) {
   fx_t *f = calloc(1, sizeof *f);
   kvp__adv_ingest_opts_t o = {
       .heartbeat_timeout_ms = 10000, .resync_retry_ms = 1000, .resync = on_resync, .resync_ctx = f};
-  if (kvp__index_create(&f->ix, 16, 3600) != 0 ||
-      kvp__adv_ingest_create(&f->ing, f->ix, &o) != 0)
+  if (kvp__index_create(16, 3600, &f->ix) != 0 || kvp__adv_ingest_create(f->ix, &o, &f->ing) != 0)
     return -1;
   *state = f;
   return 0;

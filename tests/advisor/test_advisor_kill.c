@@ -243,8 +243,8 @@ static void kill9_at_random_points_loses_nothing(void **state) {
   /* Blocks and hit counts: every message applied exactly once. */
   kvp__index_t *ref = NULL;
   kvp__adv_ingest_t *ing = NULL;
-  assert_int_equal(kvp__index_create(&ref, 1024, 3600), 0);
-  assert_int_equal(kvp__adv_ingest_create(&ing, ref, NULL), 0);
+  assert_int_equal(kvp__index_create(1024, 3600, &ref), 0);
+  assert_int_equal(kvp__adv_ingest_create(ref, NULL, &ing), 0);
   uint64_t a0 = (uint64_t)nats_Now();
   for (int i = 0; i < NBATCHES; i++)
     assert_int_equal(kvp__adv_ingest_message(ing, f->msgs[i], f->lens[i], NULL, 1), 0);

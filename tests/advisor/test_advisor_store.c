@@ -72,9 +72,9 @@ static void flush_then_load_restores_everything(void **state) {
   uint16_t a, b, vol;
   uint64_t seq;
 
-  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
-  assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_create(16, 3600, &ix), 0);
+  assert_int_equal(kvp__adv_ingest_create(ix, NULL, &ing), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   assert_int_equal(kvp__index_worker(ix, "a", 0, &a), 0);
   assert_int_equal(kvp__index_worker(ix, "b", 3, &b), 0);
   assert_int_equal(kvp__index_volume(ix, "nvme0", &vol), 0);
@@ -112,9 +112,9 @@ static void flush_then_load_restores_everything(void **state) {
   assert_int_equal(q1(f->path, "SELECT count(*) FROM cold_blocks"), 2);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM recent_migrations"), 0);
 
-  assert_int_equal(kvp__index_create(&ix2, 16, 3600), 0);
-  assert_int_equal(kvp__adv_ingest_create(&ing2, ix2, NULL), 0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_create(16, 3600, &ix2), 0);
+  assert_int_equal(kvp__adv_ingest_create(ix2, NULL, &ing2), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   assert_int_equal(kvp__store_load(st, ix2, kvp__adv_ingest_load_worker, ing2, &seq), 0);
   assert_int_equal(seq, 1240);
   kvp__index_block_t blk;
@@ -146,8 +146,8 @@ static void block_held_by_300_workers_survives_restart(void **state) {
   uint64_t seq;
   size_t n = 0;
 
-  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_create(16, 3600, &ix), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   for (int i = 0; i < 300; i++) {
     uint16_t w;
     snprintf(name, sizeof name, "w%d", i);
@@ -159,8 +159,8 @@ static void block_held_by_300_workers_survives_restart(void **state) {
   st = NULL;
   assert_int_equal(q1(f->path, "SELECT count(*) FROM block_locations WHERE hash = 42"), 300);
 
-  assert_int_equal(kvp__index_create(&ix2, 16, 3600), 0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_create(16, 3600, &ix2), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   assert_int_equal(kvp__store_load(st, ix2, NULL, NULL, &seq), 0);
   assert_int_equal(kvp__index_get(ix2, 42, NULL, NULL, 0, &n), 0);
   assert_int_equal(n, 300);
@@ -182,8 +182,8 @@ static void tier_history_is_written_and_trimmed(void **state) {
   kvp__store_hist_row_t r[3];
   char err[256];
 
-  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_create(16, 3600, &ix), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   memset(r, 0, sizeof r);
   for (int i = 0; i < 3; i++) {
     r[i].t_ms = NOW + (uint64_t)i * 1000;
@@ -221,7 +221,7 @@ static void database_files_are_private(void **state) {
   char err[256], wal[320];
   struct stat sb;
   mode_t old = umask(0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   umask(old);
   assert_int_equal(stat(f->path, &sb), 0);
   assert_int_equal(sb.st_mode & 0777, 0600);
@@ -238,7 +238,7 @@ static void old_schema_is_upgraded(void **state) {
   assert_int_equal(kvp__store_create_version(f->path, 1), 0);
   assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"), 1);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'tier_usage'"), 0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   kvp__store_close(st);
   assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"),
                    KVP__STORE_SCHEMA_VERSION);
@@ -256,7 +256,7 @@ static void old_schema_is_upgraded(void **state) {
   assert_int_equal(
       sqlite3_exec(db, "INSERT INTO workers VALUES('w', 0, 1, 7, 1000, 'up')", 0, 0, 0), SQLITE_OK);
   sqlite3_close(db);
-  assert_int_equal(kvp__store_open(&st, p2, err, sizeof err), 0);
+  assert_int_equal(kvp__store_open(p2, &st, err, sizeof err), 0);
   kvp__store_close(st);
   assert_int_equal(q1(p2, "SELECT last_event_id FROM worker_status WHERE worker = 'w'"), 7);
   assert_int_equal(q1(p2, "SELECT locations_dropped FROM worker_status WHERE worker = 'w'"), 0);
@@ -293,7 +293,7 @@ static void version_2_database_gains_down_columns(void **state) {
   assert_int_equal(q1(f->path, "SELECT count(*) FROM pragma_table_info('workers')"
                                " WHERE name = 'down_at'"),
                    0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"),
                    KVP__STORE_SCHEMA_VERSION);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 0); /* step 4 */
@@ -304,8 +304,8 @@ static void version_2_database_gains_down_columns(void **state) {
                                " FROM worker_status WHERE worker = 'a'"),
                    1);
 
-  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
-  assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
+  assert_int_equal(kvp__index_create(16, 3600, &ix), 0);
+  assert_int_equal(kvp__adv_ingest_create(ix, NULL, &ing), 0);
   assert_int_equal(kvp__store_load(st, ix, kvp__adv_ingest_load_worker, ing, &seq), 0);
   assert_int_equal(kvp__index_worker(ix, "a", 0, &a), 0);
   kvp__adv_worker_state_t ws = {.id = a,
@@ -327,9 +327,9 @@ static void version_2_database_gains_down_columns(void **state) {
   assert_int_equal(q1(f->path, "SELECT locations_dropped FROM worker_status WHERE worker = 'a'"),
                    1234);
 
-  assert_int_equal(kvp__index_create(&ix, 16, 3600), 0);
-  assert_int_equal(kvp__adv_ingest_create(&ing, ix, NULL), 0);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), 0);
+  assert_int_equal(kvp__index_create(16, 3600, &ix), 0);
+  assert_int_equal(kvp__adv_ingest_create(ix, NULL, &ing), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
   assert_int_equal(kvp__store_load(st, ix, kvp__adv_ingest_load_worker, ing, &seq), 0);
   kvp__adv_worker_state_t got;
   int found = 0;
@@ -358,7 +358,7 @@ static void newer_schema_is_refused(void **state) {
   assert_int_equal(
       sqlite3_exec(db, "UPDATE meta SET value = 99 WHERE key = 'schema_version'", 0, 0, 0), 0);
   sqlite3_close(db);
-  assert_int_equal(kvp__store_open(&st, f->path, err, sizeof err), KVP_ENOTSUP);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), KVP_ENOTSUP);
   assert_null(st);
   assert_non_null(strstr(err, "99"));
 }
@@ -367,8 +367,7 @@ static void unwritable_path_is_an_error(void **state) {
   (void)state;
   kvp__store_t *st = NULL;
   char err[256] = "";
-  assert_int_equal(kvp__store_open(&st, "/nonexistent-dir/x/advisor.db", err, sizeof err),
-                   KVP_EIO);
+  assert_int_equal(kvp__store_open("/nonexistent-dir/x/advisor.db", &st, err, sizeof err), KVP_EIO);
   assert_non_null(strstr(err, "/nonexistent-dir/x/advisor.db"));
 }
 

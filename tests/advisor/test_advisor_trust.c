@@ -71,8 +71,8 @@ static void subject_outside_namespace_is_never_applied(void **state) {
   const uint8_t *buf;
   size_t len;
 
-  assert_int_equal(kvp__index_create(&ix, 1024, 3600.0), 0);
-  assert_int_equal(kvp__adv_ingest_create(&ing, ix, &io), 0);
+  assert_int_equal(kvp__index_create(1024, 3600.0, &ix), 0);
+  assert_int_equal(kvp__adv_ingest_create(ix, &io, &ing), 0);
   assert_int_equal(tw_batch(w, 5, &buf, &len), 0);
   const char *bad[] = {"kvplane.ev.u.w0", "kvplane.ev.t", "kvplane.ctl.t.w0.resync", "x", NULL};
   for (int i = 0; i < 5; i++)

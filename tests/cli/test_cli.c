@@ -146,7 +146,7 @@ static void match_by_tokens(void **state) {
 
   /* The first two blocks of the trace's first request, as token ids. */
   snprintf(trace, sizeof trace, "%s/../data/conversation_trace.jsonl.gz", kvp_test_srcdir());
-  assert_int_equal(kvp_trace_open(&t, trace, err, sizeof err), 0);
+  assert_int_equal(kvp_trace_open(trace, &t, err, sizeof err), 0);
   assert_int_equal(kvp_trace_next(t, &r, err, sizeof err), 1);
   assert_true(r.nhash_ids >= 2);
   kvp_trace_block_tokens(r.hash_ids[0], tokens, 512);

@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!quiet++)
     kvp__log_setup(KVP_LOG_ERROR, "fuzz"); /* bad input is logged: keep the fuzzer fast */
 
-  if (kvp__index_create(&ix, 16, 60) != 0 || kvp__adv_ingest_create(&ing, ix, &o) != 0)
+  if (kvp__index_create(16, 60, &ix) != 0 || kvp__adv_ingest_create(ix, &o, &ing) != 0)
     abort();
   while (size > 0) {
     size_t n = size;

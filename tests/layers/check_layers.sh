@@ -4,7 +4,8 @@
 # (kvplane/...) and those of lower layers, never a sibling's or a higher
 # one's; the folders of libkvplane include no header of a library only the
 # daemons link. sim (the trace replay workers, over block and publish) sits
-# below cli, whose replay command runs it.
+# below cli, whose replay command runs it; cli sits above the advisor, whose
+# configuration file it reads to find the database.
 #   check_layers.sh SOURCE_DIR
 set -euo pipefail
 src=$1/src
@@ -16,7 +17,8 @@ declare -A rank=(
   [index]=3 [metrics]=3 [config]=3
   [store]=4
   [tier]=5 [sim]=5
-  [advisor]=6 [relay]=6 [cli]=6
+  [advisor]=6 [relay]=6
+  [cli]=7
 )
 # The libraries of the daemons, by the header a file would include.
 daemon_headers='<(sqlite3|ini|zmq|msgpack|microhttpd|zlib)\.h>'

@@ -22,7 +22,7 @@ static void trace_reads_bundled_file(void **state) {
   int rc;
 
   snprintf(path, sizeof path, "%s/../data/conversation_trace.jsonl.gz", kvp_test_srcdir());
-  assert_int_equal(kvp_trace_open(&t, path, err, sizeof err), 0);
+  assert_int_equal(kvp_trace_open(path, &t, err, sizeof err), 0);
   while ((rc = kvp_trace_next(t, &req, err, sizeof err)) == 1) {
     count++;
     refs += req.nhash_ids;
@@ -47,7 +47,7 @@ static void trace_errors_name_the_line(void **state) {
         "not json\n{\"hash_ids\": []}\n",
         f);
   fclose(f);
-  assert_int_equal(kvp_trace_open(&t, path, err, sizeof err), 0);
+  assert_int_equal(kvp_trace_open(path, &t, err, sizeof err), 0);
   assert_int_equal(kvp_trace_next(t, &req, err, sizeof err), 1);
   assert_int_equal(req.nhash_ids, 2);
   assert_int_equal(kvp_trace_next(t, &req, err, sizeof err), KVP_EPROTO);
@@ -59,7 +59,7 @@ static void trace_errors_name_the_line(void **state) {
   assert_int_equal(kvp_trace_next(t, &req, err, sizeof err), 0);
   kvp_trace_close(t);
   remove(path);
-  assert_int_equal(kvp_trace_open(&t, "/nonexistent/trace.jsonl", err, sizeof err), KVP_EIO);
+  assert_int_equal(kvp_trace_open("/nonexistent/trace.jsonl", &t, err, sizeof err), KVP_EIO);
   assert_non_null(strstr(err, "/nonexistent/trace.jsonl"));
 }
 

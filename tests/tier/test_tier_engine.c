@@ -50,8 +50,8 @@ static int setup(void **state) {
   snprintf(f->p3, sizeof f->p3, "%s/g3", f->dir);
   snprintf(f->p4, sizeof f->p4, "%s/g4", f->dir);
   uv_loop_init(&f->loop);
-  if (kvp__index_create(&f->ix, 64, 3600) != 0 ||
-      kvp__store_open(&f->st, f->db, err, sizeof err) != 0)
+  if (kvp__index_create(64, 3600, &f->ix) != 0 ||
+      kvp__store_open(f->db, &f->st, err, sizeof err) != 0)
     return -1;
   kvp_advisor_config_defaults(&f->cfg);
   snprintf(f->cfg.ns, sizeof f->cfg.ns, "t");

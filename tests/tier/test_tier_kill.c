@@ -56,7 +56,7 @@ static void seed(fx_t *f) {
   uint16_t w, v3;
   char err[256];
 
-  assert_int_equal(kvp__index_create(&ix, 1024, 3600), 0);
+  assert_int_equal(kvp__index_create(1024, 3600, &ix), 0);
   assert_int_equal(kvp__index_worker(ix, "w", 0, &w), 0);
   assert_int_equal(kvp__index_volume(ix, "g3", &v3), 0);
   for (int i = 1; i <= NBLOCKS; i++) {
@@ -71,7 +71,7 @@ static void seed(fx_t *f) {
                                           FRAME, 1700000000000ull + (uint64_t)i * 1000),
                      0);
   }
-  assert_int_equal(kvp__store_open(&st, f->db, err, sizeof err), 0);
+  assert_int_equal(kvp__store_open(f->db, &st, err, sizeof err), 0);
   assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 0, NULL), 0);
   kvp__store_close(st);
   kvp__index_destroy(ix);

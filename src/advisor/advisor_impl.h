@@ -1,0 +1,73 @@
+/* The advisor's own state (struct kvp_advisor_s), shared by the files of
+ * src/advisor that are the advisor itself: advisor.c (the wiring and the
+ * loop) and figures.c (the stats reply, the metrics snapshot and the
+ * tier_history samples, filled from the parts' private state). The parts
+ * (ingest, inbox, consumer, write-behind, ...) never include it. Thread:
+ * the loop thread, except where a field says otherwise. */
+#ifndef KVP_ADVISOR_ADVISOR_IMPL_H
+#define KVP_ADVISOR_ADVISOR_IMPL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "advisor/advisor.h"
+#include "advisor/consumer.h"
+#include "advisor/freshness.h"
+#include "advisor/inbox.h"
+#include "advisor/ingest.h"
+#include "advisor/metrics.h"
+#include "advisor/writebehind.h"
+#include "index/index.h"
+#include "kvplane/wire.h"
+#include "store/store.h"
+#include "tier/engine.h"
+
+struct kvp_advisor_s {
+  kvp_advisor_config_t cfg;
+  kvp__index_t *ix;
+  kvp__adv_ingest_t *ing;
+  kvp__store_t *store;
+  kvp__adv_consumer_t *consumer;
+  kvp_wire_limits_t lim;
+  kvp__adv_inbox_t inbox;
+  int inbox_ready;
+  kvp__adv_wb_t wb;
+  kvp__adv_fresh_t fresh;
+  kvp__tier_engine_t *tier; /* NULL unless [tiering] enabled */
+  kvp__adv_metrics_t metrics;
+  kvp__adv_metrics_snap_t msnap; /* publish_metrics' scratch (12 KiB, off the stack) */
+
+  uv_loop_t loop;
+  int loop_ready;
+  uv_async_t wake;
+  uv_timer_t flush_timer, tick_timer;
+  uv_signal_t sig_term, sig_int, sig_hup;
+
+  atomic_int stopping;
+  int stopped;
+  int final_rc;
+  uint64_t applied_seq; /* last applied JetStream stream sequence */
+  uint64_t start_ms;
+  uint64_t history_ms; /* when tier occupancy was last sampled */
+  char db_id[KVP__STORE_DB_ID_LEN + 1];
+};
+
+/* figures.c */
+
+/* Copies the figures /metrics shows for the metrics server's thread (no-op
+ * without [metrics] listen). Cheap enough for every flush timer: counters
+ * and sums kept as they change, and one pass over the workers. */
+void kvp__adv_publish_metrics(kvp_advisor_t *adv);
+
+/* The stats reply at now (malloc'd JSON, include/kvplane/client.h documents
+ * it), or NULL when it cannot be made (out of memory). */
+char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now);
+
+/* Samples tier occupancy into tier_history when store.history_interval has
+ * passed (or now, with force: the last sample at stop). The rows go with the
+ * next flush; a sample that does not fit in memory is dropped with a
+ * warning. */
+void kvp__adv_sample_history(kvp_advisor_t *adv, uint64_t now, int force);
+
+#endif

@@ -1,0 +1,93 @@
+/* The advisor's figures, filled from its parts' private state
+ * (advisor_impl.h): the metrics snapshot for /metrics, the stats reply on
+ * kvplane.api.<ns>.stats, and the tier_history samples. Thread: the loop
+ * thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "advisor/advisor_impl.h"
+#include "advisor/api.h"
+#include "advisor/history.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+void kvp__adv_publish_metrics(kvp_advisor_t *adv) {
+  kvp__adv_metrics_snap_t *sp = &adv->msnap;
+  uint64_t now = kvp__unix_ms();
+
+  if (adv->metrics.srv == NULL)
+    return;
+  memset(sp, 0, sizeof *sp);
+  sp->in = *kvp__adv_ingest_counters(adv->ing);
+  kvp__index_stats(adv->ix, &sp->ix);
+  for (size_t i = 0; i < kvp__adv_ingest_worker_count(adv->ing); i++) {
+    kvp__adv_worker_state_t ws;
+    if (kvp__adv_ingest_worker_get(adv->ing, i, &ws) == 0)
+      *(ws.down ? &sp->workers_down : &sp->workers_up) += 1;
+  }
+  sp->queue_dropped = kvp__adv_inbox_dropped(&adv->inbox);
+  sp->applied_seq = adv->applied_seq;
+  sp->committed_seq = adv->wb.committed_seq;
+  sp->flushes = adv->wb.flushes;
+  sp->flush_errors = adv->wb.flush_errors;
+  sp->dirty = kvp__index_dirty_count(adv->ix);
+  sp->flush_seconds = adv->wb.flush_seconds;
+  sp->apply_lag_ms = adv->fresh.apply_lag_ms;
+  sp->flush_lag_ms = adv->fresh.flush_lag_ms;
+  sp->pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now);
+  if (adv->tier != NULL) {
+    sp->tiering = 1;
+    kvp__tier_engine_stats(adv->tier, &sp->tier);
+    sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP__TIER_MAX_VOLUMES);
+    if (sp->nvols > KVP__TIER_MAX_VOLUMES)
+      sp->nvols = KVP__TIER_MAX_VOLUMES;
+  }
+  kvp__adv_metrics_publish(&adv->metrics, sp);
+}
+
+char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
+  const kvp__adv_wb_t *wb = &adv->wb;
+  kvp__adv_api_extra_t x = {
+      .ns = adv->cfg.ns,
+      .mode = adv->cfg.mode == KVP_ADVISOR_JETSTREAM ? "jetstream" : "core",
+      .stream_seq = adv->applied_seq,
+      .committed_seq = wb->committed_seq,
+      .flushes = wb->flushes,
+      .flush_errors = wb->flush_errors,
+      .last_flush_ms = wb->last_flush_ms,
+      .last_flush_blocks = wb->last_flush_blocks,
+      .dirty = kvp__index_dirty_count(adv->ix),
+      .history_dropped = kvp__store_history_dropped(adv->store),
+      .uptime_ms = now - adv->start_ms,
+      .queue_dropped = kvp__adv_inbox_dropped(&adv->inbox),
+      .apply_lag_ms = adv->fresh.apply_lag_ms,
+      .apply_lag_max_ms = adv->fresh.apply_lag_max_ms,
+      .flush_lag_ms = adv->fresh.flush_lag_ms,
+      .flush_lag_max_ms = adv->fresh.flush_lag_max_ms,
+      .pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now),
+  };
+  kvp__tier_stats_t ts;
+  kvp__tier_vol_stats_t tv[KVP__TIER_MAX_VOLUMES];
+  if (adv->tier != NULL) {
+    kvp__tier_engine_stats(adv->tier, &ts);
+    x.tier = &ts;
+    x.ntier_vols = kvp__tier_engine_volumes(adv->tier, tv, KVP__TIER_MAX_VOLUMES);
+    x.tier_vols = tv;
+    x.high_watermark = adv->cfg.tier_high;
+    x.low_watermark = adv->cfg.tier_low;
+  }
+  char *json = NULL;
+  return kvp__adv_api_stats(adv->ix, adv->ing, &x, &json) == 0 ? json : NULL;
+}
+
+void kvp__adv_sample_history(kvp_advisor_t *adv, uint64_t now, int force) {
+  kvp__store_hist_row_t rows[KVP__ADV_HIST_ROWS];
+
+  if (adv->cfg.history_interval_ms <= 0 ||
+      (!force && now - adv->history_ms < (uint64_t)adv->cfg.history_interval_ms))
+    return;
+  adv->history_ms = now;
+  size_t n = kvp__adv_history_sample(adv->ix, adv->tier, now, rows);
+  if (kvp__store_history_add(adv->store, rows, n, (uint64_t)adv->cfg.history_keep_ms) != 0)
+    kvp_log_warn("advisor: tier_history sample dropped: out of memory");
+}

@@ -1,0 +1,75 @@
+/* The kvplane command line's commands as library code: tools/kvplane.c
+ * parses argv into a kvp__cli_args_t and calls one kvp__cli_cmd_* function,
+ * which checks the command's operands, does the work (through inspect.h,
+ * report.h, live.h and the advisor client) and returns the documented exit
+ * status. The help texts are here too (usage.c), so that --help and the
+ * dispatch name the same commands. Thread: the caller's; top installs
+ * SIGINT and SIGTERM handlers. */
+#ifndef KVP_CLI_CLI_H
+#define KVP_CLI_CLI_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvplane/nats.h"
+
+/* Exit statuses, as `kvplane --help` documents them. */
+enum {
+  KVP__CLI_EXIT_OK = 0,
+  KVP__CLI_EXIT_USAGE = 1,
+  KVP__CLI_EXIT_UNREACHABLE = 2,
+  KVP__CLI_EXIT_ADVISOR_ERROR = 3,
+  KVP__CLI_EXIT_NODB = 4,
+  KVP__CLI_EXIT_TOOL = 5
+};
+
+/* Every option of every command, as parsed from argv. */
+typedef struct kvp__cli_args_s {
+  const char *cmd;
+  const char *ns, *db, *config, *tokens, *lora, *png, *svg;
+  int64_t since_ms, interval_ms;
+  const char *mode;
+  long workers, limit;
+  int count_set;
+  kvp_nats_opts_t nats;
+  long timeout;
+  int timeout_set, json, hot, cold, failed, help;
+  long count, block_size;
+  char **rest; /* operands after the command */
+  int nrest;
+} kvp__cli_args_t;
+
+/* The usage text (synopses, options, exit statuses) on f. */
+void kvp__cli_usage(FILE *f);
+
+/* Returns 1 when name is one of the commands, else 0. */
+int kvp__cli_known(const char *name);
+
+/* The --help text of the command name (kvp__cli_known) on f. */
+void kvp__cli_help(const char *name, FILE *f);
+
+/* Sends body to kvplane.api.<ns>.<what> through the advisor client
+ * (kvplane/client.h), waiting timeout ms; *doc gets the reply (NULL when
+ * none). Returns KVP__CLI_EXIT_OK, _USAGE (bad --ns or NATS options),
+ * _UNREACHABLE (no connection, no reply, or a reply that is not JSON) or
+ * _ADVISOR_ERROR (the reply has an "error"); the cause goes to stderr
+ * unless quiet. */
+int kvp__cli_request(const kvp__cli_args_t *a, const char *what, const char *body, long timeout,
+                     int quiet, json_t **doc);
+
+/* The database path: --db, the store path of the --config file, or
+ * /var/lib/kvplane/advisor.db. Returns 0 or KVP__CLI_EXIT_USAGE (both given,
+ * or the configuration does not load; the cause on stderr). */
+int kvp__cli_db_path(const kvp__cli_args_t *a, char *out, size_t len);
+
+/* The commands; each returns an exit status. */
+int kvp__cli_cmd_match(const kvp__cli_args_t *a);  /* query.c */
+int kvp__cli_cmd_stats(const kvp__cli_args_t *a);  /* query.c */
+int kvp__cli_cmd_db(const kvp__cli_args_t *a);     /* database.c: status, workers, blocks,
+                                                      migrations, report */
+int kvp__cli_cmd_top(const kvp__cli_args_t *a);    /* live.c */
+int kvp__cli_cmd_replay(const kvp__cli_args_t *a); /* live.c */
+int kvp__cli_cmd_bench(const kvp__cli_args_t *a);  /* live.c */
+
+#endif

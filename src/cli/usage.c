@@ -1,0 +1,113 @@
+/* kvplane's help texts: the usage (every command's synopsis, the shared
+ * options, the exit statuses) and each command's --help. The command names
+ * here are the ones tools/kvplane.c dispatches. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct cmd_help_s {
+  const char *name, *synopsis, *text;
+} cmds[] = {
+    {"status", "kvplane status [--db PATH | -c CONFIG] [NATS options] [--json]",
+     "Tier usage per tier and volume (blocks, bytes, capacity, fill) and workers up\n"
+     "and down, from the database; then the advisor's live figures (ingest, index\n"
+     "and database lag) when it answers over NATS within --timeout. Exit 0 even\n"
+     "when the advisor does not answer (the database's figures are printed).\n"},
+    {"workers", "kvplane workers [--db PATH | -c CONFIG] [--json]",
+     "Every worker and dp rank: status (up, down, unknown), epoch, last event id,\n"
+     "when it was last heard, and its blocks per tier.\n"},
+    {"blocks", "kvplane blocks --hot|--cold [-N COUNT] [--db PATH | -c CONFIG] [--json]",
+     "The COUNT (default 20) hottest blocks, by decayed hit frequency, or the\n"
+     "coldest, by last access, with the tiers that hold them.\n"},
+    {"migrations", "kvplane migrations [--failed] [-N COUNT] [--db PATH | -c CONFIG] [--json]",
+     "The COUNT (default 20) most recently updated migrations (or only the failed\n"
+     "ones, with their error): hash, from and to tier:volume, bytes, state.\n"},
+    {"top", "kvplane top [--db PATH | -c CONFIG] [NATS options] [--interval DURATION] [-N COUNT]",
+     "The status view refreshed every --interval (default 2s) with the advisor's\n"
+     "rates (block-events/s, batches/s, migrations/s) on a terminal; when standard\n"
+     "output is not a terminal, one line per interval instead (Unix time, rates,\n"
+     "blocks, locations, workers up, lags), for logs and pipes. Stops after COUNT\n"
+     "refreshes, or on Ctrl-C.\n"},
+    {"replay",
+     "kvplane replay TRACE [-s URL] [-n NS] [--workers N] [--mode core|jetstream] [--limit N]",
+     "Replays a Mooncake-format trace (JSONL, plain or gzip; data/ has one)\n"
+     "through simulated workers (block manager + publisher each, as kvplane-sim)\n"
+     "publishing to NATS, with a progress bar on a terminal. --workers (default\n"
+     "4), --mode (default core), --limit (first N requests; default all). Exit 2\n"
+     "when publishing failed or a reused block's bytes were wrong.\n"},
+    {"bench", "kvplane bench [SUITE...]",
+     "Runs the benchmark suites (kvp-bench; default: all of them, several\n"
+     "minutes) and prints one table: each figure with its in-run baseline and\n"
+     "the ratio. kvp-bench is looked up in $KVPLANE_BENCH, next to this program,\n"
+     "in ../bench of a build tree, then in PATH. `kvp-bench --list` names the\n"
+     "suites.\n"},
+    {"report", "kvplane report --png FILE | --svg FILE [--since DURATION] [--db PATH | -c CONFIG]",
+     "Draws the tier state over time into FILE with gnuplot (gnuplot-nox): the\n"
+     "blocks held per tier, the fill of each volume with a capacity (both from\n"
+     "the tier_history samples the advisor takes every store.history_interval),\n"
+     "and the migrations finished per interval by pair of tiers. --since keeps\n"
+     "the last DURATION (e.g. 30m, 6h, 2d). Exit 4 when the database has no\n"
+     "sample in that time, 5 when gnuplot is missing or fails.\n"},
+    {"match", "kvplane match [NATS options] HASH... | --tokens FILE --block-size N [--lora NAME]",
+     "Sends sequence hashes to the advisor and prints, per worker and tier, how\n"
+     "many leading hashes are cached consecutively. A HASH is 0x-prefixed hex\n"
+     "(0x1f), exactly 16 hex digits as logs print them (00ab12cd34ef5678), or a\n"
+     "decimal as sqlite3 shows them: signed (-8446744073709551616) or unsigned\n"
+     "(+1234 forces decimal for 16 digits); put -- before negative ones:\n"
+     "  kvplane match -- -6917529027641081856\n"
+     "With --tokens, FILE holds token ids (decimal, separated by spaces, commas\n"
+     "or newlines; - for standard input), hashed in blocks of N tokens as the\n"
+     "workers do (DESIGN.md, Hashing; --lora salts the seed); a trailing partial\n"
+     "block is not sent.\n"},
+    {"stats", "kvplane stats [NATS options]",
+     "Prints the advisor's stats reply (JSON; docs/stats.md documents each field).\n"},
+};
+
+void kvp__cli_usage(FILE *f) {
+  fputs("usage: kvplane <command> [options]    kvplane <command> --help\n\ncommands:\n", f);
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    fprintf(f, "  %s\n", cmds[i].synopsis);
+  fputs("\n"
+        "database options (status, top, workers, blocks, migrations, report):\n"
+        "      --db PATH        the advisor's database (default /var/lib/kvplane/advisor.db)\n"
+        "  -c, --config FILE    take the database path from this advisor configuration\n"
+        "      --json           print JSON (sizes in bytes, times in Unix ms) instead of tables\n"
+        "\n"
+        "NATS options (status, top, match, stats; replay takes -s and -n):\n"
+        "  -s, --server URL     NATS server (default nats://127.0.0.1:4222)\n"
+        "  -n, --ns NS          namespace (default: default)\n"
+        "  -u, --user USER      with --password\n"
+        "  -p, --password PASS\n"
+        "  -t, --token TOKEN\n"
+        "      --creds FILE     user credentials file\n"
+        "      --tls-ca FILE    CA certificates; enables TLS\n"
+        "      --tls-cert FILE  client certificate chain, with --tls-key\n"
+        "      --tls-key FILE   client private key\n"
+        "  -w, --timeout MS     reply timeout (default 5000; status: 1000)\n"
+        "  -h, --help\n"
+        "\n"
+        "exit status: 0 success; 1 usage or a bad option; 2 the advisor did not answer\n"
+        "(match, stats) or the connection failed; 3 the advisor answered with an error;\n"
+        "4 the database is missing, is not a kvplane database, or has nothing to report;\n"
+        "5 a program it runs failed (report: gnuplot; bench: kvp-bench).\n",
+        f);
+}
+
+static const struct cmd_help_s *find_cmd(const char *name) {
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    if (strcmp(cmds[i].name, name) == 0)
+      return &cmds[i];
+  return NULL;
+}
+
+int kvp__cli_known(const char *name) {
+  return find_cmd(name) != NULL;
+}
+
+void kvp__cli_help(const char *name, FILE *f) {
+  const struct cmd_help_s *c = find_cmd(name);
+  if (c != NULL)
+    fprintf(f, "usage: %s\n\n%s\nkvplane --help lists the options and exit statuses.\n",
+            c->synopsis, c->text);
+}
