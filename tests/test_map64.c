@@ -95,7 +95,7 @@ static void grows_across_many_inserts_and_keeps_its_floor(void **state) {
   const uint64_t n = 100000;
   assert_int_equal(kvp__map64_init(&m, 1000), 0);
   assert_int_equal(kvp__map64_put(&m, 1, 1), 0);
-  assert_int_equal(m.cap, 2048); /* 1000 keys at most half full */
+  assert_int_equal(m.cap, 2048);    /* 1000 keys at most half full */
   for (uint64_t i = 1; i <= n; i++) /* sequential keys: the worst case of a weak hash */
     assert_int_equal(kvp__map64_put(&m, i << 20, i), 0);
   assert_int_equal(kvp__map64_count(&m), n + 1);

@@ -57,7 +57,8 @@ typedef struct where_s {
 } where_t;
 
 static int where_build(where_t *w, const kvp__tier_cand_t *c, size_t n) {
-  if (kvp__map64_init(&w->last, n) != 0 || (w->prev = malloc((n ? n : 1) * sizeof *w->prev)) == NULL)
+  if (kvp__map64_init(&w->last, n) != 0 ||
+      (w->prev = malloc((n ? n : 1) * sizeof *w->prev)) == NULL)
     return KVP_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     uint64_t *last = kvp__map64_find(&w->last, c[i].hash);
