@@ -10,6 +10,7 @@
 
 #include "block/pool.h"
 #include "common/log.h"
+#include "common/map64.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
 
@@ -19,16 +20,6 @@ typedef struct job_s {
   uint8_t has_parent;
   void *bytes;
 } job_t;
-
-/* The hashes this manager put in G3, with their parents: open addressing,
- * linear probing, backward-shift deletion; 0 marks an empty slot, so hash
- * 0 is kept apart. */
-typedef struct reg_s {
-  uint64_t *key, *parent;
-  size_t cap, n;
-  int has_zero;
-  uint64_t zero_parent;
-} reg_t;
 
 struct kvp__tiers_s {
   kvp_volume_t *g3, *g4;
@@ -47,91 +38,9 @@ struct kvp__tiers_s {
   int stopping;
   pthread_t *threads;
   uint32_t nthreads;
-  reg_t reg;
+  kvp__map64_t reg; /* the hashes this manager put in G3 -> their parents */
   _Atomic uint64_t offloads, failed, dropped, hits3, hits4, gone, corrupt;
 };
-
-static size_t slot_of(uint64_t h, size_t cap) {
-  return (size_t)((h * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
-}
-
-static int reg_grow(reg_t *r) {
-  size_t cap = r->cap ? r->cap * 2 : 1024;
-  uint64_t *k = calloc(cap, sizeof *k), *p = calloc(cap, sizeof *p);
-  if (k == NULL || p == NULL) {
-    free(k);
-    free(p);
-    return KVP_ENOMEM;
-  }
-  for (size_t i = 0; i < r->cap; i++)
-    if (r->key[i] != 0) {
-      size_t s = slot_of(r->key[i], cap);
-      while (k[s] != 0)
-        s = (s + 1) & (cap - 1);
-      k[s] = r->key[i];
-      p[s] = r->parent[i];
-    }
-  free(r->key);
-  free(r->parent);
-  r->key = k;
-  r->parent = p;
-  r->cap = cap;
-  return 0;
-}
-
-static int reg_put(reg_t *r, uint64_t h, uint64_t parent) {
-  if (h == 0) {
-    r->has_zero = 1;
-    r->zero_parent = parent;
-    return 0;
-  }
-  if ((r->n + 1) * 2 > r->cap && reg_grow(r) != 0)
-    return KVP_ENOMEM;
-  size_t s = slot_of(h, r->cap);
-  while (r->key[s] != 0 && r->key[s] != h)
-    s = (s + 1) & (r->cap - 1);
-  if (r->key[s] == 0)
-    r->n++;
-  r->key[s] = h;
-  r->parent[s] = parent;
-  return 0;
-}
-
-static int reg_has(const reg_t *r, uint64_t h) {
-  if (h == 0)
-    return r->has_zero;
-  if (r->cap == 0)
-    return 0;
-  for (size_t s = slot_of(h, r->cap); r->key[s] != 0; s = (s + 1) & (r->cap - 1))
-    if (r->key[s] == h)
-      return 1;
-  return 0;
-}
-
-static void reg_del(reg_t *r, uint64_t h) {
-  if (h == 0) {
-    r->has_zero = 0;
-    return;
-  }
-  if (r->cap == 0)
-    return;
-  size_t m = r->cap - 1, s = slot_of(h, r->cap);
-  while (r->key[s] != 0 && r->key[s] != h)
-    s = (s + 1) & m;
-  if (r->key[s] == 0)
-    return;
-  /* Backward shift: entries after the hole move up when their home allows. */
-  for (size_t j = (s + 1) & m; r->key[j] != 0; j = (j + 1) & m) {
-    size_t home = slot_of(r->key[j], r->cap);
-    if (((j - home) & m) >= ((j - s) & m)) {
-      r->key[s] = r->key[j];
-      r->parent[s] = r->parent[j];
-      s = j;
-    }
-  }
-  r->key[s] = 0;
-  r->n--;
-}
 
 /* --- offload workers ------------------------------------------------------ */
 
@@ -175,7 +84,7 @@ static void *worker_main(void *arg) {
     int rc = kvp_volume_put_block(t->g3, t->ns, &f, j.bytes, err, sizeof err);
     free(j.bytes);
     pthread_mutex_lock(&t->mu);
-    if (rc == 0 && reg_put(&t->reg, j.hash, j.has_parent ? j.parent : j.hash) == 0) {
+    if (rc == 0 && kvp__map64_put(&t->reg, j.hash, j.has_parent ? j.parent : j.hash) == 0) {
       atomic_fetch_add(&t->offloads, 1);
       /* Announced while the registry says so: a snapshot taken meanwhile
        * and this event agree. */
@@ -248,7 +157,7 @@ static int read_from(kvp__tiers_t *t, kvp_volume_t *v, uint64_t hash, void *dst)
 int kvp__tiers_read(kvp__tiers_t *t, uint64_t hash, void *dst) {
   if (t->g3 != NULL) {
     pthread_mutex_lock(&t->mu);
-    int mine = reg_has(&t->reg, hash);
+    int mine = kvp__map64_get(&t->reg, hash, NULL) == 0;
     pthread_mutex_unlock(&t->mu);
     if (mine) {
       int r = read_from(t, t->g3, hash, dst);
@@ -260,7 +169,7 @@ int kvp__tiers_read(kvp__tiers_t *t, uint64_t hash, void *dst) {
         /* Moved by the advisor (it announced the move): forget it. */
         atomic_fetch_add(&t->gone, 1);
         pthread_mutex_lock(&t->mu);
-        reg_del(&t->reg, hash);
+        kvp__map64_del(&t->reg, hash, NULL);
         pthread_mutex_unlock(&t->mu);
       }
     }
@@ -281,12 +190,12 @@ const char *kvp__tiers_g4_name(const kvp__tiers_t *t) {
 }
 
 int kvp__tiers_snapshot(kvp__tiers_t *t, uint64_t **hashes, uint64_t **parents, size_t *n) {
-  size_t k = 0, count;
+  size_t k = 0, count, it = 0;
 
   *hashes = *parents = NULL;
   *n = 0;
   pthread_mutex_lock(&t->mu);
-  count = t->reg.n + (size_t)t->reg.has_zero;
+  count = kvp__map64_count(&t->reg);
   if (count > 0) {
     *hashes = malloc(count * sizeof **hashes);
     *parents = malloc(count * sizeof **parents);
@@ -298,15 +207,10 @@ int kvp__tiers_snapshot(kvp__tiers_t *t, uint64_t **hashes, uint64_t **parents, 
     *hashes = *parents = NULL;
     return KVP_ENOMEM;
   }
-  if (t->reg.has_zero) {
-    (*hashes)[k] = 0;
-    (*parents)[k++] = t->reg.zero_parent;
+  for (uint64_t h, p; kvp__map64_next(&t->reg, &it, &h, &p); k++) {
+    (*hashes)[k] = h;
+    (*parents)[k] = p;
   }
-  for (size_t i = 0; i < t->reg.cap; i++)
-    if (t->reg.key[i] != 0) {
-      (*hashes)[k] = t->reg.key[i];
-      (*parents)[k++] = t->reg.parent[i];
-    }
   pthread_mutex_unlock(&t->mu);
   *n = k;
   return 0;
@@ -324,9 +228,7 @@ void kvp__tiers_clear(kvp__tiers_t *t) {
     if (kvp_volume_delete(t->g3, t->ns, h[i], err, sizeof err) != 0)
       kvp_log_warn("block manager: reset: %s", err); /* unannounced: harmless, reclaimable */
   pthread_mutex_lock(&t->mu);
-  free(t->reg.key);
-  free(t->reg.parent);
-  memset(&t->reg, 0, sizeof t->reg);
+  kvp__map64_free(&t->reg);
   pthread_mutex_unlock(&t->mu);
   free(h);
   free(p);
@@ -342,7 +244,7 @@ void kvp__tiers_drain(kvp__tiers_t *t) {
 void kvp__tiers_stats(const kvp__tiers_t *t, kvp_blockmgr_stats_t *s) {
   kvp__tiers_t *m = (kvp__tiers_t *)t; /* the lock, not the state, changes */
   pthread_mutex_lock(&m->mu);
-  s->g3_blocks = t->reg.n + (size_t)t->reg.has_zero;
+  s->g3_blocks = kvp__map64_count(&t->reg);
   pthread_mutex_unlock(&m->mu);
   s->offloads_g3 = atomic_load(&m->offloads);
   s->offloads_g3_failed = atomic_load(&m->failed);
@@ -378,6 +280,7 @@ int kvp__tiers_create(const kvp_blockmgr_opts_t *o, size_t block_bytes, kvp__tie
   pthread_cond_init(&t->idle, NULL);
   pthread_cond_init(&t->room, NULL);
   t->wait_for_room = o->g3_wait;
+  kvp__map64_init(&t->reg, 512); /* the 1024 slots the registry started with */
   if ((t->q = calloc(t->qcap, sizeof *t->q)) == NULL ||
       (t->nthreads && (t->threads = calloc(t->nthreads, sizeof *t->threads)) == NULL)) {
     kvp__tiers_destroy(t);
@@ -416,7 +319,6 @@ void kvp__tiers_destroy(kvp__tiers_t *t) {
   pthread_mutex_destroy(&t->mu);
   free(t->q);
   free(t->threads);
-  free(t->reg.key);
-  free(t->reg.parent);
+  kvp__map64_free(&t->reg);
   free(t);
 }

@@ -24,7 +24,7 @@
 int kvp__batch_init(kvp__batch_t *b, int coalesce) {
   memset(b, 0, sizeof *b);
   b->coalesce = coalesce;
-  return 0;
+  return kvp__map64_init(&b->stored, 512); /* the 1024 slots the index started with */
 }
 
 void kvp__batch_destroy(kvp__batch_t *b) {
@@ -32,8 +32,7 @@ void kvp__batch_destroy(kvp__batch_t *b) {
   free(b->h);
   free(b->dead);
   free(b->x32);
-  free(b->ikey);
-  free(b->ipos);
+  kvp__map64_free(&b->stored);
   free(b->out);
   free(b->buf);
   memset(b, 0, sizeof *b);
@@ -44,79 +43,14 @@ void kvp__batch_reset(kvp__batch_t *b) {
   b->blocks = 0;
   b->est_bytes = 0;
   b->oldest_ns = 0;
-  if (b->icount > 0) {
-    memset(b->ipos, 0, b->icap * sizeof *b->ipos);
-    b->icount = 0;
-  }
+  kvp__map64_clear(&b->stored);
 }
 
-static uint64_t ikey_of(uint64_t hash, int tier) {
+/* The coalescing index's key of (hash, tier). Two pairs may share one (a
+ * hash 2^61 apart): a lookup checks the hash it finds, so the worst a
+ * collision does is miss a coalescing. */
+static uint64_t stored_key(uint64_t hash, int tier) {
   return hash ^ ((uint64_t)tier << 61);
-}
-
-static size_t islot(const kvp__batch_t *b, uint64_t key) {
-  return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & (b->icap - 1);
-}
-
-static int index_grow(kvp__batch_t *b) {
-  size_t ncap = b->icap ? b->icap * 2 : 1024;
-  uint64_t *nk = calloc(ncap, sizeof *nk);
-  uint32_t *np = calloc(ncap, sizeof *np);
-  if (nk == NULL || np == NULL) {
-    free(nk);
-    free(np);
-    return KVP_ENOMEM;
-  }
-  uint64_t *ok = b->ikey;
-  uint32_t *op = b->ipos;
-  size_t ocap = b->icap;
-  b->ikey = nk;
-  b->ipos = np;
-  b->icap = ncap;
-  for (size_t i = 0; i < ocap; i++) {
-    if (op[i] == 0)
-      continue;
-    size_t s = islot(b, ok[i]);
-    while (np[s] != 0)
-      s = (s + 1) & (ncap - 1);
-    nk[s] = ok[i];
-    np[s] = op[i];
-  }
-  free(ok);
-  free(op);
-  return 0;
-}
-
-/* Remembers that h[pos] was stored in tier (the newest store wins). */
-static int index_put(kvp__batch_t *b, uint64_t hash, int tier, size_t pos) {
-  if ((b->icount + 1) * 2 > b->icap) {
-    int rc = index_grow(b);
-    if (rc != 0)
-      return rc;
-  }
-  uint64_t key = ikey_of(hash, tier);
-  size_t s = islot(b, key);
-  while (b->ipos[s] != 0 && b->ikey[s] != key)
-    s = (s + 1) & (b->icap - 1);
-  if (b->ipos[s] == 0)
-    b->icount++;
-  b->ikey[s] = key;
-  b->ipos[s] = (uint32_t)(pos + 1);
-  return 0;
-}
-
-/* Position + 1 of a live stored h[] entry for hash in tier, or 0. */
-static size_t index_get(const kvp__batch_t *b, uint64_t hash, int tier) {
-  if (b->icap == 0)
-    return 0;
-  uint64_t key = ikey_of(hash, tier);
-  size_t s = islot(b, key);
-  while (b->ipos[s] != 0) {
-    if (b->ikey[s] == key)
-      return b->ipos[s];
-    s = (s + 1) & (b->icap - 1);
-  }
-  return 0;
 }
 
 static kvp__bev_t *find_event(kvp__batch_t *b, size_t hpos) {
@@ -157,11 +91,13 @@ static int add_removed(kvp__batch_t *b, const kvp__pubq_item_t *it, const uint64
   int rc;
   for (size_t i = 0; i < n; i++) {
     if (b->coalesce) {
-      size_t p = index_get(b, hs[i], it->tier);
-      if (p != 0 && !b->dead[p - 1]) {
-        kvp__bev_t *se = find_event(b, p - 1);
-        if (se != NULL && se->type == KVP_EV_STORED && strcmp(se->volume, it->volume) == 0) {
-          b->dead[p - 1] = 1;
+      uint64_t p;
+      if (kvp__map64_get(&b->stored, stored_key(hs[i], it->tier), &p) == 0 && !b->dead[p] &&
+          b->h[p] == hs[i]) {
+        kvp__bev_t *se = find_event(b, p);
+        if (se != NULL && se->type == KVP_EV_STORED && se->tier == it->tier &&
+            strcmp(se->volume, it->volume) == 0) {
+          b->dead[p] = 1;
           se->ndead++;
           b->blocks--;
           continue;
@@ -194,11 +130,10 @@ int kvp__batch_add(kvp__batch_t *b, const kvp__pubq_item_t *it, size_t from, siz
 
   if (it->type == KVP_EV_REMOVED)
     return add_removed(b, it, hs, count);
-  if ((it->type == KVP_EV_CLEARED || it->type == KVP_EV_SNAPSHOT) && b->icount > 0) {
+  if (it->type == KVP_EV_CLEARED || it->type == KVP_EV_SNAPSHOT) {
     /* No coalescing across a clear or a snapshot: a removal after either
      * must reach the consumer, which no longer knows the earlier store. */
-    memset(b->ipos, 0, b->icap * sizeof *b->ipos);
-    b->icount = 0;
+    kvp__map64_clear(&b->stored);
   }
   int has_parent = it->has_parent;
   uint64_t parent = it->parent_hash;
@@ -243,7 +178,7 @@ int kvp__batch_add(kvp__batch_t *b, const kvp__pubq_item_t *it, size_t from, siz
   b->est_bytes += 9 * count;
   if (it->type == KVP_EV_STORED && b->coalesce) {
     for (size_t i = 0; i < count; i++)
-      if ((rc = index_put(b, hs[i], it->tier, h0 + i)) != 0)
+      if ((rc = kvp__map64_put(&b->stored, stored_key(hs[i], it->tier), h0 + i)) != 0)
         return rc;
   }
   if (tok) {

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/map64.h"
 #include "kvplane/event.h"
 #include "publish/queue.h"
 
@@ -39,10 +40,8 @@ typedef struct kvp__batch_s {
   size_t nh, hcap;
   uint32_t *x32;
   size_t nx, xcap;
-  /* coalescing index: open addressing, key (hash, tier) -> position in h + 1 */
-  uint64_t *ikey;
-  uint32_t *ipos;
-  size_t icap, icount;
+  /* coalescing index: hash ^ tier << 61 -> position in h of its newest store */
+  kvp__map64_t stored;
   int coalesce;
   size_t blocks;    /* live hashes */
   size_t est_bytes; /* encoded size estimate */

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "common/array.h"
+#include "common/map64.h"
 #include "kvplane/status.h"
 
 static void media_set(kvp_relay_media_t *m, const char *name, size_t len, int tier) {
@@ -64,12 +65,11 @@ int kvp__relay_media_tier(const kvp_relay_media_t *m, const char *name, size_t l
   return 0;
 }
 
-/* Open addressing with backward-shift deletion; entries in a doubly linked
- * LRU list by index. */
+/* Entries in a doubly linked LRU list by index; a common/map64 maps the
+ * engine's hash to its entry. */
 typedef struct ent_s {
   uint64_t key, val;
   uint32_t prev, next; /* LRU list */
-  uint32_t slot;       /* where it sits in the table */
 } ent_t;
 
 #define NIL UINT32_MAX
@@ -78,25 +78,17 @@ struct kvp_relay_map_s {
   size_t cap, n;
   ent_t *ent; /* entries in use or freed: nent of them, grown up to cap */
   size_t nent, ent_cap;
-  uint32_t *table; /* mask + 1 slots: entry index or NIL */
-  size_t mask, max_slots;
+  kvp__map64_t idx;    /* engine hash -> entry index */
   uint32_t head, tail; /* head: most recent */
   uint32_t free_top;   /* freed entries linked through next */
 };
 
-static size_t mix(uint64_t k) {
-  k ^= k >> 33;
-  k *= UINT64_C(0xff51afd7ed558ccd);
-  k ^= k >> 33;
-  return (size_t)k;
-}
-
-/* The table starts small and doubles while it is more than half full, up
- * to two slots per entry of the cap: a map holding a few thousand hashes
- * stays in cache (a lookup in a table sized for the cap, 8 MiB at the
- * default, was a cache miss per block-event), and its memory follows what
- * it holds. */
-#define MAP_MIN_SLOTS 1024
+/* The index starts small and grows while it is more than half full, so
+ * at most to two slots per entry of the cap: a map holding a few thousand
+ * hashes stays in cache (a lookup in a table sized for the cap, 8 MiB at
+ * the default, was a cache miss per block-event), and its memory follows
+ * what it holds. */
+#define MAP_FIRST_ENTRIES 512
 
 int kvp__relay_map_create(size_t cap, kvp_relay_map_t **out) {
   *out = NULL;
@@ -105,17 +97,8 @@ int kvp__relay_map_create(size_t cap, kvp_relay_map_t **out) {
   kvp_relay_map_t *m = calloc(1, sizeof *m);
   if (!m)
     return KVP_ENOMEM;
-  size_t max_slots = 1;
-  while (max_slots < cap * 2)
-    max_slots <<= 1;
   m->cap = cap;
-  m->max_slots = max_slots;
-  m->mask = (max_slots < MAP_MIN_SLOTS ? max_slots : MAP_MIN_SLOTS) - 1;
-  m->table = malloc((m->mask + 1) * sizeof *m->table);
-  if (!m->table) {
-    kvp__relay_map_destroy(m);
-    return KVP_ENOMEM;
-  }
+  kvp__map64_init(&m->idx, cap < MAP_FIRST_ENTRIES ? cap : MAP_FIRST_ENTRIES);
   kvp__relay_map_clear(m);
   *out = m;
   return 0;
@@ -125,12 +108,12 @@ void kvp__relay_map_destroy(kvp_relay_map_t *m) {
   if (!m)
     return;
   free(m->ent);
-  free(m->table);
+  kvp__map64_free(&m->idx);
   free(m);
 }
 
 void kvp__relay_map_clear(kvp_relay_map_t *m) {
-  memset(m->table, 0xff, (m->mask + 1) * sizeof *m->table);
+  kvp__map64_clear(&m->idx);
   m->nent = 0;
   m->free_top = NIL;
   m->head = m->tail = NIL;
@@ -164,69 +147,19 @@ static void push_front(kvp_relay_map_t *m, uint32_t i) {
     m->tail = i;
 }
 
-static size_t find(const kvp_relay_map_t *m, uint64_t key) {
-  size_t s = mix(key) & m->mask;
-  while (m->table[s] != NIL) {
-    if (m->ent[m->table[s]].key == key)
-      return s;
-    s = (s + 1) & m->mask;
-  }
-  return SIZE_MAX;
-}
-
-/* Empties slot s and shifts the following cluster back. */
-static void slot_delete(kvp_relay_map_t *m, size_t s) {
-  size_t j = s;
-  m->table[s] = NIL;
-  for (;;) {
-    j = (j + 1) & m->mask;
-    if (m->table[j] == NIL)
-      return;
-    size_t home = mix(m->ent[m->table[j]].key) & m->mask;
-    /* can the entry at j move to the hole at s? */
-    if (((j - home) & m->mask) >= ((j - s) & m->mask)) {
-      m->table[s] = m->table[j];
-      m->ent[m->table[s]].slot = (uint32_t)s;
-      m->table[j] = NIL;
-      s = j;
-    }
-  }
-}
-
 static void remove_ent(kvp_relay_map_t *m, uint32_t i) {
   unlink_ent(m, i);
-  slot_delete(m, m->ent[i].slot);
+  kvp__map64_del(&m->idx, m->ent[i].key, NULL);
   m->ent[i].next = m->free_top;
   m->free_top = i;
   m->n--;
 }
 
-/* Doubles the table and puts every entry back. Returns 0 or KVP_ENOMEM
- * (the table stays as it was). */
-static int grow(kvp_relay_map_t *m) {
-  size_t slots = (m->mask + 1) * 2;
-  uint32_t *t = malloc(slots * sizeof *t);
-  if (!t)
-    return KVP_ENOMEM;
-  memset(t, 0xff, slots * sizeof *t);
-  for (uint32_t i = m->head; i != NIL; i = m->ent[i].next) {
-    size_t s = mix(m->ent[i].key) & (slots - 1);
-    while (t[s] != NIL)
-      s = (s + 1) & (slots - 1);
-    t[s] = i;
-    m->ent[i].slot = (uint32_t)s;
-  }
-  free(m->table);
-  m->table = t;
-  m->mask = slots - 1;
-  return 0;
-}
-
 int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
   int evicted = 0;
-  size_t s = find(m, engine);
-  if (s != SIZE_MAX) {
-    uint32_t i = m->table[s];
+  uint64_t *at = kvp__map64_find(&m->idx, engine);
+  if (at != NULL) {
+    uint32_t i = (uint32_t)*at;
     m->ent[i].val = kvp;
     unlink_ent(m, i);
     push_front(m, i);
@@ -235,8 +168,6 @@ int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
   if (m->n == m->cap) {
     remove_ent(m, m->tail);
     evicted = 1;
-  } else if ((m->n + 1) * 2 > m->mask + 1 && m->mask + 1 < m->max_slots && grow(m) != 0) {
-    return evicted; /* out of memory: not mapped (removals pass the engine's hash) */
   }
   uint32_t i;
   if (m->free_top != NIL) {
@@ -244,26 +175,26 @@ int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
     m->free_top = m->ent[i].next;
   } else {
     if (KVP_ARRAY_RESERVE(m->ent, m->ent_cap, m->nent + 1, 1024) != 0)
-      return evicted;
+      return evicted; /* out of memory: not mapped (removals pass the engine's hash) */
     i = (uint32_t)m->nent++;
   }
-  s = mix(engine) & m->mask;
-  while (m->table[s] != NIL)
-    s = (s + 1) & m->mask;
-  m->table[s] = i;
+  if (kvp__map64_put(&m->idx, engine, i) != 0) {
+    m->ent[i].next = m->free_top; /* out of memory: not mapped, as above */
+    m->free_top = i;
+    return evicted;
+  }
   m->ent[i].key = engine;
   m->ent[i].val = kvp;
-  m->ent[i].slot = (uint32_t)s;
   push_front(m, i);
   m->n++;
   return evicted;
 }
 
 int kvp__relay_map_get(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
-  size_t s = find(m, engine);
-  if (s == SIZE_MAX)
+  const uint64_t *at = kvp__map64_find(&m->idx, engine);
+  if (at == NULL)
     return 0;
-  uint32_t i = m->table[s];
+  uint32_t i = (uint32_t)*at;
   *kvp = m->ent[i].val;
   unlink_ent(m, i);
   push_front(m, i);
@@ -271,10 +202,10 @@ int kvp__relay_map_get(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
 }
 
 int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
-  size_t s = find(m, engine);
-  if (s == SIZE_MAX)
+  const uint64_t *at = kvp__map64_find(&m->idx, engine);
+  if (at == NULL)
     return 0;
-  uint32_t i = m->table[s];
+  uint32_t i = (uint32_t)*at;
   *kvp = m->ent[i].val;
   remove_ent(m, i);
   return 1;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/array.h"
+#include "common/map64.h"
 #include "kvplane/status.h"
 
 void kvp__tier_params_init(kvp__tier_params_t *p) {
@@ -45,42 +46,44 @@ const char *kvp__tier_kind_name(int kind) {
 
 /* --- the snapshot's lookups -------------------------------------------------- */
 
-/* (hash, volume) -> candidate index, open addressing. */
+/* (hash, volume) -> candidate index: a map from hash to the last candidate
+ * of that hash, and per candidate the previous one of the same hash (a
+ * block is in one or two volumes, so a chain is short). */
+#define NO_CAND UINT32_MAX
+
 typedef struct where_s {
-  uint32_t *slot; /* candidate index + 1; 0 empty */
-  size_t mask;
+  kvp__map64_t last; /* hash -> candidate index */
+  uint32_t *prev;    /* per candidate: the one before of the same hash, or NO_CAND */
 } where_t;
 
-static size_t mix(uint64_t h, uint32_t vol) {
-  uint64_t x = h ^ ((uint64_t)vol * 0x9e3779b97f4a7c15ull);
-  x ^= x >> 31;
-  x *= 0xbf58476d1ce4e5b9ull;
-  return (size_t)(x ^ (x >> 29));
-}
-
 static int where_build(where_t *w, const kvp__tier_cand_t *c, size_t n) {
-  size_t cap = 16;
-  while (cap < n * 2)
-    cap <<= 1;
-  if ((w->slot = calloc(cap, sizeof *w->slot)) == NULL)
+  if (kvp__map64_init(&w->last, n) != 0 ||
+      (w->prev = malloc((n ? n : 1) * sizeof *w->prev)) == NULL)
     return KVP_ENOMEM;
-  w->mask = cap - 1;
   for (size_t i = 0; i < n; i++) {
-    size_t s = mix(c[i].hash, c[i].vol) & w->mask;
-    while (w->slot[s] != 0)
-      s = (s + 1) & w->mask;
-    w->slot[s] = (uint32_t)i + 1;
+    uint64_t *last = kvp__map64_find(&w->last, c[i].hash);
+    w->prev[i] = last ? (uint32_t)*last : NO_CAND;
+    if (last)
+      *last = i;
+    else if (kvp__map64_put(&w->last, c[i].hash, i) != 0)
+      return KVP_ENOMEM;
   }
   return 0;
 }
 
 static long where_find(const where_t *w, const kvp__tier_cand_t *c, uint64_t hash, uint32_t vol) {
-  for (size_t s = mix(hash, vol) & w->mask; w->slot[s] != 0; s = (s + 1) & w->mask) {
-    const kvp__tier_cand_t *x = &c[w->slot[s] - 1];
-    if (x->hash == hash && x->vol == vol)
-      return (long)w->slot[s] - 1;
-  }
+  uint64_t i;
+  if (kvp__map64_get(&w->last, hash, &i) != 0)
+    return -1;
+  for (uint32_t k = (uint32_t)i; k != NO_CAND; k = w->prev[k])
+    if (c[k].vol == vol)
+      return (long)k;
   return -1;
+}
+
+static void where_free(where_t *w) {
+  kvp__map64_free(&w->last);
+  free(w->prev);
 }
 
 /* A binary heap of candidate indexes, coldest on top. */
@@ -310,7 +313,7 @@ static int plan_init(plan_t *p) {
 }
 
 static void plan_free(plan_t *p) {
-  free(p->where.slot);
+  where_free(&p->where);
   free(p->children);
   free(p->moved);
 }
