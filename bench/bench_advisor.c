@@ -565,9 +565,8 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
       pthread_join(wr.thread, NULL);
       busy = 0;
       if (wr.rc != 0)
-        kvp__store_abandon(ix, wr.fl);
-      else
-        kvp__store_flush_free(wr.fl);
+        kvp__index_rows_restore(ix, kvp__store_flush_rows(wr.fl));
+      kvp__store_flush_free(wr.fl);
       uint64_t lag = wr.end_ns > wr.oldest ? wr.end_ns - wr.oldest : 0;
       max_lag = lag > max_lag ? lag : max_lag;
       sum_lag += lag;
@@ -584,7 +583,11 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
       continue;
     }
     if (now >= next_flush && !busy && oldest) {
-      if (kvp__store_prepare(st, ix, NULL, 0, applied, &wr.fl) == 0) {
+      kvp__index_rows_t rows;
+      int prc = kvp__index_rows_take(ix, kvp__store_volumes_written(st), &rows);
+      if (prc == 0 && (prc = kvp__store_prepare(st, &rows, NULL, 0, applied, &wr.fl)) != 0)
+        kvp__index_rows_restore(ix, &rows);
+      if (prc == 0) {
         wr.oldest = oldest;
         wr.done = 0;
         oldest = 0;

@@ -137,7 +137,8 @@ static void write_after(uv_work_t *req, int status) {
   } else {
     /* The changes go back to the index; the next flush writes them. */
     wb->flush_errors++;
-    kvp__store_abandon(wb->ix, wb->inflight);
+    kvp__index_rows_restore(wb->ix, kvp__store_flush_rows(wb->inflight));
+    kvp__store_flush_free(wb->inflight);
     kvp__adv_acks_flush_failed(&wb->acks);
     if (wb->fresh != NULL)
       kvp__adv_fresh_flush_failed(wb->fresh);
@@ -154,8 +155,11 @@ void kvp__adv_wb_start(kvp__adv_wb_t *wb, uint64_t applied_seq) {
   size_t nrows = 0;
   int rc;
   wb->inflight_t0 = kvp__now_ns();
-  if ((rc = kvp__adv_ingest_worker_rows(wb->ing, &rows, &nrows)) == 0)
-    rc = kvp__store_prepare(wb->store, wb->ix, rows, nrows, applied_seq, &wb->inflight);
+  kvp__index_rows_t ixrows;
+  if ((rc = kvp__adv_ingest_worker_rows(wb->ing, &rows, &nrows)) == 0 &&
+      (rc = kvp__index_rows_take(wb->ix, kvp__store_volumes_written(wb->store), &ixrows)) == 0 &&
+      (rc = kvp__store_prepare(wb->store, &ixrows, rows, nrows, applied_seq, &wb->inflight)) != 0)
+    kvp__index_rows_restore(wb->ix, &ixrows);
   free(rows);
   if (rc != 0) {
     wb->flush_errors++;

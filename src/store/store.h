@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "index/index.h"
+#include "index/rows.h"
 
 #define KVP__STORE_SCHEMA_VERSION 4
 
@@ -66,15 +67,20 @@ int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn wor
 int kvp__store_flush(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker_t *workers,
                      size_t nworkers, uint64_t stream_seq, size_t *nblocks);
 
-/* The same flush in two halves, so that the write can run off the loop
- * thread (the daemon queues it on libuv's thread pool):
- *   prepare  (index owner's thread) takes the changes and copies the rows;
+/* The same flush in parts, so that the write can run off the loop thread
+ * (the daemon queues it on libuv's thread pool). The store writes plain
+ * rows; it does not read the index for them:
+ *   the caller (index owner's thread) takes the index's rows
+ *     (kvp__index_rows_take, from kvp__store_volumes_written);
+ *   prepare  (index owner's thread) takes them over with the workers' rows
+ *            and the queued history samples;
  *   write    (any thread, one at a time per store) runs the transaction;
- *   abandon  (index owner's thread) gives the changes back after a failed
- *            write, and frees the flush; otherwise free it.
- * prepare returns 0 or KVP_ENOMEM (nothing taken); write returns 0 or
- * KVP_EDB (rolled back). The flush borrows names from ix: free it before
- * ix. */
+ *   after a failed write the caller gives the rows back to the index
+ *     (kvp__index_rows_restore(ix, kvp__store_flush_rows(fl))); then, or
+ *     after a successful write, it frees the flush.
+ * prepare returns 0, or KVP_ENOMEM with rows left to the caller; write
+ * returns 0 or KVP_EDB (rolled back). The rows borrow names from the index:
+ * free the flush before the index. */
 typedef struct kvp__store_flush_s kvp__store_flush_t;
 
 /* One sample of a tier's or a volume's occupancy, a row of tier_history:
@@ -101,11 +107,15 @@ int kvp__store_history_add(kvp__store_t *st, const kvp__store_hist_row_t *rows, 
  * write. Index owner's thread. */
 uint64_t kvp__store_history_dropped(const kvp__store_t *st);
 
-int kvp__store_prepare(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker_t *workers,
-                       size_t nworkers, uint64_t stream_seq, kvp__store_flush_t **out);
+int kvp__store_prepare(kvp__store_t *st, kvp__index_rows_t *rows,
+                       const kvp__store_worker_t *workers, size_t nworkers, uint64_t stream_seq,
+                       kvp__store_flush_t **out);
 int kvp__store_write(kvp__store_t *st, const kvp__store_flush_t *fl);
-void kvp__store_abandon(kvp__index_t *ix, kvp__store_flush_t *fl);
 void kvp__store_flush_free(kvp__store_flush_t *fl);
+/* The index's rows the flush holds, to give back after a failed write. */
+kvp__index_rows_t *kvp__store_flush_rows(kvp__store_flush_t *fl);
+/* Volume ids below this are in the volumes table (index owner's thread). */
+size_t kvp__store_volumes_written(const kvp__store_t *st);
 /* Blocks (rows of the blocks table) the flush writes. */
 size_t kvp__store_flush_blocks(const kvp__store_flush_t *fl);
 

@@ -1,15 +1,15 @@
 /* What the parts of the advisor's store share (store.h is the interface):
  * the store's struct, its prepared statements, and two SQL helpers.
  *
- * Private to src/advisor/store_*.c:
+ * Private to src/store/store_*.c (journal.c is apart: journal.h):
  *   store_schema.c  schema steps, upgrade, opening the file (the thread that
  *                   opens the store);
  *   store_sqlite.c  open/close, statements, the database's identity (the
  *                   thread that opens the store);
  *   store_load.c    loading into an empty index (before the loop runs, on
  *                   the thread that opens);
- *   store_write.c   the write-behind flush: prepare and abandon on the index
- *                   owner's (loop) thread, write on any one thread at a time.
+ *   store_write.c   the write-behind flush: prepare on the index owner's
+ *                   (loop) thread, write on any one thread at a time.
  * Calls go one way: store_sqlite.c -> store_schema.c; the others only use
  * this header. */
 #ifndef KVP_STORE_STORE_IMPL_H

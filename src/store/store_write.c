@@ -1,7 +1,8 @@
-/* The advisor's write-behind flush (store.h): rows copied out of the index
- * on its owner's (loop) thread, then written in one transaction on any one
- * thread at a time. Thread: prepare and abandon on the loop thread; write
- * anywhere, one write per store at a time. */
+/* The advisor's write-behind flush (store.h): the index's rows (taken on
+ * its owner's, the loop, thread: index/rows.h), the workers' rows and the
+ * queued history samples, written in one transaction on any one thread at a
+ * time. Thread: prepare on the loop thread; write anywhere, one write per
+ * store at a time. */
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,22 +14,6 @@
 #include "common/log.h"
 #include "kvplane/status.h"
 
-/* Rows copied out of the index on the loop thread, so that the write can run
- * on another thread while the index keeps changing. Names point into the
- * index's interned tables, which live as long as the index. */
-typedef struct frow_s {
-  uint64_t hash, parent, bytes, last_access_ms;
-  uint32_t tokens, hits, what, loc_off, nlocs;
-  double freq;
-} frow_t;
-
-typedef struct floc_s {
-  uint64_t hash;
-  const char *worker, *volume;
-  uint32_t dp_rank;
-  int tier;
-} floc_t;
-
 typedef struct fworker_s {
   const char *name, *status;
   uint32_t dp_rank;
@@ -36,15 +21,9 @@ typedef struct fworker_s {
 } fworker_t;
 
 struct kvp__store_flush_s {
-  kvp__index_changes_t ch; /* given back to the index if the write fails */
-  frow_t *rows;
-  size_t nrows;
-  floc_t *locs, *gone;
-  size_t nlocs, ngone;
+  kvp__index_rows_t rows; /* the caller's, taken over; given back if the write fails */
   fworker_t *workers;
   size_t nworkers;
-  const char **volumes;
-  size_t nvolumes, volumes_total;
   kvp__store_hist_row_t *hist; /* taken from the store's queue */
   size_t nhist;
   uint64_t hist_keep_ms;
@@ -52,94 +31,25 @@ struct kvp__store_flush_s {
   uint64_t prepared_ms; /* when the changes were taken (meta prepared_ms) */
 };
 
-/* Signed order, as SQLite stores the hashes. */
-static int by_change_hash(const void *a, const void *b) {
-  int64_t x = (int64_t)((const kvp__index_change_t *)a)->hash;
-  int64_t y = (int64_t)((const kvp__index_change_t *)b)->hash;
-  return x < y ? -1 : x > y;
-}
-
-static int by_gone_hash(const void *a, const void *b) {
-  int64_t x = (int64_t)((const kvp__index_gone_t *)a)->hash;
-  int64_t y = (int64_t)((const kvp__index_gone_t *)b)->hash;
-  return x < y ? -1 : x > y;
-}
-
-static void floc_fill(floc_t *f, kvp__index_t *ix, uint64_t h, uint16_t worker, int tier,
-                      uint16_t volume) {
-  f->hash = h;
-  f->worker = kvp__index_worker_name(ix, worker, &f->dp_rank);
-  f->volume = kvp__index_volume_name(ix, volume);
-  f->tier = tier;
-}
-
 void kvp__store_flush_free(kvp__store_flush_t *fl) {
   if (fl == NULL)
     return;
-  kvp__index_changes_free(&fl->ch);
-  free(fl->rows);
-  free(fl->locs);
-  free(fl->gone);
+  kvp__index_rows_free(&fl->rows);
   free(fl->workers);
-  free(fl->volumes);
   free(fl->hist);
   free(fl);
 }
 
 size_t kvp__store_flush_blocks(const kvp__store_flush_t *fl) {
-  return fl->nrows;
+  return fl->rows.nrows;
 }
 
-/* Copies the changed blocks and, where they changed, all their locations
- * (however many workers hold a block). */
-static int prepare_rows(kvp__store_flush_t *fl, kvp__index_t *ix) {
-  kvp__index_loc_t *locs = NULL;
-  size_t locs_cap = 0, cap = 0;
-  int rc = KVP_ENOMEM;
+kvp__index_rows_t *kvp__store_flush_rows(kvp__store_flush_t *fl) {
+  return &fl->rows;
+}
 
-  if (fl->ch.nblocks && (fl->rows = malloc(fl->ch.nblocks * sizeof *fl->rows)) == NULL)
-    goto out;
-  if (fl->ch.ngone && (fl->gone = malloc(fl->ch.ngone * sizeof *fl->gone)) == NULL)
-    goto out;
-  for (size_t i = 0; i < fl->ch.ngone; i++) {
-    const kvp__index_gone_t *g = &fl->ch.gone[i];
-    floc_fill(&fl->gone[i], ix, g->hash, g->worker, g->tier, g->volume);
-  }
-  fl->ngone = fl->ch.ngone;
-  for (size_t i = 0; i < fl->ch.nblocks; i++) {
-    const kvp__index_change_t *c = &fl->ch.blocks[i];
-    frow_t *r = &fl->rows[fl->nrows++];
-    kvp__index_block_t b;
-    size_t n = 0;
-    memset(r, 0, sizeof *r);
-    r->hash = c->hash;
-    if (c->what == 0 || kvp__index_get(ix, c->hash, &b, locs, locs_cap, &n) != 0)
-      continue; /* what 0: delete */
-    r->what = c->what;
-    r->parent = b.parent;
-    r->tokens = b.tokens;
-    r->bytes = b.bytes;
-    r->last_access_ms = b.last_access_ms;
-    r->hits = b.hits;
-    r->freq = b.freq;
-    if (!(c->what & KVP__INDEX_CH_LOCS))
-      continue;
-    if (n > locs_cap) {
-      if ((rc = KVP_ARRAY_RESERVE(locs, locs_cap, n, 64)) != 0 ||
-          (rc = kvp__index_get(ix, c->hash, NULL, locs, locs_cap, &n)) != 0)
-        goto out;
-    }
-    if ((rc = KVP_ARRAY_RESERVE(fl->locs, cap, fl->nlocs + n, 1024)) != 0)
-      goto out;
-    r->loc_off = (uint32_t)fl->nlocs;
-    r->nlocs = (uint32_t)n;
-    for (size_t k = 0; k < n; k++)
-      floc_fill(&fl->locs[fl->nlocs++], ix, c->hash, locs[k].worker, locs[k].tier, locs[k].volume);
-  }
-  rc = 0;
-out:
-  free(locs);
-  return rc;
+size_t kvp__store_volumes_written(const kvp__store_t *st) {
+  return st->volumes_written;
 }
 
 static int prepare_workers(kvp__store_flush_t *fl, const kvp__store_worker_t *w, size_t n) {
@@ -159,39 +69,22 @@ static int prepare_workers(kvp__store_flush_t *fl, const kvp__store_worker_t *w,
   return 0;
 }
 
-int kvp__store_prepare(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker_t *workers,
-                       size_t nworkers, uint64_t stream_seq, kvp__store_flush_t **out) {
+int kvp__store_prepare(kvp__store_t *st, kvp__index_rows_t *rows,
+                       const kvp__store_worker_t *workers, size_t nworkers, uint64_t stream_seq,
+                       kvp__store_flush_t **out) {
   kvp__store_flush_t *fl = calloc(1, sizeof *fl);
-  size_t from = st->volumes_written ? st->volumes_written : 1;
-  int rc;
 
   *out = NULL;
-  if (fl == NULL)
-    return KVP_ENOMEM;
-  if (kvp__index_changes_take(ix, &fl->ch) != 0) {
-    free(fl);
+  if (fl == NULL || prepare_workers(fl, workers, nworkers) != 0) {
+    kvp__store_flush_free(fl);
     return KVP_ENOMEM;
   }
-  /* In key order the B-tree writes walk the pages once instead of jumping
-   * between them: the coalescing buys this for free. */
-  if (fl->ch.ngone > 1)
-    qsort(fl->ch.gone, fl->ch.ngone, sizeof *fl->ch.gone, by_gone_hash);
-  if (fl->ch.nblocks > 1)
-    qsort(fl->ch.blocks, fl->ch.nblocks, sizeof *fl->ch.blocks, by_change_hash);
+  /* Nothing can fail after this: the rows and the queued samples move to
+   * the flush. */
+  fl->rows = *rows;
+  memset(rows, 0, sizeof *rows);
   fl->stream_seq = stream_seq;
   fl->prepared_ms = kvp__unix_ms();
-  fl->volumes_total = kvp__index_volume_count(ix);
-  if ((rc = prepare_rows(fl, ix)) != 0 || (rc = prepare_workers(fl, workers, nworkers)) != 0)
-    goto fail;
-  if (fl->volumes_total > from) {
-    if ((fl->volumes = malloc((fl->volumes_total - from) * sizeof *fl->volumes)) == NULL) {
-      rc = KVP_ENOMEM;
-      goto fail;
-    }
-    for (size_t v = from; v < fl->volumes_total; v++)
-      fl->volumes[fl->nvolumes++] = kvp__index_volume_name(ix, (uint16_t)v);
-  }
-  /* Nothing can fail after this: the queued samples move to the flush. */
   fl->hist = st->hist;
   fl->nhist = st->nhist;
   fl->hist_keep_ms = st->hist_keep_ms;
@@ -199,19 +92,9 @@ int kvp__store_prepare(kvp__store_t *st, kvp__index_t *ix, const kvp__store_work
   st->nhist = st->hist_cap = 0;
   *out = fl;
   return 0;
-fail:
-  kvp__store_abandon(ix, fl);
-  return rc;
 }
 
-void kvp__store_abandon(kvp__index_t *ix, kvp__store_flush_t *fl) {
-  if (fl == NULL)
-    return;
-  kvp__index_changes_restore(ix, &fl->ch);
-  kvp__store_flush_free(fl);
-}
-
-static void bind_floc(sqlite3_stmt *s, const floc_t *f) {
+static void bind_loc(sqlite3_stmt *s, const kvp__index_loc_row_t *f) {
   sqlite3_bind_int64(s, 1, (sqlite3_int64)f->hash);
   sqlite3_bind_text(s, 2, f->worker, -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 3, f->dp_rank);
@@ -219,12 +102,12 @@ static void bind_floc(sqlite3_stmt *s, const floc_t *f) {
   sqlite3_bind_text(s, 5, f->volume, -1, SQLITE_STATIC);
 }
 
-static int write_row(kvp__store_t *st, const kvp__store_flush_t *fl, const frow_t *r,
+static int write_row(kvp__store_t *st, const kvp__store_flush_t *fl, const kvp__index_row_t *r,
                      uint64_t now_ms) {
   sqlite3_stmt *s;
   int rc;
 
-  if (r->what == 0) {
+  if (r->deleted) {
     sqlite3_bind_int64(st->s[S_BLOCK_DELETE], 1, (sqlite3_int64)r->hash);
     sqlite3_bind_int64(st->s[S_LOC_DELETE], 1, (sqlite3_int64)r->hash);
     if ((rc = kvp__store_sql_step_done(st->s[S_BLOCK_DELETE])) != 0)
@@ -248,7 +131,7 @@ static int write_row(kvp__store_t *st, const kvp__store_flush_t *fl, const frow_
   /* Rows of locations that stayed are kept (OR IGNORE); removed ones went
    * with the gone list. */
   for (uint32_t k = 0; k < r->nlocs; k++) {
-    bind_floc(st->s[S_LOC_INSERT], &fl->locs[r->loc_off + k]);
+    bind_loc(st->s[S_LOC_INSERT], &fl->rows.locs[r->loc_off + k]);
     if ((rc = kvp__store_sql_step_done(st->s[S_LOC_INSERT])) != 0)
       return rc;
   }
@@ -275,8 +158,8 @@ static int write_rest(kvp__store_t *st, const kvp__store_flush_t *fl, uint64_t n
       return rc;
   }
   s = st->s[S_VOLUME_INSERT];
-  for (size_t i = 0; i < fl->nvolumes; i++) {
-    sqlite3_bind_text(s, 1, fl->volumes[i], -1, SQLITE_STATIC);
+  for (size_t i = 0; i < fl->rows.nvolumes; i++) {
+    sqlite3_bind_text(s, 1, fl->rows.volumes[i], -1, SQLITE_STATIC);
     sqlite3_bind_null(s, 2);
     sqlite3_bind_int64(s, 3, (sqlite3_int64)now_ms);
     if ((rc = kvp__store_sql_step_done(s)) != 0)
@@ -321,23 +204,23 @@ int kvp__store_write(kvp__store_t *st, const kvp__store_flush_t *fl) {
 
   if ((rc = kvp__store_sql_exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
     goto fail;
-  for (size_t i = 0; i < fl->ngone; i++) {
-    bind_floc(st->s[S_LOC_DELETE_ONE], &fl->gone[i]);
+  for (size_t i = 0; i < fl->rows.ngone; i++) {
+    bind_loc(st->s[S_LOC_DELETE_ONE], &fl->rows.gone[i]);
     if ((rc = kvp__store_sql_step_done(st->s[S_LOC_DELETE_ONE])) != 0)
       goto rollback;
   }
-  for (size_t i = 0; i < fl->nrows; i++)
-    if ((rc = write_row(st, fl, &fl->rows[i], now_ms)) != 0)
+  for (size_t i = 0; i < fl->rows.nrows; i++)
+    if ((rc = write_row(st, fl, &fl->rows.rows[i], now_ms)) != 0)
       goto rollback;
   if ((rc = write_rest(st, fl, now_ms)) != 0)
     goto rollback;
   if ((rc = kvp__store_sql_exec(st->db, "COMMIT", NULL, 0)) != 0)
     goto rollback;
   st->stream_seq = fl->stream_seq;
-  st->volumes_written = fl->volumes_total;
+  st->volumes_written = fl->rows.volumes_total;
   return 0;
 rollback:
-  kvp_log_error("advisor: flush of %zu blocks failed: %s", fl->nrows, sqlite3_errmsg(st->db));
+  kvp_log_error("advisor: flush of %zu blocks failed: %s", fl->rows.nrows, sqlite3_errmsg(st->db));
   kvp__store_sql_exec(st->db, "ROLLBACK", NULL, 0);
   /* The changes go back to the index; the samples are lost. */
   atomic_fetch_add(&st->hist_dropped, fl->nhist);
@@ -352,14 +235,20 @@ int kvp__store_flush(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker
 
   if (nblocks)
     *nblocks = 0;
-  if ((rc = kvp__store_prepare(st, ix, workers, nworkers, stream_seq, &fl)) != 0)
+  kvp__index_rows_t rows;
+  if ((rc = kvp__index_rows_take(ix, st->volumes_written, &rows)) != 0)
     return rc;
+  if ((rc = kvp__store_prepare(st, &rows, workers, nworkers, stream_seq, &fl)) != 0) {
+    kvp__index_rows_restore(ix, &rows);
+    return rc;
+  }
   if ((rc = kvp__store_write(st, fl)) != 0) {
-    kvp__store_abandon(ix, fl);
+    kvp__index_rows_restore(ix, kvp__store_flush_rows(fl));
+    kvp__store_flush_free(fl);
     return rc;
   }
   if (nblocks)
-    *nblocks = fl->nrows;
+    *nblocks = fl->rows.nrows;
   kvp__store_flush_free(fl);
   return 0;
 }

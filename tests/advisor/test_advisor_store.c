@@ -173,6 +173,63 @@ static void block_held_by_300_workers_survives_restart(void **state) {
   kvp__index_destroy(ix);
 }
 
+/* The store writes the index's rows (index/rows.h): they come in signed
+ * hash order with the new volume names, and rows given back after a failed
+ * write are written, whole, by the next flush. */
+static void rows_given_back_are_written_by_the_next_flush(void **state) {
+  fx_t *f = *state;
+  kvp__index_t *ix = NULL;
+  kvp__store_t *st = NULL;
+  kvp__store_flush_t *fl = NULL;
+  kvp__index_rows_t rows;
+  char err[256];
+  uint16_t w, v;
+  size_t n = 0;
+  const uint64_t neg = UINT64_MAX - 4; /* -5 as SQLite sees it: first */
+
+  assert_int_equal(kvp__index_create(16, 3600, &ix), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
+  assert_int_equal(kvp__index_worker(ix, "w0", 0, &w), 0);
+  assert_int_equal(kvp__index_volume(ix, "g3-a", &v), 0);
+  assert_int_equal(kvp__index_store(ix, 7, 0, 0, w, 1, 0, 16, 4096, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, neg, 1, 7, w, 3, v, 16, 4096, NOW), 0);
+
+  assert_int_equal(kvp__index_rows_take(ix, kvp__store_volumes_written(st), &rows), 0);
+  assert_int_equal(rows.nrows, 2);
+  assert_true(rows.rows[0].hash == neg && rows.rows[1].hash == 7);
+  assert_int_equal(rows.rows[0].parent, 7);
+  assert_int_equal(rows.rows[0].nlocs, 1);
+  assert_string_equal(rows.locs[rows.rows[0].loc_off].volume, "g3-a");
+  assert_string_equal(rows.locs[rows.rows[0].loc_off].worker, "w0");
+  assert_int_equal(rows.nvolumes, 1);
+  assert_string_equal(rows.volumes[0], "g3-a");
+  assert_int_equal(kvp__index_dirty_count(ix), 0);
+
+  /* As after a failed write: the rows go back to the index. */
+  assert_int_equal(kvp__store_prepare(st, &rows, NULL, 0, 3, &fl), 0);
+  assert_int_equal(rows.nrows, 0); /* taken over */
+  assert_int_equal(kvp__store_flush_blocks(fl), 2);
+  kvp__index_rows_restore(ix, kvp__store_flush_rows(fl));
+  kvp__store_flush_free(fl);
+  assert_int_equal(kvp__index_dirty_count(ix), 2);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM blocks"), 0);
+
+  assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 3, &n), 0);
+  assert_int_equal(n, 2);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM blocks"), 2);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM block_locations WHERE volume = 'g3-a'"), 1);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM volumes WHERE volume = 'g3-a'"), 1);
+  assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'stream_seq'"), 3);
+
+  /* Taken from the written mark, the volume is not listed again. */
+  assert_int_equal(kvp__index_rows_take(ix, kvp__store_volumes_written(st), &rows), 0);
+  assert_int_equal(rows.nrows, 0);
+  assert_int_equal(rows.nvolumes, 0);
+  kvp__index_rows_free(&rows);
+  kvp__store_close(st);
+  kvp__index_destroy(ix);
+}
+
 /* Samples queued for tier_history go out with the next flush; older than
  * history_keep before the newest are deleted; the queue is bounded. */
 static void tier_history_is_written_and_trimmed(void **state) {
@@ -468,6 +525,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(old_url_key_sets_servers),
     cmocka_unit_test_setup_teardown(flush_then_load_restores_everything, setup, teardown),
     cmocka_unit_test_setup_teardown(block_held_by_300_workers_survives_restart, setup, teardown),
+    cmocka_unit_test_setup_teardown(rows_given_back_are_written_by_the_next_flush, setup, teardown),
     cmocka_unit_test_setup_teardown(tier_history_is_written_and_trimmed, setup, teardown),
     cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
     cmocka_unit_test_setup_teardown(old_schema_is_upgraded, setup, teardown),
