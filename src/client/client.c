@@ -4,13 +4,13 @@
 
 #include <jansson.h>
 #include <nats/nats.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client/client_impl.h"
 #include "kvplane/event.h"
+#include "common/errf.h"
 #include "kvplane/status.h"
 #include "nats/conn.h"
 
@@ -18,16 +18,6 @@ struct kvp_client_s {
   natsConnection *nc;
   char ns[KVP_SUBJECT_TOKEN_MAX + 1];
 };
-
-static int fail(int rc, char *err, size_t errlen, const char *fmt, ...) {
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **out, char *err,
                     size_t errlen) {
@@ -39,16 +29,16 @@ int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **
   if (ns == NULL)
     ns = "default";
   if (!kvp_subject_token_valid(ns))
-    return fail(KVP_EINVAL, err, errlen, "ns: '%s' must be 1..64 of [A-Za-z0-9_-]", ns);
+    return kvp__errf(err, errlen, KVP_EINVAL, "ns: '%s' must be 1..64 of [A-Za-z0-9_-]", ns);
   if ((rc = kvp_nats_opts_check(nats, NULL, buf, sizeof buf)) != 0)
-    return fail(rc, err, errlen, "%s", buf);
+    return kvp__errf(err, errlen, rc, "%s", buf);
   if ((c = calloc(1, sizeof *c)) == NULL)
-    return fail(KVP_ENOMEM, err, errlen, "client: out of memory");
+    return kvp__errf(err, errlen, KVP_ENOMEM, "client: out of memory");
   snprintf(c->ns, sizeof c->ns, "%s", ns);
   kvp__nats_conn_args_t a = {.name = "kvplane-client"};
   if ((rc = kvp__nats_connect(nats, &a, &c->nc, buf, sizeof buf)) != 0) {
     free(c);
-    return fail(rc, err, errlen, "%s", buf);
+    return kvp__errf(err, errlen, rc, "%s", buf);
   }
   *out = c;
   return 0;
@@ -62,17 +52,17 @@ static int request(kvp_client_t *c, const char *call, const void *data, size_t l
 
   *rep = NULL;
   if (kvp_subject_api(subj, sizeof subj, c->ns, call) != 0)
-    return fail(KVP_EINVAL, err, errlen, "call: '%s' must be 1..64 of [A-Za-z0-9_-]", call);
+    return kvp__errf(err, errlen, KVP_EINVAL, "call: '%s' must be 1..64 of [A-Za-z0-9_-]", call);
   if (len > (size_t)INT32_MAX)
-    return fail(KVP_ETOOBIG, err, errlen, "%s: request of %zu bytes is too big", subj, len);
+    return kvp__errf(err, errlen, KVP_ETOOBIG, "%s: request of %zu bytes is too big", subj, len);
   s = natsConnection_Request(rep, c->nc, subj, data, (int)len, (int64_t)timeout_ms);
   if (s == NATS_OK)
     return 0;
   if (s == NATS_NO_RESPONDERS)
-    return fail(KVP_ENOENT, err, errlen, "%s: no advisor listens on this subject", subj);
+    return kvp__errf(err, errlen, KVP_ENOENT, "%s: no advisor listens on this subject", subj);
   if (s == NATS_TIMEOUT)
-    return fail(KVP_ETIMEDOUT, err, errlen, "%s: no reply within %u ms", subj, timeout_ms);
-  return fail(kvp__nats_status(s), err, errlen, "%s: request failed: %s", subj,
+    return kvp__errf(err, errlen, KVP_ETIMEDOUT, "%s: no reply within %u ms", subj, timeout_ms);
+  return kvp__errf(err, errlen, kvp__nats_status(s), "%s: request failed: %s", subj,
               natsStatus_GetText(s));
 }
 
@@ -88,7 +78,7 @@ int kvp_client_request(kvp_client_t *c, const char *call, const char *body, uint
     return rc;
   size_t n = (size_t)natsMsg_GetDataLength(rep);
   if ((*reply = malloc(n + 1)) == NULL) {
-    rc = fail(KVP_ENOMEM, err, errlen, "%s reply: out of memory", call);
+    rc = kvp__errf(err, errlen, KVP_ENOMEM, "%s reply: out of memory", call);
   } else {
     memcpy(*reply, natsMsg_GetData(rep), n);
     (*reply)[n] = '\0';
@@ -136,21 +126,21 @@ int kvp__client_match_parse(const void *data, size_t len, kvp_match_t *out, size
 
   *nmatches = 0;
   if ((doc = json_loadb(data, len, 0, &jerr)) == NULL)
-    return fail(KVP_EPROTO, err, errlen, "the reply is not JSON: %s", jerr.text);
+    return kvp__errf(err, errlen, KVP_EPROTO, "the reply is not JSON: %s", jerr.text);
   if ((e = json_object_get(doc, "error")) != NULL) {
-    rc = fail(KVP_EPROTO, err, errlen, "the advisor refused the request: %s",
+    rc = kvp__errf(err, errlen, KVP_EPROTO, "the advisor refused the request: %s",
               json_is_string(e) ? json_string_value(e) : "(no text)");
     goto out;
   }
   arr = json_object_get(doc, "matches");
   if (!json_is_array(arr)) {
-    rc = fail(KVP_EPROTO, err, errlen, "the reply has no \"matches\" array");
+    rc = kvp__errf(err, errlen, KVP_EPROTO, "the reply has no \"matches\" array");
     goto out;
   }
   for (size_t i = 0; i < json_array_size(arr); i++) {
     kvp_match_t m;
     if (read_row(json_array_get(arr, i), &m) != 0) {
-      rc = fail(KVP_EPROTO, err, errlen, "row %zu of the reply is malformed", i);
+      rc = kvp__errf(err, errlen, KVP_EPROTO, "row %zu of the reply is malformed", i);
       goto out;
     }
     if (i < cap)
@@ -171,14 +161,14 @@ int kvp_client_match(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t
 
   *nmatches = 0;
   if (n == 0 || n > KVP_MATCH_MAX)
-    return fail(KVP_EINVAL, err, errlen, "match: %zu hashes (1..%d per request)", n,
+    return kvp__errf(err, errlen, KVP_EINVAL, "match: %zu hashes (1..%d per request)", n,
                 KVP_MATCH_MAX);
   if (out == NULL && cap > 0)
-    return fail(KVP_EINVAL, err, errlen, "match: no room for %zu rows (out is NULL)", cap);
+    return kvp__errf(err, errlen, KVP_EINVAL, "match: no room for %zu rows (out is NULL)", cap);
   kvp_subject_api(subj, sizeof subj, c->ns, KVP_API_MATCH);
   /* The binary form: "KVPM" and little-endian u64s, no JSON to build. */
   if ((req = malloc(4 + 8 * n)) == NULL)
-    return fail(KVP_ENOMEM, err, errlen, "match: out of memory for %zu hashes", n);
+    return kvp__errf(err, errlen, KVP_ENOMEM, "match: out of memory for %zu hashes", n);
   memcpy(req, KVP_MATCH_MAGIC, 4);
   for (size_t i = 0; i < n; i++)
     for (int b = 0; b < 8; b++)

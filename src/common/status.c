@@ -1,6 +1,11 @@
 /* Status code names and messages, generated from KVP_STATUS_MAP. */
 #include "kvplane/status.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "common/errf.h"
+
 const char *kvp_strerror(int status) {
   switch (status) {
   case KVP_OK:
@@ -27,4 +32,14 @@ const char *kvp_err_name(int status) {
   default:
     return "KVP_EUNKNOWN";
   }
+}
+
+int kvp__errf(char *err, size_t errlen, int rc, const char *fmt, ...) {
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
 }

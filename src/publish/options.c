@@ -1,10 +1,10 @@
 /* Publisher options: defaults, validation (messages name the option) and an
  * owned copy. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errf.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "publish/pub.h"
@@ -20,51 +20,41 @@ void kvp_publisher_opts_init(kvp_publisher_opts_t *o) {
   o->coalesce = 1;
 }
 
-static int bad(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 static int set(const char *s) {
   return s != NULL && s[0] != '\0';
 }
 
 int kvp__pub_opts_check(const kvp_publisher_opts_t *o, char *err, size_t errlen) {
   if (o == NULL)
-    return bad(err, errlen, KVP_EINVAL, "options: NULL");
+    return kvp__errf(err, errlen, KVP_EINVAL, "options: NULL");
   if (!set(o->worker_id) || !kvp_subject_token_valid(o->worker_id))
-    return bad(err, errlen, KVP_ECONFIG, "worker_id: required, 1..64 of [A-Za-z0-9_-]");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "worker_id: required, 1..64 of [A-Za-z0-9_-]");
   if (set(o->ns) && !kvp_subject_token_valid(o->ns))
-    return bad(err, errlen, KVP_ECONFIG, "ns: must be 1..64 of [A-Za-z0-9_-]");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "ns: must be 1..64 of [A-Za-z0-9_-]");
   if (o->mode != KVP_PUB_CORE && o->mode != KVP_PUB_JETSTREAM)
-    return bad(err, errlen, KVP_ECONFIG, "mode: must be core (0) or jetstream (1)");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "mode: must be core (0) or jetstream (1)");
   for (int t = 0; t <= KVP_TIER_MAX; t++)
     if (memchr(o->snapshot_volumes[t], '\0', sizeof o->snapshot_volumes[t]) == NULL)
-      return bad(err, errlen, KVP_ECONFIG, "snapshot_volumes: a name is not NUL-terminated");
+      return kvp__errf(err, errlen, KVP_ECONFIG, "snapshot_volumes: a name is not NUL-terminated");
   if (o->mode == KVP_PUB_JETSTREAM && o->stream != NULL &&
       (o->stream[0] == '\0' || strpbrk(o->stream, " .*>\t") != NULL))
-    return bad(err, errlen, KVP_ECONFIG, "stream: empty or contains ' ', '.', '*' or '>'");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "stream: empty or contains ' ', '.', '*' or '>'");
   if (o->overflow != KVP_OVERFLOW_BLOCK && o->overflow != KVP_OVERFLOW_DROP)
-    return bad(err, errlen, KVP_ECONFIG, "overflow: must be block (0) or drop (1)");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "overflow: must be block (0) or drop (1)");
   if (o->queue_capacity > (1u << 26))
-    return bad(err, errlen, KVP_ECONFIG, "queue_capacity: at most 67108864 events");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "queue_capacity: at most 67108864 events");
   if (o->batch_max_events > 65536u)
-    return bad(err, errlen, KVP_ECONFIG, "batch_max_events: at most 65536");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "batch_max_events: at most 65536");
   if (o->batch_max_blocks > (1u << 20))
-    return bad(err, errlen, KVP_ECONFIG, "batch_max_blocks: at most 1048576");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "batch_max_blocks: at most 1048576");
   if (o->batch_max_bytes != 0 && (o->batch_max_bytes < 1024 || o->batch_max_bytes > (8u << 20)))
-    return bad(err, errlen, KVP_ECONFIG, "batch_max_bytes: between 1024 and 8388608");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "batch_max_bytes: between 1024 and 8388608");
   if (o->max_delay_ms > 60000)
-    return bad(err, errlen, KVP_ECONFIG, "max_delay_ms: at most 60000");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "max_delay_ms: at most 60000");
   if (o->snapshot_tiers & ~0x1eu)
-    return bad(err, errlen, KVP_ECONFIG, "snapshot_tiers: only bits 1 << 1 .. 1 << 4");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "snapshot_tiers: only bits 1 << 1 .. 1 << 4");
   if (o->model != NULL && strlen(o->model) > 255)
-    return bad(err, errlen, KVP_ECONFIG, "model: at most 255 characters");
+    return kvp__errf(err, errlen, KVP_ECONFIG, "model: at most 255 characters");
   kvp_nats_opts_t n = o->nats;
   if (n.servers[0] == '\0')
     snprintf(n.servers, sizeof n.servers, "%s", KVP_NATS_DEFAULT_SERVERS);
