@@ -1,6 +1,15 @@
 /* The s3 plugin's HTTP requests (s3.h): libcurl with SigV4 signing
  * (CURLOPT_AWS_SIGV4) and x-amz-content-sha256 (OpenSSL), a pool of curl
- * handles, retries with backoff, and HTTP statuses mapped to KVP_E* codes. */
+ * handles, retries with backoff, and HTTP statuses mapped to KVP_E* codes.
+ *
+ * libcurl signs, fed canonical input: libcurl (7.88 as 8.x for service
+ * "s3") signs the URL's path as given and, before 8.2, the query in the
+ * order given. S3 canonicalises the request it receives: the path decoded
+ * and URI-encoded again (unreserved characters only, uppercase hex), the
+ * query parameters encoded the same way and sorted. So every URL is built
+ * in that form already (kvp__s3_url_of, list.c's query in sorted order)
+ * and what libcurl signs is what S3 computes; tests/tools/s3_verify.py
+ * checks it with botocore for every request of the tests. */
 #include <curl/curl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
@@ -8,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "kvplane/status.h"
@@ -37,6 +47,18 @@ static size_t header_cb(char *data, size_t size, size_t nitems, void *ctx) {
     const char *sp = memchr(data, ' ', n);
     if (sp != NULL)
       r->hstatus = strtol(sp + 1, NULL, 10);
+    r->retry_after_ms = -1;
+  } else if (n > 12 && strncasecmp(data, "Retry-After:", 12) == 0) {
+    /* Seconds; an HTTP date is left to the backoff. */
+    char v[32];
+    snprintf(v, sizeof v, "%.*s", (int)(n - 12 < sizeof v - 1 ? n - 12 : sizeof v - 1),
+             data + 12);
+    char *end;
+    long sec = strtol(v, &end, 10);
+    while (*end == ' ' || *end == '\r' || *end == '\n')
+      end++;
+    if (end != v && *end == '\0' && sec >= 0)
+      r->retry_after_ms = sec > 86400 ? 86400000L : sec * 1000;
   }
   return n;
 }
@@ -144,25 +166,45 @@ static void hex_sha256(const struct iovec *iov, int n, char out[65]) {
     snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
-void kvp__s3_url_of(const s3_t *s, const char *key, const char *query, char *out, size_t len) {
+int kvp__s3_uri_encode(const char *in, int keep_slash, char *out, size_t len) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t o = 0;
+  for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+                *p == '-' || *p == '.' || *p == '_' || *p == '~' || (keep_slash && *p == '/');
+    if (o + (plain ? 1 : 3) >= len)
+      return -1;
+    if (plain) {
+      out[o++] = (char)*p;
+    } else {
+      out[o++] = '%';
+      out[o++] = hex[*p >> 4];
+      out[o++] = hex[*p & 15];
+    }
+  }
+  if (o >= len)
+    return -1;
+  out[o] = '\0';
+  return 0;
+}
+
+int kvp__s3_url_of(const s3_t *s, const char *key, const char *query, char *out, size_t len) {
   const char *scheme_end = strstr(s->endpoint, "://");
+  char ekey[3 * 1024 + 1] = "";
+  int n;
+  if (key && kvp__s3_uri_encode(key, 1, ekey, sizeof ekey) != 0)
+    return -1;
   if (s->virtual_host && scheme_end != NULL)
-    snprintf(out, len, "%.*s://%s.%s/%s%s%s", (int)(scheme_end - s->endpoint), s->endpoint,
-             s->bucket, scheme_end + 3, key ? key : "", query ? "?" : "", query ? query : "");
+    n = snprintf(out, len, "%.*s://%s.%s/%s%s%s", (int)(scheme_end - s->endpoint), s->endpoint,
+                 s->bucket, scheme_end + 3, ekey, query ? "?" : "", query ? query : "");
   else
-    snprintf(out, len, "%s/%s/%s%s%s", s->endpoint, s->bucket, key ? key : "", query ? "?" : "",
-             query ? query : "");
+    n = snprintf(out, len, "%s/%s/%s%s%s", s->endpoint, s->bucket, ekey, query ? "?" : "",
+                 query ? query : "");
+  return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
 void kvp__s3_key_of(const s3_t *s, const char *ns, uint64_t hash, char *out, size_t len) {
   snprintf(out, len, "%s%s/%016" PRIx64, s->prefix, ns, hash);
-}
-
-static int retryable(CURLcode cc, long status) {
-  if (cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_COULDNT_CONNECT || cc == CURLE_SEND_ERROR ||
-      cc == CURLE_RECV_ERROR || cc == CURLE_GOT_NOTHING || cc == CURLE_PARTIAL_FILE)
-    return 1;
-  return cc == CURLE_OK && (status >= 500 || status == 429);
 }
 
 static void error_code(req_t *r) {
@@ -170,6 +212,21 @@ static void error_code(req_t *r) {
   r->code[0] = '\0';
   if (a && (b = strstr(a, "</Code>")) != NULL && b - a - 6 < (long)sizeof r->code)
     snprintf(r->code, sizeof r->code, "%.*s", (int)(b - a - 6), a + 6);
+}
+
+/* S3's 400 RequestTimeout means the store gave up waiting for the body
+ * (a slow upload): another try may pass, as for 5xx and throttling. */
+static int retryable(CURLcode cc, req_t *r) {
+  if (cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_COULDNT_CONNECT || cc == CURLE_SEND_ERROR ||
+      cc == CURLE_RECV_ERROR || cc == CURLE_GOT_NOTHING || cc == CURLE_PARTIAL_FILE)
+    return 1;
+  if (cc != CURLE_OK)
+    return 0;
+  if (r->status == 400) {
+    error_code(r);
+    return strcmp(r->code, "RequestTimeout") == 0;
+  }
+  return r->status >= 500 || r->status == 429;
 }
 
 int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, const char *what,
@@ -208,8 +265,13 @@ int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, cons
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
     curl_easy_setopt(c, CURLOPT_USERPWD, userpwd);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    /* A multi-MiB block on a slow link may take minutes and be fine: a
+     * request ends when no byte moved for stall_ms (under 1 byte/s for
+     * that long), and at timeout_ms only when a cap is set. */
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, s->timeout_ms);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, s->connect_ms);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (s->stall_ms + 999) / 1000);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
@@ -236,15 +298,22 @@ int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, cons
     r->status = 0;
     r->hstatus = 0;
     r->clen = -1;
+    r->retry_after_ms = -1;
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
     cc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &r->clen);
-    if (!retryable(cc, r->status) || attempt >= s->retries)
+    if (!retryable(cc, r) || attempt >= s->retries)
       break;
-    /* Exponential backoff with jitter: 50 ms, 100, 200, ... each +-50%. */
-    long base = 50L << attempt, ms = base / 2 + (long)(rand_r(&s->seed) % (unsigned)(base + 1));
+    /* Exponential backoff with jitter: 50 ms, 100, 200, ... each +-50%,
+     * at least what Retry-After asks, at most backoff_max_ms. */
+    long base = 50L << (attempt < 20 ? attempt : 20);
+    long ms = base / 2 + (long)(rand_r(&s->seed) % (unsigned)(base + 1));
+    if (r->retry_after_ms > ms)
+      ms = r->retry_after_ms;
+    if (ms > s->backoff_max_ms)
+      ms = s->backoff_max_ms;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
     attempt++;

@@ -1,25 +1,38 @@
 /* kvplane volume plugin "s3": blocks as objects in any S3-compatible store
  * over HTTP(S), with libcurl. Parameters (docs/volumes.md):
  *
- *   endpoint        http(s)://host[:port] (required)
+ *   endpoint        http(s)://host[:port] (default: the chain, below, then
+ *                   https://s3.<region>.amazonaws.com, virtual-hosted)
  *   bucket          (required)
- *   region          signing region (default us-east-1)
+ *   region          signing region (default: the chain, then us-east-1)
  *   prefix          key prefix (default ""): objects are <prefix><ns>/<hash hex>
  *   addressing      path (default: endpoint/bucket/key) | virtual (bucket.host/key)
  *   access_key, secret_key, session_token
- *                   credentials; default the AWS_ACCESS_KEY_ID,
- *                   AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN variables
+ *                   credentials; default the chain: AWS_ACCESS_KEY_ID,
+ *                   AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, else the
+ *                   profile in ~/.aws/credentials and ~/.aws/config
+ *                   (creds.c has the order)
+ *   profile         the profile to read (default AWS_PROFILE, "default")
  *   capacity        quota in bytes (K/M/G/T suffixes; 0: none); S3 has no
  *                   bound of its own, so usage is counted here and rebuilt
  *                   by listing the prefix at open
- *   timeout_ms      bound of one HTTP request (default 10000)
- *   connect_timeout_ms (default 2000)
- *   retries         attempts after the first for 5xx, throttling, timeouts
- *                   and broken connections, with exponential backoff and
- *                   jitter (default 4; other errors are not retried)
- *   ca_file         CA bundle for https (default: the system's)
+ *   connect_timeout_ms (default 3000)
+ *   stall_timeout_ms a request that moves no byte for this long fails and
+ *                   is retried (default 30000; whole seconds)
+ *   timeout_ms      cap on one request however it progresses (default 0:
+ *                   none, so a 48 MiB block on a slow link is not cut off)
+ *   retries         attempts after the first for 5xx, throttling, 400
+ *                   RequestTimeout, timeouts and broken connections, with
+ *                   exponential backoff and jitter (default 4; other errors
+ *                   are not retried)
+ *   backoff_max_ms  cap on one wait between attempts (default 20000); a
+ *                   Retry-After the store sends is waited, up to this cap
+ *   ca_file         CA bundle for https (default AWS_CA_BUNDLE, the
+ *                   profile's ca_bundle, the system's); a named file that
+ *                   cannot be read fails the open
  *
- * Requests are signed with AWS SigV4 by libcurl (CURLOPT_AWS_SIGV4), with
+ * Requests are signed with AWS SigV4 by libcurl (CURLOPT_AWS_SIGV4), fed
+ * canonical URLs (request.c says why), with
  * x-amz-content-sha256 set to the payload's SHA-256 (OpenSSL), so stores
  * that verify payloads can. Errors: 403 is KVP_EAUTH (a wrong key or
  * signature), 404 KVP_ENOENT (a missing key, or at open a missing bucket),
@@ -33,8 +46,9 @@
  * under its key's lock (one HEAD per put), so the usage and the quota count
  * every object once.
  *
- * This file: the parameters and the operations. request.c makes the HTTP
- * requests, list.c lists a prefix; s3.h is what they share. */
+ * This file: the parameters and the operations. creds.c resolves the
+ * credential chain, request.c makes the HTTP requests, list.c lists a
+ * prefix; s3.h is what they share. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -91,37 +105,36 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
   for (int i = 0; i < KEY_LOCKS; i++)
     pthread_mutex_init(&s->key_mu[i], NULL);
   snprintf(s->region, sizeof s->region, "us-east-1");
-  s->timeout_ms = 10000;
-  s->connect_ms = 2000;
+  s->timeout_ms = 0;
+  s->connect_ms = 3000;
+  s->stall_ms = 30000;
+  s->backoff_max_ms = 20000;
   s->retries = 4;
   s->seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)s;
-  const char *env;
-  if ((env = getenv("AWS_ACCESS_KEY_ID")) != NULL)
-    snprintf(s->access, sizeof s->access, "%s", env);
-  if ((env = getenv("AWS_SECRET_ACCESS_KEY")) != NULL)
-    snprintf(s->secret, sizeof s->secret, "%s", env);
-  if ((env = getenv("AWS_SESSION_TOKEN")) != NULL)
-    snprintf(s->token, sizeof s->token, "%s", env);
+  s3_given_t given = {0};
   for (size_t i = 0; i < n && rc == 0; i++) {
     const char *k = params[i].key, *v = params[i].value ? params[i].value : "";
     char *end;
     if (strcmp(k, "endpoint") == 0)
-      rc = set_str(s->endpoint, sizeof s->endpoint, k, v, err, errlen);
+      rc = set_str(s->endpoint, sizeof s->endpoint, k, v, err, errlen), given.endpoint = 1;
     else if (strcmp(k, "bucket") == 0)
       rc = set_str(s->bucket, sizeof s->bucket, k, v, err, errlen);
     else if (strcmp(k, "region") == 0)
-      rc = set_str(s->region, sizeof s->region, k, v, err, errlen);
+      rc = set_str(s->region, sizeof s->region, k, v, err, errlen), given.region = 1;
     else if (strcmp(k, "prefix") == 0)
       rc = set_str(s->prefix, sizeof s->prefix, k, v, err, errlen);
+    else if (strcmp(k, "profile") == 0)
+      rc = set_str(s->profile, sizeof s->profile, k, v, err, errlen);
     else if (strcmp(k, "access_key") == 0)
-      rc = set_str(s->access, sizeof s->access, k, v, err, errlen);
+      rc = set_str(s->access, sizeof s->access, k, v, err, errlen), given.access = 1;
     else if (strcmp(k, "secret_key") == 0)
-      rc = set_str(s->secret, sizeof s->secret, k, v, err, errlen);
+      rc = set_str(s->secret, sizeof s->secret, k, v, err, errlen), given.secret = 1;
     else if (strcmp(k, "session_token") == 0)
-      rc = set_str(s->token, sizeof s->token, k, v, err, errlen);
+      rc = set_str(s->token, sizeof s->token, k, v, err, errlen), given.token = 1;
     else if (strcmp(k, "ca_file") == 0)
-      rc = set_str(s->ca_file, sizeof s->ca_file, k, v, err, errlen);
+      rc = set_str(s->ca_file, sizeof s->ca_file, k, v, err, errlen), given.ca_file = 1;
     else if (strcmp(k, "addressing") == 0) {
+      given.addressing = 1;
       if (strcmp(v, "path") != 0 && strcmp(v, "virtual") != 0) {
         snprintf(err, errlen, "addressing: '%s' is not path or virtual", v);
         rc = KVP_ECONFIG;
@@ -133,41 +146,41 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
         rc = KVP_ECONFIG;
       }
     } else if (strcmp(k, "timeout_ms") == 0 || strcmp(k, "connect_timeout_ms") == 0 ||
+               strcmp(k, "stall_timeout_ms") == 0 || strcmp(k, "backoff_max_ms") == 0 ||
                strcmp(k, "retries") == 0) {
-      long x = strtol(v, &end, 10);
-      if (*v == '\0' || *end != '\0' || x < 0 || x > 3600000 ||
-          (strcmp(k, "retries") == 0 && x > 20) || (strcmp(k, "retries") != 0 && x < 1)) {
+      /* timeout_ms 0 is no cap; the others need a bound. */
+      long x = strtol(v, &end, 10), lo = strcmp(k, "timeout_ms") == 0 ? 0 : 1;
+      if (strcmp(k, "retries") == 0)
+        lo = 0;
+      if (*v == '\0' || *end != '\0' || x < lo || x > 3600000 ||
+          (strcmp(k, "retries") == 0 && x > 20)) {
         snprintf(err, errlen, "%s: '%s' is out of range", k, v);
         rc = KVP_ECONFIG;
       } else if (strcmp(k, "timeout_ms") == 0)
         s->timeout_ms = x;
       else if (strcmp(k, "connect_timeout_ms") == 0)
         s->connect_ms = x;
+      else if (strcmp(k, "stall_timeout_ms") == 0)
+        s->stall_ms = x;
+      else if (strcmp(k, "backoff_max_ms") == 0)
+        s->backoff_max_ms = x;
       else
         s->retries = (int)x;
     } else {
       snprintf(err, errlen,
                "unknown parameter '%s' (endpoint, bucket, region, prefix, addressing, access_key, "
-               "secret_key, session_token, capacity, timeout_ms, connect_timeout_ms, retries, "
-               "ca_file)",
+               "secret_key, session_token, profile, capacity, connect_timeout_ms, "
+               "stall_timeout_ms, timeout_ms, retries, backoff_max_ms, ca_file)",
                k);
       rc = KVP_ECONFIG;
     }
   }
-  if (rc == 0 && (!s->endpoint[0] || !s->bucket[0])) {
-    snprintf(err, errlen, "endpoint and bucket are required");
+  if (rc == 0 && !s->bucket[0]) {
+    snprintf(err, errlen, "bucket is required");
     rc = KVP_ECONFIG;
   }
-  if (rc == 0 && (strncmp(s->endpoint, "http://", 7) != 0 && strncmp(s->endpoint, "https://", 8))) {
-    snprintf(err, errlen, "endpoint: '%s' is not http:// or https://", s->endpoint);
-    rc = KVP_ECONFIG;
-  }
-  if (rc == 0 && (!s->access[0] || !s->secret[0])) {
-    snprintf(err, errlen,
-             "no credentials: set access_key and secret_key, or AWS_ACCESS_KEY_ID "
-             "and AWS_SECRET_ACCESS_KEY");
-    rc = KVP_ECONFIG;
-  }
+  if (rc == 0)
+    rc = kvp__s3_resolve(s, &given, err, errlen);
   size_t el = strlen(s->endpoint);
   if (rc == 0 && el > 0 && s->endpoint[el - 1] == '/')
     s->endpoint[el - 1] = '\0';
