@@ -3,13 +3,14 @@
  * every plugin (posix and s3 in ctest; a vendor's with one command,
  * docs/volumes.md):
  *
- *   kvp-volume-conformance [--s3rver] [--case NAME] PLUGIN KEY=VALUE...
+ *   kvp-volume-conformance [--s3rver|--s3v] [--case NAME] PLUGIN KEY=VALUE...
  *
  * PLUGIN is the path of kvplane-volume-<name>.so, or a plugin name looked
  * up where kvp_volume_open looks. KEY=VALUE are its open parameters; in a
  * value, {tmpdir} becomes a fresh temporary directory per case (removed
  * after it) and, with --s3rver, {s3rver} the endpoint of an s3rver started
- * per case (tests/harness/s3d.h; bucket kvb, keys S3RVER/S3RVER).
+ * per case (tests/harness/s3d.h; bucket kvb, keys S3RVER/S3RVER), with --s3v
+ * {s3v} the endpoint of the verifying S3 server (tests/harness/s3v.h).
  *
  * The volume must be a scratch one: every case deletes every object it
  * finds there, before and after. Checks go through the plugin's own
@@ -29,6 +30,7 @@
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
 #include "s3d.h"
+#include "s3v.h"
 
 #define MAXP 64
 
@@ -36,12 +38,14 @@
 static const char *g_dir, *g_plugin;
 static const char *g_keys[MAXP], *g_vals[MAXP];
 static size_t g_np;
-static int g_s3rver;
+static int g_s3rver, g_s3v;
 
 typedef struct conf_s {
   char tmp[256];
   kvp_s3d_t s3;
   int s3_up;
+  kvp_s3v_t s3v;
+  int s3v_up;
   char *vals[MAXP];
   kvp_volume_param_t p[MAXP + 1];
   size_t np;
@@ -61,6 +65,9 @@ static char *substitute(const char *s, const conf_t *c) {
     } else if (strncmp(s, "{s3rver}", 8) == 0 && c->s3_up) {
       n += (size_t)snprintf(out + n, cap - n, "%s", c->s3.endpoint);
       s += 8;
+    } else if (strncmp(s, "{s3v}", 5) == 0 && c->s3v_up) {
+      n += (size_t)snprintf(out + n, cap - n, "%s", c->s3v.endpoint);
+      s += 5;
     } else
       out[n++] = *s++;
   }
@@ -141,6 +148,11 @@ static int setup(void **state) {
       return -1;
     c->s3_up = 1;
   }
+  if (g_s3v) {
+    if (kvp_s3v_start(&c->s3v, NULL) != 0)
+      return -1;
+    c->s3v_up = 1;
+  }
   for (size_t i = 0; i < g_np; i++) {
     c->vals[i] = substitute(g_vals[i], c);
     c->p[i] = (kvp_volume_param_t){g_keys[i], c->vals[i]};
@@ -161,6 +173,8 @@ static int teardown(void **state) {
   kvp_volume_close(c->v);
   if (c->s3_up)
     kvp_s3d_stop(&c->s3);
+  if (c->s3v_up)
+    kvp_s3v_stop(&c->s3v);
   kvp_test_rmtree(c->tmp);
   for (size_t i = 0; i < c->np; i++)
     free(c->vals[i]);
@@ -517,10 +531,12 @@ static const struct CMUnitTest tests[] = {
 
 static int usage(void) {
   fprintf(stderr,
-          "usage: kvp-volume-conformance [--s3rver] [--case NAME] PLUGIN [KEY=VALUE...]\n"
+          "usage: kvp-volume-conformance [--s3rver|--s3v] [--case NAME] PLUGIN [KEY=VALUE...]\n"
           "  PLUGIN     path of kvplane-volume-<name>.so, or a plugin name\n"
           "  KEY=VALUE  open parameters; {tmpdir} in a value is a fresh directory per case,\n"
-          "             {s3rver} (with --s3rver) the endpoint of an s3rver started per case\n"
+          "             {s3rver} (with --s3rver) the endpoint of an s3rver started per case,\n"
+          "             {s3v} (with --s3v) the endpoint of the verifying S3 server\n"
+          "             (tests/tools/s3_verify.py; keys KVPTESTKEY / kvp/test+secret=1)\n"
           "  The volume must be a scratch one: every case deletes all its objects.\n"
           "  Cases:");
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
@@ -537,6 +553,8 @@ int main(int argc, char **argv) {
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
     if (strcmp(argv[i], "--s3rver") == 0)
       g_s3rver = 1;
+    else if (strcmp(argv[i], "--s3v") == 0)
+      g_s3v = 1;
     else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
       only = argv[++i];
     else
