@@ -133,6 +133,35 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *ctx) {
   return n;
 }
 
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The stall timeout: no byte up or down for stall_ms aborts the attempt.
+ * libcurl's CURLOPT_LOW_SPEED_* averages over a window of seconds, so a
+ * burst before a stall hides it for up to 5 s more; this is exact to the
+ * callback's period (under a second). */
+static int progress_cb(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow) {
+  req_t *r = ctx;
+  int64_t now = mono_ms();
+  (void)dltotal;
+  (void)ultotal;
+  if (dlnow != r->last_dl || ulnow != r->last_ul || r->moved_at_ms == 0) {
+    r->last_dl = dlnow;
+    r->last_ul = ulnow;
+    r->moved_at_ms = now;
+    return 0;
+  }
+  if (now - r->moved_at_ms > r->stall_ms) {
+    r->stalled = 1;
+    return 1;
+  }
+  return 0;
+}
+
 static CURL *take_handle(s3_t *s) {
   CURL *c = NULL;
   pthread_mutex_lock(&s->mu);
@@ -266,12 +295,17 @@ int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, cons
     curl_easy_setopt(c, CURLOPT_USERPWD, userpwd);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     /* A multi-MiB block on a slow link may take minutes and be fine: a
-     * request ends when no byte moved for stall_ms (under 1 byte/s for
-     * that long), and at timeout_ms only when a cap is set. */
+     * request ends when no byte moved for stall_ms (no progress for
+     * that long, progress_cb), and at timeout_ms only when a cap is set. */
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, s->timeout_ms);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, s->connect_ms);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (s->stall_ms + 999) / 1000);
+    r->stall_ms = s->stall_ms;
+    r->moved_at_ms = 0;
+    r->last_dl = r->last_ul = 0;
+    r->stalled = 0;
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress_cb);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
@@ -302,6 +336,8 @@ int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, cons
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
     cc = curl_easy_perform(c);
+    if (cc == CURLE_ABORTED_BY_CALLBACK && r->stalled)
+      cc = CURLE_OPERATION_TIMEDOUT;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &r->clen);
     if (!retryable(cc, r) || attempt >= s->retries)
@@ -324,7 +360,12 @@ int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, cons
     int rc = cc == CURLE_OPERATION_TIMEDOUT ? KVP_ETIMEDOUT
              : cc == CURLE_OUT_OF_MEMORY    ? KVP_ENOMEM
                                             : KVP_ECONN;
-    snprintf(err, errlen, "%s: %s (after %d attempts)", what, curl_easy_strerror(cc), attempt + 1);
+    if (r->stalled)
+      snprintf(err, errlen, "%s: no byte moved for %ld ms (after %d attempts)", what, s->stall_ms,
+               attempt + 1);
+    else
+      snprintf(err, errlen, "%s: %s (after %d attempts)", what, curl_easy_strerror(cc),
+               attempt + 1);
     return rc;
   }
   return 0;

@@ -18,7 +18,7 @@
  *                   by listing the prefix at open
  *   connect_timeout_ms (default 3000)
  *   stall_timeout_ms a request that moves no byte for this long fails and
- *                   is retried (default 30000; whole seconds)
+ *                   is retried (default 30000)
  *   timeout_ms      cap on one request however it progresses (default 0:
  *                   none, so a 48 MiB block on a slow link is not cut off)
  *   retries         attempts after the first for 5xx, throttling, 400

@@ -58,6 +58,11 @@ typedef struct req_s {
   curl_off_t clen; /* Content-Length of the response, -1 unknown */
   char code[64];   /* the <Code> of an error body */
   long retry_after_ms; /* a Retry-After header in seconds, -1 none */
+  /* stall detection (request.c's progress callback) */
+  long stall_ms;
+  int64_t moved_at_ms; /* when a byte last moved, monotonic */
+  curl_off_t last_dl, last_ul;
+  int stalled;
 } req_t;
 
 /* Which parameters were given at open: the chain fills the others. */
