@@ -5,13 +5,17 @@
  *
  *   kvp-bench volume [--plugin NAME] [--dir PATH] [--total MIB] [--param k=v ...]
  *   kvp-bench volume --s3rver [--total MIB]   (the s3 plugin against a local s3rver)
+ *   kvp-bench volume --s3 [--total MIB]       (the s3 plugin against the verifying S3
+ *                                              server, beside botocore on the same server)
  *
  * Defaults: plugin posix in a temporary directory under /tmp (the page
  * cache: what a G3 volume on local NVMe gives a warm read), 256 MiB per
  * size, at 64 KiB, 2 MiB and 16 MiB blocks; with fsync off (both sides) and
  * on (both sides: the plain loop fsyncs each file too). Puts run A B B A
  * (plain, volume, volume, plain) after a sync each; gets warm, then cold
- * (page cache dropped, as root). */
+ * (page cache dropped, as root). With --s3 the baseline is botocore
+ * (tests/tools/s3_bench_boto.py, Debian's python3-botocore) making the same
+ * puts and gets on the same server in the same run, A B B A as well. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -25,6 +29,7 @@
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
 #include "s3d.h"
+#include "s3v.h"
 
 static void fill(uint8_t *b, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -81,6 +86,26 @@ static double plain_get(const char *dir, size_t nblocks, uint8_t *buf, size_t si
   return (double)(kvp_bench_now_ns() - t0) / 1e9;
 }
 
+/* botocore's seconds for n puts or gets of size bytes (see
+ * s3_bench_boto.py), or a negative value when it failed. */
+static double boto(const kvp_s3v_t *s3, const char *mode, const char *prefix, size_t size,
+                   size_t n, size_t first) {
+  char cmd[2048];
+  double secs = -1;
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 '%s/tools/s3_bench_boto.py' %s %s %s '%s' '%s' %s '%s' %zu %zu %zu",
+           kvp_test_srcdir(), mode, s3->endpoint, s3->bucket, KVP_S3V_ACCESS, KVP_S3V_SECRET,
+           s3->region, prefix, size, n, first);
+  FILE *fp = popen(cmd, "r");
+  if (fp == NULL || fscanf(fp, "%lf", &secs) != 1)
+    secs = -1;
+  if (fp != NULL && pclose(fp) != 0)
+    secs = -1;
+  if (secs < 0)
+    fprintf(stderr, "bench volume: botocore failed: %s\n", cmd);
+  return secs;
+}
+
 KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a plain "
                         "write()/read() loop of the same bytes") {
   static const size_t sizes[] = {64u << 10, 2u << 20, 16u << 20};
@@ -90,10 +115,13 @@ KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a p
   char dir[512], err[512];
 
   kvp_s3d_t s3 = {0};
-  int use_s3rver = 0;
+  kvp_s3v_t s3v = {0};
+  int use_s3rver = 0, use_s3v = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--s3rver") == 0)
       use_s3rver = 1;
+    else if (strcmp(argv[i], "--s3") == 0)
+      use_s3v = 1;
     else if (strcmp(argv[i], "--plugin") == 0 && i + 1 < argc)
       plugin = argv[++i];
     else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
@@ -120,6 +148,17 @@ KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a p
     params[nparams++] = (kvp_volume_param_t){"secret_key", KVP_S3D_SECRET};
     if (total == (256u << 20))
       total = 64u << 20; /* s3rver is slow: a smaller default */
+  }
+  if (use_s3v) {
+    if (kvp_s3v_start(&s3v, NULL) != 0)
+      return 1;
+    plugin = "s3";
+    params[nparams++] = (kvp_volume_param_t){"endpoint", s3v.endpoint};
+    params[nparams++] = (kvp_volume_param_t){"bucket", s3v.bucket};
+    params[nparams++] = (kvp_volume_param_t){"access_key", KVP_S3V_ACCESS};
+    params[nparams++] = (kvp_volume_param_t){"secret_key", KVP_S3V_SECRET};
+    if (total == (256u << 20))
+      total = 64u << 20; /* a Python server: a smaller default */
   }
   if (base == NULL) {
     if (kvp_test_tmpdir(dir, sizeof dir) == NULL)
@@ -168,6 +207,13 @@ KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a p
       uint64_t t0;
       for (int round = 0; round < 4; round++) {
         sync_all();
+        if ((round == 0 || round == 3) && use_s3v) {
+          double b = boto(&s3v, "put", p[0].value, size + KVP_FRAME_HEADER, n, round == 0 ? 0 : n);
+          if (b < 0)
+            return 1;
+          tb += b;
+          continue;
+        }
         if (round == 0 || round == 3) {
           tb += plain_put(pdir, n, buf, size, sync, round == 0 ? 0 : n);
           continue;
@@ -185,7 +231,11 @@ KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a p
       double mb = (double)(2 * n * size) / 1e6;
       snprintf(label, sizeof label, "volume.%s.put.%zuKiB%s", plugin, size >> 10,
                sync ? ".fsync" : "");
-      kvp_bench_report(label, mb / tv, "MB/s", sync ? "plain-write+fsync" : "plain-write", mb / tb);
+      kvp_bench_report(label, mb / tv, "MB/s",
+                       use_s3v ? "botocore-put"
+                       : sync  ? "plain-write+fsync"
+                               : "plain-write",
+                       mb / tb);
       /* Gets warm (page cache: the bound is memory bandwidth, and the
        * checksum is a second pass over the bytes) and, as root, cold (the
        * page cache dropped before each side: the device's reads). */
@@ -197,7 +247,15 @@ KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a p
                                                     : "cannot drop the page cache (not root)");
           break;
         }
-        double gb = plain_get(pdir, n, out, size);
+        double gb;
+        if (use_s3v) {
+          /* botocore, the plugin, botocore: the baseline is the mean. */
+          double b1 = boto(&s3v, "get", p[0].value, size + KVP_FRAME_HEADER, n, 0);
+          if (b1 < 0)
+            return 1;
+          gb = b1;
+        } else
+          gb = plain_get(pdir, n, out, size);
         if (cold)
           drop_caches();
         t0 = kvp_bench_now_ns();
@@ -209,12 +267,19 @@ KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a p
           }
         }
         double gv = (double)(kvp_bench_now_ns() - t0) / 1e9;
+        if (use_s3v) {
+          double b2 = boto(&s3v, "get", p[0].value, size + KVP_FRAME_HEADER, n, 0);
+          if (b2 < 0)
+            return 1;
+          gb = (gb + b2) / 2;
+        }
         const char *c = cold ? ".cold" : "";
         mb = (double)(n * size) / 1e6;
         snprintf(label, sizeof label, "volume.%s.get.%zuKiB%s", plugin, size >> 10, c);
-        kvp_bench_report(label, mb / gv, "MB/s", "plain-read", mb / gb);
+        const char *bl = use_s3v ? "botocore-get" : "plain-read";
+        kvp_bench_report(label, mb / gv, "MB/s", bl, mb / gb);
         snprintf(label, sizeof label, "volume.%s.get.%zuKiB%s.blocks", plugin, size >> 10, c);
-        kvp_bench_report(label, (double)n / gv, "blocks/s", "plain-read", (double)n / gb);
+        kvp_bench_report(label, (double)n / gv, "blocks/s", bl, (double)n / gb);
       }
       kvp_volume_close(v);
       free(buf);
@@ -229,9 +294,14 @@ KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a p
            "# HTTP/1.1 with SigV4: it, not the plugin, sets the pace here\n");
     kvp_s3d_stop(&s3);
   }
+  if (use_s3v) {
+    printf("# the verifying server is Python (http.server, botocore recomputing each signature,\n"
+           "# SHA-256 of each body): it sets the pace for both clients\n");
+    kvp_s3v_stop(&s3v);
+  }
   return 0;
 usage:
   fprintf(stderr, "usage: kvp-bench volume [--plugin NAME] [--dir PATH] [--total MIB] "
-                  "[--param key=value ...] | --s3rver [--total MIB]\n");
+                  "[--param key=value ...] | --s3rver [--total MIB] | --s3 [--total MIB]\n");
   return 2;
 }
