@@ -88,8 +88,8 @@ static double plain_get(const char *dir, size_t nblocks, uint8_t *buf, size_t si
 
 /* botocore's seconds for n puts or gets of size bytes (see
  * s3_bench_boto.py), or a negative value when it failed. */
-static double boto(const kvp_s3v_t *s3, const char *mode, const char *prefix, size_t size,
-                   size_t n, size_t first) {
+static double boto(const kvp_s3v_t *s3, const char *mode, const char *prefix, size_t size, size_t n,
+                   size_t first) {
   char cmd[2048];
   double secs = -1;
   snprintf(cmd, sizeof cmd,

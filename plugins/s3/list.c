@@ -132,8 +132,7 @@ int kvp__s3_list(s3_t *s, kvp_volume_key_fn fn, void *ctx, char *err, size_t err
       nt = nt ? nt + strlen("<NextContinuationToken>") : NULL;
       const char *ne = nt ? strstr(nt, "</NextContinuationToken>") : NULL;
       if (ne == NULL || xml_text(nt, ne, token, sizeof token) != 0) {
-        snprintf(err, errlen, "%s: a truncated listing without a usable continuation token",
-                 what);
+        snprintf(err, errlen, "%s: a truncated listing without a usable continuation token", what);
         free(r.text);
         return KVP_EIO;
       }

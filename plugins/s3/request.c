@@ -51,8 +51,7 @@ static size_t header_cb(char *data, size_t size, size_t nitems, void *ctx) {
   } else if (n > 12 && strncasecmp(data, "Retry-After:", 12) == 0) {
     /* Seconds; an HTTP date is left to the backoff. */
     char v[32];
-    snprintf(v, sizeof v, "%.*s", (int)(n - 12 < sizeof v - 1 ? n - 12 : sizeof v - 1),
-             data + 12);
+    snprintf(v, sizeof v, "%.*s", (int)(n - 12 < sizeof v - 1 ? n - 12 : sizeof v - 1), data + 12);
     char *end;
     long sec = strtol(v, &end, 10);
     while (*end == ' ' || *end == '\r' || *end == '\n')

@@ -53,10 +53,10 @@ typedef struct req_s {
   char *text;
   size_t ntext, captext;
   /* result */
-  long hstatus;    /* the status line seen so far (routes the body) */
-  long status;     /* the final status */
-  curl_off_t clen; /* Content-Length of the response, -1 unknown */
-  char code[64];   /* the <Code> of an error body */
+  long hstatus;        /* the status line seen so far (routes the body) */
+  long status;         /* the final status */
+  curl_off_t clen;     /* Content-Length of the response, -1 unknown */
+  char code[64];       /* the <Code> of an error body */
   long retry_after_ms; /* a Retry-After header in seconds, -1 none */
   /* stall detection (request.c's progress callback) */
   long stall_ms;
@@ -107,9 +107,9 @@ void kvp__s3_key_of(const s3_t *s, const char *ns, uint64_t hash, char *out, siz
  * pass on a second try (5xx, 429, 400 RequestTimeout, timeouts, dropped
  * connections) with exponential backoff and jitter, each wait capped at
  * backoff_max_ms and at least a Retry-After the store sent (under the cap).
- * url must be canonical already (kvp__s3_url_of, sorted query). Returns 0 (r->status holds the final HTTP
- * status) or a KVP_E* code for a transport failure, with err naming what
- * and the cause. */
+ * url must be canonical already (kvp__s3_url_of, sorted query). Returns 0 (r->status holds the
+ * final HTTP status) or a KVP_E* code for a transport failure, with err naming what and the cause.
+ */
 int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, const char *what,
                     char *err, size_t errlen);
 

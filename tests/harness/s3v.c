@@ -46,9 +46,8 @@ static int spawn(kvp_s3v_t *s) {
       dup2(fd, 2);
     }
     setpgid(0, 0);
-    execl("/usr/bin/python3", "python3", prog, "--port", port, "--dir", data, "--bucket",
-          s->bucket, "--region", s->region, "--page", page, "--cred", c1, "--cred", c2,
-          (char *)NULL);
+    execl("/usr/bin/python3", "python3", prog, "--port", port, "--dir", data, "--bucket", s->bucket,
+          "--region", s->region, "--page", page, "--cred", c1, "--cred", c2, (char *)NULL);
     _exit(127);
   }
   s->pid = pid;
@@ -94,9 +93,9 @@ int kvp_s3v_control(const kvp_s3v_t *s, const char *query) {
   int fd = connect_port(s->port), ok = 0;
   if (fd < 0)
     return -1;
-  int n = snprintf(req, sizeof req,
-                   "GET /__kvp_ctl?%s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-                   query);
+  int n =
+      snprintf(req, sizeof req,
+               "GET /__kvp_ctl?%s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", query);
   if (write(fd, req, (size_t)n) == n) {
     ssize_t got = read(fd, resp, sizeof resp - 1);
     if (got > 0) {

@@ -17,10 +17,17 @@
 #include "kvplane/volume.h"
 #include "s3v.h"
 
-static const char *vars[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                             "AWS_PROFILE",       "AWS_REGION",            "AWS_DEFAULT_REGION",
-                             "AWS_ENDPOINT_URL",  "AWS_ENDPOINT_URL_S3",   "AWS_CA_BUNDLE",
-                             "AWS_CONFIG_FILE",   "AWS_SHARED_CREDENTIALS_FILE"};
+static const char *vars[] = {"AWS_ACCESS_KEY_ID",
+                             "AWS_SECRET_ACCESS_KEY",
+                             "AWS_SESSION_TOKEN",
+                             "AWS_PROFILE",
+                             "AWS_REGION",
+                             "AWS_DEFAULT_REGION",
+                             "AWS_ENDPOINT_URL",
+                             "AWS_ENDPOINT_URL_S3",
+                             "AWS_CA_BUNDLE",
+                             "AWS_CONFIG_FILE",
+                             "AWS_SHARED_CREDENTIALS_FILE"};
 
 typedef struct fx_s {
   kvp_s3v_t s3;

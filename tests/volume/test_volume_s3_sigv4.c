@@ -99,9 +99,17 @@ static void s3_lists_2500_objects_over_pages(void **state) {
  * a space, % and non-ASCII; and < > " that listings XML-escape. */
 static void s3_keys_of_every_character_class(void **state) {
   (void)state;
-  static const char *prefixes[] = {
-      "plus+/", "eq=amp&/", "semi;comma,/", "paren()/", "bang!star*/", "quote'/", "sp ace/",
-      "pct%25%/", "utf8-\xc3\xa9\xe4\xb8\xad/", "xml<>\"&amp;/", "all +=&;,()!*' %\xc3\xb8/"};
+  static const char *prefixes[] = {"plus+/",
+                                   "eq=amp&/",
+                                   "semi;comma,/",
+                                   "paren()/",
+                                   "bang!star*/",
+                                   "quote'/",
+                                   "sp ace/",
+                                   "pct%25%/",
+                                   "utf8-\xc3\xa9\xe4\xb8\xad/",
+                                   "xml<>\"&amp;/",
+                                   "all +=&;,()!*' %\xc3\xb8/"};
   kvp_s3v_t s3;
   char err[512];
 
@@ -117,15 +125,14 @@ static void s3_keys_of_every_character_class(void **state) {
     /* One object left for the listing at the next open to find. */
     uint8_t b[32] = {0};
     struct iovec iov = {b, sizeof b};
-    assert_int_equal(kvp_volume_ops(v)->put(kvp_volume_handle(v), "ns", 7, &iov, 1, err, sizeof err),
-                     0);
+    assert_int_equal(
+        kvp_volume_ops(v)->put(kvp_volume_handle(v), "ns", 7, &iov, 1, err, sizeof err), 0);
     kvp_volume_close(v);
     rc = open_vol(&s3, NULL, prefixes[i], NULL, NULL, NULL, NULL, NULL, &v, err, sizeof err);
     assert_int_equal(rc, 0);
     assert_int_equal(kvp_volume_stat(v, &st, err, sizeof err), 0);
     if (st.blocks != 1)
-      print_error("prefix '%s': %llu objects listed\n", prefixes[i],
-                  (unsigned long long)st.blocks);
+      print_error("prefix '%s': %llu objects listed\n", prefixes[i], (unsigned long long)st.blocks);
     assert_int_equal(st.blocks, 1);
     assert_int_equal(kvp_volume_delete(v, "ns", 7, err, sizeof err), 0);
     kvp_volume_close(v);
@@ -158,9 +165,8 @@ static void s3_region_other_than_us_east_1(void **state) {
   char err[512];
 
   assert_int_equal(kvp_s3v_start(&s3, "eu-west-3"), 0);
-  assert_int_equal(open_vol(&s3, NULL, NULL, NULL, "eu-west-3", NULL, NULL, NULL, &v, err,
-                            sizeof err),
-                   0);
+  assert_int_equal(
+      open_vol(&s3, NULL, NULL, NULL, "eu-west-3", NULL, NULL, NULL, &v, err, sizeof err), 0);
   round_trip(v, "paris", 0x33);
   kvp_volume_close(v);
   assert_int_not_equal(
