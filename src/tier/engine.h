@@ -65,6 +65,7 @@ typedef struct kvp__tier_stats_s {
   uint64_t hits_dropped;      /* G4 hits past KVP__TIER_HITS_MAX between two rounds */
   uint64_t events_published;  /* moves announced as worker _advisor */
   uint64_t events_dropped;    /* announcements the publisher refused */
+  uint64_t skipped;           /* moves not tried: a volume went offline during their job */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */
@@ -74,11 +75,12 @@ typedef struct kvp__tier_vol_stats_s {
   uint64_t capacity, used; /* used: bytes the index places there (fill = used / capacity) */
   uint64_t blocks;         /* blocks the index places there */
   uint64_t moved_in, moved_out, bytes_in, bytes_out, evicted;
-  uint64_t failed_full;  /* moves into it refused for space (then a 30 s backoff) */
+  uint64_t failed_full;  /* moves into it refused for space (then a backoff of 30 s, doubling) */
   uint64_t failed_other; /* moves out of it that failed otherwise */
   uint64_t missing;      /* blocks the index placed there that were not (locations dropped) */
   uint64_t queued;       /* moved blocks whose source copy waits for the grace period */
-  int backoff;           /* 1 while no moves go into it */
+  int backoff;           /* 1 while no moves go into it or out of it */
+  int offline;           /* 1 while its identity is gone (KVP_EOFFLINE) */
 } kvp__tier_vol_stats_t;
 
 /* Fills up to cap volumes' figures; returns how many volumes there are. */

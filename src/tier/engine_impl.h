@@ -27,16 +27,30 @@
 #include "tier/policy.h"
 
 #define ADVISOR_WORKER "_advisor"
-#define BACKOFF_MS 30000
+/* Backoff after a failed move, per volume: BACKOFF_BASE_MS doubled for each
+ * failure in a row, at most BACKOFF_CAP_MS; a full volume (KVP_ENOSPC)
+ * starts at BACKOFF_FULL_MS. */
+#define BACKOFF_BASE_MS 1000
+#define BACKOFF_FULL_MS 30000
+#define BACKOFF_CAP_MS 300000
+/* A volume's warnings: one line per this interval, with the count of the
+ * ones suppressed. */
+#define LOG_INTERVAL_MS 10000
 
 typedef struct vol_s {
   kvp_volume_t *v;
   char name[64];
   int tier;
   uint64_t capacity;
-  uint16_t id; /* the index's volume id */
-  uint64_t backoff_until_ms;
-  kvp__tier_vol_stats_t st; /* name, tier, capacity in st too */
+  uint16_t id;               /* the index's volume id */
+  uint64_t backoff_until_ms; /* no moves into it before */
+  uint64_t out_until_ms;     /* no moves out of it before (its reads failed) */
+  uint32_t fails;            /* failures in a row, for the backoff's doubling */
+  int offline;               /* its identity is gone (KVP_EOFFLINE): no moves in or out */
+  int offline_job;           /* the job saw KVP_EOFFLINE: it skips the volume (atomic) */
+  uint64_t log_ms;           /* when its last warning was written */
+  uint64_t suppressed;       /* warnings not written since */
+  kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
 } vol_t;
 
 /* One unit of work for the job, and its outcome. */
@@ -49,6 +63,8 @@ typedef struct op_s {
   int64_t journal_id;
   int rc;
   int src_missing; /* a demotion's source was not in its volume */
+  int skipped;     /* not tried: one of its volumes went offline during the job */
+  uint32_t blame;  /* the volume whose operation failed */
   char err[256];
 } op_t;
 
@@ -114,6 +130,11 @@ void kvp__tier_job_after(uv_work_t *req, int status);
 /* Looks hash up with all its locations, however many workers hold it, into
  * e->locs. Returns 0 or KVP_ENOENT / KVP_ENOMEM. (locations.c) */
 int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__index_block_t *b, size_t *n);
+
+/* A warning about volume v, rate-limited per volume (LOG_INTERVAL_MS): a
+ * line written says how many were suppressed before it. (locations.c) */
+void kvp__tier_vol_warn(vol_t *v, uint64_t now, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */

@@ -35,16 +35,33 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
   vol_t *from = &e->vols[o->from], *to = kvp__tier_is_copy(o->kind) ? &e->vols[o->to] : NULL;
   kvp_frame_t m, back;
 
+  /* A volume that went offline in this job is not tried again in it: one
+   * failure, not one per move (the loop re-checks it each round). */
+  const vol_t *off = __atomic_load_n(&from->offline_job, __ATOMIC_RELAXED) ? from
+                     : to && __atomic_load_n(&to->offline_job, __ATOMIC_RELAXED) ? to
+                                                                                  : NULL;
+  if (off != NULL) {
+    o->rc = KVP_EOFFLINE;
+    o->skipped = 1;
+    o->blame = (uint32_t)(off - e->vols);
+    snprintf(o->err, sizeof o->err, "skipped: volume %s is offline", off->name);
+    return;
+  }
+  o->blame = o->from;
   if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
     o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
     if (o->rc == KVP_ENOENT)
       o->rc = 0; /* gone already: the goal */
+    if (o->rc == KVP_EOFFLINE)
+      __atomic_store_n(&from->offline_job, 1, __ATOMIC_RELAXED);
     return;
   }
   o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
   o->src_missing = o->rc == KVP_ENOENT;
-  if (o->rc == 0)
+  if (o->rc == 0) {
+    o->blame = o->to;
     o->rc = kvp_volume_put_block(to->v, e->ns, &m, *a, o->err, sizeof o->err);
+  }
   /* Committed means the destination's frame was read back and verified. */
   if (o->rc == 0)
     o->rc = read_block(to->v, e->ns, o->hash, b, bcap, &back, o->err, sizeof o->err);
@@ -53,9 +70,11 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
              o->hash);
     o->rc = KVP_ECORRUPT;
   }
+  if (o->rc == KVP_EOFFLINE)
+    __atomic_store_n(&e->vols[o->blame].offline_job, 1, __ATOMIC_RELAXED);
   if (o->rc == 0) {
     o->bytes = m.payload_len;
-  } else if (o->rc != KVP_ENOENT) {
+  } else if (o->rc != KVP_ENOENT && o->blame == o->to) {
     char ignore[256];
     kvp_volume_delete(to->v, e->ns, o->hash, ignore, sizeof ignore); /* a partial copy */
   }
@@ -131,6 +150,50 @@ static void pend_done(kvp__tier_engine_t *e, uint64_t hash, uint32_t from, int o
     }
 }
 
+/* A failed move: the volume whose operation failed backs off (moves into
+ * it when it was the destination or is full, out of it when it was the
+ * source), exponentially per failure in a row; an offline one takes no
+ * moves until a round finds its identity back. Warnings are rate-limited
+ * per volume. */
+static void failed(kvp__tier_engine_t *e, op_t *o, uint64_t now) {
+  vol_t *from = &e->vols[o->from], *v = &e->vols[o->blame];
+  const char *what = o->kind < 0 ? "source delete" : kvp__tier_kind_name(o->kind);
+
+  if (o->skipped) {
+    e->st.skipped++;
+    return;
+  }
+  e->st.failed++;
+  if (o->rc == KVP_ENOSPC)
+    v->st.failed_full++;
+  else
+    from->st.failed_other++;
+  if (o->rc == KVP_EOFFLINE) {
+    if (!v->offline)
+      kvp_log_warn("tiering: volume %s is offline, no moves into or out of it until its "
+                   "identity is back: %s",
+                   v->name, o->err);
+    v->offline = 1;
+    v->st.offline = 1;
+    return;
+  }
+  int out = o->blame == o->from && o->rc != KVP_ENOSPC;
+  uint64_t *until = out ? &v->out_until_ms : &v->backoff_until_ms;
+  /* The failures of one job count once: they are one outage, not many. */
+  if (*until <= now) {
+    uint32_t shift = v->fails < 16 ? v->fails : 16;
+    uint64_t ms = (o->rc == KVP_ENOSPC ? BACKOFF_FULL_MS : BACKOFF_BASE_MS) << shift;
+    *until = now + (ms < BACKOFF_CAP_MS ? ms : BACKOFF_CAP_MS);
+    v->fails++;
+  }
+  uint64_t ms = *until - now;
+  kvp__tier_vol_warn(v, now,
+                     "tiering: %s of block %016" PRIx64 " from %s failed: %s (no moves %s %s "
+                     "for %" PRIu64 " ms)",
+                     what, o->hash, from->name, o->err,
+                     out ? "out of" : "into", v->name, ms);
+}
+
 void kvp__tier_job_after(uv_work_t *req, int status) {
   kvp__tier_engine_t *e = req->data;
   uint64_t now = kvp__unix_ms();
@@ -153,18 +216,12 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
       continue;
     }
     if (o->rc != 0) {
-      e->st.failed++;
-      if (kvp__tier_is_copy(o->kind) && o->rc == KVP_ENOSPC)
-        e->vols[o->to].st.failed_full++;
-      else
-        from->st.failed_other++;
-      if (kvp__tier_is_copy(o->kind) && o->rc == KVP_ENOSPC)
-        e->vols[o->to].backoff_until_ms = now + BACKOFF_MS;
-      kvp_log_warn("tiering: %s of block %016" PRIx64 " from %s failed: %s%s",
-                   o->kind < 0 ? "source delete" : kvp__tier_kind_name(o->kind), o->hash,
-                   from->name, o->err, o->rc == KVP_ENOSPC ? " (no moves into it for 30 s)" : "");
+      failed(e, o, now);
       continue;
     }
+    from->fails = 0;
+    if (kvp__tier_is_copy(o->kind))
+      e->vols[o->to].fails = 0;
     if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
       kvp__tier_drop_locations(e, o->hash, from);
       if (o->kind < 0)

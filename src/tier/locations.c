@@ -3,7 +3,12 @@
  * (engine.c), the job's completion (engine_job.c) and recovery
  * (engine_open.c) use these; they call nothing of those files. Loop
  * thread. */
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+
 #include "common/array.h"
+#include "common/log.h"
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
 
@@ -30,4 +35,23 @@ void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t 
   for (size_t i = n; i-- > 0;)
     if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id)
       kvp__index_remove(e->ix, hash, e->locs[i].worker, v->tier, v->id);
+}
+
+void kvp__tier_vol_warn(vol_t *v, uint64_t now, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  if (v->log_ms != 0 && now - v->log_ms < LOG_INTERVAL_MS) {
+    v->suppressed++;
+    return;
+  }
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (v->suppressed)
+    kvp_log_warn("%s (and %" PRIu64 " more warnings about volume %s in the last %d s)", line,
+                 v->suppressed, v->name, LOG_INTERVAL_MS / 1000);
+  else
+    kvp_log_warn("%s", line);
+  v->log_ms = now;
+  v->suppressed = 0;
 }
