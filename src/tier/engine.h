@@ -66,6 +66,8 @@ typedef struct kvp__tier_stats_s {
   uint64_t events_published;  /* moves announced as worker _advisor */
   uint64_t events_dropped;    /* announcements the publisher refused */
   uint64_t skipped;           /* moves not tried: a volume went offline during their job */
+  uint64_t quarantined;       /* copies that failed verification, deleted and their location dropped */
+  uint64_t lost;              /* of which the block's only copy */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */
@@ -78,6 +80,7 @@ typedef struct kvp__tier_vol_stats_s {
   uint64_t failed_full;  /* moves into it refused for space (then a backoff of 30 s, doubling) */
   uint64_t failed_other; /* moves out of it that failed otherwise */
   uint64_t missing;      /* blocks the index placed there that were not (locations dropped) */
+  uint64_t quarantined;  /* its copies that failed verification (deleted, locations dropped) */
   uint64_t queued;       /* moved blocks whose source copy waits for the grace period */
   int backoff;           /* 1 while no moves go into it or out of it */
   int offline;           /* 1 while its identity is gone (KVP_EOFFLINE) */

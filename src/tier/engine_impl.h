@@ -64,6 +64,7 @@ typedef struct op_s {
   int rc;
   int src_missing; /* a demotion's source was not in its volume */
   int skipped;     /* not tried: one of its volumes went offline during the job */
+  int quarantined; /* its source failed verification: deleted, never tried again */
   uint32_t blame;  /* the volume whose operation failed */
   char err[256];
 } op_t;

@@ -58,6 +58,18 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
   }
   o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
   o->src_missing = o->rc == KVP_ENOENT;
+  if (o->rc == KVP_ECORRUPT) {
+    /* Quarantine, once: the bad copy goes, so that nothing serves or plans
+     * it again (the loop drops its location). */
+    char why[256], del[256];
+    snprintf(why, sizeof why, "%s", o->err);
+    int drc = kvp_volume_delete(from->v, e->ns, o->hash, del, sizeof del);
+    snprintf(o->err, sizeof o->err, "quarantined: %.160s%s%.60s", why,
+             drc != 0 && drc != KVP_ENOENT ? "; its delete failed: " : "",
+             drc != 0 && drc != KVP_ENOENT ? del : "");
+    o->quarantined = 1;
+    return;
+  }
   if (o->rc == 0) {
     o->blame = o->to;
     o->rc = kvp_volume_put_block(to->v, e->ns, &m, *a, o->err, sizeof o->err);
@@ -194,6 +206,27 @@ static void failed(kvp__tier_engine_t *e, op_t *o, uint64_t now) {
                      out ? "out of" : "into", v->name, ms);
 }
 
+/* A copy that failed verification at the source, deleted by the job: its
+ * location goes and is announced (Removed), once; one line says whether
+ * the block is lost with it. The journal row says "quarantined: ...". */
+static void quarantine(kvp__tier_engine_t *e, const op_t *o) {
+  vol_t *from = &e->vols[o->from];
+  kvp__index_block_t b;
+  size_t n = 0;
+
+  kvp__tier_drop_locations(e, o->hash, from);
+  publish(e, KVP_EV_REMOVED, from, o);
+  e->st.quarantined++;
+  from->st.quarantined++;
+  int lost = kvp__tier_get_block(e, o->hash, &b, &n) != 0 || n == 0;
+  if (lost)
+    e->st.lost++;
+  kvp_log_warn("tiering: block %016" PRIx64 " in %s failed verification and is quarantined "
+               "(deleted, its location dropped)%s: %s",
+               o->hash, from->name,
+               lost ? "; it was the block's only copy: the block is lost" : "", o->err);
+}
+
 void kvp__tier_job_after(uv_work_t *req, int status) {
   kvp__tier_engine_t *e = req->data;
   uint64_t now = kvp__unix_ms();
@@ -213,6 +246,10 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
       from->st.missing++;
       kvp_log_warn("tiering: block %016" PRIx64 " is not in %s: its location there is dropped",
                    o->hash, from->name);
+      continue;
+    }
+    if (o->rc != 0 && o->quarantined) {
+      quarantine(e, o);
       continue;
     }
     if (o->rc != 0) {

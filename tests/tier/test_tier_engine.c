@@ -701,6 +701,42 @@ static void an_offline_volume_is_left_alone_until_it_is_back(void **state) {
   kvp__tier_engine_close(e);
 }
 
+/* A flipped byte in a G3 copy: the demotion that reads it quarantines it
+ * once (the object deleted, the location dropped, one journal row saying
+ * so); later rounds never plan it again. */
+static void a_corrupt_copy_is_quarantined_once(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512], path[512];
+  kvp__tier_stats_t st;
+
+  seed(f, 10);
+  snprintf(path, sizeof path, "%s/t/00/%016x", f->p3, 10);
+  FILE *fp = fopen(path, "r+b");
+  assert_non_null(fp);
+  fseek(fp, KVP_FRAME_HEADER + 500, SEEK_SET);
+  fputc(0xee, fp); /* the payload is all 10s */
+  fclose(fp);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  for (int i = 0; i < 6; i++)
+    round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.quarantined, 1);
+  assert_int_equal(st.lost, 1);
+  assert_int_equal(st.failed, 0);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE hash = 10"), 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE hash = 10 AND state = 'failed'"
+                             " AND error LIKE 'quarantined: %checksum%'"),
+                   1);
+  assert_int_equal(locs_in(f, 10, 3), 0);
+  assert_int_equal(locs_in(f, 10, 4), 0);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 10), 0);
+  assert_int_equal(locs_in(f, 9, 4), 1); /* the rest moves as before */
+  kvp__tier_engine_close(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(cold_g3_blocks_move_to_g4_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(full_destination_fails_cleanly, setup, teardown),
@@ -715,6 +751,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_block_held_by_many_workers_still_moves, setup, teardown),
     cmocka_unit_test_setup_teardown(an_offline_volume_is_left_alone_until_it_is_back, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(a_corrupt_copy_is_quarantined_once, setup, teardown),
 };
 
 KVP_TEST_MAIN("tier_engine", tests)
