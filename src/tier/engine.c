@@ -26,11 +26,9 @@ static long vol_of(const kvp__tier_engine_t *e, int tier, uint16_t id) {
 
 /* Whether hash's copy in volume v is a moved block's source waiting for its
  * grace period (or any volume, v < 0). */
-static int pending(const kvp__tier_engine_t *e, uint64_t hash, long v) {
-  for (size_t i = 0; i < e->npend; i++)
-    if (e->pend[i].hash == hash && (v < 0 || e->pend[i].from == (uint32_t)v))
-      return 1;
-  return 0;
+static int pending(kvp__tier_engine_t *e, uint64_t hash, long v) {
+  const uint64_t *mask = kvp__map64_find(&e->pendset, hash);
+  return mask != NULL && (v < 0 || (*mask >> v & 1));
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -240,7 +238,8 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
     e->ops[e->nops++] = (op_t){.kind = -1,
                                .hash = e->pend[i].hash,
                                .from = e->pend[i].from,
-                               .journal_id = e->pend[i].journal_id};
+                               .journal_id = e->pend[i].journal_id,
+                               .pend = i};
     e->pend[i].deleting = 1;
   }
   int built = build_candidates(e, now, used, blocks) == 0;
@@ -353,6 +352,7 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   kvp__journal_close(e->db);
   free(e->ops);
   free(e->pend);
+  kvp__map64_free(&e->pendset);
   free(e->cands);
   free(e->tokens);
   free(e->lru);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "common/map64.h"
 #include "index/index.h"
 #include "kvplane/publisher.h"
 #include "kvplane/volume.h"
@@ -65,6 +66,7 @@ typedef struct op_s {
   int src_missing; /* a demotion's source was not in its volume */
   int skipped;     /* not tried: one of its volumes went offline during the job */
   int quarantined; /* its source failed verification: deleted, never tried again */
+  size_t pend;     /* a source delete (kind -1): its entry in pend */
   uint32_t blame;  /* the volume whose operation failed */
   char err[256];
 } op_t;
@@ -74,6 +76,7 @@ typedef struct pend_s {
   uint64_t hash, due_ms;
   uint32_t from;
   int deleting; /* handed to the running job */
+  int done;     /* its delete succeeded: removed at the end of the job's completion */
   int64_t journal_id;
 } pend_t;
 
@@ -104,6 +107,7 @@ struct kvp__tier_engine_s {
   int busy;
   pend_t *pend;
   size_t npend, pend_cap;
+  kvp__map64_t pendset; /* hash -> bit mask of the volumes in pend with it (O(1) pending()) */
   void (*on_idle)(void *ctx);
   void *idle_ctx;
   kvp__tier_stats_t st;
@@ -127,6 +131,15 @@ static inline int kvp__tier_is_copy(int kind) {
 /* The job, queued with uv_queue_work by a round (engine_job.c). */
 void kvp__tier_job_work(uv_work_t *req);
 void kvp__tier_job_after(uv_work_t *req, int status);
+
+/* Adds a moved block's source, deleted after the grace period, to pend and
+ * pendset. Returns 0 or KVP_ENOMEM (the source then stays). (locations.c) */
+int kvp__tier_pend_add(kvp__tier_engine_t *e, uint64_t hash, uint64_t due_ms, uint32_t from,
+                       int64_t journal_id);
+
+/* Removes the entries marked done from pend and pendset, in one pass.
+ * (locations.c) */
+void kvp__tier_pend_compact(kvp__tier_engine_t *e);
 
 /* Looks hash up with all its locations, however many workers hold it, into
  * e->locs. Returns 0 or KVP_ENOENT / KVP_ENOMEM. (locations.c) */

@@ -149,17 +149,14 @@ static void publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t 
     e->publish_errors++;
 }
 
-/* The pend entry of a source delete that ran: gone when it succeeded, due
- * again when it failed. */
-static void pend_done(kvp__tier_engine_t *e, uint64_t hash, uint32_t from, int ok) {
-  for (size_t i = 0; i < e->npend; i++)
-    if (e->pend[i].hash == hash && e->pend[i].from == from && e->pend[i].deleting) {
-      if (ok)
-        e->pend[i] = e->pend[--e->npend];
-      else
-        e->pend[i].deleting = 0;
-      return;
-    }
+/* The pend entry of a source delete that ran: done (removed by
+ * kvp__tier_pend_compact) when it succeeded, due again when it failed. */
+static void pend_done(kvp__tier_engine_t *e, const op_t *o) {
+  pend_t *p = &e->pend[o->pend];
+  if (o->rc == 0)
+    p->done = 1;
+  else
+    p->deleting = 0;
 }
 
 /* A failed move: the volume whose operation failed backs off (moves into
@@ -236,7 +233,7 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
     op_t *o = &e->ops[i];
     vol_t *from = &e->vols[o->from];
     if (o->kind < 0)
-      pend_done(e, o->hash, o->from, o->rc == 0);
+      pend_done(e, o);
     if (o->rc != 0 && o->src_missing) {
       /* The index placed a block where it is not (a location replayed
        * after a crash, a block deleted behind the advisor's back): the
@@ -285,10 +282,10 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
       to->st.bytes_in += o->bytes;
       e->st.bytes_moved += o->bytes;
       e->st.bytes_tiers[from->tier][to->tier] += o->bytes; /* volumes are G3 or G4 (conf.c) */
-      if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
-        e->pend[e->npend++] = (pend_t){o->hash, now + e->grace_ms, o->from, 0, o->journal_id};
+      kvp__tier_pend_add(e, o->hash, now + e->grace_ms, o->from, o->journal_id);
     }
   }
+  kvp__tier_pend_compact(e);
   e->nops = 0;
   e->busy = 0;
   if (e->on_idle != NULL) {
