@@ -281,6 +281,8 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   if (e->nops == 0)
     return;
   e->busy = 1;
+  e->applied = 0;
+  __atomic_store_n(&e->ready, 0, __ATOMIC_RELAXED);
   e->work.data = e;
   if (uv_queue_work(e->loop, &e->work, kvp__tier_job_work, kvp__tier_job_after) != 0) {
     kvp__tier_job_work(&e->work);
@@ -337,9 +339,12 @@ void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st) 
   st->events_dropped = e->publish_errors;
 }
 
+/* The close callback of the timer and the async handle: the engine goes
+ * with the last. */
 static void free_engine(uv_handle_t *h) {
   kvp__tier_engine_t *e = h->data;
-  free(e);
+  if (--e->handles_open == 0)
+    free(e);
 }
 
 void kvp__tier_engine_close(kvp__tier_engine_t *e) {
@@ -357,8 +362,12 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   free(e->tokens);
   free(e->lru);
   free(e->locs);
-  if (e->timer_ready && !uv_is_closing((uv_handle_t *)&e->timer)) {
-    uv_close((uv_handle_t *)&e->timer, free_engine); /* the loop frees it */
+  if (e->handles_open > 0) {
+    /* The loop frees it, once both handles are closed. */
+    if (e->async_ready)
+      uv_close((uv_handle_t *)&e->async, free_engine);
+    if (e->timer_ready)
+      uv_close((uv_handle_t *)&e->timer, free_engine);
     return;
   }
   free(e);

@@ -12,7 +12,9 @@
  * runs at a time, so at most one move per volume is in flight. The job journals each move (queued
  * -> copying -> committed, or failed with the error), copies the block (read and verified from the
  * source, written to the destination, read back and verified there), and
- * returns. Back on the loop, a committed move adds the destination location
+ * returns; every 64 moves or 100 ms it journals the outcomes so far and
+ * hands them to the loop (a uv_async), so the index sees a long job's
+ * progress while it runs. Back on the loop, a committed move adds the destination location
  * to the index (worker "_advisor"); after the grace period a later job
  * deletes the source object (journal: source_deleted) and the loop removes
  * the source location. An eviction deletes the object and its location.
@@ -68,6 +70,7 @@ typedef struct kvp__tier_stats_s {
   uint64_t skipped;           /* moves not tried: a volume went offline during their job */
   uint64_t quarantined;       /* copies that failed verification, deleted and their location dropped */
   uint64_t lost;              /* of which the block's only copy */
+  uint64_t batches;           /* batches of outcomes applied to the index while their job ran */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */

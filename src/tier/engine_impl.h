@@ -37,6 +37,10 @@
 /* A volume's warnings: one line per this interval, with the count of the
  * ones suppressed. */
 #define LOG_INTERVAL_MS 10000
+/* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
+ * whichever comes first. */
+#define BATCH_MOVES 64
+#define BATCH_MS 100
 
 typedef struct vol_s {
   kvp_volume_t *v;
@@ -102,8 +106,12 @@ struct kvp__tier_engine_s {
   uv_timer_t timer;
   int timer_ready, running;
   uv_work_t work;
+  uv_async_t async; /* the job's batches of outcomes, ready for the loop */
+  int async_ready, handles_open;
   op_t *ops;
   size_t nops, ops_cap;
+  size_t ready;   /* ops[0, ready) journaled by the job (atomic) */
+  size_t applied; /* ops[0, applied) applied to the index by the loop */
   int busy;
   pend_t *pend;
   size_t npend, pend_cap;
@@ -131,6 +139,8 @@ static inline int kvp__tier_is_copy(int kind) {
 /* The job, queued with uv_queue_work by a round (engine_job.c). */
 void kvp__tier_job_work(uv_work_t *req);
 void kvp__tier_job_after(uv_work_t *req, int status);
+/* The async callback: applies the outcomes the job has journaled so far. */
+void kvp__tier_job_progress(uv_async_t *h);
 
 /* Adds a moved block's source, deleted after the grace period, to pend and
  * pendset. Returns 0 or KVP_ENOMEM (the source then stays). (locations.c) */

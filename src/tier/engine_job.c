@@ -92,9 +92,11 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
   }
 }
 
-/* The job: the journal in three transactions around the I/O (queued, then
- * copying, then each move's outcome), so that a crash at any point leaves
- * rows that open can resume or roll back. */
+/* The job: the journal in transactions around the I/O (queued, then
+ * copying, then the moves' outcomes in batches of BATCH_MOVES or BATCH_MS),
+ * so that a crash at any point leaves rows that open can resume or roll
+ * back. Each batch, once journaled, is applied to the index by the loop
+ * (kvp__tier_job_progress) while the job goes on. */
 void kvp__tier_job_work(uv_work_t *req) {
   kvp__tier_engine_t *e = req->data;
   void *a = NULL, *b = NULL;
@@ -116,17 +118,29 @@ void kvp__tier_job_work(uv_work_t *req) {
     if (kvp__tier_is_copy(e->ops[i].kind))
       kvp__journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
   kvp__journal_commit(e->db);
-  for (size_t i = 0; i < e->nops; i++)
-    do_io(e, &e->ops[i], &a, &acap, &b, &bcap);
-  kvp__journal_begin(e->db);
+  size_t done = 0;
+  uint64_t batch_ms = kvp__unix_ms();
   for (size_t i = 0; i < e->nops; i++) {
-    const op_t *o = &e->ops[i];
-    const char *state = o->rc != 0                   ? "failed"
-                        : kvp__tier_is_copy(o->kind) ? "committed"
-                                                     : "source_deleted";
-    kvp__journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
+    do_io(e, &e->ops[i], &a, &acap, &b, &bcap);
+    if (i + 1 < e->nops && i + 1 - done < BATCH_MOVES && kvp__unix_ms() - batch_ms < BATCH_MS)
+      continue;
+    /* A batch's outcomes are journaled, then handed to the loop, which
+     * applies them to the index while the job goes on. */
+    kvp__journal_begin(e->db);
+    for (size_t k = done; k <= i; k++) {
+      const op_t *o = &e->ops[k];
+      const char *state = o->rc != 0                   ? "failed"
+                          : kvp__tier_is_copy(o->kind) ? "committed"
+                                                       : "source_deleted";
+      kvp__journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
+    }
+    kvp__journal_commit(e->db);
+    done = i + 1;
+    batch_ms = kvp__unix_ms();
+    __atomic_store_n(&e->ready, done, __ATOMIC_RELEASE);
+    if (e->async_ready && done < e->nops)
+      uv_async_send(&e->async);
   }
-  kvp__journal_commit(e->db);
   free(a);
   free(b);
 }
@@ -224,13 +238,12 @@ static void quarantine(kvp__tier_engine_t *e, const op_t *o) {
                lost ? "; it was the block's only copy: the block is lost" : "", o->err);
 }
 
-void kvp__tier_job_after(uv_work_t *req, int status) {
-  kvp__tier_engine_t *e = req->data;
+/* Applies the outcomes of ops[applied, upto) on the loop thread: the
+ * index, the announcements, the counters. */
+static void apply(kvp__tier_engine_t *e, size_t upto) {
   uint64_t now = kvp__unix_ms();
-
-  (void)status;
-  for (size_t i = 0; i < e->nops; i++) {
-    op_t *o = &e->ops[i];
+  for (; e->applied < upto; e->applied++) {
+    op_t *o = &e->ops[e->applied];
     vol_t *from = &e->vols[o->from];
     if (o->kind < 0)
       pend_done(e, o);
@@ -285,8 +298,28 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
       kvp__tier_pend_add(e, o->hash, now + e->grace_ms, o->from, o->journal_id);
     }
   }
+}
+
+void kvp__tier_job_progress(uv_async_t *h) {
+  kvp__tier_engine_t *e = h->data;
+  if (e->busy) {
+    size_t upto = __atomic_load_n(&e->ready, __ATOMIC_ACQUIRE);
+    if (upto > e->applied) {
+      apply(e, upto);
+      e->st.batches++;
+    }
+  }
+}
+
+void kvp__tier_job_after(uv_work_t *req, int status) {
+  kvp__tier_engine_t *e = req->data;
+
+  (void)status;
+  apply(e, e->nops);
   kvp__tier_pend_compact(e);
   e->nops = 0;
+  e->applied = 0;
+  __atomic_store_n(&e->ready, 0, __ATOMIC_RELAXED);
   e->busy = 0;
   if (e->on_idle != NULL) {
     void (*f)(void *) = e->on_idle;

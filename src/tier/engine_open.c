@@ -191,6 +191,14 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   }
   e->timer.data = e;
   e->timer_ready = 1;
+  e->handles_open++;
+  if (uv_async_init(loop, &e->async, kvp__tier_job_progress) != 0) {
+    rc = KVP_ENOMEM;
+    goto fail;
+  }
+  e->async.data = e;
+  e->async_ready = 1;
+  e->handles_open++;
   kvp_log_info("tiering: %zu volumes, watermarks %.2f/%.2f, every %" PRIu64 " ms", e->nvols,
                e->prm.low_watermark, e->prm.high_watermark, e->interval_ms);
   *out = e;

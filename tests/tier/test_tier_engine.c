@@ -737,6 +737,38 @@ static void a_corrupt_copy_is_quarantined_once(void **state) {
   kvp__tier_engine_close(e);
 }
 
+/* A round of 270 moves: their outcomes reach the index in batches while
+ * the job runs, not all at its end. */
+static void a_long_job_reaches_the_index_in_batches(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+  int seen_early = 0;
+
+  f->cfg.volumes[0].capacity = 300 * (1000 + KVP_FRAME_HEADER);
+  snprintf(f->cfg.volumes[1].params, sizeof f->cfg.volumes[1].params, "path=%s\n", f->p4);
+  f->cfg.tier_high = 0.5;
+  f->cfg.tier_low = 0.1;
+  f->cfg.tier_max_moves = 1000;
+  seed(f, 300);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  kvp__tier_engine_round(e);
+  while (kvp__tier_engine_busy(e)) {
+    uv_run(&f->loop, UV_RUN_ONCE);
+    if (kvp__tier_engine_busy(e) && locs_in(f, 300, 4) == 1) /* the first leaf moved */
+      seen_early = 1;
+  }
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 270);
+  assert_true(st.batches >= 1);
+  assert_true(seen_early);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'committed'"), 270);
+  kvp__tier_engine_close(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(cold_g3_blocks_move_to_g4_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(full_destination_fails_cleanly, setup, teardown),
@@ -752,6 +784,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(an_offline_volume_is_left_alone_until_it_is_back, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(a_corrupt_copy_is_quarantined_once, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_long_job_reaches_the_index_in_batches, setup, teardown),
 };
 
 KVP_TEST_MAIN("tier_engine", tests)
