@@ -33,7 +33,8 @@ extern "C" {
   XX(EDB, "database error")                                                                        \
   XX(EAGAIN, "resource temporarily unavailable")                                                   \
   XX(EOVERFLOW, "queue full")                                                                      \
-  XX(EAUTH, "authentication failed")
+  XX(EAUTH, "authentication failed")                                                               \
+  XX(EOFFLINE, "volume offline: its identity marker is gone")
 
 enum kvp_status_offset_e {
   KVP__STATUS_ZERO = 0,

@@ -80,7 +80,11 @@ enum {
  *   KVP_EAUTH    credentials refused;  KVP_ECONN  the store is unreachable;
  *   KVP_ETIMEDOUT, KVP_EAGAIN (throttled: retry later), KVP_EIO (anything
  *   else the store reported), KVP_ECONFIG (bad parameters, at open),
- *   KVP_ETOOBIG (get: the object is larger than the buffers). */
+ *   KVP_ETOOBIG (get: the object is larger than the buffers),
+ *   KVP_EOFFLINE (the store at the configured place is not this volume: its
+ *                identity is gone, e.g. a dropped mount or a deleted
+ *                directory; nothing was written or deleted, and a miss
+ *                seen meanwhile is this, not KVP_ENOENT). */
 typedef struct kvp_volume_ops_s {
   uint32_t abi_version; /* KVP_VOLUME_ABI_VERSION; first in every version */
   const char *name;     /* the plugin's name, e.g. "posix" */

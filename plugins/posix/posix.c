@@ -2,7 +2,12 @@
  * mounted filesystem (local NVMe for G3; NFS or a parallel filesystem for
  * G4). Parameters (docs/volumes.md):
  *
- *   path      the root directory (required; created if its parent exists)
+ *   path      the root directory (required; created at open if its parent
+ *             exists, see init)
+ *   init      auto (default): a root that is missing, or has no identity
+ *             marker, becomes a new volume at open | never: the marker must
+ *             be there (a mountpoint: an empty directory is not the volume)
+ *   name      optional: the volume's name, recorded in a new marker
  *   capacity  bytes the volume may hold (suffixes K/M/G/T or KiB..TiB; 0 or
  *             absent: only the filesystem's free space bounds it)
  *   fsync     on (default) | off: off skips the file and directory fsyncs,
@@ -15,7 +20,19 @@
  * crash leaves at most a temporary file, which open removes. Usage (bytes
  * and objects) is rebuilt by a scan at open and kept under a mutex; the
  * capacity is checked before writing, and a full filesystem (ENOSPC, EDQUOT)
- * is KVP_ENOSPC with the old object untouched. Thread-safe per volume. */
+ * is KVP_ENOSPC with the old object untouched. Thread-safe per volume.
+ *
+ * Identity (DESIGN.md, "Storage volumes"): open writes <path>/.kvplane-volume
+ * (a random id, the name, the time) when it creates the volume, and keeps
+ * the marker's device and inode. Every put and delete first stats the
+ * marker (one stat, small beside a put's fsyncs): when it is gone or another
+ * file (a dropped mount shows the bare mountpoint; a deleted, re-created or
+ * renamed directory) the volume is offline: KVP_EOFFLINE, nothing written
+ * or deleted, and a get or exists that misses says KVP_EOFFLINE rather than
+ * "not there". Once the marker is back (the mount returns) the volume is
+ * online again. The plugin never creates its root after open; it creates
+ * only the fan-out directories (<ns>, <ns>/<hh>) under a root whose marker
+ * it has just seen. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,14 +44,20 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvplane/status.h"
 #include "kvplane/volume_plugin.h"
 #include "plugin_util.h"
 
+#define MARKER ".kvplane-volume"
+
 typedef struct posix_s {
-  char root[3072];
+  char root[3072], marker[3200];
+  char id[33]; /* the marker's random id, hex */
+  dev_t mdev;  /* the marker's device and inode, as open found them */
+  ino_t mino;
   uint64_t capacity;
   int fsync;
   pthread_mutex_t mu;
@@ -88,6 +111,88 @@ static int mkdir_p(const char *root, const char *ns, const char *dir) {
   if (mkdir(nsdir, 0700) != 0 && errno != EEXIST)
     return -1;
   return mkdir(dir, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* --- identity ---------------------------------------------------------------- */
+
+/* Reads the marker's id into id (33 bytes). Returns 0, or -1 with errno. */
+static int read_marker(const char *path, char *id) {
+  char buf[512];
+  FILE *fp = fopen(path, "re");
+  if (fp == NULL)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, fp);
+  fclose(fp);
+  buf[n] = '\0';
+  const char *at = strstr(buf, "\nid=");
+  if (strncmp(buf, "kvplane volume\n", 15) != 0 || at == NULL || strlen(at + 4) < 32) {
+    errno = EINVAL;
+    return -1;
+  }
+  memcpy(id, at + 4, 32);
+  id[32] = '\0';
+  return 0;
+}
+
+/* Writes a new marker (temp name, fsync, rename): a new volume. */
+static int write_marker(posix_t *p, const char *name) {
+  char tmp[3300], text[512];
+  unsigned char rnd[16];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, rnd, sizeof rnd) != (ssize_t)sizeof rnd) {
+    if (fd >= 0)
+      close(fd);
+    errno = EIO;
+    return -1;
+  }
+  close(fd);
+  for (int i = 0; i < 16; i++)
+    snprintf(p->id + 2 * i, 3, "%02x", rnd[i]);
+  int n = snprintf(text, sizeof text, "kvplane volume\nid=%s\nname=%s\ncreated_unix=%ld\n", p->id,
+                   name ? name : "", (long)time(NULL));
+  snprintf(tmp, sizeof tmp, "%s.tmp", p->marker);
+  if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+    return -1;
+  if (write(fd, text, (size_t)n) != n || fsync(fd) != 0) {
+    int e = errno ? errno : EIO;
+    close(fd);
+    unlink(tmp);
+    errno = e;
+    return -1;
+  }
+  close(fd);
+  if (rename(tmp, p->marker) != 0)
+    return -1;
+  sync_dir(p->root);
+  return 0;
+}
+
+/* KVP_EOFFLINE, with err naming the root and why, unless the marker open
+ * found is at its place. A marker that is another file with the same id (a
+ * volume restored from a copy) is this volume again. */
+static int identity(posix_t *p, char *err, size_t errlen) {
+  struct stat sb;
+  char id[33];
+  if (stat(p->marker, &sb) == 0) {
+    pthread_mutex_lock(&p->mu);
+    int same = sb.st_dev == p->mdev && sb.st_ino == p->mino;
+    pthread_mutex_unlock(&p->mu);
+    if (same)
+      return 0;
+  }
+  if (stat(p->marker, &sb) == 0 && read_marker(p->marker, id) == 0 && strcmp(id, p->id) == 0) {
+    pthread_mutex_lock(&p->mu);
+    p->mdev = sb.st_dev;
+    p->mino = sb.st_ino;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  if (err)
+    snprintf(err, errlen,
+             "volume root %s is offline: its identity marker %s is gone or another volume's "
+             "(a dropped mount, a deleted or moved directory)",
+             p->root, MARKER);
+  return KVP_EOFFLINE;
 }
 
 /* --- the scan at open: usage, and temporary files removed ----------------- */
@@ -164,8 +269,9 @@ static void px_close(void *vol);
 static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char *err,
                    size_t errlen) {
   posix_t *p = calloc(1, sizeof *p);
-  const char *root = NULL;
-  int rc;
+  const char *root = NULL, *name = NULL;
+  int rc, init_auto = 1;
+  struct stat sb;
 
   if (p == NULL)
     return KVP_ENOMEM;
@@ -188,8 +294,17 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
         goto out;
       }
       p->fsync = strcmp(v, "on") == 0;
+    } else if (strcmp(k, "init") == 0) {
+      if (strcmp(v, "auto") != 0 && strcmp(v, "never") != 0) {
+        snprintf(err, errlen, "init: '%s' is not auto or never", v);
+        rc = KVP_ECONFIG;
+        goto out;
+      }
+      init_auto = strcmp(v, "auto") == 0;
+    } else if (strcmp(k, "name") == 0) {
+      name = v;
     } else {
-      snprintf(err, errlen, "unknown parameter '%s' (path, capacity, fsync)", k);
+      snprintf(err, errlen, "unknown parameter '%s' (path, capacity, fsync, init, name)", k);
       rc = KVP_ECONFIG;
       goto out;
     }
@@ -200,7 +315,8 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
     goto out;
   }
   snprintf(p->root, sizeof p->root, "%s", root);
-  if (mkdir(p->root, 0700) != 0 && errno != EEXIST) {
+  snprintf(p->marker, sizeof p->marker, "%s/%s", p->root, MARKER);
+  if (init_auto && mkdir(p->root, 0700) != 0 && errno != EEXIST) {
     rc = fail(errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
     goto out;
   }
@@ -208,6 +324,25 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
     rc = fail(errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
     goto out;
   }
+  if (read_marker(p->marker, p->id) != 0) {
+    if (!init_auto) {
+      snprintf(err, errlen, "path %s: no identity marker %s (init=never): offline", p->root,
+               MARKER);
+      rc = KVP_EOFFLINE;
+      goto out;
+    }
+    if (write_marker(p, name) != 0) {
+      rc = fail(errno_code(errno), err, errlen, "path %s: the identity marker: %s", p->root,
+                errno);
+      goto out;
+    }
+  }
+  if (stat(p->marker, &sb) != 0) {
+    rc = fail(errno_code(errno), err, errlen, "%s: %s", p->marker, errno);
+    goto out;
+  }
+  p->mdev = sb.st_dev;
+  p->mino = sb.st_ino;
   if ((rc = walk(p, 1, count, p, err, errlen)) != 0)
     goto out;
   *vol = p;
@@ -273,6 +408,8 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
+  if ((rc = identity(p, err, errlen)) != 0)
+    return rc;
   paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if (stat(file, &sb) == 0)
     old = (uint64_t)sb.st_size;
@@ -326,6 +463,16 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   p->blocks += existed ? 0 : 1;
   p->reserved -= len;
   pthread_mutex_unlock(&p->mu);
+  /* The root went away between the check and the rename: the object is in
+   * whatever is at the path now, not in this volume. */
+  if ((rc = identity(p, err, errlen)) != 0) {
+    unlink(file);
+    pthread_mutex_lock(&p->mu);
+    p->used -= len < p->used ? len : p->used;
+    p->blocks -= existed || !p->blocks ? 0 : 1;
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+  }
   if (p->fsync && sync_dir(dir) != 0) {
     e = errno;
     /* The object is in place but may not survive a power loss. */
@@ -356,6 +503,8 @@ static int px_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
   paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0) {
     e = errno;
+    if (e == ENOENT && identity(p, err, errlen) != 0)
+      return KVP_EOFFLINE;
     return fail(errno_code(e), err, errlen, "%s: %s", file, e);
   }
   if (fstat(fd, &sb) != 0) {
@@ -397,12 +546,14 @@ static int px_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
   posix_t *p = vol;
   char dir[3200], file[3300];
   struct stat sb;
-  int e;
+  int e, rc;
 
   if (!kvp_plugin_ns_ok(ns)) {
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
+  if ((rc = identity(p, err, errlen)) != 0)
+    return rc;
   paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   /* The size, the unlink and the usage change are one step under the lock
    * (see put). */
@@ -429,8 +580,11 @@ static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
   if (!kvp_plugin_ns_ok(ns))
     return KVP_EINVAL;
   paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
-  if (stat(file, &sb) != 0)
-    return errno == ENOENT ? 0 : errno_code(errno);
+  if (stat(file, &sb) != 0) {
+    if (errno == ENOENT)
+      return identity(p, NULL, 0) != 0 ? KVP_EOFFLINE : 0;
+    return errno_code(errno);
+  }
   if (len)
     *len = (size_t)sb.st_size;
   return 1;
@@ -438,8 +592,9 @@ static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
 
 static int px_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
   posix_t *p = vol;
-  (void)err;
-  (void)errlen;
+  int rc = identity(p, err, errlen);
+  if (rc != 0)
+    return rc;
   pthread_mutex_lock(&p->mu);
   *st = (kvp_volume_stat_t){p->capacity, p->used, p->blocks};
   pthread_mutex_unlock(&p->mu);
@@ -447,7 +602,8 @@ static int px_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
 }
 
 static int px_iterate(void *vol, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen) {
-  return walk(vol, 0, fn, ctx, err, errlen);
+  int rc = identity(vol, err, errlen);
+  return rc != 0 ? rc : walk(vol, 0, fn, ctx, err, errlen);
 }
 
 static const kvp_volume_ops_t ops = {

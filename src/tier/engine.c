@@ -26,11 +26,9 @@ static long vol_of(const kvp__tier_engine_t *e, int tier, uint16_t id) {
 
 /* Whether hash's copy in volume v is a moved block's source waiting for its
  * grace period (or any volume, v < 0). */
-static int pending(const kvp__tier_engine_t *e, uint64_t hash, long v) {
-  for (size_t i = 0; i < e->npend; i++)
-    if (e->pend[i].hash == hash && (v < 0 || e->pend[i].from == (uint32_t)v))
-      return 1;
-  return 0;
+static int pending(kvp__tier_engine_t *e, uint64_t hash, long v) {
+  const uint64_t *mask = kvp__map64_find(&e->pendset, hash);
+  return mask != NULL && (v < 0 || (*mask >> v & 1));
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -41,7 +39,8 @@ static int cmp_u64(const void *a, const void *b) {
 /* Every G3/G4 location in a configured volume, with its block's figures;
  * tokens[i] is candidate i's token count; used[v] and blocks[v] sum the
  * bytes and blocks of volume v, not counting sources of finished moves. */
-static int build_candidates(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blocks) {
+static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used,
+                            uint64_t *blocks) {
   kvp__index_stats_t st;
   kvp__index_stats(e->ix, &st);
   e->ncands = 0;
@@ -76,12 +75,15 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blo
         /* A moved block's source no longer counts in its volume's fill:
          * it goes once the grace period is over. */
         int moved = pending(e, b.hash, v);
+        /* Nothing moves out of an offline volume or one whose reads back
+         * off. */
+        int stuck = e->vols[v].offline || e->vols[v].out_until_ms > now;
         e->tokens[e->ncands] = b.tokens;
         e->cands[e->ncands++] =
             (kvp__tier_cand_t){.hash = b.hash,
                                .parent = b.parent,
                                .has_parent = b.parent != b.hash,
-                               .busy = (uint8_t)(moved || pending(e, b.hash, -1)),
+                               .busy = (uint8_t)(moved || stuck || pending(e, b.hash, -1)),
                                .vol = (uint32_t)v,
                                .bytes = b.bytes,
                                .last_access_ms = b.last_access_ms,
@@ -195,6 +197,24 @@ void kvp__tier_engine_hit(kvp__tier_engine_t *e, uint64_t hash) {
   e->hits[e->nhits++] = hash;
 }
 
+/* An offline volume is back when its identity is (the plugin's stat checks
+ * it: one stat of the marker for posix). */
+static void recheck_offline(kvp__tier_engine_t *e) {
+  char err[512];
+  kvp_volume_stat_t st;
+  for (size_t v = 0; v < e->nvols; v++) {
+    vol_t *vol = &e->vols[v];
+    if (!vol->offline || kvp_volume_stat(vol->v, &st, err, sizeof err) != 0)
+      continue;
+    vol->offline = 0;
+    vol->st.offline = 0;
+    vol->fails = 0;
+    __atomic_store_n(&vol->offline_job, 0, __ATOMIC_RELAXED);
+    vol->log_ms = 0;
+    kvp_log_info("tiering: volume %s is back online", vol->name);
+  }
+}
+
 void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   uint64_t now = kvp__unix_ms();
   kvp__tier_vol_t pv[KVP__TIER_MAX_VOLUMES];
@@ -206,21 +226,23 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
     return;
   e->st.rounds++;
   e->nops = 0;
+  recheck_offline(e);
   /* Sources whose grace period is over. Entries stay in pend until the job
    * is done, so that the blocks are neither planned again nor counted in
    * their source's fill meanwhile. */
   for (size_t i = 0; i < e->npend; i++) {
-    if (e->pend[i].due_ms > now || e->pend[i].deleting)
+    if (e->pend[i].due_ms > now || e->pend[i].deleting || e->vols[e->pend[i].from].offline)
       continue;
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       break;
     e->ops[e->nops++] = (op_t){.kind = -1,
                                .hash = e->pend[i].hash,
                                .from = e->pend[i].from,
-                               .journal_id = e->pend[i].journal_id};
+                               .journal_id = e->pend[i].journal_id,
+                               .pend = i};
     e->pend[i].deleting = 1;
   }
-  int built = build_candidates(e, used, blocks) == 0;
+  int built = build_candidates(e, now, used, blocks) == 0;
   if (built) {
     for (size_t v = 0; v < e->nvols; v++) {
       e->vols[v].st.used = used[v];
@@ -230,7 +252,9 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
       pv[v] = (kvp__tier_vol_t){.tier = e->vols[v].tier,
                                 .capacity = e->vols[v].capacity,
                                 .used = used[v],
-                                .backoff_until_ms = e->vols[v].backoff_until_ms};
+                                .backoff_until_ms = e->vols[v].offline
+                                                        ? UINT64_MAX
+                                                        : e->vols[v].backoff_until_ms};
     if (kvp__tier_plan(&kvp__tier_policy_lru, &e->prm, pv, e->nvols, e->cands, e->ncands, now,
                        &moves, &nmoves) != 0)
       nmoves = 0;
@@ -257,6 +281,8 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   if (e->nops == 0)
     return;
   e->busy = 1;
+  e->applied = 0;
+  __atomic_store_n(&e->ready, 0, __ATOMIC_RELAXED);
   e->work.data = e;
   if (uv_queue_work(e->loop, &e->work, kvp__tier_job_work, kvp__tier_job_after) != 0) {
     kvp__tier_job_work(&e->work);
@@ -297,7 +323,9 @@ size_t kvp__tier_engine_volumes(const kvp__tier_engine_t *e, kvp__tier_vol_stats
     snprintf(out[v].name, sizeof out[v].name, "%s", e->vols[v].name);
     out[v].tier = e->vols[v].tier;
     out[v].capacity = e->vols[v].capacity;
-    out[v].backoff = e->vols[v].backoff_until_ms > kvp__unix_ms();
+    uint64_t now = kvp__unix_ms();
+    out[v].backoff = e->vols[v].backoff_until_ms > now || e->vols[v].out_until_ms > now ||
+                     e->vols[v].offline;
     out[v].queued = 0;
     for (size_t i = 0; i < e->npend; i++)
       out[v].queued += e->pend[i].from == v;
@@ -311,9 +339,12 @@ void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st) 
   st->events_dropped = e->publish_errors;
 }
 
+/* The close callback of the timer and the async handle: the engine goes
+ * with the last. */
 static void free_engine(uv_handle_t *h) {
   kvp__tier_engine_t *e = h->data;
-  free(e);
+  if (--e->handles_open == 0)
+    free(e);
 }
 
 void kvp__tier_engine_close(kvp__tier_engine_t *e) {
@@ -326,12 +357,17 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   kvp__journal_close(e->db);
   free(e->ops);
   free(e->pend);
+  kvp__map64_free(&e->pendset);
   free(e->cands);
   free(e->tokens);
   free(e->lru);
   free(e->locs);
-  if (e->timer_ready && !uv_is_closing((uv_handle_t *)&e->timer)) {
-    uv_close((uv_handle_t *)&e->timer, free_engine); /* the loop frees it */
+  if (e->handles_open > 0) {
+    /* The loop frees it, once both handles are closed. */
+    if (e->async_ready)
+      uv_close((uv_handle_t *)&e->async, free_engine);
+    if (e->timer_ready)
+      uv_close((uv_handle_t *)&e->timer, free_engine);
     return;
   }
   free(e);

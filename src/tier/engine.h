@@ -12,7 +12,9 @@
  * runs at a time, so at most one move per volume is in flight. The job journals each move (queued
  * -> copying -> committed, or failed with the error), copies the block (read and verified from the
  * source, written to the destination, read back and verified there), and
- * returns. Back on the loop, a committed move adds the destination location
+ * returns; every 64 moves or 100 ms it journals the outcomes so far and
+ * hands them to the loop (a uv_async), so the index sees a long job's
+ * progress while it runs. Back on the loop, a committed move adds the destination location
  * to the index (worker "_advisor"); after the grace period a later job
  * deletes the source object (journal: source_deleted) and the loop removes
  * the source location. An eviction deletes the object and its location.
@@ -65,6 +67,10 @@ typedef struct kvp__tier_stats_s {
   uint64_t hits_dropped;      /* G4 hits past KVP__TIER_HITS_MAX between two rounds */
   uint64_t events_published;  /* moves announced as worker _advisor */
   uint64_t events_dropped;    /* announcements the publisher refused */
+  uint64_t skipped;           /* moves not tried: a volume went offline during their job */
+  uint64_t quarantined;       /* copies that failed verification, deleted and their location dropped */
+  uint64_t lost;              /* of which the block's only copy */
+  uint64_t batches;           /* batches of outcomes applied to the index while their job ran */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */
@@ -74,11 +80,13 @@ typedef struct kvp__tier_vol_stats_s {
   uint64_t capacity, used; /* used: bytes the index places there (fill = used / capacity) */
   uint64_t blocks;         /* blocks the index places there */
   uint64_t moved_in, moved_out, bytes_in, bytes_out, evicted;
-  uint64_t failed_full;  /* moves into it refused for space (then a 30 s backoff) */
+  uint64_t failed_full;  /* moves into it refused for space (then a backoff of 30 s, doubling) */
   uint64_t failed_other; /* moves out of it that failed otherwise */
   uint64_t missing;      /* blocks the index placed there that were not (locations dropped) */
+  uint64_t quarantined;  /* its copies that failed verification (deleted, locations dropped) */
   uint64_t queued;       /* moved blocks whose source copy waits for the grace period */
-  int backoff;           /* 1 while no moves go into it */
+  int backoff;           /* 1 while no moves go into it or out of it */
+  int offline;           /* 1 while its identity is gone (KVP_EOFFLINE) */
 } kvp__tier_vol_stats_t;
 
 /* Fills up to cap volumes' figures; returns how many volumes there are. */

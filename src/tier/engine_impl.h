@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "common/map64.h"
 #include "index/index.h"
 #include "kvplane/publisher.h"
 #include "kvplane/volume.h"
@@ -27,16 +28,34 @@
 #include "tier/policy.h"
 
 #define ADVISOR_WORKER "_advisor"
-#define BACKOFF_MS 30000
+/* Backoff after a failed move, per volume: BACKOFF_BASE_MS doubled for each
+ * failure in a row, at most BACKOFF_CAP_MS; a full volume (KVP_ENOSPC)
+ * starts at BACKOFF_FULL_MS. */
+#define BACKOFF_BASE_MS 1000
+#define BACKOFF_FULL_MS 30000
+#define BACKOFF_CAP_MS 300000
+/* A volume's warnings: one line per this interval, with the count of the
+ * ones suppressed. */
+#define LOG_INTERVAL_MS 10000
+/* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
+ * whichever comes first. */
+#define BATCH_MOVES 64
+#define BATCH_MS 100
 
 typedef struct vol_s {
   kvp_volume_t *v;
   char name[64];
   int tier;
   uint64_t capacity;
-  uint16_t id; /* the index's volume id */
-  uint64_t backoff_until_ms;
-  kvp__tier_vol_stats_t st; /* name, tier, capacity in st too */
+  uint16_t id;               /* the index's volume id */
+  uint64_t backoff_until_ms; /* no moves into it before */
+  uint64_t out_until_ms;     /* no moves out of it before (its reads failed) */
+  uint32_t fails;            /* failures in a row, for the backoff's doubling */
+  int offline;               /* its identity is gone (KVP_EOFFLINE): no moves in or out */
+  int offline_job;           /* the job saw KVP_EOFFLINE: it skips the volume (atomic) */
+  uint64_t log_ms;           /* when its last warning was written */
+  uint64_t suppressed;       /* warnings not written since */
+  kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
 } vol_t;
 
 /* One unit of work for the job, and its outcome. */
@@ -49,6 +68,10 @@ typedef struct op_s {
   int64_t journal_id;
   int rc;
   int src_missing; /* a demotion's source was not in its volume */
+  int skipped;     /* not tried: one of its volumes went offline during the job */
+  int quarantined; /* its source failed verification: deleted, never tried again */
+  size_t pend;     /* a source delete (kind -1): its entry in pend */
+  uint32_t blame;  /* the volume whose operation failed */
   char err[256];
 } op_t;
 
@@ -57,6 +80,7 @@ typedef struct pend_s {
   uint64_t hash, due_ms;
   uint32_t from;
   int deleting; /* handed to the running job */
+  int done;     /* its delete succeeded: removed at the end of the job's completion */
   int64_t journal_id;
 } pend_t;
 
@@ -82,11 +106,16 @@ struct kvp__tier_engine_s {
   uv_timer_t timer;
   int timer_ready, running;
   uv_work_t work;
+  uv_async_t async; /* the job's batches of outcomes, ready for the loop */
+  int async_ready, handles_open;
   op_t *ops;
   size_t nops, ops_cap;
+  size_t ready;   /* ops[0, ready) journaled by the job (atomic) */
+  size_t applied; /* ops[0, applied) applied to the index by the loop */
   int busy;
   pend_t *pend;
   size_t npend, pend_cap;
+  kvp__map64_t pendset; /* hash -> bit mask of the volumes in pend with it (O(1) pending()) */
   void (*on_idle)(void *ctx);
   void *idle_ctx;
   kvp__tier_stats_t st;
@@ -110,10 +139,26 @@ static inline int kvp__tier_is_copy(int kind) {
 /* The job, queued with uv_queue_work by a round (engine_job.c). */
 void kvp__tier_job_work(uv_work_t *req);
 void kvp__tier_job_after(uv_work_t *req, int status);
+/* The async callback: applies the outcomes the job has journaled so far. */
+void kvp__tier_job_progress(uv_async_t *h);
+
+/* Adds a moved block's source, deleted after the grace period, to pend and
+ * pendset. Returns 0 or KVP_ENOMEM (the source then stays). (locations.c) */
+int kvp__tier_pend_add(kvp__tier_engine_t *e, uint64_t hash, uint64_t due_ms, uint32_t from,
+                       int64_t journal_id);
+
+/* Removes the entries marked done from pend and pendset, in one pass.
+ * (locations.c) */
+void kvp__tier_pend_compact(kvp__tier_engine_t *e);
 
 /* Looks hash up with all its locations, however many workers hold it, into
  * e->locs. Returns 0 or KVP_ENOENT / KVP_ENOMEM. (locations.c) */
 int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__index_block_t *b, size_t *n);
+
+/* A warning about volume v, rate-limited per volume (LOG_INTERVAL_MS): a
+ * line written says how many were suppressed before it. (locations.c) */
+void kvp__tier_vol_warn(vol_t *v, uint64_t now, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */

@@ -70,8 +70,7 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
   } else if (from >= 0 && to >= 0 && kvp__index_get(e->ix, hash, &b, NULL, 0, NULL) == 0) {
     kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
                          e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
-    if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) == 0)
-      e->pend[e->npend++] = (pend_t){hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, 0, id};
+    kvp__tier_pend_add(e, hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, id);
     kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " committed before a restart; its "
                  "source is deleted after the grace period",
                  id, hash);
@@ -123,6 +122,7 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
     return KVP_ENOMEM;
   e->loop = loop;
   e->ix = ix;
+  kvp__map64_init(&e->pendset, 0);
   snprintf(e->ns, sizeof e->ns, "%s", o->ns);
   snprintf(e->db_path, sizeof e->db_path, "%s", o->db_path);
   kvp__tier_params_init(&e->prm);
@@ -191,6 +191,14 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   }
   e->timer.data = e;
   e->timer_ready = 1;
+  e->handles_open++;
+  if (uv_async_init(loop, &e->async, kvp__tier_job_progress) != 0) {
+    rc = KVP_ENOMEM;
+    goto fail;
+  }
+  e->async.data = e;
+  e->async_ready = 1;
+  e->handles_open++;
   kvp_log_info("tiering: %zu volumes, watermarks %.2f/%.2f, every %" PRIu64 " ms", e->nvols,
                e->prm.low_watermark, e->prm.high_watermark, e->interval_ms);
   *out = e;

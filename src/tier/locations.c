@@ -3,7 +3,12 @@
  * (engine.c), the job's completion (engine_job.c) and recovery
  * (engine_open.c) use these; they call nothing of those files. Loop
  * thread. */
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+
 #include "common/array.h"
+#include "common/log.h"
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
 
@@ -30,4 +35,51 @@ void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t 
   for (size_t i = n; i-- > 0;)
     if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id)
       kvp__index_remove(e->ix, hash, e->locs[i].worker, v->tier, v->id);
+}
+
+void kvp__tier_vol_warn(vol_t *v, uint64_t now, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  if (v->log_ms != 0 && now - v->log_ms < LOG_INTERVAL_MS) {
+    v->suppressed++;
+    return;
+  }
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (v->suppressed)
+    kvp_log_warn("%s (and %" PRIu64 " more warnings about volume %s in the last %d s)", line,
+                 v->suppressed, v->name, LOG_INTERVAL_MS / 1000);
+  else
+    kvp_log_warn("%s", line);
+  v->log_ms = now;
+  v->suppressed = 0;
+}
+
+int kvp__tier_pend_add(kvp__tier_engine_t *e, uint64_t hash, uint64_t due_ms, uint32_t from,
+                       int64_t journal_id) {
+  uint64_t *mask = kvp__map64_find(&e->pendset, hash);
+  if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) != 0)
+    return KVP_ENOMEM;
+  if (mask != NULL)
+    *mask |= 1ull << from; /* volumes are at most KVP__TIER_MAX_VOLUMES, 64 */
+  else if (kvp__map64_put(&e->pendset, hash, 1ull << from) != 0)
+    return KVP_ENOMEM;
+  e->pend[e->npend++] = (pend_t){.hash = hash, .due_ms = due_ms, .from = from,
+                                 .journal_id = journal_id};
+  return 0;
+}
+
+void kvp__tier_pend_compact(kvp__tier_engine_t *e) {
+  size_t k = 0;
+  for (size_t i = 0; i < e->npend; i++) {
+    if (!e->pend[i].done) {
+      e->pend[k++] = e->pend[i];
+      continue;
+    }
+    uint64_t *mask = kvp__map64_find(&e->pendset, e->pend[i].hash);
+    if (mask != NULL && (*mask &= ~(1ull << e->pend[i].from)) == 0)
+      kvp__map64_del(&e->pendset, e->pend[i].hash, NULL);
+  }
+  e->npend = k;
 }

@@ -6,6 +6,7 @@
  * interrupted by a crash are failed at the next open and committed ones
  * finished; a volume that does not open stops the engine with its name. */
 #include <pthread.h>
+#include <unistd.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -543,6 +544,7 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'failed'"), 2);
 
   assert_int_equal(kvp_s3d_restart(&s3), 0);
+  usleep(1100 * 1000); /* G4's backoff after its first failed job (1 s) */
   for (int i = 0; i < 10; i++)
     round_and_wait(f, e); /* 8 -> 6 -> 4 (0.4: at most the high watermark) */
   kvp__tier_engine_stats(e, &st);
@@ -603,6 +605,7 @@ static void s3_killed_during_a_job(void **state) {
       q1(f->db, "SELECT count(*) FROM migrations WHERE state IN ('queued', 'copying')"), 0);
 
   assert_int_equal(kvp_s3d_restart(&s3), 0);
+  usleep(1100 * 1000); /* G4's backoff after its first failed job (1 s) */
   for (int i = 0; i < 20 && (st.demoted < 9 || st.sources_deleted < st.demoted); i++) {
     round_and_wait(f, e);
     kvp__tier_engine_stats(e, &st);
@@ -658,6 +661,114 @@ static void a_volume_that_does_not_open_is_named(void **state) {
   assert_null(e);
 }
 
+/* G4's directory renamed away (a dropped mount, a moved directory): the
+ * first failed move marks it offline; later rounds try nothing into it (no
+ * failure per move and round), its path is not re-created, the sources
+ * stay; renamed back, a round finds it online and the moves go. */
+static void an_offline_volume_is_left_alone_until_it_is_back(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512], away[400];
+  kvp__tier_stats_t st;
+  kvp__tier_vol_stats_t vs[4];
+
+  f->cfg.tier_low = 0.1; /* 9 demotions wanted */
+  seed(f, 10);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  snprintf(away, sizeof away, "%s/g4-away", f->dir);
+  assert_int_equal(rename(f->p4, away), 0);
+  for (int i = 0; i < 20; i++)
+    round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 0);
+  assert_int_equal(st.failed, 1); /* 180 before: 9 moves a round, 20 rounds */
+  assert_true(st.skipped <= 8);
+  assert_int_equal(kvp__tier_engine_volumes(e, vs, 4), 2);
+  assert_int_equal(vs[1].offline, 1);
+  assert_int_equal(vs[1].backoff, 1);
+  assert_int_not_equal(access(f->p4, F_OK), 0); /* never re-created */
+  assert_int_equal(locs_in(f, 10, 3), 1);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 10), 1);
+  /* Back. */
+  assert_int_equal(rename(away, f->p4), 0);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 9);
+  assert_int_equal(kvp__tier_engine_volumes(e, vs, 4), 2);
+  assert_int_equal(vs[1].offline, 0);
+  kvp__tier_engine_close(e);
+}
+
+/* A flipped byte in a G3 copy: the demotion that reads it quarantines it
+ * once (the object deleted, the location dropped, one journal row saying
+ * so); later rounds never plan it again. */
+static void a_corrupt_copy_is_quarantined_once(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512], path[512];
+  kvp__tier_stats_t st;
+
+  seed(f, 10);
+  snprintf(path, sizeof path, "%s/t/00/%016x", f->p3, 10);
+  FILE *fp = fopen(path, "r+b");
+  assert_non_null(fp);
+  fseek(fp, KVP_FRAME_HEADER + 500, SEEK_SET);
+  fputc(0xee, fp); /* the payload is all 10s */
+  fclose(fp);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  for (int i = 0; i < 6; i++)
+    round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.quarantined, 1);
+  assert_int_equal(st.lost, 1);
+  assert_int_equal(st.failed, 0);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE hash = 10"), 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE hash = 10 AND state = 'failed'"
+                             " AND error LIKE 'quarantined: %checksum%'"),
+                   1);
+  assert_int_equal(locs_in(f, 10, 3), 0);
+  assert_int_equal(locs_in(f, 10, 4), 0);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 10), 0);
+  assert_int_equal(locs_in(f, 9, 4), 1); /* the rest moves as before */
+  kvp__tier_engine_close(e);
+}
+
+/* A round of 270 moves: their outcomes reach the index in batches while
+ * the job runs, not all at its end. */
+static void a_long_job_reaches_the_index_in_batches(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+  int seen_early = 0;
+
+  f->cfg.volumes[0].capacity = 300 * (1000 + KVP_FRAME_HEADER);
+  snprintf(f->cfg.volumes[1].params, sizeof f->cfg.volumes[1].params, "path=%s\n", f->p4);
+  f->cfg.tier_high = 0.5;
+  f->cfg.tier_low = 0.1;
+  f->cfg.tier_max_moves = 1000;
+  seed(f, 300);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  kvp__tier_engine_round(e);
+  while (kvp__tier_engine_busy(e)) {
+    uv_run(&f->loop, UV_RUN_ONCE);
+    if (kvp__tier_engine_busy(e) && locs_in(f, 300, 4) == 1) /* the first leaf moved */
+      seen_early = 1;
+  }
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 270);
+  assert_true(st.batches >= 1);
+  assert_true(seen_early);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'committed'"), 270);
+  kvp__tier_engine_close(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(cold_g3_blocks_move_to_g4_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(full_destination_fails_cleanly, setup, teardown),
@@ -670,6 +781,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(s3_as_g4_survives_a_server_restart, setup, teardown),
     cmocka_unit_test_setup_teardown(s3_killed_during_a_job, setup, teardown),
     cmocka_unit_test_setup_teardown(a_block_held_by_many_workers_still_moves, setup, teardown),
+    cmocka_unit_test_setup_teardown(an_offline_volume_is_left_alone_until_it_is_back, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(a_corrupt_copy_is_quarantined_once, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_long_job_reaches_the_index_in_batches, setup, teardown),
 };
 
 KVP_TEST_MAIN("tier_engine", tests)

@@ -4,6 +4,7 @@
  * at open). The contract every plugin keeps (bytes, misses, capacity,
  * stat, iterate, threads) is the conformance suite's: conformance.c. */
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +275,66 @@ static void posix_open_removes_leftovers_and_rebuilds_usage(void **state) {
   assert_int_equal(kvp_volume_exists(f->v, "a", 15ull << 56 | 15), 1);
 }
 
+/* Counts the regular files under dir, recursively. */
+static int files_under(const char *dir) {
+  count_t c = {0};
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "find '%s' -type f | wc -l", dir);
+  FILE *fp = popen(cmd, "r");
+  if (fp == NULL || fscanf(fp, "%" SCNu64, &c.n) != 1)
+    c.n = 999;
+  if (fp)
+    pclose(fp);
+  return (int)c.n;
+}
+
+/* A dropped mount, simulated: the volume's directory renamed away and an
+ * empty one at its path (a bare mountpoint), then deleted: puts and deletes
+ * are KVP_EOFFLINE and write nothing under the path, a miss is KVP_EOFFLINE
+ * (not "not there"), and once the directory is back the volume works. */
+static void posix_without_its_marker_is_offline(void **state) {
+  fx_t *f = *state;
+  uint8_t in[500], out[500];
+  char err[512], away[400];
+  kvp_volume_stat_t st;
+  kvp_frame_t m = meta_of(0x42, sizeof in), got;
+
+  fill(in, sizeof in, 4);
+  assert_int_equal(kvp_volume_put_block(f->v, "n", &m, in, err, sizeof err), 0);
+  snprintf(away, sizeof away, "%s/away", f->dir);
+  assert_int_equal(rename(f->root, away), 0);
+  assert_int_equal(mkdir(f->root, 0700), 0); /* the bare mountpoint */
+  kvp_frame_t m2 = meta_of(0x43, sizeof in);
+  assert_int_equal(kvp_volume_put_block(f->v, "n", &m2, in, err, sizeof err), KVP_EOFFLINE);
+  assert_non_null(strstr(err, "offline"));
+  assert_non_null(strstr(err, f->root));
+  assert_int_equal(files_under(f->root), 0);
+  assert_int_equal(kvp_volume_delete(f->v, "n", 0x42, err, sizeof err), KVP_EOFFLINE);
+  assert_int_equal(kvp_volume_get_block(f->v, "n", 0x42, &got, out, sizeof out, err, sizeof err),
+                   KVP_EOFFLINE);
+  assert_int_equal(kvp_volume_exists(f->v, "n", 0x42), KVP_EOFFLINE);
+  assert_int_equal(kvp_volume_stat(f->v, &st, err, sizeof err), KVP_EOFFLINE);
+  /* Deleted: the same. */
+  assert_int_equal(rmdir(f->root), 0);
+  assert_int_equal(kvp_volume_put_block(f->v, "n", &m2, in, err, sizeof err), KVP_EOFFLINE);
+  assert_int_not_equal(access(f->root, F_OK), 0); /* the root is never re-created */
+  /* Back: online again, the old object there. */
+  assert_int_equal(rename(away, f->root), 0);
+  assert_int_equal(kvp_volume_exists(f->v, "n", 0x42), 1);
+  assert_int_equal(kvp_volume_put_block(f->v, "n", &m2, in, err, sizeof err), 0);
+  assert_int_equal(kvp_volume_stat(f->v, &st, err, sizeof err), 0);
+  assert_int_equal(st.blocks, 2);
+  /* init=never: an empty directory is not taken for the volume. */
+  kvp_volume_t *v = NULL;
+  char bare[400];
+  snprintf(bare, sizeof bare, "%s/bare", f->dir);
+  assert_int_equal(mkdir(bare, 0700), 0);
+  kvp_volume_param_t p[2] = {{"path", bare}, {"init", "never"}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 2, &v, err, sizeof err),
+                   KVP_EOFFLINE);
+  assert_int_equal(files_under(bare), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(frame_checks_every_field),
     cmocka_unit_test(loader_names_file_and_cause),
@@ -281,6 +342,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(posix_corruption_on_disk_is_detected, setup, teardown),
     cmocka_unit_test_setup_teardown(posix_open_removes_leftovers_and_rebuilds_usage, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(posix_without_its_marker_is_offline, setup, teardown),
 };
 
 KVP_TEST_MAIN("volume", tests)
