@@ -10,7 +10,7 @@
  * Prints MB/s and moves/s at 64 KiB and 2 MiB blocks with the ratio to the
  * plain loop, and the journal's share of the engine's time (the same
  * journal writes, three transactions per round, timed alone). Then the same
- * with G4 on s3rver (a local S3-protocol server, the s3 plugin; fewer
+ * with G4 on the verifying S3 server (tests/tools/s3_verify.py, the s3 plugin; fewer
  * blocks), beside a loop that reads each block's file and PUTs it through
  * the s3 plugin (framed and checksummed, no read-back, no journal). */
 #include <fcntl.h>
@@ -30,7 +30,7 @@
 #include "harness.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
-#include "s3d.h"
+#include "s3v.h"
 #include "tier/engine.h"
 #include "store/journal.h"
 
@@ -105,7 +105,7 @@ static double journal_alone(const char *db_path, size_t n) {
   return t;
 }
 
-static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
+static int run_size(size_t bytes, size_t n, const kvp_s3v_t *s3) {
   char dir[256], db[300], p3[300], p4[300], plain[300], err[512];
   kvp__index_t *ix = NULL;
   kvp__store_t *st = NULL;
@@ -168,7 +168,7 @@ static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
     snprintf(b->params, sizeof b->params,
              "endpoint=%s\nbucket=%s\naccess_key=%s\nsecret_key=%s\nprefix=g4/\n"
              "timeout_ms=30000\n",
-             s3->endpoint, s3->bucket, KVP_S3D_ACCESS, KVP_S3D_SECRET);
+             s3->endpoint, s3->bucket, KVP_S3V_ACCESS, KVP_S3V_SECRET);
   } else {
     snprintf(b->plugin, sizeof b->plugin, "posix");
     snprintf(b->params, sizeof b->params, "path=%s\nfsync=off\n", p4);
@@ -181,7 +181,7 @@ static int run_size(size_t bytes, size_t n, const kvp_s3d_t *s3) {
   if (s3 != NULL) {
     kvp_volume_t *pv = NULL;
     kvp_volume_param_t q[6] = {{"endpoint", s3->endpoint},     {"bucket", s3->bucket},
-                               {"access_key", KVP_S3D_ACCESS}, {"secret_key", KVP_S3D_SECRET},
+                               {"access_key", KVP_S3V_ACCESS}, {"secret_key", KVP_S3V_SECRET},
                                {"prefix", "plain/"},           {"timeout_ms", "30000"}};
     if (kvp_volume_open(KVP_BINARY_DIR "/plugins", "s3", "plain", q, 6, &pv, err, sizeof err) !=
         0) {
@@ -249,16 +249,16 @@ KVP_BENCH_SUITE(migrate, "tiering: G3 -> G4 moves (verified, journaled) vs a pla
     return 1;
   if (!with_s3)
     return 0;
-  kvp_s3d_t s3 = {0};
-  if (kvp_s3d_program() == NULL || kvp_s3d_start(&s3, 0) != 0) {
-    fprintf(stderr, "bench migrate: s3rver is not installed or did not start (scripts/setup.sh "
+  kvp_s3v_t s3 = {0};
+  if (kvp_s3v_start(&s3, NULL) != 0) {
+    fprintf(stderr, "bench migrate: the verifying S3 server did not start (scripts/setup.sh "
                     "installs it; --no-s3 skips this part)\n");
     return 1;
   }
-  printf("# posix -> s3 on a local s3rver (%s): the same engine, G4 through the s3 plugin\n",
+  printf("# posix -> s3 on the local verifying S3 server (%s): the same engine, G4 through the s3 plugin\n",
          s3.endpoint);
   size_t s64 = n64 / 16 ? n64 / 16 : 1, s2m = n2m / 8 ? n2m / 8 : 1;
   int rc = run_size(64u << 10, s64, &s3) != 0 || run_size(2u << 20, s2m, &s3) != 0;
-  kvp_s3d_stop(&s3);
+  kvp_s3v_stop(&s3);
   return rc;
 }

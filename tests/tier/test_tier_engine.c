@@ -19,7 +19,7 @@
 #include "advisor/advisor.h"
 #include "harness.h"
 #include "natsd.h"
-#include "s3d.h"
+#include "s3v.h"
 #include <nats/nats.h>
 #include "kvplane/subjects.h"
 #include "kvplane/wire.h"
@@ -469,26 +469,24 @@ static void the_throttle_defers_moves(void **state) {
   kvp__tier_engine_close(e);
 }
 
-/* Starts s3rver and makes the fixture's G4 volume an s3 one on it. */
-static void s3_as_g4(fx_t *f, kvp_s3d_t *s3) {
-  if (kvp_s3d_program() == NULL)
-    fail_msg("s3rver is not installed: run scripts/setup.sh");
-  assert_int_equal(kvp_s3d_start(s3, 0), 0);
+/* Starts the verifying S3 server (tests/tools/s3_verify.py) and makes the fixture's G4 volume an s3 one on it. */
+static void s3_as_g4(fx_t *f, kvp_s3v_t *s3) {
+  assert_int_equal(kvp_s3v_start(s3, NULL), 0);
   kvp_advisor_volume_t *v4 = &f->cfg.volumes[1];
   snprintf(v4->plugin, sizeof v4->plugin, "s3");
   snprintf(v4->params, sizeof v4->params,
            "endpoint=%s\nbucket=%s\naccess_key=%s\nsecret_key=%s\nprefix=kv/\n"
            "timeout_ms=2000\nretries=1\n",
-           s3->endpoint, s3->bucket, KVP_S3D_ACCESS, KVP_S3D_SECRET);
+           s3->endpoint, s3->bucket, KVP_S3V_ACCESS, KVP_S3V_SECRET);
 }
 
 /* The test's own handle on that G4 volume. */
-static kvp_volume_t *open_s3_g4(const kvp_s3d_t *s3) {
+static kvp_volume_t *open_s3_g4(const kvp_s3v_t *s3) {
   kvp_volume_t *g4 = NULL;
   char err[512];
   kvp_volume_param_t p[6] = {
-      {"endpoint", s3->endpoint},     {"bucket", s3->bucket}, {"access_key", KVP_S3D_ACCESS},
-      {"secret_key", KVP_S3D_SECRET}, {"prefix", "kv/"},      {"timeout_ms", "3000"}};
+      {"endpoint", s3->endpoint},     {"bucket", s3->bucket}, {"access_key", KVP_S3V_ACCESS},
+      {"secret_key", KVP_S3V_SECRET}, {"prefix", "kv/"},      {"timeout_ms", "3000"}};
   assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "s3", "g4", p, 6, &g4, err, sizeof err),
                    0);
   return g4;
@@ -510,7 +508,7 @@ static int in_g4_alone(fx_t *f, kvp_volume_t *g4, uint64_t h) {
   return b;
 }
 
-/* G4 on an S3-protocol server (s3rver on loopback, the s3 plugin): moves
+/* G4 on an S3-protocol server (the verifying S3 server on loopback, the s3 plugin): moves
  * commit while it runs; stopped mid-run, the moves into it fail and their
  * sources stay; restarted, the next rounds finish the work. Every block
  * ends in exactly one volume, its frame valid. */
@@ -518,7 +516,7 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
   kvp__tier_stats_t st;
-  kvp_s3d_t s3;
+  kvp_s3v_t s3;
   kvp_volume_t *g4 = NULL;
   char err[512];
 
@@ -532,7 +530,7 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 2);
 
-  kvp_s3d_kill(&s3);
+  kvp_s3v_kill(&s3);
   /* The chain's next leaf waits for the sources of the two to go (G3,
    * posix); then its moves into the stopped G4 fail. */
   round_and_wait(f, e);
@@ -543,7 +541,7 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   assert_int_equal(st.sources_deleted, 2);
   assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'failed'"), 2);
 
-  assert_int_equal(kvp_s3d_restart(&s3), 0);
+  assert_int_equal(kvp_s3v_restart(&s3), 0);
   usleep(1100 * 1000); /* G4's backoff after its first failed job (1 s) */
   for (int i = 0; i < 10; i++)
     round_and_wait(f, e); /* 8 -> 6 -> 4 (0.4: at most the high watermark) */
@@ -558,23 +556,23 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
     in4 += in_g4_alone(f, g4, h);
   assert_int_equal(in4, 6);
   kvp_volume_close(g4);
-  kvp_s3d_stop(&s3);
+  kvp_s3v_stop(&s3);
 }
 
-/* Kills s3rver after delay_ms, from another thread: while the job runs. */
+/* Kills the S3 server after delay_ms, from another thread: while the job runs. */
 typedef struct killer_s {
-  kvp_s3d_t *s3;
+  kvp_s3v_t *s3;
   int delay_ms;
 } killer_t;
 
 static void *kill_later(void *arg) {
   killer_t *k = arg;
   nats_Sleep(k->delay_ms);
-  kvp_s3d_kill(k->s3);
+  kvp_s3v_kill(k->s3);
   return NULL;
 }
 
-/* s3rver killed in the middle of a job of nine moves into it (25 ms in;
+/* The S3 server killed in the middle of a job of nine moves into it (25 ms in;
  * each move is a PUT and a GET back), then restarted: the moves it cut
  * fail or commit, never half; the next rounds finish the work, and every
  * block ends in exactly one volume with a valid frame, the index agreeing. */
@@ -582,7 +580,7 @@ static void s3_killed_during_a_job(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
   kvp__tier_stats_t st;
-  kvp_s3d_t s3;
+  kvp_s3v_t s3;
   kvp_volume_t *g4 = NULL;
   pthread_t th;
   char err[512];
@@ -598,13 +596,13 @@ static void s3_killed_during_a_job(void **state) {
   round_and_wait(f, e);
   pthread_join(th, NULL);
   kvp__tier_engine_stats(e, &st);
-  print_message("with s3rver killed 25 ms into the job: %llu moves committed, %llu failed\n",
+  print_message("with the S3 server killed 25 ms into the job: %llu moves committed, %llu failed\n",
                 (unsigned long long)st.demoted, (unsigned long long)st.failed);
   assert_int_equal(st.demoted + st.failed, 9);
   assert_int_equal(
       q1(f->db, "SELECT count(*) FROM migrations WHERE state IN ('queued', 'copying')"), 0);
 
-  assert_int_equal(kvp_s3d_restart(&s3), 0);
+  assert_int_equal(kvp_s3v_restart(&s3), 0);
   usleep(1100 * 1000); /* G4's backoff after its first failed job (1 s) */
   for (int i = 0; i < 20 && (st.demoted < 9 || st.sources_deleted < st.demoted); i++) {
     round_and_wait(f, e);
@@ -618,7 +616,7 @@ static void s3_killed_during_a_job(void **state) {
   for (uint64_t h = 1; h <= 10; h++)
     assert_int_equal(in_g4_alone(f, g4, h), h != 1); /* the chain's root stays in G3 */
   kvp_volume_close(g4);
-  kvp_s3d_stop(&s3);
+  kvp_s3v_stop(&s3);
 }
 
 /* Block 10 is also in G1 at 100 workers: its G3 location is still seen
