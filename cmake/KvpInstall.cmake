@@ -1,7 +1,7 @@
 # Install: library, public headers, the .proto, CMake package and pkg-config;
-# the systemd units, their system user and the relay's environment file. (The
-# programs and the advisor's configuration are installed by tools/, the
-# plugins by plugins/.)
+# the systemd units, their system user, the advisor's configuration and the
+# relay's environment file. (The programs are installed by tools/, the plugins
+# by plugins/.)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS kvplane kvplane_static
@@ -66,7 +66,13 @@ set(KVP_SYSTEMD_UNIT_DIR lib/systemd/system CACHE STRING
 set(KVP_SYSUSERS_DIR lib/sysusers.d CACHE STRING
   "sysusers.d directory, relative to the install prefix or absolute")
 install(FILES etc/systemd/kvplane.sysusers.conf DESTINATION ${KVP_SYSUSERS_DIR} RENAME kvplane.conf)
-install(FILES etc/kvplane-relay.env DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/kvplane)
+# Configuration is the operator's once installed: a reinstall or an upgrade
+# writes only the .example beside it (cmake/KvpInstallConf.cmake).
+install(CODE "
+  set(KVP_CONF_FILES \"${PROJECT_SOURCE_DIR}/etc/kvplane-advisor.conf;${PROJECT_SOURCE_DIR}/etc/kvplane-relay.env\")
+  set(KVP_CONF_DIR \"${CMAKE_INSTALL_SYSCONFDIR}/kvplane\")
+  include(\"${PROJECT_SOURCE_DIR}/cmake/KvpInstallConf.cmake\")
+")
 # The units name the programs and configuration by absolute path, so they are
 # written at install time, for the prefix actually installed to
 # (cmake --install --prefix DIR included), by cmake/KvpInstallUnits.cmake.
