@@ -8,6 +8,7 @@
 
 #include "advisor/advisor.h"
 #include "kvplane/status.h"
+#include "metrics/build_info.h"
 
 static void usage(FILE *f) {
   fputs("usage: kvplane-advisor [--config FILE] [-o section.key=value]... [--print-config]\n"
@@ -29,6 +30,8 @@ static void usage(FILE *f) {
         "      --takeover         replace a JetStream consumer of the configured name that\n"
         "                         this database did not create (normally a refusal: another\n"
         "                         advisor may own it)\n"
+        "  -V, --version          print the version, git revision, build type and volume\n"
+        "                         plugin ABI, and exit\n"
         "  -h, --help             this text\n"
         "\n"
         "signals: SIGTERM or SIGINT applies what was received, flushes and exits 0;\n"
@@ -44,6 +47,7 @@ int main(int argc, char **argv) {
                                            {"print-config", no_argument, NULL, 'p'},
                                            {"config-reference", no_argument, NULL, 'R'},
                                            {"takeover", no_argument, NULL, 'T'},
+                                           {"version", no_argument, NULL, 'V'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   kvp_advisor_config_t cfg;
@@ -56,7 +60,7 @@ int main(int argc, char **argv) {
 
   if (overrides == NULL)
     return 2;
-  while ((opt = getopt_long(argc, argv, "c:o:h", longopts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, "c:o:hV", longopts, NULL)) != -1) {
     switch (opt) {
     case 'c':
       config = optarg;
@@ -72,6 +76,10 @@ int main(int argc, char **argv) {
       break;
     case 'R':
       kvp_advisor_config_reference(stdout);
+      free(overrides);
+      return 0;
+    case 'V':
+      kvp__build_print_version(stdout, "kvplane-advisor");
       free(overrides);
       return 0;
     case 'h':

@@ -11,6 +11,7 @@
 
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
+#include "metrics/build_info.h"
 #include "sim/sim.h"
 
 static void usage(FILE *f) {
@@ -41,6 +42,7 @@ static void usage(FILE *f) {
           "      --g3-capacity N    bytes per worker's G3 volume (default 0: unbounded)\n"
           "      --plugin-dir DIR   volume plugins (default $KVPLANE_PLUGIN_DIR, else\n"
           "                         lib/kvplane/plugins of the installed tree)\n"
+          "  -V, --version          print the version and build, and exit\n"
           "  -h, --help             this text\n\n"
           "Per worker it prints the distinct events it sent and, apart, the JetStream\n"
           "resends of them (a resend is not a new event).\n\n"
@@ -80,6 +82,7 @@ int main(int argc, char **argv) {
                                        {"volumes", required_argument, 0, 7},
                                        {"g3-capacity", required_argument, 0, 8},
                                        {"plugin-dir", required_argument, 0, 9},
+                                       {"version", no_argument, 0, 'V'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   kvp__sim_opts_t o;
@@ -89,7 +92,7 @@ int main(int argc, char **argv) {
   int c, status = 0;
 
   kvp__sim_opts_init(&o);
-  while ((c = getopt_long(argc, argv, "t:s:n:w:m:l:x:e:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "t:s:n:w:m:l:x:e:hV", opts, NULL)) != -1) {
     switch (c) {
     case 't':
       o.trace = optarg;
@@ -152,6 +155,9 @@ int main(int argc, char **argv) {
     case 9:
       o.plugin_dir = optarg;
       break;
+    case 'V':
+      kvp__build_print_version(stdout, "kvplane-sim");
+      return 0;
     case 'h':
       usage(stdout);
       return 0;

@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "kvplane/nats.h"
+#include "metrics/build_info.h"
 #include "sim/sim.h"
 
 static int parse_long(const char *opt, const char *s, long min, long max, long *out) {
@@ -55,6 +56,7 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
                                            {"workers", required_argument, NULL, 'W'},
                                            {"mode", required_argument, NULL, 'M'},
                                            {"limit", required_argument, NULL, 'X'},
+                                           {"version", no_argument, NULL, 'v'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   static const struct {
@@ -164,6 +166,9 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
     case 'h':
       a->help = 1;
       break;
+    case 'v':
+      a->version = 1;
+      break;
     default:
       return KVP__CLI_EXIT_USAGE;
     }
@@ -183,6 +188,10 @@ int main(int argc, char **argv) {
   if (rc != 0) {
     kvp__cli_usage(stderr);
     return rc;
+  }
+  if (a.version) {
+    kvp__build_print_version(stdout, "kvplane");
+    return KVP__CLI_EXIT_OK;
   }
   if (a.cmd == NULL) {
     kvp__cli_usage(a.help ? stdout : stderr);

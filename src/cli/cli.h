@@ -34,7 +34,7 @@ typedef struct kvp__cli_args_s {
   int count_set;
   kvp_nats_opts_t nats;
   long timeout;
-  int timeout_set, json, hot, cold, failed, help;
+  int timeout_set, json, hot, cold, failed, help, version;
   long count, block_size;
   char **rest; /* operands after the command */
   int nrest;

@@ -86,6 +86,8 @@ void kvp__cli_usage(FILE *f) {
         "      --tls-key FILE   client private key\n"
         "  -w, --timeout MS     reply timeout (default 5000; status: 1000)\n"
         "  -h, --help\n"
+        "      --version        print the version, git revision, build type and volume\n"
+        "                       plugin ABI, and exit\n"
         "\n"
         "exit status: 0 success; 1 usage or a bad option; 2 the advisor did not answer\n"
         "(match, stats) or the connection failed; 3 the advisor answered with an error;\n"

@@ -14,6 +14,8 @@
 #include "cli/inspect.h"
 #include "kvplane/hash.h"
 #include "kvplane/publisher.h"
+#include "kvplane/volume_plugin.h"
+#include "metrics/build_info.h"
 #include "sim/sim.h"
 #include "sim/trace.h"
 
@@ -209,6 +211,35 @@ static void exit_statuses(void **state) {
   assert_int_equal(cli_run(c, (char *[]){"stats", "-s", url, "-w", "300", NULL}), 2);
 }
 
+/* Every program answers --version with exit 0 and one line: its name, the
+ * version, the revision, the build type and the plugin ABI; and the stats
+ * reply carries the version. */
+static void every_program_answers_version(void **state) {
+  cli_t *c = *state;
+  static const char *const progs[] = {"kvplane", "kvplane-advisor", "kvplane-relay",
+                                      "kvplane-sim"};
+  char path[600], want[256];
+
+  for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+    snprintf(path, sizeof path, "%s/tools/%s", getenv("KVP_TEST_BINDIR"), progs[i]);
+    assert_int_equal(kvp_test_spawn_wait((char *[]){path, "--version", NULL}, NULL, c->out), 0);
+    FILE *f = fopen(c->out, "r");
+    char line[512] = "";
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    snprintf(want, sizeof want, "%s %s (revision %s, build %s, volume plugin ABI %d)\n", progs[i],
+             kvp__build_version(), kvp__build_revision(), kvp__build_type(),
+             KVP_VOLUME_ABI_VERSION);
+    assert_string_equal(line, want);
+  }
+  assert_int_equal(cli_run(c, (char *[]){"stats", "-s", c->f.natsd.url, "-n", "t", NULL}), 0);
+  json_t *doc = json_loads(c->text, 0, NULL);
+  assert_non_null(doc);
+  assert_string_equal(json_string_value(json_object_get(doc, "version")), kvp__build_version());
+  json_decref(doc);
+}
+
 /* The first bytes of file path into buf (NUL-terminated); how many. */
 static size_t head_of(const char *path, char *buf, size_t len) {
   FILE *f = fopen(path, "rb");
@@ -301,6 +332,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(views_read_the_database, setup, teardown),
     cmocka_unit_test_setup_teardown(match_by_tokens, setup, teardown),
     cmocka_unit_test_setup_teardown(exit_statuses, setup, teardown),
+    cmocka_unit_test_setup_teardown(every_program_answers_version, setup, teardown),
     cmocka_unit_test_setup_teardown(report_draws_the_history, setup, teardown),
     cmocka_unit_test_setup_teardown(top_replay_and_bench, setup, teardown),
 };

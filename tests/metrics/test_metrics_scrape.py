@@ -149,7 +149,21 @@ GAUGES = ["kvplane_index_blocks", "kvplane_index_locations", "kvplane_index_byte
           "kvplane_advisor_apply_lag_seconds"]
 
 
+def check_build_info(fams, prog):
+    """kvplane_build_info is 1 with the labels the program's --version prints."""
+    f = fams["kvplane_build_info"]
+    assert f.type == "gauge", f.type
+    assert len(f.samples) == 1 and f.samples[0].value == 1, f.samples
+    lab = f.samples[0].labels
+    out = subprocess.run([os.path.join(BIN, "tools", prog), "--version"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    want = "%s %s (revision %s, build %s, volume plugin ABI %s)" % (
+        prog, lab["version"], lab["revision"], lab["build_type"], lab["plugin_abi"])
+    assert out == want, (out, want)
+
+
 def check_advisor_families(fams):
+    check_build_info(fams, "kvplane-advisor")
     for n in COUNTERS:
         assert fams[n].type == "counter", "%s: type %s" % (n, fams[n].type)
     for n in GAUGES:
@@ -337,6 +351,7 @@ def test_relay(tmp):
                   "kvplane_relay_decode_errors", "kvplane_relay_messages"]:
             assert fams[n].type == "counter", (n, fams[n].type)
         assert fams["kvplane_relay_nats_connected"].type == "gauge"
+        check_build_info(fams, "kvplane-relay")
         workers = {s.labels["worker"] for s in fams["kvplane_relay_events_in"].samples}
         assert workers == {"w0", "w1"}, workers
         assert value(fams, "kvplane_relay_nats_connected", worker="w1") == 1
