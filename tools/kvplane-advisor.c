@@ -24,7 +24,10 @@ static void usage(FILE *f) {
         "options:\n"
         "  -c, --config FILE      read FILE (INI; etc/kvplane-advisor.conf documents every key)\n"
         "  -o, --set S.K=VALUE    override one key after the file, e.g. -o store.path=/tmp/a.db\n"
-        "      --print-config     print the effective configuration and exit\n"
+        "      --print-config     check the configuration (the [volume] sections too: the\n"
+        "                         plugin, a path's parent directory and the parameters, as\n"
+        "                         the plugin's open takes them, writing nothing), print it\n"
+        "                         and exit (1 with file:line when it is wrong)\n"
         "      --config-reference print every key with its type, default, range and\n"
         "                         meaning (Markdown; docs/config.md) and exit\n"
         "      --takeover         replace a JetStream consumer of the configured name that\n"
@@ -42,14 +45,11 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
-                                           {"set", required_argument, NULL, 'o'},
-                                           {"print-config", no_argument, NULL, 'p'},
-                                           {"config-reference", no_argument, NULL, 'R'},
-                                           {"takeover", no_argument, NULL, 'T'},
-                                           {"version", no_argument, NULL, 'V'},
-                                           {"help", no_argument, NULL, 'h'},
-                                           {NULL, 0, NULL, 0}};
+  static const struct option longopts[] = {
+      {"config", required_argument, NULL, 'c'}, {"set", required_argument, NULL, 'o'},
+      {"print-config", no_argument, NULL, 'p'}, {"config-reference", no_argument, NULL, 'R'},
+      {"takeover", no_argument, NULL, 'T'},     {"version", no_argument, NULL, 'V'},
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
   kvp_advisor_config_t cfg;
   kvp_advisor_t *adv = NULL;
   const char *config = NULL;
@@ -103,6 +103,10 @@ int main(int argc, char **argv) {
     rc = kvp_advisor_config_set(&cfg, overrides[i], err, sizeof err);
   if (rc == 0)
     rc = kvp_advisor_config_check(&cfg, err, sizeof err);
+  /* The volumes as the advisor would open them: --print-config is the check
+   * to run before a restart. */
+  if (rc == 0 && (print || cfg.tiering))
+    rc = kvp_advisor_config_check_volumes(&cfg, err, sizeof err);
   free(overrides);
   if (rc != 0) {
     fprintf(stderr, "kvplane-advisor: %s\n", err);

@@ -65,26 +65,17 @@ static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"trace", required_argument, 0, 't'},
-                                       {"server", required_argument, 0, 's'},
-                                       {"ns", required_argument, 0, 'n'},
-                                       {"workers", required_argument, 0, 'w'},
-                                       {"mode", required_argument, 0, 'm'},
-                                       {"g1-blocks", required_argument, 0, 1},
-                                       {"g2-blocks", required_argument, 0, 2},
-                                       {"limit", required_argument, 0, 'l'},
-                                       {"layers", required_argument, 0, 3},
-                                       {"inner-dim", required_argument, 0, 4},
-                                       {"batch", required_argument, 0, 5},
-                                       {"no-decode", no_argument, 0, 6},
-                                       {"speedup", required_argument, 0, 'x'},
-                                       {"expect", required_argument, 0, 'e'},
-                                       {"volumes", required_argument, 0, 7},
-                                       {"g3-capacity", required_argument, 0, 8},
-                                       {"plugin-dir", required_argument, 0, 9},
-                                       {"version", no_argument, 0, 'V'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"trace", required_argument, 0, 't'},    {"server", required_argument, 0, 's'},
+      {"ns", required_argument, 0, 'n'},       {"workers", required_argument, 0, 'w'},
+      {"mode", required_argument, 0, 'm'},     {"g1-blocks", required_argument, 0, 1},
+      {"g2-blocks", required_argument, 0, 2},  {"limit", required_argument, 0, 'l'},
+      {"layers", required_argument, 0, 3},     {"inner-dim", required_argument, 0, 4},
+      {"batch", required_argument, 0, 5},      {"no-decode", no_argument, 0, 6},
+      {"speedup", required_argument, 0, 'x'},  {"expect", required_argument, 0, 'e'},
+      {"volumes", required_argument, 0, 7},    {"g3-capacity", required_argument, 0, 8},
+      {"plugin-dir", required_argument, 0, 9}, {"version", no_argument, 0, 'V'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   kvp__sim_opts_t o;
   kvp__sim_t *sim;
   const char *expect = NULL;

@@ -222,7 +222,7 @@ static int on_entry(void *user, const char *section, const char *name, const cha
     const char *dname = section + pl + 1;
     while (*dname == ' ')
       dname++;
-    if (c->dyn(c->dyn_ctx, dname, name, value, why, sizeof why) != 0) {
+    if (c->dyn(c->dyn_ctx, dname, name, value, lineno, why, sizeof why) != 0) {
       snprintf(c->err, c->errlen, "%s:%d: [%s] %s", c->path, lineno, section, why);
       c->failed = 1;
       return 0;

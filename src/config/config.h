@@ -42,9 +42,10 @@ int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, v
 
 /* Entries of sections named "<prefix> <name>" (such as [volume g3-nvme0]),
  * which a fixed table cannot list: called once per key with the name after
- * the prefix. Returns 0, or KVP_ECONFIG with err set (without file or line). */
+ * the prefix and the key's line in the file, for checks made later to name
+ * it. Returns 0, or KVP_ECONFIG with err set (without file or line). */
 typedef int (*kvp__conf_dyn_fn)(void *ctx, const char *name, const char *key, const char *value,
-                                char *err, size_t errlen);
+                                int line, char *err, size_t errlen);
 
 /* kvp__conf_load, with sections "<dyn_prefix> <name>" handed to dyn. */
 int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj,

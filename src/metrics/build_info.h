@@ -10,10 +10,10 @@
 
 #include "metrics/prom.h"
 
-const char *kvp__build_version(void);    /* "0.1.0", the project's VERSION */
-const char *kvp__build_revision(void);   /* "9865957-dirty" or "unknown" */
-const char *kvp__build_type(void);       /* "RelWithDebInfo", or "none" */
-int kvp__build_plugin_abi(void);         /* KVP_VOLUME_ABI_VERSION */
+const char *kvp__build_version(void);  /* "0.1.0", the project's VERSION */
+const char *kvp__build_revision(void); /* "9865957-dirty" or "unknown" */
+const char *kvp__build_type(void);     /* "RelWithDebInfo", or "none" */
+int kvp__build_plugin_abi(void);       /* KVP_VOLUME_ABI_VERSION */
 
 /* One line on f: "PROG VERSION (revision R, build TYPE, volume plugin ABI N)". */
 void kvp__build_print_version(FILE *f, const char *prog);

@@ -216,8 +216,7 @@ static void exit_statuses(void **state) {
  * reply carries the version. */
 static void every_program_answers_version(void **state) {
   cli_t *c = *state;
-  static const char *const progs[] = {"kvplane", "kvplane-advisor", "kvplane-relay",
-                                      "kvplane-sim"};
+  static const char *const progs[] = {"kvplane", "kvplane-advisor", "kvplane-relay", "kvplane-sim"};
   char path[600], want[256];
 
   for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
