@@ -85,12 +85,14 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
         return KVP__CLI_EXIT_USAGE;
       }
       taken = 1;
+      a->nats_set = 1;
     }
     if (taken)
       continue;
     switch (opt) {
     case 'n':
       a->ns = optarg;
+      a->ns_set = 1;
       break;
     case 'w':
       if (parse_long("--timeout", optarg, 1, 3600000, &a->timeout) != 0)

@@ -293,6 +293,12 @@ int kvp__cli_cmd_top(const kvp__cli_args_t *a) {
     fprintf(stderr, "kvplane top: %s\n", err);
     return KVP__CLI_EXIT_NODB;
   }
+  kvp__cli_args_t live;
+  char ns[128];
+  if ((rc = kvp__cli_live_args(a, db, &live, ns, sizeof ns)) != 0) {
+    sqlite3_close(db);
+    return rc;
+  }
   signal(SIGINT, on_interrupt);
   signal(SIGTERM, on_interrupt);
   for (long i = 0; !interrupted && (!a->count_set || i < a->count); i++) {
@@ -304,7 +310,11 @@ int kvp__cli_cmd_top(const kvp__cli_args_t *a) {
     if (interrupted)
       break;
     uint64_t now = kvp__unix_ms();
-    kvp__cli_request(a, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &cur);
+    kvp__cli_request(&live, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &cur);
+    if ((rc = kvp__cli_live_check(&live, cur)) != 0) {
+      json_decref(cur);
+      break;
+    }
     kvp__cli_rates(prev, cur, now - prev_ms, &r);
     if (tty) {
       kvp__cli_out_t o = {.f = stdout, .json = 0, .now_ms = now};

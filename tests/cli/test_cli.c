@@ -131,6 +131,32 @@ static void views_read_the_database(void **state) {
   assert_true(json_is_object(json_object_get(j, "advisor")));
   json_decref(j);
 
+  /* Never two advisors: without -n the database's namespace is asked; a
+   * namespace that is not the database's is refused, naming both. */
+  assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: core mode"));
+  char sh[1200];
+  snprintf(sh, sizeof sh, "%s status --db %s -s %s -n other 2>&1", c->prog, db, url);
+  assert_int_equal(kvp_test_spawn_wait((char *[]){"sh", "-c", sh, NULL}, NULL, c->out), 1);
+  FILE *ef = fopen(c->out, "r");
+  char line[600] = "";
+  assert_non_null(ef);
+  assert_non_null(fgets(line, sizeof line, ef));
+  fclose(ef);
+  assert_non_null(strstr(line, "namespace 't'"));
+  assert_non_null(strstr(line, "namespace 'other'"));
+  assert_int_equal(
+      cli_run(c, (char *[]){"top", "--db", db, "-s", url, "-n", "other", "-N", "1", NULL}), 1);
+  /* -c gives the namespace and the servers with the database. */
+  char conf[600];
+  snprintf(conf, sizeof conf, "%s/cli.conf", c->f.dir);
+  FILE *cf = fopen(conf, "w");
+  assert_non_null(cf);
+  fprintf(cf, "[nats]\nservers = %s\n[advisor]\nnamespace = t\n[store]\npath = %s\n", url, db);
+  fclose(cf);
+  assert_int_equal(cli_run(c, (char *[]){"status", "-c", conf, NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: core mode"));
+
   /* Without an advisor: status still prints the database, exit 0. */
   assert_int_equal(advfix_stop(&c->f), 0);
   assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, "-n", "t", NULL}), 0);
