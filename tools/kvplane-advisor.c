@@ -60,6 +60,8 @@ int main(int argc, char **argv) {
 
   if (overrides == NULL)
     return 2;
+  if (strrchr(argv[0], '/') != NULL)
+    argv[0] = strrchr(argv[0], '/') + 1; /* getopt's messages: the name, not the path */
   while ((opt = getopt_long(argc, argv, "c:o:hV", longopts, NULL)) != -1) {
     switch (opt) {
     case 'c':

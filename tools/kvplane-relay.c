@@ -3,7 +3,9 @@
  * command line, expand the endpoints, serve. */
 #include <getopt.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "common/log.h"
 #include "metrics/build_info.h"
 #include "relay/cli.h"
 
@@ -83,6 +85,9 @@ int main(int argc, char **argv) {
   int c, status;
 
   kvp__relay_cli_init(&cli);
+  kvp__log_setup(KVP_LOG_INFO, "kvplane-relay"); /* its log lines name it */
+  if (strrchr(argv[0], '/') != NULL)
+    argv[0] = strrchr(argv[0], '/') + 1; /* getopt's messages: the name, not the path */
   while ((c = getopt_long(argc, argv, "e:r:w:t:s:n:m:hV", opts, NULL)) != -1) {
     const char *name = long_name(opts, c);
     if (c == 'h') {

@@ -83,6 +83,8 @@ int main(int argc, char **argv) {
   int c, status = 0;
 
   kvp__sim_opts_init(&o);
+  if (strrchr(argv[0], '/') != NULL)
+    argv[0] = strrchr(argv[0], '/') + 1; /* getopt's messages: the name, not the path */
   while ((c = getopt_long(argc, argv, "t:s:n:w:m:l:x:e:hV", opts, NULL)) != -1) {
     switch (c) {
     case 't':

@@ -172,6 +172,10 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
       a->version = 1;
       break;
     default:
+      /* getopt named the option; a negative decimal hash looks like one. */
+      if (optopt >= '0' && optopt <= '9')
+        fprintf(stderr, "kvplane: a negative HASH needs -- before it: kvplane match -- -%c...\n",
+                optopt);
       return KVP__CLI_EXIT_USAGE;
     }
   }
@@ -185,6 +189,9 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
 
 int main(int argc, char **argv) {
   kvp__cli_args_t a;
+  char *base = strrchr(argv[0], '/');
+  if (base != NULL)
+    argv[0] = base + 1; /* getopt's messages name the program, not its path */
   int rc = parse_args(argc, argv, &a);
 
   if (rc != 0) {

@@ -71,10 +71,10 @@ void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__c
   }
   fprintf(f, "%s", when);
   if (r->have)
-    fprintf(f, " events/s %.0f batches/s %.0f migrations/s %.1f", r->events_per_s, r->batches_per_s,
-            r->migrations_per_s);
+    fprintf(f, " block-events/s %.0f batches/s %.0f migrations/s %.1f", r->events_per_s,
+            r->batches_per_s, r->migrations_per_s);
   else
-    fputs(" events/s - batches/s - migrations/s -", f);
+    fputs(" block-events/s - batches/s - migrations/s -", f);
   fprintf(f,
           " blocks %.0f locations %.0f workers_up %.0f apply_lag_ms %.0f flush_lag_ms %.0f"
           " pending_ms %.0f\n",
@@ -132,7 +132,8 @@ int kvp__cli_replay(const kvp__sim_opts_t *o, FILE *f, int tty, char *err, size_
     double secs = (double)(kvp__now_ns() - t0) / 1e9;
     if (tty) {
       bar(f, done, total, secs);
-    } else if (total > 0 && done * 10 / total > tenth) {
+    } else if (total > 0 && done * 10 / total > tenth && done < total) {
+      /* Not 100%: the summary below gives the one final duration. */
       tenth = done * 10 / total;
       fprintf(f, "%zu/%zu requests (%zu%%) after %.1f s\n", done, total, tenth * 10, secs);
       fflush(f);

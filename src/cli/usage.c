@@ -44,7 +44,7 @@ static const struct cmd_help_s {
      "suites.\n"},
     {"report", "kvplane report --png FILE | --svg FILE [--since DURATION] [--db PATH | -c CONFIG]",
      "Draws the tier state over time into FILE with gnuplot (gnuplot-nox): the\n"
-     "blocks held per tier, the fill of each volume with a capacity (both from\n"
+     "bytes held per tier (MiB), the fill of each volume with a capacity (both from\n"
      "the tier_history samples the advisor takes every store.history_interval),\n"
      "and the migrations finished per interval by pair of tiers. --since keeps\n"
      "the last DURATION (e.g. 30m, 6h, 2d). Exit 4 when the database has no\n"

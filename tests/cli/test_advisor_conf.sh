@@ -6,7 +6,9 @@
 # parent directory does not exist, a parameter the plugin does not know, a
 # G3 volume without capacity) makes both --print-config and a start with
 # tiering enabled exit 1 with file:line and the key; the check writes nothing
-# where the volume would live. A good section passes --print-config.
+# where the volume would live. A good section passes --print-config. A key
+# given twice is warned of, naming both lines; usage errors name the program
+# (not its path), and kvplane match -123 hints at --.
 set -euo pipefail
 
 build=$(cd "$1" && pwd)
@@ -69,4 +71,22 @@ path = $tmp/vol"
 "$adv" -c "$tmp/a.conf" --print-config >"$tmp/out" 2>"$tmp/err" || fail "a good volume: --print-config: $(cat "$tmp/err")"
 grep -q "^\[volume g3\]" "$tmp/out" || grep -q "g3" "$tmp/out" || fail "--print-config does not show the volume"
 [ ! -e "$tmp/vol" ] || fail "--print-config made the volume's directory $tmp/vol"
+# A key given twice: a warning naming both lines; the later value is used.
+printf '[store]\npath = %s/a.db\nflush_interval = 1s\n\n[store]\nflush_interval = 2s\n' "$tmp" >"$tmp/dup.conf"
+"$adv" -c "$tmp/dup.conf" --print-config >"$tmp/out" 2>"$tmp/err" || fail "duplicate key: --print-config failed: $(cat "$tmp/err")"
+grep -qF "$tmp/dup.conf:6: [store] flush_interval repeats line 3" "$tmp/err" ||
+  fail "a duplicate key is not warned of, naming both lines: $(cat "$tmp/err")"
+grep -qx "flush_interval = 2000ms" "$tmp/out" || fail "the later value of a duplicate key is not the one used"
+echo "ok: a duplicate key: $(cat "$tmp/err")"
+
+# Usage errors name the program, not its path.
+rc=0
+"$adv" --frobnicate >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" = 1 ] || fail "kvplane-advisor --frobnicate: exit $rc"
+grep -q "^kvplane-advisor: unrecognized option" "$tmp/err" || fail "usage error names the path: $(head -1 "$tmp/err")"
+rc=0
+"$build/tools/kvplane" match -123 >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" = 1 ] || fail "kvplane match -123: exit $rc"
+grep -q "^kvplane: invalid option" "$tmp/err" || fail "kvplane's usage error names the path: $(head -1 "$tmp/err")"
+grep -qF "kvplane match -- -1" "$tmp/err" || fail "kvplane match -123 does not hint at --: $(cat "$tmp/err")"
 echo "test_advisor_conf: PASS"
