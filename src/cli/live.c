@@ -393,6 +393,20 @@ static void bench_path(char *out, size_t len) {
   snprintf(out, len, "kvp-bench");
 }
 
+/* 1 when prog (no '/') is an executable in a directory of $PATH. */
+static int on_path(const char *prog) {
+  char buf[1024];
+  for (const char *p = getenv("PATH"); p != NULL && *p;) {
+    const char *c = strchr(p, ':');
+    int n = c ? (int)(c - p) : (int)strlen(p);
+    snprintf(buf, sizeof buf, "%.*s/%s", n, p, prog);
+    if (access(buf, X_OK) == 0)
+      return 1;
+    p = c ? c + 1 : NULL;
+  }
+  return 0;
+}
+
 int kvp__cli_cmd_bench(const kvp__cli_args_t *a) {
   char path[600], err[700];
   bench_path(path, sizeof path);
@@ -400,5 +414,10 @@ int kvp__cli_cmd_bench(const kvp__cli_args_t *a) {
   if (rc == 0)
     return KVP__CLI_EXIT_OK;
   fprintf(stderr, "kvplane bench: %s\n", err);
+  if (strchr(path, '/') != NULL ? access(path, X_OK) != 0 : !on_path(path))
+    fprintf(stderr,
+            "kvplane bench: kvp-bench is not installed: it is built with the benchmarks "
+            "(cmake -DKVP_BENCH=ON; build/bench/kvp-bench) and found through $KVPLANE_BENCH, "
+            "beside this program, ../bench of a build tree or PATH\n");
   return KVP__CLI_EXIT_TOOL;
 }

@@ -231,6 +231,17 @@ static void exit_statuses(void **state) {
   assert_int_equal(cli_run(c, (char *[]){"workers", "--db", missing, NULL}), 4);
   assert_int_equal(cli_run(c, (char *[]){"workers", "--db", "/etc/hostname", NULL}), 4);
   assert_int_equal(cli_run(c, (char *[]){"match", "zz", NULL}), 1);
+  /* kvplane bench without kvp-bench says it is not installed, exit 5. */
+  char sh[1200];
+  snprintf(sh, sizeof sh, "KVPLANE_BENCH=%s/no-kvp-bench %s bench hash 2>&1", c->f.dir, c->prog);
+  assert_int_equal(kvp_test_spawn_wait((char *[]){"sh", "-c", sh, NULL}, NULL, c->out), 5);
+  FILE *bf = fopen(c->out, "r");
+  char btext[2048] = "";
+  assert_non_null(bf);
+  size_t bn = fread(btext, 1, sizeof btext - 1, bf);
+  (void)bn;
+  fclose(bf);
+  assert_non_null(strstr(btext, "kvp-bench is not installed"));
   /* Nobody listens on a port just freed: unreachable. */
   char url[64];
   snprintf(url, sizeof url, "nats://127.0.0.1:%d", kvp_test_free_port());
