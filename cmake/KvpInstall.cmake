@@ -58,6 +58,32 @@ configure_file(cmake/kvplane.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvplane.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvplane.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
+# The Python binding, only when asked for: cmake --install BUILD --component
+# python. The package goes to KVP_PYTHON_INSTALL_DIR (relative: under the
+# prefix) with _install.py naming the installed library, so `import kvplane`
+# finds it without KVPLANE_LIB (python/kvplane/_lib.py, candidates()).
+set(KVP_PYTHON_INSTALL_DIR lib/python3/dist-packages CACHE STRING
+  "Python package directory for --component python, relative to the prefix or absolute")
+install(DIRECTORY python/kvplane DESTINATION ${KVP_PYTHON_INSTALL_DIR}
+  COMPONENT python EXCLUDE_FROM_ALL FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+install(CODE "
+  foreach(d PY LIB)
+    if(d STREQUAL PY)
+      set(rel \"${KVP_PYTHON_INSTALL_DIR}/kvplane\")
+    else()
+      set(rel \"${CMAKE_INSTALL_LIBDIR}\")
+    endif()
+    if(IS_ABSOLUTE \"\${rel}\")
+      set(kvp_\${d} \"\${rel}\")
+    else()
+      set(kvp_\${d} \"\${CMAKE_INSTALL_PREFIX}/\${rel}\")
+    endif()
+  endforeach()
+  file(WRITE \"\$ENV{DESTDIR}\${kvp_PY}/_install.py\"
+    \"# Written by cmake --install: where this tree's libkvplane is.\\nLIBDIR = '\${kvp_LIB}'\\nSOVERSION = ${PROJECT_VERSION_MAJOR}\\n\")
+  message(STATUS \"Installing: \$ENV{DESTDIR}\${kvp_PY}/_install.py\")
+" COMPONENT python EXCLUDE_FROM_ALL)
+
 # systemd. Units go to lib/systemd/system under the prefix (searched by
 # systemd for /usr and /usr/local; multiarch LIBDIR is not), the user to
 # lib/sysusers.d. Distribution packages may pass absolute directories.

@@ -4,7 +4,8 @@
 # 1. cmake --install BUILD_DIR into a temporary prefix; every part is there;
 #    libkvplane.so and kvplane.pc name none of the daemons' libraries; a
 #    second install keeps the configuration edited after the first (conffiles)
-#    and refreshes the .example files beside it.
+#    and refreshes the .example files beside it; --component python installs
+#    the binding, which imports and loads the prefix's library by itself.
 # 2. examples/ built out of tree against it with find_package(kvplane)
 #    (shared and static library) and with pkg-config (shared and static);
 #    a probe program linked each way finds the prefix's plugin directory.
@@ -112,6 +113,24 @@ for c in kvplane-advisor.conf kvplane-relay.env; do
   cmp -s "$f.example" "$src/etc/$c" || fail "a reinstall did not refresh $f.example"
   grep -q "Keeping: $f" "$tmp/reinstall.log" || fail "the reinstall does not say it kept $f"
 done
+
+step "the Python package (--component python) imports from the prefix, without KVPLANE_LIB"
+pydir=${KVP_INSTALL_PYDIR:-lib/python3/dist-packages}
+run "$tmp/install-python.log" cmake --install "$build" --component python --prefix "$prefix"
+[ -f "$prefix/$pydir/kvplane/_install.py" ] || fail "no $prefix/$pydir/kvplane/_install.py"
+[ ! -e "$prefix/$pydir/kvplane/__pycache__" ] || fail "installed a __pycache__"
+if [ -n "${KVP_INSTALL_CFLAGS:-}" ]; then
+  echo "sanitizer build: an instrumented libkvplane cannot load into python3; import not tried"
+else
+  # Run from / so that no build tree beside the package is found instead.
+  got=$(cd / && env -u KVPLANE_LIB -u LD_LIBRARY_PATH PYTHONPATH="$prefix/$pydir" PYTHONDONTWRITEBYTECODE=1 \
+    /usr/bin/python3 -c 'import kvplane, kvplane._lib as l
+print(l.lib()._name)
+print(len(kvplane.hash_blocks(list(range(8)), 4)))' 2>&1) || fail "import kvplane from $prefix/$pydir: $got"
+  [ "$(echo "$got" | head -1)" = "$prefix/$libdir/libkvplane.so.0" ] ||
+    fail "kvplane loaded $(echo "$got" | head -1), not $prefix/$libdir/libkvplane.so.0"
+  [ "$(echo "$got" | tail -1)" = 2 ] || fail "kvplane.hash_blocks from the prefix: $got"
+fi
 
 step "libkvplane carries only what a worker needs"
 # The daemons' libraries are not the worker's: not linked, not required by
