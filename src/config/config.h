@@ -17,7 +17,7 @@ typedef enum kvp_conf_type_e {
   KVP_CONF_INT,      /* int64_t in [min, max] */
   KVP_CONF_BOOL,     /* int: true/false, yes/no, on/off, 1/0 */
   KVP_CONF_DOUBLE,   /* double */
-  KVP_CONF_DURATION, /* int64_t milliseconds: "250ms", "5s", "2m", "1h", or ms */
+  KVP_CONF_DURATION, /* int64_t milliseconds: "250ms", "5s", "2m", "1h", "7d", or ms */
   KVP_CONF_SIZE,     /* int64_t bytes: "512", "64KiB", "16MiB", "2GiB", "1TiB" */
   KVP_CONF_ENUM,     /* int: index into choices (NULL-terminated) */
 } kvp_conf_type_t;

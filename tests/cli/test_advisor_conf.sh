@@ -71,6 +71,13 @@ path = $tmp/vol"
 "$adv" -c "$tmp/a.conf" --print-config >"$tmp/out" 2>"$tmp/err" || fail "a good volume: --print-config: $(cat "$tmp/err")"
 grep -q "^\[volume g3\]" "$tmp/out" || grep -q "g3" "$tmp/out" || fail "--print-config does not show the volume"
 [ ! -e "$tmp/vol" ] || fail "--print-config made the volume's directory $tmp/vol"
+# The units etc/kvplane-advisor.conf names: 7d, 10TiB.
+printf '[store]\npath = %s/a.db\nhistory_keep = 7d\n[volume g4]\ntier = 4\nplugin = posix\ncapacity = 10TiB\npath = %s/vol4\n' \
+  "$tmp" "$tmp" >"$tmp/units.conf"
+"$adv" -c "$tmp/units.conf" --print-config >"$tmp/out" 2>"$tmp/err" || fail "7d, 10TiB: $(cat "$tmp/err")"
+grep -qx "history_keep = 604800000ms" "$tmp/out" || fail "history_keep = 7d is not 7 days"
+grep -qx "capacity = 10995116277760" "$tmp/out" || fail "capacity = 10TiB is not 2^40 * 10 bytes"
+
 # A key given twice: a warning naming both lines; the later value is used.
 printf '[store]\npath = %s/a.db\nflush_interval = 1s\n\n[store]\nflush_interval = 2s\n' "$tmp" >"$tmp/dup.conf"
 "$adv" -c "$tmp/dup.conf" --print-config >"$tmp/out" 2>"$tmp/err" || fail "duplicate key: --print-config failed: $(cat "$tmp/err")"
