@@ -39,7 +39,8 @@ static void usage(FILE *f) {
         "\n"
         "signals: SIGTERM or SIGINT applies what was received, flushes and exits 0;\n"
         "SIGHUP reopens the log file.\n"
-        "exit status: 0 after a clean stop, 1 for a configuration error, 2 when the\n"
+        "exit status: 0 after a clean stop, 1 for a configuration error (a [metrics]\n"
+        "listen address in use included, as kvplane-relay --metrics), 2 when the\n"
         "database or NATS cannot be opened, 3 when the final flush failed.\n",
         f);
 }

@@ -14,7 +14,8 @@ advisor_tiering: the same with [tiering] over a posix G3 volume that the
                 simulated worker fills past its watermark and a G4 volume:
                 demotions, bytes G3 -> G4, volume fill.
 advisor_errors: a bad [metrics] listen and a port in use stop the advisor at
-                start with an error naming the key.
+                start with an error naming the key; a port in use is exit 1
+                for the advisor and for the relay's --metrics alike.
 relay:          kvplane-relay with --metrics and endpoints no engine serves:
                 /readyz 200 while NATS is up, 503 when it is stopped, 200
                 once it is back; /metrics parses, one series per worker.
@@ -323,9 +324,17 @@ def test_advisor_errors(tmp):
         port = busy.getsockname()[1]
         r = subprocess.run([adv, "-c", advisor_conf(tmp, nport, "127.0.0.1:%d" % port)],
                            capture_output=True, text=True, timeout=30)
-        busy.close()
-        assert r.returncode != 0, r.returncode
+        # Exit 1, as the relay's --metrics below: the address is the
+        # operator's to change (2 is for the database or NATS).
+        assert r.returncode == 1, r.returncode
         assert "[metrics] listen" in r.stderr and "in use" in r.stderr, r.stderr
+        r = subprocess.run([os.path.join(BIN, "tools/kvplane-relay"), "-e",
+                            "tcp://127.0.0.1:%d" % free_port(), "-w", "w0", "-s",
+                            "nats://127.0.0.1:%d" % nport, "--metrics", "127.0.0.1:%d" % port],
+                           capture_output=True, text=True, timeout=30)
+        busy.close()
+        assert r.returncode == 1, (r.returncode, r.stderr)
+        assert "--metrics" in r.stderr and "in use" in r.stderr, r.stderr
         # No database was made by the advisor that did not start.
         assert not os.path.exists(os.path.join(tmp, "advisor.db"))
     finally:
