@@ -1,7 +1,7 @@
 # Install: library, public headers, the .proto, CMake package and pkg-config;
-# the systemd units, their system user and the relay's environment file. (The
-# programs and the advisor's configuration are installed by tools/, the
-# plugins by plugins/.)
+# the systemd units, their system user, the advisor's configuration and the
+# relay's environment file. (The programs are installed by tools/, the plugins
+# by plugins/.)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS kvplane kvplane_static
@@ -58,6 +58,32 @@ configure_file(cmake/kvplane.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvplane.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvplane.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
+# The Python binding, only when asked for: cmake --install BUILD --component
+# python. The package goes to KVP_PYTHON_INSTALL_DIR (relative: under the
+# prefix) with _install.py naming the installed library, so `import kvplane`
+# finds it without KVPLANE_LIB (python/kvplane/_lib.py, candidates()).
+set(KVP_PYTHON_INSTALL_DIR lib/python3/dist-packages CACHE STRING
+  "Python package directory for --component python, relative to the prefix or absolute")
+install(DIRECTORY python/kvplane DESTINATION ${KVP_PYTHON_INSTALL_DIR}
+  COMPONENT python EXCLUDE_FROM_ALL FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+install(CODE "
+  foreach(d PY LIB)
+    if(d STREQUAL PY)
+      set(rel \"${KVP_PYTHON_INSTALL_DIR}/kvplane\")
+    else()
+      set(rel \"${CMAKE_INSTALL_LIBDIR}\")
+    endif()
+    if(IS_ABSOLUTE \"\${rel}\")
+      set(kvp_\${d} \"\${rel}\")
+    else()
+      set(kvp_\${d} \"\${CMAKE_INSTALL_PREFIX}/\${rel}\")
+    endif()
+  endforeach()
+  file(WRITE \"\$ENV{DESTDIR}\${kvp_PY}/_install.py\"
+    \"# Written by cmake --install: where this tree's libkvplane is.\\nLIBDIR = '\${kvp_LIB}'\\nSOVERSION = ${PROJECT_VERSION_MAJOR}\\n\")
+  message(STATUS \"Installing: \$ENV{DESTDIR}\${kvp_PY}/_install.py\")
+" COMPONENT python EXCLUDE_FROM_ALL)
+
 # systemd. Units go to lib/systemd/system under the prefix (searched by
 # systemd for /usr and /usr/local; multiarch LIBDIR is not), the user to
 # lib/sysusers.d. Distribution packages may pass absolute directories.
@@ -66,7 +92,13 @@ set(KVP_SYSTEMD_UNIT_DIR lib/systemd/system CACHE STRING
 set(KVP_SYSUSERS_DIR lib/sysusers.d CACHE STRING
   "sysusers.d directory, relative to the install prefix or absolute")
 install(FILES etc/systemd/kvplane.sysusers.conf DESTINATION ${KVP_SYSUSERS_DIR} RENAME kvplane.conf)
-install(FILES etc/kvplane-relay.env DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/kvplane)
+# Configuration is the operator's once installed: a reinstall or an upgrade
+# writes only the .example beside it (cmake/KvpInstallConf.cmake).
+install(CODE "
+  set(KVP_CONF_FILES \"${PROJECT_SOURCE_DIR}/etc/kvplane-advisor.conf;${PROJECT_SOURCE_DIR}/etc/kvplane-relay.env\")
+  set(KVP_CONF_DIR \"${CMAKE_INSTALL_SYSCONFDIR}/kvplane\")
+  include(\"${PROJECT_SOURCE_DIR}/cmake/KvpInstallConf.cmake\")
+")
 # The units name the programs and configuration by absolute path, so they are
 # written at install time, for the prefix actually installed to
 # (cmake --install --prefix DIR included), by cmake/KvpInstallUnits.cmake.

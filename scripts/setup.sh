@@ -15,7 +15,7 @@ KVP_PACKAGES=(
   libcmocka-dev nats-server python3 python3-xxhash python3-protobuf openssl
   libcurl4-openssl-dev libssl-dev python3-botocore
   libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack gnuplot-nox
-  libmicrohttpd-dev curl python3-prometheus-client
+  libmicrohttpd-dev curl python3-prometheus-client prometheus
 )
 
 kvp_install_packages() {

@@ -1,4 +1,3 @@
 add_executable(kvplane-advisor kvplane-advisor.c)
 target_link_libraries(kvplane-advisor PRIVATE kvplane_advisor)
 install(TARGETS kvplane-advisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/etc/kvplane-advisor.conf DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/kvplane)

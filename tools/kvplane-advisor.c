@@ -8,6 +8,7 @@
 
 #include "advisor/advisor.h"
 #include "kvplane/status.h"
+#include "metrics/build_info.h"
 
 static void usage(FILE *f) {
   fputs("usage: kvplane-advisor [--config FILE] [-o section.key=value]... [--print-config]\n"
@@ -23,29 +24,33 @@ static void usage(FILE *f) {
         "options:\n"
         "  -c, --config FILE      read FILE (INI; etc/kvplane-advisor.conf documents every key)\n"
         "  -o, --set S.K=VALUE    override one key after the file, e.g. -o store.path=/tmp/a.db\n"
-        "      --print-config     print the effective configuration and exit\n"
+        "      --print-config     check the configuration (the [volume] sections too: the\n"
+        "                         plugin, a path's parent directory and the parameters, as\n"
+        "                         the plugin's open takes them, writing nothing), print it\n"
+        "                         and exit (1 with file:line when it is wrong)\n"
         "      --config-reference print every key with its type, default, range and\n"
         "                         meaning (Markdown; docs/config.md) and exit\n"
         "      --takeover         replace a JetStream consumer of the configured name that\n"
         "                         this database did not create (normally a refusal: another\n"
         "                         advisor may own it)\n"
+        "  -V, --version          print the version, git revision, build type and volume\n"
+        "                         plugin ABI, and exit\n"
         "  -h, --help             this text\n"
         "\n"
         "signals: SIGTERM or SIGINT applies what was received, flushes and exits 0;\n"
         "SIGHUP reopens the log file.\n"
-        "exit status: 0 after a clean stop, 1 for a configuration error, 2 when the\n"
+        "exit status: 0 after a clean stop, 1 for a configuration error (a [metrics]\n"
+        "listen address in use included, as kvplane-relay --metrics), 2 when the\n"
         "database or NATS cannot be opened, 3 when the final flush failed.\n",
         f);
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
-                                           {"set", required_argument, NULL, 'o'},
-                                           {"print-config", no_argument, NULL, 'p'},
-                                           {"config-reference", no_argument, NULL, 'R'},
-                                           {"takeover", no_argument, NULL, 'T'},
-                                           {"help", no_argument, NULL, 'h'},
-                                           {NULL, 0, NULL, 0}};
+  static const struct option longopts[] = {
+      {"config", required_argument, NULL, 'c'}, {"set", required_argument, NULL, 'o'},
+      {"print-config", no_argument, NULL, 'p'}, {"config-reference", no_argument, NULL, 'R'},
+      {"takeover", no_argument, NULL, 'T'},     {"version", no_argument, NULL, 'V'},
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
   kvp_advisor_config_t cfg;
   kvp_advisor_t *adv = NULL;
   const char *config = NULL;
@@ -56,7 +61,9 @@ int main(int argc, char **argv) {
 
   if (overrides == NULL)
     return 2;
-  while ((opt = getopt_long(argc, argv, "c:o:h", longopts, NULL)) != -1) {
+  if (strrchr(argv[0], '/') != NULL)
+    argv[0] = strrchr(argv[0], '/') + 1; /* getopt's messages: the name, not the path */
+  while ((opt = getopt_long(argc, argv, "c:o:hV", longopts, NULL)) != -1) {
     switch (opt) {
     case 'c':
       config = optarg;
@@ -72,6 +79,10 @@ int main(int argc, char **argv) {
       break;
     case 'R':
       kvp_advisor_config_reference(stdout);
+      free(overrides);
+      return 0;
+    case 'V':
+      kvp__build_print_version(stdout, "kvplane-advisor");
       free(overrides);
       return 0;
     case 'h':
@@ -95,6 +106,10 @@ int main(int argc, char **argv) {
     rc = kvp_advisor_config_set(&cfg, overrides[i], err, sizeof err);
   if (rc == 0)
     rc = kvp_advisor_config_check(&cfg, err, sizeof err);
+  /* The volumes as the advisor would open them: --print-config is the check
+   * to run before a restart. */
+  if (rc == 0 && (print || cfg.tiering))
+    rc = kvp_advisor_config_check_volumes(&cfg, err, sizeof err);
   free(overrides);
   if (rc != 0) {
     fprintf(stderr, "kvplane-advisor: %s\n", err);

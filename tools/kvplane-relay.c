@@ -3,7 +3,10 @@
  * command line, expand the endpoints, serve. */
 #include <getopt.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "common/log.h"
+#include "metrics/build_info.h"
 #include "relay/cli.h"
 
 static void usage(FILE *f) {
@@ -39,6 +42,7 @@ static void usage(FILE *f) {
              "                         0: only at exit and on SIGUSR1)\n"
              "      --metrics ADDR     serve Prometheus /metrics, /healthz and /readyz over\n"
              "                         HTTP on host:port, e.g. 127.0.0.1:9465 (default: off)\n"
+             "  -V, --version          print the version and build, and exit\n"
              "  -h, --help             this text\n\n"
              "Figures are one JSON line per endpoint. Blocks whose engine event carries\n"
              "token ids (and no extra_keys) get kvplane sequence hashes; others keep the\n"
@@ -73,6 +77,7 @@ int main(int argc, char **argv) {
                                        {"replay-timeout-ms", required_argument, 0, 7},
                                        {"stats-interval", required_argument, 0, 8},
                                        {"metrics", required_argument, 0, 9},
+                                       {"version", no_argument, 0, 'V'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   kvp__relay_cli_t cli;
@@ -80,10 +85,17 @@ int main(int argc, char **argv) {
   int c, status;
 
   kvp__relay_cli_init(&cli);
-  while ((c = getopt_long(argc, argv, "e:r:w:t:s:n:m:h", opts, NULL)) != -1) {
+  kvp__log_setup(KVP_LOG_INFO, "kvplane-relay"); /* its log lines name it */
+  if (strrchr(argv[0], '/') != NULL)
+    argv[0] = strrchr(argv[0], '/') + 1; /* getopt's messages: the name, not the path */
+  while ((c = getopt_long(argc, argv, "e:r:w:t:s:n:m:hV", opts, NULL)) != -1) {
     const char *name = long_name(opts, c);
     if (c == 'h') {
       usage(stdout);
+      return 0;
+    }
+    if (c == 'V') {
+      kvp__build_print_version(stdout, "kvplane-relay");
       return 0;
     }
     if (name == NULL) {

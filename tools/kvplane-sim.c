@@ -11,6 +11,7 @@
 
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
+#include "metrics/build_info.h"
 #include "sim/sim.h"
 
 static void usage(FILE *f) {
@@ -41,6 +42,7 @@ static void usage(FILE *f) {
           "      --g3-capacity N    bytes per worker's G3 volume (default 0: unbounded)\n"
           "      --plugin-dir DIR   volume plugins (default $KVPLANE_PLUGIN_DIR, else\n"
           "                         lib/kvplane/plugins of the installed tree)\n"
+          "  -V, --version          print the version and build, and exit\n"
           "  -h, --help             this text\n\n"
           "Per worker it prints the distinct events it sent and, apart, the JetStream\n"
           "resends of them (a resend is not a new event).\n\n"
@@ -63,25 +65,17 @@ static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"trace", required_argument, 0, 't'},
-                                       {"server", required_argument, 0, 's'},
-                                       {"ns", required_argument, 0, 'n'},
-                                       {"workers", required_argument, 0, 'w'},
-                                       {"mode", required_argument, 0, 'm'},
-                                       {"g1-blocks", required_argument, 0, 1},
-                                       {"g2-blocks", required_argument, 0, 2},
-                                       {"limit", required_argument, 0, 'l'},
-                                       {"layers", required_argument, 0, 3},
-                                       {"inner-dim", required_argument, 0, 4},
-                                       {"batch", required_argument, 0, 5},
-                                       {"no-decode", no_argument, 0, 6},
-                                       {"speedup", required_argument, 0, 'x'},
-                                       {"expect", required_argument, 0, 'e'},
-                                       {"volumes", required_argument, 0, 7},
-                                       {"g3-capacity", required_argument, 0, 8},
-                                       {"plugin-dir", required_argument, 0, 9},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"trace", required_argument, 0, 't'},    {"server", required_argument, 0, 's'},
+      {"ns", required_argument, 0, 'n'},       {"workers", required_argument, 0, 'w'},
+      {"mode", required_argument, 0, 'm'},     {"g1-blocks", required_argument, 0, 1},
+      {"g2-blocks", required_argument, 0, 2},  {"limit", required_argument, 0, 'l'},
+      {"layers", required_argument, 0, 3},     {"inner-dim", required_argument, 0, 4},
+      {"batch", required_argument, 0, 5},      {"no-decode", no_argument, 0, 6},
+      {"speedup", required_argument, 0, 'x'},  {"expect", required_argument, 0, 'e'},
+      {"volumes", required_argument, 0, 7},    {"g3-capacity", required_argument, 0, 8},
+      {"plugin-dir", required_argument, 0, 9}, {"version", no_argument, 0, 'V'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   kvp__sim_opts_t o;
   kvp__sim_t *sim;
   const char *expect = NULL;
@@ -89,7 +83,9 @@ int main(int argc, char **argv) {
   int c, status = 0;
 
   kvp__sim_opts_init(&o);
-  while ((c = getopt_long(argc, argv, "t:s:n:w:m:l:x:e:h", opts, NULL)) != -1) {
+  if (strrchr(argv[0], '/') != NULL)
+    argv[0] = strrchr(argv[0], '/') + 1; /* getopt's messages: the name, not the path */
+  while ((c = getopt_long(argc, argv, "t:s:n:w:m:l:x:e:hV", opts, NULL)) != -1) {
     switch (c) {
     case 't':
       o.trace = optarg;
@@ -152,6 +148,9 @@ int main(int argc, char **argv) {
     case 9:
       o.plugin_dir = optarg;
       break;
+    case 'V':
+      kvp__build_print_version(stdout, "kvplane-sim");
+      return 0;
     case 'h':
       usage(stdout);
       return 0;

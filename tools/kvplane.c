@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "kvplane/nats.h"
+#include "metrics/build_info.h"
 #include "sim/sim.h"
 
 static int parse_long(const char *opt, const char *s, long min, long max, long *out) {
@@ -55,6 +56,7 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
                                            {"workers", required_argument, NULL, 'W'},
                                            {"mode", required_argument, NULL, 'M'},
                                            {"limit", required_argument, NULL, 'X'},
+                                           {"version", no_argument, NULL, 'v'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   static const struct {
@@ -83,12 +85,14 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
         return KVP__CLI_EXIT_USAGE;
       }
       taken = 1;
+      a->nats_set = 1;
     }
     if (taken)
       continue;
     switch (opt) {
     case 'n':
       a->ns = optarg;
+      a->ns_set = 1;
       break;
     case 'w':
       if (parse_long("--timeout", optarg, 1, 3600000, &a->timeout) != 0)
@@ -164,7 +168,14 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
     case 'h':
       a->help = 1;
       break;
+    case 'v':
+      a->version = 1;
+      break;
     default:
+      /* getopt named the option; a negative decimal hash looks like one. */
+      if (optopt >= '0' && optopt <= '9')
+        fprintf(stderr, "kvplane: a negative HASH needs -- before it: kvplane match -- -%c...\n",
+                optopt);
       return KVP__CLI_EXIT_USAGE;
     }
   }
@@ -178,11 +189,18 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
 
 int main(int argc, char **argv) {
   kvp__cli_args_t a;
+  char *base = strrchr(argv[0], '/');
+  if (base != NULL)
+    argv[0] = base + 1; /* getopt's messages name the program, not its path */
   int rc = parse_args(argc, argv, &a);
 
   if (rc != 0) {
     kvp__cli_usage(stderr);
     return rc;
+  }
+  if (a.version) {
+    kvp__build_print_version(stdout, "kvplane");
+    return KVP__CLI_EXIT_OK;
   }
   if (a.cmd == NULL) {
     kvp__cli_usage(a.help ? stdout : stderr);

@@ -161,18 +161,27 @@ def malloc(size):
 
 
 def candidates():
-    """Where the library is looked for, in order: $KVPLANE_LIB, the build
-    tree this package sits in (python/../build/src), then the system's
-    search path (ctypes.util.find_library)."""
+    """Where the library is looked for, in order: $KVPLANE_LIB, the library
+    directory of the tree this package was installed with (cmake --install
+    --component python writes it into _install.py), the build tree this
+    package sits in (python/../build/src), the system's search path
+    (ctypes.util.find_library, which needs the development symlink) and the
+    versioned soname (found by the loader after ldconfig)."""
     out = []
     env = os.environ.get("KVPLANE_LIB")
     if env:
         out.append(env)
+    try:
+        from . import _install
+        out.append(os.path.join(_install.LIBDIR, "libkvplane.so.%d" % _install.SOVERSION))
+    except ImportError:
+        pass
     here = os.path.dirname(os.path.abspath(__file__))
     out.append(os.path.join(here, "..", "..", "build", "src", "libkvplane.so"))
     found = ctypes.util.find_library("kvplane")
     if found:
         out.append(found)
+    out.append("libkvplane.so.0")
     return out
 
 

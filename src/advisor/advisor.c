@@ -335,8 +335,13 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   /* Before NATS and the database: /healthz answers and /readyz says why not
    * yet while they take their time, and a port in use stops us first. */
-  if ((rc = kvp__adv_metrics_start(&adv->metrics, cfg, err, errlen)) != 0)
+  if ((rc = kvp__adv_metrics_start(&adv->metrics, cfg, err, errlen)) != 0) {
+    /* The configured address is taken: the operator's to change, as the
+     * relay's --metrics (exit 1, not the 2 of a database or NATS). */
+    if (rc == KVP_EIO)
+      rc = KVP_ECONFIG;
     goto fail;
+  }
   if ((rc = kvp__adv_inbox_init(&adv->inbox, (size_t)cfg->queue_max, &adv->wake)) != 0)
     goto fail;
   adv->inbox_ready = 1;

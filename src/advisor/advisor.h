@@ -35,6 +35,7 @@ typedef enum kvp_advisor_mode_e {
 /* A storage volume the advisor opens for tiering: a [volume <name>]
  * section (tier/opts.h). */
 typedef kvp__tier_volume_conf_t kvp_advisor_volume_t;
+#define KVP_ADVISOR_VOLUME_LINES 16
 
 typedef struct kvp_advisor_config_s {
   /* [nats] */
@@ -76,6 +77,17 @@ typedef struct kvp_advisor_config_s {
   char plugin_dir[512];         /* empty: kvp_volume_plugin_dir() */
   kvp_advisor_volume_t volumes[KVP__TIER_MAX_VOLUMES];
   int nvolumes;
+  /* Where the file set them, for errors naming file:line (lines 0 when the
+   * volume came from no file): the file, and per volume the line of its
+   * first key and of each key (the first KVP_ADVISOR_VOLUME_LINES). */
+  char conf_path[512];
+  struct kvp_advisor_volume_at_s {
+    int line, nkeys;
+    struct {
+      char key[32];
+      int line;
+    } keys[KVP_ADVISOR_VOLUME_LINES];
+  } volume_at[KVP__TIER_MAX_VOLUMES];
   /* [metrics] */
   char metrics_listen[128]; /* host:port of /metrics, /healthz, /readyz; empty: off */
   /* [log] */
@@ -105,6 +117,21 @@ int kvp_advisor_config_set(kvp_advisor_config_t *cfg, const char *assignment, ch
 /* Checks the keys against each other (namespace syntax, TLS pairs, one auth
  * method). Returns 0 or KVP_ECONFIG with err naming the key. */
 int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t errlen);
+
+/* Checks each [volume] section (volcheck.c): its plugin file exists in the
+ * plugin directory, a path parameter's parent directory exists, and the
+ * plugin's open accepts the parameters (a path replaced by a scratch
+ * directory, removed after, so nothing is written where the volume lives).
+ * Returns 0, or KVP_ECONFIG with err "file:line: [volume NAME] key: cause";
+ * an open failing for another reason (a store not answering) is left to the
+ * advisor's own open. */
+int kvp_advisor_config_check_volumes(const kvp_advisor_config_t *cfg, char *err, size_t errlen);
+
+/* Formats "file:line: [volume NAME] <fmt>" into err, the line of key in
+ * volume i (of its section's first key when key is NULL or not set). */
+void kvp__adv_volume_errf(const kvp_advisor_config_t *cfg, int i, const char *key, char *err,
+                          size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 
 /* Writes every key with its help text and current value, INI syntax. */
 void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, FILE *f);

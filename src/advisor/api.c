@@ -11,6 +11,7 @@
 
 #include "kvplane/event.h"
 #include "kvplane/status.h"
+#include "metrics/build_info.h"
 
 static int parse_hex(const char *s, uint64_t *out) {
   char *end;
@@ -186,13 +187,14 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
       "{s:I, s:I, s:I, s:I, s:I}", "apply_lag_ms", (json_int_t)x->apply_lag_ms, "apply_lag_max_ms",
       (json_int_t)x->apply_lag_max_ms, "flush_lag_ms", (json_int_t)x->flush_lag_ms,
       "flush_lag_max_ms", (json_int_t)x->flush_lag_max_ms, "pending_ms", (json_int_t)x->pending_ms);
-  json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:I}",
-                        "namespace", x->ns, "mode", x->mode, "uptime_ms", (json_int_t)x->uptime_ms,
-                        "blocks", (json_int_t)s.blocks, "locations", (json_int_t)s.locations,
-                        "workers", (json_int_t)kvp__index_worker_count(ix), "workers_up",
-                        (json_int_t)kvp__adv_ingest_workers_up(ing), "index_memory_bytes",
-                        (json_int_t)s.memory_bytes, "tiers", tiers, "ingest", ingest, "store",
-                        store, "freshness", fresh, "queue_dropped", (json_int_t)x->queue_dropped);
+  json_t *o =
+      json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:I}", "version",
+                kvp__build_version(), "namespace", x->ns, "mode", x->mode, "uptime_ms",
+                (json_int_t)x->uptime_ms, "blocks", (json_int_t)s.blocks, "locations",
+                (json_int_t)s.locations, "workers", (json_int_t)kvp__index_worker_count(ix),
+                "workers_up", (json_int_t)kvp__adv_ingest_workers_up(ing), "index_memory_bytes",
+                (json_int_t)s.memory_bytes, "tiers", tiers, "ingest", ingest, "store", store,
+                "freshness", fresh, "queue_dropped", (json_int_t)x->queue_dropped);
   if (o != NULL && x->tier != NULL) {
     json_t *vols = json_array();
     for (size_t i = 0; vols && i < x->ntier_vols; i++) {

@@ -5,6 +5,7 @@
  * entry per key of etc/kvplane-advisor.conf with its range and help text,
  * and every function here walks that table; it stays static to this file
  * rather than be exported so that the writers can live elsewhere. */
+#define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -158,8 +159,8 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
 
 /* One key of a [volume <name>] section: tier, plugin and capacity are the
  * advisor's; every other key is a parameter of the plugin. */
-static int volume_entry(void *ctx, const char *name, const char *key, const char *value, char *err,
-                        size_t errlen) {
+static int volume_entry(void *ctx, const char *name, const char *key, const char *value, int line,
+                        char *err, size_t errlen) {
   kvp_advisor_config_t *cfg = ctx;
   kvp_advisor_volume_t *v = NULL;
 
@@ -178,6 +179,13 @@ static int volume_entry(void *ctx, const char *name, const char *key, const char
     v = &cfg->volumes[cfg->nvolumes++];
     memset(v, 0, sizeof *v);
     snprintf(v->name, sizeof v->name, "%s", name);
+    memset(&cfg->volume_at[v - cfg->volumes], 0, sizeof cfg->volume_at[0]);
+    cfg->volume_at[v - cfg->volumes].line = line;
+  }
+  struct kvp_advisor_volume_at_s *at = &cfg->volume_at[v - cfg->volumes];
+  if (at->nkeys < KVP_ADVISOR_VOLUME_LINES) {
+    snprintf(at->keys[at->nkeys].key, sizeof at->keys[0].key, "%s", key);
+    at->keys[at->nkeys++].line = line;
   }
   if (strcmp(key, "tier") == 0) {
     if (strcmp(value, "3") != 0 && strcmp(value, "4") != 0 && strcmp(value, "G3") != 0 &&
@@ -209,6 +217,7 @@ static int volume_entry(void *ctx, const char *name, const char *key, const char
 }
 
 int kvp_advisor_config_load(kvp_advisor_config_t *cfg, const char *path, char *err, size_t errlen) {
+  snprintf(cfg->conf_path, sizeof cfg->conf_path, "%s", path);
   return kvp__conf_load_dyn(path, keys, NKEYS, cfg, "volume", volume_entry, cfg, err, errlen);
 }
 
@@ -274,7 +283,7 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
     if (miss == NULL && v->tier == 3 && v->capacity <= 0)
       miss = "capacity (a G3 volume's watermarks are fractions of it)";
     if (miss != NULL) {
-      snprintf(err, errlen, "[volume %s] %s: required", v->name, miss);
+      kvp__adv_volume_errf(cfg, i, NULL, err, errlen, "%s: required", miss);
       return KVP_ECONFIG;
     }
   }
@@ -327,6 +336,23 @@ void kvp_advisor_config_print(const kvp_advisor_config_t *cfg, FILE *f) {
     default:
       fprintf(f, "%lld\n", (long long)*(const int64_t *)p);
       break;
+    }
+  }
+  for (int i = 0; i < cfg->nvolumes; i++) {
+    const kvp_advisor_volume_t *v = &cfg->volumes[i];
+    fprintf(f, "\n[volume %s]\ntier = %d\nplugin = %s\ncapacity = %lld\n", v->name, v->tier,
+            v->plugin, (long long)v->capacity);
+    /* The plugin's parameters, "key=value" lines; secrets are not echoed. */
+    for (const char *line = v->params, *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+      const char *eq = memchr(line, '=', (size_t)(nl - line));
+      if (eq == NULL)
+        continue;
+      int klen = (int)(eq - line);
+      int secret = memmem(line, (size_t)klen, "secret", 6) ||
+                   memmem(line, (size_t)klen, "password", 8) ||
+                   memmem(line, (size_t)klen, "token", 5);
+      fprintf(f, "%.*s = %.*s\n", klen, line, secret ? 10 : (int)(nl - eq - 1),
+              secret ? "<redacted>" : eq + 1);
     }
   }
 }

@@ -84,6 +84,12 @@ static int fail(natsStatus s, jsErrCode jerr, const char *what, char *err, size_
     size_t n = strlen(err);
     snprintf(err + n, errlen > n ? errlen - n : 0, " (jetstream error %d)", (int)jerr);
   }
+  if (s == NATS_NO_RESPONDERS) {
+    size_t n = strlen(err);
+    snprintf(err + n, errlen > n ? errlen - n : 0,
+             "; JetStream is probably not enabled on the server (nats-server -js, or "
+             "jetstream {} in its configuration)");
+  }
   return kvp__nats_status(s) == KVP_EAUTH ? KVP_EAUTH : KVP_ECONN;
 }
 

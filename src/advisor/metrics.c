@@ -7,6 +7,7 @@
 
 #include "kvplane/event.h"
 #include "kvplane/status.h"
+#include "metrics/build_info.h"
 
 /* One family with one unlabelled sample. */
 static void one(kvp__prom_t *p, const char *name, const char *type, const char *help, double v) {
@@ -158,6 +159,7 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
 }
 
 void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
+  kvp__build_info_metric(p);
   write_ingest(s, p);
   write_index(s, p);
   write_store(s, p);

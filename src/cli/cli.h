@@ -9,6 +9,7 @@
 #define KVP_CLI_CLI_H
 
 #include <jansson.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -34,7 +35,8 @@ typedef struct kvp__cli_args_s {
   int count_set;
   kvp_nats_opts_t nats;
   long timeout;
-  int timeout_set, json, hot, cold, failed, help;
+  int timeout_set, json, hot, cold, failed, help, version;
+  int ns_set, nats_set; /* -n, a NATS option given on the command line */
   long count, block_size;
   char **rest; /* operands after the command */
   int nrest;
@@ -62,6 +64,20 @@ int kvp__cli_request(const kvp__cli_args_t *a, const char *what, const char *bod
  * /var/lib/kvplane/advisor.db. Returns 0 or KVP__CLI_EXIT_USAGE (both given,
  * or the configuration does not load; the cause on stderr). */
 int kvp__cli_db_path(const kvp__cli_args_t *a, char *out, size_t len);
+
+/* The advisor whose live figures go with the database db (status, top):
+ * *live is a copy of a asking namespace ns (filled here) of the NATS servers
+ * given on the command line; without -n, the namespace of the -c
+ * configuration, else the database's own (meta.namespace); without NATS
+ * options, those of the -c configuration. Returns 0, or KVP__CLI_EXIT_USAGE
+ * when the namespace asked is not the database's (two advisors would be
+ * mixed; the cause on stderr). */
+int kvp__cli_live_args(const kvp__cli_args_t *a, sqlite3 *db, kvp__cli_args_t *live, char *ns,
+                       size_t nslen);
+
+/* 0 when the stats reply (or its absence) belongs with live's namespace; else
+ * KVP__CLI_EXIT_USAGE, the cause on stderr. */
+int kvp__cli_live_check(const kvp__cli_args_t *live, const json_t *stats);
 
 /* The commands; each returns an exit status. */
 int kvp__cli_cmd_match(const kvp__cli_args_t *a);  /* query.c */

@@ -35,6 +35,62 @@ int kvp__cli_db_path(const kvp__cli_args_t *a, char *out, size_t len) {
   return 0;
 }
 
+/* The database's namespace (meta.namespace) into ns; "" when it has none. */
+static void db_namespace(sqlite3 *db, char *ns, size_t len) {
+  sqlite3_stmt *st = NULL;
+  ns[0] = '\0';
+  if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'namespace'", -1, &st, NULL) ==
+          SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != NULL)
+    snprintf(ns, len, "%s", (const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+}
+
+int kvp__cli_live_args(const kvp__cli_args_t *a, sqlite3 *db, kvp__cli_args_t *live, char *ns,
+                       size_t nslen) {
+  char dbns[128];
+
+  *live = *a;
+  db_namespace(db, dbns, sizeof dbns);
+  snprintf(ns, nslen, "%s", a->ns);
+  if (a->config) {
+    kvp_advisor_config_t cfg;
+    char err[512];
+    kvp_advisor_config_defaults(&cfg);
+    if (kvp_advisor_config_load(&cfg, a->config, err, sizeof err) != 0) {
+      fprintf(stderr, "kvplane: %s\n", err);
+      return KVP__CLI_EXIT_USAGE;
+    }
+    if (!a->ns_set)
+      snprintf(ns, nslen, "%s", cfg.ns);
+    if (!a->nats_set)
+      live->nats = cfg.nats;
+  } else if (!a->ns_set && dbns[0]) {
+    snprintf(ns, nslen, "%s", dbns);
+  }
+  live->ns = ns;
+  if (dbns[0] && strcmp(dbns, ns) != 0) {
+    fprintf(stderr,
+            "kvplane %s: the database holds namespace '%s', but the live figures would be "
+            "namespace '%s''s advisor: not mixing two advisors (give -n %s, or the other "
+            "advisor's --db or -c)\n",
+            a->cmd, dbns, ns, dbns);
+    return KVP__CLI_EXIT_USAGE;
+  }
+  return 0;
+}
+
+int kvp__cli_live_check(const kvp__cli_args_t *live, const json_t *stats) {
+  const char *got = json_string_value(json_object_get(stats, "namespace"));
+  if (stats == NULL || got == NULL || strcmp(got, live->ns) == 0)
+    return 0;
+  fprintf(stderr,
+          "kvplane %s: the advisor that answered serves namespace '%s', not '%s': not mixing "
+          "two advisors\n",
+          live->cmd, got, live->ns);
+  return KVP__CLI_EXIT_USAGE;
+}
+
 int kvp__cli_cmd_db(const kvp__cli_args_t *a) {
   char path[600], err[512];
   sqlite3 *db = NULL;
@@ -61,8 +117,20 @@ int kvp__cli_cmd_db(const kvp__cli_args_t *a) {
   }
   if (strcmp(a->cmd, "status") == 0) {
     json_t *stats = NULL;
-    /* The live figures are optional: a short wait, no complaint. */
-    kvp__cli_request(a, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &stats);
+    kvp__cli_args_t live;
+    char ns[128];
+    /* The live figures are optional (a short wait, no complaint), but never
+     * those of another namespace's advisor. */
+    if ((rc = kvp__cli_live_args(a, db, &live, ns, sizeof ns)) != 0) {
+      sqlite3_close(db);
+      return rc;
+    }
+    kvp__cli_request(&live, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &stats);
+    if ((rc = kvp__cli_live_check(&live, stats)) != 0) {
+      json_decref(stats);
+      sqlite3_close(db);
+      return rc;
+    }
     rc = kvp__cli_status(db, stats, &o, err, sizeof err);
     json_decref(stats);
   } else if (strcmp(a->cmd, "workers") == 0) {

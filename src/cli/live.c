@@ -71,10 +71,10 @@ void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__c
   }
   fprintf(f, "%s", when);
   if (r->have)
-    fprintf(f, " events/s %.0f batches/s %.0f migrations/s %.1f", r->events_per_s, r->batches_per_s,
-            r->migrations_per_s);
+    fprintf(f, " block-events/s %.0f batches/s %.0f migrations/s %.1f", r->events_per_s,
+            r->batches_per_s, r->migrations_per_s);
   else
-    fputs(" events/s - batches/s - migrations/s -", f);
+    fputs(" block-events/s - batches/s - migrations/s -", f);
   fprintf(f,
           " blocks %.0f locations %.0f workers_up %.0f apply_lag_ms %.0f flush_lag_ms %.0f"
           " pending_ms %.0f\n",
@@ -132,7 +132,8 @@ int kvp__cli_replay(const kvp__sim_opts_t *o, FILE *f, int tty, char *err, size_
     double secs = (double)(kvp__now_ns() - t0) / 1e9;
     if (tty) {
       bar(f, done, total, secs);
-    } else if (total > 0 && done * 10 / total > tenth) {
+    } else if (total > 0 && done * 10 / total > tenth && done < total) {
+      /* Not 100%: the summary below gives the one final duration. */
       tenth = done * 10 / total;
       fprintf(f, "%zu/%zu requests (%zu%%) after %.1f s\n", done, total, tenth * 10, secs);
       fflush(f);
@@ -293,6 +294,12 @@ int kvp__cli_cmd_top(const kvp__cli_args_t *a) {
     fprintf(stderr, "kvplane top: %s\n", err);
     return KVP__CLI_EXIT_NODB;
   }
+  kvp__cli_args_t live;
+  char ns[128];
+  if ((rc = kvp__cli_live_args(a, db, &live, ns, sizeof ns)) != 0) {
+    sqlite3_close(db);
+    return rc;
+  }
   signal(SIGINT, on_interrupt);
   signal(SIGTERM, on_interrupt);
   for (long i = 0; !interrupted && (!a->count_set || i < a->count); i++) {
@@ -304,7 +311,11 @@ int kvp__cli_cmd_top(const kvp__cli_args_t *a) {
     if (interrupted)
       break;
     uint64_t now = kvp__unix_ms();
-    kvp__cli_request(a, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &cur);
+    kvp__cli_request(&live, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &cur);
+    if ((rc = kvp__cli_live_check(&live, cur)) != 0) {
+      json_decref(cur);
+      break;
+    }
     kvp__cli_rates(prev, cur, now - prev_ms, &r);
     if (tty) {
       kvp__cli_out_t o = {.f = stdout, .json = 0, .now_ms = now};
@@ -382,6 +393,20 @@ static void bench_path(char *out, size_t len) {
   snprintf(out, len, "kvp-bench");
 }
 
+/* 1 when prog (no '/') is an executable in a directory of $PATH. */
+static int on_path(const char *prog) {
+  char buf[1024];
+  for (const char *p = getenv("PATH"); p != NULL && *p;) {
+    const char *c = strchr(p, ':');
+    int n = c ? (int)(c - p) : (int)strlen(p);
+    snprintf(buf, sizeof buf, "%.*s/%s", n, p, prog);
+    if (access(buf, X_OK) == 0)
+      return 1;
+    p = c ? c + 1 : NULL;
+  }
+  return 0;
+}
+
 int kvp__cli_cmd_bench(const kvp__cli_args_t *a) {
   char path[600], err[700];
   bench_path(path, sizeof path);
@@ -389,5 +414,10 @@ int kvp__cli_cmd_bench(const kvp__cli_args_t *a) {
   if (rc == 0)
     return KVP__CLI_EXIT_OK;
   fprintf(stderr, "kvplane bench: %s\n", err);
+  if (strchr(path, '/') != NULL ? access(path, X_OK) != 0 : !on_path(path))
+    fprintf(stderr,
+            "kvplane bench: kvp-bench is not installed: it is built with the benchmarks "
+            "(cmake -DKVP_BENCH=ON; build/bench/kvp-bench) and found through $KVPLANE_BENCH, "
+            "beside this program, ../bench of a build tree or PATH\n");
   return KVP__CLI_EXIT_TOOL;
 }

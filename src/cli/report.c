@@ -161,7 +161,7 @@ int kvp__cli_report(sqlite3 *db, const kvp__cli_report_opts_t *o, char *err, siz
   fputs("set yrange [0:*]\n", g);
   fprintf(g, "set xrange [%.3f:%.3f]\n", t0,
           (t1 > t0 ? t1 : t0 + 1) + bucket); /* the last bar whole */
-  fputs("set title 'Blocks held per tier (all workers and volumes)'\nset ylabel 'MiB'\n", g);
+  fputs("set title 'Bytes held per tier (all workers and volumes)'\nset ylabel 'MiB'\n", g);
   if (nt == 0) {
     empty_panel(g, "no samples");
   } else {

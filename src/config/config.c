@@ -192,7 +192,36 @@ struct load_ctx {
   const char *dyn_prefix;
   kvp__conf_dyn_fn dyn;
   void *dyn_ctx;
+  struct seen_s { /* every key read, to warn of one given twice */
+    char id[200]; /* "section\nkey" */
+    int line;
+  } * seen;
+  size_t nseen, capseen;
 };
+
+/* Warns when [section] name was already given in this file, naming both
+ * lines (the later value is used, as before); then remembers it. */
+static void note_key(struct load_ctx *c, const char *section, const char *name, int line) {
+  char id[200];
+  snprintf(id, sizeof id, "%s\n%s", section, name);
+  for (size_t i = 0; i < c->nseen; i++)
+    if (strcmp(c->seen[i].id, id) == 0) {
+      kvp_log_warn("config: %s:%d: [%s] %s repeats line %d; the value of line %d is used", c->path,
+                   line, section, name, c->seen[i].line, line);
+      c->seen[i].line = line;
+      return;
+    }
+  if (c->nseen == c->capseen) {
+    size_t cap = c->capseen ? c->capseen * 2 : 64;
+    struct seen_s *s = realloc(c->seen, cap * sizeof *s);
+    if (s == NULL)
+      return; /* only a warning is lost */
+    c->seen = s;
+    c->capseen = cap;
+  }
+  snprintf(c->seen[c->nseen].id, sizeof c->seen[0].id, "%s", id);
+  c->seen[c->nseen++].line = line;
+}
 
 /* Debian's libinih is built without INI_HANDLER_LINENO, so the handler does
  * not get line numbers; this reader counts them instead. */
@@ -217,12 +246,13 @@ static int on_entry(void *user, const char *section, const char *name, const cha
     return 0;
   if (name == NULL) /* section header with INI_CALL_HANDLER_ON_NEW_SECTION */
     return 1;
+  note_key(c, section, name, lineno);
   size_t pl = c->dyn_prefix ? strlen(c->dyn_prefix) : 0;
   if (c->dyn != NULL && strncmp(section, c->dyn_prefix, pl) == 0 && section[pl] == ' ') {
     const char *dname = section + pl + 1;
     while (*dname == ' ')
       dname++;
-    if (c->dyn(c->dyn_ctx, dname, name, value, why, sizeof why) != 0) {
+    if (c->dyn(c->dyn_ctx, dname, name, value, lineno, why, sizeof why) != 0) {
       snprintf(c->err, c->errlen, "%s:%d: [%s] %s", c->path, lineno, section, why);
       c->failed = 1;
       return 0;
@@ -245,8 +275,8 @@ int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, v
 int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj,
                        const char *dyn_prefix, kvp__conf_dyn_fn dyn, void *dyn_ctx, char *err,
                        size_t errlen) {
-  struct load_ctx c = {keys, nkeys, obj, path,       err, errlen, 0,
-                       NULL, 0,     1,   dyn_prefix, dyn, dyn_ctx};
+  struct load_ctx c = {keys, nkeys, obj,        path, err,     errlen, 0, NULL,
+                       0,    1,     dyn_prefix, dyn,  dyn_ctx, NULL,   0, 0};
   FILE *f = fopen(path, "r");
   int rc;
 
@@ -257,6 +287,7 @@ int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkey
   }
   rc = ini_parse_stream(read_line, &c, on_entry, &c);
   fclose(f);
+  free(c.seen);
   if (c.failed)
     return KVP_ECONFIG;
   if (rc != 0) {

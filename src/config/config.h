@@ -17,7 +17,7 @@ typedef enum kvp_conf_type_e {
   KVP_CONF_INT,      /* int64_t in [min, max] */
   KVP_CONF_BOOL,     /* int: true/false, yes/no, on/off, 1/0 */
   KVP_CONF_DOUBLE,   /* double */
-  KVP_CONF_DURATION, /* int64_t milliseconds: "250ms", "5s", "2m", "1h", or ms */
+  KVP_CONF_DURATION, /* int64_t milliseconds: "250ms", "5s", "2m", "1h", "7d", or ms */
   KVP_CONF_SIZE,     /* int64_t bytes: "512", "64KiB", "16MiB", "2GiB", "1TiB" */
   KVP_CONF_ENUM,     /* int: index into choices (NULL-terminated) */
 } kvp_conf_type_t;
@@ -42,9 +42,10 @@ int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, v
 
 /* Entries of sections named "<prefix> <name>" (such as [volume g3-nvme0]),
  * which a fixed table cannot list: called once per key with the name after
- * the prefix. Returns 0, or KVP_ECONFIG with err set (without file or line). */
+ * the prefix and the key's line in the file, for checks made later to name
+ * it. Returns 0, or KVP_ECONFIG with err set (without file or line). */
 typedef int (*kvp__conf_dyn_fn)(void *ctx, const char *name, const char *key, const char *value,
-                                char *err, size_t errlen);
+                                int line, char *err, size_t errlen);
 
 /* kvp__conf_load, with sections "<dyn_prefix> <name>" handed to dyn. */
 int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj,

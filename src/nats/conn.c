@@ -174,8 +174,12 @@ int kvp__nats_ensure_stream(jsCtx *js, const char *stream, int create, int *crea
     return 0;
   }
   if (s != NATS_NOT_FOUND && jerr != JSStreamNotFoundErr) {
-    snprintf(err, errlen, "stream: cannot look up %s: %s (jetstream error %d)", stream,
-             natsStatus_GetText(s), (int)jerr);
+    /* No responder to the JetStream API: a server without JetStream. */
+    snprintf(err, errlen, "stream: cannot look up %s: %s (jetstream error %d)%s", stream,
+             natsStatus_GetText(s), (int)jerr,
+             s == NATS_NO_RESPONDERS ? "; JetStream is probably not enabled on the server "
+                                       "(nats-server -js, or jetstream {} in its configuration)"
+                                     : "");
     return kvp__nats_status(s);
   }
   if (!create) {
@@ -200,7 +204,10 @@ int kvp__nats_ensure_stream(jsCtx *js, const char *stream, int create, int *crea
   /* Another client created it between our lookup and our create. */
   if (jerr == JSStreamNameExistErr)
     return 0;
-  snprintf(err, errlen, "stream: cannot create %s: %s (jetstream error %d)", stream,
-           natsStatus_GetText(s), (int)jerr);
+  snprintf(err, errlen, "stream: cannot create %s: %s (jetstream error %d)%s", stream,
+           natsStatus_GetText(s), (int)jerr,
+           s == NATS_NO_RESPONDERS ? "; JetStream is probably not enabled on the server "
+                                     "(nats-server -js, or jetstream {} in its configuration)"
+                                   : "");
   return kvp__nats_status(s);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "kvplane/status.h"
+#include "metrics/build_info.h"
 
 typedef struct {
   kvp_relay_stats_t st;
@@ -42,6 +43,7 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p) {
     kvp_publisher_stats(kvp__relay_endpoint_publisher(r, i), &f[i].pub);
     f[i].connected = kvp_publisher_connected(kvp__relay_endpoint_publisher(r, i));
   }
+  kvp__build_info_metric(p);
   simple(p, r, f, "kvplane_relay_messages_total",
          "ZMQ messages read from the engine (live and replayed).", ST(msgs));
   kvp__prom_family(p, "kvplane_relay_events_in_total", "counter",

@@ -476,7 +476,10 @@ static void shipped_config_loads(void **state) {
   assert_int_equal(kvp_advisor_config_check(&c, err, sizeof err), 0);
   kvp_advisor_config_t d;
   kvp_advisor_config_defaults(&d);
-  /* The file documents the defaults: loading it changes nothing. */
+  /* The file documents the defaults: loading it changes nothing but the
+   * path recorded for errors naming file:line. */
+  assert_string_equal(c.conf_path, p);
+  memset(c.conf_path, 0, sizeof c.conf_path);
   assert_memory_equal(&c, &d, sizeof c);
 }
 

@@ -14,6 +14,8 @@
 #include "cli/inspect.h"
 #include "kvplane/hash.h"
 #include "kvplane/publisher.h"
+#include "kvplane/volume_plugin.h"
+#include "metrics/build_info.h"
 #include "sim/sim.h"
 #include "sim/trace.h"
 
@@ -129,6 +131,32 @@ static void views_read_the_database(void **state) {
   assert_true(json_is_object(json_object_get(j, "advisor")));
   json_decref(j);
 
+  /* Never two advisors: without -n the database's namespace is asked; a
+   * namespace that is not the database's is refused, naming both. */
+  assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: core mode"));
+  char sh[1200];
+  snprintf(sh, sizeof sh, "%s status --db %s -s %s -n other 2>&1", c->prog, db, url);
+  assert_int_equal(kvp_test_spawn_wait((char *[]){"sh", "-c", sh, NULL}, NULL, c->out), 1);
+  FILE *ef = fopen(c->out, "r");
+  char line[600] = "";
+  assert_non_null(ef);
+  assert_non_null(fgets(line, sizeof line, ef));
+  fclose(ef);
+  assert_non_null(strstr(line, "namespace 't'"));
+  assert_non_null(strstr(line, "namespace 'other'"));
+  assert_int_equal(
+      cli_run(c, (char *[]){"top", "--db", db, "-s", url, "-n", "other", "-N", "1", NULL}), 1);
+  /* -c gives the namespace and the servers with the database. */
+  char conf[600];
+  snprintf(conf, sizeof conf, "%s/cli.conf", c->f.dir);
+  FILE *cf = fopen(conf, "w");
+  assert_non_null(cf);
+  fprintf(cf, "[nats]\nservers = %s\n[advisor]\nnamespace = t\n[store]\npath = %s\n", url, db);
+  fclose(cf);
+  assert_int_equal(cli_run(c, (char *[]){"status", "-c", conf, NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: core mode"));
+
   /* Without an advisor: status still prints the database, exit 0. */
   assert_int_equal(advfix_stop(&c->f), 0);
   assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, "-n", "t", NULL}), 0);
@@ -203,10 +231,49 @@ static void exit_statuses(void **state) {
   assert_int_equal(cli_run(c, (char *[]){"workers", "--db", missing, NULL}), 4);
   assert_int_equal(cli_run(c, (char *[]){"workers", "--db", "/etc/hostname", NULL}), 4);
   assert_int_equal(cli_run(c, (char *[]){"match", "zz", NULL}), 1);
+  /* kvplane bench without kvp-bench says it is not installed, exit 5. */
+  char sh[1200];
+  snprintf(sh, sizeof sh, "KVPLANE_BENCH=%s/no-kvp-bench %s bench hash 2>&1", c->f.dir, c->prog);
+  assert_int_equal(kvp_test_spawn_wait((char *[]){"sh", "-c", sh, NULL}, NULL, c->out), 5);
+  FILE *bf = fopen(c->out, "r");
+  char btext[2048] = "";
+  assert_non_null(bf);
+  size_t bn = fread(btext, 1, sizeof btext - 1, bf);
+  (void)bn;
+  fclose(bf);
+  assert_non_null(strstr(btext, "kvp-bench is not installed"));
   /* Nobody listens on a port just freed: unreachable. */
   char url[64];
   snprintf(url, sizeof url, "nats://127.0.0.1:%d", kvp_test_free_port());
   assert_int_equal(cli_run(c, (char *[]){"stats", "-s", url, "-w", "300", NULL}), 2);
+}
+
+/* Every program answers --version with exit 0 and one line: its name, the
+ * version, the revision, the build type and the plugin ABI; and the stats
+ * reply carries the version. */
+static void every_program_answers_version(void **state) {
+  cli_t *c = *state;
+  static const char *const progs[] = {"kvplane", "kvplane-advisor", "kvplane-relay", "kvplane-sim"};
+  char path[600], want[256];
+
+  for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+    snprintf(path, sizeof path, "%s/tools/%s", getenv("KVP_TEST_BINDIR"), progs[i]);
+    assert_int_equal(kvp_test_spawn_wait((char *[]){path, "--version", NULL}, NULL, c->out), 0);
+    FILE *f = fopen(c->out, "r");
+    char line[512] = "";
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    snprintf(want, sizeof want, "%s %s (revision %s, build %s, volume plugin ABI %d)\n", progs[i],
+             kvp__build_version(), kvp__build_revision(), kvp__build_type(),
+             KVP_VOLUME_ABI_VERSION);
+    assert_string_equal(line, want);
+  }
+  assert_int_equal(cli_run(c, (char *[]){"stats", "-s", c->f.natsd.url, "-n", "t", NULL}), 0);
+  json_t *doc = json_loads(c->text, 0, NULL);
+  assert_non_null(doc);
+  assert_string_equal(json_string_value(json_object_get(doc, "version")), kvp__build_version());
+  json_decref(doc);
 }
 
 /* The first bytes of file path into buf (NUL-terminated); how many. */
@@ -267,6 +334,7 @@ static void top_replay_and_bench(void **state) {
                                          "--limit", "20", NULL}),
                    0);
   assert_non_null(strstr(c->text, "replayed 20 requests"));
+  assert_null(strstr(c->text, "(100%)")); /* one final duration: the summary's */
   assert_non_null(strstr(c->text, "0 corrupt reuses"));
   for (int i = 0; i < 500 && advfix_stat(&c->f, "ingest.block_events") == before; i++)
     usleep(10000);
@@ -277,8 +345,9 @@ static void top_replay_and_bench(void **state) {
                    0);
   char *second = strchr(c->text, '\n');
   assert_non_null(second);
-  assert_non_null(strstr(c->text, "events/s -"));   /* no rate from one answer */
-  assert_non_null(strstr(second + 1, "events/s ")); /* a figure from two */
+  /* The figures are named as on a terminal (block-events/s). */
+  assert_non_null(strstr(c->text, "block-events/s -"));   /* no rate from one answer */
+  assert_non_null(strstr(second + 1, "block-events/s ")); /* a figure from two */
   assert_null(strstr(second + 1, "events/s -"));
   assert_non_null(strstr(second + 1, "blocks "));
 
@@ -301,6 +370,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(views_read_the_database, setup, teardown),
     cmocka_unit_test_setup_teardown(match_by_tokens, setup, teardown),
     cmocka_unit_test_setup_teardown(exit_statuses, setup, teardown),
+    cmocka_unit_test_setup_teardown(every_program_answers_version, setup, teardown),
     cmocka_unit_test_setup_teardown(report_draws_the_history, setup, teardown),
     cmocka_unit_test_setup_teardown(top_replay_and_bench, setup, teardown),
 };

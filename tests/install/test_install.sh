@@ -2,7 +2,10 @@
 # The install test (ctest install.tree, tests/install/tests.cmake):
 #   test_install.sh BUILD_DIR SOURCE_DIR
 # 1. cmake --install BUILD_DIR into a temporary prefix; every part is there;
-#    libkvplane.so and kvplane.pc name none of the daemons' libraries.
+#    libkvplane.so and kvplane.pc name none of the daemons' libraries; a
+#    second install keeps the configuration edited after the first (conffiles)
+#    and refreshes the .example files beside it; --component python installs
+#    the binding, which imports and loads the prefix's library by itself.
 # 2. examples/ built out of tree against it with find_package(kvplane)
 #    (shared and static library) and with pkg-config (shared and static);
 #    a probe program linked each way finds the prefix's plugin directory.
@@ -90,11 +93,44 @@ for f in "$bindir/kvplane-advisor" "$bindir/kvplane-relay" "$bindir/kvplane" "$b
   "$libdir/kvplane/plugins/kvplane-volume-posix.so" "$libdir/kvplane/plugins/kvplane-volume-s3.so" \
   include/kvplane/kvplane.h share/kvplane/proto/kvplane/v1/kvplane.proto \
   "$sysconfdir/kvplane/kvplane-advisor.conf" "$sysconfdir/kvplane/kvplane-relay.env" \
+  "$sysconfdir/kvplane/kvplane-advisor.conf.example" "$sysconfdir/kvplane/kvplane-relay.env.example" \
   lib/systemd/system/kvplane-advisor.service lib/systemd/system/kvplane-relay.service \
   lib/sysusers.d/kvplane.conf; do
   [ -e "$prefix/$f" ] || fail "not installed: $prefix/$f"
 done
 plugins=$prefix/$libdir/kvplane/plugins
+
+step "a reinstall keeps edited configuration (conffiles), the shipped one beside it"
+for c in kvplane-advisor.conf kvplane-relay.env; do
+  f=$prefix/$sysconfdir/kvplane/$c
+  cmp -s "$f.example" "$src/etc/$c" || fail "$f.example is not the shipped etc/$c"
+  echo "# edited by the operator" >>"$f"
+done
+run "$tmp/reinstall.log" cmake --install "$build" --prefix "$prefix"
+for c in kvplane-advisor.conf kvplane-relay.env; do
+  f=$prefix/$sysconfdir/kvplane/$c
+  tail -n 1 "$f" | grep -qx "# edited by the operator" || fail "a reinstall overwrote the edited $f"
+  cmp -s "$f.example" "$src/etc/$c" || fail "a reinstall did not refresh $f.example"
+  grep -q "Keeping: $f" "$tmp/reinstall.log" || fail "the reinstall does not say it kept $f"
+done
+
+step "the Python package (--component python) imports from the prefix, without KVPLANE_LIB"
+pydir=${KVP_INSTALL_PYDIR:-lib/python3/dist-packages}
+run "$tmp/install-python.log" cmake --install "$build" --component python --prefix "$prefix"
+[ -f "$prefix/$pydir/kvplane/_install.py" ] || fail "no $prefix/$pydir/kvplane/_install.py"
+[ ! -e "$prefix/$pydir/kvplane/__pycache__" ] || fail "installed a __pycache__"
+if [ -n "${KVP_INSTALL_CFLAGS:-}" ]; then
+  echo "sanitizer build: an instrumented libkvplane cannot load into python3; import not tried"
+else
+  # Run from / so that no build tree beside the package is found instead.
+  got=$(cd / && env -u KVPLANE_LIB -u LD_LIBRARY_PATH PYTHONPATH="$prefix/$pydir" PYTHONDONTWRITEBYTECODE=1 \
+    /usr/bin/python3 -c 'import kvplane, kvplane._lib as l
+print(l.lib()._name)
+print(len(kvplane.hash_blocks(list(range(8)), 4)))' 2>&1) || fail "import kvplane from $prefix/$pydir: $got"
+  [ "$(echo "$got" | head -1)" = "$prefix/$libdir/libkvplane.so.0" ] ||
+    fail "kvplane loaded $(echo "$got" | head -1), not $prefix/$libdir/libkvplane.so.0"
+  [ "$(echo "$got" | tail -1)" = 2 ] || fail "kvplane.hash_blocks from the prefix: $got"
+fi
 
 step "libkvplane carries only what a worker needs"
 # The daemons' libraries are not the worker's: not linked, not required by

@@ -11,6 +11,8 @@
 
 #include "harness.h"
 #include "kvplane/status.h"
+#include "kvplane/volume_plugin.h"
+#include "metrics/build_info.h"
 #include "metrics/prom.h"
 #include "metrics/server.h"
 
@@ -98,6 +100,33 @@ static void writer_grows_past_its_first_buffer(void **state) {
   assert_true(p.len > 4096);
   assert_non_null(strstr(p.buf, "kvplane_volume_used_bytes{volume=\"1999\"} 1999\n"));
   assert_int_equal(p.len, strlen(p.buf));
+  kvp__prom_free(&p);
+}
+
+/* kvplane_build_info: 1, labelled with what --version prints. */
+static void build_info_is_one_gauge_with_the_version_labels(void **state) {
+  (void)state;
+  kvp__prom_t p;
+  char want[512], line[512];
+  kvp__prom_init(&p);
+  kvp__build_info_metric(&p);
+  assert_int_equal(p.err, 0);
+  assert_non_null(strstr(p.buf, "# TYPE kvplane_build_info gauge\n"));
+  snprintf(want, sizeof want,
+           "kvplane_build_info{version=\"%s\",revision=\"%s\",build_type=\"%s\",plugin_abi=\"%d\"} "
+           "1\n",
+           kvp__build_version(), kvp__build_revision(), kvp__build_type(), KVP_VOLUME_ABI_VERSION);
+  assert_non_null(strstr(p.buf, want));
+  assert_string_not_equal(kvp__build_revision(), "");
+  FILE *f = tmpfile();
+  assert_non_null(f);
+  kvp__build_print_version(f, "kvplane-x");
+  rewind(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  snprintf(want, sizeof want, "kvplane-x %s (revision %s, build %s, volume plugin ABI %d)\n",
+           kvp__build_version(), kvp__build_revision(), kvp__build_type(), KVP_VOLUME_ABI_VERSION);
+  assert_string_equal(line, want);
   kvp__prom_free(&p);
 }
 
@@ -236,6 +265,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(sample_writes_special_values),
     cmocka_unit_test(histogram_buckets_are_cumulative_with_inf_sum_count),
     cmocka_unit_test(writer_grows_past_its_first_buffer),
+    cmocka_unit_test(build_info_is_one_gauge_with_the_version_labels),
     cmocka_unit_test(parse_addr_accepts_ipv4_ipv6_localhost_and_names_bad_ones),
     cmocka_unit_test(server_answers_metrics_healthz_readyz_404_405),
     cmocka_unit_test(server_refuses_a_port_in_use_naming_key_and_address),

@@ -469,7 +469,8 @@ static void the_throttle_defers_moves(void **state) {
   kvp__tier_engine_close(e);
 }
 
-/* Starts the verifying S3 server (tests/tools/s3_verify.py) and makes the fixture's G4 volume an s3 one on it. */
+/* Starts the verifying S3 server (tests/tools/s3_verify.py) and makes the
+ * fixture's G4 volume an s3 one on it. */
 static void s3_as_g4(fx_t *f, kvp_s3v_t *s3) {
   assert_int_equal(kvp_s3v_start(s3, NULL), 0);
   kvp_advisor_volume_t *v4 = &f->cfg.volumes[1];
