@@ -169,6 +169,8 @@ void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
 
 /* --- MHD's thread ------------------------------------------------------------ */
 
+static int ready(void *ctx, char *why, size_t len);
+
 static int collect(void *ctx, kvp__prom_t *out) {
   kvp__adv_metrics_t *m = ctx;
   int rc = KVP_EAGAIN;
@@ -176,7 +178,12 @@ static int collect(void *ctx, kvp__prom_t *out) {
    * scrape for nothing, and the loop only waits for this at its ticks. */
   pthread_mutex_lock(&m->mu);
   if (m->have) {
+    char why[256];
     kvp__adv_metrics_write(&m->snap, out);
+    /* What /readyz answers, for alert rules (Prometheus does not probe it). */
+    one(out, "kvplane_advisor_ready", "gauge",
+        "1 while the advisor is ready (what /readyz answers 200 for), else 0.",
+        ready(m, why, sizeof why) ? 1.0 : 0.0);
     rc = 0;
   }
   pthread_mutex_unlock(&m->mu);

@@ -147,7 +147,7 @@ COUNTERS = ["kvplane_advisor_messages", "kvplane_advisor_batches", "kvplane_advi
 GAUGES = ["kvplane_index_blocks", "kvplane_index_locations", "kvplane_index_bytes",
           "kvplane_index_memory_bytes", "kvplane_store_flush_lag_seconds",
           "kvplane_store_pending_seconds", "kvplane_store_dirty_blocks", "kvplane_workers",
-          "kvplane_advisor_apply_lag_seconds"]
+          "kvplane_advisor_apply_lag_seconds", "kvplane_advisor_ready"]
 
 
 def check_build_info(fams, prog):
@@ -232,6 +232,7 @@ def test_advisor(tmp):
         assert value(fams, "kvplane_index_locations", tier="G1") > 0
         assert value(fams, "kvplane_workers", state="up") == 2
         assert value(fams, "kvplane_advisor_decode_errors") == 0
+        assert value(fams, "kvplane_advisor_ready") == 1
         wait_for("a committed flush", lambda: value(scrape(mport)[0], "kvplane_store_flushes") > 0)
         h = scrape(mport)[0]["kvplane_store_flush_seconds"]
         assert [s.value for s in h.samples if s.name.endswith("_count")][0] > 0
@@ -242,7 +243,8 @@ def test_advisor(tmp):
         code, body = curl("http://127.0.0.1:%d/readyz" % mport)
         assert code == 503 and "NATS" in body, (code, body)
         assert curl("http://127.0.0.1:%d/healthz" % mport)[0] == 200
-        scrape(mport)
+        # The ready gauge says what /readyz says, for alert rules.
+        assert value(scrape(mport)[0], "kvplane_advisor_ready") == 0
         procs.stop(adv)
         assert adv.returncode == 0, "advisor exit %s:\n%s" % (adv.returncode, procs.log("advisor"))
         print("advisor: %d scrapes during the run; events %d, blocks %d" %
