@@ -208,9 +208,10 @@ static int parse_figure(char *line, fig_t *g) {
 }
 
 /* Runs bench_path arg, printing a row per figure with a baseline. Returns
- * the rows printed, or -1 (err set). */
+ * the rows printed, or -1 (err set, ending with kvp-bench's own first
+ * complaint when it printed one). */
 static long run_suite(const char *bench_path, const char *arg, FILE *f, char *err, size_t errlen) {
-  char cmd[1200], line[1024];
+  char cmd[1200], line[1024], said[256] = "";
   long rows = 0;
   FILE *p;
 
@@ -226,8 +227,14 @@ static long run_suite(const char *bench_path, const char *arg, FILE *f, char *er
   }
   while (fgets(line, sizeof line, p) != NULL) {
     fig_t g;
-    if (!parse_figure(line, &g))
+    if (!parse_figure(line, &g)) {
+      /* Its first line that names kvp-bench: its own error message. */
+      if (said[0] == '\0' && strncmp(line, "kvp-bench", 9) == 0) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(said, sizeof said, "%.200s", line);
+      }
       continue;
+    }
     fprintf(f, "%-44s %14s %-9s %14s %-9s %7s  %s\n", g.name, g.value, g.unit, g.bvalue, g.bunit,
             g.ratio, g.label);
     fflush(f);
@@ -235,9 +242,9 @@ static long run_suite(const char *bench_path, const char *arg, FILE *f, char *er
   }
   int st = pclose(p);
   if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    snprintf(err, errlen, "%s %s failed (%s %d)", bench_path, arg,
+    snprintf(err, errlen, "%s %s failed (%s %d)%s%s", bench_path, arg,
              st != -1 && WIFEXITED(st) ? "exit status" : "status",
-             st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
+             st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : st, said[0] ? ": " : "", said);
     return -1;
   }
   return rows;

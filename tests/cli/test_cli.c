@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../advisor/advfix.h"
@@ -363,6 +364,15 @@ static void top_replay_and_bench(void **state) {
     assert_non_null(strstr(c->text, "hash.seq.512tok.blocks_per_s"));
     assert_non_null(strstr(c->text, "xxh3-one-pass"));
     assert_int_equal(cli_run(c, (char *[]){"bench", "nosuch", NULL}), 5);
+    /* kvp-bench's own word comes through, on stderr. */
+    char cmd[1200], said[4096] = "";
+    snprintf(cmd, sizeof cmd, "'%s' bench nosuch 2>&1 >/dev/null", c->prog);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t got = fread(said, 1, sizeof said - 1, p);
+    said[got] = '\0';
+    assert_int_equal(WEXITSTATUS(pclose(p)), 5);
+    assert_non_null(strstr(said, "kvp-bench: unknown suite 'nosuch'"));
   }
 }
 
