@@ -130,6 +130,13 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
       "Planned moves left for later rounds by the bytes/s throttle.", (double)t->throttled);
   one(p, "kvplane_migration_sources_deleted_total", "counter",
       "Source copies deleted after [tiering] grace.", (double)t->sources_deleted);
+  one(p, "kvplane_migration_quarantined_total", "counter",
+      "Copies that failed verification: deleted, their location dropped and announced.",
+      (double)t->quarantined);
+  one(p, "kvplane_migration_lost_total", "counter",
+      "Of the quarantined copies, those that were the block's only copy.", (double)t->lost);
+  one(p, "kvplane_migration_skipped_total", "counter",
+      "Moves not tried because a volume went offline during their job.", (double)t->skipped);
   kvp__prom_family(p, "kvplane_migrated_bytes_total", "counter",
                    "Bytes of the blocks moved, by source and destination tier.");
   for (int a = 3; a <= 4; a++)
@@ -149,6 +156,12 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
     kvp__prom_sample(p, "kvplane_volume_capacity_bytes",
                      (const char *[]){"volume", s->vols[i].name, NULL},
                      (double)s->vols[i].capacity);
+  kvp__prom_family(p, "kvplane_volume_offline", "gauge",
+                   "1 while the volume's identity marker is gone (a dropped mount, a deleted "
+                   "directory): no moves go into or out of it.");
+  for (size_t i = 0; i < s->nvols; i++)
+    kvp__prom_sample(p, "kvplane_volume_offline", (const char *[]){"volume", s->vols[i].name, NULL},
+                     (double)s->vols[i].offline);
   kvp__prom_family(p, "kvplane_volume_fill_ratio", "gauge",
                    "used / capacity of volumes with a capacity.");
   for (size_t i = 0; i < s->nvols; i++)
