@@ -1,6 +1,7 @@
 /* A decoded engine payload republished as kvplane events (state.h): the
  * hybrid-group and medium filters, kvplane's own sequence hashes computed
  * from token ids, and the engine-to-kvplane hash map. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,17 +124,15 @@ static void removed(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t
 }
 
 /* Applies one decoded payload. */
-void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const uint8_t *payload, size_t len) {
-  kvp_relay_decoded_t d;
-  int rc = kvp__relay_decode(r->dec, payload, len, &d);
-  if (rc != 0) {
-    CNT(ep, decode_errors);
-    LOG(ep, "payload of %zu bytes skipped: %s", len, kvp_strerror(rc));
-    return;
+void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_decoded_t *d) {
+  if (d->errors) {
+    uint64_t before = CNTN(ep, event_errors, d->errors);
+    if (kvp__relay_worth_logging(before + 1))
+      LOG(ep, "%zu malformed event(s) skipped (%" PRIu64 " so far)", d->errors,
+          before + d->errors);
   }
-  CNTN(ep, event_errors, d.errors);
-  for (size_t i = 0; i < d.nevents; i++) {
-    const kvp_relay_event_t *e = &d.events[i];
+  for (size_t i = 0; i < d->nevents; i++) {
+    const kvp_relay_event_t *e = &d->events[i];
     int tier;
     switch (e->type) {
     case KVP_RELAY_EV_CLEARED:

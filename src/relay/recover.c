@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <zmq.h>
 
+#include "kvplane/status.h"
+
 #include "relay/state.h"
 
 static int be64(const void *p, size_t n, int64_t *seq) {
@@ -45,6 +47,20 @@ static int recv_parts(void *sock, zmq_msg_t *parts, int max, int flags) {
 static void close_parts(zmq_msg_t *parts, int n, int max) {
   for (int i = 0; i < n && i < max; i++)
     zmq_msg_close(&parts[i]);
+}
+
+/* Decodes a payload with dec; a payload that does not decode is counted and
+ * logged (rate-limited) and 0 returned, else 1 with *d filled. */
+static int decode(kvp__relay_ep_t *ep, kvp_relay_decoder_t *dec, int64_t seq, const void *p,
+                  size_t len, kvp_relay_decoded_t *d) {
+  int rc = kvp__relay_decode(dec, p, len, d);
+  if (rc == 0)
+    return 1;
+  uint64_t n = CNT(ep, decode_errors) + 1;
+  if (kvp__relay_worth_logging(n))
+    LOG(ep, "payload of %zu bytes with sequence %" PRId64 " skipped: %s (%" PRIu64 " so far)", len,
+        seq, kvp_strerror(rc), n);
+  return 0;
 }
 
 /* Asks the replay socket for start..; applies what comes back up to (not
@@ -97,9 +113,14 @@ static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t un
       break;
     }
     if (seq == next && seq < until) {
+      kvp_relay_decoded_t dd;
       CNT(ep, replay_msgs);
       CNT(ep, msgs);
-      kvp__relay_apply(r, ep, zmq_msg_data(&p[si + 1]), zmq_msg_size(&p[si + 1]));
+      /* Replayed, the same bytes would not decode either: that sequence is lost. */
+      if (decode(ep, r->rdec, seq, zmq_msg_data(&p[si + 1]), zmq_msg_size(&p[si + 1]), &dd))
+        kvp__relay_apply(r, ep, &dd);
+      else
+        CNT(ep, lost);
       next++;
       ep->last_seq = seq;
     } else {
@@ -123,11 +144,26 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
   if (n < 0)
     return;
   if (n != 3 || be64(zmq_msg_data(&p[1]), zmq_msg_size(&p[1]), &seq) != 0) {
-    CNT(ep, decode_errors);
-    LOG(ep, "message of %d frames skipped (want topic, 8-byte seq, payload)", n);
+    uint64_t k = CNT(ep, decode_errors) + 1;
+    if (kvp__relay_worth_logging(k))
+      LOG(ep, "message of %d frames skipped (want topic, 8-byte seq, payload; %" PRIu64 " so far)",
+          n, k);
     goto out;
   }
   CNT(ep, msgs);
+  kvp_relay_decoded_t d;
+  if (!decode(ep, r->dec, seq, zmq_msg_data(&p[2]), zmq_msg_size(&p[2]), &d)) {
+    /* Decode first: the sequence of a payload that did not decode is not
+     * trusted to clear or replay. In sequence, it is one lost sequence
+     * (replay would bring the same bytes back); otherwise it is ignored and
+     * the state does not move. */
+    if (ep->last_seq >= 0 && seq == ep->last_seq + 1) {
+      CNT(ep, lost);
+      ep->last_seq = seq;
+      __atomic_store_n(&ep->st.last_seq, seq, __ATOMIC_RELAXED);
+    }
+    goto out;
+  }
   if (ep->last_seq >= 0) {
     if (seq <= ep->last_seq) {
       /* PUB/SUB never repeats a message on the live socket, and replayed
@@ -143,7 +179,7 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
         kvp__relay_clear(ep, ep->replay[0] ? "replay failed or too short" : "no replay endpoint");
     }
   }
-  kvp__relay_apply(r, ep, zmq_msg_data(&p[2]), zmq_msg_size(&p[2]));
+  kvp__relay_apply(r, ep, &d);
   ep->last_seq = seq;
   __atomic_store_n(&ep->st.last_seq, seq, __ATOMIC_RELAXED);
 out:

@@ -44,7 +44,7 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
   if (o->media && (rc = kvp__relay_media_parse(&r->media, o->media, err, errlen)) != 0)
     goto fail;
   rc = KVP_ENOMEM;
-  if (kvp__relay_decoder_create(&r->dec) != 0 || !(r->ep = calloc(o->nendpoints, sizeof *r->ep)) ||
+  if (kvp__relay_decoder_create(&r->dec) != 0 || kvp__relay_decoder_create(&r->rdec) != 0 || !(r->ep = calloc(o->nendpoints, sizeof *r->ep)) ||
       !(r->zctx = zmq_ctx_new()))
     goto fail;
   for (size_t i = 0; i < o->nendpoints; i++) {
@@ -130,6 +130,7 @@ void kvp_relay_close(kvp_relay_t *r) {
   if (r->zctx)
     zmq_ctx_term(r->zctx);
   kvp__relay_decoder_destroy(r->dec);
+  kvp__relay_decoder_destroy(r->rdec);
   free(r->hbuf);
   free(r->ep);
   free(r);
@@ -158,12 +159,12 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file) {
             "},\"skipped\":{\"group\":%" PRIu64 ",\"medium\":%" PRIu64 ",\"duplicate\":%" PRIu64
             "},\"gaps\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"replayed_msgs\":%" PRIu64
             ",\"clears\":%" PRIu64 ",\"restarts\":%" PRIu64 ",\"decode_errors\":%" PRIu64
-            ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64 ",\"last_seq\":%" PRId64
+            ",\"lost\":%" PRIu64 ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64 ",\"last_seq\":%" PRId64
             "}\n",
             r->ep[i].endpoint, r->ep[i].worker, s.msgs, s.in_stored, s.in_removed, s.in_cleared,
             s.out_stored, s.out_removed, s.out_cleared, s.blocks_kvp, s.blocks_native, s.skip_group,
             s.skip_medium, s.skip_dup, s.gaps, s.replays, s.replay_msgs, s.clears, s.restarts,
-            s.decode_errors, s.event_errors, s.map_evictions, s.last_seq);
+            s.decode_errors, s.lost, s.event_errors, s.map_evictions, s.last_seq);
   }
   fflush(f);
 }

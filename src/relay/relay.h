@@ -80,6 +80,8 @@ typedef struct kvp_relay_stats_s {
   uint64_t skip_unmapped;                         /* removals of hashes never mapped */
   uint64_t gaps, replays, replay_msgs, clears, restarts;
   uint64_t decode_errors; /* bad payloads, bad frames */
+  uint64_t lost;          /* sequences given up: undecodable in sequence, or gone from
+                           * the engine's replay buffer */
   uint64_t event_errors;  /* malformed events inside good payloads */
   uint64_t map_evictions;
   int64_t last_seq;

@@ -22,6 +22,11 @@
 
 #define KVP__RELAY_UNKNOWN_LOGGED 16
 
+/* Few lines for a flood of bad input: the first ten, then one in 1000. */
+static inline int kvp__relay_worth_logging(uint64_t count) {
+  return count <= 10 || count % 1000 == 0;
+}
+
 typedef struct kvp__relay_ep_s {
   char endpoint[256], replay[256], worker[65];
   void *sub;
@@ -41,14 +46,14 @@ struct kvp_relay_s {
   int rcvhwm;
   uint32_t replay_timeout_ms, block_size;
   kvp_relay_media_t media;
-  kvp_relay_decoder_t *dec;
+  kvp_relay_decoder_t *dec;  /* live messages */
+  kvp_relay_decoder_t *rdec; /* replayed ones, while a live message waits decoded */
   uint64_t *hbuf; /* kvplane hashes of one event */
   size_t hcap;
 };
 
-/* apply.c: decodes one payload and republishes its events; a payload that
- * does not decode is counted and logged, never fatal. */
-void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const uint8_t *payload, size_t len);
+/* apply.c: republishes the events of one decoded payload. */
+void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_decoded_t *d);
 
 /* apply.c: publishes AllBlocksCleared (every tier) for the worker and
  * forgets its hashes; why goes to the log. */

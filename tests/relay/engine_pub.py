@@ -6,7 +6,7 @@ messages from start_seq in one of three layouts, then seq -1.
 
   engine_pub.py PUB_PORT REPLAY_PORT SCENARIO ENCODING LAYOUT EXPECT_FILE
 
-SCENARIO: basic, gap, noreplay, restart. ENCODING: array or map. LAYOUT:
+SCENARIO: basic, gap, noreplay, restart, badseq. ENCODING: array or map. LAYOUT:
 topic (["", topic, seq, payload], vLLM 0.26+), empty (["", seq, payload],
 older vLLM), bare ([seq, payload], SGLang). Writes EXPECT_FILE with the
 blocks the index must end with ("tier,signed hash" lines), computing
@@ -192,6 +192,17 @@ elif scenario in ("gap", "noreplay"):
     if scenario == "noreplay":
         m.clear()  # the relay clears; 1001 is gone from the index
     send(batch([stored(m, [5001], tok[8:12])]))
+elif scenario == "badseq":
+    # Undecodable messages whose sequence numbers cannot be trusted (0 and
+    # +1000) and one in sequence: none may clear, replay or move the stream.
+    send(batch([stored(m, [1001, 1002], tok[:8])]))
+    send(batch([stored(m, [1003], tok[8:12], parent=1002)]))
+    pub.send_multipart([TOPIC, struct.pack(">q", 0), b"\xc1garbage"])
+    pub.send_multipart([TOPIC, struct.pack(">q", seq + 1000), b"\x93\x01"])
+    serve_replay(30)
+    send(b"\xc1\xc1")  # in sequence but undecodable: one lost sequence
+    send(batch([stored(m, [1004], tok[12:16], parent=1003)]))
+    send(batch([removed(m, [1001])]))
 elif scenario == "restart":
     send(batch([stored(m, [1001, 1002], tok[:8])]))
     send(batch([stored(m, [1003], tok[8:12], parent=1002)]))

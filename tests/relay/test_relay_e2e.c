@@ -198,11 +198,28 @@ static void publisher_restart_clears(void **state) {
   assert_int_equal(st.clears, 1);
 }
 
+/* A message's sequence moves the state only once its payload decoded:
+ * garbage with sequence 0 or +1000 neither clears nor replays, and an
+ * undecodable message in sequence is one lost sequence, not a gap. */
+static void undecodable_sequences_ignored(void **state) {
+  (void)state;
+  kvp_relay_stats_t st;
+  scenario("badseq", "array", "topic", &st);
+  assert_int_equal(st.decode_errors, 3);
+  assert_int_equal(st.lost, 1);
+  assert_int_equal(st.restarts, 0);
+  assert_int_equal(st.gaps, 0);
+  assert_int_equal(st.replays, 0);
+  assert_int_equal(st.clears, 0);
+  assert_int_equal(st.last_seq, 4);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(basic_both_encodings),
     cmocka_unit_test(gap_replayed_each_layout),
     cmocka_unit_test(replay_unavailable_clears),
     cmocka_unit_test(publisher_restart_clears),
+    cmocka_unit_test(undecodable_sequences_ignored),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)
