@@ -19,31 +19,43 @@ void kvp__relay_clear(kvp__relay_ep_t *ep, const char *why) {
   CNT(ep, clears);
 }
 
-static void unknown_medium(kvp__relay_ep_t *ep, const kvp_relay_str_t *m) {
-  size_t len = m->len < 31 ? m->len : 31;
+/* Logs an unknown medium or kind once (the first KVP__RELAY_UNKNOWN_LOGGED
+ * names are remembered; beyond them each occurrence is logged). what is
+ * "medium" or "kind"; names are remembered with what in front. */
+static void unknown_once(kvp__relay_ep_t *ep, const char *what, const kvp_relay_str_t *m,
+                         const char *hint) {
+  char key[32];
+  int kl = snprintf(key, sizeof key, "%c%.*s", what[0], (int)(m->len < 30 ? m->len : 30), m->p);
+  size_t len = (size_t)kl < sizeof key ? (size_t)kl : sizeof key - 1;
   for (size_t i = 0; i < ep->nunknown; i++)
-    if (strlen(ep->unknown[i]) == len && memcmp(ep->unknown[i], m->p, len) == 0)
+    if (strlen(ep->unknown[i]) == len && memcmp(ep->unknown[i], key, len) == 0)
       return;
   if (ep->nunknown < KVP__RELAY_UNKNOWN_LOGGED) {
-    memcpy(ep->unknown[ep->nunknown], m->p, len);
+    memcpy(ep->unknown[ep->nunknown], key, len);
     ep->unknown[ep->nunknown++][len] = 0;
   }
-  LOG(ep, "unknown medium \"%.*s\": its events are skipped (--media sets the table)", (int)len,
-      m->p);
+  LOG(ep, "unknown %s \"%.*s\": its events are skipped%s", what, (int)m->len, m->p, hint);
 }
 
-/* A kind other than the main full-attention group. */
-static int hybrid(const kvp_relay_event_t *e) {
-  if (e->group_idx > 0 || e->sliding_window > 0)
+/* 0 when the event belongs to the main group and its kind is indexed, else
+ * 1 (counted by cause). Only group 0 is indexed: a hybrid model's other
+ * groups hold the same prefixes under other hashes. */
+static int skipped(kvp__relay_ep_t *ep, const kvp_relay_event_t *e) {
+  int k = kvp__relay_kind_class(e->kind.p, e->kind.len);
+  if (k < 0) {
+    CNT(ep, skip_kind_unknown);
+    unknown_once(ep, "kind", &e->kind, " (README, relay section: spec kinds)");
     return 1;
-  if (e->kind.len == 0)
-    return 0;
-  static const char *const full[] = {"full_attention", "full", "FullAttentionSpec", "mla",
-                                     "MLAAttentionSpec"};
-  for (size_t i = 0; i < sizeof full / sizeof full[0]; i++)
-    if (strlen(full[i]) == e->kind.len && memcmp(full[i], e->kind.p, e->kind.len) == 0)
-      return 0;
-  return 1;
+  }
+  if (k == 0) {
+    CNT(ep, skip_kind);
+    return 1;
+  }
+  if (e->group_idx > 0 || (e->kind.len == 0 && e->sliding_window > 0)) {
+    CNT(ep, skip_group);
+    return 1;
+  }
+  return 0;
 }
 
 static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tier) {
@@ -68,12 +80,16 @@ static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t 
       own = 0; /* parent unknown to us: cannot chain, pass the engine's hashes */
   }
   if (own) {
+    /* The adapter salts the hash: its name, else its id (older vLLM and
+     * SGLang send only lora_id) as "lora_id:<n>"; else the cache salt. */
     char salt[256];
     const kvp_relay_str_t *s = e->lora_name.len ? &e->lora_name : &e->cache_salt;
     size_t sl = s->len < sizeof salt - 1 ? s->len : sizeof salt - 1;
     if (sl)
       memcpy(salt, s->p, sl);
     salt[sl] = 0;
+    if (!e->lora_name.len && e->lora_id != 0)
+      snprintf(salt, sizeof salt, "lora_id:%" PRId32, e->lora_id);
     uint64_t seed = kvp_hash_seed(salt);
     /* The engine's token_ids cover exactly these blocks; the last n full
      * blocks are the ones announced. */
@@ -148,14 +164,12 @@ void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_decod
       CNT(ep, in_removed);
       break;
     }
-    if (hybrid(e)) {
-      CNT(ep, skip_group);
+    if (skipped(ep, e))
       continue;
-    }
     tier = kvp__relay_media_tier(&r->media, e->medium.p, e->medium.len);
     if (tier == 0) {
       CNT(ep, skip_medium);
-      unknown_medium(ep, &e->medium);
+      unknown_once(ep, "medium", &e->medium, " (--media sets the table)");
       continue;
     }
     if (e->type == KVP_RELAY_EV_STORED)

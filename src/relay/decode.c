@@ -47,7 +47,9 @@ enum {
   F_GROUP_IDX,
   F_KIND,
   F_SLIDING,
-  F_CACHE_SALT,
+  F_LOCALITY, /* vLLM 0.28+: where the copy lives ("LOCAL"); never part of a hash */
+  F_POSITIONAL, /* slots up to here come positionally; the rest by key only */
+  F_CACHE_SALT = F_POSITIONAL,
   F_COUNT
 };
 static const char *const stored_keys[F_COUNT] = {"block_hashes",
@@ -61,9 +63,10 @@ static const char *const stored_keys[F_COUNT] = {"block_hashes",
                                                  "group_idx",
                                                  "kv_cache_spec_kind",
                                                  "kv_cache_spec_sliding_window",
+                                                 "locality",
                                                  "cache_salt"};
-/* BlockRemoved positional: block_hashes, medium, group_idx. */
-static const int removed_pos[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX};
+/* BlockRemoved positional: block_hashes, medium, group_idx, locality. */
+static const int removed_pos[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX, F_LOCALITY};
 
 /* Fills the event from the field slots; KVP_EPROTO for a missing or
  * malformed field, KVP_ENOMEM. */
@@ -169,10 +172,12 @@ static int event_decode(kvp_relay_decoder_t *d, const msgpack_object *o, kvp_rel
     uint32_t n = o->via.array.size - 1;
     const msgpack_object *a = o->via.array.ptr + 1;
     if (e->type == KVP_RELAY_EV_STORED) {
-      for (uint32_t i = 0; i < n && i < F_COUNT; i++)
+      /* Upstream's positional order (vLLM kv_events.py): no cache_salt
+       * slot; slot 11 is locality. */
+      for (uint32_t i = 0; i < n && i < F_POSITIONAL; i++)
         f[i] = &a[i];
     } else if (e->type == KVP_RELAY_EV_REMOVED) {
-      for (uint32_t i = 0; i < n && i < 3; i++)
+      for (uint32_t i = 0; i < n && i < sizeof removed_pos / sizeof removed_pos[0]; i++)
         f[removed_pos[i]] = &a[i];
     }
   } else {

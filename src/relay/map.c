@@ -65,6 +65,30 @@ int kvp__relay_media_tier(const kvp_relay_media_t *m, const char *name, size_t l
   return 0;
 }
 
+int kvp__relay_kind_class(const char *kind, size_t len) {
+  static const struct {
+    const char *n;
+    int index;
+  } t[] = {
+      {"full_attention", 1},          {"full", 1},
+      {"FullAttentionSpec", 1},       {"mla_attention", 1},
+      {"mla", 1},                     {"MLAAttentionSpec", 1},
+      {"sink_full_attention", 1},     {"SinkFullAttentionSpec", 1},
+      {"sliding_window", 0},          {"SlidingWindowSpec", 0},
+      {"sliding_window_mla", 0},      {"SlidingWindowMLASpec", 0},
+      {"chunked_local_attention", 0}, {"ChunkedLocalAttentionSpec", 0},
+      {"mamba", 0},                   {"MambaSpec", 0},
+      {"cross_attention", 0},         {"CrossAttentionSpec", 0},
+      {"encoder_only_attention", 0},  {"EncoderOnlyAttentionSpec", 0},
+  };
+  if (len == 0)
+    return 1;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strlen(t[i].n) == len && memcmp(t[i].n, kind, len) == 0)
+      return t[i].index;
+  return -1;
+}
+
 /* Entries in a doubly linked LRU list by index; a common/map64 maps the
  * engine's hash to its entry. */
 typedef struct ent_s {

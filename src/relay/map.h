@@ -29,6 +29,14 @@ int kvp__relay_media_parse(kvp_relay_media_t *m, const char *spec, char *err, si
  * tier, or 0 when unknown. */
 int kvp__relay_media_tier(const kvp_relay_media_t *m, const char *name, size_t len);
 
+/* kv_cache_spec_kind table (README, relay section): whose blocks are a
+ * reusable token prefix. Returns 1 (index: full attention, MLA, sink full
+ * attention; absent is full attention), 0 (skip by rule: sliding window,
+ * chunked local attention, Mamba, cross attention, encoder-only) or -1 (a
+ * kind this table does not know: skipped, never indexed). Exact names, as
+ * upstream spells them, and their spec class names. */
+int kvp__relay_kind_class(const char *kind, size_t len);
+
 /* engine hash -> kvplane hash, at most cap entries; the least recently used
  * goes first. */
 typedef struct kvp_relay_map_s kvp_relay_map_t;

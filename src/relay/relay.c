@@ -156,14 +156,14 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file) {
             ",\"in\":{\"stored\":%" PRIu64 ",\"removed\":%" PRIu64 ",\"cleared\":%" PRIu64
             "},\"out\":{\"stored\":%" PRIu64 ",\"removed\":%" PRIu64 ",\"cleared\":%" PRIu64
             "},\"blocks\":{\"kvplane\":%" PRIu64 ",\"engine_native\":%" PRIu64
-            "},\"skipped\":{\"group\":%" PRIu64 ",\"medium\":%" PRIu64 ",\"duplicate\":%" PRIu64
+            "},\"skipped\":{\"group\":%" PRIu64 ",\"medium\":%" PRIu64 ",\"duplicate\":%" PRIu64 ",\"kind\":%" PRIu64 ",\"kind_unknown\":%" PRIu64
             "},\"gaps\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"replayed_msgs\":%" PRIu64
             ",\"clears\":%" PRIu64 ",\"restarts\":%" PRIu64 ",\"decode_errors\":%" PRIu64
             ",\"lost\":%" PRIu64 ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64 ",\"last_seq\":%" PRId64
             "}\n",
             r->ep[i].endpoint, r->ep[i].worker, s.msgs, s.in_stored, s.in_removed, s.in_cleared,
             s.out_stored, s.out_removed, s.out_cleared, s.blocks_kvp, s.blocks_native, s.skip_group,
-            s.skip_medium, s.skip_dup, s.gaps, s.replays, s.replay_msgs, s.clears, s.restarts,
+            s.skip_medium, s.skip_dup, s.skip_kind, s.skip_kind_unknown, s.gaps, s.replays, s.replay_msgs, s.clears, s.restarts,
             s.decode_errors, s.lost, s.event_errors, s.map_evictions, s.last_seq);
   }
   fflush(f);

@@ -78,6 +78,8 @@ typedef struct kvp_relay_stats_s {
   uint64_t skip_group, skip_medium, skip_dup;     /* skipped: hybrid group, unknown medium,
                                                    * replayed message outside the range */
   uint64_t skip_unmapped;                         /* removals of hashes never mapped */
+  uint64_t skip_kind, skip_kind_unknown;          /* skipped by the kv_cache_spec_kind
+                                                   * table; kinds it does not know */
   uint64_t gaps, replays, replay_msgs, clears, restarts;
   uint64_t decode_errors; /* bad payloads, bad frames */
   uint64_t lost;          /* sequences given up: undecodable in sequence, or gone from

@@ -34,7 +34,7 @@ typedef struct kvp__relay_ep_s {
   kvp_relay_map_t *map;
   int64_t last_seq; /* -1: nothing seen yet */
   kvp_relay_stats_t st;
-  char unknown[KVP__RELAY_UNKNOWN_LOGGED][32]; /* media already logged */
+  char unknown[KVP__RELAY_UNKNOWN_LOGGED][32]; /* media and kinds already logged */
   size_t nunknown;
 } kvp__relay_ep_t;
 

@@ -69,12 +69,17 @@ class Model:
 MEDIUM_TIER = {None: 1, "GPU": 1, "CPU": 2, "DISK": 3}
 
 
+INDEXED_KINDS = (None, "full_attention", "mla_attention", "sink_full_attention")
+
+
 def stored(model, eh, tokens, parent=None, medium=None, lora=None, extra=None, group=0,
-           kind=None, apply=True):
+           kind=None, apply=True, lora_id=None, locality=None):
     if enc == "array":
-        ev = ["BlockStored", eh, parent, tokens, BS, None, medium, lora, extra]
-        if group or kind:
+        ev = ["BlockStored", eh, parent, tokens, BS, lora_id, medium, lora, extra]
+        if group or kind or locality:
             ev += [group, kind]
+        if locality:
+            ev += [None, locality]  # upstream slot 11: never part of a hash
     else:
         ev = {"type": "BlockStored", "block_hashes": eh, "token_ids": tokens,
               "block_size": BS, "locality": "local", "session_id": "s"}
@@ -90,13 +95,16 @@ def stored(model, eh, tokens, parent=None, medium=None, lora=None, extra=None, g
             ev["group_idx"] = group
         if kind:
             ev["kv_cache_spec_kind"] = kind
-    if apply and model is not None and not group and not kind:
+        if lora_id is not None:
+            ev["lora_id"] = lora_id
+    if apply and model is not None and not group and kind in INDEXED_KINDS:
         tier = MEDIUM_TIER[medium]
         if extra is not None:
             kh = list(eh)
         else:
             pk = model.map[parent] if parent is not None else None
-            kh = kvp_hashes(tokens, pk, seed_for(lora))
+            salt = lora or ("lora_id:%d" % lora_id if lora_id else None)
+            kh = kvp_hashes(tokens, pk, seed_for(salt))
         model.stored(tier, [e & MASK for e in eh], kh)
     return ev
 
@@ -181,6 +189,10 @@ if scenario == "basic":
     send(batch([stored(m, [-5, 2**63 + 7], tok[:8], medium="CPU", lora="adapter-x")]))
     send(batch([stored(m, [2001], tok[:4], extra=[["mm-1"]], medium="DISK")]))  # native
     send(batch([stored(m, [3001, 3002], tok[:8], group=1, kind="sliding_window")]))  # skipped
+    send(batch([stored(m, [4001, 4002], tok[4:12], kind="mla_attention", lora_id=7),
+                stored(m, [4003], tok[12:16], kind="sink_full_attention", locality="LOCAL"),
+                stored(m, [4004], tok[:4], kind="mamba"),  # skipped by rule
+                stored(m, [4005], tok[:4], kind="brand_new_kind")]))  # unknown: skipped
     send(b"\xc1\xc1garbage")  # malformed payload: counted
     pub.send_multipart([TOPIC, b"\x00\x01"])  # wrong frame count: counted
     send(batch([{"type": "Unknown"} if enc == "map" else ["Unknown", 1],

@@ -53,7 +53,7 @@ static void tagged_arrays(void **state) {
   msgpack_pack_int(&p, 0); /* group_idx */
   pk_str(&p, "full_attention");
   msgpack_pack_nil(&p);     /* sliding window */
-  pk_str(&p, "salt");       /* cache_salt */
+  pk_str(&p, "LOCAL");      /* locality (upstream slot 11): not a salt */
   msgpack_pack_int(&p, 99); /* extra element: ignored */
   /* BlockRemoved with bytes hashes (lower 64 bits, big-endian). */
   msgpack_pack_array(&p, 2);
@@ -83,7 +83,7 @@ static void tagged_arrays(void **state) {
   assert_int_equal(e->medium.len, 3);
   assert_memory_equal(e->medium.p, "CPU", 3);
   assert_memory_equal(e->lora_name.p, "adapter", 7);
-  assert_memory_equal(e->cache_salt.p, "salt", 4);
+  assert_int_equal(e->cache_salt.len, 0); /* positional events carry no cache_salt */
   assert_false(e->has_extra_keys);
   assert_int_equal(out.events[1].type, KVP_RELAY_EV_REMOVED);
   assert_true(out.events[1].hashes[0] == UINT64_C(0x0102030405060708));
@@ -215,6 +215,22 @@ static void media_table(void **state) {
   assert_int_equal(kvp__relay_media_parse(&m, "=G1", err, sizeof err), KVP_ECONFIG);
 }
 
+/* The kv_cache_spec_kind table: what upstream sends, exactly. */
+static void spec_kinds(void **state) {
+  (void)state;
+  static const char *const indexed[] = {"full_attention", "mla_attention", "sink_full_attention",
+                                        "FullAttentionSpec", "MLAAttentionSpec"};
+  static const char *const skipped[] = {"sliding_window", "chunked_local_attention", "mamba",
+                                        "MambaSpec", "SlidingWindowSpec"};
+  for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++)
+    assert_int_equal(kvp__relay_kind_class(indexed[i], strlen(indexed[i])), 1);
+  for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++)
+    assert_int_equal(kvp__relay_kind_class(skipped[i], strlen(skipped[i])), 0);
+  assert_int_equal(kvp__relay_kind_class(NULL, 0), 1); /* absent: full attention */
+  assert_int_equal(kvp__relay_kind_class("linear_attention", 16), -1);
+  assert_int_equal(kvp__relay_kind_class("MLA_ATTENTION", 13), -1); /* exact names */
+}
+
 static void map_lru_bounded(void **state) {
   (void)state;
   kvp_relay_map_t *m = (kvp_relay_map_t *)&m;
@@ -281,7 +297,7 @@ static void map_grows_with_what_it_holds(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(tagged_arrays),      cmocka_unit_test(maps_and_defaults),
     cmocka_unit_test(malformed_rejected), cmocka_unit_test(media_table),
-    cmocka_unit_test(map_lru_bounded),    cmocka_unit_test(map_grows_with_what_it_holds),
+    cmocka_unit_test(spec_kinds),         cmocka_unit_test(map_lru_bounded),    cmocka_unit_test(map_grows_with_what_it_holds),
 };
 
 KVP_TEST_MAIN("relay_decode", tests)

@@ -158,11 +158,12 @@ static void basic_both_encodings(void **state) {
   for (int i = 0; i < 2; i++) {
     kvp_relay_stats_t st;
     scenario("basic", encs[i], "topic", &st);
-    assert_int_equal(st.skip_group, 1);   /* the sliding-window group */
+    assert_int_equal(st.skip_kind, 2);         /* the sliding-window group, mamba */
+    assert_int_equal(st.skip_kind_unknown, 1); /* brand_new_kind */
     assert_int_equal(st.decode_errors, 2); /* garbage payload, 2-frame message */
     assert_int_equal(st.event_errors, 1);  /* the unknown event type */
     assert_int_equal(st.blocks_native, 1); /* extra_keys */
-    assert_int_equal(st.blocks_kvp, 6);
+    assert_int_equal(st.blocks_kvp, 9); /* with MLA (lora_id), sink (locality) */
     assert_int_equal(st.gaps, 0);
     assert_int_equal(st.clears, 0);
   }
