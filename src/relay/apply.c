@@ -58,82 +58,133 @@ static int skipped(kvp__relay_ep_t *ep, const kvp_relay_event_t *e) {
   return 0;
 }
 
-static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tier) {
-  kvp_event_t ev = {.type = KVP_EV_STORED, .tier = tier, .lora_id = e->lora_id};
-  size_t n = e->nhashes;
-  uint32_t bs = e->block_size ? e->block_size : r->block_size;
-  if (n == 0)
-    return;
-  if (r->hcap < n) {
-    uint64_t *h = realloc(r->hbuf, n * sizeof *h);
-    if (!h)
-      return;
-    r->hbuf = h;
-    r->hcap = n;
-  }
-  int own = e->token_ids && !e->has_extra_keys && bs > 0 && e->ntokens >= (size_t)bs * n;
-  uint64_t parent = 0;
-  int has_parent = 0;
-  if (own && e->has_parent) {
-    has_parent = kvp__relay_map_get(ep->map, e->parent, &parent);
-    if (!has_parent)
-      own = 0; /* parent unknown to us: cannot chain, pass the engine's hashes */
-  }
-  if (own) {
-    /* The adapter salts the hash: its name, else its id (older vLLM and
-     * SGLang send only lora_id) as "lora_id:<n>"; else the cache salt. */
-    char salt[256];
-    const kvp_relay_str_t *s = e->lora_name.len ? &e->lora_name : &e->cache_salt;
-    size_t sl = s->len < sizeof salt - 1 ? s->len : sizeof salt - 1;
-    if (sl)
-      memcpy(salt, s->p, sl);
-    salt[sl] = 0;
-    if (!e->lora_name.len && e->lora_id != 0)
-      snprintf(salt, sizeof salt, "lora_id:%" PRId32, e->lora_id);
-    uint64_t seed = kvp_hash_seed(salt);
-    /* The engine's token_ids cover exactly these blocks; the last n full
-     * blocks are the ones announced. */
-    const uint32_t *tok = e->token_ids + (e->ntokens - (size_t)bs * n);
-    uint64_t prev = parent;
-    for (size_t i = 0; i < n; i++) {
-      uint64_t local = kvp_hash_block(tok + i * bs, bs, seed);
-      prev = (i == 0 && !has_parent) ? local : kvp_hash_chain(prev, local, seed);
-      r->hbuf[i] = prev;
-      if (kvp__relay_map_put(ep->map, e->hashes[i], prev))
-        CNT(ep, map_evictions);
-    }
-    ev.hashes = r->hbuf;
-    ev.has_parent = has_parent;
-    ev.parent_hash = parent;
-    CNTN(ep, blocks_kvp, n);
-  } else {
-    ev.hashes = e->hashes;
-    ev.has_parent = e->has_parent;
-    ev.parent_hash = e->parent;
-    ev.engine_native = 1;
+static int hbuf_reserve(kvp_relay_t *r, size_t n) {
+  if (r->hcap >= n)
+    return 0;
+  uint64_t *h = realloc(r->hbuf, n * sizeof *h);
+  if (!h)
+    return KVP_ENOMEM;
+  r->hbuf = h;
+  r->hcap = n;
+  return 0;
+}
+
+/* Publishes blocks hashes[0..n) as one Stored event. */
+static void emit_stored(kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tier, uint32_t bs,
+                        const uint64_t *hashes, size_t n, int has_parent, uint64_t parent,
+                        int native) {
+  kvp_event_t ev = {.type = KVP_EV_STORED,
+                    .tier = tier,
+                    .lora_id = e->lora_id,
+                    .hashes = hashes,
+                    .nhashes = n,
+                    .has_parent = has_parent,
+                    .parent_hash = parent,
+                    .engine_native = native,
+                    .block_tokens = bs};
+  if (native)
     CNTN(ep, blocks_native, n);
-  }
-  ev.nhashes = n;
-  ev.block_tokens = bs;
+  else
+    CNTN(ep, blocks_kvp, n);
   if (kvp_publisher_emit(ep->pub, &ev) == 0)
     CNT(ep, out_stored);
 }
 
+/* A store without the tokens to hash (an offloading connector's placeholder
+ * copy: token_ids [], block_size 0): each block takes the identity its
+ * engine hash already has, else stays engine-native; runs of each kind go
+ * out as one event. */
+static void stored_by_lookup(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t *e,
+                             int tier, uint32_t bs) {
+  size_t n = e->nhashes, run = 0;
+  uint64_t parent = e->parent;
+  int has_parent = e->has_parent, run_native = -1;
+  if (has_parent && kvp__relay_map_get(ep->map, e->parent, &parent) == 0)
+    parent = e->parent;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t id;
+    int native = kvp__relay_map_get(ep->map, e->hashes[i], &id) != 1;
+    if (native)
+      id = e->hashes[i];
+    if (run > 0 && native != run_native) {
+      emit_stored(ep, e, tier, bs, r->hbuf + i - run, run, has_parent, parent, run_native);
+      has_parent = 1;
+      parent = r->hbuf[i - 1];
+      run = 0;
+    }
+    if (kvp__relay_map_put(ep->map, e->hashes[i], id, tier, native))
+      CNT(ep, map_evictions);
+    r->hbuf[i] = id;
+    run_native = native;
+    run++;
+  }
+  if (run > 0)
+    emit_stored(ep, e, tier, bs, r->hbuf + n - run, run, has_parent, parent, run_native);
+}
+
+static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tier) {
+  size_t n = e->nhashes;
+  uint32_t bs = e->block_size ? e->block_size : r->block_size;
+  if (n == 0 || hbuf_reserve(r, n) != 0)
+    return;
+  int own = e->token_ids && !e->has_extra_keys && bs > 0 && e->ntokens >= (size_t)bs * n;
+  uint64_t parent = 0;
+  int has_parent = 0;
+  if (own && e->has_parent) {
+    has_parent = kvp__relay_map_get(ep->map, e->parent, &parent) == 1;
+    if (!has_parent)
+      own = 0; /* parent unknown to us, or native: cannot chain */
+  }
+  if (!own && !e->has_extra_keys) {
+    stored_by_lookup(r, ep, e, tier, bs);
+    return;
+  }
+  if (!own) {
+    for (size_t i = 0; i < n; i++)
+      if (kvp__relay_map_put(ep->map, e->hashes[i], e->hashes[i], tier, 1))
+        CNT(ep, map_evictions);
+    emit_stored(ep, e, tier, bs, e->hashes, n, e->has_parent, e->parent, 1);
+    return;
+  }
+  /* The adapter salts the hash: its name, else its id (older vLLM and
+   * SGLang send only lora_id) as "lora_id:<n>"; else the cache salt. */
+  char salt[256];
+  const kvp_relay_str_t *s = e->lora_name.len ? &e->lora_name : &e->cache_salt;
+  size_t sl = s->len < sizeof salt - 1 ? s->len : sizeof salt - 1;
+  if (sl)
+    memcpy(salt, s->p, sl);
+  salt[sl] = 0;
+  if (!e->lora_name.len && e->lora_id != 0)
+    snprintf(salt, sizeof salt, "lora_id:%" PRId32, e->lora_id);
+  uint64_t seed = kvp_hash_seed(salt);
+  /* The engine's token_ids cover exactly these blocks; the last n full
+   * blocks are the ones announced. */
+  const uint32_t *tok = e->token_ids + (e->ntokens - (size_t)bs * n);
+  uint64_t prev = parent;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t local = kvp_hash_block(tok + i * bs, bs, seed);
+    prev = (i == 0 && !has_parent) ? local : kvp_hash_chain(prev, local, seed);
+    r->hbuf[i] = prev;
+    if (kvp__relay_map_put(ep->map, e->hashes[i], prev, tier, 0))
+      CNT(ep, map_evictions);
+  }
+  emit_stored(ep, e, tier, bs, r->hbuf, n, has_parent, parent, 0);
+}
+
+/* Removes the copies in tier; a copy other references (repeated
+ * announcements, or remaining_copy_counts above 0) still hold stays. */
 static void removed(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tier) {
   size_t n = 0;
-  if (r->hcap < e->nhashes) {
-    uint64_t *h = realloc(r->hbuf, e->nhashes * sizeof *h);
-    if (!h)
-      return;
-    r->hbuf = h;
-    r->hcap = e->nhashes;
-  }
+  if (hbuf_reserve(r, e->nhashes) != 0)
+    return;
   for (size_t i = 0; i < e->nhashes; i++) {
     uint64_t k;
-    if (kvp__relay_map_take(ep->map, e->hashes[i], &k))
-      r->hbuf[n++] = k;
-    else
+    int64_t left = e->copies_left ? (int64_t)e->copies_left[i] : -1;
+    int rc = kvp__relay_map_drop(ep->map, e->hashes[i], tier, left, &k);
+    if (rc < 0)
       r->hbuf[n++] = e->hashes[i], CNT(ep, skip_unmapped); /* engine-native, or evicted */
+    else if (rc == 0)
+      r->hbuf[n++] = k;
   }
   if (n && kvp_publisher_removed(ep->pub, tier, NULL, r->hbuf, n) == 0)
     CNT(ep, out_removed);

@@ -1,4 +1,4 @@
-/* Relay tables (map.h). */
+/* Relay tables (map.h): media, spec kinds, the engine-to-kvplane map. */
 #include "relay/map.h"
 
 #include <stdio.h>
@@ -93,7 +93,9 @@ int kvp__relay_kind_class(const char *kind, size_t len) {
  * engine's hash to its entry. */
 typedef struct ent_s {
   uint64_t key, val;
-  uint32_t prev, next; /* LRU list */
+  uint32_t prev, next;                 /* LRU list */
+  uint16_t copies[KVP__RELAY_MAP_TIERS]; /* references per tier G1..G4 */
+  uint8_t native;
 } ent_t;
 
 #define NIL UINT32_MAX
@@ -179,12 +181,19 @@ static void remove_ent(kvp_relay_map_t *m, uint32_t i) {
   m->n--;
 }
 
-int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
+static void copy_add(ent_t *e, int tier) {
+  if (tier >= 1 && tier <= KVP__RELAY_MAP_TIERS && e->copies[tier - 1] < UINT16_MAX)
+    e->copies[tier - 1]++;
+}
+
+int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp, int tier, int native) {
   int evicted = 0;
   uint64_t *at = kvp__map64_find(&m->idx, engine);
   if (at != NULL) {
     uint32_t i = (uint32_t)*at;
     m->ent[i].val = kvp;
+    m->ent[i].native = native != 0;
+    copy_add(&m->ent[i], tier);
     unlink_ent(m, i);
     push_front(m, i);
     return 0;
@@ -207,8 +216,12 @@ int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
     m->free_top = i;
     return evicted;
   }
-  m->ent[i].key = engine;
-  m->ent[i].val = kvp;
+  ent_t *e = &m->ent[i];
+  memset(e->copies, 0, sizeof e->copies);
+  e->key = engine;
+  e->val = kvp;
+  e->native = native != 0;
+  copy_add(e, tier);
   push_front(m, i);
   m->n++;
   return evicted;
@@ -222,7 +235,31 @@ int kvp__relay_map_get(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
   *kvp = m->ent[i].val;
   unlink_ent(m, i);
   push_front(m, i);
-  return 1;
+  return m->ent[i].native ? 2 : 1;
+}
+
+int kvp__relay_map_drop(kvp_relay_map_t *m, uint64_t engine, int tier, int64_t remaining,
+                        uint64_t *kvp) {
+  const uint64_t *at = kvp__map64_find(&m->idx, engine);
+  if (at == NULL)
+    return -1;
+  uint32_t i = (uint32_t)*at;
+  ent_t *e = &m->ent[i];
+  *kvp = e->val;
+  int left = 0;
+  if (tier >= 1 && tier <= KVP__RELAY_MAP_TIERS) {
+    uint16_t *c = &e->copies[tier - 1];
+    if (remaining >= 0)
+      *c = remaining > UINT16_MAX ? UINT16_MAX : (uint16_t)remaining;
+    else if (*c > 0)
+      (*c)--;
+    left = *c;
+  }
+  for (int t = 0; t < KVP__RELAY_MAP_TIERS; t++)
+    if (e->copies[t])
+      return left;
+  remove_ent(m, i);
+  return left;
 }
 
 int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {

@@ -215,6 +215,34 @@ elif scenario == "badseq":
     send(b"\xc1\xc1")  # in sequence but undecodable: one lost sequence
     send(batch([stored(m, [1004], tok[12:16], parent=1003)]))
     send(batch([removed(m, [1001])]))
+elif scenario == "copies":
+    # One block's copies per medium share its kvplane identity, also when
+    # the CPU store is a placeholder without tokens; copies are referenced.
+    send(batch([stored(m, [1001, 1002], tok[:8])]))
+    k1, k2 = m.map[1001], m.map[1002]
+
+    def placeholder(eh, medium):
+        if enc == "array":
+            return ["BlockStored", eh, None, [], 0, None, medium, None]
+        return {"type": "BlockStored", "block_hashes": eh, "parent_block_hash": None,
+                "token_ids": [], "block_size": 0, "medium": medium}
+
+    def removed_counts(eh, medium, counts):
+        if enc == "array":
+            return ["BlockRemoved", eh, medium, None, counts]
+        return {"type": "BlockRemoved", "block_hashes": eh, "medium": medium,
+                "remaining_copy_counts": counts}
+
+    send(batch([placeholder([1001, 1002], "CPU")]))
+    send(batch([removed(None, [1001, 1002], "GPU")]))
+    send(batch([placeholder([1001], "cpu")]))  # a second reference, lower case
+    send(batch([removed(None, [1001], "CPU")]))  # one reference left
+    send(batch([removed_counts([1002], "CPU", [1])]))  # the engine says one is left
+    send(batch([placeholder([1001], "SHARED_STORAGE"), placeholder([1003], "CPU_PINNED"),
+                placeholder([1004], "TAPE")]))  # TAPE: unknown medium, skipped
+    m.tiers = {2: {k1, k2, 1003}, 3: {k1}}
+    send(batch([removed_counts([1002], "CPU", [0])]))
+    m.tiers[2].discard(k2)
 elif scenario == "restart":
     send(batch([stored(m, [1001, 1002], tok[:8])]))
     send(batch([stored(m, [1003], tok[8:12], parent=1002)]))

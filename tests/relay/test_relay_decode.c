@@ -231,6 +231,29 @@ static void spec_kinds(void **state) {
   assert_int_equal(kvp__relay_kind_class("MLA_ATTENTION", 13), -1); /* exact names */
 }
 
+/* Copies per (engine hash, tier): store G1, store G2, remove G1 leaves the
+ * G2 copy mapped; repeated stores are references; remaining counts set. */
+static void map_copies_per_tier(void **state) {
+  (void)state;
+  kvp_relay_map_t *m;
+  uint64_t v = 0;
+  assert_int_equal(kvp__relay_map_create(16, &m), 0);
+  kvp__relay_map_put(m, 42, 1000, 1, 0);
+  kvp__relay_map_put(m, 42, 1000, 2, 0);
+  assert_int_equal(kvp__relay_map_drop(m, 42, 1, -1, &v), 0);
+  assert_true(v == 1000);
+  assert_int_equal(kvp__relay_map_get(m, 42, &v), 1);
+  kvp__relay_map_put(m, 42, 1000, 2, 0); /* announced again: two references */
+  assert_int_equal(kvp__relay_map_drop(m, 42, 2, -1, &v), 1);
+  assert_int_equal(kvp__relay_map_get(m, 42, &v), 1);
+  assert_int_equal(kvp__relay_map_drop(m, 42, 2, 0, &v), 0); /* remaining_copy_counts 0 */
+  assert_int_equal(kvp__relay_map_get(m, 42, &v), 0);
+  assert_int_equal(kvp__relay_map_drop(m, 42, 2, -1, &v), -1);
+  kvp__relay_map_put(m, 7, 7, 3, 1);
+  assert_int_equal(kvp__relay_map_get(m, 7, &v), 2); /* native identity */
+  kvp__relay_map_destroy(m);
+}
+
 static void map_lru_bounded(void **state) {
   (void)state;
   kvp_relay_map_t *m = (kvp_relay_map_t *)&m;
@@ -240,9 +263,9 @@ static void map_lru_bounded(void **state) {
   uint64_t v;
   assert_non_null(m);
   for (uint64_t i = 0; i < 100; i++)
-    assert_int_equal(kvp__relay_map_put(m, i * 7919, i), 0);
+    assert_int_equal(kvp__relay_map_put(m, i * 7919, i, 1, 0), 0);
   assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);      /* 0 becomes most recent */
-  assert_int_equal(kvp__relay_map_put(m, 1000001, 5), 1); /* evicts key 7919 (oldest) */
+  assert_int_equal(kvp__relay_map_put(m, 1000001, 5, 1, 0), 1); /* evicts key 7919 (oldest) */
   assert_int_equal(kvp__relay_map_get(m, 7919, &v), 0);
   assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);
   assert_int_equal(kvp__relay_map_size(m), 100);
@@ -251,7 +274,7 @@ static void map_lru_bounded(void **state) {
   assert_int_equal(kvp__relay_map_take(m, 2 * 7919, &v), 0);
   /* heavy churn keeps every live key reachable */
   for (uint64_t i = 0; i < 100000; i++)
-    kvp__relay_map_put(m, i * 2654435761u, i);
+    kvp__relay_map_put(m, i * 2654435761u, i, 1, 0);
   for (uint64_t i = 100000 - 100; i < 100000; i++) {
     assert_int_equal(kvp__relay_map_get(m, i * 2654435761u, &v), 1);
     assert_true(v == i);
@@ -274,7 +297,7 @@ static void map_grows_with_what_it_holds(void **state) {
   uint64_t v;
   assert_non_null(m);
   for (uint64_t i = 1; i <= cap; i++)
-    assert_int_equal(kvp__relay_map_put(m, i * 0x9e3779b97f4a7c15ull, i), 0);
+    assert_int_equal(kvp__relay_map_put(m, i * 0x9e3779b97f4a7c15ull, i, 1, 0), 0);
   for (uint64_t i = 1; i <= cap; i += 2)
     assert_int_equal(kvp__relay_map_take(m, i * 0x9e3779b97f4a7c15ull, &v), 1);
   for (uint64_t i = 2; i <= cap; i += 2) {
@@ -285,9 +308,9 @@ static void map_grows_with_what_it_holds(void **state) {
   /* Fill to the cap again with new keys, then one more: the least recent
    * (key 2, touched first in the loop above) goes. */
   for (uint64_t i = 1; i <= cap / 2; i++)
-    assert_int_equal(kvp__relay_map_put(m, (cap + i) * 0x9e3779b97f4a7c15ull, i), 0);
+    assert_int_equal(kvp__relay_map_put(m, (cap + i) * 0x9e3779b97f4a7c15ull, i, 1, 0), 0);
   assert_int_equal(kvp__relay_map_size(m), cap);
-  assert_int_equal(kvp__relay_map_put(m, 7, 7), 1);
+  assert_int_equal(kvp__relay_map_put(m, 7, 7, 1, 0), 1);
   assert_int_equal(kvp__relay_map_get(m, 2 * 0x9e3779b97f4a7c15ull, &v), 0);
   assert_int_equal(kvp__relay_map_get(m, 4 * 0x9e3779b97f4a7c15ull, &v), 1);
   assert_int_equal(kvp__relay_map_get(m, 7, &v), 1);
@@ -297,7 +320,8 @@ static void map_grows_with_what_it_holds(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(tagged_arrays),      cmocka_unit_test(maps_and_defaults),
     cmocka_unit_test(malformed_rejected), cmocka_unit_test(media_table),
-    cmocka_unit_test(spec_kinds),         cmocka_unit_test(map_lru_bounded),    cmocka_unit_test(map_grows_with_what_it_holds),
+    cmocka_unit_test(spec_kinds),         cmocka_unit_test(map_lru_bounded),
+    cmocka_unit_test(map_copies_per_tier),    cmocka_unit_test(map_grows_with_what_it_holds),
 };
 
 KVP_TEST_MAIN("relay_decode", tests)

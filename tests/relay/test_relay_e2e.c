@@ -215,12 +215,28 @@ static void undecodable_sequences_ignored(void **state) {
   assert_int_equal(st.last_seq, 4);
 }
 
+/* Copies per medium: store GPU, placeholder store CPU (no tokens), remove
+ * GPU leaves the CPU copy under the kvplane identity; repeated stores are
+ * references; remaining_copy_counts decides; every engine's media names. */
+static void copies_per_medium(void **state) {
+  (void)state;
+  const char *encs[] = {"array", "map"};
+  for (int i = 0; i < 2; i++) {
+    kvp_relay_stats_t st;
+    scenario("copies", encs[i], "topic", &st);
+    assert_int_equal(st.skip_medium, 1);
+    assert_int_equal(st.skip_unmapped, 0);
+    assert_int_equal(st.clears, 0);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(basic_both_encodings),
     cmocka_unit_test(gap_replayed_each_layout),
     cmocka_unit_test(replay_unavailable_clears),
     cmocka_unit_test(publisher_restart_clears),
     cmocka_unit_test(undecodable_sequences_ignored),
+    cmocka_unit_test(copies_per_medium),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)
