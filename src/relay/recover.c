@@ -64,10 +64,15 @@ static int decode(kvp__relay_ep_t *ep, kvp_relay_decoder_t *dec, int64_t seq, co
 }
 
 /* Asks the replay socket for start..; applies what comes back up to (not
- * including) until. Returns 0 when every sequence from start to until-1
- * arrived, -1 otherwise. */
-static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t until) {
-  int ok = -1, linger = 0, tmo = (int)r->replay_timeout_ms;
+ * including) until, in order. With from_oldest the buffer may begin after
+ * start (the relay joined late or the engine restarted: what the buffer no
+ * longer holds is counted lost and logged); otherwise the reply must begin
+ * at start. Replies before the next wanted sequence are skipped without
+ * being decoded. Returns 0 when every sequence up to until-1 that the
+ * buffer could hold arrived, -1 otherwise. */
+static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t until,
+                  int from_oldest) {
+  int ok = -1, linger = 0, tmo = (int)r->replay_timeout_ms, first = 1;
   int64_t next = start;
   void *d = zmq_socket(r->zctx, ZMQ_DEALER);
   if (!d)
@@ -112,6 +117,13 @@ static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t un
       close_parts(p, n, 4);
       break;
     }
+    if (first && from_oldest && seq > next && seq < until) {
+      CNTN(ep, lost, (uint64_t)(seq - next));
+      LOG(ep, "replay buffer begins at %" PRId64 ": sequences %" PRId64 "..%" PRId64 " are gone",
+          seq, next, seq - 1);
+      next = seq;
+    }
+    first = 0;
     if (seq == next && seq < until) {
       kvp_relay_decoded_t dd;
       CNT(ep, replay_msgs);
@@ -164,20 +176,27 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
     }
     goto out;
   }
-  if (ep->last_seq >= 0) {
-    if (seq <= ep->last_seq) {
-      /* PUB/SUB never repeats a message on the live socket, and replayed
-       * messages never go past the live one that asked for them: a
-       * sequence that goes back is a restarted engine publisher (which
-       * counts from 0 again, though its first messages may be lost). */
-      CNT(ep, restarts);
-      kvp__relay_clear(ep, "engine publisher restarted (sequence went back)");
-    } else if (seq > ep->last_seq + 1) {
-      CNT(ep, gaps);
-      LOG(ep, "sequence gap: %" PRId64 " after %" PRId64, seq, ep->last_seq);
-      if (!ep->replay[0] || replay(r, ep, ep->last_seq + 1, seq) != 0)
-        kvp__relay_clear(ep, ep->replay[0] ? "replay failed or too short" : "no replay endpoint");
+  if (ep->last_seq < 0 && seq > 0) {
+    /* Joined late: the engine's replay buffer may hold what came before. */
+    if (ep->replay[0]) {
+      LOG(ep, "first sequence seen is %" PRId64 ": replaying what came before", seq);
+      if (replay(r, ep, 0, seq, 1) != 0)
+        LOG(ep, "replay before %" PRId64 " incomplete: earlier blocks stay unknown", seq);
     }
+  } else if (ep->last_seq >= 0 && seq <= ep->last_seq) {
+    /* PUB/SUB never repeats a message on the live socket, and replayed
+     * messages never go past the live one that asked for them: a sequence
+     * that goes back is a restarted engine publisher, which counts from 0
+     * again; its first messages may have been lost, its buffer has them. */
+    CNT(ep, restarts);
+    kvp__relay_clear(ep, "engine publisher restarted (sequence went back)");
+    if (seq > 0 && ep->replay[0] && replay(r, ep, 0, seq, 1) != 0)
+      LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
+  } else if (ep->last_seq >= 0 && seq > ep->last_seq + 1) {
+    CNT(ep, gaps);
+    LOG(ep, "sequence gap: %" PRId64 " after %" PRId64, seq, ep->last_seq);
+    if (!ep->replay[0] || replay(r, ep, ep->last_seq + 1, seq, 0) != 0)
+      kvp__relay_clear(ep, ep->replay[0] ? "replay failed or too short" : "no replay endpoint");
   }
   kvp__relay_apply(r, ep, &d);
   ep->last_seq = seq;

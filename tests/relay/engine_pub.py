@@ -243,15 +243,22 @@ elif scenario == "copies":
     m.tiers = {2: {k1, k2, 1003}, 3: {k1}}
     send(batch([removed_counts([1002], "CPU", [0])]))
     m.tiers[2].discard(k2)
+elif scenario == "late":
+    # The relay joins after the engine's first batches: only the replay
+    # buffer has them, and a later child chains to a parent among them.
+    send(batch([stored(m, [1001, 1002], tok[:8])]), drop=True)
+    send(batch([stored(m, [1003], tok[8:12], parent=1002)]), drop=True)
+    send(batch([removed(m, [1001])]), drop=True)
+    send(batch([stored(m, [1004], tok[12:16], parent=1003)]))
 elif scenario == "restart":
     send(batch([stored(m, [1001, 1002], tok[:8])]))
     send(batch([stored(m, [1003], tok[8:12], parent=1002)]))
     m.clear()
     seq = 0
     buffer = []
-    # The restarted engine's first message is lost too: the relay sees the
-    # sequence go back from 1 to 1, not to 0.
-    send(batch([stored(None, [6001], tok[:4])]), drop=True)
+    # The restarted engine's first message is lost on the live socket: the
+    # relay sees the sequence go back from 1 to 1, and replays 0 first.
+    send(batch([stored(m, [6001], tok[:4])]), drop=True)
     send(batch([stored(m, [7001], tok[8:12])]))
 serve_replay(3000)
 with open(expect + ".tmp", "w") as f:

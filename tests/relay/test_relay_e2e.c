@@ -191,12 +191,29 @@ static void replay_unavailable_clears(void **state) {
   assert_int_equal(st.out_cleared, 1);
 }
 
+/* The restarted engine's sequence 0 reached only its replay buffer: the
+ * relay clears, replays 0 and then applies 1. */
 static void publisher_restart_clears(void **state) {
   (void)state;
   kvp_relay_stats_t st;
   scenario("restart", "map", "topic", &st);
   assert_int_equal(st.restarts, 1);
   assert_int_equal(st.clears, 1);
+  assert_int_equal(st.replays, 1);
+  assert_int_equal(st.replay_msgs, 1);
+}
+
+/* A relay whose first message is sequence 3 replays 0..2 first: no block
+ * is missing and the later child chains to its parent (kvplane hashes). */
+static void joined_late_replays_before(void **state) {
+  (void)state;
+  kvp_relay_stats_t st;
+  scenario("late", "array", "empty", &st);
+  assert_int_equal(st.replays, 1);
+  assert_int_equal(st.replay_msgs, 3);
+  assert_int_equal(st.blocks_native, 0);
+  assert_int_equal(st.clears, 0);
+  assert_int_equal(st.lost, 0);
 }
 
 /* A message's sequence moves the state only once its payload decoded:
@@ -237,6 +254,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(publisher_restart_clears),
     cmocka_unit_test(undecodable_sequences_ignored),
     cmocka_unit_test(copies_per_medium),
+    cmocka_unit_test(joined_late_replays_before),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)
