@@ -82,6 +82,8 @@ static void emit_stored(kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tie
                     .parent_hash = parent,
                     .engine_native = native,
                     .block_tokens = bs};
+  if (ep->silent)
+    return; /* published before a relay restart: the map is what it rebuilds */
   if (native)
     CNTN(ep, blocks_native, n);
   else
@@ -186,7 +188,7 @@ static void removed(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t
     else if (rc == 0)
       r->hbuf[n++] = k;
   }
-  if (n && kvp_publisher_removed(ep->pub, tier, NULL, r->hbuf, n) == 0)
+  if (n && !ep->silent && kvp_publisher_removed(ep->pub, tier, NULL, r->hbuf, n) == 0)
     CNT(ep, out_removed);
 }
 
@@ -205,7 +207,7 @@ void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_decod
     case KVP_RELAY_EV_CLEARED:
       CNT(ep, in_cleared);
       kvp__relay_map_clear(ep->map);
-      if (kvp_publisher_cleared(ep->pub, KVP_TIER_ALL) == 0)
+      if (!ep->silent && kvp_publisher_cleared(ep->pub, KVP_TIER_ALL) == 0)
         CNT(ep, out_cleared);
       continue;
     case KVP_RELAY_EV_STORED:

@@ -122,6 +122,9 @@ static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t un
       LOG(ep, "replay buffer begins at %" PRId64 ": sequences %" PRId64 "..%" PRId64 " are gone",
           seq, next, seq - 1);
       next = seq;
+      if (ep->silent_until > 0 && seq > ep->silent_until)
+        kvp__relay_clear(ep, "what came after the last sequence published before the relay "
+                             "restarted is beyond the engine's replay buffer");
     }
     first = 0;
     if (seq == next && seq < until) {
@@ -129,9 +132,11 @@ static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t un
       CNT(ep, replay_msgs);
       CNT(ep, msgs);
       /* Replayed, the same bytes would not decode either: that sequence is lost. */
-      if (decode(ep, r->rdec, seq, zmq_msg_data(&p[si + 1]), zmq_msg_size(&p[si + 1]), &dd))
+      if (decode(ep, r->rdec, seq, zmq_msg_data(&p[si + 1]), zmq_msg_size(&p[si + 1]), &dd)) {
+        ep->silent = seq < ep->silent_until;
         kvp__relay_apply(r, ep, &dd);
-      else
+        ep->silent = 0;
+      } else
         CNT(ep, lost);
       next++;
       ep->last_seq = seq;
@@ -176,7 +181,27 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
     }
     goto out;
   }
-  if (ep->last_seq < 0 && seq > 0) {
+  if (ep->last_seq < 0 && ep->resume_seq >= 0) {
+    /* Restarted relay: the previous run published up to resume_seq. */
+    int64_t done = ep->resume_seq;
+    ep->resume_seq = -1;
+    if (seq <= done) {
+      CNT(ep, restarts);
+      kvp__relay_clear(ep, "engine restarted while the relay was down (sequence went back)");
+      if (seq > 0 && ep->replay[0] && replay(r, ep, 0, seq, 1) != 0)
+        LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
+    } else if (ep->replay[0]) {
+      /* From the buffer's oldest: what was published rebuilds the map only. */
+      ep->silent_until = done + 1;
+      int rc = replay(r, ep, 0, seq, 1);
+      ep->silent_until = 0;
+      if (rc != 0 && (ep->last_seq > done ? ep->last_seq : done) < seq - 1)
+        kvp__relay_clear(ep, "replay after the relay restarted failed or too short");
+    } else if (seq > done + 1) {
+      CNT(ep, gaps);
+      kvp__relay_clear(ep, "sequences missed while the relay was down, no replay endpoint");
+    }
+  } else if (ep->last_seq < 0 && seq > 0) {
     /* Joined late: the engine's replay buffer may hold what came before. */
     if (ep->replay[0]) {
       LOG(ep, "first sequence seen is %" PRId64 ": replaying what came before", seq);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "kvplane/status.h"
@@ -20,6 +21,34 @@ void kvp_relay_opts_init(kvp_relay_opts_t *o) {
   o->rcvhwm = 100000;
   o->map_cap = (size_t)1 << 20;
   o->replay_timeout_ms = 1000;
+  o->state_interval_ms = 200;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void kvp__relay_save(kvp__relay_ep_t *ep) {
+  if (!ep->state_path[0] || !ep->pub || ep->last_seq < 0 || ep->last_seq == ep->saved_seq)
+    return;
+  kvp_publisher_stats_t ps;
+  int64_t seq = ep->last_seq;
+  kvp_publisher_stats(ep->pub, &ps); /* before the flush: ids only grow after */
+  int rc = kvp_publisher_flush(ep->pub, 2000);
+  if (rc != 0) {
+    LOG(ep, "state not written: publisher flush: %s", kvp_strerror(rc));
+    return;
+  }
+  kvp__relay_saved_t sv = {.seq = seq,
+                           .epoch = kvp_publisher_epoch(ep->pub),
+                           .next_event_id = ep->first_event_id + ps.queued};
+  if ((rc = kvp__relay_state_write(ep->state_path, ep->endpoint, &sv)) != 0) {
+    LOG(ep, "state not written to %s: %s", ep->state_path, kvp_strerror(rc));
+    return;
+  }
+  ep->saved_seq = seq;
 }
 
 int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size_t errlen) {
@@ -40,6 +69,7 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
   r->rcvhwm = o->rcvhwm > 0 ? o->rcvhwm : 100000;
   r->replay_timeout_ms = o->replay_timeout_ms ? o->replay_timeout_ms : 1000;
   r->block_size = o->block_size;
+  r->state_interval_ms = o->state_interval_ms ? o->state_interval_ms : 200;
   kvp__relay_media_default(&r->media);
   if (o->media && (rc = kvp__relay_media_parse(&r->media, o->media, err, errlen)) != 0)
     goto fail;
@@ -53,6 +83,8 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     r->nep++;
     ep->last_seq = -1;
     ep->st.last_seq = -1;
+    ep->resume_seq = -1;
+    ep->saved_seq = -1;
     if (!e->endpoint || strlen(e->endpoint) >= sizeof ep->endpoint ||
         (e->replay && strlen(e->replay) >= sizeof ep->replay)) {
       snprintf(err, errlen, "--endpoint: missing or too long (endpoint %zu)", i);
@@ -67,6 +99,26 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     kvp_publisher_opts_t po = o->pub;
     po.worker_id = e->worker_id;
     po.dp_rank = e->dp_rank;
+    if (o->state_dir && o->state_dir[0]) {
+      kvp__relay_saved_t sv;
+      if (kvp__relay_state_path(ep->state_path, sizeof ep->state_path, o->state_dir,
+                                ep->worker) != 0) {
+        snprintf(err, errlen, "--state-dir: path too long");
+        rc = KVP_ECONFIG;
+        goto fail;
+      }
+      rc = kvp__relay_state_read(ep->state_path, ep->endpoint, &sv);
+      if (rc == 0) {
+        po.epoch = sv.epoch;
+        po.first_event_id = sv.next_event_id + KVP__RELAY_ID_MARGIN;
+        ep->resume_seq = ep->saved_seq = sv.seq;
+        LOG(ep, "resuming epoch %" PRIu64 " after sequence %" PRId64 " (%s)", sv.epoch, sv.seq,
+            ep->state_path);
+      } else if (rc != KVP_ENOENT) {
+        LOG(ep, "state file %s ignored (%s): starting afresh", ep->state_path, kvp_strerror(rc));
+      }
+    }
+    ep->first_event_id = po.first_event_id ? po.first_event_id : 1;
     if ((rc = kvp_publisher_open(&po, &ep->pub, err, errlen)) != 0)
       goto fail;
     rc = KVP_EIO;
@@ -93,7 +145,13 @@ int kvp_relay_run(kvp_relay_t *r) {
   zmq_pollitem_t items[KVP_RELAY_MAX_ENDPOINTS];
   for (size_t i = 0; i < r->nep; i++)
     items[i] = (zmq_pollitem_t){.socket = r->ep[i].sub, .events = ZMQ_POLLIN};
+  uint64_t saved_at = now_ms();
   while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
+    if (now_ms() - saved_at >= r->state_interval_ms) {
+      for (size_t i = 0; i < r->nep; i++)
+        kvp__relay_save(&r->ep[i]);
+      saved_at = now_ms();
+    }
     int n = zmq_poll(items, (int)r->nep, 100);
     if (n <= 0)
       continue;
@@ -124,6 +182,7 @@ void kvp_relay_close(kvp_relay_t *r) {
   for (size_t i = 0; i < r->nep; i++) {
     if (r->ep[i].sub)
       zmq_close(r->ep[i].sub);
+    kvp__relay_save(&r->ep[i]);
     kvp_publisher_close(r->ep[i].pub);
     kvp__relay_map_destroy(r->ep[i].map);
   }

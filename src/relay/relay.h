@@ -14,6 +14,14 @@
  * restart (seq back to 0), no replay endpoint, a replay that times out or
  * starts after the missing sequence make the relay publish AllBlocksCleared
  * (every tier) for that worker and start afresh.
+ *
+ * With a state directory the relay is restart-safe: per endpoint it keeps
+ * the last sequence it published (after a publisher flush) and the
+ * publisher's epoch in a state file; a restarted relay resumes that epoch,
+ * replays the engine's buffer from its oldest message (what it had
+ * published only rebuilds the engine-to-kvplane map) and publishes from the
+ * saved sequence + 1. A buffer that no longer reaches back to it is logged,
+ * counted lost and cleared once.
  */
 #ifndef KVP_RELAY_RELAY_H
 #define KVP_RELAY_RELAY_H
@@ -48,6 +56,8 @@ typedef struct kvp_relay_opts_s {
   uint32_t replay_timeout_ms; /* per reply message; default 1000 */
   const char *media;          /* "NAME=G<n>,..." overrides of the medium table, or NULL */
   uint32_t block_size;        /* tokens per block when events omit it; 0: from the event */
+  const char *state_dir;      /* restart state per endpoint (<worker>.state), or NULL: none */
+  uint32_t state_interval_ms; /* state written at most this often while events flow; 200 */
 } kvp_relay_opts_t;
 
 void kvp_relay_opts_init(kvp_relay_opts_t *o);

@@ -250,6 +250,18 @@ elif scenario == "late":
     send(batch([stored(m, [1003], tok[8:12], parent=1002)]), drop=True)
     send(batch([removed(m, [1001])]), drop=True)
     send(batch([stored(m, [1004], tok[12:16], parent=1003)]))
+elif scenario == "long":
+    # A stream of a few seconds while the relay is killed and restarted:
+    # chains of two blocks, and removals of blocks stored a while before.
+    for i in range(70):
+        eh = 10000 + 2 * i
+        send(batch([stored(m, [eh, eh + 1], list(range(1000 + 8 * i, 1008 + 8 * i)))]))
+        if i >= 6 and i % 3 == 0:
+            send(batch([removed(m, [10000 + 2 * (i - 6) + 1])]))
+        if i % 10 == 9:
+            send(batch([stored(m, [eh + 1000], list(range(1000 + 8 * i + 4, 1008 + 8 * i)),
+                               parent=eh)]))
+        time.sleep(0.03)
 elif scenario == "restart":
     send(batch([stored(m, [1001, 1002], tok[:8])]))
     send(batch([stored(m, [1003], tok[8:12], parent=1002)]))

@@ -7,7 +7,10 @@
  * sequence hashes computed independently in Python). */
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +250,88 @@ static void copies_per_medium(void **state) {
   }
 }
 
+extern char **environ;
+
+/* Starts tools/kvplane-relay for engine ports pp/rp with a state directory. */
+static pid_t relay_spawn(const char *nats, int pp, int rp, const char *state_dir) {
+  char bin[512], ep[64], rep[64];
+  pid_t pid = -1;
+  snprintf(bin, sizeof bin, "%s/tools/kvplane-relay", getenv("KVP_TEST_BINDIR"));
+  snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", pp);
+  snprintf(rep, sizeof rep, "tcp://127.0.0.1:%d", rp);
+  char *argv[] = {bin, "-e", ep, "-r", rep, "-w", "eng0", "-s", (char *)nats, "-n", "t",
+                  "-t", "kv-events", "--state-dir", (char *)state_dir, NULL};
+  if (posix_spawn(&pid, bin, NULL, NULL, argv, environ) != 0)
+    return -1;
+  return pid;
+}
+
+/* The relay process is killed with sig mid-stream and started again: it
+ * resumes its epoch and sequence from the state file, rebuilds its map from
+ * the engine's buffer, and the advisor ends exact. */
+static void relay_restart(int sig) {
+  run_t *r = calloc(1, sizeof *r);
+  char script[512], state_dir[512];
+  int64_t want[256][2], got[256][2];
+  size_t nw = SIZE_MAX, ng = SIZE_MAX;
+  assert_non_null(r);
+  assert_int_equal(advfix_setup(&r->f, 0), 0);
+  assert_int_equal(advfix_start(&r->f), 0);
+  int pp = kvp_test_free_port(), rp = kvp_test_free_port();
+  while (rp == pp)
+    rp = kvp_test_free_port();
+  snprintf(r->ports[0], sizeof r->ports[0], "%d", pp);
+  snprintf(r->ports[1], sizeof r->ports[1], "%d", rp);
+  snprintf(state_dir, sizeof state_dir, "%s", r->f.dir);
+  pid_t relay = relay_spawn(r->f.natsd.url, pp, rp, state_dir);
+  assert_true(relay > 0);
+
+  snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
+  snprintf(r->expect, sizeof r->expect, "%s/expect.csv", r->f.dir);
+  char *argv[] = {"/usr/bin/python3", script, r->ports[0], r->ports[1], "long", "map", "topic",
+                  r->expect, NULL};
+  memcpy(r->argv, argv, sizeof argv);
+  assert_int_equal(pthread_create(&r->pub_th, NULL, pub_main, r), 0);
+  usleep(2500 * 1000); /* the publisher's slow-joiner second, then about a third of the stream */
+  kill(relay, sig);
+  waitpid(relay, NULL, 0);
+  usleep(400 * 1000);
+  relay = relay_spawn(r->f.natsd.url, pp, rp, state_dir);
+  assert_true(relay > 0);
+  for (int i = 0; i < 300 && access(r->expect, R_OK) != 0; i++)
+    usleep(50 * 1000);
+  nw = read_expect(r->expect, want, 256);
+  assert_true(nw != SIZE_MAX);
+  for (int i = 0; i < 200; i++) {
+    ng = read_db(r->f.db, got, 256);
+    if (ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)
+      break;
+    usleep(50 * 1000);
+  }
+  pthread_join(r->pub_th, NULL);
+  kill(relay, SIGTERM);
+  waitpid(relay, NULL, 0);
+  advfix_stop(&r->f);
+  advfix_teardown(&r->f);
+  if (!(ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)) {
+    fprintf(stderr, "relay restart (signal %d): want %zu blocks, DB has %zu\n", sig, nw, ng);
+    free(r);
+    fail();
+  }
+  assert_int_equal(r->pub_rc, 0);
+  free(r);
+}
+
+static void relay_killed_resumes_exact(void **state) {
+  (void)state;
+  relay_restart(SIGKILL);
+}
+
+static void relay_terminated_resumes_exact(void **state) {
+  (void)state;
+  relay_restart(SIGTERM);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(basic_both_encodings),
     cmocka_unit_test(gap_replayed_each_layout),
@@ -255,6 +340,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(undecodable_sequences_ignored),
     cmocka_unit_test(copies_per_medium),
     cmocka_unit_test(joined_late_replays_before),
+    cmocka_unit_test(relay_killed_resumes_exact),
+    cmocka_unit_test(relay_terminated_resumes_exact),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)
