@@ -271,3 +271,39 @@ int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
   remove_ent(m, i);
   return 1;
 }
+
+size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out) {
+  size_t n = 0;
+  if (tier < 1 || tier > KVP__RELAY_MAP_TIERS)
+    return 0;
+  for (uint32_t i = m->head; i != NIL; i = m->ent[i].next)
+    if (m->ent[i].copies[tier - 1])
+      out[n++] = m->ent[i].val;
+  return n;
+}
+
+size_t kvp__relay_map_export(const kvp_relay_map_t *m, kvp_relay_map_rec_t *out) {
+  size_t n = 0;
+  for (uint32_t i = m->tail; i != NIL; i = m->ent[i].prev, n++) {
+    const ent_t *e = &m->ent[i];
+    memset(&out[n], 0, sizeof out[n]);
+    out[n].engine = e->key;
+    out[n].kvp = e->val;
+    memcpy(out[n].copies, e->copies, sizeof e->copies);
+    out[n].native = e->native;
+  }
+  return n;
+}
+
+size_t kvp__relay_map_import(kvp_relay_map_t *m, const kvp_relay_map_rec_t *rec, size_t n) {
+  size_t in = 0;
+  for (size_t k = 0; k < n; k++) {
+    kvp__relay_map_put(m, rec[k].engine, rec[k].kvp, 0, rec[k].native != 0);
+    const uint64_t *at = kvp__map64_find(&m->idx, rec[k].engine);
+    if (at == NULL)
+      continue; /* out of memory */
+    memcpy(m->ent[*at].copies, rec[k].copies, sizeof rec[k].copies);
+    in++;
+  }
+  return in;
+}

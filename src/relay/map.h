@@ -69,6 +69,22 @@ int kvp__relay_map_drop(kvp_relay_map_t *m, uint64_t engine, int tier, int64_t r
                         uint64_t *kvp);
 /* Removes the entry with every copy; 1 with *kvp set when it was there, or 0. */
 int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp);
+/* The identities with a copy in tier (1..4), written to out (room for
+ * kvp__relay_map_size(m) of them); returns how many. */
+size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out);
+/* One entry as the relay's state file keeps it. */
+typedef struct kvp_relay_map_rec_s {
+  uint64_t engine, kvp;
+  uint16_t copies[KVP__RELAY_MAP_TIERS];
+  uint64_t native;
+} kvp_relay_map_rec_t;
+
+/* Writes every entry to out (room for kvp__relay_map_size(m)), least
+ * recently used first; returns how many. */
+size_t kvp__relay_map_export(const kvp_relay_map_t *m, kvp_relay_map_rec_t *out);
+/* Adds the records in order (the last one becomes the most recent);
+ * returns how many went in (beyond cap the oldest are evicted). */
+size_t kvp__relay_map_import(kvp_relay_map_t *m, const kvp_relay_map_rec_t *rec, size_t n);
 void kvp__relay_map_clear(kvp_relay_map_t *m);
 size_t kvp__relay_map_size(const kvp_relay_map_t *m);
 

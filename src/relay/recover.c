@@ -191,9 +191,11 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
       if (seq > 0 && ep->replay[0] && replay(r, ep, 0, seq, 1) != 0)
         LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
     } else if (ep->replay[0]) {
-      /* From the buffer's oldest: what was published rebuilds the map only. */
+      /* From after the saved map (else the buffer's oldest): what was
+       * published brings the map up to date, without being published. */
+      int64_t from = ep->map_seq + 1;
       ep->silent_until = done + 1;
-      int rc = replay(r, ep, 0, seq, 1);
+      int rc = from < seq ? replay(r, ep, from, seq, 1) : 0;
       ep->silent_until = 0;
       if (rc != 0 && (ep->last_seq > done ? ep->last_seq : done) < seq - 1)
         kvp__relay_clear(ep, "replay after the relay restarted failed or too short");

@@ -30,7 +30,25 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-void kvp__relay_save(kvp__relay_ep_t *ep) {
+/* The publisher's snapshot source (kvplane/publisher.h): the blocks the
+ * relay has published and not removed, per tier, from its map; called from
+ * kvp_publisher_poll on the loop thread, which owns the map. Blocks whose
+ * entries the map's LRU bound evicted are not in it. */
+static int snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **parents, size_t *n) {
+  kvp__relay_ep_t *ep = ctx;
+  size_t cap = kvp__relay_map_size(ep->map);
+  uint64_t *h = malloc((cap ? cap : 1) * sizeof *h);
+  if (!h)
+    return KVP_ENOMEM;
+  *n = kvp__relay_map_tier(ep->map, tier, h);
+  *hashes = h;
+  *parents = NULL;
+  if (tier == KVP_TIER_G1) /* the first tier of each answer */
+    CNT(ep, resyncs);
+  return 0;
+}
+
+void kvp__relay_save(kvp__relay_ep_t *ep, int closing) {
   if (!ep->state_path[0] || !ep->pub || ep->last_seq < 0 || ep->last_seq == ep->saved_seq)
     return;
   kvp_publisher_stats_t ps;
@@ -49,6 +67,18 @@ void kvp__relay_save(kvp__relay_ep_t *ep) {
     return;
   }
   ep->saved_seq = seq;
+  /* The map after the state: a crash between leaves a map behind the state,
+   * which the replay buffer brings up to date, never one ahead of it. A
+   * large map is written less often (at most 5% of the time). */
+  uint64_t t0 = now_ms();
+  if (!closing && t0 - ep->map_saved_ms < 20 * ep->map_cost_ms)
+    return;
+  if ((rc = kvp__relay_map_write(ep->map_path, seq, ep->map)) != 0) {
+    LOG(ep, "map not written to %s: %s", ep->map_path, kvp_strerror(rc));
+    return;
+  }
+  ep->map_saved_ms = now_ms();
+  ep->map_cost_ms = ep->map_saved_ms - t0;
 }
 
 int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size_t errlen) {
@@ -85,6 +115,7 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     ep->st.last_seq = -1;
     ep->resume_seq = -1;
     ep->saved_seq = -1;
+    ep->map_seq = -1;
     if (!e->endpoint || strlen(e->endpoint) >= sizeof ep->endpoint ||
         (e->replay && strlen(e->replay) >= sizeof ep->replay)) {
       snprintf(err, errlen, "--endpoint: missing or too long (endpoint %zu)", i);
@@ -99,10 +130,14 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     kvp_publisher_opts_t po = o->pub;
     po.worker_id = e->worker_id;
     po.dp_rank = e->dp_rank;
+    po.snapshot = snapshot;
+    po.snapshot_ctx = ep;
     if (o->state_dir && o->state_dir[0]) {
       kvp__relay_saved_t sv;
-      if (kvp__relay_state_path(ep->state_path, sizeof ep->state_path, o->state_dir,
-                                ep->worker) != 0) {
+      if (kvp__relay_state_path(ep->state_path, sizeof ep->state_path, o->state_dir, ep->worker,
+                                "state") != 0 ||
+          kvp__relay_state_path(ep->map_path, sizeof ep->map_path, o->state_dir, ep->worker,
+                                "map") != 0) {
         snprintf(err, errlen, "--state-dir: path too long");
         rc = KVP_ECONFIG;
         goto fail;
@@ -112,8 +147,16 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
         po.epoch = sv.epoch;
         po.first_event_id = sv.next_event_id + KVP__RELAY_ID_MARGIN;
         ep->resume_seq = ep->saved_seq = sv.seq;
-        LOG(ep, "resuming epoch %" PRIu64 " after sequence %" PRId64 " (%s)", sv.epoch, sv.seq,
-            ep->state_path);
+        int mrc = kvp__relay_map_read(ep->map_path, &ep->map_seq, ep->map);
+        if (mrc != 0 || ep->map_seq > sv.seq) {
+          if (mrc == 0 || mrc != KVP_ENOENT)
+            LOG(ep, "map file %s ignored (%s): rebuilt from the replay buffer", ep->map_path,
+                mrc ? kvp_strerror(mrc) : "ahead of the state");
+          kvp__relay_map_clear(ep->map);
+          ep->map_seq = -1;
+        }
+        LOG(ep, "resuming epoch %" PRIu64 " after sequence %" PRId64 " (%s; map of %zu as of %" PRId64 ")",
+            sv.epoch, sv.seq, ep->state_path, kvp__relay_map_size(ep->map), ep->map_seq);
       } else if (rc != KVP_ENOENT) {
         LOG(ep, "state file %s ignored (%s): starting afresh", ep->state_path, kvp_strerror(rc));
       }
@@ -147,9 +190,11 @@ int kvp_relay_run(kvp_relay_t *r) {
     items[i] = (zmq_pollitem_t){.socket = r->ep[i].sub, .events = ZMQ_POLLIN};
   uint64_t saved_at = now_ms();
   while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
+    for (size_t i = 0; i < r->nep; i++)
+      kvp_publisher_poll(r->ep[i].pub); /* answers a due resync with the map's blocks */
     if (now_ms() - saved_at >= r->state_interval_ms) {
       for (size_t i = 0; i < r->nep; i++)
-        kvp__relay_save(&r->ep[i]);
+        kvp__relay_save(&r->ep[i], 0);
       saved_at = now_ms();
     }
     int n = zmq_poll(items, (int)r->nep, 100);
@@ -182,7 +227,7 @@ void kvp_relay_close(kvp_relay_t *r) {
   for (size_t i = 0; i < r->nep; i++) {
     if (r->ep[i].sub)
       zmq_close(r->ep[i].sub);
-    kvp__relay_save(&r->ep[i]);
+    kvp__relay_save(&r->ep[i], 1);
     kvp_publisher_close(r->ep[i].pub);
     kvp__relay_map_destroy(r->ep[i].map);
   }
@@ -218,12 +263,12 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file) {
             "},\"skipped\":{\"group\":%" PRIu64 ",\"medium\":%" PRIu64 ",\"duplicate\":%" PRIu64 ",\"kind\":%" PRIu64 ",\"kind_unknown\":%" PRIu64
             "},\"gaps\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"replayed_msgs\":%" PRIu64
             ",\"clears\":%" PRIu64 ",\"restarts\":%" PRIu64 ",\"decode_errors\":%" PRIu64
-            ",\"lost\":%" PRIu64 ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64 ",\"last_seq\":%" PRId64
+            ",\"lost\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64 ",\"last_seq\":%" PRId64
             "}\n",
             r->ep[i].endpoint, r->ep[i].worker, s.msgs, s.in_stored, s.in_removed, s.in_cleared,
             s.out_stored, s.out_removed, s.out_cleared, s.blocks_kvp, s.blocks_native, s.skip_group,
             s.skip_medium, s.skip_dup, s.skip_kind, s.skip_kind_unknown, s.gaps, s.replays, s.replay_msgs, s.clears, s.restarts,
-            s.decode_errors, s.lost, s.event_errors, s.map_evictions, s.last_seq);
+            s.decode_errors, s.lost, s.resyncs, s.event_errors, s.map_evictions, s.last_seq);
   }
   fflush(f);
 }

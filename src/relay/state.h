@@ -48,6 +48,9 @@ typedef struct kvp__relay_ep_s {
   int64_t silent_until; /* sequences below are applied to the map only (already published) */
   int silent;           /* applying without publishing */
   char state_path[512]; /* "" without --state-dir */
+  char map_path[512];
+  uint64_t map_saved_ms, map_cost_ms; /* when the map file was written, how long it took */
+  int64_t map_seq;                    /* resuming: the sequence the loaded map is as of, or -1 */
   int64_t saved_seq;    /* what the state file holds */
   uint64_t first_event_id; /* the publisher's first id: ids used <= first + queued */
   kvp_relay_stats_t st;
@@ -76,17 +79,23 @@ void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_decod
  * forgets its hashes; why goes to the log. */
 void kvp__relay_clear(kvp__relay_ep_t *ep, const char *why);
 
-/* persist.c: the state file of worker under dir, read and written
+/* persist.c: the state file of worker under dir (dir/worker.ext), read and written
  * atomically. read returns 0, KVP_ENOENT (no file), KVP_EPROTO (unreadable),
  * KVP_ECONFIG (another endpoint's state) or KVP_EIO; write 0 or KVP_EIO. */
-int kvp__relay_state_path(char *buf, size_t len, const char *dir, const char *worker);
+int kvp__relay_state_path(char *buf, size_t len, const char *dir, const char *worker,
+                          const char *ext);
 int kvp__relay_state_read(const char *path, const char *endpoint, kvp__relay_saved_t *s);
 int kvp__relay_state_write(const char *path, const char *endpoint, const kvp__relay_saved_t *s);
+/* The map file: write returns 0, KVP_ENOMEM or KVP_EIO; read replaces m's
+ * entries and sets *seq (the sequence the map is as of), or returns
+ * KVP_ENOENT, KVP_EPROTO (unreadable: m unchanged), KVP_ENOMEM, KVP_EIO. */
+int kvp__relay_map_write(const char *path, int64_t seq, const kvp_relay_map_t *m);
+int kvp__relay_map_read(const char *path, int64_t *seq, kvp_relay_map_t *m);
 
 /* relay.c: when ep's last sequence moved since the state file was written,
  * flushes the publisher (so the file never claims what NATS has not got)
- * and writes it. */
-void kvp__relay_save(kvp__relay_ep_t *ep);
+ * and writes it, then the map file (always when closing). */
+void kvp__relay_save(kvp__relay_ep_t *ep, int closing);
 
 /* recover.c: reads one message of ep's SUB socket (without waiting), checks
  * its sequence against the last one (a gap is replayed or cleared, a

@@ -4,7 +4,7 @@ a PUB socket sending [topic, 8-byte big-endian seq, msgpack batch] and a
 ROUTER replay socket answering [identity, "", start_seq] with the buffered
 messages from start_seq in one of three layouts, then seq -1.
 
-  engine_pub.py PUB_PORT REPLAY_PORT SCENARIO ENCODING LAYOUT EXPECT_FILE
+  engine_pub.py PUB_PORT REPLAY_PORT SCENARIO ENCODING LAYOUT EXPECT_FILE [BUFFER]
 
 SCENARIO: basic, gap, noreplay, restart, badseq. ENCODING: array or map. LAYOUT:
 topic (["", topic, seq, payload], vLLM 0.26+), empty (["", seq, payload],
@@ -24,6 +24,8 @@ SEED = 1337
 BS = 4
 
 pub_port, rep_port, scenario, enc, layout, expect = sys.argv[1:7]
+# The replay buffer keeps the last BUFFER messages (vLLM's buffer_steps); 0: all.
+bufmax = int(sys.argv[7]) if len(sys.argv) > 7 else 0
 
 
 def seed_for(name):
@@ -172,8 +174,10 @@ def serve_replay(wait_ms):
 
 
 def send(payload, drop=False):
-    global seq
+    global seq, buffer
     buffer.append((seq, payload))
+    if bufmax and len(buffer) > bufmax:
+        buffer = buffer[-bufmax:]
     if not drop:
         pub.send_multipart([TOPIC, struct.pack(">q", seq), payload])
     seq += 1
@@ -259,7 +263,7 @@ elif scenario == "long":
         if i >= 6 and i % 3 == 0:
             send(batch([removed(m, [10000 + 2 * (i - 6) + 1])]))
         if i % 10 == 9:
-            send(batch([stored(m, [eh + 1000], list(range(1000 + 8 * i + 4, 1008 + 8 * i)),
+            send(batch([stored(m, [eh + 1000], list(range(5000 + 4 * i, 5004 + 4 * i)),
                                parent=eh)]))
         time.sleep(0.03)
 elif scenario == "restart":
