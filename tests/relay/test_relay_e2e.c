@@ -18,6 +18,7 @@
 
 #include "advfix.h"
 #include "harness.h"
+#include "relay/cli.h"
 #include "relay/metrics.h"
 #include "relay/relay.h"
 
@@ -69,13 +70,15 @@ static size_t read_expect(const char *path, int64_t (*out)[2], size_t cap) {
   return n;
 }
 
-static size_t read_db(const char *db, int64_t (*out)[2], size_t cap) {
+static size_t read_db_worker(const char *db, const char *worker, int64_t (*out)[2], size_t cap) {
   sqlite3 *h = NULL;
   sqlite3_stmt *s = NULL;
   size_t n = 0;
   if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
-      sqlite3_prepare_v2(h, "SELECT tier, hash FROM block_locations WHERE worker = 'eng0'", -1,
-                         &s, NULL) != SQLITE_OK) {
+      sqlite3_prepare_v2(h, "SELECT tier, hash FROM block_locations WHERE worker = ?", -1, &s,
+                         NULL) != SQLITE_OK ||
+      sqlite3_bind_text(s, 1, worker, -1, SQLITE_STATIC) != SQLITE_OK) {
+    sqlite3_finalize(s);
     sqlite3_close(h);
     return SIZE_MAX;
   }
@@ -88,6 +91,10 @@ static size_t read_db(const char *db, int64_t (*out)[2], size_t cap) {
   sqlite3_close(h);
   qsort(out, n, sizeof out[0], cmp_pair);
   return n;
+}
+
+static size_t read_db(const char *db, int64_t (*out)[2], size_t cap) {
+  return read_db_worker(db, "eng0", out, cap);
 }
 
 /* Runs one scenario; *st gets the relay's figures. With resync, the relay's
@@ -363,6 +370,91 @@ static void relay_terminated_resumes_exact(void **state) {
   relay_restart(SIGTERM);
 }
 
+typedef struct rank_s {
+  char *argv[10];
+  char ports[2][16], expect[512];
+  int rc;
+  pthread_t th;
+} rank_t;
+
+static void *rank_main(void *p) {
+  rank_t *k = p;
+  k->rc = kvp_test_spawn_wait(k->argv, NULL, NULL);
+  return NULL;
+}
+
+/* The README's --dp-ranks example, on loopback with its ports: two ranks
+ * of one engine at 5557+k (replay 5657+k), workers big-dp0 and big-dp1. */
+static void dp_ranks_readme_example(void **state) {
+  (void)state;
+  advfix_t *f = calloc(1, sizeof *f);
+  rank_t *rk = calloc(2, sizeof *rk);
+  kvp__relay_cli_t *c = calloc(1, sizeof *c);
+  kvp_relay_t *relay = NULL;
+  pthread_t relay_th;
+  char err[256], script[512];
+  assert_non_null(f);
+  assert_non_null(rk);
+  assert_non_null(c);
+  assert_int_equal(advfix_setup(f, 0), 0);
+  assert_int_equal(advfix_start(f), 0);
+  kvp__relay_cli_init(c);
+  const char *kv[] = {"server", f->natsd.url, "ns", "t", "topic", "kv-events",
+                      "endpoint", "tcp://127.0.0.1:5557", "replay", "tcp://127.0.0.1:5657",
+                      "worker", "big", "dp-ranks", "2", NULL};
+  for (size_t i = 0; kv[i]; i += 2)
+    assert_int_equal(kvp__relay_cli_set(c, kv[i], kv[i + 1], err, sizeof err), 0);
+  assert_int_equal(kvp__relay_cli_finish(c, err, sizeof err), 0);
+  assert_int_equal(kvp_relay_open(&c->o, &relay, err, sizeof err), 0);
+  assert_int_equal(pthread_create(&relay_th, NULL, relay_main, relay), 0);
+  snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
+  for (int k = 0; k < 2; k++) {
+    snprintf(rk[k].ports[0], sizeof rk[k].ports[0], "%d", 5557 + k);
+    snprintf(rk[k].ports[1], sizeof rk[k].ports[1], "%d", 5657 + k);
+    snprintf(rk[k].expect, sizeof rk[k].expect, "%s/expect%d.csv", f->dir, k);
+    char *argv[] = {"/usr/bin/python3", script, rk[k].ports[0], rk[k].ports[1], "gap",
+                    "array", "topic", rk[k].expect, NULL};
+    memcpy(rk[k].argv, argv, sizeof argv);
+    assert_int_equal(pthread_create(&rk[k].th, NULL, rank_main, &rk[k]), 0);
+  }
+  int ok = 1;
+  for (int k = 0; k < 2; k++) {
+    int64_t want[64][2], got[64][2];
+    size_t nw, ng = SIZE_MAX;
+    char worker[16];
+    snprintf(worker, sizeof worker, "big-dp%d", k);
+    for (int i = 0; i < 300 && access(rk[k].expect, R_OK) != 0; i++)
+      usleep(50 * 1000);
+    nw = read_expect(rk[k].expect, want, 64);
+    for (int i = 0; nw != SIZE_MAX && i < 200; i++) {
+      ng = read_db_worker(f->db, worker, got, 64);
+      if (ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)
+        break;
+      usleep(50 * 1000);
+    }
+    if (nw == SIZE_MAX || ng != nw || memcmp(got, want, nw * sizeof want[0]) != 0) {
+      fprintf(stderr, "%s: want %zu blocks, DB has %zu\n", worker, nw, ng);
+      ok = 0;
+    }
+  }
+  for (int k = 0; k < 2; k++)
+    pthread_join(rk[k].th, NULL);
+  kvp_relay_stop(relay);
+  pthread_join(relay_th, NULL);
+  kvp_relay_stats_print(relay, stderr);
+  kvp_relay_close(relay);
+  kvp__relay_cli_cleanup(c);
+  advfix_stop(f);
+  advfix_teardown(f);
+  int rc0 = rk[0].rc, rc1 = rk[1].rc;
+  free(f);
+  free(rk);
+  free(c);
+  assert_true(ok);
+  assert_int_equal(rc0, 0);
+  assert_int_equal(rc1, 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(basic_both_encodings),
     cmocka_unit_test(gap_replayed_each_layout),
@@ -373,6 +465,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(joined_late_replays_before),
     cmocka_unit_test(relay_killed_resumes_exact),
     cmocka_unit_test(relay_terminated_resumes_exact),
+    cmocka_unit_test(dp_ranks_readme_example),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)
