@@ -197,8 +197,7 @@ void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_decod
   if (d->errors) {
     uint64_t before = CNTN(ep, event_errors, d->errors);
     if (kvp__relay_worth_logging(before + 1))
-      LOG(ep, "%zu malformed event(s) skipped (%" PRIu64 " so far)", d->errors,
-          before + d->errors);
+      LOG(ep, "%zu malformed event(s) skipped (%" PRIu64 " so far)", d->errors, before + d->errors);
   }
   for (size_t i = 0; i < d->nevents; i++) {
     const kvp_relay_event_t *e = &d->events[i];

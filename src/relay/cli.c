@@ -203,9 +203,9 @@ int kvp__relay_cli_finish(kvp__relay_cli_t *c, char *err, size_t errlen) {
       const kvp_relay_endpoint_t *ea = &c->o.endpoints[a / 2], *eb = &c->o.endpoints[b / 2];
       const char *ua = a % 2 ? ea->replay : ea->endpoint, *ub = b % 2 ? eb->replay : eb->endpoint;
       if (ua && ub && strcmp(ua, ub) == 0) {
-        snprintf(err, errlen,
-                 "%s is both %s %s and %s %s%s", ua, a % 2 ? "the replay of" : "the endpoint of",
-                 ea->worker_id, b % 2 ? "the replay of" : "the endpoint of", eb->worker_id,
+        snprintf(err, errlen, "%s is both %s %s and %s %s%s", ua,
+                 a % 2 ? "the replay of" : "the endpoint of", ea->worker_id,
+                 b % 2 ? "the replay of" : "the endpoint of", eb->worker_id,
                  dp > 1 ? " (--dp-ranks adds the rank to both ports: put the replay ports "
                           "at least --dp-ranks above the endpoint's)"
                         : "");

@@ -47,7 +47,7 @@ enum {
   F_GROUP_IDX,
   F_KIND,
   F_SLIDING,
-  F_LOCALITY, /* vLLM 0.28+: where the copy lives ("LOCAL"); never part of a hash */
+  F_LOCALITY,   /* vLLM 0.28+: where the copy lives ("LOCAL"); never part of a hash */
   F_POSITIONAL, /* slots up to here come positionally; the rest by key only */
   F_CACHE_SALT = F_POSITIONAL,
   F_COPIES, /* BlockRemoved: remaining_copy_counts */

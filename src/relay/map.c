@@ -70,16 +70,26 @@ int kvp__relay_kind_class(const char *kind, size_t len) {
     const char *n;
     int index;
   } t[] = {
-      {"full_attention", 1},          {"full", 1},
-      {"FullAttentionSpec", 1},       {"mla_attention", 1},
-      {"mla", 1},                     {"MLAAttentionSpec", 1},
-      {"sink_full_attention", 1},     {"SinkFullAttentionSpec", 1},
-      {"sliding_window", 0},          {"SlidingWindowSpec", 0},
-      {"sliding_window_mla", 0},      {"SlidingWindowMLASpec", 0},
-      {"chunked_local_attention", 0}, {"ChunkedLocalAttentionSpec", 0},
-      {"mamba", 0},                   {"MambaSpec", 0},
-      {"cross_attention", 0},         {"CrossAttentionSpec", 0},
-      {"encoder_only_attention", 0},  {"EncoderOnlyAttentionSpec", 0},
+      {"full_attention", 1},
+      {"full", 1},
+      {"FullAttentionSpec", 1},
+      {"mla_attention", 1},
+      {"mla", 1},
+      {"MLAAttentionSpec", 1},
+      {"sink_full_attention", 1},
+      {"SinkFullAttentionSpec", 1},
+      {"sliding_window", 0},
+      {"SlidingWindowSpec", 0},
+      {"sliding_window_mla", 0},
+      {"SlidingWindowMLASpec", 0},
+      {"chunked_local_attention", 0},
+      {"ChunkedLocalAttentionSpec", 0},
+      {"mamba", 0},
+      {"MambaSpec", 0},
+      {"cross_attention", 0},
+      {"CrossAttentionSpec", 0},
+      {"encoder_only_attention", 0},
+      {"EncoderOnlyAttentionSpec", 0},
   };
   if (len == 0)
     return 1;
@@ -93,7 +103,7 @@ int kvp__relay_kind_class(const char *kind, size_t len) {
  * engine's hash to its entry. */
 typedef struct ent_s {
   uint64_t key, val;
-  uint32_t prev, next;                 /* LRU list */
+  uint32_t prev, next;                   /* LRU list */
   uint16_t copies[KVP__RELAY_MAP_TIERS]; /* references per tier G1..G4 */
   uint8_t native;
 } ent_t;

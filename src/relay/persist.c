@@ -41,8 +41,9 @@ int kvp__relay_state_read(const char *path, const char *endpoint, kvp__relay_sav
   FILE *f = fopen(path, "r");
   if (!f)
     return errno == ENOENT ? KVP_ENOENT : KVP_EIO;
-  int ok = fscanf(f, "kvplane-relay-state %d endpoint %255s seq %" SCNd64 " epoch %" SCNu64
-                     " next_event_id %" SCNu64,
+  int ok = fscanf(f,
+                  "kvplane-relay-state %d endpoint %255s seq %" SCNd64 " epoch %" SCNu64
+                  " next_event_id %" SCNu64,
                   &version, ep, &s->seq, &s->epoch, &s->next_event_id) == 5;
   fclose(f);
   if (!ok || version != 1 || s->seq < 0 || s->epoch == 0)

@@ -104,8 +104,8 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
   if (o->media && (rc = kvp__relay_media_parse(&r->media, o->media, err, errlen)) != 0)
     goto fail;
   rc = KVP_ENOMEM;
-  if (kvp__relay_decoder_create(&r->dec) != 0 || kvp__relay_decoder_create(&r->rdec) != 0 || !(r->ep = calloc(o->nendpoints, sizeof *r->ep)) ||
-      !(r->zctx = zmq_ctx_new()))
+  if (kvp__relay_decoder_create(&r->dec) != 0 || kvp__relay_decoder_create(&r->rdec) != 0 ||
+      !(r->ep = calloc(o->nendpoints, sizeof *r->ep)) || !(r->zctx = zmq_ctx_new()))
     goto fail;
   for (size_t i = 0; i < o->nendpoints; i++) {
     const kvp_relay_endpoint_t *e = &o->endpoints[i];
@@ -155,7 +155,9 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
           kvp__relay_map_clear(ep->map);
           ep->map_seq = -1;
         }
-        LOG(ep, "resuming epoch %" PRIu64 " after sequence %" PRId64 " (%s; map of %zu as of %" PRId64 ")",
+        LOG(ep,
+            "resuming epoch %" PRIu64 " after sequence %" PRId64 " (%s; map of %zu as of %" PRId64
+            ")",
             sv.epoch, sv.seq, ep->state_path, kvp__relay_map_size(ep->map), ep->map_seq);
       } else if (rc != KVP_ENOENT) {
         LOG(ep, "state file %s ignored (%s): starting afresh", ep->state_path, kvp_strerror(rc));
@@ -260,15 +262,17 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file) {
             ",\"in\":{\"stored\":%" PRIu64 ",\"removed\":%" PRIu64 ",\"cleared\":%" PRIu64
             "},\"out\":{\"stored\":%" PRIu64 ",\"removed\":%" PRIu64 ",\"cleared\":%" PRIu64
             "},\"blocks\":{\"kvplane\":%" PRIu64 ",\"engine_native\":%" PRIu64
-            "},\"skipped\":{\"group\":%" PRIu64 ",\"medium\":%" PRIu64 ",\"duplicate\":%" PRIu64 ",\"kind\":%" PRIu64 ",\"kind_unknown\":%" PRIu64
-            "},\"gaps\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"replayed_msgs\":%" PRIu64
-            ",\"clears\":%" PRIu64 ",\"restarts\":%" PRIu64 ",\"decode_errors\":%" PRIu64
-            ",\"lost\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64 ",\"last_seq\":%" PRId64
-            "}\n",
+            "},\"skipped\":{\"group\":%" PRIu64 ",\"medium\":%" PRIu64 ",\"duplicate\":%" PRIu64
+            ",\"kind\":%" PRIu64 ",\"kind_unknown\":%" PRIu64 "},\"gaps\":%" PRIu64
+            ",\"replays\":%" PRIu64 ",\"replayed_msgs\":%" PRIu64 ",\"clears\":%" PRIu64
+            ",\"restarts\":%" PRIu64 ",\"decode_errors\":%" PRIu64 ",\"lost\":%" PRIu64
+            ",\"resyncs\":%" PRIu64 ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64
+            ",\"last_seq\":%" PRId64 "}\n",
             r->ep[i].endpoint, r->ep[i].worker, s.msgs, s.in_stored, s.in_removed, s.in_cleared,
             s.out_stored, s.out_removed, s.out_cleared, s.blocks_kvp, s.blocks_native, s.skip_group,
-            s.skip_medium, s.skip_dup, s.skip_kind, s.skip_kind_unknown, s.gaps, s.replays, s.replay_msgs, s.clears, s.restarts,
-            s.decode_errors, s.lost, s.resyncs, s.event_errors, s.map_evictions, s.last_seq);
+            s.skip_medium, s.skip_dup, s.skip_kind, s.skip_kind_unknown, s.gaps, s.replays,
+            s.replay_msgs, s.clears, s.restarts, s.decode_errors, s.lost, s.resyncs, s.event_errors,
+            s.map_evictions, s.last_seq);
   }
   fflush(f);
 }

@@ -81,15 +81,15 @@ void kvp_relay_close(kvp_relay_t *r);
 
 /* Cumulative figures of one endpoint. */
 typedef struct kvp_relay_stats_s {
-  uint64_t msgs;                                  /* ZMQ messages read (live and replayed) */
-  uint64_t in_stored, in_removed, in_cleared;     /* engine events decoded */
-  uint64_t out_stored, out_removed, out_cleared;  /* kvplane events published */
-  uint64_t blocks_kvp, blocks_native;             /* stored blocks by hash kind */
-  uint64_t skip_group, skip_medium, skip_dup;     /* skipped: hybrid group, unknown medium,
-                                                   * replayed message outside the range */
-  uint64_t skip_unmapped;                         /* removals of hashes never mapped */
-  uint64_t skip_kind, skip_kind_unknown;          /* skipped by the kv_cache_spec_kind
-                                                   * table; kinds it does not know */
+  uint64_t msgs;                                 /* ZMQ messages read (live and replayed) */
+  uint64_t in_stored, in_removed, in_cleared;    /* engine events decoded */
+  uint64_t out_stored, out_removed, out_cleared; /* kvplane events published */
+  uint64_t blocks_kvp, blocks_native;            /* stored blocks by hash kind */
+  uint64_t skip_group, skip_medium, skip_dup;    /* skipped: hybrid group, unknown medium,
+                                                  * replayed message outside the range */
+  uint64_t skip_unmapped;                        /* removals of hashes never mapped */
+  uint64_t skip_kind, skip_kind_unknown;         /* skipped by the kv_cache_spec_kind
+                                                  * table; kinds it does not know */
   uint64_t gaps, replays, replay_msgs, clears, restarts;
   uint64_t decode_errors; /* bad payloads, bad frames */
   uint64_t lost;          /* sequences given up: undecodable in sequence, or gone from

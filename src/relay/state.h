@@ -43,7 +43,7 @@ typedef struct kvp__relay_ep_s {
   void *sub;
   kvp_publisher_t *pub;
   kvp_relay_map_t *map;
-  int64_t last_seq; /* -1: nothing seen yet */
+  int64_t last_seq;     /* -1: nothing seen yet */
   int64_t resume_seq;   /* restarted relay: last sequence the previous run published, or -1 */
   int64_t silent_until; /* sequences below are applied to the map only (already published) */
   int silent;           /* applying without publishing */
@@ -51,8 +51,8 @@ typedef struct kvp__relay_ep_s {
   char map_path[512];
   uint64_t map_saved_ms, map_cost_ms; /* when the map file was written, how long it took */
   int64_t map_seq;                    /* resuming: the sequence the loaded map is as of, or -1 */
-  int64_t saved_seq;    /* what the state file holds */
-  uint64_t first_event_id; /* the publisher's first id: ids used <= first + queued */
+  int64_t saved_seq;                  /* what the state file holds */
+  uint64_t first_event_id;            /* the publisher's first id: ids used <= first + queued */
   kvp_relay_stats_t st;
   char unknown[KVP__RELAY_UNKNOWN_LOGGED][32]; /* media and kinds already logged */
   size_t nunknown;
@@ -68,7 +68,7 @@ struct kvp_relay_s {
   kvp_relay_media_t media;
   kvp_relay_decoder_t *dec;  /* live messages */
   kvp_relay_decoder_t *rdec; /* replayed ones, while a live message waits decoded */
-  uint64_t *hbuf; /* kvplane hashes of one event */
+  uint64_t *hbuf;            /* kvplane hashes of one event */
   size_t hcap;
 };
 

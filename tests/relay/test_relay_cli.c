@@ -218,8 +218,8 @@ static void finish_errors(void **state) {
                                      "tcp://b:1", "worker", "v", "dp-ranks", "33", NULL},
                "--dp-ranks: 2 endpoints x 33 ranks is above 64");
   /* The old README example: rank 1's endpoint is rank 0's replay port. */
-  finish_fails((const char *const[]){"endpoint", "tcp://h:5557", "replay", "tcp://h:5558",
-                                     "worker", "big", "dp-ranks", "4", NULL},
+  finish_fails((const char *const[]){"endpoint", "tcp://h:5557", "replay", "tcp://h:5558", "worker",
+                                     "big", "dp-ranks", "4", NULL},
                "tcp://h:5558 is both the replay of big-dp0 and the endpoint of big-dp1");
   finish_fails((const char *const[]){"endpoint", "tcp://h:1", "worker", "w", "endpoint",
                                      "tcp://h:1", "worker", "v", NULL},

@@ -264,7 +264,7 @@ static void map_lru_bounded(void **state) {
   assert_non_null(m);
   for (uint64_t i = 0; i < 100; i++)
     assert_int_equal(kvp__relay_map_put(m, i * 7919, i, 1, 0), 0);
-  assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);      /* 0 becomes most recent */
+  assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);            /* 0 becomes most recent */
   assert_int_equal(kvp__relay_map_put(m, 1000001, 5, 1, 0), 1); /* evicts key 7919 (oldest) */
   assert_int_equal(kvp__relay_map_get(m, 7919, &v), 0);
   assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);
@@ -318,10 +318,10 @@ static void map_grows_with_what_it_holds(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(tagged_arrays),      cmocka_unit_test(maps_and_defaults),
-    cmocka_unit_test(malformed_rejected), cmocka_unit_test(media_table),
-    cmocka_unit_test(spec_kinds),         cmocka_unit_test(map_lru_bounded),
-    cmocka_unit_test(map_copies_per_tier),    cmocka_unit_test(map_grows_with_what_it_holds),
+    cmocka_unit_test(tagged_arrays),       cmocka_unit_test(maps_and_defaults),
+    cmocka_unit_test(malformed_rejected),  cmocka_unit_test(media_table),
+    cmocka_unit_test(spec_kinds),          cmocka_unit_test(map_lru_bounded),
+    cmocka_unit_test(map_copies_per_tier), cmocka_unit_test(map_grows_with_what_it_holds),
 };
 
 KVP_TEST_MAIN("relay_decode", tests)

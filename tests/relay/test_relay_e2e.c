@@ -27,7 +27,9 @@
  * libzmq.so): its recv() into a message buffer that the relay thread reads
  * after the hand-over is reported as a race. Suppressed for libzmq only. */
 const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void) { return "called_from_lib:libzmq.so\n"; }
+const char *__tsan_default_suppressions(void) {
+  return "called_from_lib:libzmq.so\n";
+}
 
 typedef struct run_s {
   advfix_t f;
@@ -129,8 +131,8 @@ static void scenario_r(const char *name, const char *enc, const char *layout, in
 
   snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
   snprintf(r->expect, sizeof r->expect, "%s/expect.csv", r->f.dir);
-  char *argv[] = {"/usr/bin/python3", script, r->ports[0], r->ports[1], (char *)name,
-                  (char *)enc, (char *)layout, r->expect, NULL};
+  char *argv[] = {"/usr/bin/python3", script,         r->ports[0], r->ports[1], (char *)name,
+                  (char *)enc,        (char *)layout, r->expect,   NULL};
   memcpy(r->argv, argv, sizeof argv);
   assert_int_equal(pthread_create(&r->pub_th, NULL, pub_main, r), 0);
   /* The expectation file appears once the publisher has sent everything. */
@@ -189,10 +191,10 @@ static void basic_both_encodings(void **state) {
     scenario("basic", encs[i], "topic", &st);
     assert_int_equal(st.skip_kind, 2);         /* the sliding-window group, mamba */
     assert_int_equal(st.skip_kind_unknown, 1); /* brand_new_kind */
-    assert_int_equal(st.decode_errors, 2); /* garbage payload, 2-frame message */
-    assert_int_equal(st.event_errors, 1);  /* the unknown event type */
-    assert_int_equal(st.blocks_native, 1); /* extra_keys */
-    assert_int_equal(st.blocks_kvp, 9); /* with MLA (lora_id), sink (locality) */
+    assert_int_equal(st.decode_errors, 2);     /* garbage payload, 2-frame message */
+    assert_int_equal(st.event_errors, 1);      /* the unknown event type */
+    assert_int_equal(st.blocks_native, 1);     /* extra_keys */
+    assert_int_equal(st.blocks_kvp, 9);        /* with MLA (lora_id), sink (locality) */
     assert_int_equal(st.gaps, 0);
     assert_int_equal(st.clears, 0);
   }
@@ -286,8 +288,10 @@ static pid_t relay_spawn(const char *nats, int pp, int rp, const char *state_dir
   snprintf(bin, sizeof bin, "%s/tools/kvplane-relay", getenv("KVP_TEST_BINDIR"));
   snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", pp);
   snprintf(rep, sizeof rep, "tcp://127.0.0.1:%d", rp);
-  char *argv[] = {bin, "-e", ep, "-r", rep, "-w", "eng0", "-s", (char *)nats, "-n", "t",
-                  "-t", "kv-events", "--state-dir", (char *)state_dir, NULL};
+  char *argv[] = {bin,  "-e",   ep,          "-r",          rep,
+                  "-w", "eng0", "-s",        (char *)nats,  "-n",
+                  "t",  "-t",   "kv-events", "--state-dir", (char *)state_dir,
+                  NULL};
   if (posix_spawn(&pid, bin, NULL, NULL, argv, environ) != 0)
     return -1;
   return pid;
@@ -318,7 +322,7 @@ static void relay_restart(int sig) {
   /* The engine's buffer keeps 25 messages: more than the relay misses while
    * it restarts, fewer than the stream before it. */
   char *argv[] = {"/usr/bin/python3", script, r->ports[0], r->ports[1], "long", "map", "topic",
-                  r->expect, "25", NULL};
+                  r->expect,          "25",   NULL};
   memcpy(r->argv, argv, sizeof argv);
   assert_int_equal(pthread_create(&r->pub_th, NULL, pub_main, r), 0);
   usleep(2500 * 1000); /* the publisher's slow-joiner second, then about a third of the stream */
@@ -399,9 +403,14 @@ static void dp_ranks_readme_example(void **state) {
   assert_int_equal(advfix_setup(f, 0), 0);
   assert_int_equal(advfix_start(f), 0);
   kvp__relay_cli_init(c);
-  const char *kv[] = {"server", f->natsd.url, "ns", "t", "topic", "kv-events",
-                      "endpoint", "tcp://127.0.0.1:5557", "replay", "tcp://127.0.0.1:5657",
-                      "worker", "big", "dp-ranks", "2", NULL};
+  const char *kv[] = {"server",   f->natsd.url,
+                      "ns",       "t",
+                      "topic",    "kv-events",
+                      "endpoint", "tcp://127.0.0.1:5557",
+                      "replay",   "tcp://127.0.0.1:5657",
+                      "worker",   "big",
+                      "dp-ranks", "2",
+                      NULL};
   for (size_t i = 0; kv[i]; i += 2)
     assert_int_equal(kvp__relay_cli_set(c, kv[i], kv[i + 1], err, sizeof err), 0);
   assert_int_equal(kvp__relay_cli_finish(c, err, sizeof err), 0);
@@ -412,8 +421,9 @@ static void dp_ranks_readme_example(void **state) {
     snprintf(rk[k].ports[0], sizeof rk[k].ports[0], "%d", 5557 + k);
     snprintf(rk[k].ports[1], sizeof rk[k].ports[1], "%d", 5657 + k);
     snprintf(rk[k].expect, sizeof rk[k].expect, "%s/expect%d.csv", f->dir, k);
-    char *argv[] = {"/usr/bin/python3", script, rk[k].ports[0], rk[k].ports[1], "gap",
-                    "array", "topic", rk[k].expect, NULL};
+    char *argv[] = {
+        "/usr/bin/python3", script, rk[k].ports[0], rk[k].ports[1], "gap", "array", "topic",
+        rk[k].expect,       NULL};
     memcpy(rk[k].argv, argv, sizeof argv);
     assert_int_equal(pthread_create(&rk[k].th, NULL, rank_main, &rk[k]), 0);
   }
@@ -456,16 +466,11 @@ static void dp_ranks_readme_example(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(basic_both_encodings),
-    cmocka_unit_test(gap_replayed_each_layout),
-    cmocka_unit_test(replay_unavailable_clears),
-    cmocka_unit_test(publisher_restart_clears),
-    cmocka_unit_test(undecodable_sequences_ignored),
-    cmocka_unit_test(copies_per_medium),
-    cmocka_unit_test(joined_late_replays_before),
-    cmocka_unit_test(relay_killed_resumes_exact),
-    cmocka_unit_test(relay_terminated_resumes_exact),
-    cmocka_unit_test(dp_ranks_readme_example),
+    cmocka_unit_test(basic_both_encodings),           cmocka_unit_test(gap_replayed_each_layout),
+    cmocka_unit_test(replay_unavailable_clears),      cmocka_unit_test(publisher_restart_clears),
+    cmocka_unit_test(undecodable_sequences_ignored),  cmocka_unit_test(copies_per_medium),
+    cmocka_unit_test(joined_late_replays_before),     cmocka_unit_test(relay_killed_resumes_exact),
+    cmocka_unit_test(relay_terminated_resumes_exact), cmocka_unit_test(dp_ranks_readme_example),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)
