@@ -104,6 +104,10 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
     if ((rc = count("--stats-interval", value, 0, 86400, &v, err, errlen)) == 0)
       c->stats_interval = (unsigned)v;
   } else if (strcmp(name, "state-dir") == 0) {
+    if (!value || !value[0]) {
+      snprintf(err, errlen, "--state-dir: empty");
+      return KVP_ECONFIG;
+    }
     c->o.state_dir = value;
   } else if (strcmp(name, "metrics") == 0) {
     struct sockaddr_storage sa;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "kvplane/status.h"
@@ -91,6 +92,10 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
   }
   if (o->map_cap == 0 || o->map_cap > (1u << 30)) {
     snprintf(err, errlen, "--map-cap: 1..%u", 1u << 30);
+    return KVP_ECONFIG;
+  }
+  if (o->state_dir && o->state_dir[0] && access(o->state_dir, W_OK | X_OK) != 0) {
+    snprintf(err, errlen, "--state-dir %s: not a writable directory", o->state_dir);
     return KVP_ECONFIG;
   }
   r = calloc(1, sizeof *r);

@@ -72,6 +72,8 @@ static void options_reach_relay_opts(void **state) {
                             "30",
                             "metrics",
                             "127.0.0.1:0",
+                            "state-dir",
+                            "/var/lib/kvplane-relay",
                             NULL};
   assert_int_equal(set_all(&c, kv), 0);
   assert_int_equal(kvp__relay_cli_finish(&c, err, sizeof err), 0);
@@ -93,6 +95,7 @@ static void options_reach_relay_opts(void **state) {
   assert_int_equal(c.o.replay_timeout_ms, 250);
   assert_int_equal(c.stats_interval, 30);
   assert_string_equal(c.metrics, "127.0.0.1:0");
+  assert_string_equal(c.o.state_dir, "/var/lib/kvplane-relay");
   kvp__relay_cli_cleanup(&c);
 }
 
