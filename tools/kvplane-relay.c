@@ -38,6 +38,10 @@ static void usage(FILE *f) {
              "                         (default 1048576)\n"
              "      --hwm N            ZMQ receive high-water mark (default 100000)\n"
              "      --replay-timeout-ms N  wait for each replay reply (default 1000)\n"
+             "      --state-dir DIR    keep per endpoint the last sequence published and the\n"
+             "                         publisher epoch in DIR/<worker>.state: a restarted\n"
+             "                         relay resumes the epoch and replays from there\n"
+             "                         (default: none, a restart starts afresh)\n"
              "      --stats-interval S print the figures every S seconds on stdout (default\n"
              "                         0: only at exit and on SIGUSR1)\n"
              "      --metrics ADDR     serve Prometheus /metrics, /healthz and /readyz over\n"
@@ -77,6 +81,7 @@ int main(int argc, char **argv) {
                                        {"replay-timeout-ms", required_argument, 0, 7},
                                        {"stats-interval", required_argument, 0, 8},
                                        {"metrics", required_argument, 0, 9},
+                                       {"state-dir", required_argument, 0, 10},
                                        {"version", no_argument, 0, 'V'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};

@@ -84,6 +84,12 @@ typedef struct kvp_publisher_opts_s {
   uint64_t block_bytes;                        /* carried in snapshots */
   kvp_snapshot_fn snapshot;                    /* may be NULL: resyncs are then counted only */
   void *snapshot_ctx;
+  /* Resuming an earlier open's stream (a relay restarted): its epoch, so
+   * consumers keep the worker's blocks, and an event id above every id that
+   * open used (consumers drop ids they have seen as duplicates, and take a
+   * jump as a gap). 0: a new epoch (Unix time in ns), ids from 1. */
+  uint64_t epoch;
+  uint64_t first_event_id;
 } kvp_publisher_opts_t;
 
 /* Fills o with the defaults (core mode, block on overflow, coalescing on). */

@@ -69,6 +69,8 @@ class PublisherOpts(ctypes.Structure):
         ("block_bytes", ctypes.c_uint64),
         ("snapshot", SNAPSHOT_FN),
         ("snapshot_ctx", ctypes.c_void_p),
+        ("epoch", ctypes.c_uint64),
+        ("first_event_id", ctypes.c_uint64),
     ]
 
 

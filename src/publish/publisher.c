@@ -46,8 +46,8 @@ int kvp_publisher_open(const kvp_publisher_opts_t *o, kvp_publisher_t **out, cha
     goto fail;
   if ((rc = kvp__pub_opts_copy(pub, o)) != 0)
     goto fail_pub;
-  pub->epoch = unix_ns();
-  pub->next_id = 1;
+  pub->epoch = o->epoch ? o->epoch : unix_ns();
+  pub->next_id = o->first_event_id ? o->first_event_id : 1;
   /* Both tokens were checked by kvp__pub_opts_check. */
   if ((rc = kvp_subject_events(pub->subject, sizeof pub->subject, pub->o.ns, pub->o.worker_id)) !=
           0 ||

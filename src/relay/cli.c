@@ -103,6 +103,12 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
   } else if (strcmp(name, "stats-interval") == 0) {
     if ((rc = count("--stats-interval", value, 0, 86400, &v, err, errlen)) == 0)
       c->stats_interval = (unsigned)v;
+  } else if (strcmp(name, "state-dir") == 0) {
+    if (!value || !value[0]) {
+      snprintf(err, errlen, "--state-dir: empty");
+      return KVP_ECONFIG;
+    }
+    c->o.state_dir = value;
   } else if (strcmp(name, "metrics") == 0) {
     struct sockaddr_storage sa;
     unsigned salen;
@@ -192,6 +198,24 @@ int kvp__relay_cli_finish(kvp__relay_cli_t *c, char *err, size_t errlen) {
       }
     }
   }
+  /* One socket per address: a rank's endpoint on another's replay port
+   * (replay = endpoint + 1 with --dp-ranks 2 or more) cannot be bound by
+   * the engine, nor told apart here. */
+  size_t n = c->o.nendpoints;
+  for (size_t a = 0; a < 2 * n; a++)
+    for (size_t b = a + 1; b < 2 * n; b++) {
+      const kvp_relay_endpoint_t *ea = &c->o.endpoints[a / 2], *eb = &c->o.endpoints[b / 2];
+      const char *ua = a % 2 ? ea->replay : ea->endpoint, *ub = b % 2 ? eb->replay : eb->endpoint;
+      if (ua && ub && strcmp(ua, ub) == 0) {
+        snprintf(err, errlen, "%s is both %s %s and %s %s%s", ua,
+                 a % 2 ? "the replay of" : "the endpoint of", ea->worker_id,
+                 b % 2 ? "the replay of" : "the endpoint of", eb->worker_id,
+                 dp > 1 ? " (--dp-ranks adds the rank to both ports: put the replay ports "
+                          "at least --dp-ranks above the endpoint's)"
+                        : "");
+        return KVP_ECONFIG;
+      }
+    }
   if (kvp_nats_opts_check(&c->o.pub.nats, "--nats ", err, errlen) != 0)
     return KVP_ECONFIG;
   return 0;

@@ -47,7 +47,10 @@ enum {
   F_GROUP_IDX,
   F_KIND,
   F_SLIDING,
-  F_CACHE_SALT,
+  F_LOCALITY,   /* vLLM 0.28+: where the copy lives ("LOCAL"); never part of a hash */
+  F_POSITIONAL, /* slots up to here come positionally; the rest by key only */
+  F_CACHE_SALT = F_POSITIONAL,
+  F_COPIES, /* BlockRemoved: remaining_copy_counts */
   F_COUNT
 };
 static const char *const stored_keys[F_COUNT] = {"block_hashes",
@@ -61,9 +64,12 @@ static const char *const stored_keys[F_COUNT] = {"block_hashes",
                                                  "group_idx",
                                                  "kv_cache_spec_kind",
                                                  "kv_cache_spec_sliding_window",
-                                                 "cache_salt"};
-/* BlockRemoved positional: block_hashes, medium, group_idx. */
-static const int removed_pos[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX};
+                                                 "locality",
+                                                 "cache_salt",
+                                                 "remaining_copy_counts"};
+/* BlockRemoved positional: block_hashes, medium, group_idx, then locality
+ * (vLLM 0.28) or remaining_copy_counts (newer): told apart by type. */
+static const int removed_pos[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX, F_LOCALITY};
 
 /* Fills the event from the field slots; KVP_EPROTO for a missing or
  * malformed field, KVP_ENOMEM. */
@@ -89,8 +95,23 @@ static int event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
     return KVP_EPROTO;
   if (!kvp__relay_mp_nil(f[F_GROUP_IDX]) && kvp__relay_mp_int(f[F_GROUP_IDX], &e->group_idx))
     return KVP_EPROTO;
-  if (e->type == KVP_RELAY_EV_REMOVED)
+  if (e->type == KVP_RELAY_EV_REMOVED) {
+    const msgpack_object *c = f[F_COPIES];
+    if (kvp__relay_mp_nil(c))
+      return 0;
+    if (c->type != MSGPACK_OBJECT_ARRAY || c->via.array.size != e->nhashes)
+      return KVP_EPROTO;
+    if ((rc = grow((void **)&d->h, &d->caph, d->nh + e->nhashes + 1, sizeof *d->h)))
+      return rc;
+    for (uint32_t i = 0; i < c->via.array.size; i++) {
+      if (kvp__relay_mp_int(&c->via.array.ptr[i], &v) || v < 0)
+        return KVP_EPROTO;
+      d->h[d->nh + i] = (uint64_t)v;
+    }
+    e->copies_left = (const uint64_t *)(uintptr_t)(d->nh + 1); /* +1: 0 means none */
+    d->nh += e->nhashes;
     return 0;
+  }
   if (!kvp__relay_mp_nil(f[F_PARENT])) {
     if (kvp__relay_hash_from(f[F_PARENT], &e->parent))
       return KVP_EPROTO;
@@ -169,11 +190,17 @@ static int event_decode(kvp_relay_decoder_t *d, const msgpack_object *o, kvp_rel
     uint32_t n = o->via.array.size - 1;
     const msgpack_object *a = o->via.array.ptr + 1;
     if (e->type == KVP_RELAY_EV_STORED) {
-      for (uint32_t i = 0; i < n && i < F_COUNT; i++)
+      /* Upstream's positional order (vLLM kv_events.py): no cache_salt
+       * slot; slot 11 is locality. */
+      for (uint32_t i = 0; i < n && i < F_POSITIONAL; i++)
         f[i] = &a[i];
     } else if (e->type == KVP_RELAY_EV_REMOVED) {
-      for (uint32_t i = 0; i < n && i < 3; i++)
+      for (uint32_t i = 0; i < n && i < sizeof removed_pos / sizeof removed_pos[0]; i++)
         f[removed_pos[i]] = &a[i];
+      if (n > 3 && a[3].type == MSGPACK_OBJECT_ARRAY) {
+        f[F_COPIES] = &a[3];
+        f[F_LOCALITY] = NULL;
+      }
     }
   } else {
     for (uint32_t i = 0; i < o->via.map.size; i++) {
@@ -282,6 +309,8 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
     e->hashes = e->nhashes ? d->h + (uintptr_t)e->hashes : NULL;
     if (e->token_ids)
       e->token_ids = d->t + ((uintptr_t)e->token_ids - 1);
+    if (e->copies_left)
+      e->copies_left = d->h + ((uintptr_t)e->copies_left - 1);
   }
   out->events = d->ev;
   out->nevents = d->nev;

@@ -49,8 +49,9 @@ typedef struct kvp_relay_event_s {
   uint32_t block_size; /* 0 when absent */
   int32_t lora_id;     /* 0 when absent */
   kvp_relay_str_t lora_name, medium, cache_salt, kind;
-  int has_extra_keys; /* some block carries non-null extra keys */
-  int64_t group_idx;  /* 0 when absent */
+  int has_extra_keys;          /* some block carries non-null extra keys */
+  const uint64_t *copies_left; /* Removed: remaining_copy_counts, one per hash, or NULL */
+  int64_t group_idx;           /* 0 when absent */
   int64_t sliding_window;
 } kvp_relay_event_t;
 

@@ -1,4 +1,4 @@
-/* Relay tables (map.h). */
+/* Relay tables (map.h): media, spec kinds, the engine-to-kvplane map. */
 #include "relay/map.h"
 
 #include <stdio.h>
@@ -65,11 +65,47 @@ int kvp__relay_media_tier(const kvp_relay_media_t *m, const char *name, size_t l
   return 0;
 }
 
+int kvp__relay_kind_class(const char *kind, size_t len) {
+  static const struct {
+    const char *n;
+    int index;
+  } t[] = {
+      {"full_attention", 1},
+      {"full", 1},
+      {"FullAttentionSpec", 1},
+      {"mla_attention", 1},
+      {"mla", 1},
+      {"MLAAttentionSpec", 1},
+      {"sink_full_attention", 1},
+      {"SinkFullAttentionSpec", 1},
+      {"sliding_window", 0},
+      {"SlidingWindowSpec", 0},
+      {"sliding_window_mla", 0},
+      {"SlidingWindowMLASpec", 0},
+      {"chunked_local_attention", 0},
+      {"ChunkedLocalAttentionSpec", 0},
+      {"mamba", 0},
+      {"MambaSpec", 0},
+      {"cross_attention", 0},
+      {"CrossAttentionSpec", 0},
+      {"encoder_only_attention", 0},
+      {"EncoderOnlyAttentionSpec", 0},
+  };
+  if (len == 0)
+    return 1;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strlen(t[i].n) == len && memcmp(t[i].n, kind, len) == 0)
+      return t[i].index;
+  return -1;
+}
+
 /* Entries in a doubly linked LRU list by index; a common/map64 maps the
  * engine's hash to its entry. */
 typedef struct ent_s {
   uint64_t key, val;
-  uint32_t prev, next; /* LRU list */
+  uint32_t prev, next;                   /* LRU list */
+  uint16_t copies[KVP__RELAY_MAP_TIERS]; /* references per tier G1..G4 */
+  uint8_t native;
 } ent_t;
 
 #define NIL UINT32_MAX
@@ -155,12 +191,19 @@ static void remove_ent(kvp_relay_map_t *m, uint32_t i) {
   m->n--;
 }
 
-int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
+static void copy_add(ent_t *e, int tier) {
+  if (tier >= 1 && tier <= KVP__RELAY_MAP_TIERS && e->copies[tier - 1] < UINT16_MAX)
+    e->copies[tier - 1]++;
+}
+
+int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp, int tier, int native) {
   int evicted = 0;
   uint64_t *at = kvp__map64_find(&m->idx, engine);
   if (at != NULL) {
     uint32_t i = (uint32_t)*at;
     m->ent[i].val = kvp;
+    m->ent[i].native = native != 0;
+    copy_add(&m->ent[i], tier);
     unlink_ent(m, i);
     push_front(m, i);
     return 0;
@@ -183,8 +226,12 @@ int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp) {
     m->free_top = i;
     return evicted;
   }
-  m->ent[i].key = engine;
-  m->ent[i].val = kvp;
+  ent_t *e = &m->ent[i];
+  memset(e->copies, 0, sizeof e->copies);
+  e->key = engine;
+  e->val = kvp;
+  e->native = native != 0;
+  copy_add(e, tier);
   push_front(m, i);
   m->n++;
   return evicted;
@@ -198,7 +245,31 @@ int kvp__relay_map_get(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
   *kvp = m->ent[i].val;
   unlink_ent(m, i);
   push_front(m, i);
-  return 1;
+  return m->ent[i].native ? 2 : 1;
+}
+
+int kvp__relay_map_drop(kvp_relay_map_t *m, uint64_t engine, int tier, int64_t remaining,
+                        uint64_t *kvp) {
+  const uint64_t *at = kvp__map64_find(&m->idx, engine);
+  if (at == NULL)
+    return -1;
+  uint32_t i = (uint32_t)*at;
+  ent_t *e = &m->ent[i];
+  *kvp = e->val;
+  int left = 0;
+  if (tier >= 1 && tier <= KVP__RELAY_MAP_TIERS) {
+    uint16_t *c = &e->copies[tier - 1];
+    if (remaining >= 0)
+      *c = remaining > UINT16_MAX ? UINT16_MAX : (uint16_t)remaining;
+    else if (*c > 0)
+      (*c)--;
+    left = *c;
+  }
+  for (int t = 0; t < KVP__RELAY_MAP_TIERS; t++)
+    if (e->copies[t])
+      return left;
+  remove_ent(m, i);
+  return left;
 }
 
 int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
@@ -209,4 +280,40 @@ int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
   *kvp = m->ent[i].val;
   remove_ent(m, i);
   return 1;
+}
+
+size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out) {
+  size_t n = 0;
+  if (tier < 1 || tier > KVP__RELAY_MAP_TIERS)
+    return 0;
+  for (uint32_t i = m->head; i != NIL; i = m->ent[i].next)
+    if (m->ent[i].copies[tier - 1])
+      out[n++] = m->ent[i].val;
+  return n;
+}
+
+size_t kvp__relay_map_export(const kvp_relay_map_t *m, kvp_relay_map_rec_t *out) {
+  size_t n = 0;
+  for (uint32_t i = m->tail; i != NIL; i = m->ent[i].prev, n++) {
+    const ent_t *e = &m->ent[i];
+    memset(&out[n], 0, sizeof out[n]);
+    out[n].engine = e->key;
+    out[n].kvp = e->val;
+    memcpy(out[n].copies, e->copies, sizeof e->copies);
+    out[n].native = e->native;
+  }
+  return n;
+}
+
+size_t kvp__relay_map_import(kvp_relay_map_t *m, const kvp_relay_map_rec_t *rec, size_t n) {
+  size_t in = 0;
+  for (size_t k = 0; k < n; k++) {
+    kvp__relay_map_put(m, rec[k].engine, rec[k].kvp, 0, rec[k].native != 0);
+    const uint64_t *at = kvp__map64_find(&m->idx, rec[k].engine);
+    if (at == NULL)
+      continue; /* out of memory */
+    memcpy(m->ent[*at].copies, rec[k].copies, sizeof rec[k].copies);
+    in++;
+  }
+  return in;
 }

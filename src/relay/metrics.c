@@ -67,6 +67,9 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p) {
   per_ep(p, r, f, "kvplane_relay_skipped_total", ST(skip_medium), "cause", "unknown_medium");
   per_ep(p, r, f, "kvplane_relay_skipped_total", ST(skip_dup), "cause", "replay_duplicate");
   per_ep(p, r, f, "kvplane_relay_skipped_total", ST(skip_unmapped), "cause", "unmapped_remove");
+  per_ep(p, r, f, "kvplane_relay_skipped_total", ST(skip_kind), "cause", "spec_kind");
+  per_ep(p, r, f, "kvplane_relay_skipped_total", ST(skip_kind_unknown), "cause",
+         "unknown_spec_kind");
   simple(p, r, f, "kvplane_relay_gaps_total", "Sequence gaps seen on the engine's stream.",
          ST(gaps));
   simple(p, r, f, "kvplane_relay_replays_total", "Replays requested from the engine.", ST(replays));
@@ -79,6 +82,11 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p) {
          ST(restarts));
   simple(p, r, f, "kvplane_relay_decode_errors_total", "Bad payloads or frames from the engine.",
          ST(decode_errors));
+  simple(p, r, f, "kvplane_relay_lost_total",
+         "Engine sequences given up: undecodable, or gone from the engine's replay buffer.",
+         ST(lost));
+  simple(p, r, f, "kvplane_relay_resyncs_total",
+         "Advisor resync requests answered with the blocks the relay published.", ST(resyncs));
   simple(p, r, f, "kvplane_relay_event_errors_total",
          "Malformed events inside payloads that decoded.", ST(event_errors));
   simple(p, r, f, "kvplane_relay_map_evictions_total",

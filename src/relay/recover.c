@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <zmq.h>
 
+#include "kvplane/status.h"
+
 #include "relay/state.h"
 
 static int be64(const void *p, size_t n, int64_t *seq) {
@@ -47,11 +49,30 @@ static void close_parts(zmq_msg_t *parts, int n, int max) {
     zmq_msg_close(&parts[i]);
 }
 
+/* Decodes a payload with dec; a payload that does not decode is counted and
+ * logged (rate-limited) and 0 returned, else 1 with *d filled. */
+static int decode(kvp__relay_ep_t *ep, kvp_relay_decoder_t *dec, int64_t seq, const void *p,
+                  size_t len, kvp_relay_decoded_t *d) {
+  int rc = kvp__relay_decode(dec, p, len, d);
+  if (rc == 0)
+    return 1;
+  uint64_t n = CNT(ep, decode_errors) + 1;
+  if (kvp__relay_worth_logging(n))
+    LOG(ep, "payload of %zu bytes with sequence %" PRId64 " skipped: %s (%" PRIu64 " so far)", len,
+        seq, kvp_strerror(rc), n);
+  return 0;
+}
+
 /* Asks the replay socket for start..; applies what comes back up to (not
- * including) until. Returns 0 when every sequence from start to until-1
- * arrived, -1 otherwise. */
-static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t until) {
-  int ok = -1, linger = 0, tmo = (int)r->replay_timeout_ms;
+ * including) until, in order. With from_oldest the buffer may begin after
+ * start (the relay joined late or the engine restarted: what the buffer no
+ * longer holds is counted lost and logged); otherwise the reply must begin
+ * at start. Replies before the next wanted sequence are skipped without
+ * being decoded. Returns 0 when every sequence up to until-1 that the
+ * buffer could hold arrived, -1 otherwise. */
+static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t until,
+                  int from_oldest) {
+  int ok = -1, linger = 0, tmo = (int)r->replay_timeout_ms, first = 1;
   int64_t next = start;
   void *d = zmq_socket(r->zctx, ZMQ_DEALER);
   if (!d)
@@ -96,10 +117,27 @@ static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t un
       close_parts(p, n, 4);
       break;
     }
+    if (first && from_oldest && seq > next && seq < until) {
+      CNTN(ep, lost, (uint64_t)(seq - next));
+      LOG(ep, "replay buffer begins at %" PRId64 ": sequences %" PRId64 "..%" PRId64 " are gone",
+          seq, next, seq - 1);
+      next = seq;
+      if (ep->silent_until > 0 && seq > ep->silent_until)
+        kvp__relay_clear(ep, "what came after the last sequence published before the relay "
+                             "restarted is beyond the engine's replay buffer");
+    }
+    first = 0;
     if (seq == next && seq < until) {
+      kvp_relay_decoded_t dd;
       CNT(ep, replay_msgs);
       CNT(ep, msgs);
-      kvp__relay_apply(r, ep, zmq_msg_data(&p[si + 1]), zmq_msg_size(&p[si + 1]));
+      /* Replayed, the same bytes would not decode either: that sequence is lost. */
+      if (decode(ep, r->rdec, seq, zmq_msg_data(&p[si + 1]), zmq_msg_size(&p[si + 1]), &dd)) {
+        ep->silent = seq < ep->silent_until;
+        kvp__relay_apply(r, ep, &dd);
+        ep->silent = 0;
+      } else
+        CNT(ep, lost);
       next++;
       ep->last_seq = seq;
     } else {
@@ -123,27 +161,71 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
   if (n < 0)
     return;
   if (n != 3 || be64(zmq_msg_data(&p[1]), zmq_msg_size(&p[1]), &seq) != 0) {
-    CNT(ep, decode_errors);
-    LOG(ep, "message of %d frames skipped (want topic, 8-byte seq, payload)", n);
+    uint64_t k = CNT(ep, decode_errors) + 1;
+    if (kvp__relay_worth_logging(k))
+      LOG(ep, "message of %d frames skipped (want topic, 8-byte seq, payload; %" PRIu64 " so far)",
+          n, k);
     goto out;
   }
   CNT(ep, msgs);
-  if (ep->last_seq >= 0) {
-    if (seq <= ep->last_seq) {
-      /* PUB/SUB never repeats a message on the live socket, and replayed
-       * messages never go past the live one that asked for them: a
-       * sequence that goes back is a restarted engine publisher (which
-       * counts from 0 again, though its first messages may be lost). */
-      CNT(ep, restarts);
-      kvp__relay_clear(ep, "engine publisher restarted (sequence went back)");
-    } else if (seq > ep->last_seq + 1) {
-      CNT(ep, gaps);
-      LOG(ep, "sequence gap: %" PRId64 " after %" PRId64, seq, ep->last_seq);
-      if (!ep->replay[0] || replay(r, ep, ep->last_seq + 1, seq) != 0)
-        kvp__relay_clear(ep, ep->replay[0] ? "replay failed or too short" : "no replay endpoint");
+  kvp_relay_decoded_t d;
+  if (!decode(ep, r->dec, seq, zmq_msg_data(&p[2]), zmq_msg_size(&p[2]), &d)) {
+    /* Decode first: the sequence of a payload that did not decode is not
+     * trusted to clear or replay. In sequence, it is one lost sequence
+     * (replay would bring the same bytes back); otherwise it is ignored and
+     * the state does not move. */
+    if (ep->last_seq >= 0 && seq == ep->last_seq + 1) {
+      CNT(ep, lost);
+      ep->last_seq = seq;
+      __atomic_store_n(&ep->st.last_seq, seq, __ATOMIC_RELAXED);
     }
+    goto out;
   }
-  kvp__relay_apply(r, ep, zmq_msg_data(&p[2]), zmq_msg_size(&p[2]));
+  if (ep->last_seq < 0 && ep->resume_seq >= 0) {
+    /* Restarted relay: the previous run published up to resume_seq. */
+    int64_t done = ep->resume_seq;
+    ep->resume_seq = -1;
+    if (seq <= done) {
+      CNT(ep, restarts);
+      kvp__relay_clear(ep, "engine restarted while the relay was down (sequence went back)");
+      if (seq > 0 && ep->replay[0] && replay(r, ep, 0, seq, 1) != 0)
+        LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
+    } else if (ep->replay[0]) {
+      /* From after the saved map (else the buffer's oldest): what was
+       * published brings the map up to date, without being published. */
+      int64_t from = ep->map_seq + 1;
+      ep->silent_until = done + 1;
+      int rc = from < seq ? replay(r, ep, from, seq, 1) : 0;
+      ep->silent_until = 0;
+      if (rc != 0 && (ep->last_seq > done ? ep->last_seq : done) < seq - 1)
+        kvp__relay_clear(ep, "replay after the relay restarted failed or too short");
+    } else if (seq > done + 1) {
+      CNT(ep, gaps);
+      kvp__relay_clear(ep, "sequences missed while the relay was down, no replay endpoint");
+    }
+  } else if (ep->last_seq < 0 && seq > 0) {
+    /* Joined late: the engine's replay buffer may hold what came before. */
+    if (ep->replay[0]) {
+      LOG(ep, "first sequence seen is %" PRId64 ": replaying what came before", seq);
+      if (replay(r, ep, 0, seq, 1) != 0)
+        LOG(ep, "replay before %" PRId64 " incomplete: earlier blocks stay unknown", seq);
+    }
+  } else if (ep->last_seq >= 0 && seq <= ep->last_seq) {
+    /* PUB/SUB never repeats a message on the live socket, and replayed
+     * messages never go past the live one that asked for them: a sequence
+     * that goes back is a restarted engine publisher, which counts from 0
+     * again; its first messages may have been lost, its buffer has them. */
+    CNT(ep, restarts);
+    kvp__relay_clear(ep, "engine publisher restarted (sequence went back)");
+    if (seq > 0 && ep->replay[0] && replay(r, ep, 0, seq, 1) != 0)
+      LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
+  } else if (ep->last_seq >= 0 && seq > ep->last_seq + 1) {
+    CNT(ep, gaps);
+    LOG(ep, "sequence gap: %" PRId64 " after %" PRId64, seq, ep->last_seq);
+    if (!ep->replay[0] || replay(r, ep, ep->last_seq + 1, seq, 0) != 0)
+      kvp__relay_clear(ep, ep->replay[0] ? "replay failed or too short" : "no replay endpoint");
+  }
+  kvp__relay_apply(r, ep, &d);
   ep->last_seq = seq;
   __atomic_store_n(&ep->st.last_seq, seq, __ATOMIC_RELAXED);
 out:

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "kvplane/status.h"
@@ -20,6 +22,64 @@ void kvp_relay_opts_init(kvp_relay_opts_t *o) {
   o->rcvhwm = 100000;
   o->map_cap = (size_t)1 << 20;
   o->replay_timeout_ms = 1000;
+  o->state_interval_ms = 200;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The publisher's snapshot source (kvplane/publisher.h): the blocks the
+ * relay has published and not removed, per tier, from its map; called from
+ * kvp_publisher_poll on the loop thread, which owns the map. Blocks whose
+ * entries the map's LRU bound evicted are not in it. */
+static int snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **parents, size_t *n) {
+  kvp__relay_ep_t *ep = ctx;
+  size_t cap = kvp__relay_map_size(ep->map);
+  uint64_t *h = malloc((cap ? cap : 1) * sizeof *h);
+  if (!h)
+    return KVP_ENOMEM;
+  *n = kvp__relay_map_tier(ep->map, tier, h);
+  *hashes = h;
+  *parents = NULL;
+  if (tier == KVP_TIER_G1) /* the first tier of each answer */
+    CNT(ep, resyncs);
+  return 0;
+}
+
+void kvp__relay_save(kvp__relay_ep_t *ep, int closing) {
+  if (!ep->state_path[0] || !ep->pub || ep->last_seq < 0 || ep->last_seq == ep->saved_seq)
+    return;
+  kvp_publisher_stats_t ps;
+  int64_t seq = ep->last_seq;
+  kvp_publisher_stats(ep->pub, &ps); /* before the flush: ids only grow after */
+  int rc = kvp_publisher_flush(ep->pub, 2000);
+  if (rc != 0) {
+    LOG(ep, "state not written: publisher flush: %s", kvp_strerror(rc));
+    return;
+  }
+  kvp__relay_saved_t sv = {.seq = seq,
+                           .epoch = kvp_publisher_epoch(ep->pub),
+                           .next_event_id = ep->first_event_id + ps.queued};
+  if ((rc = kvp__relay_state_write(ep->state_path, ep->endpoint, &sv)) != 0) {
+    LOG(ep, "state not written to %s: %s", ep->state_path, kvp_strerror(rc));
+    return;
+  }
+  ep->saved_seq = seq;
+  /* The map after the state: a crash between leaves a map behind the state,
+   * which the replay buffer brings up to date, never one ahead of it. A
+   * large map is written less often (at most 5% of the time). */
+  uint64_t t0 = now_ms();
+  if (!closing && t0 - ep->map_saved_ms < 20 * ep->map_cost_ms)
+    return;
+  if ((rc = kvp__relay_map_write(ep->map_path, seq, ep->map)) != 0) {
+    LOG(ep, "map not written to %s: %s", ep->map_path, kvp_strerror(rc));
+    return;
+  }
+  ep->map_saved_ms = now_ms();
+  ep->map_cost_ms = ep->map_saved_ms - t0;
 }
 
 int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size_t errlen) {
@@ -34,18 +94,23 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     snprintf(err, errlen, "--map-cap: 1..%u", 1u << 30);
     return KVP_ECONFIG;
   }
+  if (o->state_dir && o->state_dir[0] && access(o->state_dir, W_OK | X_OK) != 0) {
+    snprintf(err, errlen, "--state-dir %s: not a writable directory", o->state_dir);
+    return KVP_ECONFIG;
+  }
   r = calloc(1, sizeof *r);
   if (!r)
     return KVP_ENOMEM;
   r->rcvhwm = o->rcvhwm > 0 ? o->rcvhwm : 100000;
   r->replay_timeout_ms = o->replay_timeout_ms ? o->replay_timeout_ms : 1000;
   r->block_size = o->block_size;
+  r->state_interval_ms = o->state_interval_ms ? o->state_interval_ms : 200;
   kvp__relay_media_default(&r->media);
   if (o->media && (rc = kvp__relay_media_parse(&r->media, o->media, err, errlen)) != 0)
     goto fail;
   rc = KVP_ENOMEM;
-  if (kvp__relay_decoder_create(&r->dec) != 0 || !(r->ep = calloc(o->nendpoints, sizeof *r->ep)) ||
-      !(r->zctx = zmq_ctx_new()))
+  if (kvp__relay_decoder_create(&r->dec) != 0 || kvp__relay_decoder_create(&r->rdec) != 0 ||
+      !(r->ep = calloc(o->nendpoints, sizeof *r->ep)) || !(r->zctx = zmq_ctx_new()))
     goto fail;
   for (size_t i = 0; i < o->nendpoints; i++) {
     const kvp_relay_endpoint_t *e = &o->endpoints[i];
@@ -53,6 +118,9 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     r->nep++;
     ep->last_seq = -1;
     ep->st.last_seq = -1;
+    ep->resume_seq = -1;
+    ep->saved_seq = -1;
+    ep->map_seq = -1;
     if (!e->endpoint || strlen(e->endpoint) >= sizeof ep->endpoint ||
         (e->replay && strlen(e->replay) >= sizeof ep->replay)) {
       snprintf(err, errlen, "--endpoint: missing or too long (endpoint %zu)", i);
@@ -67,6 +135,40 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     kvp_publisher_opts_t po = o->pub;
     po.worker_id = e->worker_id;
     po.dp_rank = e->dp_rank;
+    po.snapshot = snapshot;
+    po.snapshot_ctx = ep;
+    if (o->state_dir && o->state_dir[0]) {
+      kvp__relay_saved_t sv;
+      if (kvp__relay_state_path(ep->state_path, sizeof ep->state_path, o->state_dir, ep->worker,
+                                "state") != 0 ||
+          kvp__relay_state_path(ep->map_path, sizeof ep->map_path, o->state_dir, ep->worker,
+                                "map") != 0) {
+        snprintf(err, errlen, "--state-dir: path too long");
+        rc = KVP_ECONFIG;
+        goto fail;
+      }
+      rc = kvp__relay_state_read(ep->state_path, ep->endpoint, &sv);
+      if (rc == 0) {
+        po.epoch = sv.epoch;
+        po.first_event_id = sv.next_event_id + KVP__RELAY_ID_MARGIN;
+        ep->resume_seq = ep->saved_seq = sv.seq;
+        int mrc = kvp__relay_map_read(ep->map_path, &ep->map_seq, ep->map);
+        if (mrc != 0 || ep->map_seq > sv.seq) {
+          if (mrc == 0 || mrc != KVP_ENOENT)
+            LOG(ep, "map file %s ignored (%s): rebuilt from the replay buffer", ep->map_path,
+                mrc ? kvp_strerror(mrc) : "ahead of the state");
+          kvp__relay_map_clear(ep->map);
+          ep->map_seq = -1;
+        }
+        LOG(ep,
+            "resuming epoch %" PRIu64 " after sequence %" PRId64 " (%s; map of %zu as of %" PRId64
+            ")",
+            sv.epoch, sv.seq, ep->state_path, kvp__relay_map_size(ep->map), ep->map_seq);
+      } else if (rc != KVP_ENOENT) {
+        LOG(ep, "state file %s ignored (%s): starting afresh", ep->state_path, kvp_strerror(rc));
+      }
+    }
+    ep->first_event_id = po.first_event_id ? po.first_event_id : 1;
     if ((rc = kvp_publisher_open(&po, &ep->pub, err, errlen)) != 0)
       goto fail;
     rc = KVP_EIO;
@@ -93,7 +195,15 @@ int kvp_relay_run(kvp_relay_t *r) {
   zmq_pollitem_t items[KVP_RELAY_MAX_ENDPOINTS];
   for (size_t i = 0; i < r->nep; i++)
     items[i] = (zmq_pollitem_t){.socket = r->ep[i].sub, .events = ZMQ_POLLIN};
+  uint64_t saved_at = now_ms();
   while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
+    for (size_t i = 0; i < r->nep; i++)
+      kvp_publisher_poll(r->ep[i].pub); /* answers a due resync with the map's blocks */
+    if (now_ms() - saved_at >= r->state_interval_ms) {
+      for (size_t i = 0; i < r->nep; i++)
+        kvp__relay_save(&r->ep[i], 0);
+      saved_at = now_ms();
+    }
     int n = zmq_poll(items, (int)r->nep, 100);
     if (n <= 0)
       continue;
@@ -124,12 +234,14 @@ void kvp_relay_close(kvp_relay_t *r) {
   for (size_t i = 0; i < r->nep; i++) {
     if (r->ep[i].sub)
       zmq_close(r->ep[i].sub);
+    kvp__relay_save(&r->ep[i], 1);
     kvp_publisher_close(r->ep[i].pub);
     kvp__relay_map_destroy(r->ep[i].map);
   }
   if (r->zctx)
     zmq_ctx_term(r->zctx);
   kvp__relay_decoder_destroy(r->dec);
+  kvp__relay_decoder_destroy(r->rdec);
   free(r->hbuf);
   free(r->ep);
   free(r);
@@ -156,14 +268,16 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file) {
             "},\"out\":{\"stored\":%" PRIu64 ",\"removed\":%" PRIu64 ",\"cleared\":%" PRIu64
             "},\"blocks\":{\"kvplane\":%" PRIu64 ",\"engine_native\":%" PRIu64
             "},\"skipped\":{\"group\":%" PRIu64 ",\"medium\":%" PRIu64 ",\"duplicate\":%" PRIu64
-            "},\"gaps\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"replayed_msgs\":%" PRIu64
-            ",\"clears\":%" PRIu64 ",\"restarts\":%" PRIu64 ",\"decode_errors\":%" PRIu64
-            ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64 ",\"last_seq\":%" PRId64
-            "}\n",
+            ",\"kind\":%" PRIu64 ",\"kind_unknown\":%" PRIu64 "},\"gaps\":%" PRIu64
+            ",\"replays\":%" PRIu64 ",\"replayed_msgs\":%" PRIu64 ",\"clears\":%" PRIu64
+            ",\"restarts\":%" PRIu64 ",\"decode_errors\":%" PRIu64 ",\"lost\":%" PRIu64
+            ",\"resyncs\":%" PRIu64 ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64
+            ",\"last_seq\":%" PRId64 "}\n",
             r->ep[i].endpoint, r->ep[i].worker, s.msgs, s.in_stored, s.in_removed, s.in_cleared,
             s.out_stored, s.out_removed, s.out_cleared, s.blocks_kvp, s.blocks_native, s.skip_group,
-            s.skip_medium, s.skip_dup, s.gaps, s.replays, s.replay_msgs, s.clears, s.restarts,
-            s.decode_errors, s.event_errors, s.map_evictions, s.last_seq);
+            s.skip_medium, s.skip_dup, s.skip_kind, s.skip_kind_unknown, s.gaps, s.replays,
+            s.replay_msgs, s.clears, s.restarts, s.decode_errors, s.lost, s.resyncs, s.event_errors,
+            s.map_evictions, s.last_seq);
   }
   fflush(f);
 }

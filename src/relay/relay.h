@@ -14,6 +14,14 @@
  * restart (seq back to 0), no replay endpoint, a replay that times out or
  * starts after the missing sequence make the relay publish AllBlocksCleared
  * (every tier) for that worker and start afresh.
+ *
+ * With a state directory the relay is restart-safe: per endpoint it keeps
+ * the last sequence it published (after a publisher flush) and the
+ * publisher's epoch in a state file; a restarted relay resumes that epoch,
+ * replays the engine's buffer from its oldest message (what it had
+ * published only rebuilds the engine-to-kvplane map) and publishes from the
+ * saved sequence + 1. A buffer that no longer reaches back to it is logged,
+ * counted lost and cleared once.
  */
 #ifndef KVP_RELAY_RELAY_H
 #define KVP_RELAY_RELAY_H
@@ -48,6 +56,8 @@ typedef struct kvp_relay_opts_s {
   uint32_t replay_timeout_ms; /* per reply message; default 1000 */
   const char *media;          /* "NAME=G<n>,..." overrides of the medium table, or NULL */
   uint32_t block_size;        /* tokens per block when events omit it; 0: from the event */
+  const char *state_dir;      /* restart state per endpoint (<worker>.state), or NULL: none */
+  uint32_t state_interval_ms; /* state written at most this often while events flow; 200 */
 } kvp_relay_opts_t;
 
 void kvp_relay_opts_init(kvp_relay_opts_t *o);
@@ -71,17 +81,22 @@ void kvp_relay_close(kvp_relay_t *r);
 
 /* Cumulative figures of one endpoint. */
 typedef struct kvp_relay_stats_s {
-  uint64_t msgs;                                  /* ZMQ messages read (live and replayed) */
-  uint64_t in_stored, in_removed, in_cleared;     /* engine events decoded */
-  uint64_t out_stored, out_removed, out_cleared;  /* kvplane events published */
-  uint64_t blocks_kvp, blocks_native;             /* stored blocks by hash kind */
-  uint64_t skip_group, skip_medium, skip_dup;     /* skipped: hybrid group, unknown medium,
-                                                   * replayed message outside the range */
-  uint64_t skip_unmapped;                         /* removals of hashes never mapped */
+  uint64_t msgs;                                 /* ZMQ messages read (live and replayed) */
+  uint64_t in_stored, in_removed, in_cleared;    /* engine events decoded */
+  uint64_t out_stored, out_removed, out_cleared; /* kvplane events published */
+  uint64_t blocks_kvp, blocks_native;            /* stored blocks by hash kind */
+  uint64_t skip_group, skip_medium, skip_dup;    /* skipped: hybrid group, unknown medium,
+                                                  * replayed message outside the range */
+  uint64_t skip_unmapped;                        /* removals of hashes never mapped */
+  uint64_t skip_kind, skip_kind_unknown;         /* skipped by the kv_cache_spec_kind
+                                                  * table; kinds it does not know */
   uint64_t gaps, replays, replay_msgs, clears, restarts;
   uint64_t decode_errors; /* bad payloads, bad frames */
+  uint64_t lost;          /* sequences given up: undecodable in sequence, or gone from
+                           * the engine's replay buffer */
   uint64_t event_errors;  /* malformed events inside good payloads */
   uint64_t map_evictions;
+  uint64_t resyncs; /* advisor resync requests answered with the blocks published */
   int64_t last_seq;
 } kvp_relay_stats_t;
 

@@ -51,6 +51,8 @@ int main(void) {
   F(kvp_publisher_opts_t, block_bytes);
   F(kvp_publisher_opts_t, snapshot);
   F(kvp_publisher_opts_t, snapshot_ctx);
+  F(kvp_publisher_opts_t, epoch);
+  F(kvp_publisher_opts_t, first_event_id);
 
   S(kvp_publisher_stats_t);
   F(kvp_publisher_stats_t, queued);

@@ -72,6 +72,8 @@ static void options_reach_relay_opts(void **state) {
                             "30",
                             "metrics",
                             "127.0.0.1:0",
+                            "state-dir",
+                            "/var/lib/kvplane-relay",
                             NULL};
   assert_int_equal(set_all(&c, kv), 0);
   assert_int_equal(kvp__relay_cli_finish(&c, err, sizeof err), 0);
@@ -93,6 +95,7 @@ static void options_reach_relay_opts(void **state) {
   assert_int_equal(c.o.replay_timeout_ms, 250);
   assert_int_equal(c.stats_interval, 30);
   assert_string_equal(c.metrics, "127.0.0.1:0");
+  assert_string_equal(c.o.state_dir, "/var/lib/kvplane-relay");
   kvp__relay_cli_cleanup(&c);
 }
 
@@ -217,6 +220,13 @@ static void finish_errors(void **state) {
   finish_fails((const char *const[]){"endpoint", "tcp://a:1", "worker", "w", "endpoint",
                                      "tcp://b:1", "worker", "v", "dp-ranks", "33", NULL},
                "--dp-ranks: 2 endpoints x 33 ranks is above 64");
+  /* The old README example: rank 1's endpoint is rank 0's replay port. */
+  finish_fails((const char *const[]){"endpoint", "tcp://h:5557", "replay", "tcp://h:5558", "worker",
+                                     "big", "dp-ranks", "4", NULL},
+               "tcp://h:5558 is both the replay of big-dp0 and the endpoint of big-dp1");
+  finish_fails((const char *const[]){"endpoint", "tcp://h:1", "worker", "w", "endpoint",
+                                     "tcp://h:1", "worker", "v", NULL},
+               "tcp://h:1 is both the endpoint of w and the endpoint of v");
   finish_fails((const char *const[]){"endpoint", "tcp://a:1", "worker", "w", "nats",
                                      "creds=/nonexistent/relay.creds", NULL},
                "--nats ");

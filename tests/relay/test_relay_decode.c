@@ -53,7 +53,7 @@ static void tagged_arrays(void **state) {
   msgpack_pack_int(&p, 0); /* group_idx */
   pk_str(&p, "full_attention");
   msgpack_pack_nil(&p);     /* sliding window */
-  pk_str(&p, "salt");       /* cache_salt */
+  pk_str(&p, "LOCAL");      /* locality (upstream slot 11): not a salt */
   msgpack_pack_int(&p, 99); /* extra element: ignored */
   /* BlockRemoved with bytes hashes (lower 64 bits, big-endian). */
   msgpack_pack_array(&p, 2);
@@ -83,7 +83,7 @@ static void tagged_arrays(void **state) {
   assert_int_equal(e->medium.len, 3);
   assert_memory_equal(e->medium.p, "CPU", 3);
   assert_memory_equal(e->lora_name.p, "adapter", 7);
-  assert_memory_equal(e->cache_salt.p, "salt", 4);
+  assert_int_equal(e->cache_salt.len, 0); /* positional events carry no cache_salt */
   assert_false(e->has_extra_keys);
   assert_int_equal(out.events[1].type, KVP_RELAY_EV_REMOVED);
   assert_true(out.events[1].hashes[0] == UINT64_C(0x0102030405060708));
@@ -215,6 +215,45 @@ static void media_table(void **state) {
   assert_int_equal(kvp__relay_media_parse(&m, "=G1", err, sizeof err), KVP_ECONFIG);
 }
 
+/* The kv_cache_spec_kind table: what upstream sends, exactly. */
+static void spec_kinds(void **state) {
+  (void)state;
+  static const char *const indexed[] = {"full_attention", "mla_attention", "sink_full_attention",
+                                        "FullAttentionSpec", "MLAAttentionSpec"};
+  static const char *const skipped[] = {"sliding_window", "chunked_local_attention", "mamba",
+                                        "MambaSpec", "SlidingWindowSpec"};
+  for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++)
+    assert_int_equal(kvp__relay_kind_class(indexed[i], strlen(indexed[i])), 1);
+  for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++)
+    assert_int_equal(kvp__relay_kind_class(skipped[i], strlen(skipped[i])), 0);
+  assert_int_equal(kvp__relay_kind_class(NULL, 0), 1); /* absent: full attention */
+  assert_int_equal(kvp__relay_kind_class("linear_attention", 16), -1);
+  assert_int_equal(kvp__relay_kind_class("MLA_ATTENTION", 13), -1); /* exact names */
+}
+
+/* Copies per (engine hash, tier): store G1, store G2, remove G1 leaves the
+ * G2 copy mapped; repeated stores are references; remaining counts set. */
+static void map_copies_per_tier(void **state) {
+  (void)state;
+  kvp_relay_map_t *m;
+  uint64_t v = 0;
+  assert_int_equal(kvp__relay_map_create(16, &m), 0);
+  kvp__relay_map_put(m, 42, 1000, 1, 0);
+  kvp__relay_map_put(m, 42, 1000, 2, 0);
+  assert_int_equal(kvp__relay_map_drop(m, 42, 1, -1, &v), 0);
+  assert_true(v == 1000);
+  assert_int_equal(kvp__relay_map_get(m, 42, &v), 1);
+  kvp__relay_map_put(m, 42, 1000, 2, 0); /* announced again: two references */
+  assert_int_equal(kvp__relay_map_drop(m, 42, 2, -1, &v), 1);
+  assert_int_equal(kvp__relay_map_get(m, 42, &v), 1);
+  assert_int_equal(kvp__relay_map_drop(m, 42, 2, 0, &v), 0); /* remaining_copy_counts 0 */
+  assert_int_equal(kvp__relay_map_get(m, 42, &v), 0);
+  assert_int_equal(kvp__relay_map_drop(m, 42, 2, -1, &v), -1);
+  kvp__relay_map_put(m, 7, 7, 3, 1);
+  assert_int_equal(kvp__relay_map_get(m, 7, &v), 2); /* native identity */
+  kvp__relay_map_destroy(m);
+}
+
 static void map_lru_bounded(void **state) {
   (void)state;
   kvp_relay_map_t *m = (kvp_relay_map_t *)&m;
@@ -224,9 +263,9 @@ static void map_lru_bounded(void **state) {
   uint64_t v;
   assert_non_null(m);
   for (uint64_t i = 0; i < 100; i++)
-    assert_int_equal(kvp__relay_map_put(m, i * 7919, i), 0);
-  assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);      /* 0 becomes most recent */
-  assert_int_equal(kvp__relay_map_put(m, 1000001, 5), 1); /* evicts key 7919 (oldest) */
+    assert_int_equal(kvp__relay_map_put(m, i * 7919, i, 1, 0), 0);
+  assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);            /* 0 becomes most recent */
+  assert_int_equal(kvp__relay_map_put(m, 1000001, 5, 1, 0), 1); /* evicts key 7919 (oldest) */
   assert_int_equal(kvp__relay_map_get(m, 7919, &v), 0);
   assert_int_equal(kvp__relay_map_get(m, 0, &v), 1);
   assert_int_equal(kvp__relay_map_size(m), 100);
@@ -235,7 +274,7 @@ static void map_lru_bounded(void **state) {
   assert_int_equal(kvp__relay_map_take(m, 2 * 7919, &v), 0);
   /* heavy churn keeps every live key reachable */
   for (uint64_t i = 0; i < 100000; i++)
-    kvp__relay_map_put(m, i * 2654435761u, i);
+    kvp__relay_map_put(m, i * 2654435761u, i, 1, 0);
   for (uint64_t i = 100000 - 100; i < 100000; i++) {
     assert_int_equal(kvp__relay_map_get(m, i * 2654435761u, &v), 1);
     assert_true(v == i);
@@ -258,7 +297,7 @@ static void map_grows_with_what_it_holds(void **state) {
   uint64_t v;
   assert_non_null(m);
   for (uint64_t i = 1; i <= cap; i++)
-    assert_int_equal(kvp__relay_map_put(m, i * 0x9e3779b97f4a7c15ull, i), 0);
+    assert_int_equal(kvp__relay_map_put(m, i * 0x9e3779b97f4a7c15ull, i, 1, 0), 0);
   for (uint64_t i = 1; i <= cap; i += 2)
     assert_int_equal(kvp__relay_map_take(m, i * 0x9e3779b97f4a7c15ull, &v), 1);
   for (uint64_t i = 2; i <= cap; i += 2) {
@@ -269,9 +308,9 @@ static void map_grows_with_what_it_holds(void **state) {
   /* Fill to the cap again with new keys, then one more: the least recent
    * (key 2, touched first in the loop above) goes. */
   for (uint64_t i = 1; i <= cap / 2; i++)
-    assert_int_equal(kvp__relay_map_put(m, (cap + i) * 0x9e3779b97f4a7c15ull, i), 0);
+    assert_int_equal(kvp__relay_map_put(m, (cap + i) * 0x9e3779b97f4a7c15ull, i, 1, 0), 0);
   assert_int_equal(kvp__relay_map_size(m), cap);
-  assert_int_equal(kvp__relay_map_put(m, 7, 7), 1);
+  assert_int_equal(kvp__relay_map_put(m, 7, 7, 1, 0), 1);
   assert_int_equal(kvp__relay_map_get(m, 2 * 0x9e3779b97f4a7c15ull, &v), 0);
   assert_int_equal(kvp__relay_map_get(m, 4 * 0x9e3779b97f4a7c15ull, &v), 1);
   assert_int_equal(kvp__relay_map_get(m, 7, &v), 1);
@@ -279,9 +318,10 @@ static void map_grows_with_what_it_holds(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(tagged_arrays),      cmocka_unit_test(maps_and_defaults),
-    cmocka_unit_test(malformed_rejected), cmocka_unit_test(media_table),
-    cmocka_unit_test(map_lru_bounded),    cmocka_unit_test(map_grows_with_what_it_holds),
+    cmocka_unit_test(tagged_arrays),       cmocka_unit_test(maps_and_defaults),
+    cmocka_unit_test(malformed_rejected),  cmocka_unit_test(media_table),
+    cmocka_unit_test(spec_kinds),          cmocka_unit_test(map_lru_bounded),
+    cmocka_unit_test(map_copies_per_tier), cmocka_unit_test(map_grows_with_what_it_holds),
 };
 
 KVP_TEST_MAIN("relay_decode", tests)

@@ -7,7 +7,10 @@
  * sequence hashes computed independently in Python). */
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,8 @@
 
 #include "advfix.h"
 #include "harness.h"
+#include "relay/cli.h"
+#include "relay/metrics.h"
 #include "relay/relay.h"
 
 /* ThreadSanitizer cannot see libzmq's own synchronisation (lock-free pipes
@@ -22,14 +27,16 @@
  * libzmq.so): its recv() into a message buffer that the relay thread reads
  * after the hand-over is reported as a race. Suppressed for libzmq only. */
 const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void) { return "called_from_lib:libzmq.so\n"; }
+const char *__tsan_default_suppressions(void) {
+  return "called_from_lib:libzmq.so\n";
+}
 
 typedef struct run_s {
   advfix_t f;
   kvp_relay_t *relay;
   pthread_t relay_th, pub_th;
   char expect[512];
-  char *argv[10];
+  char *argv[11];
   char ports[2][16];
   int pub_rc;
 } run_t;
@@ -65,13 +72,15 @@ static size_t read_expect(const char *path, int64_t (*out)[2], size_t cap) {
   return n;
 }
 
-static size_t read_db(const char *db, int64_t (*out)[2], size_t cap) {
+static size_t read_db_worker(const char *db, const char *worker, int64_t (*out)[2], size_t cap) {
   sqlite3 *h = NULL;
   sqlite3_stmt *s = NULL;
   size_t n = 0;
   if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
-      sqlite3_prepare_v2(h, "SELECT tier, hash FROM block_locations WHERE worker = 'eng0'", -1,
-                         &s, NULL) != SQLITE_OK) {
+      sqlite3_prepare_v2(h, "SELECT tier, hash FROM block_locations WHERE worker = ?", -1, &s,
+                         NULL) != SQLITE_OK ||
+      sqlite3_bind_text(s, 1, worker, -1, SQLITE_STATIC) != SQLITE_OK) {
+    sqlite3_finalize(s);
     sqlite3_close(h);
     return SIZE_MAX;
   }
@@ -86,8 +95,14 @@ static size_t read_db(const char *db, int64_t (*out)[2], size_t cap) {
   return n;
 }
 
-/* Runs one scenario; *st gets the relay's figures. */
-static void scenario(const char *name, const char *enc, const char *layout, kvp_relay_stats_t *st) {
+static size_t read_db(const char *db, int64_t (*out)[2], size_t cap) {
+  return read_db_worker(db, "eng0", out, cap);
+}
+
+/* Runs one scenario; *st gets the relay's figures. With resync, the relay's
+ * publisher is asked for a resync once the blocks are in. */
+static void scenario_r(const char *name, const char *enc, const char *layout, int resync,
+                       kvp_relay_stats_t *st) {
   run_t *r = calloc(1, sizeof *r);
   char err[256], script[512];
   int64_t want[64][2], got[64][2];
@@ -116,8 +131,8 @@ static void scenario(const char *name, const char *enc, const char *layout, kvp_
 
   snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
   snprintf(r->expect, sizeof r->expect, "%s/expect.csv", r->f.dir);
-  char *argv[] = {"/usr/bin/python3", script, r->ports[0], r->ports[1], (char *)name,
-                  (char *)enc, (char *)layout, r->expect, NULL};
+  char *argv[] = {"/usr/bin/python3", script,         r->ports[0], r->ports[1], (char *)name,
+                  (char *)enc,        (char *)layout, r->expect,   NULL};
   memcpy(r->argv, argv, sizeof argv);
   assert_int_equal(pthread_create(&r->pub_th, NULL, pub_main, r), 0);
   /* The expectation file appears once the publisher has sent everything. */
@@ -130,6 +145,18 @@ static void scenario(const char *name, const char *enc, const char *layout, kvp_
     if (ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)
       break;
     usleep(50 * 1000);
+  }
+  if (resync) {
+    /* As the advisor asks: the relay answers with the blocks it published,
+     * and the index stays exact. */
+    kvp_publisher_request_resync(kvp__relay_endpoint_publisher(r->relay, 0));
+    usleep(500 * 1000);
+    for (int i = 0; i < 200; i++) {
+      ng = read_db(r->f.db, got, 64);
+      if (ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)
+        break;
+      usleep(50 * 1000);
+    }
   }
   pthread_join(r->pub_th, NULL);
   kvp_relay_stop(r->relay);
@@ -152,17 +179,22 @@ static void scenario(const char *name, const char *enc, const char *layout, kvp_
   free(r);
 }
 
+static void scenario(const char *name, const char *enc, const char *layout, kvp_relay_stats_t *st) {
+  scenario_r(name, enc, layout, 0, st);
+}
+
 static void basic_both_encodings(void **state) {
   (void)state;
   const char *encs[] = {"array", "map"};
   for (int i = 0; i < 2; i++) {
     kvp_relay_stats_t st;
     scenario("basic", encs[i], "topic", &st);
-    assert_int_equal(st.skip_group, 1);   /* the sliding-window group */
-    assert_int_equal(st.decode_errors, 2); /* garbage payload, 2-frame message */
-    assert_int_equal(st.event_errors, 1);  /* the unknown event type */
-    assert_int_equal(st.blocks_native, 1); /* extra_keys */
-    assert_int_equal(st.blocks_kvp, 6);
+    assert_int_equal(st.skip_kind, 2);         /* the sliding-window group, mamba */
+    assert_int_equal(st.skip_kind_unknown, 1); /* brand_new_kind */
+    assert_int_equal(st.decode_errors, 2);     /* garbage payload, 2-frame message */
+    assert_int_equal(st.event_errors, 1);      /* the unknown event type */
+    assert_int_equal(st.blocks_native, 1);     /* extra_keys */
+    assert_int_equal(st.blocks_kvp, 9);        /* with MLA (lora_id), sink (locality) */
     assert_int_equal(st.gaps, 0);
     assert_int_equal(st.clears, 0);
   }
@@ -190,19 +222,255 @@ static void replay_unavailable_clears(void **state) {
   assert_int_equal(st.out_cleared, 1);
 }
 
+/* The restarted engine's sequence 0 reached only its replay buffer: the
+ * relay clears, replays 0 and then applies 1. */
 static void publisher_restart_clears(void **state) {
   (void)state;
   kvp_relay_stats_t st;
   scenario("restart", "map", "topic", &st);
   assert_int_equal(st.restarts, 1);
   assert_int_equal(st.clears, 1);
+  assert_int_equal(st.replays, 1);
+  assert_int_equal(st.replay_msgs, 1);
+}
+
+/* A relay whose first message is sequence 3 replays 0..2 first: no block
+ * is missing and the later child chains to its parent (kvplane hashes). */
+static void joined_late_replays_before(void **state) {
+  (void)state;
+  kvp_relay_stats_t st;
+  scenario("late", "array", "empty", &st);
+  assert_int_equal(st.replays, 1);
+  assert_int_equal(st.replay_msgs, 3);
+  assert_int_equal(st.blocks_native, 0);
+  assert_int_equal(st.clears, 0);
+  assert_int_equal(st.lost, 0);
+}
+
+/* A message's sequence moves the state only once its payload decoded:
+ * garbage with sequence 0 or +1000 neither clears nor replays, and an
+ * undecodable message in sequence is one lost sequence, not a gap. */
+static void undecodable_sequences_ignored(void **state) {
+  (void)state;
+  kvp_relay_stats_t st;
+  scenario("badseq", "array", "topic", &st);
+  assert_int_equal(st.decode_errors, 3);
+  assert_int_equal(st.lost, 1);
+  assert_int_equal(st.restarts, 0);
+  assert_int_equal(st.gaps, 0);
+  assert_int_equal(st.replays, 0);
+  assert_int_equal(st.clears, 0);
+  assert_int_equal(st.last_seq, 4);
+}
+
+/* Copies per medium: store GPU, placeholder store CPU (no tokens), remove
+ * GPU leaves the CPU copy under the kvplane identity; repeated stores are
+ * references; remaining_copy_counts decides; every engine's media names. */
+static void copies_per_medium(void **state) {
+  (void)state;
+  const char *encs[] = {"array", "map"};
+  for (int i = 0; i < 2; i++) {
+    kvp_relay_stats_t st;
+    scenario_r("copies", encs[i], "topic", 1, &st);
+    assert_int_equal(st.resyncs, 1); /* answered with G1..G3 from the map */
+    assert_int_equal(st.skip_medium, 1);
+    assert_int_equal(st.skip_unmapped, 0);
+    assert_int_equal(st.clears, 0);
+  }
+}
+
+extern char **environ;
+
+/* Starts tools/kvplane-relay for engine ports pp/rp with a state directory. */
+static pid_t relay_spawn(const char *nats, int pp, int rp, const char *state_dir) {
+  char bin[512], ep[64], rep[64];
+  pid_t pid = -1;
+  snprintf(bin, sizeof bin, "%s/tools/kvplane-relay", getenv("KVP_TEST_BINDIR"));
+  snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", pp);
+  snprintf(rep, sizeof rep, "tcp://127.0.0.1:%d", rp);
+  char *argv[] = {bin,  "-e",   ep,          "-r",          rep,
+                  "-w", "eng0", "-s",        (char *)nats,  "-n",
+                  "t",  "-t",   "kv-events", "--state-dir", (char *)state_dir,
+                  NULL};
+  if (posix_spawn(&pid, bin, NULL, NULL, argv, environ) != 0)
+    return -1;
+  return pid;
+}
+
+/* The relay process is killed with sig mid-stream and started again: it
+ * resumes its epoch and sequence from the state file, rebuilds its map from
+ * the engine's buffer, and the advisor ends exact. */
+static void relay_restart(int sig) {
+  run_t *r = calloc(1, sizeof *r);
+  char script[512], state_dir[512];
+  int64_t want[256][2], got[256][2];
+  size_t nw = SIZE_MAX, ng = SIZE_MAX;
+  assert_non_null(r);
+  assert_int_equal(advfix_setup(&r->f, 0), 0);
+  assert_int_equal(advfix_start(&r->f), 0);
+  int pp = kvp_test_free_port(), rp = kvp_test_free_port();
+  while (rp == pp)
+    rp = kvp_test_free_port();
+  snprintf(r->ports[0], sizeof r->ports[0], "%d", pp);
+  snprintf(r->ports[1], sizeof r->ports[1], "%d", rp);
+  snprintf(state_dir, sizeof state_dir, "%s", r->f.dir);
+  pid_t relay = relay_spawn(r->f.natsd.url, pp, rp, state_dir);
+  assert_true(relay > 0);
+
+  snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
+  snprintf(r->expect, sizeof r->expect, "%s/expect.csv", r->f.dir);
+  /* The engine's buffer keeps 25 messages: more than the relay misses while
+   * it restarts, fewer than the stream before it. */
+  char *argv[] = {"/usr/bin/python3", script, r->ports[0], r->ports[1], "long", "map", "topic",
+                  r->expect,          "25",   NULL};
+  memcpy(r->argv, argv, sizeof argv);
+  assert_int_equal(pthread_create(&r->pub_th, NULL, pub_main, r), 0);
+  usleep(2500 * 1000); /* the publisher's slow-joiner second, then about a third of the stream */
+  kill(relay, sig);
+  waitpid(relay, NULL, 0);
+  usleep(400 * 1000);
+  relay = relay_spawn(r->f.natsd.url, pp, rp, state_dir);
+  assert_true(relay > 0);
+  for (int i = 0; i < 300 && access(r->expect, R_OK) != 0; i++)
+    usleep(50 * 1000);
+  nw = read_expect(r->expect, want, 256);
+  assert_true(nw != SIZE_MAX);
+  for (int i = 0; i < 200; i++) {
+    ng = read_db(r->f.db, got, 256);
+    if (ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)
+      break;
+    usleep(50 * 1000);
+  }
+  pthread_join(r->pub_th, NULL);
+  kill(relay, SIGTERM);
+  waitpid(relay, NULL, 0);
+  advfix_stop(&r->f);
+  advfix_teardown(&r->f);
+  if (!(ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)) {
+    fprintf(stderr, "relay restart (signal %d): want %zu blocks, DB has %zu\n", sig, nw, ng);
+    for (size_t i = 0, j = 0; ng != SIZE_MAX && (i < nw || j < ng);) {
+      int c = i == nw ? 1 : j == ng ? -1 : cmp_pair(want[i], got[j]);
+      if (c < 0)
+        fprintf(stderr, "  missing G%" PRId64 " %" PRId64 "\n", want[i][0], want[i][1]), i++;
+      else if (c > 0)
+        fprintf(stderr, "  extra   G%" PRId64 " %" PRId64 "\n", got[j][0], got[j][1]), j++;
+      else
+        i++, j++;
+    }
+    free(r);
+    fail();
+  }
+  assert_int_equal(r->pub_rc, 0);
+  free(r);
+}
+
+static void relay_killed_resumes_exact(void **state) {
+  (void)state;
+  relay_restart(SIGKILL);
+}
+
+static void relay_terminated_resumes_exact(void **state) {
+  (void)state;
+  relay_restart(SIGTERM);
+}
+
+typedef struct rank_s {
+  char *argv[10];
+  char ports[2][16], expect[512];
+  int rc;
+  pthread_t th;
+} rank_t;
+
+static void *rank_main(void *p) {
+  rank_t *k = p;
+  k->rc = kvp_test_spawn_wait(k->argv, NULL, NULL);
+  return NULL;
+}
+
+/* The README's --dp-ranks example, on loopback with its ports: two ranks
+ * of one engine at 5557+k (replay 5657+k), workers big-dp0 and big-dp1. */
+static void dp_ranks_readme_example(void **state) {
+  (void)state;
+  advfix_t *f = calloc(1, sizeof *f);
+  rank_t *rk = calloc(2, sizeof *rk);
+  kvp__relay_cli_t *c = calloc(1, sizeof *c);
+  kvp_relay_t *relay = NULL;
+  pthread_t relay_th;
+  char err[256], script[512];
+  assert_non_null(f);
+  assert_non_null(rk);
+  assert_non_null(c);
+  assert_int_equal(advfix_setup(f, 0), 0);
+  assert_int_equal(advfix_start(f), 0);
+  kvp__relay_cli_init(c);
+  const char *kv[] = {"server",   f->natsd.url,
+                      "ns",       "t",
+                      "topic",    "kv-events",
+                      "endpoint", "tcp://127.0.0.1:5557",
+                      "replay",   "tcp://127.0.0.1:5657",
+                      "worker",   "big",
+                      "dp-ranks", "2",
+                      NULL};
+  for (size_t i = 0; kv[i]; i += 2)
+    assert_int_equal(kvp__relay_cli_set(c, kv[i], kv[i + 1], err, sizeof err), 0);
+  assert_int_equal(kvp__relay_cli_finish(c, err, sizeof err), 0);
+  assert_int_equal(kvp_relay_open(&c->o, &relay, err, sizeof err), 0);
+  assert_int_equal(pthread_create(&relay_th, NULL, relay_main, relay), 0);
+  snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
+  for (int k = 0; k < 2; k++) {
+    snprintf(rk[k].ports[0], sizeof rk[k].ports[0], "%d", 5557 + k);
+    snprintf(rk[k].ports[1], sizeof rk[k].ports[1], "%d", 5657 + k);
+    snprintf(rk[k].expect, sizeof rk[k].expect, "%s/expect%d.csv", f->dir, k);
+    char *argv[] = {
+        "/usr/bin/python3", script, rk[k].ports[0], rk[k].ports[1], "gap", "array", "topic",
+        rk[k].expect,       NULL};
+    memcpy(rk[k].argv, argv, sizeof argv);
+    assert_int_equal(pthread_create(&rk[k].th, NULL, rank_main, &rk[k]), 0);
+  }
+  int ok = 1;
+  for (int k = 0; k < 2; k++) {
+    int64_t want[64][2], got[64][2];
+    size_t nw, ng = SIZE_MAX;
+    char worker[16];
+    snprintf(worker, sizeof worker, "big-dp%d", k);
+    for (int i = 0; i < 300 && access(rk[k].expect, R_OK) != 0; i++)
+      usleep(50 * 1000);
+    nw = read_expect(rk[k].expect, want, 64);
+    for (int i = 0; nw != SIZE_MAX && i < 200; i++) {
+      ng = read_db_worker(f->db, worker, got, 64);
+      if (ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)
+        break;
+      usleep(50 * 1000);
+    }
+    if (nw == SIZE_MAX || ng != nw || memcmp(got, want, nw * sizeof want[0]) != 0) {
+      fprintf(stderr, "%s: want %zu blocks, DB has %zu\n", worker, nw, ng);
+      ok = 0;
+    }
+  }
+  for (int k = 0; k < 2; k++)
+    pthread_join(rk[k].th, NULL);
+  kvp_relay_stop(relay);
+  pthread_join(relay_th, NULL);
+  kvp_relay_stats_print(relay, stderr);
+  kvp_relay_close(relay);
+  kvp__relay_cli_cleanup(c);
+  advfix_stop(f);
+  advfix_teardown(f);
+  int rc0 = rk[0].rc, rc1 = rk[1].rc;
+  free(f);
+  free(rk);
+  free(c);
+  assert_true(ok);
+  assert_int_equal(rc0, 0);
+  assert_int_equal(rc1, 0);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(basic_both_encodings),
-    cmocka_unit_test(gap_replayed_each_layout),
-    cmocka_unit_test(replay_unavailable_clears),
-    cmocka_unit_test(publisher_restart_clears),
+    cmocka_unit_test(basic_both_encodings),           cmocka_unit_test(gap_replayed_each_layout),
+    cmocka_unit_test(replay_unavailable_clears),      cmocka_unit_test(publisher_restart_clears),
+    cmocka_unit_test(undecodable_sequences_ignored),  cmocka_unit_test(copies_per_medium),
+    cmocka_unit_test(joined_late_replays_before),     cmocka_unit_test(relay_killed_resumes_exact),
+    cmocka_unit_test(relay_terminated_resumes_exact), cmocka_unit_test(dp_ranks_readme_example),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)

@@ -3,3 +3,4 @@ kvp_add_test(relay_e2e relay/test_relay_e2e.c advisor/advfix.c advisor/testworke
   LABELS relay nats TIMEOUT 120)
 target_include_directories(test_relay_e2e PRIVATE advisor)
 kvp_add_test(relay_cli relay/test_relay_cli.c LABELS relay)
+kvp_add_test(relay_persist relay/test_relay_persist.c LABELS relay)
