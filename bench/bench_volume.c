@@ -139,7 +139,7 @@ KVP_BENCH_SUITE(volume, "volume plugins: framed, checksummed put/get MB/s vs a p
     }
   }
   if (use_s3rver) {
-    if (kvp_s3d_start(&s3, 0) != 0)
+    if (kvp_s3d_start(&s3) != 0)
       return 1;
     plugin = "s3";
     params[nparams++] = (kvp_volume_param_t){"endpoint", s3.endpoint};

@@ -1,4 +1,4 @@
-/* s3rver and the SigV4 checker for tests (see s3d.h). */
+/* s3rver for tests (see s3d.h). */
 #include "s3d.h"
 
 #include <arpa/inet.h>
@@ -44,15 +44,13 @@ static int port_open(int port) {
 }
 
 static int spawn(kvp_s3d_t *s) {
-  char port[16], data[300], log[300], checker[512];
+  char port[16], data[300], log[300];
   const char *prog = kvp_s3d_program();
 
-  if (!s->checker)
-    kvp_s3d_require();
+  kvp_s3d_require();
   snprintf(port, sizeof port, "%d", s->port);
   snprintf(data, sizeof data, "%s/data", s->dir);
   snprintf(log, sizeof log, "%s/server.log", s->dir);
-  snprintf(checker, sizeof checker, "%s/tools/sigv4_check.py", kvp_test_srcdir());
   mkdir(data, 0700);
   pid_t pid = fork();
   if (pid < 0)
@@ -64,11 +62,7 @@ static int spawn(kvp_s3d_t *s) {
       dup2(fd, 2);
     }
     setpgid(0, 0);
-    if (s->checker)
-      execl("/usr/bin/python3", "python3", checker, port, s->bucket, KVP_S3D_ACCESS, KVP_S3D_SECRET,
-            (char *)NULL);
-    else
-      execl(prog, "s3rver", "-d", data, "-a", "127.0.0.1", "-p", port, "--configure-bucket",
+    execl(prog, "s3rver", "-d", data, "-a", "127.0.0.1", "-p", port, "--configure-bucket",
             s->bucket, "-s", (char *)NULL);
     _exit(127);
   }
@@ -89,9 +83,8 @@ static int spawn(kvp_s3d_t *s) {
   return -1;
 }
 
-int kvp_s3d_start(kvp_s3d_t *s, int checker) {
+int kvp_s3d_start(kvp_s3d_t *s) {
   memset(s, 0, sizeof *s);
-  s->checker = checker;
   snprintf(s->bucket, sizeof s->bucket, "kvb");
   if (kvp_test_tmpdir(s->dir, sizeof s->dir) == NULL)
     return -1;

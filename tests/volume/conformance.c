@@ -144,7 +144,7 @@ static int setup(void **state) {
   if (kvp_test_tmpdir(c->tmp, sizeof c->tmp) == NULL)
     return -1;
   if (g_s3rver) {
-    if (kvp_s3d_start(&c->s3, 0) != 0)
+    if (kvp_s3d_start(&c->s3) != 0)
       return -1;
     c->s3_up = 1;
   }
