@@ -320,3 +320,31 @@ int kvp__relay_decode_tree(kvp_relay_decoder_t *d, const uint8_t *data, size_t l
   int rc = checked(data, len, out);
   return rc != 0 ? rc : decode_tree(d, data, len, out);
 }
+
+static int str_same(kvp_relay_str_t a, kvp_relay_str_t b) {
+  return a.len == b.len && (a.len == 0 || memcmp(a.p, b.p, a.len) == 0);
+}
+
+int kvp__relay_decoded_same(const kvp_relay_decoded_t *a, const kvp_relay_decoded_t *b) {
+  if (memcmp(&a->ts, &b->ts, sizeof a->ts) != 0 || a->dp_rank != b->dp_rank ||
+      a->nevents != b->nevents || a->errors != b->errors)
+    return 0;
+  for (size_t i = 0; i < a->nevents; i++) {
+    const kvp_relay_event_t *x = &a->events[i], *y = &b->events[i];
+    if (x->type != y->type || x->nhashes != y->nhashes || x->has_parent != y->has_parent ||
+        x->parent != y->parent || x->ntokens != y->ntokens || !x->token_ids != !y->token_ids ||
+        x->block_size != y->block_size || x->lora_id != y->lora_id ||
+        x->has_extra_keys != y->has_extra_keys || !x->copies_left != !y->copies_left ||
+        x->group_idx != y->group_idx || x->sliding_window != y->sliding_window ||
+        !str_same(x->lora_name, y->lora_name) || !str_same(x->medium, y->medium) ||
+        !str_same(x->cache_salt, y->cache_salt) || !str_same(x->kind, y->kind))
+      return 0;
+    for (size_t k = 0; k < x->nhashes; k++)
+      if (x->hashes[k] != y->hashes[k] || (x->copies_left && x->copies_left[k] != y->copies_left[k]))
+        return 0;
+    for (size_t k = 0; k < x->ntokens; k++)
+      if (x->token_ids[k] != y->token_ids[k])
+        return 0;
+  }
+  return 1;
+}

@@ -84,4 +84,7 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
 int kvp__relay_decode_tree(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
                            kvp_relay_decoded_t *out);
 
+/* 1 when two decodes hold the same batch, field by field, else 0. */
+int kvp__relay_decoded_same(const kvp_relay_decoded_t *a, const kvp_relay_decoded_t *b);
+
 #endif
