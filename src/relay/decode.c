@@ -6,33 +6,8 @@
 #include <string.h>
 
 #include "kvplane/status.h"
+#include "relay/decode_impl.h"
 #include "relay/mpread.h"
-
-struct kvp_relay_decoder_s {
-  msgpack_zone zone; /* reused: cleared, not freed, between payloads */
-  msgpack_object root;
-  int zone_live;
-  kvp_relay_event_t *ev;
-  size_t nev, capev;
-  uint64_t *h; /* every event's hashes, back to back */
-  size_t nh, caph;
-  uint32_t *t; /* every event's token ids */
-  size_t nt, capt;
-};
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap)
-    return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need)
-    c *= 2;
-  void *q = realloc(*p, c * elem);
-  if (!q)
-    return KVP_ENOMEM;
-  *p = q;
-  *cap = c;
-  return 0;
-}
 
 /* Field slots, in the positional order of the tagged-array encoding. */
 enum {
@@ -82,7 +57,7 @@ static int event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
   const msgpack_object *h = f[F_HASHES];
   if (!h || h->type != MSGPACK_OBJECT_ARRAY)
     return KVP_EPROTO;
-  if ((rc = grow((void **)&d->h, &d->caph, d->nh + h->via.array.size + 1, sizeof *d->h)))
+  if ((rc = kvp__relay_grow((void **)&d->h, &d->caph, d->nh + h->via.array.size + 1, sizeof *d->h)))
     return rc;
   size_t h0 = d->nh;
   for (uint32_t i = 0; i < h->via.array.size; i++)
@@ -101,7 +76,7 @@ static int event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
       return 0;
     if (c->type != MSGPACK_OBJECT_ARRAY || c->via.array.size != e->nhashes)
       return KVP_EPROTO;
-    if ((rc = grow((void **)&d->h, &d->caph, d->nh + e->nhashes + 1, sizeof *d->h)))
+    if ((rc = kvp__relay_grow((void **)&d->h, &d->caph, d->nh + e->nhashes + 1, sizeof *d->h)))
       return rc;
     for (uint32_t i = 0; i < c->via.array.size; i++) {
       if (kvp__relay_mp_int(&c->via.array.ptr[i], &v) || v < 0)
@@ -121,7 +96,7 @@ static int event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
   if (!kvp__relay_mp_nil(t)) {
     if (t->type != MSGPACK_OBJECT_ARRAY)
       return KVP_EPROTO;
-    if ((rc = grow((void **)&d->t, &d->capt, d->nt + t->via.array.size + 1, sizeof *d->t)))
+    if ((rc = kvp__relay_grow((void **)&d->t, &d->capt, d->nt + t->via.array.size + 1, sizeof *d->t)))
       return rc;
     for (uint32_t i = 0; i < t->via.array.size; i++) {
       if (kvp__relay_mp_int(&t->via.array.ptr[i], &v) || v < 0 || v > UINT32_MAX)
@@ -238,8 +213,24 @@ void kvp__relay_decoder_destroy(kvp_relay_decoder_t *d) {
   free(d);
 }
 
-int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
-                      kvp_relay_decoded_t *out) {
+/* Offsets to pointers, now that the buffers no longer move. */
+static void finish(kvp_relay_decoder_t *d, kvp_relay_decoded_t *out) {
+  for (size_t i = 0; i < d->nev; i++) {
+    kvp_relay_event_t *e = &d->ev[i];
+    e->hashes = e->nhashes ? d->h + (uintptr_t)e->hashes : NULL;
+    if (e->token_ids)
+      e->token_ids = d->t + ((uintptr_t)e->token_ids - 1);
+    if (e->copies_left)
+      e->copies_left = d->h + ((uintptr_t)e->copies_left - 1);
+  }
+  out->events = d->ev;
+  out->nevents = d->nev;
+}
+
+/* The msgpack-c path, for every shape: the payload unpacked into the
+ * decoder's zone, then read object by object. data passed mp_check. */
+static int decode_tree(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
+                       kvp_relay_decoded_t *out) {
   const msgpack_object *evs = NULL, *ts = NULL, *rank = NULL;
   size_t off = 0;
   int rc;
@@ -247,10 +238,6 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
   memset(out, 0, sizeof *out);
   out->dp_rank = -1;
   d->nev = d->nh = d->nt = 0;
-  if (len > KVP_RELAY_MAX_PAYLOAD)
-    return KVP_ETOOBIG;
-  if (kvp__relay_mp_check(data, len) != 0)
-    return KVP_EPROTO;
   msgpack_zone_clear(&d->zone);
   msgpack_unpack_return r = msgpack_unpack((const char *)data, len, &off, &d->zone, &d->root);
   if (r == MSGPACK_UNPACK_NOMEM_ERROR)
@@ -288,7 +275,7 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
     out->ts = (double)ts->via.u64;
   if (rank && !kvp__relay_mp_nil(rank) && kvp__relay_mp_int(rank, &out->dp_rank) != 0)
     out->dp_rank = -1;
-  if ((rc = grow((void **)&d->ev, &d->capev, evs->via.array.size + 1, sizeof *d->ev)))
+  if ((rc = kvp__relay_grow((void **)&d->ev, &d->capev, evs->via.array.size + 1, sizeof *d->ev)))
     return rc;
   for (uint32_t i = 0; i < evs->via.array.size; i++) {
     size_t nh = d->nh, nt = d->nt;
@@ -303,16 +290,61 @@ int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
     }
     d->nev++;
   }
-  /* Offsets to pointers, now that the buffers no longer move. */
-  for (size_t i = 0; i < d->nev; i++) {
-    kvp_relay_event_t *e = &d->ev[i];
-    e->hashes = e->nhashes ? d->h + (uintptr_t)e->hashes : NULL;
-    if (e->token_ids)
-      e->token_ids = d->t + ((uintptr_t)e->token_ids - 1);
-    if (e->copies_left)
-      e->copies_left = d->h + ((uintptr_t)e->copies_left - 1);
-  }
-  out->events = d->ev;
-  out->nevents = d->nev;
+  finish(d, out);
   return 0;
+}
+
+static int checked(const uint8_t *data, size_t len, kvp_relay_decoded_t *out) {
+  memset(out, 0, sizeof *out);
+  out->dp_rank = -1;
+  if (len > KVP_RELAY_MAX_PAYLOAD)
+    return KVP_ETOOBIG;
+  return kvp__relay_mp_check(data, len) != 0 ? KVP_EPROTO : 0;
+}
+
+int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
+                      kvp_relay_decoded_t *out) {
+  int rc = checked(data, len, out);
+  if (rc != 0)
+    return rc;
+  rc = kvp__relay_scan(d, data, len, out);
+  if (rc == KVP__RELAY_SCAN_SHAPE)
+    return decode_tree(d, data, len, out);
+  if (rc == 0)
+    finish(d, out);
+  return rc;
+}
+
+int kvp__relay_decode_tree(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
+                           kvp_relay_decoded_t *out) {
+  int rc = checked(data, len, out);
+  return rc != 0 ? rc : decode_tree(d, data, len, out);
+}
+
+static int str_same(kvp_relay_str_t a, kvp_relay_str_t b) {
+  return a.len == b.len && (a.len == 0 || memcmp(a.p, b.p, a.len) == 0);
+}
+
+int kvp__relay_decoded_same(const kvp_relay_decoded_t *a, const kvp_relay_decoded_t *b) {
+  if (memcmp(&a->ts, &b->ts, sizeof a->ts) != 0 || a->dp_rank != b->dp_rank ||
+      a->nevents != b->nevents || a->errors != b->errors)
+    return 0;
+  for (size_t i = 0; i < a->nevents; i++) {
+    const kvp_relay_event_t *x = &a->events[i], *y = &b->events[i];
+    if (x->type != y->type || x->nhashes != y->nhashes || x->has_parent != y->has_parent ||
+        x->parent != y->parent || x->ntokens != y->ntokens || !x->token_ids != !y->token_ids ||
+        x->block_size != y->block_size || x->lora_id != y->lora_id ||
+        x->has_extra_keys != y->has_extra_keys || !x->copies_left != !y->copies_left ||
+        x->group_idx != y->group_idx || x->sliding_window != y->sliding_window ||
+        !str_same(x->lora_name, y->lora_name) || !str_same(x->medium, y->medium) ||
+        !str_same(x->cache_salt, y->cache_salt) || !str_same(x->kind, y->kind))
+      return 0;
+    for (size_t k = 0; k < x->nhashes; k++)
+      if (x->hashes[k] != y->hashes[k] || (x->copies_left && x->copies_left[k] != y->copies_left[k]))
+        return 0;
+    for (size_t k = 0; k < x->ntokens; k++)
+      if (x->token_ids[k] != y->token_ids[k])
+        return 0;
+  }
+  return 1;
 }

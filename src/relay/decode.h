@@ -78,4 +78,13 @@ void kvp__relay_decoder_destroy(kvp_relay_decoder_t *d);
 int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
                       kvp_relay_decoded_t *out);
 
+/* The same through msgpack-c's object tree only (kvp__relay_decode reads
+ * tagged-array batches from the bytes instead): the reference the tests and
+ * the fuzz target hold the fast reader to. */
+int kvp__relay_decode_tree(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
+                           kvp_relay_decoded_t *out);
+
+/* 1 when two decodes hold the same batch, field by field, else 0. */
+int kvp__relay_decoded_same(const kvp_relay_decoded_t *a, const kvp_relay_decoded_t *b);
+
 #endif

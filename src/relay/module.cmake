@@ -1,6 +1,6 @@
 # Engine adapters: kvplane-relay's msgpack reader and decoder, tier table and
 # hash map, recovery, the ZMQ relay loop, its metrics and its command line.
 kvp_daemon_lib(relay
-  SOURCES relay/mpread.c relay/decode.c relay/map.c relay/apply.c relay/recover.c relay/persist.c relay/relay.c
+  SOURCES relay/mpread.c relay/decode.c relay/scan.c relay/map.c relay/apply.c relay/recover.c relay/persist.c relay/relay.c
           relay/metrics.c relay/cli.c relay/serve.c
   LIBS kvplane_metrics PkgConfig::ZMQ PkgConfig::MSGPACK)

@@ -198,6 +198,14 @@ int kvp__relay_mp_check(const uint8_t *data, size_t len) {
   return 0;
 }
 
+int kvp__relay_mp_skip(const uint8_t **pp, const uint8_t *end) {
+  const uint8_t *p = *pp;
+  if (mp_skip(&p, end, 0) != 0)
+    return KVP_EPROTO;
+  *pp = p;
+  return 0;
+}
+
 int kvp__relay_hash_from(const msgpack_object *o, uint64_t *out) {
   switch (o->type) {
   case MSGPACK_OBJECT_POSITIVE_INTEGER:

@@ -1,7 +1,7 @@
 /* libFuzzer target: the engine KV-event payload decoder (outside bytes from
  * vLLM or SGLang over ZMQ). Any input must decode or be rejected with an
  * error code, never crash, leak or read out of bounds; every decoded event
- * must be self-consistent. */
+ * must be self-consistent, and the same as msgpack-c's object tree reads. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -10,11 +10,16 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static kvp_relay_decoder_t *d;
-  kvp_relay_decoded_t out;
-  if (!d && kvp__relay_decoder_create(&d) != 0)
+  static kvp_relay_decoder_t *d, *td;
+  kvp_relay_decoded_t out, tout;
+  if (!d && (kvp__relay_decoder_create(&d) != 0 || kvp__relay_decoder_create(&td) != 0))
     abort();
-  if (kvp__relay_decode(d, data, size, &out) != 0)
+  int rc = kvp__relay_decode(d, data, size, &out);
+  /* The byte scanner reads exactly what msgpack-c's object tree reads. */
+  if (kvp__relay_decode_tree(td, data, size, &tout) != rc ||
+      (rc == 0 && !kvp__relay_decoded_same(&out, &tout)))
+    abort();
+  if (rc != 0)
     return 0;
   uint64_t sink = 0;
   for (size_t i = 0; i < out.nevents; i++) {

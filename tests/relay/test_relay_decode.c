@@ -317,11 +317,120 @@ static void map_grows_with_what_it_holds(void **state) {
   kvp__relay_map_destroy(m);
 }
 
+/* Tagged-array batches are read from the bytes (scan.c); whatever they hold,
+ * valid or not, the result is the object tree's (decode.c). */
+static void scan_matches_tree(void **state) {
+  (void)state;
+  kvp_relay_decoder_t *d, *td;
+  kvp_relay_decoded_t a, b;
+  assert_int_equal(kvp__relay_decoder_create(&d), 0);
+  assert_int_equal(kvp__relay_decoder_create(&td), 0);
+  for (int shape = 0; shape < 12; shape++) {
+    msgpack_sbuffer sb;
+    msgpack_packer p;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&p, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&p, shape == 3 ? 2 : 3);
+    if (shape == 1)
+      msgpack_pack_float(&p, 2.5f);
+    else if (shape == 2)
+      msgpack_pack_int64(&p, -7);
+    else
+      msgpack_pack_uint64(&p, 1732500000123ull + (unsigned)shape);
+    msgpack_pack_array(&p, 8);
+    /* Stored: every positional slot, hashes as ints, negatives and bytes,
+     * token ids of every width, lora_id, extra keys, kind, window, locality */
+    msgpack_pack_array(&p, 14);
+    pk_str(&p, "BlockStored");
+    msgpack_pack_array(&p, 3);
+    msgpack_pack_uint64(&p, UINT64_MAX - (unsigned)shape);
+    msgpack_pack_int64(&p, -5);
+    msgpack_pack_bin(&p, 10);
+    msgpack_pack_bin_body(&p, "0123456789", 10);
+    if (shape == 4)
+      msgpack_pack_str(&p, 0); /* an empty byte hash: malformed */
+    else
+      msgpack_pack_int8(&p, 9);
+    msgpack_pack_array(&p, 6);
+    msgpack_pack_uint8(&p, 7);
+    msgpack_pack_uint16(&p, 300);
+    msgpack_pack_uint32(&p, 151935);
+    msgpack_pack_int32(&p, 70000);
+    msgpack_pack_uint64(&p, shape == 5 ? 1ull << 33 : 12); /* 2^33: above uint32 */
+    msgpack_pack_int8(&p, shape == 6 ? -1 : 3);
+    msgpack_pack_int(&p, 2);
+    msgpack_pack_int(&p, shape == 7 ? -3 : 4);
+    pk_str(&p, shape == 8 ? "CPU" : "GPU");
+    if (shape == 9)
+      msgpack_pack_true(&p); /* lora_name of the wrong type */
+    else
+      pk_str(&p, "adapter");
+    msgpack_pack_array(&p, 2);
+    msgpack_pack_nil(&p);
+    if (shape == 10) {
+      msgpack_pack_array(&p, 1);
+      pk_str(&p, "mm");
+    } else {
+      msgpack_pack_nil(&p);
+    }
+    msgpack_pack_int(&p, 0);
+    pk_str(&p, "mla_attention");
+    msgpack_pack_nil(&p);
+    pk_str(&p, "LOCAL");
+    msgpack_pack_int(&p, 99); /* beyond the positional slots: ignored */
+    /* Removed with locality, then with remaining_copy_counts */
+    msgpack_pack_array(&p, 5);
+    pk_str(&p, "BlockRemoved");
+    msgpack_pack_array(&p, 1);
+    msgpack_pack_uint64(&p, 42);
+    pk_str(&p, "CPU_PINNED");
+    msgpack_pack_nil(&p);
+    pk_str(&p, "LOCAL");
+    msgpack_pack_array(&p, 5);
+    pk_str(&p, "BlockRemoved");
+    msgpack_pack_array(&p, 2);
+    msgpack_pack_uint64(&p, 42);
+    msgpack_pack_uint64(&p, 43);
+    msgpack_pack_str(&p, 3);
+    msgpack_pack_str_body(&p, "GPU", 3);
+    msgpack_pack_int(&p, 1);
+    msgpack_pack_array(&p, shape == 11 ? 1 : 2);
+    msgpack_pack_int(&p, 1);
+    if (shape != 11)
+      msgpack_pack_int(&p, 0);
+    /* Cleared, a scalar, an unknown tag, an empty array, a short Stored */
+    msgpack_pack_array(&p, 1);
+    pk_str(&p, "AllBlocksCleared");
+    msgpack_pack_int(&p, 5);
+    msgpack_pack_array(&p, 1);
+    pk_str(&p, "Foo");
+    msgpack_pack_array(&p, 0);
+    msgpack_pack_array(&p, 2);
+    pk_str(&p, "BlockStored");
+    msgpack_pack_array(&p, 0);
+    if (shape != 3)
+      msgpack_pack_int(&p, shape == 0 ? -1 : shape);
+    int rc = decode(d, &sb, &a);
+    assert_int_equal(kvp__relay_decode_tree(td, (const uint8_t *)sb.data, sb.size, &b), rc);
+    assert_int_equal(rc, 0);
+    assert_true(kvp__relay_decoded_same(&a, &b));
+    assert_int_equal(a.nevents + a.errors, 8);
+    /* every prefix is rejected alike */
+    for (size_t cut = 0; cut < sb.size; cut += 7)
+      assert_int_equal(kvp__relay_decode(d, (const uint8_t *)sb.data, cut, &a),
+                       kvp__relay_decode_tree(td, (const uint8_t *)sb.data, cut, &b));
+    msgpack_sbuffer_destroy(&sb);
+  }
+  kvp__relay_decoder_destroy(d);
+  kvp__relay_decoder_destroy(td);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(tagged_arrays),       cmocka_unit_test(maps_and_defaults),
     cmocka_unit_test(malformed_rejected),  cmocka_unit_test(media_table),
     cmocka_unit_test(spec_kinds),          cmocka_unit_test(map_lru_bounded),
     cmocka_unit_test(map_copies_per_tier), cmocka_unit_test(map_grows_with_what_it_holds),
+    cmocka_unit_test(scan_matches_tree),
 };
 
 KVP_TEST_MAIN("relay_decode", tests)
