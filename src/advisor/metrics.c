@@ -135,6 +135,9 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
       (double)t->quarantined);
   one(p, "kvplane_migration_lost_total", "counter",
       "Of the quarantined copies, those that were the block's only copy.", (double)t->lost);
+  one(p, "kvplane_migration_redundant_total", "counter",
+      "Second copies of a block between G3 and G4, deleted (one copy per block).",
+      (double)t->redundant);
   one(p, "kvplane_migration_skipped_total", "counter",
       "Moves not tried because a volume went offline during their job.", (double)t->skipped);
   kvp__prom_family(p, "kvplane_migrated_bytes_total", "counter",

@@ -19,6 +19,12 @@
  * deletes the source object (journal: source_deleted) and the loop removes
  * the source location. An eviction deletes the object and its location.
  *
+ * Between G3 and G4 a block has one copy: a round finds the blocks in a G3
+ * volume and a G4 one (a worker offloaded to G3 a block the advisor had
+ * moved to G4) and its job deletes one copy, journaled as an eviction
+ * (redundant): the G3 copy, unless a G3 descendant with no G4 copy needs
+ * it to keep its prefix whole in G3, then the G4 copy.
+ *
  * After a crash, open reads the journal: a move that did not commit is
  * failed ("interrupted"), its partial destination deleted; a committed move
  * whose source was not deleted gets its destination location back and its
@@ -71,6 +77,7 @@ typedef struct kvp__tier_stats_s {
   uint64_t quarantined;       /* copies that failed verification, deleted and their location dropped */
   uint64_t lost;              /* of which the block's only copy */
   uint64_t batches;           /* batches of outcomes applied to the index while their job ran */
+  uint64_t redundant;         /* copies deleted because the block was in both G3 and G4 */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */

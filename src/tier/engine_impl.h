@@ -70,6 +70,7 @@ typedef struct op_s {
   int src_missing; /* a demotion's source was not in its volume */
   int skipped;     /* not tried: one of its volumes went offline during the job */
   int quarantined; /* its source failed verification: deleted, never tried again */
+  int redundant;   /* an eviction of a block's second copy between G3 and G4 */
   size_t pend;     /* a source delete (kind -1): its entry in pend */
   uint32_t blame;  /* the volume whose operation failed */
   char err[256];
@@ -124,6 +125,8 @@ struct kvp__tier_engine_s {
   size_t ncands, cands_cap;
   uint32_t *tokens;
   size_t tokens_cap;
+  uint32_t *dup; /* a G3 candidate's G4 volume + 1 when G4 holds the block too, else 0 */
+  size_t dup_cap;
   uint64_t *lru;
   size_t lru_cap;
   kvp__index_loc_t *locs; /* one block's locations (get_block) */

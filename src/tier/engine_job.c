@@ -274,7 +274,10 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
       if (o->kind < 0)
         e->st.sources_deleted++;
       else {
-        e->st.evicted++;
+        if (o->redundant)
+          e->st.redundant++;
+        else
+          e->st.evicted++;
         from->st.evicted++;
       }
       publish(e, KVP_EV_REMOVED, from, o);
