@@ -314,6 +314,7 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   e->st.rounds++;
   e->nops = 0;
   recheck_offline(e);
+  kvp__tier_scrub_queue(e, now);
   /* Sources whose grace period is over. Entries stay in pend until the job
    * is done, so that the blocks are neither planned again nor counted in
    * their source's fill meanwhile. */
@@ -441,8 +442,10 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   if (e == NULL)
     return;
   kvp_publisher_close(e->pub); /* flushes what is queued, within its close timeout */
-  for (size_t v = 0; v < e->nvols; v++)
+  for (size_t v = 0; v < e->nvols; v++) {
     kvp_volume_close(e->vols[v].v);
+    kvp__map64_free(&e->vols[v].orphans);
+  }
   free(e->vols);
   kvp__journal_close(e->db);
   free(e->ops);
@@ -451,6 +454,8 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   free(e->cands);
   free(e->tokens);
   free(e->dup);
+  free(e->keys);
+  free(e->orphq);
   free(e->lru);
   free(e->locs);
   if (e->handles_open > 0) {

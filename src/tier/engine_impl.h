@@ -37,6 +37,12 @@
 /* A volume's warnings: one line per this interval, with the count of the
  * ones suppressed. */
 #define LOG_INTERVAL_MS 10000
+/* Kinds of ops other than moves (kvp__tier_kind_t, >= 0). */
+#define OP_SOURCE_DELETE (-1) /* a moved block's source, after the grace period */
+#define OP_SCRUB (-2)         /* list a volume (scrub.c); the job's first op */
+#define OP_ORPHAN (-3)        /* delete an object no location names (scrub.c) */
+/* Most objects one scrub lists; past it, the scrub drops no location. */
+#define SCRUB_MAX_KEYS (1u << 22)
 /* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
  * whichever comes first. */
 #define BATCH_MOVES 64
@@ -56,11 +62,12 @@ typedef struct vol_s {
   uint64_t log_ms;           /* when its last warning was written */
   uint64_t suppressed;       /* warnings not written since */
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
+  kvp__map64_t orphans;      /* objects its last scrub found without a location */
 } vol_t;
 
 /* One unit of work for the job, and its outcome. */
 typedef struct op_s {
-  int kind; /* kvp__tier_kind_t, or -1: delete a moved block's source */
+  int kind; /* kvp__tier_kind_t, or OP_* */
   uint64_t hash, parent, bytes;
   uint32_t tokens;
   int has_parent;
@@ -120,6 +127,16 @@ struct kvp__tier_engine_s {
   void (*on_idle)(void *ctx);
   void *idle_ctx;
   kvp__tier_stats_t st;
+  /* The scrub (scrub.c): one volume every scrub_ms, in turn. The job lists
+   * the volume into keys (its objects in namespace ns) before its other
+   * ops; the loop compares them with the index. */
+  uint64_t scrub_ms, scrub_due_ms, scrub_t0;
+  size_t scrub_next; /* the volume scrubbed next */
+  uint64_t *keys;
+  size_t nkeys, keys_cap;
+  int keys_truncated;
+  uint64_t *orphq; /* orphans to delete next round: hash, volume, hash, volume, ... */
+  size_t norphq, orphq_cap;
   /* Candidate scratch, reused across rounds. */
   kvp__tier_cand_t *cands;
   size_t ncands, cands_cap;
@@ -162,6 +179,18 @@ int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__index_block_t
  * line written says how many were suppressed before it. (locations.c) */
 void kvp__tier_vol_warn(vol_t *v, uint64_t now, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Announces a change of o->hash in v as worker _advisor (type
+ * KVP_EV_STORED or KVP_EV_REMOVED); counted. (engine_job.c) */
+void kvp__tier_publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t *o);
+
+/* The scrub (scrub.c). queue adds to the round's ops, first, the scrub of
+ * the next volume when one is due and the deletes of the orphans the last
+ * scrubs confirmed; list is the job's part (thread pool); apply compares a
+ * listing with the index on the loop. */
+void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now);
+void kvp__tier_scrub_list(kvp__tier_engine_t *e, op_t *o);
+void kvp__tier_scrub_apply(kvp__tier_engine_t *e, op_t *o);
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */

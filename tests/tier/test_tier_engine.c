@@ -840,6 +840,51 @@ static void a_block_in_g3_and_g4_keeps_one_copy(void **state) {
   kvp_volume_close(g4);
 }
 
+
+/* The scrub lists one volume per scrub_interval: a G3 object deleted
+ * behind the advisor's back loses its location (dropped and announced);
+ * a stray object in G4 that no location names is counted, and deleted
+ * once the next scrub of G4 finds it orphaned still. */
+static void the_scrub_drops_missing_locations_and_deletes_orphans(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+
+  f->cfg.tier_scrub_ms = 1;
+  seed(f, 3); /* fill 0.3: no move */
+  assert_int_equal(kvp_volume_delete(f->g3, "t", 2, err, sizeof err), 0);
+  kvp_volume_t *g4 = NULL;
+  kvp_volume_param_t p[1] = {{"path", f->p4}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &g4, err, sizeof err),
+                   0);
+  uint8_t payload[1000];
+  memset(payload, 7, sizeof payload);
+  kvp_frame_t m = {.hash = 99, .payload_len = sizeof payload};
+  assert_int_equal(kvp_volume_put_block(g4, "t", &m, payload, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  /* g3, g4, g3, g4 (the orphan's second finding), then its delete. */
+  for (int i = 0; i < 5; i++) {
+    usleep(3000);
+    round_and_wait(f, e);
+  }
+  kvp__tier_engine_stats(e, &st);
+  assert_true(st.scrubs >= 4);
+  assert_int_equal(st.scrub_missing, 1);
+  assert_int_equal(locs_in(f, 2, 3), 0);
+  assert_int_equal(locs_in(f, 1, 3), 1);
+  assert_int_equal(locs_in(f, 3, 3), 1);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 1), 1);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 3), 1);
+  assert_int_equal(st.scrub_orphans, 1);
+  assert_int_equal(st.orphans_deleted, 1);
+  assert_int_equal(kvp_volume_exists(g4, "t", 99), 0);
+  kvp__tier_engine_close(e);
+  kvp_volume_close(g4);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(cold_g3_blocks_move_to_g4_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(full_destination_fails_cleanly, setup, teardown),
@@ -857,6 +902,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_corrupt_copy_is_quarantined_once, setup, teardown),
     cmocka_unit_test_setup_teardown(a_long_job_reaches_the_index_in_batches, setup, teardown),
     cmocka_unit_test_setup_teardown(a_block_in_g3_and_g4_keeps_one_copy, setup, teardown),
+    cmocka_unit_test_setup_teardown(the_scrub_drops_missing_locations_and_deletes_orphans, setup,
+                                    teardown),
 };
 
 KVP_TEST_MAIN("tier_engine", tests)
