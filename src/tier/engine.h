@@ -25,6 +25,11 @@
  * (redundant): the G3 copy, unless a G3 descendant with no G4 copy needs
  * it to keep its prefix whole in G3, then the G4 copy.
  *
+ * With [tiering] scrub_interval, one volume per interval, in turn, is
+ * listed by the job (scrub.c): locations without an object are dropped
+ * and announced; objects without a location are deleted when the
+ * volume's next scrub finds them orphaned still.
+ *
  * After a crash, open reads the journal: a move that did not commit is
  * failed ("interrupted"), its partial destination deleted; a committed move
  * whose source was not deleted gets its destination location back and its

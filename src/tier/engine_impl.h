@@ -9,7 +9,9 @@
  *   engine_open.c  opening the volumes, recovery from the journal and the
  *                  reconciliation of moves finished before a crash: the
  *                  loop thread, before the rounds start;
- *   locations.c    a block's locations in the index, and dropping them.
+ *   locations.c    a block's locations in the index, and dropping them;
+ *   scrub.c        the scrub: listing a volume (job) and comparing it with
+ *                  the index (loop).
  * Calls go one way: engine.c queues the job of engine_job.c; all three
  * call locations.c; engine_job.c and engine_open.c call nothing in
  * engine.c (the job reports back through on_idle). */
