@@ -164,6 +164,7 @@ typedef struct kvp_blockmgr_stats_s {
   uint64_t hits_g3, hits_g4;    /* blocks onboarded from G3 / G4 into G1 */
   uint64_t lower_gone;          /* G3 blocks no longer there (moved by the advisor) */
   uint64_t lower_corrupt;       /* reads that failed verification: misses, never served */
+  uint64_t offloads_g3_full;    /* G2 victims not put: G3 would pass its capacity (stat) */
 } kvp_blockmgr_stats_t;
 
 void kvp_blockmgr_stats(const kvp_blockmgr_t *bm, kvp_blockmgr_stats_t *s);

@@ -110,6 +110,11 @@ static const kvp_conf_key_t keys[] = {
      NULL},
     {"tiering", "prefetch_bytes", KVP_CONF_SIZE, OFF(tier_prefetch_bytes), 0, 1ll << 40, NULL,
      "bytes one G4 hit prefetches at most", NULL},
+    {"tiering", "scrub_interval", KVP_CONF_DURATION, OFF(tier_scrub_ms), 0, 7ll * 86400000, NULL,
+     "every this long one volume, in turn, is listed: locations without an object are dropped, "
+     "objects without a location still orphaned at the volume's next scrub are deleted (0: no "
+     "scrub)",
+     NULL},
     {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
      "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else lib/kvplane/plugins of the installed tree",
      NULL},
@@ -154,6 +159,7 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->tier_promote_freq = 4.0;
   cfg->tier_keep_freq = 2.0;
   cfg->tier_prefetch_depth = 8;
+  cfg->tier_scrub_ms = 600000;
   cfg->tier_prefetch_bytes = 64ll << 20;
 }
 
@@ -524,6 +530,7 @@ const kvp__tier_opts_t *kvp__adv_tier_opts(const kvp_advisor_config_t *cfg, kvp_
   o->keep_freq = cfg->tier_keep_freq;
   o->max_bytes_per_s = cfg->tier_max_bytes_per_s;
   o->prefetch_depth = cfg->tier_prefetch_depth;
+  o->scrub_ms = cfg->tier_scrub_ms;
   o->prefetch_bytes = cfg->tier_prefetch_bytes;
   o->volumes = cfg->volumes;
   o->nvolumes = cfg->nvolumes;

@@ -135,6 +135,19 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
       (double)t->quarantined);
   one(p, "kvplane_migration_lost_total", "counter",
       "Of the quarantined copies, those that were the block's only copy.", (double)t->lost);
+  one(p, "kvplane_migration_redundant_total", "counter",
+      "Second copies of a block between G3 and G4, deleted (one copy per block).",
+      (double)t->redundant);
+  one(p, "kvplane_scrub_volumes_total", "counter",
+      "Volume listings by the scrub ([tiering] scrub_interval).", (double)t->scrubs);
+  one(p, "kvplane_scrub_missing_total", "counter",
+      "Locations the scrub found without an object: dropped and announced.",
+      (double)t->scrub_missing);
+  one(p, "kvplane_scrub_orphans_total", "counter",
+      "Objects the scrub found without a location (counted when first found).",
+      (double)t->scrub_orphans);
+  one(p, "kvplane_scrub_orphans_deleted_total", "counter",
+      "Orphans deleted, still orphaned at their volume's next scrub.", (double)t->orphans_deleted);
   one(p, "kvplane_migration_skipped_total", "counter",
       "Moves not tried because a volume went offline during their job.", (double)t->skipped);
   kvp__prom_family(p, "kvplane_migrated_bytes_total", "counter",

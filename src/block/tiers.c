@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "block/pool.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/map64.h"
 #include "kvplane/status.h"
@@ -39,8 +40,14 @@ struct kvp__tiers_s {
   pthread_t *threads;
   uint32_t nthreads;
   kvp__map64_t reg; /* the hashes this manager put in G3 -> their parents */
-  _Atomic uint64_t offloads, failed, dropped, hits3, hits4, gone, corrupt;
+  _Atomic uint64_t offloads, failed, dropped, hits3, hits4, gone, corrupt, full;
+  /* G3's room (under mu): the volume's stat, taken at most every STAT_MS,
+   * plus the bytes put since. */
+  uint64_t cap3, used3, put3, stat3_ns;
 };
+
+/* How often G3's stat is asked for at most. */
+#define STAT_MS 100
 
 /* --- offload workers ------------------------------------------------------ */
 
@@ -57,6 +64,35 @@ static void emit_stored_g3(kvp__tiers_t *t, const job_t *j) {
                     .lora_id = j->lora_id};
   if (t->sink.emit != NULL)
     t->sink.emit(t->sink.ctx, &ev);
+}
+
+/* Whether a put of need bytes keeps G3 within its capacity (the plugin's
+ * stat; 0: no bound); if so the bytes are counted as put. The stat is
+ * refreshed at most every STAT_MS; in between, the puts of this manager
+ * since the last one are added to its used. A failed stat leaves the last
+ * figures (the put then says what is wrong). Called with mu unlocked. */
+static int g3_room(kvp__tiers_t *t, uint64_t need) {
+  uint64_t now = kvp__now_ns();
+  kvp_volume_stat_t st;
+  char err[256];
+
+  pthread_mutex_lock(&t->mu);
+  int refresh = t->stat3_ns == 0 || now - t->stat3_ns >= STAT_MS * 1000000ull;
+  if (refresh)
+    t->stat3_ns = now; /* one thread asks */
+  pthread_mutex_unlock(&t->mu);
+  int got = refresh && kvp_volume_stat(t->g3, &st, err, sizeof err) == 0;
+  pthread_mutex_lock(&t->mu);
+  if (got) {
+    t->cap3 = st.capacity;
+    t->used3 = st.used;
+    t->put3 = 0;
+  }
+  int ok = t->cap3 == 0 || t->used3 + t->put3 + need <= t->cap3;
+  if (ok)
+    t->put3 += need;
+  pthread_mutex_unlock(&t->mu);
+  return ok;
 }
 
 static void *worker_main(void *arg) {
@@ -81,6 +117,16 @@ static void *worker_main(void *arg) {
                      .has_parent = j.has_parent,
                      .layout = t->layout,
                      .payload_len = t->block_bytes};
+    if (!g3_room(t, t->block_bytes + KVP_FRAME_HEADER)) {
+      /* Skipped, not written: G3 stays within its capacity. */
+      free(j.bytes);
+      atomic_fetch_add(&t->full, 1);
+      pthread_mutex_lock(&t->mu);
+      t->busy--;
+      if (t->qlen == 0 && t->busy == 0)
+        pthread_cond_broadcast(&t->idle);
+      continue;
+    }
     int rc = kvp_volume_put_block(t->g3, t->ns, &f, j.bytes, err, sizeof err);
     free(j.bytes);
     pthread_mutex_lock(&t->mu);
@@ -253,6 +299,7 @@ void kvp__tiers_stats(const kvp__tiers_t *t, kvp_blockmgr_stats_t *s) {
   s->hits_g4 = atomic_load(&m->hits4);
   s->lower_gone = atomic_load(&m->gone);
   s->lower_corrupt = atomic_load(&m->corrupt);
+  s->offloads_g3_full = atomic_load(&m->full);
 }
 
 int kvp__tiers_create(const kvp_blockmgr_opts_t *o, size_t block_bytes, kvp__tiers_t **out) {

@@ -36,6 +36,19 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The G4 volume + 1 of a copy of hash that can stand for its G3 one (in
+ * an online G4 volume, not a moved block's source, reads not backing off),
+ * or 0. */
+static uint32_t g4_copy(kvp__tier_engine_t *e, uint64_t hash, const kvp__index_loc_t *locs,
+                        size_t nl, uint64_t now) {
+  for (size_t k = 0; k < nl; k++) {
+    long v = locs[k].tier == 4 ? vol_of(e, 4, locs[k].volume) : -1;
+    if (v >= 0 && !e->vols[v].offline && e->vols[v].out_until_ms <= now && !pending(e, hash, v))
+      return (uint32_t)v + 1;
+  }
+  return 0;
+}
+
 /* Every G3/G4 location in a configured volume, with its block's figures;
  * tokens[i] is candidate i's token count; used[v] and blocks[v] sum the
  * bytes and blocks of volume v, not counting sources of finished moves. */
@@ -70,7 +83,8 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used,
         if (v < 0)
           continue;
         if (KVP_ARRAY_RESERVE(e->cands, e->cands_cap, e->ncands + 1, 1024) != 0 ||
-            KVP_ARRAY_RESERVE(e->tokens, e->tokens_cap, e->ncands + 1, 1024) != 0)
+            KVP_ARRAY_RESERVE(e->tokens, e->tokens_cap, e->ncands + 1, 1024) != 0 ||
+            KVP_ARRAY_RESERVE(e->dup, e->dup_cap, e->ncands + 1, 1024) != 0)
           return KVP_ENOMEM;
         /* A moved block's source no longer counts in its volume's fill:
          * it goes once the grace period is over. */
@@ -79,6 +93,7 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used,
          * off. */
         int stuck = e->vols[v].offline || e->vols[v].out_until_ms > now;
         e->tokens[e->ncands] = b.tokens;
+        e->dup[e->ncands] = tier == 3 ? g4_copy(e, b.hash, locs, nl, now) : 0;
         e->cands[e->ncands++] =
             (kvp__tier_cand_t){.hash = b.hash,
                                .parent = b.parent,
@@ -135,6 +150,78 @@ static void take_moves(kvp__tier_engine_t *e, const kvp__tier_move_t *moves, siz
     if (e->max_bytes_per_s > 0 && kvp__tier_is_copy(m->kind))
       e->budget -= (double)m->bytes;
   }
+}
+
+/* One copy between G3 and G4 (DESIGN.md, "Migrations"): a block in a G3
+ * volume and a G4 one (a worker offloaded to G3 a block the advisor had
+ * moved to G4) loses one copy, deleted by the job as an eviction and
+ * journaled. The G3 copy goes unless a G3 descendant without a G4 copy
+ * needs it (G3 holds whole prefixes, like the policy keeps it): then the
+ * G4 copy goes. Copies moving (busy) are left for a later round. The
+ * removed copies leave used and blocks, and the block's candidates are
+ * marked busy so that the plan leaves them alone this round. */
+static void plan_one_copy(kvp__tier_engine_t *e, uint64_t *used, uint64_t *blocks) {
+  kvp__map64_t g3 = {0}, keep = {0};
+  size_t ndup = 0;
+
+  for (size_t i = 0; i < e->ncands; i++)
+    ndup += e->dup[i] != 0 && !e->cands[i].busy;
+  if (ndup == 0)
+    return;
+  if (kvp__map64_init(&g3, e->ncands) != 0 || kvp__map64_init(&keep, ndup) != 0)
+    goto out;
+  for (size_t i = 0; i < e->ncands; i++)
+    if (e->vols[e->cands[i].vol].tier == 3 && kvp__map64_put(&g3, e->cands[i].hash, i) != 0)
+      goto out;
+  /* The redundant G3 copies a G3 descendant with no G4 copy needs: from
+   * each such block up its chain in G3, while its ancestors are
+   * redundant. */
+  for (size_t i = 0; i < e->ncands; i++) {
+    const kvp__tier_cand_t *c = &e->cands[i];
+    if (e->vols[c->vol].tier != 3 || (e->dup[i] != 0 && !c->busy))
+      continue;
+    uint64_t p = c->parent, k;
+    for (int up = c->has_parent; up && kvp__map64_get(&g3, p, &k) == 0;
+         up = e->cands[k].has_parent, p = e->cands[k].parent) {
+      if (e->dup[k] == 0 || e->cands[k].busy || kvp__map64_find(&keep, p) != NULL)
+        break;
+      if (kvp__map64_put(&keep, p, 1) != 0)
+        goto out;
+    }
+  }
+  for (size_t i = 0; i < e->ncands; i++) {
+    kvp__tier_cand_t *c = &e->cands[i];
+    if (e->dup[i] == 0 || c->busy || e->round_taken >= e->max_moves)
+      continue;
+    uint64_t *r = kvp__map64_find(&keep, c->hash);
+    if (r != NULL && *r == 2)
+      continue; /* one of its copies goes this round already */
+    uint32_t from = r != NULL ? e->dup[i] - 1 : c->vol;
+    if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+      break;
+    e->ops[e->nops++] = (op_t){.kind = KVP__TIER_EVICT,
+                               .hash = c->hash,
+                               .parent = c->parent,
+                               .has_parent = c->has_parent,
+                               .bytes = c->bytes,
+                               .tokens = e->tokens[i],
+                               .from = from,
+                               .journal_id = -1,
+                               .redundant = 1};
+    e->round_taken++;
+    used[from] -= used[from] >= c->bytes ? c->bytes : used[from];
+    blocks[from] -= blocks[from] > 0;
+    if (kvp__map64_put(&keep, c->hash, 2) != 0) /* 2: resolved this round */
+      break;
+  }
+  for (size_t i = 0; i < e->ncands; i++) {
+    uint64_t *r = kvp__map64_find(&keep, e->cands[i].hash);
+    if (r != NULL && *r == 2)
+      e->cands[i].busy = 1;
+  }
+out:
+  kvp__map64_free(&g3);
+  kvp__map64_free(&keep);
 }
 
 /* Most G4 hits whose prefixes one round prefetches. */
@@ -227,6 +314,7 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   e->st.rounds++;
   e->nops = 0;
   recheck_offline(e);
+  kvp__tier_scrub_queue(e, now);
   /* Sources whose grace period is over. Entries stay in pend until the job
    * is done, so that the blocks are neither planned again nor counted in
    * their source's fill meanwhile. */
@@ -243,6 +331,10 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
     e->pend[i].deleting = 1;
   }
   int built = build_candidates(e, now, used, blocks) == 0;
+  size_t first = e->nops;
+  e->round_taken = 0;
+  if (built)
+    plan_one_copy(e, used, blocks);
   if (built) {
     for (size_t v = 0; v < e->nvols; v++) {
       e->vols[v].st.used = used[v];
@@ -264,13 +356,12 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
    * moves, already in priority order (demotion for space, promotion,
    * eviction). */
   kvp__tier_move_t *pre = NULL;
-  size_t npre = 0, first = e->nops;
+  size_t npre = 0;
   if (e->max_bytes_per_s > 0) {
     double add = e->max_bytes_per_s * (double)(now - e->budget_ms) / 1000.0;
     e->budget = e->budget + add < e->max_bytes_per_s ? e->budget + add : e->max_bytes_per_s;
     e->budget_ms = now;
   }
-  e->round_taken = 0;
   if (built && e->ncands > 0)
     plan_prefetches(e, pv, now, &pre, &npre);
   e->nhits = 0;
@@ -351,8 +442,10 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   if (e == NULL)
     return;
   kvp_publisher_close(e->pub); /* flushes what is queued, within its close timeout */
-  for (size_t v = 0; v < e->nvols; v++)
+  for (size_t v = 0; v < e->nvols; v++) {
     kvp_volume_close(e->vols[v].v);
+    kvp__map64_free(&e->vols[v].orphans);
+  }
   free(e->vols);
   kvp__journal_close(e->db);
   free(e->ops);
@@ -360,6 +453,9 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   kvp__map64_free(&e->pendset);
   free(e->cands);
   free(e->tokens);
+  free(e->dup);
+  free(e->keys);
+  free(e->orphq);
   free(e->lru);
   free(e->locs);
   if (e->handles_open > 0) {

@@ -19,6 +19,17 @@
  * deletes the source object (journal: source_deleted) and the loop removes
  * the source location. An eviction deletes the object and its location.
  *
+ * Between G3 and G4 a block has one copy: a round finds the blocks in a G3
+ * volume and a G4 one (a worker offloaded to G3 a block the advisor had
+ * moved to G4) and its job deletes one copy, journaled as an eviction
+ * (redundant): the G3 copy, unless a G3 descendant with no G4 copy needs
+ * it to keep its prefix whole in G3, then the G4 copy.
+ *
+ * With [tiering] scrub_interval, one volume per interval, in turn, is
+ * listed by the job (scrub.c): locations without an object are dropped
+ * and announced; objects without a location are deleted when the
+ * volume's next scrub finds them orphaned still.
+ *
  * After a crash, open reads the journal: a move that did not commit is
  * failed ("interrupted"), its partial destination deleted; a committed move
  * whose source was not deleted gets its destination location back and its
@@ -71,6 +82,12 @@ typedef struct kvp__tier_stats_s {
   uint64_t quarantined;       /* copies that failed verification, deleted and their location dropped */
   uint64_t lost;              /* of which the block's only copy */
   uint64_t batches;           /* batches of outcomes applied to the index while their job ran */
+  uint64_t redundant;         /* copies deleted because the block was in both G3 and G4 */
+  uint64_t scrubs;            /* volumes listed by the scrub */
+  uint64_t scrub_objects;     /* objects they held */
+  uint64_t scrub_missing;     /* locations without an object: dropped and announced */
+  uint64_t scrub_orphans;     /* objects without a location, counted when first found */
+  uint64_t orphans_deleted;   /* of which deleted, still orphaned at the volume's next scrub */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */

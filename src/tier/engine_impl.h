@@ -9,7 +9,9 @@
  *   engine_open.c  opening the volumes, recovery from the journal and the
  *                  reconciliation of moves finished before a crash: the
  *                  loop thread, before the rounds start;
- *   locations.c    a block's locations in the index, and dropping them.
+ *   locations.c    a block's locations in the index, and dropping them;
+ *   scrub.c        the scrub: listing a volume (job) and comparing it with
+ *                  the index (loop).
  * Calls go one way: engine.c queues the job of engine_job.c; all three
  * call locations.c; engine_job.c and engine_open.c call nothing in
  * engine.c (the job reports back through on_idle). */
@@ -37,6 +39,12 @@
 /* A volume's warnings: one line per this interval, with the count of the
  * ones suppressed. */
 #define LOG_INTERVAL_MS 10000
+/* Kinds of ops other than moves (kvp__tier_kind_t, >= 0). */
+#define OP_SOURCE_DELETE (-1) /* a moved block's source, after the grace period */
+#define OP_SCRUB (-2)         /* list a volume (scrub.c); the job's first op */
+#define OP_ORPHAN (-3)        /* delete an object no location names (scrub.c) */
+/* Most objects one scrub lists; past it, the scrub drops no location. */
+#define SCRUB_MAX_KEYS (1u << 22)
 /* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
  * whichever comes first. */
 #define BATCH_MOVES 64
@@ -56,11 +64,12 @@ typedef struct vol_s {
   uint64_t log_ms;           /* when its last warning was written */
   uint64_t suppressed;       /* warnings not written since */
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
+  kvp__map64_t orphans;      /* objects its last scrub found without a location */
 } vol_t;
 
 /* One unit of work for the job, and its outcome. */
 typedef struct op_s {
-  int kind; /* kvp__tier_kind_t, or -1: delete a moved block's source */
+  int kind; /* kvp__tier_kind_t, or OP_* */
   uint64_t hash, parent, bytes;
   uint32_t tokens;
   int has_parent;
@@ -70,6 +79,7 @@ typedef struct op_s {
   int src_missing; /* a demotion's source was not in its volume */
   int skipped;     /* not tried: one of its volumes went offline during the job */
   int quarantined; /* its source failed verification: deleted, never tried again */
+  int redundant;   /* an eviction of a block's second copy between G3 and G4 */
   size_t pend;     /* a source delete (kind -1): its entry in pend */
   uint32_t blame;  /* the volume whose operation failed */
   char err[256];
@@ -119,11 +129,23 @@ struct kvp__tier_engine_s {
   void (*on_idle)(void *ctx);
   void *idle_ctx;
   kvp__tier_stats_t st;
+  /* The scrub (scrub.c): one volume every scrub_ms, in turn. The job lists
+   * the volume into keys (its objects in namespace ns) before its other
+   * ops; the loop compares them with the index. */
+  uint64_t scrub_ms, scrub_due_ms, scrub_t0;
+  size_t scrub_next; /* the volume scrubbed next */
+  uint64_t *keys;
+  size_t nkeys, keys_cap;
+  int keys_truncated;
+  uint64_t *orphq; /* orphans to delete next round: hash, volume, hash, volume, ... */
+  size_t norphq, orphq_cap;
   /* Candidate scratch, reused across rounds. */
   kvp__tier_cand_t *cands;
   size_t ncands, cands_cap;
   uint32_t *tokens;
   size_t tokens_cap;
+  uint32_t *dup; /* a G3 candidate's G4 volume + 1 when G4 holds the block too, else 0 */
+  size_t dup_cap;
   uint64_t *lru;
   size_t lru_cap;
   kvp__index_loc_t *locs; /* one block's locations (get_block) */
@@ -159,6 +181,18 @@ int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__index_block_t
  * line written says how many were suppressed before it. (locations.c) */
 void kvp__tier_vol_warn(vol_t *v, uint64_t now, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Announces a change of o->hash in v as worker _advisor (type
+ * KVP_EV_STORED or KVP_EV_REMOVED); counted. (engine_job.c) */
+void kvp__tier_publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t *o);
+
+/* The scrub (scrub.c). queue adds to the round's ops, first, the scrub of
+ * the next volume when one is due and the deletes of the orphans the last
+ * scrubs confirmed; list is the job's part (thread pool); apply compares a
+ * listing with the index on the loop. */
+void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now);
+void kvp__tier_scrub_list(kvp__tier_engine_t *e, op_t *o);
+void kvp__tier_scrub_apply(kvp__tier_engine_t *e, op_t *o);
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */

@@ -48,6 +48,10 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     return;
   }
   o->blame = o->from;
+  if (o->kind == OP_SCRUB) {
+    kvp__tier_scrub_list(e, o);
+    return;
+  }
   if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
     o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
     if (o->rc == KVP_ENOENT)
@@ -150,7 +154,7 @@ void kvp__tier_job_work(uv_work_t *req) {
  * verified, Removed from the source once it is deleted. The publisher is
  * thread-safe and drops rather than blocks the loop when its queue is full
  * (counted). */
-static void publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t *o) {
+void kvp__tier_publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t *o) {
   if (e->pub == NULL)
     return;
   int rc = type == KVP_EV_STORED
@@ -226,7 +230,7 @@ static void quarantine(kvp__tier_engine_t *e, const op_t *o) {
   size_t n = 0;
 
   kvp__tier_drop_locations(e, o->hash, from);
-  publish(e, KVP_EV_REMOVED, from, o);
+  kvp__tier_publish(e, KVP_EV_REMOVED, from, o);
   e->st.quarantined++;
   from->st.quarantined++;
   int lost = kvp__tier_get_block(e, o->hash, &b, &n) != 0 || n == 0;
@@ -245,7 +249,19 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
   for (; e->applied < upto; e->applied++) {
     op_t *o = &e->ops[e->applied];
     vol_t *from = &e->vols[o->from];
-    if (o->kind < 0)
+    if (o->kind == OP_SCRUB) {
+      kvp__tier_scrub_apply(e, o);
+      continue;
+    }
+    if (o->kind == OP_ORPHAN) {
+      if (o->rc == 0)
+        e->st.orphans_deleted++;
+      else
+        kvp__tier_vol_warn(from, now, "tiering: scrub: deleting orphan %016" PRIx64 " in %s failed: %s",
+                           o->hash, from->name, o->err);
+      continue;
+    }
+    if (o->kind == OP_SOURCE_DELETE)
       pend_done(e, o);
     if (o->rc != 0 && o->src_missing) {
       /* The index placed a block where it is not (a location replayed
@@ -274,13 +290,16 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
       if (o->kind < 0)
         e->st.sources_deleted++;
       else {
-        e->st.evicted++;
+        if (o->redundant)
+          e->st.redundant++;
+        else
+          e->st.evicted++;
         from->st.evicted++;
       }
-      publish(e, KVP_EV_REMOVED, from, o);
+      kvp__tier_publish(e, KVP_EV_REMOVED, from, o);
     } else {
       vol_t *to = &e->vols[o->to];
-      publish(e, KVP_EV_STORED, to, o);
+      kvp__tier_publish(e, KVP_EV_STORED, to, o);
       kvp__index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
                            to->id, o->tokens, o->bytes, now);
       if (o->kind == KVP__TIER_DEMOTE)

@@ -133,6 +133,8 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->prm.min_residence_ms = (uint64_t)o->residence_ms;
   e->interval_ms = (uint64_t)o->interval_ms;
   e->grace_ms = (uint64_t)o->grace_ms;
+  e->scrub_ms = o->scrub_ms > 0 ? (uint64_t)o->scrub_ms : 0;
+  e->scrub_due_ms = kvp__unix_ms() + e->scrub_ms;
   e->max_moves = (size_t)o->max_moves;
   e->max_bytes_per_s = (double)o->max_bytes_per_s;
   e->budget = e->max_bytes_per_s;
@@ -145,6 +147,7 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   if ((e->vols = calloc((size_t)o->nvolumes + 1, sizeof *e->vols)) == NULL)
     goto fail;
   for (int i = 0; i < o->nvolumes; i++) {
+    kvp__map64_init(&e->vols[i].orphans, 0);
     if ((rc = open_volume(e, o, &o->volumes[i], &e->vols[i], err, errlen)) != 0)
       goto fail;
     e->nvols++;

@@ -38,6 +38,7 @@ typedef struct kvp__tier_opts_s {
   int64_t max_bytes_per_s; /* copies throttled to this rate; 0: unthrottled */
   int64_t prefetch_depth;  /* generations of descendants a G4 hit prefetches */
   int64_t prefetch_bytes;  /* bytes a G4 hit prefetches at most */
+  int64_t scrub_ms;        /* one volume is scrubbed this often, in turn; 0: no scrub */
   const kvp__tier_volume_conf_t *volumes;
   int nvolumes;
 } kvp__tier_opts_t;

@@ -768,6 +768,123 @@ static void a_long_job_reaches_the_index_in_batches(void **state) {
   kvp__tier_engine_close(e);
 }
 
+
+/* Between G3 and G4 a block has one copy (DESIGN.md, "Migrations"): a
+ * block a worker put in G3 that G4 already holds loses its G3 copy in the
+ * next round, journaled (one migrations row from g3, to no volume) and
+ * announced; a redundant G3 copy that a G3 descendant needs (prefixes stay
+ * whole in G3) keeps its G3 copy and loses the G4 one instead. */
+static void a_block_in_g3_and_g4_keeps_one_copy(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+  uint16_t v4;
+
+  seed(f, 3); /* 1 <- 2 <- 3 in G3, fill 0.3: no move for space */
+  kvp_volume_t *g4 = NULL;
+  kvp_volume_param_t p[1] = {{"path", f->p4}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &g4, err, sizeof err),
+                   0);
+  assert_int_equal(kvp__index_volume(f->ix, "g4", &v4), 0);
+  uint8_t payload[1000];
+  for (uint64_t h = 2; h <= 3; h++) {
+    memset(payload, (int)h, sizeof payload);
+    kvp_frame_t m = {.hash = h, .parent = h - 1, .has_parent = 1, .payload_len = sizeof payload};
+    assert_int_equal(kvp_volume_put_block(g4, "t", &m, payload, err, sizeof err), 0);
+    assert_int_equal(kvp__index_store(f->ix, h, 1, h - 1, f->w, 4, v4, 16,
+                                      sizeof payload + KVP_FRAME_HEADER, NOW_MS + h * 1000),
+                     0);
+  }
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.redundant, 2);
+  /* 3, a leaf of G3: its G3 copy goes. */
+  assert_int_equal(locs_in(f, 3, 3), 0);
+  assert_int_equal(locs_in(f, 3, 4), 1);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 3), 0);
+  assert_int_equal(kvp_volume_exists(g4, "t", 3), 1);
+  /* 2 ... is a leaf of G3 too once 3 goes: its G3 copy goes as well. */
+  assert_int_equal(locs_in(f, 2, 3), 0);
+  assert_int_equal(locs_in(f, 2, 4), 1);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 2), 0);
+  assert_int_equal(locs_in(f, 1, 3), 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE from_volume = 'g3' AND"
+                             " to_volume = '' AND state = 'source_deleted'"),
+                   2);
+  /* Nothing more to do: still the same rows. */
+  round_and_wait(f, e);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations"), 2);
+  kvp__tier_engine_close(e);
+
+  /* A G3 child that has no G4 copy keeps its parent's G3 copy: the
+   * parent's G4 copy goes instead. */
+  seed(f, 3);
+  assert_int_equal(kvp_volume_exists(g4, "t", 2), 1);
+  assert_int_equal(kvp__index_remove(f->ix, 3, f->w, 4, v4), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  round_and_wait(f, e);
+  assert_int_equal(locs_in(f, 2, 3), 1);
+  assert_int_equal(locs_in(f, 2, 4), 0);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 2), 1);
+  assert_int_equal(kvp_volume_exists(g4, "t", 2), 0);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE from_volume = 'g4' AND"
+                             " to_volume = ''"),
+                   1);
+  kvp__tier_engine_close(e);
+  kvp_volume_close(g4);
+}
+
+
+/* The scrub lists one volume per scrub_interval: a G3 object deleted
+ * behind the advisor's back loses its location (dropped and announced);
+ * a stray object in G4 that no location names is counted, and deleted
+ * once the next scrub of G4 finds it orphaned still. */
+static void the_scrub_drops_missing_locations_and_deletes_orphans(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+
+  f->cfg.tier_scrub_ms = 1;
+  seed(f, 3); /* fill 0.3: no move */
+  assert_int_equal(kvp_volume_delete(f->g3, "t", 2, err, sizeof err), 0);
+  kvp_volume_t *g4 = NULL;
+  kvp_volume_param_t p[1] = {{"path", f->p4}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &g4, err, sizeof err),
+                   0);
+  uint8_t payload[1000];
+  memset(payload, 7, sizeof payload);
+  kvp_frame_t m = {.hash = 99, .payload_len = sizeof payload};
+  assert_int_equal(kvp_volume_put_block(g4, "t", &m, payload, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  /* g3, g4, g3, g4 (the orphan's second finding), then its delete. */
+  for (int i = 0; i < 5; i++) {
+    usleep(3000);
+    round_and_wait(f, e);
+  }
+  kvp__tier_engine_stats(e, &st);
+  assert_true(st.scrubs >= 4);
+  assert_int_equal(st.scrub_missing, 1);
+  assert_int_equal(locs_in(f, 2, 3), 0);
+  assert_int_equal(locs_in(f, 1, 3), 1);
+  assert_int_equal(locs_in(f, 3, 3), 1);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 1), 1);
+  assert_int_equal(kvp_volume_exists(f->g3, "t", 3), 1);
+  assert_int_equal(st.scrub_orphans, 1);
+  assert_int_equal(st.orphans_deleted, 1);
+  assert_int_equal(kvp_volume_exists(g4, "t", 99), 0);
+  kvp__tier_engine_close(e);
+  kvp_volume_close(g4);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(cold_g3_blocks_move_to_g4_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(full_destination_fails_cleanly, setup, teardown),
@@ -784,6 +901,9 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(a_corrupt_copy_is_quarantined_once, setup, teardown),
     cmocka_unit_test_setup_teardown(a_long_job_reaches_the_index_in_batches, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_block_in_g3_and_g4_keeps_one_copy, setup, teardown),
+    cmocka_unit_test_setup_teardown(the_scrub_drops_missing_locations_and_deletes_orphans, setup,
+                                    teardown),
 };
 
 KVP_TEST_MAIN("tier_engine", tests)
