@@ -51,207 +51,7 @@
 #include "kvplane/volume_plugin.h"
 #include "plugin_util.h"
 
-#define MARKER ".kvplane-volume"
-
-typedef struct posix_s {
-  char root[3072], marker[3200];
-  char id[33]; /* the marker's random id, hex */
-  dev_t mdev;  /* the marker's device and inode, as open found them */
-  ino_t mino;
-  uint64_t capacity;
-  int fsync;
-  pthread_mutex_t mu;
-  uint64_t used, blocks;
-  uint64_t reserved; /* bytes of puts in flight, counted against capacity */
-  atomic_uint_fast64_t seq;
-} posix_t;
-
-static int fail(int rc, char *err, size_t errlen, const char *fmt, const char *a, int e) {
-  snprintf(err, errlen, fmt, a, strerror(e));
-  return rc;
-}
-
-static int errno_code(int e) {
-  switch (e) {
-  case ENOENT:
-    return KVP_ENOENT;
-  case ENOSPC:
-  case EDQUOT:
-    return KVP_ENOSPC;
-  case EACCES:
-  case EPERM:
-    return KVP_EAUTH;
-  case ENOMEM:
-    return KVP_ENOMEM;
-  default:
-    return KVP_EIO;
-  }
-}
-
-static void paths(const posix_t *p, const char *ns, uint64_t hash, char *dir, size_t dlen,
-                  char *file, size_t flen) {
-  snprintf(dir, dlen, "%s/%s/%02x", p->root, ns, (unsigned)(hash >> 56));
-  snprintf(file, flen, "%s/%016" PRIx64, dir, hash);
-}
-
-static int sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
-}
-
-static int mkdir_p(const char *root, const char *ns, const char *dir) {
-  char nsdir[3200];
-  if (mkdir(dir, 0700) == 0 || errno == EEXIST)
-    return 0;
-  snprintf(nsdir, sizeof nsdir, "%s/%s", root, ns);
-  if (mkdir(nsdir, 0700) != 0 && errno != EEXIST)
-    return -1;
-  return mkdir(dir, 0700) == 0 || errno == EEXIST ? 0 : -1;
-}
-
-/* --- identity ---------------------------------------------------------------- */
-
-/* Reads the marker's id into id (33 bytes). Returns 0, or -1 with errno. */
-static int read_marker(const char *path, char *id) {
-  char buf[512];
-  FILE *fp = fopen(path, "re");
-  if (fp == NULL)
-    return -1;
-  size_t n = fread(buf, 1, sizeof buf - 1, fp);
-  fclose(fp);
-  buf[n] = '\0';
-  const char *at = strstr(buf, "\nid=");
-  if (strncmp(buf, "kvplane volume\n", 15) != 0 || at == NULL || strlen(at + 4) < 32) {
-    errno = EINVAL;
-    return -1;
-  }
-  memcpy(id, at + 4, 32);
-  id[32] = '\0';
-  return 0;
-}
-
-/* Writes a new marker (temp name, fsync, rename): a new volume. */
-static int write_marker(posix_t *p, const char *name) {
-  char tmp[3300], text[512];
-  unsigned char rnd[16];
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || read(fd, rnd, sizeof rnd) != (ssize_t)sizeof rnd) {
-    if (fd >= 0)
-      close(fd);
-    errno = EIO;
-    return -1;
-  }
-  close(fd);
-  for (int i = 0; i < 16; i++)
-    snprintf(p->id + 2 * i, 3, "%02x", rnd[i]);
-  int n = snprintf(text, sizeof text, "kvplane volume\nid=%s\nname=%s\ncreated_unix=%ld\n", p->id,
-                   name ? name : "", (long)time(NULL));
-  snprintf(tmp, sizeof tmp, "%s.tmp", p->marker);
-  if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
-    return -1;
-  if (write(fd, text, (size_t)n) != n || fsync(fd) != 0) {
-    int e = errno ? errno : EIO;
-    close(fd);
-    unlink(tmp);
-    errno = e;
-    return -1;
-  }
-  close(fd);
-  if (rename(tmp, p->marker) != 0)
-    return -1;
-  sync_dir(p->root);
-  return 0;
-}
-
-/* KVP_EOFFLINE, with err naming the root and why, unless the marker open
- * found is at its place. A marker that is another file with the same id (a
- * volume restored from a copy) is this volume again. */
-static int identity(posix_t *p, char *err, size_t errlen) {
-  struct stat sb;
-  char id[33];
-  if (stat(p->marker, &sb) == 0) {
-    pthread_mutex_lock(&p->mu);
-    int same = sb.st_dev == p->mdev && sb.st_ino == p->mino;
-    pthread_mutex_unlock(&p->mu);
-    if (same)
-      return 0;
-  }
-  if (stat(p->marker, &sb) == 0 && read_marker(p->marker, id) == 0 && strcmp(id, p->id) == 0) {
-    pthread_mutex_lock(&p->mu);
-    p->mdev = sb.st_dev;
-    p->mino = sb.st_ino;
-    pthread_mutex_unlock(&p->mu);
-    return 0;
-  }
-  if (err)
-    snprintf(err, errlen,
-             "volume root %s is offline: its identity marker %s is gone or another volume's "
-             "(a dropped mount, a deleted or moved directory)",
-             p->root, MARKER);
-  return KVP_EOFFLINE;
-}
-
-/* --- the scan at open: usage, and temporary files removed ----------------- */
-
-typedef int (*visit_fn)(void *ctx, const char *ns, uint64_t hash, uint64_t bytes);
-
-static int is_hex16(const char *s, uint64_t *out) {
-  char *end;
-  if (strlen(s) != 16)
-    return 0;
-  for (int i = 0; i < 16; i++)
-    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-      return 0;
-  *out = strtoull(s, &end, 16);
-  return 1;
-}
-
-/* Walks <root>/<ns>/<hh>/: calls fn for each object, removes temporary
- * files when clean is set. */
-static int walk(posix_t *p, int clean, visit_fn fn, void *ctx, char *err, size_t errlen) {
-  DIR *r = opendir(p->root), *n = NULL, *h = NULL;
-  struct dirent *de, *de2, *de3;
-  char path[4096];
-  int rc = 0;
-
-  if (r == NULL)
-    return fail(errno_code(errno), err, errlen, "%s: %s", p->root, errno);
-  while (rc == 0 && (de = readdir(r)) != NULL) {
-    if (!kvp_plugin_ns_ok(de->d_name))
-      continue;
-    snprintf(path, sizeof path, "%s/%s", p->root, de->d_name);
-    if ((n = opendir(path)) == NULL)
-      continue;
-    while (rc == 0 && (de2 = readdir(n)) != NULL) {
-      if (strlen(de2->d_name) != 2 || de2->d_name[0] == '.')
-        continue;
-      snprintf(path, sizeof path, "%s/%s/%s", p->root, de->d_name, de2->d_name);
-      if ((h = opendir(path)) == NULL)
-        continue;
-      while (rc == 0 && (de3 = readdir(h)) != NULL) {
-        char file[4352];
-        struct stat sb;
-        uint64_t hash;
-        snprintf(file, sizeof file, "%s/%s", path, de3->d_name);
-        if (clean && strstr(de3->d_name, ".tmp.") != NULL) {
-          unlink(file);
-          continue;
-        }
-        if (!is_hex16(de3->d_name, &hash) || stat(file, &sb) != 0 || !S_ISREG(sb.st_mode))
-          continue;
-        rc = fn(ctx, de->d_name, hash, (uint64_t)sb.st_size);
-      }
-      closedir(h);
-    }
-    closedir(n);
-  }
-  closedir(r);
-  return rc;
-}
+#include "posix.h"
 
 static int count(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   posix_t *p = ctx;
@@ -317,33 +117,33 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
   snprintf(p->root, sizeof p->root, "%s", root);
   snprintf(p->marker, sizeof p->marker, "%s/%s", p->root, MARKER);
   if (init_auto && mkdir(p->root, 0700) != 0 && errno != EEXIST) {
-    rc = fail(errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
+    rc = px_fail(px_errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
     goto out;
   }
   if (access(p->root, W_OK | X_OK) != 0) {
-    rc = fail(errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
+    rc = px_fail(px_errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
     goto out;
   }
-  if (read_marker(p->marker, p->id) != 0) {
+  if (px_read_marker(p->marker, p->id) != 0) {
     if (!init_auto) {
       snprintf(err, errlen, "path %s: no identity marker %s (init=never): offline", p->root,
                MARKER);
       rc = KVP_EOFFLINE;
       goto out;
     }
-    if (write_marker(p, name) != 0) {
-      rc = fail(errno_code(errno), err, errlen, "path %s: the identity marker: %s", p->root,
-                errno);
+    if (px_write_marker(p, name) != 0) {
+      rc = px_fail(px_errno_code(errno), err, errlen, "path %s: the identity marker: %s", p->root,
+                   errno);
       goto out;
     }
   }
   if (stat(p->marker, &sb) != 0) {
-    rc = fail(errno_code(errno), err, errlen, "%s: %s", p->marker, errno);
+    rc = px_fail(px_errno_code(errno), err, errlen, "%s: %s", p->marker, errno);
     goto out;
   }
   p->mdev = sb.st_dev;
   p->mino = sb.st_ino;
-  if ((rc = walk(p, 1, count, p, err, errlen)) != 0)
+  if ((rc = px_walk(p, 1, count, p, err, errlen)) != 0)
     goto out;
   *vol = p;
   return 0;
@@ -408,9 +208,9 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
-  if ((rc = identity(p, err, errlen)) != 0)
+  if ((rc = px_identity(p, err, errlen)) != 0)
     return rc;
-  paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if (stat(file, &sb) == 0)
     old = (uint64_t)sb.st_size;
   pthread_mutex_lock(&p->mu);
@@ -426,24 +226,24 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
 
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%" PRIuFAST64, file, (long)getpid(),
            (uint_fast64_t)atomic_fetch_add(&p->seq, 1));
-  if (mkdir_p(p->root, ns, dir) != 0) {
+  if (px_mkdir_p(p->root, ns, dir) != 0) {
     e = errno;
-    rc = fail(errno_code(e), err, errlen, "%s: %s", dir, e);
+    rc = px_fail(px_errno_code(e), err, errlen, "%s: %s", dir, e);
     goto done;
   }
   if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
     e = errno;
-    rc = fail(errno_code(e), err, errlen, "%s: %s", tmp, e);
+    rc = px_fail(px_errno_code(e), err, errlen, "%s: %s", tmp, e);
     goto done;
   }
   if ((e = write_all(fd, iov, iovcnt)) != 0 || (p->fsync && fsync(fd) != 0 && (e = errno))) {
-    rc = fail(errno_code(e), err, errlen, "%s: write: %s", tmp, e);
+    rc = px_fail(px_errno_code(e), err, errlen, "%s: write: %s", tmp, e);
     goto done;
   }
   if (close(fd) != 0) {
     fd = -1;
     e = errno;
-    rc = fail(errno_code(e), err, errlen, "%s: close: %s", tmp, e);
+    rc = px_fail(px_errno_code(e), err, errlen, "%s: close: %s", tmp, e);
     goto done;
   }
   fd = -1;
@@ -456,7 +256,7 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   if (rename(tmp, file) != 0) {
     e = errno;
     pthread_mutex_unlock(&p->mu);
-    rc = fail(errno_code(e), err, errlen, "%s: rename: %s", file, e);
+    rc = px_fail(px_errno_code(e), err, errlen, "%s: rename: %s", file, e);
     goto done;
   }
   p->used = p->used - old + len;
@@ -465,7 +265,7 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   pthread_mutex_unlock(&p->mu);
   /* The root went away between the check and the rename: the object is in
    * whatever is at the path now, not in this volume. */
-  if ((rc = identity(p, err, errlen)) != 0) {
+  if ((rc = px_identity(p, err, errlen)) != 0) {
     unlink(file);
     pthread_mutex_lock(&p->mu);
     p->used -= len < p->used ? len : p->used;
@@ -473,10 +273,10 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
     pthread_mutex_unlock(&p->mu);
     return rc;
   }
-  if (p->fsync && sync_dir(dir) != 0) {
+  if (p->fsync && px_sync_dir(dir) != 0) {
     e = errno;
     /* The object is in place but may not survive a power loss. */
-    return fail(errno_code(e), err, errlen, "%s: fsync of the directory: %s", dir, e);
+    return px_fail(px_errno_code(e), err, errlen, "%s: fsync of the directory: %s", dir, e);
   }
   return 0;
 done:
@@ -500,17 +300,17 @@ static int px_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
-  paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0) {
     e = errno;
-    if (e == ENOENT && identity(p, err, errlen) != 0)
+    if (e == ENOENT && px_identity(p, err, errlen) != 0)
       return KVP_EOFFLINE;
-    return fail(errno_code(e), err, errlen, "%s: %s", file, e);
+    return px_fail(px_errno_code(e), err, errlen, "%s: %s", file, e);
   }
   if (fstat(fd, &sb) != 0) {
     e = errno;
     close(fd);
-    return fail(errno_code(e), err, errlen, "%s: %s", file, e);
+    return px_fail(px_errno_code(e), err, errlen, "%s: %s", file, e);
   }
   *len = (size_t)sb.st_size;
   if (*len > iov_len(iov, iovcnt)) {
@@ -532,7 +332,7 @@ static int px_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
         close(fd);
         /* Shorter than its size: changed under us; the frame check catches
          * a short object, this is an I/O error. */
-        return fail(KVP_EIO, err, errlen, "%s: read: %s", file, e);
+        return px_fail(KVP_EIO, err, errlen, "%s: read: %s", file, e);
       }
       got += (size_t)r;
     }
@@ -552,9 +352,9 @@ static int px_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
-  if ((rc = identity(p, err, errlen)) != 0)
+  if ((rc = px_identity(p, err, errlen)) != 0)
     return rc;
-  paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   /* The size, the unlink and the usage change are one step under the lock
    * (see put). */
   pthread_mutex_lock(&p->mu);
@@ -562,13 +362,13 @@ static int px_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
   if (unlink(file) != 0) {
     e = errno;
     pthread_mutex_unlock(&p->mu);
-    return fail(errno_code(e), err, errlen, "%s: %s", file, e);
+    return px_fail(px_errno_code(e), err, errlen, "%s: %s", file, e);
   }
   p->used -= size < p->used ? size : p->used;
   p->blocks -= p->blocks ? 1 : 0;
   pthread_mutex_unlock(&p->mu);
   if (p->fsync)
-    sync_dir(dir);
+    px_sync_dir(dir);
   return 0;
 }
 
@@ -579,11 +379,11 @@ static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
 
   if (!kvp_plugin_ns_ok(ns))
     return KVP_EINVAL;
-  paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if (stat(file, &sb) != 0) {
     if (errno == ENOENT)
-      return identity(p, NULL, 0) != 0 ? KVP_EOFFLINE : 0;
-    return errno_code(errno);
+      return px_identity(p, NULL, 0) != 0 ? KVP_EOFFLINE : 0;
+    return px_errno_code(errno);
   }
   if (len)
     *len = (size_t)sb.st_size;
@@ -592,7 +392,7 @@ static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
 
 static int px_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
   posix_t *p = vol;
-  int rc = identity(p, err, errlen);
+  int rc = px_identity(p, err, errlen);
   if (rc != 0)
     return rc;
   pthread_mutex_lock(&p->mu);
@@ -602,8 +402,8 @@ static int px_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
 }
 
 static int px_iterate(void *vol, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen) {
-  int rc = identity(vol, err, errlen);
-  return rc != 0 ? rc : walk(vol, 0, fn, ctx, err, errlen);
+  int rc = px_identity(vol, err, errlen);
+  return rc != 0 ? rc : px_walk(vol, 0, fn, ctx, err, errlen);
 }
 
 static const kvp_volume_ops_t ops = {
