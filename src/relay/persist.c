@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvplane/status.h"
@@ -134,8 +135,12 @@ int kvp__relay_map_read(const char *path, int64_t *seq, kvp_relay_map_t *m) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return errno == ENOENT ? KVP_ENOENT : KVP_EIO;
+  struct stat sb;
+  /* The file's size must be what its header says: a torn or corrupt count
+   * never becomes a large allocation. */
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, "KVPRMAP1", 8) != 0 || h.seq < 0 ||
-      h.n > (1u << 30))
+      h.n > (1u << 30) || fstat(fileno(f), &sb) != 0 ||
+      (uint64_t)sb.st_size != sizeof h + (uint64_t)h.n * sizeof *rec)
     goto out;
   rc = KVP_ENOMEM;
   if (!(rec = malloc((h.n ? h.n : 1) * sizeof *rec)))
