@@ -335,11 +335,11 @@ KVP_BENCH_SUITE(match, "advisor: 64-block prefix match vs 1M blocks / 8 workers;
   for (size_t c = 0; c < nchains; c++)
     for (size_t i = 0; i < CHAIN; i++) {
       uint64_t h = chains[c * CHAIN + i];
-      kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[c % 8], 1, 0, 16,
-                           1 << 20, NOW_MS);
+      kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[c % 8], 1, 0, 16, 1 << 20,
+                       NOW_MS);
       if (i < 16)
-        kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[(c + 1) % 8], 2, 0,
-                             16, 1 << 20, NOW_MS);
+        kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[(c + 1) % 8], 2, 0, 16,
+                         1 << 20, NOW_MS);
     }
   size_t rss1 = kvp_bench_rss_bytes();
   kvp__index_stats_t st;

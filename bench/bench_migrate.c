@@ -173,7 +173,8 @@ static int run_size(size_t bytes, size_t n, const kvp_s3v_t *s3) {
     snprintf(b->plugin, sizeof b->plugin, "posix");
     snprintf(b->params, sizeof b->params, "path=%s\nfsync=off\n", p4);
   }
-  if (kvp__tier_engine_open(kvp__adv_tier_opts(&cfg, &topts), &loop, ix, &e, err, sizeof err) != 0) {
+  if (kvp__tier_engine_open(kvp__adv_tier_opts(&cfg, &topts), &loop, ix, &e, err, sizeof err) !=
+      0) {
     fprintf(stderr, "bench migrate: %s\n", err);
     return 1;
   }
@@ -255,7 +256,8 @@ KVP_BENCH_SUITE(migrate, "tiering: G3 -> G4 moves (verified, journaled) vs a pla
                     "installs it; --no-s3 skips this part)\n");
     return 1;
   }
-  printf("# posix -> s3 on the local verifying S3 server (%s): the same engine, G4 through the s3 plugin\n",
+  printf("# posix -> s3 on the local verifying S3 server (%s): the same engine, G4 through the s3 "
+         "plugin\n",
          s3.endpoint);
   size_t s64 = n64 / 16 ? n64 / 16 : 1, s2m = n2m / 8 ? n2m / 8 : 1;
   int rc = run_size(64u << 10, s64, &s3) != 0 || run_size(2u << 20, s2m, &s3) != 0;

@@ -227,7 +227,8 @@ static double through_relay(const msgs_t *m, int port, const char *nats_url) {
   return (double)blocks * 1e9 / (double)(t1 - pr.t0);
 }
 
-KVP_BENCH_SUITE(relay, "engine ZMQ/msgpack events through kvplane-relay onto NATS vs ZMQ+msgpack decode") {
+KVP_BENCH_SUITE(relay,
+                "engine ZMQ/msgpack events through kvplane-relay onto NATS vs ZMQ+msgpack decode") {
   size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : 20000;
   msgs_t m;
   kvp_natsd_t d;

@@ -292,8 +292,8 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
     char consumer[128];
     kvp__adv_consumer_name(cfg, consumer, sizeof consumer);
     if ((rc = kvp__store_bind(adv->store, cfg->ns,
-                                  cfg->mode == KVP_ADVISOR_JETSTREAM ? consumer : NULL, adv->db_id,
-                                  err, errlen)) != 0)
+                              cfg->mode == KVP_ADVISOR_JETSTREAM ? consumer : NULL, adv->db_id, err,
+                              errlen)) != 0)
       return rc;
   }
   if ((rc = kvp__store_load(adv->store, adv->ix, kvp__adv_ingest_load_worker, adv->ing,

@@ -10,7 +10,6 @@
 #include "advisor/ingest.h"
 #include "kvplane/client.h"
 
-
 /* Parses a match request into *hashes (malloc'd, caller frees) and *n.
  * Returns 0, KVP_EPROTO (with err set) or KVP_ETOOBIG. */
 int kvp__adv_api_parse_match(const void *data, size_t len, uint64_t **hashes, size_t *n, char *err,

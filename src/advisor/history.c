@@ -3,8 +3,8 @@
 
 #include <string.h>
 
-size_t kvp__adv_history_sample(const kvp__index_t *ix, const kvp__tier_engine_t *e,
-                               uint64_t now_ms, kvp__store_hist_row_t *rows) {
+size_t kvp__adv_history_sample(const kvp__index_t *ix, const kvp__tier_engine_t *e, uint64_t now_ms,
+                               kvp__store_hist_row_t *rows) {
   kvp__index_stats_t st;
   size_t n = 0;
 

@@ -19,7 +19,7 @@
  * blocks' bytes, no capacity) and, when e is not NULL, one per volume
  * (blocks and bytes as of the engine's last round, and its capacity).
  * Returns the number of rows. */
-size_t kvp__adv_history_sample(const kvp__index_t *ix, const kvp__tier_engine_t *e,
-                               uint64_t now_ms, kvp__store_hist_row_t *rows);
+size_t kvp__adv_history_sample(const kvp__index_t *ix, const kvp__tier_engine_t *e, uint64_t now_ms,
+                               kvp__store_hist_row_t *rows);
 
 #endif

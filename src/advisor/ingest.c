@@ -128,8 +128,8 @@ static void apply_stored(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *
   for (size_t i = 0; rc == 0 && i < ev->nhashes; i++) {
     int hp = i > 0 || ev->has_parent;
     uint64_t parent = i > 0 ? ev->hashes[i - 1] : ev->parent_hash;
-    rc = kvp__index_store(ing->ix, ev->hashes[i], hp, parent, w, ev->tier, vol,
-                              ev->block_tokens, ev->block_bytes, now_ms);
+    rc = kvp__index_store(ing->ix, ev->hashes[i], hp, parent, w, ev->tier, vol, ev->block_tokens,
+                          ev->block_bytes, now_ms);
   }
   if (rc != 0)
     ing->c.bad_events++;
@@ -162,8 +162,8 @@ static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint
   kvp__index_drop(ing->ix, ws->st.id, 1u << tier);
   for (size_t i = 0; rc == 0 && i < s->n; i++) {
     int hp = s->parents[i] != s->hashes[i];
-    rc = kvp__index_store(ing->ix, s->hashes[i], hp, s->parents[i], ws->st.id, tier,
-                              s->volumes[i], s->tokens[i], s->bytes[i], now_ms);
+    rc = kvp__index_store(ing->ix, s->hashes[i], hp, s->parents[i], ws->st.id, tier, s->volumes[i],
+                          s->tokens[i], s->bytes[i], now_ms);
   }
   if (rc != 0)
     ing->c.bad_events++;

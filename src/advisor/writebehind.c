@@ -88,8 +88,8 @@ static void release_msg(void *msg) {
   natsMsg_Destroy(msg);
 }
 
-void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st,
-                      kvp__index_t *ix, kvp__adv_ingest_t *ing, uint64_t committed_seq) {
+void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st, kvp__index_t *ix,
+                      kvp__adv_ingest_t *ing, uint64_t committed_seq) {
   memset(wb, 0, sizeof *wb);
   wb->loop = loop;
   wb->store = st;

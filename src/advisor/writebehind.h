@@ -97,8 +97,8 @@ typedef struct kvp__adv_wb_s {
 /* Sets up write-behind to st for ix and ing, whose committed state is at
  * stream sequence committed_seq. JetStream messages are acked with
  * natsMsg_Ack. */
-void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st,
-                      kvp__index_t *ix, kvp__adv_ingest_t *ing, uint64_t committed_seq);
+void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st, kvp__index_t *ix,
+                      kvp__adv_ingest_t *ing, uint64_t committed_seq);
 
 /* A JetStream message (a natsMsg, taken) was applied. */
 void kvp__adv_wb_applied(kvp__adv_wb_t *wb, void *msg);

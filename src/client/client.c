@@ -63,7 +63,7 @@ static int request(kvp_client_t *c, const char *call, const void *data, size_t l
   if (s == NATS_TIMEOUT)
     return kvp__errf(err, errlen, KVP_ETIMEDOUT, "%s: no reply within %u ms", subj, timeout_ms);
   return kvp__errf(err, errlen, kvp__nats_status(s), "%s: request failed: %s", subj,
-              natsStatus_GetText(s));
+                   natsStatus_GetText(s));
 }
 
 int kvp_client_request(kvp_client_t *c, const char *call, const char *body, uint32_t timeout_ms,
@@ -129,7 +129,7 @@ int kvp__client_match_parse(const void *data, size_t len, kvp_match_t *out, size
     return kvp__errf(err, errlen, KVP_EPROTO, "the reply is not JSON: %s", jerr.text);
   if ((e = json_object_get(doc, "error")) != NULL) {
     rc = kvp__errf(err, errlen, KVP_EPROTO, "the advisor refused the request: %s",
-              json_is_string(e) ? json_string_value(e) : "(no text)");
+                   json_is_string(e) ? json_string_value(e) : "(no text)");
     goto out;
   }
   arr = json_object_get(doc, "matches");
@@ -162,7 +162,7 @@ int kvp_client_match(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t
   *nmatches = 0;
   if (n == 0 || n > KVP_MATCH_MAX)
     return kvp__errf(err, errlen, KVP_EINVAL, "match: %zu hashes (1..%d per request)", n,
-                KVP_MATCH_MAX);
+                     KVP_MATCH_MAX);
   if (out == NULL && cap > 0)
     return kvp__errf(err, errlen, KVP_EINVAL, "match: no room for %zu rows (out is NULL)", cap);
   kvp_subject_api(subj, sizeof subj, c->ns, KVP_API_MATCH);

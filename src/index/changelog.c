@@ -33,7 +33,7 @@ int kvp__index_changelog_gone(kvp__index_changelog_t *cl, const kvp__index_gone_
 }
 
 int kvp__index_changelog_take(kvp__index_changelog_t *cl, kvp__index_settle_fn settle, void *ctx,
-                            kvp__index_changes_t *ch) {
+                              kvp__index_changes_t *ch) {
   size_t k = 0;
 
   memset(ch, 0, sizeof *ch);

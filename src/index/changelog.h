@@ -81,7 +81,7 @@ typedef uint32_t (*kvp__index_settle_fn)(void *ctx, uint64_t hash);
  * over to ch and empties the log. Returns 0 or KVP_ENOMEM (nothing taken,
  * nothing settled). */
 int kvp__index_changelog_take(kvp__index_changelog_t *cl, kvp__index_settle_fn settle, void *ctx,
-                            kvp__index_changes_t *ch);
+                              kvp__index_changes_t *ch);
 
 /* Number of listed blocks. */
 size_t kvp__index_changelog_count(const kvp__index_changelog_t *cl);

@@ -257,9 +257,9 @@ static void record_gone(kvp__index_t *ix, uint64_t h, const loc_t *lc) {
     return;
   /* On ENOMEM the row stays in the store until the block is deleted. */
   kvp__index_gone_t g = {.hash = h,
-                       .worker = kvp__index_loc_worker(lc),
-                       .volume = lc->volume,
-                       .tier = (uint8_t)kvp__index_loc_tier(lc)};
+                         .worker = kvp__index_loc_worker(lc),
+                         .volume = lc->volume,
+                         .tier = (uint8_t)kvp__index_loc_tier(lc)};
   (void)kvp__index_changelog_gone(&ix->log, &g);
 }
 
@@ -284,8 +284,8 @@ static void loc_del(kvp__index_t *ix, uint32_t n, uint32_t prev, uint32_t l) {
 }
 
 int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
-                         uint16_t worker, int tier, uint16_t volume, uint32_t tokens,
-                         uint64_t bytes, uint64_t now_ms) {
+                     uint16_t worker, int tier, uint16_t volume, uint32_t tokens, uint64_t bytes,
+                     uint64_t now_ms) {
   uint32_t n;
   int created = 0, rc;
 
@@ -322,8 +322,7 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
   return 0;
 }
 
-int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier,
-                          uint16_t volume) {
+int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier, uint16_t volume) {
   uint32_t n = kvp__index_find(ix, hash), prev = 0;
   int found = 0;
 
@@ -350,8 +349,7 @@ int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier
   return 0;
 }
 
-int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits,
-                          uint64_t now_ms) {
+int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, uint64_t now_ms) {
   uint32_t n = kvp__index_find(ix, hash);
   if (n == 0)
     return KVP_ENOENT;
@@ -376,7 +374,8 @@ size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask) {
   /* A linear pass over the pool: drops are rare (restart, silence, clear). */
   for (size_t l = 1; l < ix->nlocs; l++) {
     loc_t *lc = &ix->locs[l];
-    if (lc->node == 0 || kvp__index_loc_worker(lc) != worker || !(tier_mask & (1u << kvp__index_loc_tier(lc))))
+    if (lc->node == 0 || kvp__index_loc_worker(lc) != worker ||
+        !(tier_mask & (1u << kvp__index_loc_tier(lc))))
       continue;
     uint32_t n = lc->node, prev = 0;
     for (uint32_t p = ix->nodes[n].loc_head; p != l; p = ix->locs[p].next)
@@ -445,7 +444,8 @@ void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st) {
   }
   st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * sizeof(node_t) +
                      ix->loc_cap * sizeof(loc_t) + kvp__index_changelog_memory(&ix->log) +
-                     kvp__index_intern_memory(&ix->workers) + kvp__index_intern_memory(&ix->volumes);
+                     kvp__index_intern_memory(&ix->workers) +
+                     kvp__index_intern_memory(&ix->volumes);
 }
 
 void kvp__index_track_dirty(kvp__index_t *ix, int on) {

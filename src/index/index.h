@@ -88,20 +88,18 @@ size_t kvp__index_volume_count(const kvp__index_t *ix);
  * Returns 0, KVP_ETIER for a tier outside 1..4, KVP_ENOSPC past
  * KVP__INDEX_MAX_BLOCKS blocks, or KVP_ENOMEM (index unchanged). */
 int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
-                         uint16_t worker, int tier, uint16_t volume, uint32_t tokens,
-                         uint64_t bytes, uint64_t now_ms);
+                     uint16_t worker, int tier, uint16_t volume, uint32_t tokens, uint64_t bytes,
+                     uint64_t now_ms);
 
 /* Removes worker's location of hash in tier (volume KVP__INDEX_NO_VOLUME: any
  * volume). A block with no location left is deleted. Returns 0, or KVP_ENOENT
  * when there was no such location (not an error for event streams). */
-int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier,
-                          uint16_t volume);
+int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier, uint16_t volume);
 
 /* Counts hits on a block: hit counter, decayed frequency, last access, and
  * the LRU position of the tier's locations (tier 0: all). KVP_ENOENT when the
  * block is unknown. */
-int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits,
-                          uint64_t now_ms);
+int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, uint64_t now_ms);
 
 /* Drops every location of worker in the tiers of tier_mask (bit t for tier
  * t). Returns the number of locations dropped. */
@@ -117,12 +115,12 @@ void kvp__index_prefetch(const kvp__index_t *ix, const uint64_t *hashes, size_t 
  * cap, and out holds the first cap pairs with their lengths so far). Rows
  * with length 0 are not reported. */
 int kvp__index_match(const kvp__index_t *ix, const uint64_t *hashes, size_t n,
-                         kvp__index_match_t *out, size_t cap, size_t *nrows);
+                     kvp__index_match_t *out, size_t cap, size_t *nrows);
 
 /* Looks a block up. Returns 0 or KVP_ENOENT. locs (cap entries) receives
  * its locations; *nlocs their total count (may exceed cap). */
 int kvp__index_get(const kvp__index_t *ix, uint64_t hash, kvp__index_block_t *b,
-                       kvp__index_loc_t *locs, size_t cap, size_t *nlocs);
+                   kvp__index_loc_t *locs, size_t cap, size_t *nlocs);
 
 /* Loads a block row (from the store) without marking it dirty. */
 int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b);

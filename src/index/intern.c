@@ -21,7 +21,7 @@ void kvp__index_intern_free(kvp__index_intern_t *t) {
 }
 
 int kvp__index_intern_id(kvp__index_intern_t *t, const char *name, uint32_t dp_rank, size_t from,
-                       uint16_t *id) {
+                         uint16_t *id) {
   char *copy;
   int rc;
 

@@ -34,7 +34,7 @@ void kvp__index_intern_free(kvp__index_intern_t *t);
  * below `from` are not searched (volume 0 is the reserved "none"). Returns
  * 0, KVP_ENOSPC when the table is full or KVP_ENOMEM (table unchanged). */
 int kvp__index_intern_id(kvp__index_intern_t *t, const char *name, uint32_t dp_rank, size_t from,
-                       uint16_t *id);
+                         uint16_t *id);
 
 /* The name of id and its dp rank; NULL for an unknown id. */
 const char *kvp__index_intern_name(const kvp__index_intern_t *t, uint16_t id, uint32_t *dp_rank);

@@ -12,7 +12,7 @@
 #define MATCH_BATCH 64
 
 int kvp__index_match(const kvp__index_t *ix, const uint64_t *hashes, size_t n,
-                         kvp__index_match_t *out, size_t cap, size_t *nrows) {
+                     kvp__index_match_t *out, size_t cap, size_t *nrows) {
   uint32_t nodes[MATCH_BATCH];
   size_t rows = 0;
   int rc = 0;
@@ -79,7 +79,7 @@ static void fill_block(const kvp__index_t *ix, const node_t *nd, kvp__index_bloc
 }
 
 int kvp__index_get(const kvp__index_t *ix, uint64_t hash, kvp__index_block_t *b,
-                       kvp__index_loc_t *locs, size_t cap, size_t *nlocs) {
+                   kvp__index_loc_t *locs, size_t cap, size_t *nlocs) {
   uint32_t n = kvp__index_find(ix, hash);
   size_t k = 0;
   if (n == 0)

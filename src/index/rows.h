@@ -23,7 +23,7 @@
 /* A block row: the blocks table. */
 typedef struct kvp__index_row_s {
   uint64_t hash;
-  int deleted;    /* the block is gone: delete its row and its locations */
+  int deleted;     /* the block is gone: delete its row and its locations */
   uint64_t parent; /* equal to hash when the block has no parent */
   uint64_t bytes, last_access_ms;
   uint32_t tokens, hits;
@@ -50,7 +50,7 @@ typedef struct kvp__index_rows_s {
   size_t ngone;
   const char **volumes; /* volume names interned at or after volumes_from */
   size_t nvolumes;
-  size_t volumes_total; /* volumes interned in all (ids 0 .. volumes_total - 1) */
+  size_t volumes_total;    /* volumes interned in all (ids 0 .. volumes_total - 1) */
   kvp__index_changes_t ch; /* the changes taken: kvp__index_rows_restore gives them back */
 } kvp__index_rows_t;
 

@@ -14,9 +14,9 @@
  * connection error with the server's text in its last error. */
 static int last_error_is_auth(void) {
   const char *why = nats_GetLastError(NULL);
-  return why != NULL && (strcasestr(why, "authorization") != NULL ||
-                         strcasestr(why, "authentication") != NULL ||
-                         strcasestr(why, "permissions violation") != NULL);
+  return why != NULL &&
+         (strcasestr(why, "authorization") != NULL || strcasestr(why, "authentication") != NULL ||
+          strcasestr(why, "permissions violation") != NULL);
 }
 
 /* nats.c's last error without its "(file.c:line): " prefix, or NULL. */

@@ -145,10 +145,11 @@ int kvp__batch_add(kvp__batch_t *b, const kvp__pubq_item_t *it, size_t from, siz
             it->ntok == (size_t)it->nhashes * it->block_tokens;
   e = b->nev > 0 ? &b->ev[b->nev - 1] : NULL;
   if (it->type == KVP_EV_STORED && e != NULL && e->type == KVP_EV_STORED && has_parent &&
-      e->tier == it->tier && e->lora_id == it->lora_id && e->engine_native == it->engine_native && e->block_tokens == it->block_tokens &&
-      e->block_bytes == it->block_bytes && (e->ntok > 0) == tok && e->n > 0 &&
-      !b->dead[e->hoff + e->n - 1] && b->h[e->hoff + e->n - 1] == parent &&
-      e->hoff + e->n == b->nh && e->toff + e->ntok == b->nx && strcmp(e->volume, it->volume) == 0) {
+      e->tier == it->tier && e->lora_id == it->lora_id && e->engine_native == it->engine_native &&
+      e->block_tokens == it->block_tokens && e->block_bytes == it->block_bytes &&
+      (e->ntok > 0) == tok && e->n > 0 && !b->dead[e->hoff + e->n - 1] &&
+      b->h[e->hoff + e->n - 1] == parent && e->hoff + e->n == b->nh && e->toff + e->ntok == b->nx &&
+      strcmp(e->volume, it->volume) == 0) {
     /* Same chain: append to the previous Stored event. */
   } else {
     GROW(b->ev, b->evcap, b->nev + 1);

@@ -19,8 +19,8 @@ typedef struct kvp__pend_s {
   uint64_t ticket; /* queue items up to here are in this or earlier batches */
   uint8_t *buf;
   size_t len;
-  int state;    /* 0 to send, 1 in flight, 2 acked */
-  uint64_t gen; /* connection generation it was last sent on */
+  int state;      /* 0 to send, 1 in flight, 2 acked */
+  uint64_t gen;   /* connection generation it was last sent on */
   uint32_t sends; /* publishes so far: the first counts as sent, the rest as resent */
 } kvp__pend_t;
 

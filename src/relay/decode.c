@@ -96,7 +96,8 @@ static int event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
   if (!kvp__relay_mp_nil(t)) {
     if (t->type != MSGPACK_OBJECT_ARRAY)
       return KVP_EPROTO;
-    if ((rc = kvp__relay_grow((void **)&d->t, &d->capt, d->nt + t->via.array.size + 1, sizeof *d->t)))
+    if ((rc = kvp__relay_grow((void **)&d->t, &d->capt, d->nt + t->via.array.size + 1,
+                              sizeof *d->t)))
       return rc;
     for (uint32_t i = 0; i < t->via.array.size; i++) {
       if (kvp__relay_mp_int(&t->via.array.ptr[i], &v) || v < 0 || v > UINT32_MAX)
@@ -340,7 +341,8 @@ int kvp__relay_decoded_same(const kvp_relay_decoded_t *a, const kvp_relay_decode
         !str_same(x->cache_salt, y->cache_salt) || !str_same(x->kind, y->kind))
       return 0;
     for (size_t k = 0; k < x->nhashes; k++)
-      if (x->hashes[k] != y->hashes[k] || (x->copies_left && x->copies_left[k] != y->copies_left[k]))
+      if (x->hashes[k] != y->hashes[k] ||
+          (x->copies_left && x->copies_left[k] != y->copies_left[k]))
         return 0;
     for (size_t k = 0; k < x->ntokens; k++)
       if (x->token_ids[k] != y->token_ids[k])

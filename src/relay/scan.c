@@ -18,8 +18,21 @@
 /* Positional slots (decode.c's field order): BlockStored's first 12, and
  * BlockRemoved's block_hashes, medium, group_idx, locality or
  * remaining_copy_counts. */
-enum { S_HASHES, S_PARENT, S_TOKENS, S_BLOCK_SIZE, S_LORA_ID, S_MEDIUM, S_LORA_NAME, S_EXTRA,
-       S_GROUP_IDX, S_KIND, S_SLIDING, S_LOCALITY, S_STORED };
+enum {
+  S_HASHES,
+  S_PARENT,
+  S_TOKENS,
+  S_BLOCK_SIZE,
+  S_LORA_ID,
+  S_MEDIUM,
+  S_LORA_NAME,
+  S_EXTRA,
+  S_GROUP_IDX,
+  S_KIND,
+  S_SLIDING,
+  S_LOCALITY,
+  S_STORED
+};
 
 static inline uint64_t be(const uint8_t *p, int n) {
   uint64_t x = 0;

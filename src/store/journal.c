@@ -54,9 +54,9 @@ void kvp__journal_commit(kvp__journal_t *j) {
     kvp_log_warn("tiering: journal commit failed: %s", sqlite3_errmsg(j->db));
 }
 
-int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier, const char *from_volume,
-                                 int to_tier, const char *to_volume, uint64_t bytes,
-                                 uint64_t now_ms) {
+int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier,
+                            const char *from_volume, int to_tier, const char *to_volume,
+                            uint64_t bytes, uint64_t now_ms) {
   sqlite3_stmt *s = NULL;
   int64_t id = -1;
   if (sqlite3_prepare_v2(j->db,
@@ -99,7 +99,7 @@ void kvp__journal_set(kvp__journal_t *j, int64_t id, const char *state, const ch
 }
 
 int kvp__journal_volume(kvp__journal_t *j, const char *name, int tier, uint64_t capacity,
-                             uint64_t now_ms) {
+                        uint64_t now_ms) {
   sqlite3_stmt *s = NULL;
   int rc = KVP_EDB;
   if (sqlite3_prepare_v2(j->db,

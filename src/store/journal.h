@@ -32,20 +32,20 @@ void kvp__journal_commit(kvp__journal_t *j);
 /* A move queued now: its row id, or -1 when the row could not be written
  * (the move still runs; its outcome is then only logged). to_volume ""
  * and to_tier 0 for an eviction. */
-int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier, const char *from_volume,
-                                 int to_tier, const char *to_volume, uint64_t bytes,
-                                 uint64_t now_ms);
+int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier,
+                            const char *from_volume, int to_tier, const char *to_volume,
+                            uint64_t bytes, uint64_t now_ms);
 
 /* Moves row id to state, with error (NULL for none). */
 void kvp__journal_set(kvp__journal_t *j, int64_t id, const char *state, const char *error);
 
 /* Records a volume's tier and capacity (0: unknown) in the volumes table. */
 int kvp__journal_volume(kvp__journal_t *j, const char *name, int tier, uint64_t capacity,
-                             uint64_t now_ms);
+                        uint64_t now_ms);
 
 /* Calls fn for every row not finished (queued, copying, committed). */
 typedef void (*kvp__journal_fn)(void *ctx, int64_t id, uint64_t hash, const char *from_volume,
-                                     const char *to_volume, const char *state);
+                                const char *to_volume, const char *state);
 int kvp__journal_unfinished(kvp__journal_t *j, kvp__journal_fn fn, void *ctx);
 
 /* Calls fn for every finished row (source_deleted) updated at or after the

@@ -57,8 +57,8 @@ typedef int (*kvp__store_worker_fn)(void *ctx, const kvp__store_worker_t *w);
  * worker_fn (may be NULL), and sets *stream_seq to the committed stream
  * sequence (0 when none). Returns 0, KVP_EDB, KVP_ENOMEM or what
  * worker_fn returned. */
-int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn worker_fn,
-                    void *ctx, uint64_t *stream_seq);
+int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn worker_fn, void *ctx,
+                    uint64_t *stream_seq);
 
 /* Writes the dirty blocks of ix, the worker rows workers[0..nworkers) and
  * stream_seq in one transaction. *nblocks (may be NULL) receives the number
@@ -101,7 +101,7 @@ typedef struct kvp__store_hist_row_s {
  * by that flush (keep_ms 0: kept forever). Index owner's thread. Returns 0
  * or KVP_ENOMEM. */
 int kvp__store_history_add(kvp__store_t *st, const kvp__store_hist_row_t *rows, size_t n,
-                               uint64_t keep_ms);
+                           uint64_t keep_ms);
 
 /* Samples dropped: queued past KVP__STORE_HIST_PENDING_MAX, or in a failed
  * write. Index owner's thread. */
@@ -138,6 +138,6 @@ int kvp__store_create_version(const char *path, int version);
  * 0, KVP_ECONFIG when the database belongs to another namespace or consumer
  * (err names both), or KVP_EDB. */
 int kvp__store_bind(kvp__store_t *st, const char *ns, const char *consumer,
-                        char db_id[KVP__STORE_DB_ID_LEN + 1], char *err, size_t errlen);
+                    char db_id[KVP__STORE_DB_ID_LEN + 1], char *err, size_t errlen);
 
 #endif

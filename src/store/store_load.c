@@ -75,7 +75,7 @@ static int load_locations(kvp__store_t *st, kvp__index_t *ix) {
     kvp__index_loc_t loc;
     uint64_t h = (uint64_t)sqlite3_column_int64(s, 0);
     if (kvp__index_worker(ix, (const char *)sqlite3_column_text(s, 1),
-                              (uint32_t)sqlite3_column_int64(s, 2), &loc.worker) != 0 ||
+                          (uint32_t)sqlite3_column_int64(s, 2), &loc.worker) != 0 ||
         kvp__index_volume(ix, (const char *)sqlite3_column_text(s, 4), &loc.volume) != 0) {
       kvp_log_warn("advisor: location of block %016llx skipped: bad worker or volume",
                    (unsigned long long)h);
@@ -91,8 +91,8 @@ done:
   return rc;
 }
 
-int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn worker_fn,
-                    void *ctx, uint64_t *stream_seq) {
+int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn worker_fn, void *ctx,
+                    uint64_t *stream_seq) {
   sqlite3_stmt *s = NULL;
   int rc;
 

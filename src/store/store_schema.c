@@ -166,9 +166,9 @@ int kvp__store_open_db(const char *path, sqlite3 **db, char *err, size_t errlen)
    * against a killed process (the WAL is in the page cache) and keeps the
    * database consistent across power loss. */
   return kvp__store_sql_exec(*db,
-                           "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-                           " PRAGMA cache_size = -65536;",
-                           err, errlen);
+                             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+                             " PRAGMA cache_size = -65536;",
+                             err, errlen);
 }
 
 int kvp__store_create_version(const char *path, int version) {

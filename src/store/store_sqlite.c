@@ -120,7 +120,7 @@ static int meta_set(sqlite3 *db, const char *key, const char *value) {
 }
 
 int kvp__store_bind(kvp__store_t *st, const char *ns, const char *consumer,
-                        char db_id[KVP__STORE_DB_ID_LEN + 1], char *err, size_t errlen) {
+                    char db_id[KVP__STORE_DB_ID_LEN + 1], char *err, size_t errlen) {
   char have_ns[128], have_consumer[128];
   int rc;
 

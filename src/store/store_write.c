@@ -254,7 +254,7 @@ int kvp__store_flush(kvp__store_t *st, kvp__index_t *ix, const kvp__store_worker
 }
 
 int kvp__store_history_add(kvp__store_t *st, const kvp__store_hist_row_t *rows, size_t n,
-                               uint64_t keep_ms) {
+                           uint64_t keep_ms) {
   st->hist_keep_ms = keep_ms;
   if (n > KVP__STORE_HIST_PENDING_MAX) {
     atomic_fetch_add(&st->hist_dropped, n - KVP__STORE_HIST_PENDING_MAX);

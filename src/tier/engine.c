@@ -52,8 +52,7 @@ static uint32_t g4_copy(kvp__tier_engine_t *e, uint64_t hash, const kvp__index_l
 /* Every G3/G4 location in a configured volume, with its block's figures;
  * tokens[i] is candidate i's token count; used[v] and blocks[v] sum the
  * bytes and blocks of volume v, not counting sources of finished moves. */
-static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used,
-                            uint64_t *blocks) {
+static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used, uint64_t *blocks) {
   kvp__index_stats_t st;
   kvp__index_stats(e->ix, &st);
   e->ncands = 0;
@@ -344,9 +343,8 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
       pv[v] = (kvp__tier_vol_t){.tier = e->vols[v].tier,
                                 .capacity = e->vols[v].capacity,
                                 .used = used[v],
-                                .backoff_until_ms = e->vols[v].offline
-                                                        ? UINT64_MAX
-                                                        : e->vols[v].backoff_until_ms};
+                                .backoff_until_ms =
+                                    e->vols[v].offline ? UINT64_MAX : e->vols[v].backoff_until_ms};
     if (kvp__tier_plan(&kvp__tier_policy_lru, &e->prm, pv, e->nvols, e->cands, e->ncands, now,
                        &moves, &nmoves) != 0)
       nmoves = 0;
@@ -415,8 +413,8 @@ size_t kvp__tier_engine_volumes(const kvp__tier_engine_t *e, kvp__tier_vol_stats
     out[v].tier = e->vols[v].tier;
     out[v].capacity = e->vols[v].capacity;
     uint64_t now = kvp__unix_ms();
-    out[v].backoff = e->vols[v].backoff_until_ms > now || e->vols[v].out_until_ms > now ||
-                     e->vols[v].offline;
+    out[v].backoff =
+        e->vols[v].backoff_until_ms > now || e->vols[v].out_until_ms > now || e->vols[v].offline;
     out[v].queued = 0;
     for (size_t i = 0; i < e->npend; i++)
       out[v].queued += e->pend[i].from == v;

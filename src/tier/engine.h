@@ -79,15 +79,15 @@ typedef struct kvp__tier_stats_s {
   uint64_t events_published;  /* moves announced as worker _advisor */
   uint64_t events_dropped;    /* announcements the publisher refused */
   uint64_t skipped;           /* moves not tried: a volume went offline during their job */
-  uint64_t quarantined;       /* copies that failed verification, deleted and their location dropped */
-  uint64_t lost;              /* of which the block's only copy */
-  uint64_t batches;           /* batches of outcomes applied to the index while their job ran */
-  uint64_t redundant;         /* copies deleted because the block was in both G3 and G4 */
-  uint64_t scrubs;            /* volumes listed by the scrub */
-  uint64_t scrub_objects;     /* objects they held */
-  uint64_t scrub_missing;     /* locations without an object: dropped and announced */
-  uint64_t scrub_orphans;     /* objects without a location, counted when first found */
-  uint64_t orphans_deleted;   /* of which deleted, still orphaned at the volume's next scrub */
+  uint64_t quarantined;   /* copies that failed verification, deleted and their location dropped */
+  uint64_t lost;          /* of which the block's only copy */
+  uint64_t batches;       /* batches of outcomes applied to the index while their job ran */
+  uint64_t redundant;     /* copies deleted because the block was in both G3 and G4 */
+  uint64_t scrubs;        /* volumes listed by the scrub */
+  uint64_t scrub_objects; /* objects they held */
+  uint64_t scrub_missing; /* locations without an object: dropped and announced */
+  uint64_t scrub_orphans; /* objects without a location, counted when first found */
+  uint64_t orphans_deleted; /* of which deleted, still orphaned at the volume's next scrub */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */

@@ -37,9 +37,9 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
 
   /* A volume that went offline in this job is not tried again in it: one
    * failure, not one per move (the loop re-checks it each round). */
-  const vol_t *off = __atomic_load_n(&from->offline_job, __ATOMIC_RELAXED) ? from
+  const vol_t *off = __atomic_load_n(&from->offline_job, __ATOMIC_RELAXED)       ? from
                      : to && __atomic_load_n(&to->offline_job, __ATOMIC_RELAXED) ? to
-                                                                                  : NULL;
+                                                                                 : NULL;
   if (off != NULL) {
     o->rc = KVP_EOFFLINE;
     o->skipped = 1;
@@ -111,10 +111,10 @@ void kvp__tier_job_work(uv_work_t *req) {
   for (size_t i = 0; i < e->nops; i++) {
     op_t *o = &e->ops[i];
     if (o->kind >= 0)
-      o->journal_id = kvp__journal_insert(
-          e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
-          kvp__tier_is_copy(o->kind) ? e->vols[o->to].tier : 0,
-          kvp__tier_is_copy(o->kind) ? e->vols[o->to].name : "", o->bytes, now);
+      o->journal_id =
+          kvp__journal_insert(e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
+                              kvp__tier_is_copy(o->kind) ? e->vols[o->to].tier : 0,
+                              kvp__tier_is_copy(o->kind) ? e->vols[o->to].name : "", o->bytes, now);
   }
   kvp__journal_commit(e->db);
   kvp__journal_begin(e->db);
@@ -217,8 +217,7 @@ static void failed(kvp__tier_engine_t *e, op_t *o, uint64_t now) {
   kvp__tier_vol_warn(v, now,
                      "tiering: %s of block %016" PRIx64 " from %s failed: %s (no moves %s %s "
                      "for %" PRIu64 " ms)",
-                     what, o->hash, from->name, o->err,
-                     out ? "out of" : "into", v->name, ms);
+                     what, o->hash, from->name, o->err, out ? "out of" : "into", v->name, ms);
 }
 
 /* A copy that failed verification at the source, deleted by the job: its
@@ -238,8 +237,8 @@ static void quarantine(kvp__tier_engine_t *e, const op_t *o) {
     e->st.lost++;
   kvp_log_warn("tiering: block %016" PRIx64 " in %s failed verification and is quarantined "
                "(deleted, its location dropped)%s: %s",
-               o->hash, from->name,
-               lost ? "; it was the block's only copy: the block is lost" : "", o->err);
+               o->hash, from->name, lost ? "; it was the block's only copy: the block is lost" : "",
+               o->err);
 }
 
 /* Applies the outcomes of ops[applied, upto) on the loop thread: the
@@ -257,7 +256,8 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
       if (o->rc == 0)
         e->st.orphans_deleted++;
       else
-        kvp__tier_vol_warn(from, now, "tiering: scrub: deleting orphan %016" PRIx64 " in %s failed: %s",
+        kvp__tier_vol_warn(from, now,
+                           "tiering: scrub: deleting orphan %016" PRIx64 " in %s failed: %s",
                            o->hash, from->name, o->err);
       continue;
     }
@@ -301,7 +301,7 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
       vol_t *to = &e->vols[o->to];
       kvp__tier_publish(e, KVP_EV_STORED, to, o);
       kvp__index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
-                           to->id, o->tokens, o->bytes, now);
+                       to->id, o->tokens, o->bytes, now);
       if (o->kind == KVP__TIER_DEMOTE)
         e->st.demoted++;
       else

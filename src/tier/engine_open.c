@@ -31,8 +31,8 @@ static int open_volume(kvp__tier_engine_t *e, const kvp__tier_opts_t *o,
   snprintf(v->name, sizeof v->name, "%s", c->name);
   v->tier = c->tier;
   v->capacity = (uint64_t)c->capacity;
-  int rc = kvp_volume_open(o->plugin_dir && o->plugin_dir[0] ? o->plugin_dir : NULL, c->plugin, c->name, p, np,
-                           &v->v, err, errlen);
+  int rc = kvp_volume_open(o->plugin_dir && o->plugin_dir[0] ? o->plugin_dir : NULL, c->plugin,
+                           c->name, p, np, &v->v, err, errlen);
   if (rc == 0)
     rc = kvp__index_volume(e->ix, c->name, &v->id);
   return rc;
@@ -60,7 +60,7 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
     if (gone)
       kvp__tier_drop_locations(e, hash, &e->vols[from]);
     kvp__journal_set(e->db, id, gone ? "source_deleted" : "failed",
-                          gone ? NULL : "interrupted by a restart; the block stays");
+                     gone ? NULL : "interrupted by a restart; the block stays");
   } else if (strcmp(state, "committed") != 0) {
     if (to >= 0)
       kvp_volume_delete(e->vols[to].v, e->ns, hash, err, sizeof err); /* a partial copy */
@@ -68,15 +68,15 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
     kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " interrupted; the source stays", id,
                  hash);
   } else if (from >= 0 && to >= 0 && kvp__index_get(e->ix, hash, &b, NULL, 0, NULL) == 0) {
-    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
-                         e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
+    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker, e->vols[to].tier,
+                     e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
     kvp__tier_pend_add(e, hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, id);
     kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " committed before a restart; its "
                  "source is deleted after the grace period",
                  id, hash);
   } else {
     kvp__journal_set(e->db, id, "failed",
-                          "committed, but its volumes or block are gone; source kept");
+                     "committed, but its volumes or block are gone; source kept");
   }
 }
 
@@ -102,8 +102,8 @@ static void reconcile_row(void *ctx, int64_t id, uint64_t hash, const char *fv, 
   if (kvp__index_get(e->ix, hash, &b, NULL, 0, NULL) != 0)
     return; /* the block left the index (a clear, a worker down): nothing to fix */
   if (to >= 0 && kvp_volume_exists(e->vols[to].v, e->ns, hash) == 1)
-    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker,
-                         e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, b.last_access_ms);
+    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker, e->vols[to].tier,
+                     e->vols[to].id, b.tokens, b.bytes, b.last_access_ms);
   if (from >= 0 && kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0)
     kvp__tier_drop_locations(e, hash, &e->vols[from]);
 }
@@ -178,7 +178,7 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   }
   for (size_t v = 0; v < e->nvols && rc == 0; v++)
     rc = kvp__journal_volume(e->db, e->vols[v].name, e->vols[v].tier, e->vols[v].capacity,
-                                  kvp__unix_ms());
+                             kvp__unix_ms());
   if (rc == 0)
     rc = kvp__journal_recent(e->db, RECONCILE_MARGIN_MS, reconcile_row, e);
   if (rc == 0)

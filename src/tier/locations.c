@@ -65,8 +65,8 @@ int kvp__tier_pend_add(kvp__tier_engine_t *e, uint64_t hash, uint64_t due_ms, ui
     *mask |= 1ull << from; /* volumes are at most KVP__TIER_MAX_VOLUMES, 64 */
   else if (kvp__map64_put(&e->pendset, hash, 1ull << from) != 0)
     return KVP_ENOMEM;
-  e->pend[e->npend++] = (pend_t){.hash = hash, .due_ms = due_ms, .from = from,
-                                 .journal_id = journal_id};
+  e->pend[e->npend++] =
+      (pend_t){.hash = hash, .due_ms = due_ms, .from = from, .journal_id = journal_id};
   return 0;
 }
 

@@ -149,8 +149,7 @@ static void many_blocks_grow_and_shrink(void **state) {
   const size_t N = 50000;
   for (size_t i = 1; i <= N; i++)
     assert_int_equal(
-        kvp__index_store(ix, i * 0x9e3779b97f4a7c15ull, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW),
-        0);
+        kvp__index_store(ix, i * 0x9e3779b97f4a7c15ull, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
   for (size_t i = 1; i <= N; i += 2)
     assert_int_equal(kvp__index_remove(ix, i * 0x9e3779b97f4a7c15ull, a, KVP_TIER_G1, 0), 0);
   for (size_t i = 1; i <= N; i++) {
@@ -289,9 +288,9 @@ static void memory_per_location_is_bounded(void **state) {
     w[i] = wid(ix, name);
   }
   for (size_t i = 1; i <= N; i++)
-    assert_int_equal(kvp__index_store(ix, i * 0x9e3779b97f4a7c15ull, 0, 0, w[i % 8],
-                                          KVP_TIER_G1, 0, 16, 1, NOW),
-                     0);
+    assert_int_equal(
+        kvp__index_store(ix, i * 0x9e3779b97f4a7c15ull, 0, 0, w[i % 8], KVP_TIER_G1, 0, 16, 1, NOW),
+        0);
   kvp__index_stats_t st;
   kvp__index_stats(ix, &st);
   double per = (double)st.memory_bytes / (double)st.locations;

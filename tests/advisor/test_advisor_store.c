@@ -267,7 +267,8 @@ static void tier_history_is_written_and_trimmed(void **state) {
   }
   assert_int_equal(kvp__store_history_dropped(st), 5);
   assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 0, NULL), 0);
-  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"), 2 + KVP__STORE_HIST_PENDING_MAX);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM tier_history"),
+                   2 + KVP__STORE_HIST_PENDING_MAX);
   kvp__store_close(st);
   kvp__index_destroy(ix);
 }

@@ -63,7 +63,7 @@ static int spawn(kvp_s3d_t *s) {
     }
     setpgid(0, 0);
     execl(prog, "s3rver", "-d", data, "-a", "127.0.0.1", "-p", port, "--configure-bucket",
-            s->bucket, "-s", (char *)NULL);
+          s->bucket, "-s", (char *)NULL);
     _exit(127);
   }
   s->pid = pid;

@@ -76,8 +76,7 @@ static int setup(void **state) {
   kvp_volume_param_t p[2] = {{"path", f->p3}, {"fsync", "off"}};
   if (kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g3", p, 2, &f->g3, err, sizeof err) != 0)
     return -1;
-  if (kvp__index_worker(f->ix, "w", 0, &f->w) != 0 ||
-      kvp__index_volume(f->ix, "g3", &f->v3) != 0)
+  if (kvp__index_worker(f->ix, "w", 0, &f->w) != 0 || kvp__index_volume(f->ix, "g3", &f->v3) != 0)
     return -1;
   return 0;
 }
@@ -106,9 +105,9 @@ static void seed(fx_t *f, int n) {
                      .has_parent = i > 1,
                      .payload_len = sizeof payload};
     assert_int_equal(kvp_volume_put_block(f->g3, "t", &m, payload, err, sizeof err), 0);
-    assert_int_equal(kvp__index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 3,
-                                          f->v3, 16, sizeof payload + KVP_FRAME_HEADER,
-                                          NOW_MS + (uint64_t)i * 1000),
+    assert_int_equal(kvp__index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 3, f->v3,
+                                      16, sizeof payload + KVP_FRAME_HEADER,
+                                      NOW_MS + (uint64_t)i * 1000),
                      0);
   }
 }
@@ -186,7 +185,9 @@ static void cold_g3_blocks_move_to_g4_whole(void **state) {
   assert_int_equal(natsConnection_Subscribe(&sub, nc, subj, on_event, &seen), NATS_OK);
   natsConnection_Flush(nc);
   seed(f, 10); /* 10 of 10 blocks: fill 1.0 > 0.90 */
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   /* Down to 0.80: two blocks, the leaves first: the chain's end (10, 9),
@@ -260,7 +261,9 @@ static void full_destination_fails_cleanly(void **state) {
   snprintf(f->cfg.volumes[1].params, sizeof f->cfg.volumes[1].params,
            "path=%s\nfsync=off\ncapacity=1100\n", f->p4);
   seed(f, 10);
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 1);
@@ -300,7 +303,9 @@ static void restart_finishes_or_fails_unfinished_moves(void **state) {
                    SQLITE_OK);
   sqlite3_close(db);
   f->cfg.volumes[0].capacity = 1000000; /* nothing to demote now */
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   assert_int_equal(q1(f->db, "SELECT state = 'failed' FROM migrations WHERE hash = 1"), 1);
   assert_int_equal(locs_in(f, 2, 4), 1); /* recorded at the destination again */
   round_and_wait(f, e);                  /* grace 0: the source goes */
@@ -326,7 +331,9 @@ static void a_missing_source_drops_its_stale_location(void **state) {
 
   seed(f, 10);
   assert_int_equal(kvp_volume_delete(f->g3, "t", 10, err, sizeof err), 0);
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.failed, 1);
@@ -348,8 +355,8 @@ static void seed_g4(fx_t *f, kvp_volume_t *g4, uint16_t v4, int first, int last)
                      .has_parent = i > 1,
                      .payload_len = sizeof payload};
     assert_int_equal(kvp_volume_put_block(g4, "t", &m, payload, err, sizeof err), 0);
-    assert_int_equal(kvp__index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 4, v4,
-                                          16, sizeof payload + KVP_FRAME_HEADER, NOW_MS),
+    assert_int_equal(kvp__index_store(f->ix, (uint64_t)i, i > 1, (uint64_t)i - 1, f->w, 4, v4, 16,
+                                      sizeof payload + KVP_FRAME_HEADER, NOW_MS),
                      0);
   }
 }
@@ -379,7 +386,9 @@ static void hot_g4_blocks_come_back_and_the_band_holds(void **state) {
   uint64_t now = kvp__unix_ms();
   assert_int_equal(kvp__index_access(f->ix, 101, 4, 6, now), 0); /* hot */
   assert_int_equal(kvp__index_access(f->ix, 102, 4, 3, now), 0); /* in the band */
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.promoted, 1);
@@ -421,7 +430,9 @@ static void a_g4_hit_prefetches_its_descendants(void **state) {
 
   f->cfg.tier_prefetch_depth = 3;
   seed_g4(f, g4, v4, 201, 206);
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   round_and_wait(f, e); /* cold: nothing moves */
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.promoted, 0);
@@ -454,7 +465,9 @@ static void the_throttle_defers_moves(void **state) {
   f->cfg.tier_high = 0.5; /* seven demotions are due, down to 0.3 */
   f->cfg.tier_low = 0.3;
   seed(f, 10);
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 1);
@@ -526,7 +539,9 @@ static void s3_as_g4_survives_a_server_restart(void **state) {
   f->cfg.tier_low = 0.2;
   f->cfg.tier_max_moves = 2;
   seed(f, 10);
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   round_and_wait(f, e); /* 10 -> 8 blocks in G3 */
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.demoted, 2);
@@ -591,7 +606,9 @@ static void s3_killed_during_a_job(void **state) {
   f->cfg.tier_low = 0.1;
   f->cfg.tier_max_moves = 16;
   seed(f, 10);
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   killer_t k = {&s3, 25};
   assert_int_equal(pthread_create(&th, NULL, kill_later, &k), 0);
   round_and_wait(f, e);
@@ -636,7 +653,9 @@ static void a_block_held_by_many_workers_still_moves(void **state) {
     assert_int_equal(kvp__index_worker(f->ix, name, 0, &w), 0);
     assert_int_equal(kvp__index_store(f->ix, 10, 1, 9, w, 1, 0, 16, 1064, NOW_MS + 10000), 0);
   }
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
   round_and_wait(f, e);
   assert_int_equal(locs_in(f, 10, 4), 1);
   round_and_wait(f, e); /* grace 0: the G3 source goes, the G1 copies stay */
@@ -653,7 +672,8 @@ static void a_volume_that_does_not_open_is_named(void **state) {
   kvp__tier_engine_t *e = NULL;
   char err[512];
   snprintf(f->cfg.volumes[1].plugin, sizeof f->cfg.volumes[1].plugin, "nosuch");
-  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err, sizeof err),
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
                    KVP_ENOENT);
   assert_non_null(strstr(err, "volume g4"));
   assert_non_null(strstr(err, "kvplane-volume-nosuch.so"));
@@ -768,7 +788,6 @@ static void a_long_job_reaches_the_index_in_batches(void **state) {
   kvp__tier_engine_close(e);
 }
 
-
 /* Between G3 and G4 a block has one copy (DESIGN.md, "Migrations"): a
  * block a worker put in G3 that G4 already holds loses its G3 copy in the
  * next round, journaled (one migrations row from g3, to no volume) and
@@ -839,7 +858,6 @@ static void a_block_in_g3_and_g4_keeps_one_copy(void **state) {
   kvp__tier_engine_close(e);
   kvp_volume_close(g4);
 }
-
 
 /* The scrub lists one volume per scrub_interval: a G3 object deleted
  * behind the advisor's back loses its location (dropped and announced);

@@ -67,8 +67,8 @@ static void seed(fx_t *f) {
                      .has_parent = !root,
                      .payload_len = sizeof payload};
     assert_int_equal(kvp_volume_put_block(f->g3, "k", &m, payload, err, sizeof err), 0);
-    assert_int_equal(kvp__index_store(ix, (uint64_t)i, !root, (uint64_t)i - 1, w, 3, v3, 16,
-                                          FRAME, 1700000000000ull + (uint64_t)i * 1000),
+    assert_int_equal(kvp__index_store(ix, (uint64_t)i, !root, (uint64_t)i - 1, w, 3, v3, 16, FRAME,
+                                      1700000000000ull + (uint64_t)i * 1000),
                      0);
   }
   assert_int_equal(kvp__store_open(f->db, &st, err, sizeof err), 0);
