@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -83,4 +84,55 @@ int kvp_test_spawn_wait(char *const argv[], const char *in_path, const char *out
   if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
     return -1;
   return WEXITSTATUS(st);
+}
+
+int kvp_test_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+    return fd;
+  if (fd >= 0)
+    close(fd);
+  return -1;
+}
+
+void kvp_test_kill_server(pid_t pid) {
+  if (pid <= 0)
+    return;
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+pid_t kvp_test_spawn_server(char *const argv[], const char *log_path, int port, const char *who) {
+  pid_t pid = fork();
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    setpgid(0, 0);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  for (int i = 0; i < 400; i++) {
+    int fd = kvp_test_connect(port);
+    if (fd >= 0) {
+      close(fd);
+      return pid;
+    }
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      fprintf(stderr, "%s: the server exited at start (log: %s)\n", who, log_path);
+      return -1;
+    }
+    usleep(50000);
+  }
+  fprintf(stderr, "%s: no answer on port %d after 20 s (log: %s)\n", who, port, log_path);
+  kvp_test_kill_server(pid);
+  return -1;
 }

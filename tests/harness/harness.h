@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 /* cmocka.h needs the three includes above first. */
 #include <cmocka.h>
 
@@ -39,5 +40,18 @@ int kvp_test_free_port(void);
  * /dev/null), stdout to out_path (or /dev/null); returns the exit status, or
  * -1 when it could not be run or was killed by a signal. */
 int kvp_test_spawn_wait(char *const argv[], const char *in_path, const char *out_path);
+
+/* Starts a server: argv (argv[0] a path) in a process group of its own,
+ * stdout and stderr appended to log_path, and waits up to 20 s until
+ * 127.0.0.1:port accepts a connection. Returns its pid, or -1 (nothing left
+ * running) with a line on stderr naming `who`, the cause and the log. */
+pid_t kvp_test_spawn_server(char *const argv[], const char *log_path, int port, const char *who);
+
+/* Kills a server of kvp_test_spawn_server (its whole group) and reaps it;
+ * pid <= 0 is accepted. */
+void kvp_test_kill_server(pid_t pid);
+
+/* A connected socket to 127.0.0.1:port, or -1. */
+int kvp_test_connect(int port);
 
 #endif

@@ -1,30 +1,13 @@
 /* The verifying S3 server for tests (see s3v.h). */
 #include "s3v.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
-
-static int connect_port(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
-    return fd;
-  if (fd >= 0)
-    close(fd);
-  return -1;
-}
 
 static int spawn(kvp_s3v_t *s) {
   char port[16], data[300], log[300], prog[512], page[16], c1[128], c2[256];
@@ -36,38 +19,11 @@ static int spawn(kvp_s3v_t *s) {
   snprintf(c1, sizeof c1, "%s:%s", KVP_S3V_ACCESS, KVP_S3V_SECRET);
   snprintf(c2, sizeof c2, "%s:%s:%s", KVP_S3V_SESSION_ACCESS, KVP_S3V_SESSION_SECRET,
            KVP_S3V_SESSION_TOKEN);
-  pid_t pid = fork();
-  if (pid < 0)
-    return -1;
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    setpgid(0, 0);
-    execl("/usr/bin/python3", "python3", prog, "--port", port, "--dir", data, "--bucket", s->bucket,
-          "--region", s->region, "--page", page, "--cred", c1, "--cred", c2, (char *)NULL);
-    _exit(127);
-  }
-  s->pid = pid;
-  for (int i = 0; i < 400; i++) {
-    int fd = connect_port(s->port);
-    if (fd >= 0) {
-      close(fd);
-      return 0;
-    }
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) {
-      s->pid = 0;
-      fprintf(stderr, "s3v: the server exited at start (log: %s; python3-botocore?)\n", log);
-      return -1;
-    }
-    usleep(50000);
-  }
-  fprintf(stderr, "s3v: no answer on port %d after 20 s (log: %s)\n", s->port, log);
-  kvp_s3v_kill(s);
-  return -1;
+  char *argv[] = {"/usr/bin/python3", prog,      "--port",   port,      "--dir",  data,
+                  "--bucket",         s->bucket, "--region", s->region, "--page", page,
+                  "--cred",           c1,        "--cred",   c2,        NULL};
+  s->pid = kvp_test_spawn_server(argv, log, s->port, "s3v (python3-botocore?)");
+  return s->pid > 0 ? 0 : -1;
 }
 
 int kvp_s3v_start(kvp_s3v_t *s, const char *region) {
@@ -90,7 +46,7 @@ int kvp_s3v_start(kvp_s3v_t *s, const char *region) {
 
 int kvp_s3v_control(const kvp_s3v_t *s, const char *query) {
   char req[512], resp[256];
-  int fd = connect_port(s->port), ok = 0;
+  int fd = kvp_test_connect(s->port), ok = 0;
   if (fd < 0)
     return -1;
   int n =
@@ -108,12 +64,8 @@ int kvp_s3v_control(const kvp_s3v_t *s, const char *query) {
 }
 
 void kvp_s3v_kill(kvp_s3v_t *s) {
-  if (s->pid > 0) {
-    kill(-s->pid, SIGKILL);
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-  }
+  kvp_test_kill_server(s->pid);
+  s->pid = 0;
 }
 
 int kvp_s3v_restart(kvp_s3v_t *s) {
