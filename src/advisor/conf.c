@@ -111,9 +111,19 @@ static const kvp_conf_key_t keys[] = {
     {"tiering", "prefetch_bytes", KVP_CONF_SIZE, OFF(tier_prefetch_bytes), 0, 1ll << 40, NULL,
      "bytes one G4 hit prefetches at most", NULL},
     {"tiering", "scrub_interval", KVP_CONF_DURATION, OFF(tier_scrub_ms), 0, 7ll * 86400000, NULL,
-     "every this long one volume, in turn, is listed: locations without an object are dropped, "
-     "objects without a location still orphaned at the volume's next scrub are deleted (0: no "
-     "scrub)",
+     "every this long one volume, in turn, gets a scrub pass on a thread of its own: locations "
+     "without an object are dropped, objects without a location still orphaned at the volume's "
+     "next pass are adopted (valid frame, a block the index wants) or deleted (0: no scrub)",
+     NULL},
+    {"tiering", "scrub_files_per_s", KVP_CONF_INT, OFF(tier_scrub_files_per_s), 0, 1 << 30, NULL,
+     "objects a scrub pass lists or reads per second at most (0: no limit)", NULL},
+    {"tiering", "scrub_bytes_per_s", KVP_CONF_SIZE, OFF(tier_scrub_bytes_per_s), 0, 1ll << 40, NULL,
+     "bytes a scrub pass reads per second at most, with scrub_verify (0: no limit)", NULL},
+    {"tiering", "scrub_verify", KVP_CONF_BOOL, OFF(tier_scrub_verify), 0, 0, NULL,
+     "a scrub pass reads every object back and checks its frame; a corrupt copy is quarantined",
+     NULL},
+    {"tiering", "max_parallel", KVP_CONF_INT, OFF(tier_max_parallel), 1, 64, NULL,
+     "moves in flight at once, each into a different volume (one at a time per destination)",
      NULL},
     {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
      "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else lib/kvplane/plugins of the installed tree",
@@ -160,6 +170,9 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->tier_keep_freq = 2.0;
   cfg->tier_prefetch_depth = 8;
   cfg->tier_scrub_ms = 600000;
+  cfg->tier_scrub_files_per_s = 2000;
+  cfg->tier_scrub_bytes_per_s = 32ll << 20;
+  cfg->tier_max_parallel = 4;
   cfg->tier_prefetch_bytes = 64ll << 20;
 }
 
@@ -531,6 +544,10 @@ const kvp__tier_opts_t *kvp__adv_tier_opts(const kvp_advisor_config_t *cfg, kvp_
   o->max_bytes_per_s = cfg->tier_max_bytes_per_s;
   o->prefetch_depth = cfg->tier_prefetch_depth;
   o->scrub_ms = cfg->tier_scrub_ms;
+  o->scrub_files_per_s = cfg->tier_scrub_files_per_s;
+  o->scrub_bytes_per_s = cfg->tier_scrub_bytes_per_s;
+  o->scrub_verify = cfg->tier_scrub_verify;
+  o->max_parallel = cfg->tier_max_parallel;
   o->prefetch_bytes = cfg->tier_prefetch_bytes;
   o->volumes = cfg->volumes;
   o->nvolumes = cfg->nvolumes;

@@ -154,3 +154,83 @@ int kvp__journal_recent(kvp__journal_t *j, uint64_t margin_ms, kvp__journal_fn f
   sqlite3_bind_int64(s, 1, (sqlite3_int64)margin_ms);
   return each_row(s, fn, ctx);
 }
+
+/* --- the scrubs table ---------------------------------------------------------- */
+
+int64_t kvp__journal_scrub_start(kvp__journal_t *j, const char *volume, int tier, int verify,
+                                 uint64_t now_ms) {
+  sqlite3_stmt *s = NULL;
+  int64_t id = -1;
+  if (sqlite3_prepare_v2(j->db,
+                         "INSERT INTO scrubs(volume, tier, verify, started, updated, state)"
+                         " VALUES(?1, ?2, ?3, ?4, ?4, 'running')",
+                         -1, &s, NULL) != SQLITE_OK)
+    return -1;
+  sqlite3_bind_text(s, 1, volume, -1, SQLITE_STATIC);
+  sqlite3_bind_int(s, 2, tier);
+  sqlite3_bind_int(s, 3, verify);
+  sqlite3_bind_int64(s, 4, (sqlite3_int64)now_ms);
+  if (sqlite3_step(s) == SQLITE_DONE)
+    id = sqlite3_last_insert_rowid(j->db);
+  sqlite3_finalize(s);
+  return id;
+}
+
+void kvp__journal_scrub_set(kvp__journal_t *j, int64_t id, const char *state,
+                            const kvp__journal_scrub_t *f, const char *error, uint64_t now_ms) {
+  sqlite3_stmt *s = NULL;
+  if (id < 0 || sqlite3_prepare_v2(j->db,
+                                   "UPDATE scrubs SET state = ?2, updated = ?3, objects = ?4,"
+                                   " bytes = ?5, verified = ?6, verified_bytes = ?7, missing = ?8,"
+                                   " orphans = ?9, orphans_confirmed = ?10, corrupt = ?11,"
+                                   " error = ?12 WHERE id = ?1",
+                                   -1, &s, NULL) != SQLITE_OK)
+    return;
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 3, (sqlite3_int64)now_ms);
+  sqlite3_bind_int64(s, 4, (sqlite3_int64)f->objects);
+  sqlite3_bind_int64(s, 5, (sqlite3_int64)f->bytes);
+  sqlite3_bind_int64(s, 6, (sqlite3_int64)f->verified);
+  sqlite3_bind_int64(s, 7, (sqlite3_int64)f->verified_bytes);
+  sqlite3_bind_int64(s, 8, (sqlite3_int64)f->missing);
+  sqlite3_bind_int64(s, 9, (sqlite3_int64)f->orphans);
+  sqlite3_bind_int64(s, 10, (sqlite3_int64)f->orphans_confirmed);
+  sqlite3_bind_int64(s, 11, (sqlite3_int64)f->corrupt);
+  if (error)
+    sqlite3_bind_text(s, 12, error, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(s, 12);
+  if (sqlite3_step(s) != SQLITE_DONE)
+    kvp_log_warn("tiering: scrubs row %" PRId64 ": %s", id, sqlite3_errmsg(j->db));
+  sqlite3_finalize(s);
+}
+
+int kvp__journal_scrub_recover(kvp__journal_t *j, uint64_t now_ms) {
+  sqlite3_stmt *s = NULL;
+  int rc = KVP_EDB;
+  if (sqlite3_prepare_v2(j->db,
+                         "UPDATE scrubs SET state = 'interrupted', updated = ?1,"
+                         " error = 'interrupted by a restart' WHERE state = 'running'",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)now_ms);
+  if (sqlite3_step(s) == SQLITE_DONE)
+    rc = 0;
+  sqlite3_finalize(s);
+  return rc;
+}
+
+uint64_t kvp__journal_scrub_last(kvp__journal_t *j, const char *volume) {
+  sqlite3_stmt *s = NULL;
+  uint64_t t = 0;
+  if (sqlite3_prepare_v2(j->db,
+                         "SELECT max(started) FROM scrubs WHERE volume = ?1 AND state = 'done'",
+                         -1, &s, NULL) != SQLITE_OK)
+    return 0;
+  sqlite3_bind_text(s, 1, volume, -1, SQLITE_STATIC);
+  if (sqlite3_step(s) == SQLITE_ROW)
+    t = (uint64_t)sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  return t;
+}

@@ -56,4 +56,30 @@ int kvp__journal_unfinished(kvp__journal_t *j, kvp__journal_fn fn, void *ctx);
  * the database before a crash. */
 int kvp__journal_recent(kvp__journal_t *j, uint64_t margin_ms, kvp__journal_fn fn, void *ctx);
 
+/* The scrubs table (docs/sql.md): one row per volume pass of the tiering
+ * engine's scrub, written by the loop thread on the scrub's own
+ * connection. */
+typedef struct kvp__journal_scrub_s {
+  uint64_t objects, bytes;          /* listed */
+  uint64_t verified, verified_bytes; /* read and checked (verify = on) */
+  uint64_t missing;                 /* locations without an object, dropped */
+  uint64_t orphans;                 /* objects without a location, first found */
+  uint64_t orphans_confirmed;       /* orphaned at two passes in a row: deleted or adopted */
+  uint64_t corrupt;                 /* frames that failed verification: quarantined */
+} kvp__journal_scrub_t;
+
+/* A pass of volume starts (state running): its row id, or -1. */
+int64_t kvp__journal_scrub_start(kvp__journal_t *j, const char *volume, int tier, int verify,
+                                 uint64_t now_ms);
+
+/* Row id's state (running, done, failed, stopped) and figures so far. */
+void kvp__journal_scrub_set(kvp__journal_t *j, int64_t id, const char *state,
+                            const kvp__journal_scrub_t *f, const char *error, uint64_t now_ms);
+
+/* Passes left running by an earlier process become interrupted. */
+int kvp__journal_scrub_recover(kvp__journal_t *j, uint64_t now_ms);
+
+/* When volume's last finished pass started (Unix ms), 0 when never. */
+uint64_t kvp__journal_scrub_last(kvp__journal_t *j, const char *volume);
+
 #endif

@@ -91,6 +91,22 @@ static const char *const steps[] = {
     "CREATE TABLE tier_history(t INTEGER NOT NULL, tier INTEGER NOT NULL,"
     " volume TEXT NOT NULL DEFAULT '', blocks INTEGER NOT NULL, bytes INTEGER NOT NULL,"
     " capacity INTEGER, PRIMARY KEY(t, tier, volume)) WITHOUT ROWID;",
+    /* 5: the tiering engine's scrub, one row per volume pass, and each
+     * volume's latest pass. */
+    "CREATE TABLE scrubs(id INTEGER PRIMARY KEY, volume TEXT NOT NULL, tier INTEGER NOT NULL,"
+    " verify INTEGER NOT NULL, started INTEGER NOT NULL, updated INTEGER NOT NULL,"
+    " state TEXT NOT NULL, objects INTEGER NOT NULL DEFAULT 0,"
+    " bytes INTEGER NOT NULL DEFAULT 0, verified INTEGER NOT NULL DEFAULT 0,"
+    " verified_bytes INTEGER NOT NULL DEFAULT 0, missing INTEGER NOT NULL DEFAULT 0,"
+    " orphans INTEGER NOT NULL DEFAULT 0, orphans_confirmed INTEGER NOT NULL DEFAULT 0,"
+    " corrupt INTEGER NOT NULL DEFAULT 0, error TEXT);"
+    "CREATE VIEW scrub_status AS SELECT s.volume AS volume, 'G' || s.tier AS tier,"
+    " s.state AS state, s.verify AS verify, s.started AS started, s.updated AS updated,"
+    " s.objects AS objects, s.bytes AS bytes, s.verified AS verified,"
+    " s.verified_bytes AS verified_bytes, s.missing AS missing, s.orphans AS orphans,"
+    " s.orphans_confirmed AS orphans_confirmed, s.corrupt AS corrupt, s.error AS error,"
+    " (SELECT count(*) FROM scrubs d WHERE d.volume = s.volume AND d.state = 'done') AS passes"
+    " FROM scrubs s WHERE s.id = (SELECT max(id) FROM scrubs x WHERE x.volume = s.volume);",
 };
 
 static int schema_version(sqlite3 *db, int *v) {

@@ -389,13 +389,14 @@ void kvp__tier_engine_start(kvp__tier_engine_t *e) {
 }
 
 int kvp__tier_engine_busy(const kvp__tier_engine_t *e) {
-  return e->busy;
+  return e->busy || e->scrub_running;
 }
 
 void kvp__tier_engine_stop(kvp__tier_engine_t *e, void (*done)(void *ctx), void *ctx) {
   if (e->timer_ready && e->running)
     uv_timer_stop(&e->timer);
   e->running = 0;
+  kvp__tier_scrub_stop(e);
   if (e->busy) {
     e->on_idle = done;
     e->idle_ctx = ctx;
@@ -424,6 +425,12 @@ size_t kvp__tier_engine_volumes(const kvp__tier_engine_t *e, kvp__tier_vol_stats
 
 void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st) {
   *st = e->st;
+  st->parallel_peak = __atomic_load_n(&e->par_peak, __ATOMIC_RELAXED);
+  st->lane_peak = __atomic_load_n(&e->lane_peak, __ATOMIC_RELAXED);
+  if (e->scrub_running) {
+    st->scrub_progress_objects = __atomic_load_n(&e->scrub_listed, __ATOMIC_RELAXED);
+    st->scrub_progress_verified = __atomic_load_n(&e->scrub_verified, __ATOMIC_RELAXED);
+  }
   st->events_published = e->published;
   st->events_dropped = e->publish_errors;
 }
@@ -439,6 +446,7 @@ static void free_engine(uv_handle_t *h) {
 void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   if (e == NULL)
     return;
+  kvp__tier_scrub_stop(e);
   kvp_publisher_close(e->pub); /* flushes what is queued, within its close timeout */
   for (size_t v = 0; v < e->nvols; v++) {
     kvp_volume_close(e->vols[v].v);
@@ -446,7 +454,10 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   }
   free(e->vols);
   kvp__journal_close(e->db);
+  kvp__journal_close(e->sdb);
   free(e->ops);
+  free(e->bad);
+  free(e->badq);
   free(e->pend);
   kvp__map64_free(&e->pendset);
   free(e->cands);

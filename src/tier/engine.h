@@ -9,7 +9,9 @@
  * behind the G4 hits reported since the last round (kvp__tier_engine_hit),
  * then demotions for space, promotions and evictions: up to max_moves and,
  * with [tiering] max_bytes_per_s, what a token bucket lets through. One job
- * runs at a time, so at most one move per volume is in flight. The job journals each move (queued
+ * runs at a time; within it, moves into different volumes run in parallel
+ * on up to [tiering] max_parallel threads, one move per destination volume
+ * at a time. The job journals each move (queued
  * -> copying -> committed, or failed with the error), copies the block (read and verified from the
  * source, written to the destination, read back and verified there), and
  * returns; every 64 moves or 100 ms it journals the outcomes so far and
@@ -25,10 +27,11 @@
  * (redundant): the G3 copy, unless a G3 descendant with no G4 copy needs
  * it to keep its prefix whole in G3, then the G4 copy.
  *
- * With [tiering] scrub_interval, one volume per interval, in turn, is
- * listed by the job (scrub.c): locations without an object are dropped
- * and announced; objects without a location are deleted when the
- * volume's next scrub finds them orphaned still.
+ * With [tiering] scrub_interval, one volume per interval, in turn, gets a
+ * rate-limited pass on a thread of its own (scrub.c): locations without an
+ * object are dropped and announced; objects without a location are adopted
+ * or deleted when the volume's next pass finds them orphaned still; with
+ * scrub_verify, every object is read back and a corrupt one quarantined.
  *
  * After a crash, open reads the journal: a move that did not commit is
  * failed ("interrupted"), its partial destination deleted; a committed move
@@ -88,6 +91,16 @@ typedef struct kvp__tier_stats_s {
   uint64_t scrub_missing; /* locations without an object: dropped and announced */
   uint64_t scrub_orphans; /* objects without a location, counted when first found */
   uint64_t orphans_deleted; /* of which deleted, still orphaned at the volume's next scrub */
+  uint64_t orphans_adopted; /* of which adopted: valid frame, a block the index wants */
+  uint64_t scrub_verified;  /* objects the scrub read back (scrub_verify) */
+  uint64_t scrub_verified_bytes;
+  uint64_t scrub_corrupt; /* of which failed the frame's checks: quarantined */
+  uint64_t scrub_ms;      /* time the finished passes took */
+  int scrub_running;      /* 1 while a pass runs */
+  char scrub_volume[64];  /* the volume of the running or last pass */
+  uint64_t scrub_progress_objects, scrub_progress_verified; /* the running pass so far */
+  uint64_t parallel_peak; /* most moves in flight at once ([tiering] max_parallel) */
+  uint64_t lane_peak;     /* most moves in flight into one volume at once (1) */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */
@@ -133,7 +146,7 @@ void kvp__tier_engine_hit(kvp__tier_engine_t *e, uint64_t hash);
 /* Runs one round now (tests). */
 void kvp__tier_engine_round(kvp__tier_engine_t *e);
 
-/* 1 while a job runs on the thread pool. */
+/* 1 while a job runs on the thread pool or a scrub pass runs. */
 int kvp__tier_engine_busy(const kvp__tier_engine_t *e);
 
 void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st);

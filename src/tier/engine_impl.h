@@ -10,8 +10,10 @@
  *                  reconciliation of moves finished before a crash: the
  *                  loop thread, before the rounds start;
  *   locations.c    a block's locations in the index, and dropping them;
- *   scrub.c        the scrub: listing a volume (job) and comparing it with
- *                  the index (loop).
+ *   scrub.c        the scrub: listing and verifying a volume (its own
+ *                  thread, rate-limited) and comparing it with the index
+ *                  (loop); its deletes, adoptions and quarantines go to
+ *                  the job as ops.
  * Calls go one way: engine.c queues the job of engine_job.c; all three
  * call locations.c; engine_job.c and engine_open.c call nothing in
  * engine.c (the job reports back through on_idle). */
@@ -41,8 +43,8 @@
 #define LOG_INTERVAL_MS 10000
 /* Kinds of ops other than moves (kvp__tier_kind_t, >= 0). */
 #define OP_SOURCE_DELETE (-1) /* a moved block's source, after the grace period */
-#define OP_SCRUB (-2)         /* list a volume (scrub.c); the job's first op */
-#define OP_ORPHAN (-3)        /* delete an object no location names (scrub.c) */
+#define OP_ORPHAN (-3)        /* delete or adopt an object no location names (scrub.c) */
+#define OP_SCRUB_BAD (-4)     /* quarantine a copy the scrub found corrupt (scrub.c) */
 /* Most objects one scrub lists; past it, the scrub drops no location. */
 #define SCRUB_MAX_KEYS (1u << 22)
 /* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
@@ -80,6 +82,8 @@ typedef struct op_s {
   int skipped;     /* not tried: one of its volumes went offline during the job */
   int quarantined; /* its source failed verification: deleted, never tried again */
   int redundant;   /* an eviction of a block's second copy between G3 and G4 */
+  int adopt;       /* an orphan the index wants: adopted when its frame is valid */
+  int adopted;     /* ... and it was: the loop records its location */
   size_t pend;     /* a source delete (kind -1): its entry in pend */
   uint32_t blame;  /* the volume whose operation failed */
   char err[256];
@@ -101,6 +105,8 @@ struct kvp__tier_engine_s {
   kvp__tier_params_t prm;
   uint64_t interval_ms, grace_ms;
   size_t max_moves;
+  size_t max_parallel; /* moves in flight at once, each into a different volume */
+  uint32_t par_peak, lane_peak; /* most moves in flight at once, and into one volume (atomic) */
   double max_bytes_per_s;            /* 0: no throttle */
   double budget;                     /* bytes the throttle lets through now (may go negative) */
   uint64_t budget_ms;                /* when the budget was last refilled */
@@ -129,16 +135,37 @@ struct kvp__tier_engine_s {
   void (*on_idle)(void *ctx);
   void *idle_ctx;
   kvp__tier_stats_t st;
-  /* The scrub (scrub.c): one volume every scrub_ms, in turn. The job lists
-   * the volume into keys (its objects in namespace ns) before its other
-   * ops; the loop compares them with the index. */
+  /* The scrub (scrub.c): one volume every scrub_ms, in turn, on its own
+   * thread: it lists the volume into keys (its objects in namespace ns)
+   * and, with scrub_verify, reads each one back into bad (the corrupt
+   * ones), within scrub_files_per_s and scrub_bytes_per_s; the loop then
+   * compares the listing with the index. */
   uint64_t scrub_ms, scrub_due_ms, scrub_t0;
-  size_t scrub_next; /* the volume scrubbed next */
+  uint64_t scrub_files_per_s, scrub_bytes_per_s; /* 0: no limit */
+  int scrub_verify;
+  size_t scrub_next;   /* the volume scrubbed next */
+  uint32_t scrub_vol;  /* the volume of the pass running */
+  int scrub_running;   /* loop: a pass's thread runs, or its outcome waits for the loop */
+  int scrub_stop;      /* atomic: the thread stops at its next object */
+  int scrub_done;      /* atomic: the thread is finished (then uv_async_send) */
+  uv_thread_t scrub_thread;
+  int scrub_rc;
+  char scrub_err[256];
+  uint64_t scrub_listed, scrub_lbytes, scrub_verified, scrub_vbytes; /* atomic: the pass so far */
+  kvp__journal_t *sdb;  /* the scrubs table's connection (loop thread) */
+  int64_t scrub_row;    /* the pass's row, or -1 */
+  uint64_t scrub_row_ms; /* when it was last updated */
+  uint64_t scrub_missing_pass, scrub_orphans_pass, scrub_confirmed_pass;
   uint64_t *keys;
   size_t nkeys, keys_cap;
   int keys_truncated;
-  uint64_t *orphq; /* orphans to delete next round: hash, volume, hash, volume, ... */
+  uint64_t *bad; /* hashes whose frame failed verification in the pass */
+  size_t nbad, bad_cap;
+  char bad_err[256];
+  uint64_t *orphq; /* orphans to delete or adopt next round: hash, volume | adopt << 32, ... */
   size_t norphq, orphq_cap;
+  uint64_t *badq; /* corrupt copies to quarantine next round: hash, volume, ... */
+  size_t nbadq, badq_cap;
   /* Candidate scratch, reused across rounds. */
   kvp__tier_cand_t *cands;
   size_t ncands, cands_cap;
@@ -186,13 +213,20 @@ void kvp__tier_vol_warn(vol_t *v, uint64_t now, const char *fmt, ...)
  * KVP_EV_STORED or KVP_EV_REMOVED); counted. (engine_job.c) */
 void kvp__tier_publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t *o);
 
-/* The scrub (scrub.c). queue adds to the round's ops, first, the scrub of
- * the next volume when one is due and the deletes of the orphans the last
- * scrubs confirmed; list is the job's part (thread pool); apply compares a
- * listing with the index on the loop. */
+/* The scrub (scrub.c), loop thread. queue starts the pass of the next
+ * volume when one is due and none runs, and adds to the round's ops the
+ * orphans the last passes confirmed (deleted, or adopted) and the corrupt
+ * copies they found (quarantined); finish, when the pass's thread is done
+ * (kvp__tier_job_progress sees scrub_done), compares its listing with the
+ * index; stop ends a running pass and waits for its thread. */
 void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now);
-void kvp__tier_scrub_list(kvp__tier_engine_t *e, op_t *o);
-void kvp__tier_scrub_apply(kvp__tier_engine_t *e, op_t *o);
+void kvp__tier_scrub_finish(kvp__tier_engine_t *e);
+void kvp__tier_scrub_stop(kvp__tier_engine_t *e);
+/* Applies a scrub op's outcome (OP_ORPHAN; OP_SCRUB_BAD goes through the
+ * job's quarantine) on the loop. */
+void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o);
+/* Whether the index places hash in volume v. */
+int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v);
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */

@@ -48,8 +48,39 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     return;
   }
   o->blame = o->from;
-  if (o->kind == OP_SCRUB) {
-    kvp__tier_scrub_list(e, o);
+  if (o->kind == OP_ORPHAN && o->adopt) {
+    /* Adopted only with a valid frame; a bad one is deleted like any
+     * orphan. */
+    o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
+    if (o->rc == 0) {
+      o->adopted = 1;
+      o->bytes = m.payload_len + KVP_FRAME_HEADER;
+      o->parent = m.parent;
+      o->has_parent = m.has_parent;
+      return;
+    }
+    if (o->rc != KVP_ECORRUPT) {
+      if (o->rc == KVP_EOFFLINE)
+        __atomic_store_n(&from->offline_job, 1, __ATOMIC_RELAXED);
+      return;
+    }
+  }
+  if (o->kind == OP_SCRUB_BAD) {
+    /* The scrub read this copy and its frame failed: quarantined, once
+     * (gone already: a move quarantined it meanwhile). */
+    char del[256], why[256];
+    snprintf(why, sizeof why, "%s", o->err);
+    int drc = kvp_volume_delete(from->v, e->ns, o->hash, del, sizeof del);
+    if (drc == KVP_EOFFLINE)
+      __atomic_store_n(&from->offline_job, 1, __ATOMIC_RELAXED);
+    o->rc = drc == 0 ? KVP_ECORRUPT : drc;
+    o->quarantined = drc == 0;
+    if (drc == 0)
+      snprintf(o->err, sizeof o->err, "quarantined: scrub: its frame failed verification (the pass's first: %.160s)", why);
+    else if (drc == KVP_ENOENT)
+      snprintf(o->err, sizeof o->err, "quarantined already");
+    else
+      snprintf(o->err, sizeof o->err, "scrub quarantine: %.200s", del);
     return;
   }
   if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
@@ -96,6 +127,148 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
   }
 }
 
+/* Journals the outcomes of ops[from, to) in one transaction, then hands
+ * them to the loop, which applies them to the index while the job goes
+ * on. */
+static void commit_batch(kvp__tier_engine_t *e, size_t from, size_t to) {
+  kvp__journal_begin(e->db);
+  for (size_t k = from; k < to; k++) {
+    const op_t *o = &e->ops[k];
+    const char *state = o->rc != 0                   ? "failed"
+                        : kvp__tier_is_copy(o->kind) ? "committed"
+                        : o->adopted                 ? "adopted"
+                        : o->kind == OP_ORPHAN       ? "orphan_deleted"
+                                                     : "source_deleted";
+    kvp__journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
+  }
+  kvp__journal_commit(e->db);
+  __atomic_store_n(&e->ready, to, __ATOMIC_RELEASE);
+  if (e->async_ready && to < e->nops)
+    uv_async_send(&e->async);
+}
+
+/* The lane of an op: the volume it writes (a copy's destination, a
+ * delete's volume). One op per lane at a time. */
+static uint32_t lane_of(const op_t *o) {
+  return kvp__tier_is_copy(o->kind) ? o->to : o->from;
+}
+
+/* Parallel moves ([tiering] max_parallel): up to that many threads take
+ * ops, each the earliest op of a lane no other thread is in, so moves into
+ * different volumes overlap and a volume never has two at once. The job's
+ * thread commits the outcomes in batches as the ops finish, in op order
+ * (the loop applies a prefix of ops). */
+typedef struct lanes_s {
+  kvp__tier_engine_t *e;
+  uv_mutex_t mu;
+  uv_cond_t cv;
+  uint32_t *next;                        /* per op: the next op of its lane, or UINT32_MAX */
+  uint8_t *done;                         /* per op */
+  uint32_t head[KVP__TIER_MAX_VOLUMES];  /* per lane: its first op not started */
+  uint32_t inlane[KVP__TIER_MAX_VOLUMES]; /* per lane: ops in flight (at most 1) */
+  size_t started, inflight;
+} lanes_t;
+
+static void lane_worker(void *arg) {
+  lanes_t *l = arg;
+  kvp__tier_engine_t *e = l->e;
+  void *a = NULL, *b = NULL;
+  size_t acap = 0, bcap = 0;
+
+  uv_mutex_lock(&l->mu);
+  while (l->started < e->nops) {
+    uint32_t best = UINT32_MAX, lane = 0;
+    for (uint32_t v = 0; v < e->nvols; v++)
+      if (l->inlane[v] == 0 && l->head[v] < best) {
+        best = l->head[v];
+        lane = v;
+      }
+    if (best == UINT32_MAX) {
+      uv_cond_wait(&l->cv, &l->mu);
+      continue;
+    }
+    l->head[lane] = l->next[best];
+    l->started++;
+    l->inflight++;
+    l->inlane[lane]++;
+    if (l->inflight > __atomic_load_n(&e->par_peak, __ATOMIC_RELAXED))
+      __atomic_store_n(&e->par_peak, (uint32_t)l->inflight, __ATOMIC_RELAXED);
+    if (l->inlane[lane] > __atomic_load_n(&e->lane_peak, __ATOMIC_RELAXED))
+      __atomic_store_n(&e->lane_peak, l->inlane[lane], __ATOMIC_RELAXED);
+    uv_mutex_unlock(&l->mu);
+    do_io(e, &e->ops[best], &a, &acap, &b, &bcap);
+    uv_mutex_lock(&l->mu);
+    l->done[best] = 1;
+    l->inflight--;
+    l->inlane[lane]--;
+    uv_cond_broadcast(&l->cv);
+  }
+  uv_cond_broadcast(&l->cv);
+  uv_mutex_unlock(&l->mu);
+  free(a);
+  free(b);
+}
+
+/* Runs the ops on nthreads threads by lane; returns 0, or KVP_ENOMEM when
+ * they could not start (the caller then runs them in order). */
+static int run_lanes(kvp__tier_engine_t *e, size_t nthreads) {
+  lanes_t l = {.e = e};
+  uv_thread_t th[KVP__TIER_MAX_VOLUMES];
+  size_t nth = 0, done = 0;
+  uint32_t tail[KVP__TIER_MAX_VOLUMES];
+
+  l.next = malloc(e->nops * sizeof *l.next);
+  l.done = calloc(e->nops, 1);
+  if (l.next == NULL || l.done == NULL || uv_mutex_init(&l.mu) != 0) {
+    free(l.next);
+    free(l.done);
+    return KVP_ENOMEM;
+  }
+  uv_cond_init(&l.cv);
+  for (size_t v = 0; v < KVP__TIER_MAX_VOLUMES; v++)
+    l.head[v] = tail[v] = UINT32_MAX;
+  for (size_t i = 0; i < e->nops; i++) {
+    uint32_t v = lane_of(&e->ops[i]);
+    l.next[i] = UINT32_MAX;
+    if (l.head[v] == UINT32_MAX)
+      l.head[v] = (uint32_t)i;
+    else
+      l.next[tail[v]] = (uint32_t)i;
+    tail[v] = (uint32_t)i;
+  }
+  for (; nth < nthreads; nth++)
+    if (uv_thread_create(&th[nth], lane_worker, &l) != 0)
+      break;
+  if (nth == 0)
+    lane_worker(&l); /* no thread: this one does the work */
+  uint64_t batch_ms = kvp__unix_ms();
+  uv_mutex_lock(&l.mu);
+  while (done < e->nops) {
+    size_t upto = done;
+    while (upto < e->nops && l.done[upto])
+      upto++;
+    uint64_t now = kvp__unix_ms();
+    if (upto == done || (upto < e->nops && upto - done < BATCH_MOVES && now - batch_ms < BATCH_MS)) {
+      uint64_t wait_ms = now - batch_ms < BATCH_MS ? BATCH_MS - (now - batch_ms) : 1;
+      uv_cond_timedwait(&l.cv, &l.mu, wait_ms * 1000000ull);
+      continue;
+    }
+    uv_mutex_unlock(&l.mu);
+    commit_batch(e, done, upto);
+    done = upto;
+    batch_ms = kvp__unix_ms();
+    uv_mutex_lock(&l.mu);
+  }
+  uv_mutex_unlock(&l.mu);
+  for (size_t t = 0; t < nth; t++)
+    uv_thread_join(&th[t]);
+  uv_cond_destroy(&l.cv);
+  uv_mutex_destroy(&l.mu);
+  free(l.next);
+  free(l.done);
+  return 0;
+}
+
 /* The job: the journal in transactions around the I/O (queued, then
  * copying, then the moves' outcomes in batches of BATCH_MOVES or BATCH_MS),
  * so that a crash at any point leaves rows that open can resume or roll
@@ -110,7 +283,7 @@ void kvp__tier_job_work(uv_work_t *req) {
   kvp__journal_begin(e->db);
   for (size_t i = 0; i < e->nops; i++) {
     op_t *o = &e->ops[i];
-    if (o->kind >= 0)
+    if (o->kind >= 0 || o->kind == OP_ORPHAN || o->kind == OP_SCRUB_BAD)
       o->journal_id =
           kvp__journal_insert(e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
                               kvp__tier_is_copy(o->kind) ? e->vols[o->to].tier : 0,
@@ -122,28 +295,28 @@ void kvp__tier_job_work(uv_work_t *req) {
     if (kvp__tier_is_copy(e->ops[i].kind))
       kvp__journal_set(e->db, e->ops[i].journal_id, "copying", NULL);
   kvp__journal_commit(e->db);
+  /* Lanes: the volumes the ops write; more than one and max_parallel > 1:
+   * in parallel. */
+  uint64_t lanes = 0;
+  for (size_t i = 0; i < e->nops; i++)
+    lanes |= 1ull << lane_of(&e->ops[i]);
+  size_t nlanes = (size_t)__builtin_popcountll(lanes);
+  size_t nthreads = e->max_parallel < nlanes ? e->max_parallel : nlanes;
+  if (nthreads > 1 && run_lanes(e, nthreads) == 0)
+    return;
   size_t done = 0;
   uint64_t batch_ms = kvp__unix_ms();
   for (size_t i = 0; i < e->nops; i++) {
     do_io(e, &e->ops[i], &a, &acap, &b, &bcap);
+    if (__atomic_load_n(&e->par_peak, __ATOMIC_RELAXED) == 0) {
+      __atomic_store_n(&e->par_peak, 1, __ATOMIC_RELAXED);
+      __atomic_store_n(&e->lane_peak, 1, __ATOMIC_RELAXED);
+    }
     if (i + 1 < e->nops && i + 1 - done < BATCH_MOVES && kvp__unix_ms() - batch_ms < BATCH_MS)
       continue;
-    /* A batch's outcomes are journaled, then handed to the loop, which
-     * applies them to the index while the job goes on. */
-    kvp__journal_begin(e->db);
-    for (size_t k = done; k <= i; k++) {
-      const op_t *o = &e->ops[k];
-      const char *state = o->rc != 0                   ? "failed"
-                          : kvp__tier_is_copy(o->kind) ? "committed"
-                                                       : "source_deleted";
-      kvp__journal_set(e->db, o->journal_id, state, o->rc ? o->err : NULL);
-    }
-    kvp__journal_commit(e->db);
+    commit_batch(e, done, i + 1);
     done = i + 1;
     batch_ms = kvp__unix_ms();
-    __atomic_store_n(&e->ready, done, __ATOMIC_RELEASE);
-    if (e->async_ready && done < e->nops)
-      uv_async_send(&e->async);
   }
   free(a);
   free(b);
@@ -228,11 +401,16 @@ static void quarantine(kvp__tier_engine_t *e, const op_t *o) {
   kvp__index_block_t b;
   size_t n = 0;
 
-  kvp__tier_drop_locations(e, o->hash, from);
-  kvp__tier_publish(e, KVP_EV_REMOVED, from, o);
+  /* A corrupt copy the scrub found may be an orphan: no location to drop,
+   * no block lost. */
+  int had = o->kind != OP_SCRUB_BAD || kvp__tier_located(e, o->hash, from);
+  if (had) {
+    kvp__tier_drop_locations(e, o->hash, from);
+    kvp__tier_publish(e, KVP_EV_REMOVED, from, o);
+  }
   e->st.quarantined++;
   from->st.quarantined++;
-  int lost = kvp__tier_get_block(e, o->hash, &b, &n) != 0 || n == 0;
+  int lost = had && (kvp__tier_get_block(e, o->hash, &b, &n) != 0 || n == 0);
   if (lost)
     e->st.lost++;
   kvp_log_warn("tiering: block %016" PRIx64 " in %s failed verification and is quarantined "
@@ -248,17 +426,13 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
   for (; e->applied < upto; e->applied++) {
     op_t *o = &e->ops[e->applied];
     vol_t *from = &e->vols[o->from];
-    if (o->kind == OP_SCRUB) {
-      kvp__tier_scrub_apply(e, o);
+    if (o->kind == OP_ORPHAN) {
+      kvp__tier_scrub_applied(e, o);
       continue;
     }
-    if (o->kind == OP_ORPHAN) {
-      if (o->rc == 0)
-        e->st.orphans_deleted++;
-      else
-        kvp__tier_vol_warn(from, now,
-                           "tiering: scrub: deleting orphan %016" PRIx64 " in %s failed: %s",
-                           o->hash, from->name, o->err);
+    if (o->kind == OP_SCRUB_BAD && !o->quarantined) {
+      if (o->rc != KVP_ENOENT)
+        failed(e, o, now);
       continue;
     }
     if (o->kind == OP_SOURCE_DELETE)
@@ -321,6 +495,8 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
 
 void kvp__tier_job_progress(uv_async_t *h) {
   kvp__tier_engine_t *e = h->data;
+  if (e->scrub_running && __atomic_load_n(&e->scrub_done, __ATOMIC_ACQUIRE))
+    kvp__tier_scrub_finish(e);
   if (e->busy) {
     size_t upto = __atomic_load_n(&e->ready, __ATOMIC_ACQUIRE);
     if (upto > e->applied) {

@@ -136,6 +136,11 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->scrub_ms = o->scrub_ms > 0 ? (uint64_t)o->scrub_ms : 0;
   e->scrub_due_ms = kvp__unix_ms() + e->scrub_ms;
   e->max_moves = (size_t)o->max_moves;
+  e->max_parallel = o->max_parallel > 0 ? (size_t)o->max_parallel : 1;
+  e->scrub_files_per_s = o->scrub_files_per_s > 0 ? (uint64_t)o->scrub_files_per_s : 0;
+  e->scrub_bytes_per_s = o->scrub_bytes_per_s > 0 ? (uint64_t)o->scrub_bytes_per_s : 0;
+  e->scrub_verify = o->scrub_verify;
+  e->scrub_row = -1;
   e->max_bytes_per_s = (double)o->max_bytes_per_s;
   e->budget = e->max_bytes_per_s;
   e->budget_ms = kvp__unix_ms();
@@ -157,7 +162,8 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
              kvp_strerror(rc));
     goto fail;
   }
-  if ((rc = kvp__journal_open(o->db_path, &e->db, err, errlen)) != 0)
+  if ((rc = kvp__journal_open(o->db_path, &e->db, err, errlen)) != 0 ||
+      (rc = kvp__journal_open(o->db_path, &e->sdb, err, errlen)) != 0)
     goto fail;
   if (o->nats != NULL && o->nats->servers[0] != '\0') {
     kvp_publisher_opts_t po;
@@ -183,6 +189,17 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
     rc = kvp__journal_recent(e->db, RECONCILE_MARGIN_MS, reconcile_row, e);
   if (rc == 0)
     rc = kvp__journal_unfinished(e->db, recover_row, e);
+  if (rc == 0)
+    rc = kvp__journal_scrub_recover(e->sdb, kvp__unix_ms());
+  /* The scrub goes on where the last process left it: the volume whose
+   * last finished pass is the oldest first. */
+  for (size_t v = 0, oldest = UINT64_MAX; v < e->nvols && rc == 0; v++) {
+    uint64_t t = kvp__journal_scrub_last(e->sdb, e->vols[v].name);
+    if (t < oldest) {
+      oldest = t;
+      e->scrub_next = v;
+    }
+  }
   if (rc != 0) {
     snprintf(err, errlen, "tiering: %s: the volumes or migrations tables: %s", o->db_path,
              kvp__journal_errmsg(e->db));

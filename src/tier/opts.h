@@ -39,6 +39,10 @@ typedef struct kvp__tier_opts_s {
   int64_t prefetch_depth;  /* generations of descendants a G4 hit prefetches */
   int64_t prefetch_bytes;  /* bytes a G4 hit prefetches at most */
   int64_t scrub_ms;        /* one volume is scrubbed this often, in turn; 0: no scrub */
+  int64_t scrub_files_per_s; /* objects a pass lists or reads per second; 0: no limit */
+  int64_t scrub_bytes_per_s; /* bytes a pass reads per second; 0: no limit */
+  int scrub_verify;          /* a pass reads every object back (a full-checksum scrub) */
+  int64_t max_parallel;      /* moves in flight at once, each into another volume; 0: 1 */
   const kvp__tier_volume_conf_t *volumes;
   int nvolumes;
 } kvp__tier_opts_t;

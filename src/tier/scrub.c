@@ -1,20 +1,31 @@
 /* The tiering engine's scrub (engine_impl.h): every scrub_ms one volume,
- * in turn, is listed with the plugin's iterate on the job's thread, as the
- * job's first op, so the listing precedes the job's own copies and
- * deletes; the loop then compares it with the index:
- *   - a location the index places there without an object is dropped and
- *     announced (Removed), unless its block was stored or accessed since
- *     the scrub was queued (a worker's put the listing may have missed) or
- *     it is a moved block's source; a listing cut at SCRUB_MAX_KEYS drops
- *     nothing;
- *   - an object no location names is an orphan: counted when first found,
- *     deleted when the volume's next scrub finds it orphaned still (the
- *     grace period: one full turn over the volumes) and the index still
- *     places it nowhere in that volume.
- * The rate limit is the interval: one volume's listing per scrub_ms. */
+ * in turn, gets a pass on a thread of its own, within [tiering]
+ * scrub_files_per_s (objects listed or read per second) and
+ * scrub_bytes_per_s (bytes read per second):
+ *   - the thread lists the volume with the plugin's iterate and, with
+ *     scrub_verify, reads every object back through the frame's checks
+ *     (a full-checksum scrub), noting the ones that fail;
+ *   - the loop then compares the listing with the index: a location the
+ *     index places there without an object is dropped and announced
+ *     (Removed), unless its block was stored or accessed since the pass
+ *     started (a put the listing may have missed) or it is a moved
+ *     block's source; a listing cut at SCRUB_MAX_KEYS drops nothing;
+ *   - an object no location names is an orphan: counted when first found;
+ *     when the volume's next pass finds it orphaned still (the grace
+ *     period: one full turn over the volumes), the next job adopts it if
+ *     the index wants it (it knows the block and has no G3/G4 copy of it)
+ *     and its frame reads back valid, else deletes it; either is a
+ *     migrations row (adopted, orphan_deleted);
+ *   - a copy whose frame failed is quarantined by the next job through the
+ *     path a move's failed verification takes (engine_job.c): deleted, its
+ *     location dropped and announced, a migrations row, once.
+ * Each pass is a row of the scrubs table (running, then done, failed or
+ * stopped, with its figures); the engine's stats carry the same figures
+ * and the running pass's progress. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/array.h"
 #include "common/clock.h"
@@ -22,13 +33,16 @@
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
 
+/* What the pass's thread returns when it was stopped (or its listing cut
+ * at SCRUB_MAX_KEYS: keys_truncated). */
+#define STOPPED KVP_ECLOSED
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
 }
 
-/* Whether the index places hash in volume v. */
-static int located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
+int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
   size_t n = 0;
   if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
     return 0;
@@ -38,64 +52,203 @@ static int located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
   return 0;
 }
 
-void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now) {
-  if (e->scrub_ms > 0 && now >= e->scrub_due_ms && e->nvols > 0) {
-    e->scrub_due_ms = now + e->scrub_ms;
-    /* The next online volume; none online: no scrub this time. */
-    for (size_t k = 0; k < e->nvols; k++) {
-      size_t v = (e->scrub_next + k) % e->nvols;
-      if (e->vols[v].offline)
-        continue;
-      if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
-        break;
-      e->ops[e->nops++] = (op_t){.kind = OP_SCRUB, .from = (uint32_t)v, .journal_id = -1};
-      e->scrub_next = (v + 1) % e->nvols;
-      e->scrub_t0 = now;
-      break;
-    }
-  }
-  for (size_t i = 0; i + 1 < e->norphq; i += 2) {
-    uint64_t hash = e->orphq[i];
-    uint32_t v = (uint32_t)e->orphq[i + 1];
-    if (e->vols[v].offline || located(e, hash, &e->vols[v]))
-      continue; /* a location came meanwhile: not an orphan any more */
-    if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
-      break;
-    e->ops[e->nops++] = (op_t){.kind = OP_ORPHAN, .hash = hash, .from = v, .journal_id = -1};
-  }
-  e->norphq = 0;
+/* Whether the index wants hash adopted: it knows the block and has no G3
+ * or G4 copy of it (one copy between G3 and G4). */
+static int wanted(kvp__tier_engine_t *e, uint64_t hash) {
+  size_t n = 0;
+  if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (e->locs[i].tier == 3 || e->locs[i].tier == 4)
+      return 0;
+  return 1;
 }
 
-typedef struct lister_s {
+/* --- the pass's thread ----------------------------------------------------------- */
+
+/* Sleeps until files objects and bytes bytes since t0 are within the
+ * limits, in slices that notice a stop. Returns 1 when stopped. */
+static int pace(kvp__tier_engine_t *e, uint64_t t0, uint64_t files, uint64_t bytes) {
+  for (;;) {
+    if (__atomic_load_n(&e->scrub_stop, __ATOMIC_RELAXED))
+      return 1;
+    double due = 0;
+    if (e->scrub_files_per_s > 0)
+      due = (double)files * 1000.0 / (double)e->scrub_files_per_s;
+    if (e->scrub_bytes_per_s > 0 && (double)bytes * 1000.0 / (double)e->scrub_bytes_per_s > due)
+      due = (double)bytes * 1000.0 / (double)e->scrub_bytes_per_s;
+    uint64_t now = kvp__unix_ms(), at = t0 + (uint64_t)due;
+    if (now >= at)
+      return 0;
+    uint64_t ms = at - now;
+    usleep((useconds_t)(ms < 50 ? ms : 50) * 1000);
+  }
+}
+
+typedef struct pass_s {
   kvp__tier_engine_t *e;
-} lister_t;
+  uint64_t t0, files, bytes; /* what pace counts */
+} pass_t;
 
 static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
-  kvp__tier_engine_t *e = ((lister_t *)ctx)->e;
-  (void)bytes;
+  pass_t *p = ctx;
+  kvp__tier_engine_t *e = p->e;
   if (strcmp(ns, e->ns) != 0)
     return 0;
-  if (e->nkeys >= SCRUB_MAX_KEYS) {
-    e->keys_truncated = 1;
-    return 1;
-  }
-  if (KVP_ARRAY_RESERVE(e->keys, e->keys_cap, e->nkeys + 1, 1024) != 0) {
+  if (e->nkeys >= SCRUB_MAX_KEYS ||
+      KVP_ARRAY_RESERVE(e->keys, e->keys_cap, e->nkeys + 1, 1024) != 0) {
     e->keys_truncated = 1;
     return 1;
   }
   e->keys[e->nkeys++] = hash;
-  return 0;
+  __atomic_add_fetch(&e->scrub_listed, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&e->scrub_lbytes, bytes, __ATOMIC_RELAXED);
+  return pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
 }
 
-void kvp__tier_scrub_list(kvp__tier_engine_t *e, op_t *o) {
-  lister_t l = {e};
-  e->nkeys = 0;
-  e->keys_truncated = 0;
-  o->rc = kvp_volume_iterate(e->vols[o->from].v, on_key, &l, o->err, sizeof o->err);
-  if (o->rc == KVP_EOFFLINE)
-    __atomic_store_n(&e->vols[o->from].offline_job, 1, __ATOMIC_RELAXED);
-  if (o->rc == 0)
+/* Reads every listed object back (scrub_verify): the frame's checks are
+ * the plugin-independent ones of kvp_volume_get_block. */
+static int verify(kvp__tier_engine_t *e, vol_t *v, pass_t *p) {
+  void *buf = NULL;
+  size_t cap = 0;
+  int rc = 0;
+  char err[256];
+
+  for (size_t i = 0; i < e->nkeys && rc == 0; i++) {
+    kvp_frame_t m;
+    int r = kvp_volume_get_block(v->v, e->ns, e->keys[i], &m, buf, cap, err, sizeof err);
+    if (r == KVP_ETOOBIG) {
+      void *nb = realloc(buf, (size_t)m.payload_len);
+      if (nb == NULL) {
+        rc = KVP_ENOMEM;
+        break;
+      }
+      buf = nb;
+      cap = (size_t)m.payload_len;
+      r = kvp_volume_get_block(v->v, e->ns, e->keys[i], &m, buf, cap, err, sizeof err);
+    }
+    uint64_t got = r == 0 ? m.payload_len + KVP_FRAME_HEADER : 0;
+    if (r == KVP_ECORRUPT) {
+      if (e->nbad == 0)
+        snprintf(e->bad_err, sizeof e->bad_err, "%s", err);
+      if (KVP_ARRAY_RESERVE(e->bad, e->bad_cap, e->nbad + 1, 64) == 0)
+        e->bad[e->nbad++] = e->keys[i];
+    } else if (r == KVP_EOFFLINE) {
+      snprintf(e->scrub_err, sizeof e->scrub_err, "%s", err);
+      rc = r;
+      break;
+    }
+    /* Other errors (gone meanwhile, a read that failed) are not a
+     * finding: the next pass reads the object again. */
+    __atomic_add_fetch(&e->scrub_verified, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&e->scrub_vbytes, got, __ATOMIC_RELAXED);
+    p->bytes += got;
+    if (pace(e, p->t0, ++p->files, p->bytes))
+      rc = STOPPED;
+  }
+  free(buf);
+  return rc;
+}
+
+static void pass_thread(void *arg) {
+  kvp__tier_engine_t *e = arg;
+  vol_t *v = &e->vols[e->scrub_vol];
+  pass_t p = {.e = e, .t0 = kvp__unix_ms()};
+
+  int rc = kvp_volume_iterate(v->v, on_key, &p, e->scrub_err, sizeof e->scrub_err);
+  if (rc == STOPPED && !__atomic_load_n(&e->scrub_stop, __ATOMIC_RELAXED))
+    rc = 0; /* the listing was cut at SCRUB_MAX_KEYS (keys_truncated) */
+  if (rc == 0)
     qsort(e->keys, e->nkeys, sizeof *e->keys, cmp_u64);
+  if (rc == 0 && e->scrub_verify)
+    rc = verify(e, v, &p);
+  e->scrub_rc = rc;
+  __atomic_store_n(&e->scrub_done, 1, __ATOMIC_RELEASE);
+  if (e->async_ready)
+    uv_async_send(&e->async);
+}
+
+/* --- the loop's part ------------------------------------------------------------- */
+
+/* The pass's figures; corrupt only once its thread is done. */
+static kvp__journal_scrub_t figures(const kvp__tier_engine_t *e) {
+  return (kvp__journal_scrub_t){
+      .objects = __atomic_load_n(&e->scrub_listed, __ATOMIC_RELAXED),
+      .bytes = __atomic_load_n(&e->scrub_lbytes, __ATOMIC_RELAXED),
+      .verified = __atomic_load_n(&e->scrub_verified, __ATOMIC_RELAXED),
+      .verified_bytes = __atomic_load_n(&e->scrub_vbytes, __ATOMIC_RELAXED),
+      .missing = e->scrub_missing_pass,
+      .orphans = e->scrub_orphans_pass,
+      .orphans_confirmed = e->scrub_confirmed_pass,
+      .corrupt = __atomic_load_n(&e->scrub_done, __ATOMIC_ACQUIRE) ? e->nbad : 0};
+}
+
+/* Starts the pass of the next online volume. */
+static void start_pass(kvp__tier_engine_t *e, uint64_t now) {
+  for (size_t k = 0; k < e->nvols; k++) {
+    size_t v = (e->scrub_next + k) % e->nvols;
+    if (e->vols[v].offline)
+      continue;
+    e->scrub_vol = (uint32_t)v;
+    e->scrub_next = (v + 1) % e->nvols;
+    e->scrub_t0 = now;
+    e->nkeys = e->nbad = 0;
+    e->keys_truncated = 0;
+    e->scrub_err[0] = e->bad_err[0] = '\0';
+    e->scrub_listed = e->scrub_lbytes = e->scrub_verified = e->scrub_vbytes = 0;
+    e->scrub_missing_pass = e->scrub_orphans_pass = e->scrub_confirmed_pass = 0;
+    e->scrub_stop = e->scrub_done = 0;
+    e->scrub_row = e->sdb ? kvp__journal_scrub_start(e->sdb, e->vols[v].name, e->vols[v].tier,
+                                                     e->scrub_verify, now)
+                          : -1;
+    e->scrub_row_ms = now;
+    if (uv_thread_create(&e->scrub_thread, pass_thread, e) != 0) {
+      kvp_log_warn("tiering: scrub of %s: no thread", e->vols[v].name);
+      kvp__journal_scrub_t f = figures(e);
+      if (e->sdb)
+        kvp__journal_scrub_set(e->sdb, e->scrub_row, "failed", &f, "no thread", now);
+      return;
+    }
+    e->scrub_running = 1;
+    e->st.scrub_running = 1;
+    snprintf(e->st.scrub_volume, sizeof e->st.scrub_volume, "%s", e->vols[v].name);
+    return;
+  }
+}
+
+void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now) {
+  for (size_t i = 0; i + 1 < e->norphq; i += 2) {
+    uint64_t hash = e->orphq[i];
+    uint32_t v = (uint32_t)e->orphq[i + 1];
+    if (e->vols[v].offline || kvp__tier_located(e, hash, &e->vols[v]))
+      continue; /* a location came meanwhile: not an orphan any more */
+    if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+      break;
+    e->ops[e->nops++] = (op_t){.kind = OP_ORPHAN,
+                               .hash = hash,
+                               .from = v,
+                               .journal_id = -1,
+                               .adopt = wanted(e, hash)};
+  }
+  e->norphq = 0;
+  for (size_t i = 0; i + 1 < e->nbadq; i += 2) {
+    uint32_t v = (uint32_t)e->badq[i + 1];
+    if (e->vols[v].offline || KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+      continue; /* offline: its next pass finds it again */
+    op_t *o = &e->ops[e->nops++];
+    *o = (op_t){.kind = OP_SCRUB_BAD, .hash = e->badq[i], .from = v, .journal_id = -1};
+    snprintf(o->err, sizeof o->err, "%s", e->bad_err);
+  }
+  e->nbadq = 0;
+  /* Last: a new pass resets what the ops above were taken from. */
+  if (e->scrub_ms > 0 && now >= e->scrub_due_ms && e->nvols > 0 && !e->scrub_running) {
+    e->scrub_due_ms = now + e->scrub_ms;
+    start_pass(e, now);
+  } else if (e->scrub_running && e->sdb && now - e->scrub_row_ms >= 5000) {
+    kvp__journal_scrub_t f = figures(e); /* the running pass's progress */
+    kvp__journal_scrub_set(e->sdb, e->scrub_row, "running", &f, NULL, now);
+    e->scrub_row_ms = now;
+  }
 }
 
 /* The locations the index places in v without an object in the listing:
@@ -117,12 +270,13 @@ static void drop_missing(kvp__tier_engine_t *e, vol_t *v) {
     const uint64_t *mask = kvp__map64_find(&e->pendset, h);
     if (mask != NULL && (*mask >> (v - e->vols) & 1))
       continue;
-    if (!located(e, h, v))
+    if (!kvp__tier_located(e, h, v))
       continue;
     op_t o = {.hash = h, .parent = b.parent, .has_parent = b.parent != b.hash};
     kvp__tier_drop_locations(e, h, v);
     kvp__tier_publish(e, KVP_EV_REMOVED, v, &o);
     e->st.scrub_missing++;
+    e->scrub_missing_pass++;
     v->st.missing++;
     kvp__tier_vol_warn(v, kvp__unix_ms(),
                        "tiering: scrub: block %016" PRIx64 " is not in %s: its location there "
@@ -131,47 +285,116 @@ static void drop_missing(kvp__tier_engine_t *e, vol_t *v) {
   }
 }
 
-void kvp__tier_scrub_apply(kvp__tier_engine_t *e, op_t *o) {
-  vol_t *v = &e->vols[o->from];
+/* Orphans: counted when first found, queued for the next job when found
+ * again. */
+static void find_orphans(kvp__tier_engine_t *e, vol_t *v) {
   kvp__map64_t now_orphans;
-
-  if (o->rc != 0) {
-    if (o->rc == KVP_EOFFLINE && !v->offline) {
-      kvp_log_warn("tiering: volume %s is offline (scrub): %s", v->name, o->err);
-      v->offline = 1;
-      v->st.offline = 1;
-    } else {
-      kvp__tier_vol_warn(v, kvp__unix_ms(), "tiering: scrub of %s failed: %s", v->name, o->err);
-    }
-    return;
-  }
-  e->st.scrubs++;
-  e->st.scrub_objects += e->nkeys;
-  if (!e->keys_truncated)
-    drop_missing(e, v);
   kvp__map64_init(&now_orphans, 0);
   for (size_t i = 0; i < e->nkeys; i++) {
     uint64_t h = e->keys[i];
-    if (located(e, h, v))
+    if (kvp__tier_located(e, h, v) || bsearch(&h, e->bad, e->nbad, sizeof *e->bad, cmp_u64))
       continue;
     if (kvp__map64_find(&v->orphans, h) != NULL) {
-      /* Orphaned at two scrubs in a row: deleted next round. */
       if (KVP_ARRAY_RESERVE(e->orphq, e->orphq_cap, e->norphq + 2, 64) == 0) {
         e->orphq[e->norphq++] = h;
-        e->orphq[e->norphq++] = o->from;
+        e->orphq[e->norphq++] = (uint64_t)(v - e->vols);
+        e->scrub_confirmed_pass++;
       }
       continue;
     }
     e->st.scrub_orphans++;
+    e->scrub_orphans_pass++;
     if (kvp__map64_put(&now_orphans, h, 1) != 0)
       break;
   }
   kvp__map64_free(&v->orphans);
   v->orphans = now_orphans;
+}
+
+void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
+  vol_t *v = &e->vols[e->scrub_vol];
+  uint64_t now = kvp__unix_ms();
+
+  uv_thread_join(&e->scrub_thread);
+  e->scrub_running = 0;
+  e->st.scrub_running = 0;
+  e->st.scrub_verified += e->scrub_verified;
+  e->st.scrub_verified_bytes += e->scrub_vbytes;
+  e->st.scrub_objects += e->nkeys;
+  e->st.scrub_ms += now - e->scrub_t0;
+  if (e->scrub_rc != 0) {
+    if (e->scrub_rc == KVP_EOFFLINE && !v->offline) {
+      kvp_log_warn("tiering: volume %s is offline (scrub): %s", v->name, e->scrub_err);
+      v->offline = 1;
+      v->st.offline = 1;
+    } else if (e->scrub_rc != STOPPED) {
+      kvp__tier_vol_warn(v, now, "tiering: scrub of %s failed: %s", v->name, e->scrub_err);
+    }
+  } else {
+    e->st.scrubs++;
+    qsort(e->bad, e->nbad, sizeof *e->bad, cmp_u64);
+    if (!e->keys_truncated)
+      drop_missing(e, v);
+    find_orphans(e, v);
+    for (size_t i = 0; i < e->nbad; i++)
+      if (KVP_ARRAY_RESERVE(e->badq, e->badq_cap, e->nbadq + 2, 64) == 0) {
+        e->badq[e->nbadq++] = e->bad[i];
+        e->badq[e->nbadq++] = e->scrub_vol;
+      }
+    e->st.scrub_corrupt += e->nbad;
+  }
+  kvp__journal_scrub_t f = figures(e);
+  if (e->sdb)
+    kvp__journal_scrub_set(e->sdb, e->scrub_row,
+                           e->scrub_rc == 0              ? "done"
+                           : e->scrub_rc == STOPPED ? "stopped"
+                                                          : "failed",
+                           &f, e->scrub_rc == 0 ? NULL : e->scrub_err, now);
   if (e->keys_cap > 4096) { /* a large listing's memory goes back */
     free(e->keys);
     e->keys = NULL;
     e->keys_cap = 0;
   }
   e->nkeys = 0;
+}
+
+void kvp__tier_scrub_stop(kvp__tier_engine_t *e) {
+  if (!e->scrub_running)
+    return;
+  __atomic_store_n(&e->scrub_stop, 1, __ATOMIC_RELAXED);
+  uv_thread_join(&e->scrub_thread);
+  e->scrub_running = 0;
+  e->st.scrub_running = 0;
+  kvp__journal_scrub_t f = figures(e);
+  if (e->sdb)
+    kvp__journal_scrub_set(e->sdb, e->scrub_row, "stopped", &f, "the engine stopped",
+                           kvp__unix_ms());
+  e->nkeys = 0;
+}
+
+void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o) {
+  vol_t *v = &e->vols[o->from];
+  uint64_t now = kvp__unix_ms();
+  kvp__index_block_t b;
+  size_t n = 0;
+
+  if (o->adopted) {
+    /* Still wanted and still not placed here (the job ran meanwhile). */
+    if (!wanted(e, o->hash) || kvp__tier_get_block(e, o->hash, &b, &n) != 0)
+      return;
+    kvp__index_store(e->ix, o->hash, b.parent != b.hash, b.parent, e->advisor_worker, v->tier,
+                     v->id, b.tokens, b.bytes, b.last_access_ms);
+    o->tokens = b.tokens;
+    o->parent = b.parent;
+    o->has_parent = b.parent != b.hash;
+    kvp__tier_publish(e, KVP_EV_STORED, v, o);
+    e->st.orphans_adopted++;
+    kvp_log_info("tiering: scrub: orphan %016" PRIx64 " in %s adopted (valid frame, wanted)",
+                 o->hash, v->name);
+  } else if (o->rc == 0) {
+    e->st.orphans_deleted++;
+  } else if (o->rc != KVP_ENOENT) {
+    kvp__tier_vol_warn(v, now, "tiering: scrub: orphan %016" PRIx64 " in %s: %s", o->hash,
+                       v->name, o->err);
+  }
 }

@@ -300,7 +300,8 @@ static void old_schema_is_upgraded(void **state) {
   kvp__store_close(st);
   assert_int_equal(q1(f->path, "SELECT value FROM meta WHERE key = 'schema_version'"),
                    KVP__STORE_SCHEMA_VERSION);
-  assert_int_equal(q1(f->path, "SELECT count(*) FROM sqlite_master WHERE type = 'view'"), 5);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM sqlite_master WHERE type = 'view'"), 6);
+  assert_int_equal(q1(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'scrubs'"), 1);
   assert_int_equal(q1(f->path, "SELECT count(*) FROM pragma_table_info('blocks')"
                                " WHERE name = 'hits'"),
                    1);
