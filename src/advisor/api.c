@@ -224,6 +224,22 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
                   (json_int_t)x->tier->events_published, "events_dropped",
                   (json_int_t)x->tier->events_dropped, "high_watermark", x->high_watermark,
                   "low_watermark", x->low_watermark, "volumes", vols ? vols : json_array()));
+    const kvp__tier_stats_t *t = x->tier;
+    json_t *jt = json_object_get(o, "tiering");
+    json_object_set_new(
+        jt, "scrub",
+        json_pack("{s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+                  "running", t->scrub_running, "volume", t->scrub_volume, "progress_objects",
+                  (json_int_t)t->scrub_progress_objects, "progress_verified",
+                  (json_int_t)t->scrub_progress_verified, "passes", (json_int_t)t->scrubs,
+                  "objects", (json_int_t)t->scrub_objects, "verified",
+                  (json_int_t)t->scrub_verified, "verified_bytes",
+                  (json_int_t)t->scrub_verified_bytes, "missing", (json_int_t)t->scrub_missing,
+                  "orphans", (json_int_t)t->scrub_orphans, "orphans_deleted",
+                  (json_int_t)t->orphans_deleted, "orphans_adopted", (json_int_t)t->orphans_adopted,
+                  "corrupt", (json_int_t)t->scrub_corrupt, "ms", (json_int_t)t->scrub_ms));
+    json_object_set_new(jt, "quarantined", json_integer((json_int_t)t->quarantined));
+    json_object_set_new(jt, "parallel_peak", json_integer((json_int_t)t->parallel_peak));
   }
   return dump(o, reply);
 }

@@ -148,6 +148,26 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
       (double)t->scrub_orphans);
   one(p, "kvplane_scrub_orphans_deleted_total", "counter",
       "Orphans deleted, still orphaned at their volume's next scrub.", (double)t->orphans_deleted);
+  one(p, "kvplane_scrub_orphans_adopted_total", "counter",
+      "Orphans adopted: a valid frame of a block the index wants and has no G3/G4 copy of.",
+      (double)t->orphans_adopted);
+  one(p, "kvplane_scrub_verified_total", "counter",
+      "Objects a scrub pass read back and checked ([tiering] scrub_verify).",
+      (double)t->scrub_verified);
+  one(p, "kvplane_scrub_verified_bytes_total", "counter", "Bytes those reads took.",
+      (double)t->scrub_verified_bytes);
+  one(p, "kvplane_scrub_corrupt_total", "counter",
+      "Copies whose frame failed the scrub's checks: quarantined.", (double)t->scrub_corrupt);
+  one(p, "kvplane_scrub_seconds_total", "counter", "Time the finished scrub passes took.",
+      (double)t->scrub_ms / 1e3);
+  one(p, "kvplane_scrub_running", "gauge", "1 while a scrub pass runs.",
+      (double)t->scrub_running);
+  one(p, "kvplane_scrub_pass_objects", "gauge",
+      "Objects the running scrub pass has listed so far (0: none runs).",
+      (double)t->scrub_progress_objects);
+  one(p, "kvplane_migration_parallel_peak", "gauge",
+      "Most moves in flight at once ([tiering] max_parallel, one per destination volume).",
+      (double)t->parallel_peak);
   one(p, "kvplane_migration_skipped_total", "counter",
       "Moves not tried because a volume went offline during their job.", (double)t->skipped);
   kvp__prom_family(p, "kvplane_migrated_bytes_total", "counter",

@@ -217,6 +217,7 @@ static void start_pass(kvp__tier_engine_t *e, uint64_t now) {
 }
 
 void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now) {
+  size_t first = e->nops;
   for (size_t i = 0; i + 1 < e->norphq; i += 2) {
     uint64_t hash = e->orphq[i];
     uint32_t v = (uint32_t)e->orphq[i + 1];
@@ -240,8 +241,10 @@ void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now) {
     snprintf(o->err, sizeof o->err, "%s", e->bad_err);
   }
   e->nbadq = 0;
-  /* Last: a new pass resets what the ops above were taken from. */
-  if (e->scrub_ms > 0 && now >= e->scrub_due_ms && e->nvols > 0 && !e->scrub_running) {
+  /* A new pass waits for a round without such ops: it would read the
+   * copies they delete while they do, and find them again. */
+  int queued = e->nops > first;
+  if (!queued && e->scrub_ms > 0 && now >= e->scrub_due_ms && e->nvols > 0 && !e->scrub_running) {
     e->scrub_due_ms = now + e->scrub_ms;
     start_pass(e, now);
   } else if (e->scrub_running && e->sdb && now - e->scrub_row_ms >= 5000) {

@@ -4,6 +4,9 @@ kvp_add_test(tier_engine tier/test_tier_engine.c LABELS tier volume nats s3 TIME
 target_compile_definitions(test_tier_engine PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_tier_engine kvplane-volume-posix kvplane-volume-s3)
+kvp_add_test(tier_scrub tier/test_tier_scrub.c LABELS tier volume TIMEOUT 120)
+target_compile_definitions(test_tier_scrub PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_tier_scrub kvplane-volume-posix)
 # kill -9 of the advisor during migrations: 3 kills in the normal run, 20 in
 # the slow-labelled one.
 kvp_add_test(tier_kill tier/test_tier_kill.c LABELS tier nats TIMEOUT 180)
