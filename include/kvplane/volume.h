@@ -69,6 +69,17 @@ int kvp_volume_open(const char *plugin_dir, const char *plugin, const char *name
                     const kvp_volume_param_t *params, size_t nparams, kvp_volume_t **out, char *err,
                     size_t errlen);
 
+/* kvp_volume_open for namespace ns: when the plugin has
+ * KVP_VOLUME_KNOWS_NAMESPACE, the parameter namespace=ns is added (the
+ * plugin records it in a new volume's identity and refuses a volume of
+ * another namespace); other plugins get params as they are. ns NULL or "":
+ * kvp_volume_open. A namespace among params that differs from ns is
+ * KVP_ECONFIG. The advisor's tiering engine and `kvplane-advisor
+ * --check-volumes` open their volumes this way; a worker should too. */
+int kvp_volume_open_ns(const char *plugin_dir, const char *plugin, const char *name,
+                       const char *ns, const kvp_volume_param_t *params, size_t nparams,
+                       kvp_volume_t **out, char *err, size_t errlen);
+
 /* Closes the volume and unloads the plugin; NULL is accepted. */
 void kvp_volume_close(kvp_volume_t *v);
 

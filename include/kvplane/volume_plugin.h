@@ -36,8 +36,9 @@ extern "C" {
 #endif
 
 /* The ABI version this header describes. Version 1: the operations up to
- * compact. */
-#define KVP_VOLUME_ABI_VERSION 1
+ * compact. Version 2: the same table, and the flag
+ * KVP_VOLUME_KNOWS_NAMESPACE. */
+#define KVP_VOLUME_ABI_VERSION 2
 
 /* The name of the one function a plugin exports, of type
  * kvp_volume_entry_fn; the same in every ABI version. */
@@ -70,6 +71,14 @@ enum {
    * device they live on) gives it its meaning; until then no plugin may set
    * it, and the loader refuses one that does. */
   KVP_VOLUME_CAN_DEVICE = 1u << 2,
+  /* Version 2: open accepts the parameter "namespace", the kvplane
+   * namespace the caller serves, which kvp_volume_open_ns adds (a plugin
+   * without the flag never receives it, so a version-1 plugin, which
+   * refuses unknown parameters, keeps loading). A plugin with an identity
+   * marker records it there when it creates the volume and refuses, at
+   * open, a volume whose marker names another namespace (KVP_ECONFIG,
+   * naming both). */
+  KVP_VOLUME_KNOWS_NAMESPACE = 1u << 3,
 };
 
 /* Every operation returns 0 or a negative KVP_E* code (kvplane/status.h)

@@ -69,7 +69,8 @@ static void px_close(void *vol);
 static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char *err,
                    size_t errlen) {
   posix_t *p = calloc(1, sizeof *p);
-  const char *root = NULL, *name = NULL;
+  const char *root = NULL, *name = NULL, *ns = NULL;
+  char marker_ns[64];
   int rc, init_auto = 1;
   struct stat sb;
 
@@ -103,8 +104,11 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
       init_auto = strcmp(v, "auto") == 0;
     } else if (strcmp(k, "name") == 0) {
       name = v;
+    } else if (strcmp(k, "namespace") == 0) {
+      ns = v; /* added by kvp_volume_open_ns (KVP_VOLUME_KNOWS_NAMESPACE) */
     } else {
-      snprintf(err, errlen, "unknown parameter '%s' (path, capacity, fsync, init, name)", k);
+      snprintf(err, errlen,
+               "unknown parameter '%s' (path, capacity, fsync, init, name, namespace)", k);
       rc = KVP_ECONFIG;
       goto out;
     }
@@ -124,18 +128,25 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
     rc = px_fail(px_errno_code(errno), err, errlen, "path %s: %s", p->root, errno);
     goto out;
   }
-  if (px_read_marker(p->marker, p->id) != 0) {
+  if (px_read_marker(p->marker, p->id, marker_ns) != 0) {
     if (!init_auto) {
       snprintf(err, errlen, "path %s: no identity marker %s (init=never): offline", p->root,
                MARKER);
       rc = KVP_EOFFLINE;
       goto out;
     }
-    if (px_write_marker(p, name) != 0) {
+    if (px_write_marker(p, name, ns) != 0) {
       rc = px_fail(px_errno_code(errno), err, errlen, "path %s: the identity marker: %s", p->root,
                    errno);
       goto out;
     }
+  } else if (ns != NULL && ns[0] != '\0' && marker_ns[0] != '\0' && strcmp(ns, marker_ns) != 0) {
+    snprintf(err, errlen,
+             "path %s: the volume belongs to namespace '%s' (its marker %s), not to namespace "
+             "'%s': refused",
+             p->root, marker_ns, MARKER, ns);
+    rc = KVP_ECONFIG;
+    goto out;
   }
   if (stat(p->marker, &sb) != 0) {
     rc = px_fail(px_errno_code(errno), err, errlen, "%s: %s", p->marker, errno);
@@ -409,7 +420,7 @@ static int px_iterate(void *vol, kvp_volume_key_fn fn, void *ctx, char *err, siz
 static const kvp_volume_ops_t ops = {
     .abi_version = KVP_VOLUME_ABI_VERSION,
     .name = "posix",
-    .flags = 0,
+    .flags = KVP_VOLUME_KNOWS_NAMESPACE,
     .open = px_open,
     .close = px_close,
     .put = px_put,

@@ -38,10 +38,13 @@ int px_sync_dir(const char *dir);
 int px_mkdir_p(const char *root, const char *ns, const char *dir);
 
 /* volume.c: identity. */
-/* Reads the marker's id into id (33 bytes). Returns 0, or -1 with errno. */
-int px_read_marker(const char *path, char *id);
-/* Writes a new marker (temp name, fsync, rename): a new volume. */
-int px_write_marker(posix_t *p, const char *name);
+/* Reads the marker's id into id (33 bytes) and, when ns is not NULL, its
+ * namespace into ns (64 bytes, "" when it names none). Returns 0, or -1
+ * with errno. */
+int px_read_marker(const char *path, char *id, char *ns);
+/* Writes a new marker (temp name, fsync, rename): a new volume of name and
+ * namespace ns (either may be NULL). */
+int px_write_marker(posix_t *p, const char *name, const char *ns);
 /* 0 when the marker open found is at its place, else KVP_EOFFLINE with err
  * (may be NULL) naming the root and why. */
 int px_identity(posix_t *p, char *err, size_t errlen);

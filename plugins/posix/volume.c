@@ -69,8 +69,10 @@ int px_mkdir_p(const char *root, const char *ns, const char *dir) {
 
 /* --- identity ---------------------------------------------------------------- */
 
-/* Reads the marker's id into id (33 bytes). Returns 0, or -1 with errno. */
-int px_read_marker(const char *path, char *id) {
+/* Reads the marker's id into id (33 bytes) and, when ns is not NULL, the
+ * namespace it names into ns (64 bytes; "" for a marker written before
+ * markers held one). Returns 0, or -1 with errno. */
+int px_read_marker(const char *path, char *id, char *ns) {
   char buf[512];
   FILE *fp = fopen(path, "re");
   if (fp == NULL)
@@ -85,11 +87,20 @@ int px_read_marker(const char *path, char *id) {
   }
   memcpy(id, at + 4, 32);
   id[32] = '\0';
+  if (ns != NULL) {
+    const char *n = strstr(buf, "\nnamespace=");
+    size_t len = n ? strcspn(n + 11, "\n") : 0;
+    if (len > 63)
+      len = 63;
+    if (n)
+      memcpy(ns, n + 11, len);
+    ns[len] = '\0';
+  }
   return 0;
 }
 
 /* Writes a new marker (temp name, fsync, rename): a new volume. */
-int px_write_marker(posix_t *p, const char *name) {
+int px_write_marker(posix_t *p, const char *name, const char *ns) {
   char tmp[3300], text[512];
   unsigned char rnd[16];
   int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -102,8 +113,9 @@ int px_write_marker(posix_t *p, const char *name) {
   close(fd);
   for (int i = 0; i < 16; i++)
     snprintf(p->id + 2 * i, 3, "%02x", rnd[i]);
-  int n = snprintf(text, sizeof text, "kvplane volume\nid=%s\nname=%s\ncreated_unix=%ld\n", p->id,
-                   name ? name : "", (long)time(NULL));
+  int n = snprintf(text, sizeof text,
+                   "kvplane volume\nid=%s\nname=%s\nnamespace=%s\ncreated_unix=%ld\n", p->id,
+                   name ? name : "", ns ? ns : "", (long)time(NULL));
   snprintf(tmp, sizeof tmp, "%s.tmp", p->marker);
   if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
     return -1;
@@ -134,7 +146,7 @@ int px_identity(posix_t *p, char *err, size_t errlen) {
     if (same)
       return 0;
   }
-  if (stat(p->marker, &sb) == 0 && px_read_marker(p->marker, id) == 0 && strcmp(id, p->id) == 0) {
+  if (stat(p->marker, &sb) == 0 && px_read_marker(p->marker, id, NULL) == 0 && strcmp(id, p->id) == 0) {
     pthread_mutex_lock(&p->mu);
     p->mdev = sb.st_dev;
     p->mino = sb.st_ino;

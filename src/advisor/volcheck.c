@@ -116,8 +116,8 @@ static int check_one(const kvp_advisor_config_t *cfg, int i, char *err, size_t e
   }
   if (has_path && scratch[0] == '\0')
     return 0;
-  rc = kvp_volume_open(cfg->plugin_dir[0] ? cfg->plugin_dir : NULL, v->plugin, v->name, p, n, &vol,
-                       why, sizeof why);
+  rc = kvp_volume_open_ns(cfg->plugin_dir[0] ? cfg->plugin_dir : NULL, v->plugin, v->name, cfg->ns,
+                          p, n, &vol, why, sizeof why);
   kvp_volume_close(vol);
   if (scratch[0])
     nftw(scratch, rm_entry, 8, FTW_DEPTH | FTW_PHYS);

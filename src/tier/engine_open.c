@@ -31,8 +31,11 @@ static int open_volume(kvp__tier_engine_t *e, const kvp__tier_opts_t *o,
   snprintf(v->name, sizeof v->name, "%s", c->name);
   v->tier = c->tier;
   v->capacity = (uint64_t)c->capacity;
-  int rc = kvp_volume_open(o->plugin_dir && o->plugin_dir[0] ? o->plugin_dir : NULL, c->plugin,
-                           c->name, p, np, &v->v, err, errlen);
+  /* The namespace goes into a new volume's identity marker, and a volume
+   * of another namespace is refused (plugins with
+   * KVP_VOLUME_KNOWS_NAMESPACE). */
+  int rc = kvp_volume_open_ns(o->plugin_dir && o->plugin_dir[0] ? o->plugin_dir : NULL, c->plugin,
+                              c->name, o->ns, p, np, &v->v, err, errlen);
   if (rc == 0)
     rc = kvp__index_volume(e->ix, c->name, &v->id);
   return rc;

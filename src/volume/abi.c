@@ -24,14 +24,18 @@ static const size_t table_size[KVP_VOLUME_ABI_VERSION + 1] = {
 #if KVP_VOLUME_ABI_VERSION > 1
     [1] = END_OF(compact),
 #endif
+#if KVP_VOLUME_ABI_VERSION > 2
+    [2] = END_OF(compact), /* version 2 added a flag, no operation */
+#endif
 };
 
 /* The flags a version gives a meaning to: copy and compact in every one.
+ * KVP_VOLUME_KNOWS_NAMESPACE from version 2.
  * KVP_VOLUME_CAN_DEVICE in none yet: the version N that adds the device
  * operations adds "| (version >= N ? KVP_VOLUME_CAN_DEVICE : 0)". */
 static uint32_t known_flags(uint32_t version) {
-  (void)version;
-  return KVP_VOLUME_CAN_COPY | KVP_VOLUME_CAN_COMPACT;
+  return KVP_VOLUME_CAN_COPY | KVP_VOLUME_CAN_COMPACT |
+         (version >= 2 ? KVP_VOLUME_KNOWS_NAMESPACE : 0);
 }
 
 /* The operations every plugin must have, NULL when all are there, else the

@@ -82,7 +82,16 @@ const char *kvp_volume_plugin_dir(void) {
 int kvp_volume_open(const char *plugin_dir, const char *plugin, const char *name,
                     const kvp_volume_param_t *params, size_t nparams, kvp_volume_t **out, char *err,
                     size_t errlen) {
+  return kvp_volume_open_ns(plugin_dir, plugin, name, NULL, params, nparams, out, err, errlen);
+}
+
+#define MAX_PARAMS 64
+
+int kvp_volume_open_ns(const char *plugin_dir, const char *plugin, const char *name,
+                       const char *ns, const kvp_volume_param_t *params, size_t nparams,
+                       kvp_volume_t **out, char *err, size_t errlen) {
   char path[4096], why[512] = "";
+  kvp_volume_param_t with_ns[MAX_PARAMS + 1];
   struct stat sb;
   kvp_volume_t *v;
   int rc;
@@ -123,6 +132,29 @@ int kvp_volume_open(const char *plugin_dir, const char *plugin, const char *name
   if ((rc = kvp__volume_adopt_ops(table, &v->ops, path, why, sizeof why)) != 0) {
     snprintf(err, errlen, "volume %s: %s", name, why);
     goto fail;
+  }
+  if (ns != NULL && ns[0] != '\0' && (v->ops.flags & KVP_VOLUME_KNOWS_NAMESPACE)) {
+    size_t k = 0;
+    for (size_t i = 0; i < nparams; i++) {
+      if (strcmp(params[i].key, "namespace") == 0) {
+        if (params[i].value == NULL || strcmp(params[i].value, ns) != 0) {
+          snprintf(err, errlen, "volume %s: parameter namespace=%s, but it serves namespace %s",
+                   name, params[i].value ? params[i].value : "", ns);
+          rc = KVP_ECONFIG;
+          goto fail;
+        }
+        continue;
+      }
+      if (k == MAX_PARAMS) {
+        snprintf(err, errlen, "volume %s: more than %d parameters", name, MAX_PARAMS);
+        rc = KVP_ECONFIG;
+        goto fail;
+      }
+      with_ns[k++] = params[i];
+    }
+    with_ns[k++] = (kvp_volume_param_t){"namespace", ns};
+    params = with_ns;
+    nparams = k;
   }
   if ((rc = v->ops.open(params, nparams, &v->vol, why, sizeof why)) != 0) {
     snprintf(err, errlen, "volume %s (plugin %s): %s", name, plugin,

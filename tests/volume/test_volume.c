@@ -335,6 +335,59 @@ static void posix_without_its_marker_is_offline(void **state) {
   assert_int_equal(files_under(bare), 0);
 }
 
+
+/* The marker records the namespace of the caller that created the volume
+ * (kvp_volume_open_ns adds namespace= for a plugin with
+ * KVP_VOLUME_KNOWS_NAMESPACE); a volume of another namespace is refused,
+ * naming both; a version-1 plugin, which refuses unknown parameters, is
+ * not given it and still opens. */
+static void posix_marker_names_its_namespace(void **state) {
+  fx_t *f = *state;
+  kvp_volume_t *v = NULL;
+  char err[512], root[400], marker[480], text[512] = "";
+
+  snprintf(root, sizeof root, "%s/ns-vol", f->dir);
+  kvp_volume_param_t p[1] = {{"path", root}};
+  assert_int_equal(
+      kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "posix", "g4", "ns-a", p, 1, &v, err, sizeof err),
+      0);
+  assert_true(kvp_volume_ops(v)->flags & KVP_VOLUME_KNOWS_NAMESPACE);
+  kvp_volume_close(v);
+  snprintf(marker, sizeof marker, "%s/.kvplane-volume", root);
+  FILE *fp = fopen(marker, "r");
+  assert_non_null(fp);
+  assert_true(fread(text, 1, sizeof text - 1, fp) > 0);
+  fclose(fp);
+  assert_non_null(strstr(text, "\nnamespace=ns-a\n"));
+  /* Another namespace: refused, both named, nothing written. */
+  v = NULL;
+  assert_int_equal(
+      kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "posix", "g4", "ns-b", p, 1, &v, err, sizeof err),
+      KVP_ECONFIG);
+  assert_null(v);
+  assert_non_null(strstr(err, "'ns-a'"));
+  assert_non_null(strstr(err, "'ns-b'"));
+  assert_non_null(strstr(err, root));
+  /* Its own namespace, and a caller that names none, open it. */
+  assert_int_equal(
+      kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "posix", "g4", "ns-a", p, 1, &v, err, sizeof err),
+      0);
+  kvp_volume_close(v);
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &v, err, sizeof err),
+                   0);
+  kvp_volume_close(v);
+  /* A namespace parameter that disagrees with the caller's. */
+  kvp_volume_param_t q[2] = {{"path", root}, {"namespace", "ns-b"}};
+  assert_int_equal(
+      kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "posix", "g4", "ns-a", q, 2, &v, err, sizeof err),
+      KVP_ECONFIG);
+  /* A version-1 plugin takes no parameters and gets none. */
+  assert_int_equal(
+      kvp_volume_open_ns(KVP_TEST_PLUGIN_DIR, "v1", "g3-v1", "ns-a", NULL, 0, &v, err, sizeof err),
+      0);
+  kvp_volume_close(v);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(frame_checks_every_field),
     cmocka_unit_test(loader_names_file_and_cause),
@@ -343,6 +396,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(posix_open_removes_leftovers_and_rebuilds_usage, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(posix_without_its_marker_is_offline, setup, teardown),
+    cmocka_unit_test_setup_teardown(posix_marker_names_its_namespace, setup, teardown),
 };
 
 KVP_TEST_MAIN("volume", tests)
