@@ -458,6 +458,7 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   free(e->ops);
   free(e->bad);
   free(e->badq);
+  kvp__map64_free(&e->scrub_touched);
   free(e->pend);
   kvp__map64_free(&e->pendset);
   free(e->cands);

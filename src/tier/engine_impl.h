@@ -156,6 +156,7 @@ struct kvp__tier_engine_s {
   int64_t scrub_row;    /* the pass's row, or -1 */
   uint64_t scrub_row_ms; /* when it was last updated */
   uint64_t scrub_missing_pass, scrub_orphans_pass, scrub_confirmed_pass;
+  kvp__map64_t scrub_touched; /* blocks moved into the pass's volume during it */
   uint64_t *keys;
   size_t nkeys, keys_cap;
   int keys_truncated;
@@ -225,6 +226,9 @@ void kvp__tier_scrub_stop(kvp__tier_engine_t *e);
 /* Applies a scrub op's outcome (OP_ORPHAN; OP_SCRUB_BAD goes through the
  * job's quarantine) on the loop. */
 void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o);
+/* A move committed hash into volume v: a running pass of v does not take
+ * it for missing. */
+void kvp__tier_scrub_touched(kvp__tier_engine_t *e, uint64_t hash, uint32_t v);
 /* Whether the index places hash in volume v. */
 int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v);
 

@@ -474,6 +474,7 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
     } else {
       vol_t *to = &e->vols[o->to];
       kvp__tier_publish(e, KVP_EV_STORED, to, o);
+      kvp__tier_scrub_touched(e, o->hash, o->to);
       kvp__index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
                        to->id, o->tokens, o->bytes, now);
       if (o->kind == KVP__TIER_DEMOTE)

@@ -8,8 +8,9 @@
  *   - the loop then compares the listing with the index: a location the
  *     index places there without an object is dropped and announced
  *     (Removed), unless its block was stored or accessed since the pass
- *     started (a put the listing may have missed) or it is a moved
- *     block's source; a listing cut at SCRUB_MAX_KEYS drops nothing;
+ *     started (a put the listing may have missed; the index keeps
+ *     seconds, so since the second before), the engine moved it there
+ *     during the pass, or it is a moved block's source; a listing cut at SCRUB_MAX_KEYS drops nothing;
  *   - an object no location names is an orphan: counted when first found;
  *     when the volume's next pass finds it orphaned still (the grace
  *     period: one full turn over the volumes), the next job adopts it if
@@ -198,6 +199,8 @@ static void start_pass(kvp__tier_engine_t *e, uint64_t now) {
     e->scrub_listed = e->scrub_lbytes = e->scrub_verified = e->scrub_vbytes = 0;
     e->scrub_missing_pass = e->scrub_orphans_pass = e->scrub_confirmed_pass = 0;
     e->scrub_stop = e->scrub_done = 0;
+    kvp__map64_free(&e->scrub_touched);
+    kvp__map64_init(&e->scrub_touched, 0);
     e->scrub_row = e->sdb ? kvp__journal_scrub_start(e->sdb, e->vols[v].name, e->vols[v].tier,
                                                      e->scrub_verify, now)
                           : -1;
@@ -267,8 +270,12 @@ static void drop_missing(kvp__tier_engine_t *e, vol_t *v) {
     uint64_t h = e->lru[i];
     kvp__index_block_t b;
     size_t nl = 0;
+    /* The index keeps last access in whole seconds: a block stored in
+     * the second the pass started counts as stored since. A block the
+     * engine moved into v during the pass is spared by name. */
     if (bsearch(&h, e->keys, e->nkeys, sizeof *e->keys, cmp_u64) != NULL ||
-        kvp__tier_get_block(e, h, &b, &nl) != 0 || b.last_access_ms >= e->scrub_t0)
+        kvp__tier_get_block(e, h, &b, &nl) != 0 || b.last_access_ms + 1000 > e->scrub_t0 ||
+        kvp__map64_find(&e->scrub_touched, h) != NULL)
       continue;
     const uint64_t *mask = kvp__map64_find(&e->pendset, h);
     if (mask != NULL && (*mask >> (v - e->vols) & 1))
@@ -312,6 +319,11 @@ static void find_orphans(kvp__tier_engine_t *e, vol_t *v) {
   }
   kvp__map64_free(&v->orphans);
   v->orphans = now_orphans;
+}
+
+void kvp__tier_scrub_touched(kvp__tier_engine_t *e, uint64_t hash, uint32_t v) {
+  if (e->scrub_running && v == e->scrub_vol)
+    kvp__map64_put(&e->scrub_touched, hash, 1); /* no memory: the seconds rule still holds */
 }
 
 void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
@@ -359,6 +371,7 @@ void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
     e->keys_cap = 0;
   }
   e->nkeys = 0;
+  kvp__map64_free(&e->scrub_touched);
 }
 
 void kvp__tier_scrub_stop(kvp__tier_engine_t *e) {
@@ -373,6 +386,7 @@ void kvp__tier_scrub_stop(kvp__tier_engine_t *e) {
     kvp__journal_scrub_set(e->sdb, e->scrub_row, "stopped", &f, "the engine stopped",
                            kvp__unix_ms());
   e->nkeys = 0;
+  kvp__map64_free(&e->scrub_touched);
 }
 
 void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o) {

@@ -16,3 +16,8 @@ foreach(t test_tier_kill test_tier_kill_slow)
   add_dependencies(${t} kvplane-volume-posix kvplane-advisor)
 endforeach()
 target_compile_definitions(test_tier_kill_slow PRIVATE TIER_KILLS=20)
+# Storage faults on real mounts (tmpfs, bind mounts) under the real
+# advisor: root only, else skipped (exit 77).
+kvp_add_test(tier_faults tier/test_tier_faults.c LABELS tier nats mounts TIMEOUT 120)
+target_compile_definitions(test_tier_faults PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_tier_faults kvplane-volume-posix kvplane-advisor)
