@@ -22,8 +22,10 @@ relay:          kvplane-relay with --metrics and endpoints no engine serves:
 
 Environment: KVP_TEST_BINDIR (the build directory), KVP_TEST_SRCDIR (the
 source tree), both set by ctest."""
+import json
 import os
 import shutil
+import sqlite3
 import signal
 import socket
 import subprocess
@@ -265,7 +267,7 @@ def test_advisor_tiering(tmp):
         os.makedirs(os.path.join(vols, "g3"))  # as the demo: the posix plugin makes the last level
         plugins = os.path.join(BIN, "plugins")
         extra = ("[tiering]\nenabled = true\nplugin_dir = %s\ninterval = 200ms\ngrace = 0s\n"
-                 "min_residence = 0s\n"
+                 "min_residence = 0s\nscrub_interval = 300ms\nscrub_verify = true\n"
                  "[volume g3-sim-0]\ntier = 3\nplugin = posix\ncapacity = 128KiB\npath = %s\n"
                  "fsync = off\n"
                  "[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 1GiB\npath = %s\n"
@@ -301,8 +303,27 @@ def test_advisor_tiering(tmp):
             cap = value(fams, "kvplane_volume_capacity_bytes", volume=v)
             fill = value(fams, "kvplane_volume_fill_ratio", volume=v)
             assert abs(fill - used / cap) < 1e-9, (v, used, cap, fill)
+        # The scrub: verifying passes, in metrics, the stats reply and SQL.
+        def scrubbed():
+            f, _ = scrape(mport)
+            return value(f, "kvplane_scrub_volumes") >= 2 and \
+                value(f, "kvplane_scrub_verified") > 0
+        wait_for("two scrub passes", scrubbed)
+        fams, _ = scrape(mport)
+        assert fams["kvplane_scrub_running"].type == "gauge"
+        assert fams["kvplane_scrub_verified_bytes"].type == "counter"
+        assert value(fams, "kvplane_scrub_corrupt") == 0
+        out = subprocess.run([os.path.join(BIN, "tools", "kvplane"), "stats", "-s",
+                              "nats://127.0.0.1:%d" % nport], check=True, capture_output=True,
+                             text=True).stdout
+        scrub = json.loads(out)["tiering"]["scrub"]
+        assert scrub["passes"] >= 2 and scrub["verified"] > 0 and scrub["corrupt"] == 0, scrub
         procs.stop(adv)
         assert adv.returncode == 0, "advisor exit %s:\n%s" % (adv.returncode, procs.log("advisor"))
+        db = sqlite3.connect(os.path.join(tmp, "advisor.db"))
+        done = db.execute("SELECT count(*), sum(verified) FROM scrubs WHERE state = 'done'").fetchone()
+        db.close()
+        assert done[0] >= 2 and done[1] > 0, done
         print("advisor_tiering: demoted %d, %d bytes G3 -> G4" %
               (value(fams, "kvplane_migrations", result="demoted"),
                value(fams, "kvplane_migrated_bytes", **{"from": "G3", "to": "G4"})))
