@@ -59,7 +59,7 @@ printf '\n[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 4GiB\npath = 
   -o store.path="$db" -o log.file="$work/advisor.log" \
   -o tiering.enabled=true -o tiering.plugin_dir="$KVP_BUILD_DIR/plugins" \
   -o tiering.interval=250ms -o tiering.grace=1s -o tiering.min_residence=0s \
-  -o tiering.max_moves=4096 -o store.history_interval=1s &
+  -o tiering.max_moves=4096 -o store.history_interval=250ms &
 adv_pid=$!
 for _ in $(seq 100); do
   grep -q "running" "$work/advisor.log" 2>/dev/null && break
@@ -73,11 +73,11 @@ fi
 echo "== kvplane-advisor ($mode), database $db"
 
 echo "== $workers simulated workers replaying data/conversation_trace.jsonl.gz"
-echo "   (G1 and G2 in memory, G3 a posix volume per worker under $work/volumes/g3,"
+echo "   (G1 and G2 in memory, G3 a 48 MiB posix volume per worker under $work/volumes/g3,"
 echo "    G4 the shared posix volume $work/volumes/g4)"
 "$KVP_BUILD_DIR/tools/kvplane-sim" -t "$KVP_ROOT/data/conversation_trace.jsonl.gz" \
   -s "$url" -n demo -w "$workers" -m "$mode" -e "$work/expect.csv" \
-  --volumes "$work/volumes" --plugin-dir "$KVP_BUILD_DIR/plugins"
+  --volumes "$work/volumes" --plugin-dir "$KVP_BUILD_DIR/plugins" --g3-capacity $((48 << 20))
 
 # The advisor writes behind and moves blocks between the volumes; wait until
 # the database holds what the workers registered in G1 and G2, and exactly
@@ -137,6 +137,28 @@ echo "== the advisor's database equals the workers' G1/G2 sets and the G3/G4 vol
 echo "   $(wc -l < "$work/expect12.csv") G1/G2 and $(wc -l < "$work/expect34.csv") G3/G4 block locations"
 
 q() { echo; echo "sqlite> $1"; sqlite3 -header -column "$db" "$1"; }
+
+# Fill over the run, from the history samples (every 250 ms): per G3 volume
+# its peak, the time it spent above the high watermark in all and its
+# longest stretch there; and no volume ever above its capacity.
+high=$(sed -n 's/^high_watermark *= *//p' "$conf" | head -n 1)
+q "WITH s AS (SELECT volume, t, 1.0 * bytes / capacity AS fill,
+              lead(t) OVER (PARTITION BY volume ORDER BY t) - t AS dt
+            FROM tier_history WHERE tier = 3 AND volume <> '' AND capacity > 0),
+     g AS (SELECT *, sum(fill <= $high) OVER (PARTITION BY volume ORDER BY t) AS run FROM s),
+     e AS (SELECT volume, run, sum(coalesce(dt, 0)) AS ms FROM g WHERE fill > $high
+           GROUP BY volume, run)
+SELECT s.volume, count(*) AS samples, round(max(s.fill), 4) AS peak_fill,
+       (SELECT coalesce(sum(ms), 0) FROM e WHERE e.volume = s.volume) AS ms_above_high,
+       (SELECT coalesce(max(ms), 0) FROM e WHERE e.volume = s.volume) AS longest_ms_above_high
+FROM s GROUP BY s.volume ORDER BY s.volume;"
+over=$(sqlite3 -batch "$db" "SELECT count(*) FROM tier_history WHERE tier >= 3 AND volume <> ''
+                             AND capacity > 0 AND bytes > capacity")
+if [ "$over" != 0 ]; then
+  echo "demo: $over history samples have a volume above its capacity" >&2
+  exit 1
+fi
+echo "== no history sample has a volume above its capacity"
 q "SELECT * FROM tier_usage ORDER BY tier, volume;"
 q "SELECT worker, dp_rank, status, g1_blocks, g2_blocks, last_event_id FROM worker_status ORDER BY worker;"
 q "SELECT hash_hex, hits, round(freq, 2) AS freq, tiers FROM hot_blocks LIMIT 5;"

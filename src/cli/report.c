@@ -172,7 +172,8 @@ int kvp__cli_report(sqlite3 *db, const kvp__cli_report_opts_t *o, char *err, siz
     }
     fputc('\n', g);
   }
-  fputs("set title 'Volume fill'\nset ylabel '% of capacity'\n", g);
+  /* At least up to 110%, so that the capacity line (100%) shows. */
+  fputs("set title 'Volume fill'\nset ylabel '% of capacity'\nset yrange [0:110<*]\n", g);
   if (nv == 0) {
     empty_panel(g, "no volumes with a capacity (tiering off?)");
   } else {
@@ -181,9 +182,11 @@ int kvp__cli_report(sqlite3 *db, const kvp__cli_report_opts_t *o, char *err, siz
       fprintf(g, "%s$vols index %ld using 1:2 with lines lw 2 title ", i ? ", " : "", i);
       gp_string(g, vols[i]);
     }
-    fputc('\n', g);
+    /* The line no volume may cross. */
+    fputs(", 100 with lines dt 2 lw 1 lc rgb 'black' title 'capacity'\n", g);
   }
-  fprintf(g, "set title 'Migrations finished per %.0f s'\nset ylabel 'moves'\n", bucket);
+  fprintf(g, "set autoscale y\nset title 'Migrations finished per %.0f s'\nset ylabel 'moves'\n",
+          bucket);
   if (nm == 0) {
     empty_panel(g, "no migrations");
   } else {
