@@ -59,7 +59,7 @@ printf '\n[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 4GiB\npath = 
   -o store.path="$db" -o log.file="$work/advisor.log" \
   -o tiering.enabled=true -o tiering.plugin_dir="$KVP_BUILD_DIR/plugins" \
   -o tiering.interval=250ms -o tiering.grace=1s -o tiering.min_residence=0s \
-  -o tiering.max_moves=4096 -o store.history_interval=250ms &
+  -o tiering.max_moves=4096 -o store.history_interval=1s &
 adv_pid=$!
 for _ in $(seq 100); do
   grep -q "running" "$work/advisor.log" 2>/dev/null && break
@@ -138,7 +138,7 @@ echo "   $(wc -l < "$work/expect12.csv") G1/G2 and $(wc -l < "$work/expect34.csv
 
 q() { echo; echo "sqlite> $1"; sqlite3 -header -column "$db" "$1"; }
 
-# Fill over the run, from the history samples (every 250 ms): per G3 volume
+# Fill over the run, from the history samples (every second): per G3 volume
 # its peak, the time it spent above the high watermark in all and its
 # longest stretch there; and no volume ever above its capacity.
 high=$(sed -n 's/^high_watermark *= *//p' "$conf" | head -n 1)
