@@ -204,8 +204,8 @@ static int run_once(size_t bytes, size_t n, const kvp_s3v_t *s3, int engine_firs
         kvp_volume_param_t q[6] = {{"endpoint", s3->endpoint},     {"bucket", s3->bucket},
                                    {"access_key", KVP_S3V_ACCESS}, {"secret_key", KVP_S3V_SECRET},
                                    {"prefix", "plain/"},           {"timeout_ms", "30000"}};
-        if (kvp_volume_open(KVP_BINARY_DIR "/plugins", "s3", "plain", q, 6, &pv, err,
-                            sizeof err) != 0) {
+        if (kvp_volume_open(KVP_BINARY_DIR "/plugins", "s3", "plain", q, 6, &pv, err, sizeof err) !=
+            0) {
           fprintf(stderr, "bench migrate: %s\n", err);
           return 1;
         }

@@ -125,8 +125,8 @@ static int run_size(size_t bytes, size_t n) {
     kvp_frame_t m = {.hash = h, .payload_len = bytes};
     payload[0] = (uint8_t)i;
     if (kvp_volume_put_block(g3, "b", &m, payload, err, sizeof err) != 0 ||
-        kvp__index_store(ix, h, 0, 0, w, 3, v3, 16, bytes + KVP_FRAME_HEADER,
-                         1600000000000ull) != 0)
+        kvp__index_store(ix, h, 0, 0, w, 3, v3, 16, bytes + KVP_FRAME_HEADER, 1600000000000ull) !=
+            0)
       return 1;
   }
   kvp_advisor_config_defaults(&cfg);

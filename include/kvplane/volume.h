@@ -76,9 +76,9 @@ int kvp_volume_open(const char *plugin_dir, const char *plugin, const char *name
  * kvp_volume_open. A namespace among params that differs from ns is
  * KVP_ECONFIG. The advisor's tiering engine and `kvplane-advisor
  * --check-volumes` open their volumes this way; a worker should too. */
-int kvp_volume_open_ns(const char *plugin_dir, const char *plugin, const char *name,
-                       const char *ns, const kvp_volume_param_t *params, size_t nparams,
-                       kvp_volume_t **out, char *err, size_t errlen);
+int kvp_volume_open_ns(const char *plugin_dir, const char *plugin, const char *name, const char *ns,
+                       const kvp_volume_param_t *params, size_t nparams, kvp_volume_t **out,
+                       char *err, size_t errlen);
 
 /* Closes the volume and unloads the plugin; NULL is accepted. */
 void kvp_volume_close(kvp_volume_t *v);

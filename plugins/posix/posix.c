@@ -107,8 +107,8 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
     } else if (strcmp(k, "namespace") == 0) {
       ns = v; /* added by kvp_volume_open_ns (KVP_VOLUME_KNOWS_NAMESPACE) */
     } else {
-      snprintf(err, errlen,
-               "unknown parameter '%s' (path, capacity, fsync, init, name, namespace)", k);
+      snprintf(err, errlen, "unknown parameter '%s' (path, capacity, fsync, init, name, namespace)",
+               k);
       rc = KVP_ECONFIG;
       goto out;
     }

@@ -146,7 +146,8 @@ int px_identity(posix_t *p, char *err, size_t errlen) {
     if (same)
       return 0;
   }
-  if (stat(p->marker, &sb) == 0 && px_read_marker(p->marker, id, NULL) == 0 && strcmp(id, p->id) == 0) {
+  if (stat(p->marker, &sb) == 0 && px_read_marker(p->marker, id, NULL) == 0 &&
+      strcmp(id, p->id) == 0) {
     pthread_mutex_lock(&p->mu);
     p->mdev = sb.st_dev;
     p->mino = sb.st_ino;

@@ -71,15 +71,15 @@ typedef struct kvp_advisor_config_s {
   int64_t tier_max_moves;     /* moves per round */
   double tier_high, tier_low; /* G3 fill watermarks */
   double tier_promote_freq, tier_keep_freq;
-  int64_t tier_max_bytes_per_s; /* copies throttled to this rate; 0: unthrottled */
-  int64_t tier_prefetch_depth;  /* generations of descendants a G4 hit prefetches */
-  int64_t tier_scrub_ms;        /* one volume is scrubbed this often; 0: no scrub */
+  int64_t tier_max_bytes_per_s;   /* copies throttled to this rate; 0: unthrottled */
+  int64_t tier_prefetch_depth;    /* generations of descendants a G4 hit prefetches */
+  int64_t tier_scrub_ms;          /* one volume is scrubbed this often; 0: no scrub */
   int64_t tier_scrub_files_per_s; /* objects a pass lists or reads per second; 0: no limit */
   int64_t tier_scrub_bytes_per_s; /* bytes a pass reads per second; 0: no limit */
   int tier_scrub_verify;          /* a pass reads every object back */
   int64_t tier_max_parallel;      /* moves in flight at once, one per destination */
-  int64_t tier_prefetch_bytes;  /* bytes a G4 hit prefetches at most */
-  char plugin_dir[512];         /* empty: kvp_volume_plugin_dir() */
+  int64_t tier_prefetch_bytes;    /* bytes a G4 hit prefetches at most */
+  char plugin_dir[512];           /* empty: kvp_volume_plugin_dir() */
   kvp_advisor_volume_t volumes[KVP__TIER_MAX_VOLUMES];
   int nvolumes;
   /* Where the file set them, for errors naming file:line (lines 0 when the

@@ -160,8 +160,7 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
       "Copies whose frame failed the scrub's checks: quarantined.", (double)t->scrub_corrupt);
   one(p, "kvplane_scrub_seconds_total", "counter", "Time the finished scrub passes took.",
       (double)t->scrub_ms / 1e3);
-  one(p, "kvplane_scrub_running", "gauge", "1 while a scrub pass runs.",
-      (double)t->scrub_running);
+  one(p, "kvplane_scrub_running", "gauge", "1 while a scrub pass runs.", (double)t->scrub_running);
   one(p, "kvplane_scrub_pass_objects", "gauge",
       "Objects the running scrub pass has listed so far (0: none runs).",
       (double)t->scrub_progress_objects);

@@ -225,8 +225,8 @@ uint64_t kvp__journal_scrub_last(kvp__journal_t *j, const char *volume) {
   sqlite3_stmt *s = NULL;
   uint64_t t = 0;
   if (sqlite3_prepare_v2(j->db,
-                         "SELECT max(started) FROM scrubs WHERE volume = ?1 AND state = 'done'",
-                         -1, &s, NULL) != SQLITE_OK)
+                         "SELECT max(started) FROM scrubs WHERE volume = ?1 AND state = 'done'", -1,
+                         &s, NULL) != SQLITE_OK)
     return 0;
   sqlite3_bind_text(s, 1, volume, -1, SQLITE_STATIC);
   if (sqlite3_step(s) == SQLITE_ROW)

@@ -60,12 +60,12 @@ int kvp__journal_recent(kvp__journal_t *j, uint64_t margin_ms, kvp__journal_fn f
  * engine's scrub, written by the loop thread on the scrub's own
  * connection. */
 typedef struct kvp__journal_scrub_s {
-  uint64_t objects, bytes;          /* listed */
+  uint64_t objects, bytes;           /* listed */
   uint64_t verified, verified_bytes; /* read and checked (verify = on) */
-  uint64_t missing;                 /* locations without an object, dropped */
-  uint64_t orphans;                 /* objects without a location, first found */
-  uint64_t orphans_confirmed;       /* orphaned at two passes in a row: deleted or adopted */
-  uint64_t corrupt;                 /* frames that failed verification: quarantined */
+  uint64_t missing;                  /* locations without an object, dropped */
+  uint64_t orphans;                  /* objects without a location, first found */
+  uint64_t orphans_confirmed;        /* orphaned at two passes in a row: deleted or adopted */
+  uint64_t corrupt;                  /* frames that failed verification: quarantined */
 } kvp__journal_scrub_t;
 
 /* A pass of volume starts (state running): its row id, or -1. */

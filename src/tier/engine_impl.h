@@ -105,11 +105,11 @@ struct kvp__tier_engine_s {
   kvp__tier_params_t prm;
   uint64_t interval_ms, grace_ms;
   size_t max_moves;
-  size_t max_parallel; /* moves in flight at once, each into a different volume */
+  size_t max_parallel;          /* moves in flight at once, each into a different volume */
   uint32_t par_peak, lane_peak; /* most moves in flight at once, and into one volume (atomic) */
-  double max_bytes_per_s;            /* 0: no throttle */
-  double budget;                     /* bytes the throttle lets through now (may go negative) */
-  uint64_t budget_ms;                /* when the budget was last refilled */
+  double max_bytes_per_s;       /* 0: no throttle */
+  double budget;                /* bytes the throttle lets through now (may go negative) */
+  uint64_t budget_ms;           /* when the budget was last refilled */
   uint64_t hits[KVP__TIER_HITS_MAX]; /* G4 hits since the last round (kvp__tier_engine_hit) */
   size_t nhits;
   size_t round_taken; /* moves taken this round (max_moves) */
@@ -143,17 +143,17 @@ struct kvp__tier_engine_s {
   uint64_t scrub_ms, scrub_due_ms, scrub_t0;
   uint64_t scrub_files_per_s, scrub_bytes_per_s; /* 0: no limit */
   int scrub_verify;
-  size_t scrub_next;   /* the volume scrubbed next */
-  uint32_t scrub_vol;  /* the volume of the pass running */
-  int scrub_running;   /* loop: a pass's thread runs, or its outcome waits for the loop */
-  int scrub_stop;      /* atomic: the thread stops at its next object */
-  int scrub_done;      /* atomic: the thread is finished (then uv_async_send) */
+  size_t scrub_next;  /* the volume scrubbed next */
+  uint32_t scrub_vol; /* the volume of the pass running */
+  int scrub_running;  /* loop: a pass's thread runs, or its outcome waits for the loop */
+  int scrub_stop;     /* atomic: the thread stops at its next object */
+  int scrub_done;     /* atomic: the thread is finished (then uv_async_send) */
   uv_thread_t scrub_thread;
   int scrub_rc;
   char scrub_err[256];
   uint64_t scrub_listed, scrub_lbytes, scrub_verified, scrub_vbytes; /* atomic: the pass so far */
-  kvp__journal_t *sdb;  /* the scrubs table's connection (loop thread) */
-  int64_t scrub_row;    /* the pass's row, or -1 */
+  kvp__journal_t *sdb;   /* the scrubs table's connection (loop thread) */
+  int64_t scrub_row;     /* the pass's row, or -1 */
   uint64_t scrub_row_ms; /* when it was last updated */
   uint64_t scrub_missing_pass, scrub_orphans_pass, scrub_confirmed_pass;
   kvp__map64_t scrub_touched; /* blocks moved into the pass's volume during it */

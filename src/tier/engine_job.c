@@ -1,5 +1,10 @@
 /* The tiering engine's job (engine_impl.h): the moves' I/O and journal on
- * libuv's thread pool, their completion back on the loop thread. */
+ * libuv's thread pool (in parallel lanes, one per destination volume, up
+ * to max_parallel), their completion back on the loop thread. Why this
+ * file is long: an op's life (its I/O, its journal batch, the lanes that
+ * run it, its outcome applied on the loop) is one sequence that reads
+ * best in one place; split, do_io and commit_batch would be exported for
+ * one caller each. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +81,8 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     o->rc = drc == 0 ? KVP_ECORRUPT : drc;
     o->quarantined = drc == 0;
     if (drc == 0)
-      snprintf(o->err, sizeof o->err, "quarantined: scrub: its frame failed verification (the pass's first: %.160s)", why);
+      snprintf(o->err, sizeof o->err,
+               "quarantined: scrub: its frame failed verification (the pass's first: %.160s)", why);
     else if (drc == KVP_ENOENT)
       snprintf(o->err, sizeof o->err, "quarantined already");
     else
@@ -162,9 +168,9 @@ typedef struct lanes_s {
   kvp__tier_engine_t *e;
   uv_mutex_t mu;
   uv_cond_t cv;
-  uint32_t *next;                        /* per op: the next op of its lane, or UINT32_MAX */
-  uint8_t *done;                         /* per op */
-  uint32_t head[KVP__TIER_MAX_VOLUMES];  /* per lane: its first op not started */
+  uint32_t *next;                         /* per op: the next op of its lane, or UINT32_MAX */
+  uint8_t *done;                          /* per op */
+  uint32_t head[KVP__TIER_MAX_VOLUMES];   /* per lane: its first op not started */
   uint32_t inlane[KVP__TIER_MAX_VOLUMES]; /* per lane: ops in flight (at most 1) */
   size_t started, inflight;
 } lanes_t;
@@ -248,7 +254,8 @@ static int run_lanes(kvp__tier_engine_t *e, size_t nthreads) {
     while (upto < e->nops && l.done[upto])
       upto++;
     uint64_t now = kvp__unix_ms();
-    if (upto == done || (upto < e->nops && upto - done < BATCH_MOVES && now - batch_ms < BATCH_MS)) {
+    if (upto == done ||
+        (upto < e->nops && upto - done < BATCH_MOVES && now - batch_ms < BATCH_MS)) {
       uint64_t wait_ms = now - batch_ms < BATCH_MS ? BATCH_MS - (now - batch_ms) : 1;
       uv_cond_timedwait(&l.cv, &l.mu, wait_ms * 1000000ull);
       continue;

@@ -35,10 +35,10 @@ typedef struct kvp__tier_opts_s {
   int64_t max_moves;      /* moves per round */
   double high, low;       /* G3 fill watermarks */
   double promote_freq, keep_freq;
-  int64_t max_bytes_per_s; /* copies throttled to this rate; 0: unthrottled */
-  int64_t prefetch_depth;  /* generations of descendants a G4 hit prefetches */
-  int64_t prefetch_bytes;  /* bytes a G4 hit prefetches at most */
-  int64_t scrub_ms;        /* one volume is scrubbed this often, in turn; 0: no scrub */
+  int64_t max_bytes_per_s;   /* copies throttled to this rate; 0: unthrottled */
+  int64_t prefetch_depth;    /* generations of descendants a G4 hit prefetches */
+  int64_t prefetch_bytes;    /* bytes a G4 hit prefetches at most */
+  int64_t scrub_ms;          /* one volume is scrubbed this often, in turn; 0: no scrub */
   int64_t scrub_files_per_s; /* objects a pass lists or reads per second; 0: no limit */
   int64_t scrub_bytes_per_s; /* bytes a pass reads per second; 0: no limit */
   int scrub_verify;          /* a pass reads every object back (a full-checksum scrub) */

@@ -10,7 +10,8 @@
  *     (Removed), unless its block was stored or accessed since the pass
  *     started (a put the listing may have missed; the index keeps
  *     seconds, so since the second before), the engine moved it there
- *     during the pass, or it is a moved block's source; a listing cut at SCRUB_MAX_KEYS drops nothing;
+ *     during the pass, or it is a moved block's source; a listing cut at SCRUB_MAX_KEYS drops
+ * nothing;
  *   - an object no location names is an orphan: counted when first found;
  *     when the volume's next pass finds it orphaned still (the grace
  *     period: one full turn over the volumes), the next job adopts it if
@@ -228,11 +229,8 @@ void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now) {
       continue; /* a location came meanwhile: not an orphan any more */
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       break;
-    e->ops[e->nops++] = (op_t){.kind = OP_ORPHAN,
-                               .hash = hash,
-                               .from = v,
-                               .journal_id = -1,
-                               .adopt = wanted(e, hash)};
+    e->ops[e->nops++] = (op_t){
+        .kind = OP_ORPHAN, .hash = hash, .from = v, .journal_id = -1, .adopt = wanted(e, hash)};
   }
   e->norphq = 0;
   for (size_t i = 0; i + 1 < e->nbadq; i += 2) {
@@ -361,9 +359,9 @@ void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
   kvp__journal_scrub_t f = figures(e);
   if (e->sdb)
     kvp__journal_scrub_set(e->sdb, e->scrub_row,
-                           e->scrub_rc == 0              ? "done"
+                           e->scrub_rc == 0         ? "done"
                            : e->scrub_rc == STOPPED ? "stopped"
-                                                          : "failed",
+                                                    : "failed",
                            &f, e->scrub_rc == 0 ? NULL : e->scrub_err, now);
   if (e->keys_cap > 4096) { /* a large listing's memory goes back */
     free(e->keys);
@@ -411,7 +409,7 @@ void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o) {
   } else if (o->rc == 0) {
     e->st.orphans_deleted++;
   } else if (o->rc != KVP_ENOENT) {
-    kvp__tier_vol_warn(v, now, "tiering: scrub: orphan %016" PRIx64 " in %s: %s", o->hash,
-                       v->name, o->err);
+    kvp__tier_vol_warn(v, now, "tiering: scrub: orphan %016" PRIx64 " in %s: %s", o->hash, v->name,
+                       o->err);
   }
 }

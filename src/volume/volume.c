@@ -87,9 +87,9 @@ int kvp_volume_open(const char *plugin_dir, const char *plugin, const char *name
 
 #define MAX_PARAMS 64
 
-int kvp_volume_open_ns(const char *plugin_dir, const char *plugin, const char *name,
-                       const char *ns, const kvp_volume_param_t *params, size_t nparams,
-                       kvp_volume_t **out, char *err, size_t errlen) {
+int kvp_volume_open_ns(const char *plugin_dir, const char *plugin, const char *name, const char *ns,
+                       const kvp_volume_param_t *params, size_t nparams, kvp_volume_t **out,
+                       char *err, size_t errlen) {
   char path[4096], why[512] = "";
   kvp_volume_param_t with_ns[MAX_PARAMS + 1];
   struct stat sb;

@@ -48,9 +48,9 @@
 typedef struct fx_s {
   kvp_natsd_t natsd;
   char dir[256], mnt[300], db[320], log[320], conf[320], p3[320], p4[320], g4data[320];
-  int bind;        /* G4 is a bind mount of g4data */
-  int mounted;     /* the tmpfs at mnt */
-  int bound;       /* the bind mount at p4 */
+  int bind;                  /* G4 is a bind mount of g4data */
+  int mounted;               /* the tmpfs at mnt */
+  int bound;                 /* the bind mount at p4 */
   uint8_t lost[NBLOCKS + 1]; /* blocks the fault destroyed */
 } fx_t;
 
@@ -270,8 +270,8 @@ static void check_all(fx_t *f) {
     int a = kvp_volume_exists(g3, "k", h), b = kvp_volume_exists(g4, "k", h);
     if (f->lost[h]) {
       if (a + b != 0)
-        fail_msg("block %llu, destroyed by the fault, is in g3 %d, g4 %d", (unsigned long long)h,
-                 a, b);
+        fail_msg("block %llu, destroyed by the fault, is in g3 %d, g4 %d", (unsigned long long)h, a,
+                 b);
       nlost++;
     } else if (a + b != 1) {
       fail_msg("block %llu is in %d volumes (g3 %d, g4 %d)", (unsigned long long)h, a + b, a, b);

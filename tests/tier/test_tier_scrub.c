@@ -171,12 +171,10 @@ static void orphans_are_adopted_or_deleted_and_journaled(void **state) {
   put(g4, 2, 1, 1000);
   put(g4, 99, 0, 1000);
   flip(f->p4, 52);
-  assert_int_equal(kvp__index_store(f->ix, 50, 0, 0, f->w, 2, 0, 16, 1000 + KVP_FRAME_HEADER,
-                                    NOW_MS),
-                   0);
-  assert_int_equal(kvp__index_store(f->ix, 52, 0, 0, f->w, 2, 0, 16, 1000 + KVP_FRAME_HEADER,
-                                    NOW_MS),
-                   0);
+  assert_int_equal(
+      kvp__index_store(f->ix, 50, 0, 0, f->w, 2, 0, 16, 1000 + KVP_FRAME_HEADER, NOW_MS), 0);
+  assert_int_equal(
+      kvp__index_store(f->ix, 52, 0, 0, f->w, 2, 0, 16, 1000 + KVP_FRAME_HEADER, NOW_MS), 0);
   f->cfg.tier_scrub_ms = 1;
   assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
                                          &e, err, sizeof err),
@@ -296,8 +294,8 @@ static void moves_into_two_volumes_overlap_never_two_into_one(void **state) {
   for (int run = 0; run < 2; run++) {
     seed(f, 80); /* fill 2.0: 48 demotions to 0.8 */
     f->cfg.tier_max_parallel = run == 0 ? 2 : 1;
-    assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop,
-                                           f->ix, &e, err, sizeof err),
+    assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                           &e, err, sizeof err),
                      0);
     round_and_wait(f, e);
     kvp__tier_engine_stats(e, &st);
@@ -313,9 +311,8 @@ static void moves_into_two_volumes_overlap_never_two_into_one(void **state) {
     /* Back to G3 for the second run: the G4 copies go. */
     kvp_volume_t *a = open_g4(f), *b = NULL;
     kvp_volume_param_t p[1] = {{"path", p4b}};
-    assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4b", p, 1, &b, err,
-                                     sizeof err),
-                     0);
+    assert_int_equal(
+        kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4b", p, 1, &b, err, sizeof err), 0);
     for (uint64_t h = 1; h <= 80; h++) {
       int n = kvp_volume_exists(f->g3, "t", h) + kvp_volume_exists(a, "t", h) +
               kvp_volume_exists(b, "t", h);

@@ -335,7 +335,6 @@ static void posix_without_its_marker_is_offline(void **state) {
   assert_int_equal(files_under(bare), 0);
 }
 
-
 /* The marker records the namespace of the caller that created the volume
  * (kvp_volume_open_ns adds namespace= for a plugin with
  * KVP_VOLUME_KNOWS_NAMESPACE); a volume of another namespace is refused,
