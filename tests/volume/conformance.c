@@ -517,6 +517,32 @@ static void unknown_parameter_is_econfig_and_named(void **state) {
   assert_non_null(strstr(err, "conformance_no_such_parameter"));
 }
 
+/* KVP_VOLUME_KNOWS_NAMESPACE (ABI 2): kvp_volume_open_ns opens every
+ * plugin, adding namespace= only to one with the flag, which must accept
+ * it and work as before; one without the flag is opened with its
+ * parameters as they are. */
+static void namespace_parameter_when_flagged(void **state) {
+  conf_t *c = *state;
+  kvp_volume_t *v = NULL;
+  char err[512] = "";
+  int flagged = (c->o->flags & KVP_VOLUME_KNOWS_NAMESPACE) != 0;
+
+  kvp_volume_close(c->v);
+  c->v = NULL;
+  assert_int_equal(kvp_volume_open_ns(g_dir, g_plugin, "conformance", "conf-ns", c->p, c->np, &v,
+                                      err, sizeof err),
+                   0);
+  attach(c, v);
+  assert_int_equal(put_seeded(c, "conf-ns", 7, 1000, 7, err, sizeof err), 0);
+  assert_seeded(c, "conf-ns", 7, 1000, 7);
+  if (flagged) {
+    kvp_volume_t *w = NULL;
+    assert_int_equal(open_with(c, "namespace", "conf-ns", &w, err, sizeof err), 0);
+    kvp_volume_close(w);
+  }
+  print_message("the plugin %s KVP_VOLUME_KNOWS_NAMESPACE\n", flagged ? "has" : "has not");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(bytes_identical_for_many_sizes, setup, teardown),
     cmocka_unit_test_setup_teardown(missing_keys_are_enoent_and_named, setup, teardown),
@@ -527,6 +553,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(reopen_keeps_objects_and_usage, setup, teardown),
     cmocka_unit_test_setup_teardown(concurrent_use_from_several_threads, setup, teardown),
     cmocka_unit_test_setup_teardown(unknown_parameter_is_econfig_and_named, setup, teardown),
+    cmocka_unit_test_setup_teardown(namespace_parameter_when_flagged, setup, teardown),
 };
 
 static int usage(void) {
