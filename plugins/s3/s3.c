@@ -96,6 +96,7 @@ static int set_str(char *dst, size_t cap, const char *key, const char *v, char *
 static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char *err,
                    size_t errlen) {
   s3_t *s = calloc(1, sizeof *s);
+  const char *ns = NULL;
   int rc = 0;
 
   if (s == NULL)
@@ -110,6 +111,7 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
   s->stall_ms = 30000;
   s->backoff_max_ms = 20000;
   s->retries = 4;
+  s->id_ttl_ms = 2000;
   s->seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)s;
   s3_given_t given = {0};
   for (size_t i = 0; i < n && rc == 0; i++) {
@@ -123,6 +125,8 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
       rc = set_str(s->region, sizeof s->region, k, v, err, errlen), given.region = 1;
     else if (strcmp(k, "prefix") == 0)
       rc = set_str(s->prefix, sizeof s->prefix, k, v, err, errlen);
+    else if (strcmp(k, "namespace") == 0)
+      ns = v; /* added by kvp_volume_open_ns (KVP_VOLUME_KNOWS_NAMESPACE) */
     else if (strcmp(k, "profile") == 0)
       rc = set_str(s->profile, sizeof s->profile, k, v, err, errlen);
     else if (strcmp(k, "access_key") == 0)
@@ -147,7 +151,7 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
       }
     } else if (strcmp(k, "timeout_ms") == 0 || strcmp(k, "connect_timeout_ms") == 0 ||
                strcmp(k, "stall_timeout_ms") == 0 || strcmp(k, "backoff_max_ms") == 0 ||
-               strcmp(k, "retries") == 0) {
+               strcmp(k, "retries") == 0 || strcmp(k, "identity_ttl_ms") == 0) {
       /* timeout_ms 0 is no cap; the others need a bound. */
       long x = strtol(v, &end, 10), lo = strcmp(k, "timeout_ms") == 0 ? 0 : 1;
       if (strcmp(k, "retries") == 0)
@@ -164,13 +168,16 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
         s->stall_ms = x;
       else if (strcmp(k, "backoff_max_ms") == 0)
         s->backoff_max_ms = x;
+      else if (strcmp(k, "identity_ttl_ms") == 0)
+        s->id_ttl_ms = x;
       else
         s->retries = (int)x;
     } else {
       snprintf(err, errlen,
                "unknown parameter '%s' (endpoint, bucket, region, prefix, addressing, access_key, "
                "secret_key, session_token, profile, capacity, connect_timeout_ms, "
-               "stall_timeout_ms, timeout_ms, retries, backoff_max_ms, ca_file)",
+               "stall_timeout_ms, timeout_ms, retries, backoff_max_ms, ca_file, identity_ttl_ms, "
+               "namespace)",
                k);
       rc = KVP_ECONFIG;
     }
@@ -187,6 +194,8 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
   /* The bucket must answer, and its listing is the usage. */
   if (rc == 0)
     rc = kvp__s3_list(s, count, s, err, errlen);
+  if (rc == 0)
+    rc = kvp__s3_identity_open(s, ns, err, errlen);
   if (rc != 0) {
     s3_close(s);
     return rc;
@@ -232,6 +241,8 @@ static int s3_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
+  if ((rc = kvp__s3_identity(s, err, errlen)) != 0)
+    return rc;
   kvp__s3_key_of(s, ns, hash, key, sizeof key);
   snprintf(what, sizeof what, "bucket %s: PUT %s", s->bucket, key);
   /* A replaced object is counted once, in the usage and the quota: its old
@@ -298,6 +309,9 @@ static int s3_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
     *len = r.got;
   }
   free(r.text);
+  /* A miss where the marker is gone is the volume being away. */
+  if (rc == KVP_ENOENT && kvp__s3_identity(s, err, errlen) == KVP_EOFFLINE)
+    rc = KVP_EOFFLINE;
   return rc;
 }
 
@@ -319,6 +333,9 @@ static int s3_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
+  int irc = kvp__s3_identity(s, err, errlen);
+  if (irc != 0)
+    return irc;
   kvp__s3_key_of(s, ns, hash, key, sizeof key);
   snprintf(what, sizeof what, "bucket %s: DELETE %s", s->bucket, key);
   /* S3 answers 204 for a missing key too: look first, so that a missing
@@ -353,8 +370,9 @@ static int s3_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
 
 static int s3_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
   s3_t *s = vol;
-  (void)err;
-  (void)errlen;
+  int rc = kvp__s3_identity(s, err, errlen);
+  if (rc != 0)
+    return rc;
   pthread_mutex_lock(&s->mu);
   *st = (kvp_volume_stat_t){s->capacity, s->used, s->blocks};
   pthread_mutex_unlock(&s->mu);
@@ -362,13 +380,14 @@ static int s3_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
 }
 
 static int s3_iterate(void *vol, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen) {
-  return kvp__s3_list(vol, fn, ctx, err, errlen);
+  int rc = kvp__s3_identity(vol, err, errlen);
+  return rc != 0 ? rc : kvp__s3_list(vol, fn, ctx, err, errlen);
 }
 
 static const kvp_volume_ops_t ops = {
     .abi_version = KVP_VOLUME_ABI_VERSION,
     .name = "s3",
-    .flags = 0,
+    .flags = KVP_VOLUME_KNOWS_NAMESPACE,
     .open = s3_open,
     .close = s3_close,
     .put = s3_put,

@@ -37,6 +37,9 @@ typedef struct s3_s {
    * counting the change, so that two of one key never both count it. */
   pthread_mutex_t key_mu[KEY_LOCKS];
   unsigned seed;
+  char id[33];            /* the identity marker's id (ident.c) */
+  uint64_t id_checked_ms; /* when it was last found in place (monotonic; under mu) */
+  long id_ttl_ms;         /* it is checked again after this long */
 } s3_t;
 
 /* One request's buffers and result. */
@@ -122,5 +125,15 @@ int kvp__s3_http_error(req_t *r, const char *what, char *err, size_t errlen);
  * following continuation tokens; a non-zero return of fn stops and is
  * returned. A missing bucket is KVP_ENOENT. */
 int kvp__s3_list(s3_t *s, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen);
+
+/* ident.c. At open: reads the marker <prefix>.kvplane-volume, or writes a
+ * new one (a random id, namespace ns, may be NULL) when there is none; a
+ * marker of another namespace is KVP_ECONFIG naming both. Then before a
+ * write or a listing: 0 while the marker was found in place within
+ * id_ttl_ms, else it is read again: KVP_EOFFLINE (err names the bucket,
+ * prefix and why) when it is gone or another volume's, the store's error
+ * when it does not answer. */
+int kvp__s3_identity_open(s3_t *s, const char *ns, char *err, size_t errlen);
+int kvp__s3_identity(s3_t *s, char *err, size_t errlen);
 
 #endif

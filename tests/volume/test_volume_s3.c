@@ -8,6 +8,7 @@
  * plugin keeps (bytes, misses, quota, usage rebuilt at open, threads) is the
  * conformance suite's: conformance.c, run against the same server. */
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -185,11 +186,66 @@ static void s3_signatures_verified_by_botocore(void **state) {
   kvp_s3v_stop(&chk);
 }
 
+/* The s3 volume's identity: open writes the marker kv/.kvplane-volume
+ * (with the namespace kvp_volume_open_ns passes) and a volume of another
+ * namespace is refused naming both; with the marker gone (a bucket
+ * emptied, a prefix pointed elsewhere), once identity_ttl_ms has passed,
+ * puts, deletes, stat and listings are KVP_EOFFLINE and nothing is
+ * written; with the marker back, the volume is itself again. */
+static void s3_marker_is_the_volume_identity(void **state) {
+  fx_t *f = *state;
+  kvp_volume_t *v = NULL;
+  uint8_t in[2000];
+  char err[512], hex[128] = "", marker[512], away[520];
+  kvp_volume_stat_t st;
+  const char *key = "kv/.kvplane-volume";
+
+  for (size_t i = 0; key[i]; i++)
+    snprintf(hex + 2 * i, 3, "%02x", (unsigned char)key[i]);
+  snprintf(marker, sizeof marker, "%s/data/%s", f->s3.dir, hex);
+  assert_int_equal(access(marker, F_OK), 0); /* written by setup's open */
+  kvp_volume_close(f->v);
+  f->v = NULL;
+  unlink(marker);
+  kvp_volume_param_t p[6] = {
+      {"endpoint", f->s3.endpoint},   {"bucket", f->s3.bucket}, {"access_key", KVP_S3V_ACCESS},
+      {"secret_key", KVP_S3V_SECRET}, {"prefix", "kv/"},        {"identity_ttl_ms", "100"}};
+  assert_int_equal(
+      kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "s3", "g4-s3", "ns-a", p, 6, &f->v, err, sizeof err),
+      0);
+  assert_int_equal(
+      kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "s3", "g4-s3", "ns-b", p, 6, &v, err, sizeof err),
+      KVP_ECONFIG);
+  assert_non_null(strstr(err, "'ns-a'"));
+  assert_non_null(strstr(err, "'ns-b'"));
+  fill(in, sizeof in, 3);
+  kvp_frame_t m = meta_of(0x31, sizeof in), m2 = meta_of(0x32, sizeof in);
+  assert_int_equal(kvp_volume_put_block(f->v, "k", &m, in, err, sizeof err), 0);
+  /* Gone. */
+  snprintf(away, sizeof away, "%s.away", marker);
+  assert_int_equal(rename(marker, away), 0);
+  usleep(150000);
+  assert_int_equal(kvp_volume_put_block(f->v, "k", &m2, in, err, sizeof err), KVP_EOFFLINE);
+  print_message("marker gone: %s\n", err);
+  assert_non_null(strstr(err, "offline"));
+  assert_non_null(strstr(err, "kv/.kvplane-volume"));
+  assert_int_equal(kvp_volume_exists(f->v, "k", 0x32), 0); /* nothing written */
+  assert_int_equal(kvp_volume_delete(f->v, "k", 0x31, err, sizeof err), KVP_EOFFLINE);
+  assert_int_equal(kvp_volume_stat(f->v, &st, err, sizeof err), KVP_EOFFLINE);
+  /* Back. */
+  assert_int_equal(rename(away, marker), 0);
+  usleep(150000);
+  assert_int_equal(kvp_volume_stat(f->v, &st, err, sizeof err), 0);
+  assert_int_equal(kvp_volume_put_block(f->v, "k", &m2, in, err, sizeof err), 0);
+  assert_int_equal(kvp_volume_exists(f->v, "k", 0x31), 1);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(s3_wrong_or_damaged_objects_are_corrupt, setup, teardown),
     cmocka_unit_test_setup_teardown(s3_refuses_bad_credentials_and_missing_bucket, setup, teardown),
     cmocka_unit_test_setup_teardown(s3_server_stopped_mid_run_gives_a_clean_error, setup, teardown),
     cmocka_unit_test(s3_signatures_verified_by_botocore),
+    cmocka_unit_test_setup_teardown(s3_marker_is_the_volume_identity, setup, teardown),
 };
 
 KVP_TEST_MAIN("volume_s3", tests)
