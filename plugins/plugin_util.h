@@ -49,4 +49,29 @@ static inline int kvp_plugin_ns_ok(const char *ns) {
   return n > 0;
 }
 
+/* Reads an identity marker's text (outside bytes: a file or an object;
+ * "kvplane volume\nid=<32 hex>\n...namespace=<ns>\n..."): its id into id
+ * (33 bytes) and its namespace into ns (65 bytes; "" when it names none or
+ * names one that is not a namespace). Returns 0, or -1 when text is not a
+ * marker. */
+static inline int kvp_plugin_parse_marker(const char *text, char *id, char *ns) {
+  const char *at = strstr(text, "\nid="), *n = strstr(text, "\nnamespace=");
+  ns[0] = '\0';
+  if (strncmp(text, "kvplane volume\n", 15) != 0 || at == NULL ||
+      strspn(at + 4, "0123456789abcdef") < 32)
+    return -1;
+  memcpy(id, at + 4, 32);
+  id[32] = '\0';
+  if (n != NULL) {
+    size_t len = strcspn(n + 11, "\n");
+    if (len <= 64) {
+      memcpy(ns, n + 11, len);
+      ns[len] = '\0';
+      if (!kvp_plugin_ns_ok(ns))
+        ns[0] = '\0';
+    }
+  }
+  return 0;
+}
+
 #endif

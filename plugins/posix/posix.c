@@ -70,7 +70,7 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
                    size_t errlen) {
   posix_t *p = calloc(1, sizeof *p);
   const char *root = NULL, *name = NULL, *ns = NULL;
-  char marker_ns[64];
+  char marker_ns[65];
   int rc, init_auto = 1;
   struct stat sb;
 

@@ -39,7 +39,7 @@ int px_mkdir_p(const char *root, const char *ns, const char *dir);
 
 /* volume.c: identity. */
 /* Reads the marker's id into id (33 bytes) and, when ns is not NULL, its
- * namespace into ns (64 bytes, "" when it names none). Returns 0, or -1
+ * namespace into ns (65 bytes, "" when it names none). Returns 0, or -1
  * with errno. */
 int px_read_marker(const char *path, char *id, char *ns);
 /* Writes a new marker (temp name, fsync, rename): a new volume of name and

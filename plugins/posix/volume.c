@@ -73,28 +73,16 @@ int px_mkdir_p(const char *root, const char *ns, const char *dir) {
  * namespace it names into ns (64 bytes; "" for a marker written before
  * markers held one). Returns 0, or -1 with errno. */
 int px_read_marker(const char *path, char *id, char *ns) {
-  char buf[512];
+  char buf[512], ignore[65];
   FILE *fp = fopen(path, "re");
   if (fp == NULL)
     return -1;
   size_t n = fread(buf, 1, sizeof buf - 1, fp);
   fclose(fp);
   buf[n] = '\0';
-  const char *at = strstr(buf, "\nid=");
-  if (strncmp(buf, "kvplane volume\n", 15) != 0 || at == NULL || strlen(at + 4) < 32) {
+  if (kvp_plugin_parse_marker(buf, id, ns ? ns : ignore) != 0) {
     errno = EINVAL;
     return -1;
-  }
-  memcpy(id, at + 4, 32);
-  id[32] = '\0';
-  if (ns != NULL) {
-    const char *n = strstr(buf, "\nnamespace=");
-    size_t len = n ? strcspn(n + 11, "\n") : 0;
-    if (len > 63)
-      len = 63;
-    if (n)
-      memcpy(ns, n + 11, len);
-    ns[len] = '\0';
   }
   return 0;
 }

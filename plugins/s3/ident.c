@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kvplane/status.h"
+#include "plugin_util.h"
 #include "s3.h"
 
 #define MARKER ".kvplane-volume"
@@ -42,17 +43,10 @@ static int read_marker(s3_t *s, char *id, char *ns, char *err, size_t errlen) {
     rc = kvp__s3_http_error(&r, what, err, errlen);
   else if (rc == 0) {
     buf[r.got < sizeof buf ? r.got : sizeof buf - 1] = '\0';
-    const char *at = strstr(buf, "\nid="), *n = strstr(buf, "\nnamespace=");
-    if (strncmp(buf, "kvplane volume\n", 15) != 0 || at == NULL || strlen(at + 4) < 32) {
+    if (kvp_plugin_parse_marker(buf, id, ns) != 0) {
       snprintf(err, errlen, "%s: not a kvplane volume marker", what);
       rc = KVP_EOFFLINE;
     } else {
-      memcpy(id, at + 4, 32);
-      id[32] = '\0';
-      size_t len = n ? strcspn(n + 11, "\n") : 0;
-      len = len > 64 ? 64 : len;
-      memcpy(ns, n ? n + 11 : "", len);
-      ns[len] = '\0';
       rc = 1;
     }
   }
