@@ -250,6 +250,8 @@ static void scrub_rows_outlive_the_process(void **state) {
   assert_int_equal(st.scrub_running, 1);
   assert_string_equal(st.scrub_volume, "g3");
   usleep(300000);
+  kvp__tier_engine_stats(e, &st); /* the running pass's progress */
+  assert_true(st.scrub_progress_objects >= 1 && st.scrub_progress_objects <= 4);
   kvp__tier_engine_stop(e, NULL, NULL);
   assert_false(kvp__tier_engine_busy(e));
   kvp__tier_engine_close(e);
