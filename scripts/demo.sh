@@ -159,6 +159,17 @@ if [ "$over" != 0 ]; then
   exit 1
 fi
 echo "== no history sample has a volume above its capacity"
+# The same time as the engine's rounds (every 250 ms) saw it, from the stats
+# reply: per G3 volume in all, and its longest stretch.
+echo
+echo "\$ kvplane stats --server $url --ns demo  (tiering.volumes: above_high_ms, above_high_max_ms)"
+"$KVP_BUILD_DIR/tools/kvplane" stats --server "$url" --ns demo | /usr/bin/python3 -c '
+import json, sys
+for v in json.load(sys.stdin)["tiering"]["volumes"]:
+    if v["tier"] == 3:
+        print("%-10s above the high watermark: %5d ms in all, longest stretch %5d ms"
+              % (v["name"], v["above_high_ms"], v["above_high_max_ms"]))'
+
 q "SELECT * FROM tier_usage ORDER BY tier, volume;"
 q "SELECT worker, dp_rank, status, g1_blocks, g2_blocks, last_event_id FROM worker_status ORDER BY worker;"
 q "SELECT hash_hex, hits, round(freq, 2) AS freq, tiers FROM hot_blocks LIMIT 5;"

@@ -209,6 +209,11 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
           (json_int_t)v->queued, "backoff", v->backoff);
       if (jv && v->capacity)
         json_object_set_new(jv, "fill", json_real((double)v->used / (double)v->capacity));
+      if (jv && v->tier == 3) {
+        json_object_set_new(jv, "above_high_ms", json_integer((json_int_t)v->above_high_ms));
+        json_object_set_new(jv, "above_high_max_ms",
+                            json_integer((json_int_t)v->above_high_max_ms));
+      }
       json_array_append_new(vols, jv);
     }
     json_object_set_new(

@@ -201,6 +201,14 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
       kvp__prom_sample(p, "kvplane_volume_fill_ratio",
                        (const char *[]){"volume", s->vols[i].name, NULL},
                        (double)s->vols[i].used / (double)s->vols[i].capacity);
+  kvp__prom_family(p, "kvplane_volume_above_high_seconds_total", "counter",
+                   "Time a G3 volume's fill was above [tiering] high_watermark, as the rounds "
+                   "saw it.");
+  for (size_t i = 0; i < s->nvols; i++)
+    if (s->vols[i].tier == 3)
+      kvp__prom_sample(p, "kvplane_volume_above_high_seconds_total",
+                       (const char *[]){"volume", s->vols[i].name, NULL},
+                       (double)s->vols[i].above_high_ms / 1e3);
 }
 
 void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {

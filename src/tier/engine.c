@@ -336,9 +336,24 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
     plan_one_copy(e, used, blocks);
   if (built) {
     for (size_t v = 0; v < e->nvols; v++) {
-      e->vols[v].st.used = used[v];
-      e->vols[v].st.blocks = blocks[v];
+      vol_t *vol = &e->vols[v];
+      vol->st.used = used[v];
+      vol->st.blocks = blocks[v];
+      /* The time a G3 volume spends above its high watermark, as the
+       * rounds see it: from a round that finds it above to the next. */
+      uint64_t dt = e->round_ms ? now - e->round_ms : 0;
+      if (vol->above_high) {
+        vol->st.above_high_ms += dt;
+        vol->above_stretch_ms += dt;
+        if (vol->above_stretch_ms > vol->st.above_high_max_ms)
+          vol->st.above_high_max_ms = vol->above_stretch_ms;
+      }
+      vol->above_high = vol->tier == 3 && vol->capacity &&
+                        (double)used[v] > e->prm.high_watermark * (double)vol->capacity;
+      if (!vol->above_high)
+        vol->above_stretch_ms = 0;
     }
+    e->round_ms = now;
     for (size_t v = 0; v < e->nvols; v++)
       pv[v] = (kvp__tier_vol_t){.tier = e->vols[v].tier,
                                 .capacity = e->vols[v].capacity,

@@ -110,13 +110,15 @@ typedef struct kvp__tier_vol_stats_s {
   uint64_t capacity, used; /* used: bytes the index places there (fill = used / capacity) */
   uint64_t blocks;         /* blocks the index places there */
   uint64_t moved_in, moved_out, bytes_in, bytes_out, evicted;
-  uint64_t failed_full;  /* moves into it refused for space (then a backoff of 30 s, doubling) */
-  uint64_t failed_other; /* moves out of it that failed otherwise */
-  uint64_t missing;      /* blocks the index placed there that were not (locations dropped) */
-  uint64_t quarantined;  /* its copies that failed verification (deleted, locations dropped) */
-  uint64_t queued;       /* moved blocks whose source copy waits for the grace period */
-  int backoff;           /* 1 while no moves go into it or out of it */
-  int offline;           /* 1 while its identity is gone (KVP_EOFFLINE) */
+  uint64_t failed_full;   /* moves into it refused for space (then a backoff of 30 s, doubling) */
+  uint64_t failed_other;  /* moves out of it that failed otherwise */
+  uint64_t missing;       /* blocks the index placed there that were not (locations dropped) */
+  uint64_t quarantined;   /* its copies that failed verification (deleted, locations dropped) */
+  uint64_t queued;        /* moved blocks whose source copy waits for the grace period */
+  uint64_t above_high_ms; /* G3: time its fill was above the high watermark, by round */
+  uint64_t above_high_max_ms; /* ... the longest stretch of it */
+  int backoff;                /* 1 while no moves go into it or out of it */
+  int offline;                /* 1 while its identity is gone (KVP_EOFFLINE) */
 } kvp__tier_vol_stats_t;
 
 /* Fills up to cap volumes' figures; returns how many volumes there are. */

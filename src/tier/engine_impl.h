@@ -67,6 +67,8 @@ typedef struct vol_s {
   uint64_t suppressed;       /* warnings not written since */
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
   kvp__map64_t orphans;      /* objects its last scrub found without a location */
+  int above_high;            /* the last round found its fill above the high watermark */
+  uint64_t above_stretch_ms; /* for how long, in rounds, so far */
 } vol_t;
 
 /* One unit of work for the job, and its outcome. */
@@ -113,6 +115,7 @@ struct kvp__tier_engine_s {
   uint64_t hits[KVP__TIER_HITS_MAX]; /* G4 hits since the last round (kvp__tier_engine_hit) */
   size_t nhits;
   size_t round_taken; /* moves taken this round (max_moves) */
+  uint64_t round_ms;  /* when the last round ran */
   vol_t *vols;
   size_t nvols;
   uint16_t advisor_worker;

@@ -5,7 +5,8 @@
  * when their frame is valid and the index wants the block, deleted
  * otherwise, each journaled; passes are rows of the scrubs table that
  * outlive the process; moves into two volumes overlap, never two into
- * one. */
+ * one; the time a G3 volume spends above its high watermark is counted
+ * round by round. */
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -335,6 +336,47 @@ static void moves_into_two_volumes_overlap_never_two_into_one(void **state) {
   }
 }
 
+/* A G3 volume at fill 1.0 with nowhere to demote to (no G4): the rounds
+ * count the time it is above the high watermark, from each round that
+ * finds it above to the next; once below, the count stops and the longest
+ * stretch stays. */
+static void time_above_the_high_watermark_is_counted(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_vol_stats_t vs[2];
+
+  seed(f, 10);
+  f->cfg.nvolumes = 1;
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  uint64_t t0 = kvp__unix_ms();
+  for (int i = 0; i < 4; i++) {
+    round_and_wait(f, e);
+    usleep(50000);
+  }
+  round_and_wait(f, e);
+  uint64_t t1 = kvp__unix_ms();
+  assert_int_equal(kvp__tier_engine_volumes(e, vs, 2), 1);
+  print_message("above the high watermark: %llu ms of %llu ms\n",
+                (unsigned long long)vs[0].above_high_ms, (unsigned long long)(t1 - t0));
+  assert_true(vs[0].above_high_ms >= 200 && vs[0].above_high_ms <= t1 - t0);
+  assert_int_equal(vs[0].above_high_max_ms, vs[0].above_high_ms);
+  /* Below (the index drops 2 of the 10 blocks): no more time counted. */
+  for (uint64_t h = 9; h <= 10; h++)
+    assert_int_equal(kvp__index_remove(f->ix, h, f->w, 3, f->v3), 0);
+  round_and_wait(f, e); /* counts the stretch up to it, finds it below */
+  kvp__tier_engine_volumes(e, vs, 2);
+  uint64_t total = vs[0].above_high_ms;
+  usleep(50000);
+  round_and_wait(f, e);
+  kvp__tier_engine_volumes(e, vs, 2);
+  assert_int_equal(vs[0].above_high_ms, total);
+  assert_int_equal(vs[0].above_high_max_ms, total);
+  kvp__tier_engine_close(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_pass_keeps_to_its_files_and_bytes_limits, setup, teardown),
     cmocka_unit_test_setup_teardown(a_verifying_pass_quarantines_a_flipped_byte_once, setup,
@@ -343,6 +385,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(scrub_rows_outlive_the_process, setup, teardown),
     cmocka_unit_test_setup_teardown(moves_into_two_volumes_overlap_never_two_into_one, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(time_above_the_high_watermark_is_counted, setup, teardown),
 };
 
 KVP_TEST_MAIN("tier_scrub", tests)
