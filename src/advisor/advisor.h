@@ -75,6 +75,8 @@ typedef struct kvp_advisor_config_s {
   int64_t tier_prefetch_depth;  /* generations of descendants a G4 hit prefetches */
   int64_t tier_scrub_ms;        /* one volume is scrubbed this often; 0: no scrub */
   int64_t tier_prefetch_bytes;  /* bytes a G4 hit prefetches at most */
+  int tier_policy;              /* index into kvp__tier_policy_names */
+  char tier_policy_params[256]; /* the policy's parameters, "key=value ..." */
   char plugin_dir[512];         /* empty: kvp_volume_plugin_dir() */
   kvp_advisor_volume_t volumes[KVP__TIER_MAX_VOLUMES];
   int nvolumes;

@@ -39,6 +39,8 @@ typedef struct kvp__tier_opts_s {
   int64_t prefetch_depth;  /* generations of descendants a G4 hit prefetches */
   int64_t prefetch_bytes;  /* bytes a G4 hit prefetches at most */
   int64_t scrub_ms;        /* one volume is scrubbed this often, in turn; 0: no scrub */
+  const char *policy;        /* [tiering] policy (policy.h's registry); NULL or "": lru */
+  const char *policy_params; /* its parameters, "key=value ..."; NULL: its defaults */
   const kvp__tier_volume_conf_t *volumes;
   int nvolumes;
 } kvp__tier_opts_t;

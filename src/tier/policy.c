@@ -90,15 +90,15 @@ static void where_free(where_t *w) {
 typedef struct heap_s {
   uint32_t *v;
   size_t n, cap;
-  const kvp__tier_policy_t *pol;
+  const kvp__tier_order_t *ord;
   const kvp__tier_cand_t *c;
   uint64_t now;
   int hottest; /* inverted: hottest on top */
 } heap_t;
 
 static int above(const heap_t *h, uint32_t a, uint32_t b) {
-  return h->hottest ? h->pol->colder(&h->c[b], &h->c[a], h->now)
-                    : h->pol->colder(&h->c[a], &h->c[b], h->now);
+  return h->hottest ? h->ord->colder(h->ord->ctx, &h->c[b], &h->c[a], h->now)
+                    : h->ord->colder(h->ord->ctx, &h->c[a], &h->c[b], h->now);
 }
 
 static int heap_push(heap_t *h, uint32_t i) {
@@ -136,7 +136,7 @@ static uint32_t heap_pop(heap_t *h) {
 /* --- planning ------------------------------------------------------------------ */
 
 typedef struct plan_s {
-  const kvp__tier_policy_t *pol;
+  const kvp__tier_order_t *ord;
   const kvp__tier_params_t *prm;
   kvp__tier_vol_t *vols;
   size_t nvols;
@@ -210,7 +210,7 @@ static int parent_freed(plan_t *p, size_t i, heap_t *leaves, int (*keep)(const p
 /* The eligible leaves of volume v (optionally filtered by keep) in a heap. */
 static int leaves_of(plan_t *p, uint32_t v, heap_t *h, int hottest,
                      int (*keep)(const plan_t *, size_t)) {
-  *h = (heap_t){.pol = p->pol, .c = p->c, .now = p->now, .hottest = hottest};
+  *h = (heap_t){.ord = p->ord, .c = p->c, .now = p->now, .hottest = hottest};
   for (size_t i = 0; i < p->n; i++)
     if (p->c[i].vol == v && p->children[i] == 0 && eligible(p, i) && (!keep || keep(p, i)))
       if (heap_push(h, (uint32_t)i) != 0)
@@ -256,7 +256,7 @@ static int in_g3(const plan_t *p, uint64_t hash) {
 }
 
 static int promote(plan_t *p) {
-  heap_t hot = {.pol = p->pol, .c = p->c, .now = p->now, .hottest = 1};
+  heap_t hot = {.ord = p->ord, .c = p->c, .now = p->now, .hottest = 1};
   int rc = 0;
 
   for (size_t i = 0; i < p->n && rc == 0; i++)
@@ -277,7 +277,7 @@ static int promote(plan_t *p) {
           break;
         while (cold.n > 0 && d < 0) {
           uint32_t victim = heap_pop(&cold);
-          if (!p->pol->colder(&p->c[victim], &p->c[i], p->now))
+          if (!p->ord->colder(p->ord->ctx, &p->c[victim], &p->c[i], p->now))
             break;
           long g4 = pick_dest(p, 4, p->c[victim].bytes, 1.0);
           if (g4 < 0)
@@ -336,11 +336,11 @@ static int order_by_kind(kvp__tier_move_t *m, size_t n) {
   return 0;
 }
 
-int kvp__tier_plan(const kvp__tier_policy_t *pol, const kvp__tier_params_t *prm,
+int kvp__tier_plan(const kvp__tier_order_t *ord, const kvp__tier_params_t *prm,
                    kvp__tier_vol_t *vols, size_t nvols, const kvp__tier_cand_t *cands,
                    size_t ncands, uint64_t now_ms, kvp__tier_move_t **moves, size_t *nmoves) {
   plan_t p = {
-      .pol = pol, .prm = prm, .vols = vols, .nvols = nvols, .c = cands, .n = ncands, .now = now_ms};
+      .ord = ord, .prm = prm, .vols = vols, .nvols = nvols, .c = cands, .n = ncands, .now = now_ms};
   int rc = plan_init(&p);
 
   /* Space first: demote from every G3 volume over its high watermark. */
@@ -393,8 +393,7 @@ static size_t first_child(const child_t *kids, size_t n, uint64_t h) {
 int kvp__tier_prefetch(const kvp__tier_params_t *prm, kvp__tier_vol_t *vols, size_t nvols,
                        const kvp__tier_cand_t *cands, size_t ncands, uint64_t hit, uint64_t now_ms,
                        kvp__tier_move_t **moves, size_t *nmoves) {
-  static const kvp__tier_policy_t none = {"none", NULL};
-  plan_t p = {.pol = &none,
+  plan_t p = {.ord = &kvp__tier_order_lru,
               .prm = prm,
               .vols = vols,
               .nvols = nvols,

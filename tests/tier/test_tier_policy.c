@@ -27,7 +27,7 @@ static void plan(kvp__tier_vol_t *v, size_t nv, kvp__tier_cand_t *c, size_t nc,
                  kvp__tier_move_t **m, size_t *n) {
   kvp__tier_params_t p;
   kvp__tier_params_init(&p);
-  assert_int_equal(kvp__tier_plan(&kvp__tier_policy_lru, &p, v, nv, c, nc, NOW, m, n), 0);
+  assert_int_equal(kvp__tier_plan(&kvp__tier_order_lru, &p, v, nv, c, nc, NOW, m, n), 0);
 }
 
 static void expect_move(const kvp__tier_move_t *m, uint64_t hash, uint32_t from, uint32_t to,

@@ -1,5 +1,6 @@
 # Tiering (src/tier). Sources are relative to tests/.
 kvp_add_test(tier_policy tier/test_tier_policy.c LABELS tier)
+kvp_add_test(tier_policies tier/test_tier_policies.c LABELS tier)
 kvp_add_test(tier_engine tier/test_tier_engine.c LABELS tier volume nats s3 TIMEOUT 180)
 target_compile_definitions(test_tier_engine PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
