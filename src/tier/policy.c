@@ -266,7 +266,11 @@ static int promote(plan_t *p) {
     uint32_t i = heap_pop(&hot);
     if (in_g3(p, p->c[i].hash))
       continue;
-    long d = pick_dest(p, 3, p->c[i].bytes, p->prm->high_watermark);
+    /* Room is what lies below the low watermark: promotions that filled G3
+     * up to the high one would have the workers' next offloads push it
+     * over, and the next round demote as much again (a ping-pong of a
+     * tenth of G3 per round, measured by kvp-bench policy). */
+    long d = pick_dest(p, 3, p->c[i].bytes, p->prm->low_watermark);
     if (d < 0) {
       /* Make room: demote a G3 block below keep_freq, colder than this one. */
       for (size_t v = 0; v < p->nvols && d < 0; v++) {

@@ -12,8 +12,10 @@
  *     stay whole: a hole in the middle of a prefix wastes the blocks after
  *     it);
  *   - promotion: a G4 block whose decayed hit frequency reaches promote_freq
- *     comes back to G3 when there is room below the high watermark, or when
- *     a G3 block colder than keep_freq can be demoted for it. Between
+ *     comes back to G3 when there is room below the low watermark (room up
+ *     to the high one would be taken back by the next demotion: a
+ *     ping-pong), or when a G3 block colder than keep_freq can be demoted
+ *     for it (then up to the high watermark). Between
  *     keep_freq and promote_freq nothing moves (the hysteresis band), and no
  *     block moves within min_residence_ms of its last access (residence
  *     counts from the last access, not from arrival in the volume): no
