@@ -257,7 +257,11 @@ static int in_g3(const plan_t *p, uint64_t hash) {
 
 static int promote(plan_t *p) {
   heap_t hot = {.ord = p->ord, .c = p->c, .now = p->now, .hottest = 1};
-  int rc = 0;
+  /* Per G3 volume, its leaves below keep_freq, coldest on top: built once,
+   * when a promotion first needs room there, and kept for the next ones (a
+   * heap per promotion made a round quadratic). */
+  heap_t *cold = calloc(p->nvols ? p->nvols : 1, sizeof *cold);
+  int rc = cold ? 0 : KVP_ENOMEM;
 
   for (size_t i = 0; i < p->n && rc == 0; i++)
     if (p->vols[p->c[i].vol].tier == 4 && eligible(p, i) && p->c[i].freq >= p->prm->promote_freq)
@@ -276,27 +280,30 @@ static int promote(plan_t *p) {
       for (size_t v = 0; v < p->nvols && d < 0; v++) {
         if (p->vols[v].tier != 3 || p->vols[v].backoff_until_ms > p->now)
           continue;
-        heap_t cold;
-        if ((rc = leaves_of(p, (uint32_t)v, &cold, 0, below_keep)) != 0)
+        heap_t *h = &cold[v];
+        if (h->ord == NULL && (rc = leaves_of(p, (uint32_t)v, h, 0, below_keep)) != 0)
           break;
-        while (cold.n > 0 && d < 0) {
-          uint32_t victim = heap_pop(&cold);
-          if (!p->ord->colder(p->ord->ctx, &p->c[victim], &p->c[i], p->now))
+        while (h->n > 0 && d < 0) {
+          uint32_t victim = heap_pop(h);
+          long g4 = -1;
+          if (!p->ord->colder(p->ord->ctx, &p->c[victim], &p->c[i], p->now) ||
+              (g4 = pick_dest(p, 4, p->c[victim].bytes, 1.0)) < 0) {
+            rc = heap_push(h, victim); /* stays, for a colder promotion */
             break;
-          long g4 = pick_dest(p, 4, p->c[victim].bytes, 1.0);
-          if (g4 < 0)
-            break;
+          }
           if ((rc = add_move(p, victim, (uint32_t)g4, KVP__TIER_DEMOTE)) != 0 ||
-              (rc = parent_freed(p, victim, &cold, below_keep)) != 0)
+              (rc = parent_freed(p, victim, h, below_keep)) != 0)
             break;
           d = pick_dest(p, 3, p->c[i].bytes, p->prm->high_watermark);
         }
-        free(cold.v);
       }
     }
     if (rc == 0 && d >= 0)
       rc = add_move(p, i, (uint32_t)d, KVP__TIER_PROMOTE);
   }
+  for (size_t v = 0; cold && v < p->nvols; v++)
+    free(cold[v].v);
+  free(cold);
   free(hot.v);
   return rc;
 }
