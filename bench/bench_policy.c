@@ -1,37 +1,46 @@
 /* kvp-bench policy: the tiering policies against the optimum.
  *
- * The bundled Mooncake trace (kvp_bench_trace_path) is replayed through a
+ * Why this file is long: the trace, the worker's recording, the engine's
+ * rounds over it and the suite's figures are one measurement; MIN is apart
+ * (bench_policy_min.c).
+ *
+ * First the bundled Mooncake trace (kvp_bench_trace_path) goes through a
  * worker: the real block manager (G1 g1= blocks, G2 g2= blocks, 512-token
  * blocks of blockb= bytes, each request allocated then freed) offloading
- * its G2 victims to a G3 volume, and reading misses from G3, then G4. Both
- * volumes are the mem plugin (plugins/mem: the process's memory), so that
- * the figures are the policy's, not a disk's. G3 holds at most 5%, 10% and
- * 25% of the trace's distinct blocks; G4 is unbounded.
+ * its G2 victims to a G3 volume and reading misses from G3, then G4, both
+ * volumes of the mem plugin (plugins/mem: the process's memory, so that no
+ * disk or kernel is in the figures). Its G3 keeps every block: the
+ * manager's events record the worker's lower-tier stream, in order, with
+ * the request each event came in (blocks offloaded to G3, blocks read from
+ * G3 or G4). That stream does not depend on the policy: a block read from
+ * G3 or from G4 lands in G1 alike, and with an unbounded G4 nothing is
+ * lost. (The offloads run on the manager's thread; the replay waits for
+ * them every 16 requests, so an offload may be recorded a few requests
+ * late.)
  *
- * The advisor's side is the tiering engine's planning: the candidates it
- * would build from its index (every G3 block, and every G4 block hot
- * enough to be promoted: with an unbounded G4 the others cannot move; last
- * access and a decayed hit count with the index's default half-life of 1 h,
- * in the trace's time), planned by the policy (kvp__tier_pol_plan, the call
- * engine.c makes) whenever G3 passes its capacity (high watermark 1.0, low
- * 0.97, no minimum residence) and every 64 requests, and the moves done at
- * once through the volumes (read, put, delete; the engine's journal and
- * read-back are left out). The policy's hooks see every lower-tier read
- * (on_access) and every placement (on_move). A block a worker offloads
- * again while G4 holds it keeps its new G3 copy (the G4 one is deleted:
- * one copy between G3 and G4).
+ * Then, per policy and G3 capacity (5%, 10%, 25% of the trace's distinct
+ * blocks), the stream is replayed through the tiering engine's planning:
+ * the candidates the engine builds from its index (every G3 block, and the
+ * G4 blocks hot enough to be promoted: with an unbounded G4 no other can
+ * move), with their last access and a hit count decaying with the index's
+ * default half-life (1 h) in the trace's time, planned by the policy
+ * (kvp__tier_pol_plan, the call engine.c makes) whenever G3 passes its
+ * capacity (high watermark 1.0, low 0.97, no minimum residence) and every
+ * 64 requests; the moves are applied at once to the replay's G3 and G4
+ * (not copied: the copies' cost is not what is measured). The policy's
+ * hooks see every lower-tier read (on_access) and every placement
+ * (on_move). A block offloaded again while in G4 keeps its fresh G3 copy
+ * (one copy between G3 and G4).
  *
  * Figures, per policy and capacity: the G3 hit ratio (blocks read from G3
- * over blocks read from G3 or G4) and the bytes moved per G3 hit (G3 writes
- * by the worker, demotions and promotions, over G3 hits), each beside
+ * over blocks read from G3 or G4) and the bytes moved per G3 hit (the
+ * worker's G3 writes, demotions and promotions, over G3 hits), each beside
  * Belady's MIN over the same stream (bench_policy_min.c) as the baseline.
- * The stream of lower-tier reads does not depend on the policy (a block
- * read from G3 or G4 lands in G1 alike, and nothing is lost with an
- * unbounded G4): every run checks that it saw the same reads.
  * Then G3 admission after N hits (the block manager's g3_min_hits = N - 1:
- * admission1 admits every G2 victim, the default; admission2 is vLLM's
- * store_threshold=2) with the default policy at 10%: G3 bytes written and
- * the G3 hit ratio, beside admission1.
+ * admission1 admits every G2 victim, the manager's default; admission2 is
+ * vLLM's store_threshold=2), each recorded through the block manager with
+ * that setting and replayed with the default policy at 10%: G3 bytes
+ * written and the G3 hit ratio, beside admission1.
  *
  *   kvp-bench policy [requests=N] [g1=BLOCKS] [g2=BLOCKS] [blockb=BYTES]
  *
