@@ -14,3 +14,8 @@ foreach(t test_tier_kill test_tier_kill_slow)
   add_dependencies(${t} kvplane-volume-posix kvplane-advisor)
 endforeach()
 target_compile_definitions(test_tier_kill_slow PRIVATE TIER_KILLS=20)
+# The engine with [tiering] policy, on mem volumes.
+kvp_add_test(tier_engine_policy tier/test_tier_engine_policy.c LABELS tier volume)
+target_compile_definitions(test_tier_engine_policy PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_tier_engine_policy kvplane-volume-mem)
