@@ -15,6 +15,7 @@
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "metrics/server.h"
+#include "tier/policy.h"
 
 #define OFF(f) offsetof(kvp_advisor_config_t, f)
 #define CAP(f) ((int64_t)sizeof(((kvp_advisor_config_t *)0)->f))
@@ -92,6 +93,15 @@ static const kvp_conf_key_t keys[] = {
      "a block accessed more recently than this does not move", NULL},
     {"tiering", "max_moves", KVP_CONF_INT, OFF(tier_max_moves), 1, 1 << 20, NULL,
      "moves per round at most", NULL},
+    {"tiering", "policy", KVP_CONF_ENUM, OFF(tier_policy), 0, 0, kvp__tier_policy_names,
+     "which blocks leave G3 first: lru (least recently used, prefix-aware), s3fifo or lfu "
+     "(docs/tiering.md)",
+     NULL},
+    {"tiering", "policy_params", KVP_CONF_STR, OFF(tier_policy_params), 0, CAP(tier_policy_params),
+     NULL,
+     "the policy's own parameters, \"key=value\" separated by blanks or commas (s3fifo: small, "
+     "ghost; lfu: half_life)",
+     NULL},
     {"tiering", "high_watermark", KVP_CONF_DOUBLE, OFF(tier_high), 0, 1, NULL,
      "G3 fill (of a volume's capacity) above which its coldest blocks are demoted to G4", NULL},
     {"tiering", "low_watermark", KVP_CONF_DOUBLE, OFF(tier_low), 0, 1, NULL,
@@ -295,6 +305,10 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
              cfg->tier_keep_freq, cfg->tier_promote_freq);
     return KVP_ECONFIG;
   }
+  double pconf[KVP__TIER_POLICY_KEYS_MAX];
+  if ((rc = kvp__tier_policy_params(kvp__tier_policy_names[cfg->tier_policy],
+                                    cfg->tier_policy_params, pconf, err, errlen)) != 0)
+    return rc;
   for (int i = 0; i < cfg->nvolumes; i++) {
     const kvp_advisor_volume_t *v = &cfg->volumes[i];
     const char *miss = v->tier == 0 ? "tier" : !v->plugin[0] ? "plugin" : NULL;
@@ -548,6 +562,8 @@ const kvp__tier_opts_t *kvp__adv_tier_opts(const kvp_advisor_config_t *cfg, kvp_
   o->scrub_verify = cfg->tier_scrub_verify;
   o->max_parallel = cfg->tier_max_parallel;
   o->prefetch_bytes = cfg->tier_prefetch_bytes;
+  o->policy = kvp__tier_policy_names[cfg->tier_policy];
+  o->policy_params = cfg->tier_policy_params;
   o->volumes = cfg->volumes;
   o->nvolumes = cfg->nvolumes;
   return o;

@@ -201,9 +201,10 @@ static int read_from(kvp__tiers_t *t, kvp_volume_t *v, uint64_t hash, void *dst)
 }
 
 int kvp__tiers_read(kvp__tiers_t *t, uint64_t hash, void *dst) {
+  int mine = 0;
   if (t->g3 != NULL) {
     pthread_mutex_lock(&t->mu);
-    int mine = kvp__map64_get(&t->reg, hash, NULL) == 0;
+    mine = kvp__map64_get(&t->reg, hash, NULL) == 0;
     pthread_mutex_unlock(&t->mu);
     if (mine) {
       int r = read_from(t, t->g3, hash, dst);
@@ -223,6 +224,13 @@ int kvp__tiers_read(kvp__tiers_t *t, uint64_t hash, void *dst) {
   if (t->g4 != NULL && read_from(t, t->g4, hash, dst) == 1) {
     atomic_fetch_add(&t->hits4, 1);
     return KVP_TIER_G4;
+  }
+  /* Not put there by this manager, not (or no longer) in G4: the advisor
+   * may have promoted it to G3 (and deleted the G4 copy after its grace
+   * period). */
+  if (t->g3 != NULL && !mine && read_from(t, t->g3, hash, dst) == 1) {
+    atomic_fetch_add(&t->hits3, 1);
+    return KVP_TIER_G3;
   }
   return 0;
 }

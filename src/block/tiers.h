@@ -30,10 +30,11 @@ void kvp__tiers_destroy(kvp__tiers_t *t);
  * and the queue has room (else counted). */
 void kvp__tiers_victim(void *ctx, const kvp_pool_evicted_t *ev, const void *bytes);
 
-/* Reads block hash from G3 (when this worker put it there) or G4 into dst
- * (block_bytes). Returns the tier it came from (3 or 4), or 0 on a miss: not
- * there, gone (the advisor moved it: forgotten here), or corrupt (counted,
- * never served). */
+/* Reads block hash from G3 (when this worker put it there), else G4, else
+ * G3 again for a block this worker did not put there (the advisor promoted
+ * it), into dst (block_bytes). Returns the tier it came from (3 or 4), or 0
+ * on a miss: not there, gone (the advisor moved it: forgotten here), or
+ * corrupt (counted, never served). */
 int kvp__tiers_read(kvp__tiers_t *t, uint64_t hash, void *dst);
 
 /* The G3 volume's name ("" without one), for events. */

@@ -360,8 +360,8 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
                                 .used = used[v],
                                 .backoff_until_ms =
                                     e->vols[v].offline ? UINT64_MAX : e->vols[v].backoff_until_ms};
-    if (kvp__tier_plan(&kvp__tier_policy_lru, &e->prm, pv, e->nvols, e->cands, e->ncands, now,
-                       &moves, &nmoves) != 0)
+    if (kvp__tier_pol_plan(e->pol, &e->prm, pv, e->nvols, e->cands, e->ncands, now, &moves,
+                           &nmoves) != 0)
       nmoves = 0;
   }
   /* Prefetch first: G4 blocks workers read since the last round bring their
@@ -380,6 +380,12 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   e->nhits = 0;
   take_moves(e, pre, npre, first, SIZE_MAX);
   take_moves(e, moves, nmoves, first, e->nops);
+  /* The policy's state follows the moves as planned; one that fails shows
+   * in the next round's candidates. */
+  for (size_t i = first; i < e->nops; i++)
+    if (e->ops[i].kind >= 0)
+      kvp__tier_pol_move(e->pol, e->ops[i].hash, e->vols[e->ops[i].from].tier,
+                         e->ops[i].kind == KVP__TIER_EVICT ? 0 : e->vols[e->ops[i].to].tier, now);
   free(pre);
   free(moves);
   if (e->nops == 0)
@@ -468,6 +474,7 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
     kvp__map64_free(&e->vols[v].orphans);
   }
   free(e->vols);
+  kvp__tier_pol_close(e->pol);
   kvp__journal_close(e->db);
   kvp__journal_close(e->sdb);
   free(e->ops);

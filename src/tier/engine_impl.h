@@ -105,6 +105,7 @@ struct kvp__tier_engine_s {
   kvp__index_t *ix;
   char ns[64], db_path[512];
   kvp__tier_params_t prm;
+  kvp__tier_pol_t *pol; /* [tiering] policy, with its state */
   uint64_t interval_ms, grace_ms;
   size_t max_moves;
   size_t max_parallel;          /* moves in flight at once, each into a different volume */

@@ -149,7 +149,8 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->budget_ms = kvp__unix_ms();
   e->prm.prefetch_depth = (uint32_t)o->prefetch_depth;
   e->prm.prefetch_bytes = (uint64_t)o->prefetch_bytes;
-  if ((rc = kvp__tier_params_check(&e->prm, err, errlen)) != 0)
+  if ((rc = kvp__tier_params_check(&e->prm, err, errlen)) != 0 ||
+      (rc = kvp__tier_pol_open(o->policy, o->policy_params, &e->pol, err, errlen)) != 0)
     goto fail;
   rc = KVP_ENOMEM;
   if ((e->vols = calloc((size_t)o->nvolumes + 1, sizeof *e->vols)) == NULL)
@@ -222,8 +223,9 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->async.data = e;
   e->async_ready = 1;
   e->handles_open++;
-  kvp_log_info("tiering: %zu volumes, watermarks %.2f/%.2f, every %" PRIu64 " ms", e->nvols,
-               e->prm.low_watermark, e->prm.high_watermark, e->interval_ms);
+  kvp_log_info("tiering: %zu volumes, policy %s, watermarks %.2f/%.2f, every %" PRIu64 " ms",
+               e->nvols, e->pol->ops->name, e->prm.low_watermark, e->prm.high_watermark,
+               e->interval_ms);
   *out = e;
   return 0;
 fail:

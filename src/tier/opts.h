@@ -43,6 +43,8 @@ typedef struct kvp__tier_opts_s {
   int64_t scrub_bytes_per_s; /* bytes a pass reads per second; 0: no limit */
   int scrub_verify;          /* a pass reads every object back (a full-checksum scrub) */
   int64_t max_parallel;      /* moves in flight at once, each into another volume; 0: 1 */
+  const char *policy;        /* [tiering] policy (policy.h's registry); NULL or "": lru */
+  const char *policy_params; /* its parameters, "key=value ..."; NULL: its defaults */
   const kvp__tier_volume_conf_t *volumes;
   int nvolumes;
 } kvp__tier_opts_t;

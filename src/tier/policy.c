@@ -90,15 +90,15 @@ static void where_free(where_t *w) {
 typedef struct heap_s {
   uint32_t *v;
   size_t n, cap;
-  const kvp__tier_policy_t *pol;
+  const kvp__tier_order_t *ord;
   const kvp__tier_cand_t *c;
   uint64_t now;
   int hottest; /* inverted: hottest on top */
 } heap_t;
 
 static int above(const heap_t *h, uint32_t a, uint32_t b) {
-  return h->hottest ? h->pol->colder(&h->c[b], &h->c[a], h->now)
-                    : h->pol->colder(&h->c[a], &h->c[b], h->now);
+  return h->hottest ? h->ord->colder(h->ord->ctx, &h->c[b], &h->c[a], h->now)
+                    : h->ord->colder(h->ord->ctx, &h->c[a], &h->c[b], h->now);
 }
 
 static int heap_push(heap_t *h, uint32_t i) {
@@ -136,7 +136,7 @@ static uint32_t heap_pop(heap_t *h) {
 /* --- planning ------------------------------------------------------------------ */
 
 typedef struct plan_s {
-  const kvp__tier_policy_t *pol;
+  const kvp__tier_order_t *ord;
   const kvp__tier_params_t *prm;
   kvp__tier_vol_t *vols;
   size_t nvols;
@@ -210,7 +210,7 @@ static int parent_freed(plan_t *p, size_t i, heap_t *leaves, int (*keep)(const p
 /* The eligible leaves of volume v (optionally filtered by keep) in a heap. */
 static int leaves_of(plan_t *p, uint32_t v, heap_t *h, int hottest,
                      int (*keep)(const plan_t *, size_t)) {
-  *h = (heap_t){.pol = p->pol, .c = p->c, .now = p->now, .hottest = hottest};
+  *h = (heap_t){.ord = p->ord, .c = p->c, .now = p->now, .hottest = hottest};
   for (size_t i = 0; i < p->n; i++)
     if (p->c[i].vol == v && p->children[i] == 0 && eligible(p, i) && (!keep || keep(p, i)))
       if (heap_push(h, (uint32_t)i) != 0)
@@ -256,8 +256,12 @@ static int in_g3(const plan_t *p, uint64_t hash) {
 }
 
 static int promote(plan_t *p) {
-  heap_t hot = {.pol = p->pol, .c = p->c, .now = p->now, .hottest = 1};
-  int rc = 0;
+  heap_t hot = {.ord = p->ord, .c = p->c, .now = p->now, .hottest = 1};
+  /* Per G3 volume, its leaves below keep_freq, coldest on top: built once,
+   * when a promotion first needs room there, and kept for the next ones (a
+   * heap per promotion made a round quadratic). */
+  heap_t *cold = calloc(p->nvols ? p->nvols : 1, sizeof *cold);
+  int rc = cold ? 0 : KVP_ENOMEM;
 
   for (size_t i = 0; i < p->n && rc == 0; i++)
     if (p->vols[p->c[i].vol].tier == 4 && eligible(p, i) && p->c[i].freq >= p->prm->promote_freq)
@@ -266,33 +270,40 @@ static int promote(plan_t *p) {
     uint32_t i = heap_pop(&hot);
     if (in_g3(p, p->c[i].hash))
       continue;
-    long d = pick_dest(p, 3, p->c[i].bytes, p->prm->high_watermark);
+    /* Room is what lies below the low watermark: promotions that filled G3
+     * up to the high one would have the workers' next offloads push it
+     * over, and the next round demote as much again (a ping-pong of a
+     * tenth of G3 per round, measured by kvp-bench policy). */
+    long d = pick_dest(p, 3, p->c[i].bytes, p->prm->low_watermark);
     if (d < 0) {
       /* Make room: demote a G3 block below keep_freq, colder than this one. */
       for (size_t v = 0; v < p->nvols && d < 0; v++) {
         if (p->vols[v].tier != 3 || p->vols[v].backoff_until_ms > p->now)
           continue;
-        heap_t cold;
-        if ((rc = leaves_of(p, (uint32_t)v, &cold, 0, below_keep)) != 0)
+        heap_t *h = &cold[v];
+        if (h->ord == NULL && (rc = leaves_of(p, (uint32_t)v, h, 0, below_keep)) != 0)
           break;
-        while (cold.n > 0 && d < 0) {
-          uint32_t victim = heap_pop(&cold);
-          if (!p->pol->colder(&p->c[victim], &p->c[i], p->now))
+        while (h->n > 0 && d < 0) {
+          uint32_t victim = heap_pop(h);
+          long g4 = -1;
+          if (!p->ord->colder(p->ord->ctx, &p->c[victim], &p->c[i], p->now) ||
+              (g4 = pick_dest(p, 4, p->c[victim].bytes, 1.0)) < 0) {
+            rc = heap_push(h, victim); /* stays, for a colder promotion */
             break;
-          long g4 = pick_dest(p, 4, p->c[victim].bytes, 1.0);
-          if (g4 < 0)
-            break;
+          }
           if ((rc = add_move(p, victim, (uint32_t)g4, KVP__TIER_DEMOTE)) != 0 ||
-              (rc = parent_freed(p, victim, &cold, below_keep)) != 0)
+              (rc = parent_freed(p, victim, h, below_keep)) != 0)
             break;
           d = pick_dest(p, 3, p->c[i].bytes, p->prm->high_watermark);
         }
-        free(cold.v);
       }
     }
     if (rc == 0 && d >= 0)
       rc = add_move(p, i, (uint32_t)d, KVP__TIER_PROMOTE);
   }
+  for (size_t v = 0; cold && v < p->nvols; v++)
+    free(cold[v].v);
+  free(cold);
   free(hot.v);
   return rc;
 }
@@ -336,11 +347,11 @@ static int order_by_kind(kvp__tier_move_t *m, size_t n) {
   return 0;
 }
 
-int kvp__tier_plan(const kvp__tier_policy_t *pol, const kvp__tier_params_t *prm,
+int kvp__tier_plan(const kvp__tier_order_t *ord, const kvp__tier_params_t *prm,
                    kvp__tier_vol_t *vols, size_t nvols, const kvp__tier_cand_t *cands,
                    size_t ncands, uint64_t now_ms, kvp__tier_move_t **moves, size_t *nmoves) {
   plan_t p = {
-      .pol = pol, .prm = prm, .vols = vols, .nvols = nvols, .c = cands, .n = ncands, .now = now_ms};
+      .ord = ord, .prm = prm, .vols = vols, .nvols = nvols, .c = cands, .n = ncands, .now = now_ms};
   int rc = plan_init(&p);
 
   /* Space first: demote from every G3 volume over its high watermark. */
@@ -393,8 +404,7 @@ static size_t first_child(const child_t *kids, size_t n, uint64_t h) {
 int kvp__tier_prefetch(const kvp__tier_params_t *prm, kvp__tier_vol_t *vols, size_t nvols,
                        const kvp__tier_cand_t *cands, size_t ncands, uint64_t hit, uint64_t now_ms,
                        kvp__tier_move_t **moves, size_t *nmoves) {
-  static const kvp__tier_policy_t none = {"none", NULL};
-  plan_t p = {.pol = &none,
+  plan_t p = {.ord = &kvp__tier_order_lru,
               .prm = prm,
               .vols = vols,
               .nvols = nvols,

@@ -12,8 +12,10 @@
  *     stay whole: a hole in the middle of a prefix wastes the blocks after
  *     it);
  *   - promotion: a G4 block whose decayed hit frequency reaches promote_freq
- *     comes back to G3 when there is room below the high watermark, or when
- *     a G3 block colder than keep_freq can be demoted for it. Between
+ *     comes back to G3 when there is room below the low watermark (room up
+ *     to the high one would be taken back by the next demotion: a
+ *     ping-pong), or when a G3 block colder than keep_freq can be demoted
+ *     for it (then up to the high watermark). Between
  *     keep_freq and promote_freq nothing moves (the hysteresis band), and no
  *     block moves within min_residence_ms of its last access (residence
  *     counts from the last access, not from arrival in the volume): no
@@ -23,9 +25,14 @@
  *   - prefetch (kvp__tier_prefetch): when a prefix's block is hit in G4,
  *     its descendants in G4 come to G3 ahead of the request, bounded in
  *     depth and bytes.
- * Which block is colder is the policy's only choice (kvp__tier_policy_t): a
- * new policy (ARC, S3-FIFO) is a new file with one comparison, not an edit of
- * the rules.
+ * Which block is colder is the policy's choice. A policy is one file with
+ * an ops table (kvp__tier_policy_t): its plan for a round (most call
+ * kvp__tier_plan with their own order, so the rules above, prefixes kept
+ * whole among them, hold for every policy), optional state fed by
+ * on_access / on_move / on_remove, and its own parameters; the table of
+ * policies is policy_registry.c, and [tiering] policy picks one by name
+ * (docs/tiering.md). The policies: lru (the default, policy_lru.c),
+ * s3fifo (policy_s3fifo.c), lfu (policy_lfu.c).
  *
  * Moves come out in priority order: prefetch, then demotion (space), then
  * promotion, then eviction.
@@ -93,21 +100,24 @@ typedef struct kvp__tier_move_s {
   uint8_t kind;      /* kvp__tier_kind_t */
 } kvp__tier_move_t;
 
-typedef struct kvp__tier_policy_s {
-  const char *name;
-  /* 1 when a is colder than b at now (leaves first), else 0. */
-  int (*colder)(const kvp__tier_cand_t *a, const kvp__tier_cand_t *b, uint64_t now_ms);
-} kvp__tier_policy_t;
+/* An order of the candidates of one plan: colder(ctx, a, b, now) is 1 when
+ * a leaves before b (is colder), else 0. It must be a strict weak order
+ * over each plan's candidates. */
+typedef struct kvp__tier_order_s {
+  int (*colder)(const void *ctx, const kvp__tier_cand_t *a, const kvp__tier_cand_t *b,
+                uint64_t now_ms);
+  const void *ctx;
+} kvp__tier_order_t;
 
 /* Least recently used first, the decayed hit frequency breaking ties within
- * a second (policy_lru.c). */
-extern const kvp__tier_policy_t kvp__tier_policy_lru;
+ * a second, then the hash (policy_lru.c). */
+extern const kvp__tier_order_t kvp__tier_order_lru;
 
 /* Plans demotions, promotions and evictions. The volumes' used bytes are
  * updated as if the moves were done (so a caller may plan again with the
  * same arrays only after it rebuilt them). *moves is malloc'd (free it),
  * in priority order. Returns 0 or KVP_ENOMEM. */
-int kvp__tier_plan(const kvp__tier_policy_t *pol, const kvp__tier_params_t *prm,
+int kvp__tier_plan(const kvp__tier_order_t *ord, const kvp__tier_params_t *prm,
                    kvp__tier_vol_t *vols, size_t nvols, const kvp__tier_cand_t *cands,
                    size_t ncands, uint64_t now_ms, kvp__tier_move_t **moves, size_t *nmoves);
 
@@ -119,5 +129,88 @@ int kvp__tier_plan(const kvp__tier_policy_t *pol, const kvp__tier_params_t *prm,
 int kvp__tier_prefetch(const kvp__tier_params_t *prm, kvp__tier_vol_t *vols, size_t nvols,
                        const kvp__tier_cand_t *cands, size_t ncands, uint64_t hit, uint64_t now_ms,
                        kvp__tier_move_t **moves, size_t *nmoves);
+
+/* --- policies ------------------------------------------------------------ */
+
+/* One parameter of a policy: [tiering] policy_params = "name=value ...". */
+typedef struct kvp__tier_policy_key_s {
+  const char *name;
+  int duration; /* 1: a duration ("10m", "30s", ms); 0: a number */
+  double def, min, max;
+  const char *help;
+} kvp__tier_policy_key_t;
+
+#define KVP__TIER_POLICY_KEYS_MAX 8
+
+/* A policy's ops. Only name and plan are required. State is the policy's
+ * own (open's *state, NULL for a stateless policy); calls on one state come
+ * from one thread (the advisor's loop, or a replay). The candidates are the
+ * truth: a policy whose hooks were not called for some change (a block
+ * moved or removed by someone else, an access the engine did not see)
+ * learns it from the next plan's candidates. */
+typedef struct kvp__tier_policy_s {
+  const char *name;
+  const char *help;
+  const kvp__tier_policy_key_t *keys; /* its parameters, nkeys of them */
+  size_t nkeys;
+  /* conf[i] is keys[i]'s value. Returns 0 or KVP_ENOMEM. */
+  int (*open)(const double *conf, void **state);
+  void (*close)(void *state);
+  /* A worker read hash in tier (3 or 4) at now. */
+  void (*on_access)(void *state, uint64_t hash, int tier, uint64_t now_ms);
+  /* hash moved from a tier to another (to_tier 0: deleted), planned by the
+   * engine or placed by a worker's offload (from_tier 0: a new block). */
+  void (*on_move)(void *state, uint64_t hash, int from_tier, int to_tier, uint64_t now_ms);
+  /* hash left tier for another reason (its location dropped). */
+  void (*on_remove)(void *state, uint64_t hash, int tier);
+  /* Plans a round: as kvp__tier_plan. */
+  int (*plan)(void *state, const kvp__tier_params_t *prm, kvp__tier_vol_t *vols, size_t nvols,
+              const kvp__tier_cand_t *cands, size_t ncands, uint64_t now_ms,
+              kvp__tier_move_t **moves, size_t *nmoves);
+} kvp__tier_policy_t;
+
+/* The registry (policy_registry.c): the policies' names, NULL-terminated,
+ * the default first; the choices of [tiering] policy. */
+extern const char *const kvp__tier_policy_names[];
+
+/* The policy called name, or NULL. */
+const kvp__tier_policy_t *kvp__tier_policy_find(const char *name);
+
+/* A policy with its state. */
+typedef struct kvp__tier_pol_s {
+  const kvp__tier_policy_t *ops;
+  void *state;
+  double conf[KVP__TIER_POLICY_KEYS_MAX];
+} kvp__tier_pol_t;
+
+/* Checks params ("key=value" pairs separated by blanks or commas) against
+ * the policy's keys into conf (the defaults for keys not given). Returns 0,
+ * or KVP_ECONFIG with err naming the policy, the key and, for an unknown
+ * key or policy, the ones there are. */
+int kvp__tier_policy_params(const char *name, const char *params, double *conf, char *err,
+                            size_t errlen);
+
+/* Opens the policy called name (NULL or "": the default) with params.
+ * Returns 0, KVP_ECONFIG (err says why, listing the names or keys there
+ * are) or KVP_ENOMEM. */
+int kvp__tier_pol_open(const char *name, const char *params, kvp__tier_pol_t **out, char *err,
+                       size_t errlen);
+
+/* NULL is accepted. */
+void kvp__tier_pol_close(kvp__tier_pol_t *p);
+
+int kvp__tier_pol_plan(kvp__tier_pol_t *p, const kvp__tier_params_t *prm, kvp__tier_vol_t *vols,
+                       size_t nvols, const kvp__tier_cand_t *cands, size_t ncands, uint64_t now_ms,
+                       kvp__tier_move_t **moves, size_t *nmoves);
+
+/* The hooks, when the policy has them. */
+void kvp__tier_pol_access(kvp__tier_pol_t *p, uint64_t hash, int tier, uint64_t now_ms);
+void kvp__tier_pol_move(kvp__tier_pol_t *p, uint64_t hash, int from_tier, int to_tier,
+                        uint64_t now_ms);
+void kvp__tier_pol_remove(kvp__tier_pol_t *p, uint64_t hash, int tier);
+
+extern const kvp__tier_policy_t kvp__tier_policy_lru;
+extern const kvp__tier_policy_t kvp__tier_policy_s3fifo;
+extern const kvp__tier_policy_t kvp__tier_policy_lfu;
 
 #endif

@@ -61,6 +61,7 @@ typedef struct fx_s {
   kvp_volume_t *g3, *g4;
   kvp_blockmgr_t *bm;
   rec_t rec;
+  uint32_t g3_min_hits; /* the G3 admission filter make() sets */
 } fx_t;
 
 static kvp_volume_t *open_vol(const char *path, const char *name, const char *capacity) {
@@ -90,6 +91,7 @@ static int make(fx_t *f, const char *g3cap, int with_g4) {
   o.g3 = f->g3;
   o.g4 = f->g4;
   o.volume_ns = "test";
+  o.g3_min_hits = f->g3_min_hits;
   return f->g3 && (!with_g4 || f->g4) ? kvp_blockmgr_create(&o, &f->bm) : -1;
 }
 
@@ -231,6 +233,59 @@ static void g4_is_read_after_g3(void **state) {
   assert_int_equal(rec_count(&f->rec, KVP_EV_ACCESSED, KVP_TIER_G4, hash_of(500), "shared"), 1);
 }
 
+/* The advisor promoted block 6 (base 600) from G4 to the G3 volume and
+ * deleted the G4 copy after the grace period: this manager never put it
+ * there, and still reads it from G3 (before, it looked in G3 only for its
+ * own blocks, and recomputed the block). */
+static void block_promoted_to_g3_is_read_there(void **state) {
+  fx_t *f = *state;
+  kvp_blockmgr_stats_t st;
+  char err[256];
+  assert_int_equal(make(f, NULL, 1), 0);
+  size_t bytes = kvp_layout_block_stride(&(kvp_layout_t){2, PS, 8, 2, 64});
+  uint8_t *payload = malloc(bytes);
+  for (size_t i = 0; i < bytes; i++)
+    payload[i] = (uint8_t)(600 * 7 + i);
+  kvp_frame_t m = {.hash = hash_of(600), .layout = layout(), .payload_len = bytes};
+  assert_int_equal(kvp_volume_put_block(f->g3, "test", &m, payload, err, sizeof err), 0);
+  free(payload);
+  assert_int_equal(run_block(f, 600), 1);
+  kvp_blockmgr_stats(f->bm, &st);
+  assert_int_equal(st.hits_g3, 1);
+  assert_int_equal(st.hits_g4, 0);
+  assert_int_equal(rec_count(&f->rec, KVP_EV_ACCESSED, KVP_TIER_G3, hash_of(600), "nvme0"), 1);
+}
+
+/* G3 admission after one hit (g3_min_hits 1, kvp-bench policy's
+ * admission1): blocks used once are not offloaded; a block read back from
+ * G4 was a hit, so when it leaves G2 again it goes to G3. */
+static void admission_counts_a_lower_tier_hit(void **state) {
+  fx_t *f = *state;
+  kvp_blockmgr_stats_t st;
+  char err[256];
+  f->g3_min_hits = 1;
+  assert_int_equal(make(f, NULL, 1), 0);
+  for (uint32_t b = 0; b < 8; b++)
+    assert_int_equal(run_block(f, 100 * b), 0);
+  kvp_blockmgr_drain(f->bm);
+  kvp_blockmgr_stats(f->bm, &st);
+  assert_int_equal(st.offloads_g3, 0); /* each used once */
+  size_t bytes = kvp_layout_block_stride(&(kvp_layout_t){2, PS, 8, 2, 64});
+  uint8_t *payload = malloc(bytes);
+  for (size_t i = 0; i < bytes; i++)
+    payload[i] = (uint8_t)(500 * 7 + i);
+  kvp_frame_t m = {.hash = hash_of(500), .layout = layout(), .payload_len = bytes};
+  assert_int_equal(kvp_volume_put_block(f->g4, "test", &m, payload, err, sizeof err), 0);
+  free(payload);
+  assert_int_equal(run_block(f, 500), 1); /* from G4 */
+  for (uint32_t b = 10; b < 14; b++)      /* push it through G1 and G2 */
+    assert_int_equal(run_block(f, 100 * b), 0);
+  kvp_blockmgr_drain(f->bm);
+  kvp_blockmgr_stats(f->bm, &st);
+  assert_int_equal(st.offloads_g3, 1);
+  assert_int_equal(rec_count(&f->rec, KVP_EV_STORED, KVP_TIER_G3, hash_of(500), "nvme0"), 1);
+}
+
 static void failed_puts_lose_only_the_copy(void **state) {
   fx_t *f = *state;
   kvp_blockmgr_stats_t st;
@@ -310,6 +365,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(victims_go_to_g3_and_come_back, setup, teardown),
     cmocka_unit_test_setup_teardown(g3_gone_or_corrupt_is_a_miss, setup, teardown),
     cmocka_unit_test_setup_teardown(g4_is_read_after_g3, setup, teardown),
+    cmocka_unit_test_setup_teardown(block_promoted_to_g3_is_read_there, setup, teardown),
+    cmocka_unit_test_setup_teardown(admission_counts_a_lower_tier_hit, setup, teardown),
     cmocka_unit_test_setup_teardown(failed_puts_lose_only_the_copy, setup, teardown),
     cmocka_unit_test_setup_teardown(g1_elsewhere_is_refused_with_volumes, setup, teardown),
 };

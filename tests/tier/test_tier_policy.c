@@ -27,7 +27,7 @@ static void plan(kvp__tier_vol_t *v, size_t nv, kvp__tier_cand_t *c, size_t nc,
                  kvp__tier_move_t **m, size_t *n) {
   kvp__tier_params_t p;
   kvp__tier_params_init(&p);
-  assert_int_equal(kvp__tier_plan(&kvp__tier_policy_lru, &p, v, nv, c, nc, NOW, m, n), 0);
+  assert_int_equal(kvp__tier_plan(&kvp__tier_order_lru, &p, v, nv, c, nc, NOW, m, n), 0);
 }
 
 static void expect_move(const kvp__tier_move_t *m, uint64_t hash, uint32_t from, uint32_t to,
@@ -113,6 +113,15 @@ static void promotion_has_a_hysteresis_band(void **state) {
   kvp__tier_vol_t full2[2] = {{.tier = 3, .capacity = 1000, .used = 900}, {.tier = 4}};
   c2[0].freq = 2.5;
   plan(full2, 2, c2, 2, &m, &n);
+  assert_int_equal(n, 0);
+  free(m);
+  /* G3 at 750 of 1000: a promotion would take it past its low watermark
+   * (800), and there is nothing colder than keep_freq to displace: no move.
+   * Before, promotions filled G3 up to its high watermark, and the
+   * workers' next offloads had the next round demote as much again. */
+  kvp__tier_vol_t mid[2] = {{.tier = 3, .capacity = 1000, .used = 750}, {.tier = 4}};
+  kvp__tier_cand_t c4[] = {cand(21, 0, 0, NOW - 50000, 3.0), cand(11, 0, 1, NOW - 100, 5.0)};
+  plan(mid, 2, c4, 2, &m, &n);
   assert_int_equal(n, 0);
   free(m);
   /* A block already in G3 (another copy) is not promoted again. */

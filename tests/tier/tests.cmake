@@ -1,5 +1,6 @@
 # Tiering (src/tier). Sources are relative to tests/.
 kvp_add_test(tier_policy tier/test_tier_policy.c LABELS tier)
+kvp_add_test(tier_policies tier/test_tier_policies.c LABELS tier)
 kvp_add_test(tier_engine tier/test_tier_engine.c LABELS tier volume nats s3 TIMEOUT 180)
 target_compile_definitions(test_tier_engine PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
@@ -21,3 +22,8 @@ target_compile_definitions(test_tier_kill_slow PRIVATE TIER_KILLS=20)
 kvp_add_test(tier_faults tier/test_tier_faults.c LABELS tier nats mounts TIMEOUT 120)
 target_compile_definitions(test_tier_faults PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_tier_faults kvplane-volume-posix kvplane-advisor)
+# The engine with [tiering] policy, on mem volumes.
+kvp_add_test(tier_engine_policy tier/test_tier_engine_policy.c LABELS tier volume)
+target_compile_definitions(test_tier_engine_policy PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_tier_engine_policy kvplane-volume-mem)

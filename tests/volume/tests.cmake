@@ -96,6 +96,8 @@ function(kvp_add_conformance plugin)
 endfunction()
 
 kvp_add_conformance(posix PARAMS path={tmpdir}/vol)
+# mem: the temporary directory's name is a fresh store's name.
+kvp_add_conformance(mem PARAMS store={tmpdir})
 # s3 against the verifying server (every signature checked as S3 does), with a
 # prefix that needs URI encoding.
 kvp_add_conformance(s3 S3V LABELS s3 PARAMS endpoint={s3v} bucket=kvb access_key=KVPTESTKEY
