@@ -24,6 +24,9 @@ static const size_t table_size[KVP_VOLUME_ABI_VERSION + 1] = {
 #if KVP_VOLUME_ABI_VERSION > 1
     [1] = END_OF(compact),
 #endif
+#if KVP_VOLUME_ABI_VERSION > 2
+    [2] = END_OF(garbage),
+#endif
 };
 
 /* The flags a version gives a meaning to: copy and compact in every one.
