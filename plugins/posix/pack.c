@@ -35,6 +35,12 @@
  * when it is the oldest: a segment dead only by its tombstones would
  * otherwise be rewritten again and again, its tombstones carried each time.
  *
+ * One process: the in-memory index is this process's, so a second process
+ * appending or compacting would corrupt it. Open takes an exclusive lock
+ * (flock) on <root>/.packed/LOCK and refuses a volume another process (or
+ * another open in this one) holds: KVP_EBUSY. Packed suits a volume one
+ * process opens, e.g. a G4 volume only the advisor reads and writes.
+ *
  * Segment lifetimes: a get pins the segment it reads (refs) and reads
  * outside the lock; compaction unlinks a segment once its live records are
  * copied and closes its descriptor when the last reader is done. */
@@ -46,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -101,6 +108,7 @@ struct pack_s {
   char *nss[MAX_NS];
   size_t nns;
   uint64_t version;
+  int lock_fd; /* holds the exclusive flock on LOCK */
   pthread_mutex_t compacting; /* one compaction at a time */
 };
 
@@ -440,6 +448,7 @@ int pk_open(posix_t *p, uint64_t segment_size, uint64_t pack_max, char *err, siz
   if (k == NULL)
     return KVP_ENOMEM;
   p->pack = k;
+  k->lock_fd = -1;
   p->pack_max = pack_max;
   k->seg_max = segment_size;
   k->version = 1;
@@ -447,6 +456,21 @@ int pk_open(posix_t *p, uint64_t segment_size, uint64_t pack_max, char *err, siz
   snprintf(k->dir, sizeof k->dir, "%s/%s", p->root, PACK_DIR);
   if (mkdir(k->dir, 0700) != 0 && errno != EEXIST)
     return px_fail(px_errno_code(errno), err, errlen, "%s: %s", k->dir, errno);
+  char lock[3400];
+  snprintf(lock, sizeof lock, "%s/LOCK", k->dir);
+  if ((k->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+    return px_fail(px_errno_code(errno), err, errlen, "%s: %s", lock, errno);
+  if (flock(k->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    if (e == EWOULDBLOCK) {
+      snprintf(err, errlen,
+               "%s: the packed volume is open in another process (or open already): "
+               "layout=packed allows one",
+               p->root);
+      return KVP_EBUSY;
+    }
+    return px_fail(px_errno_code(e), err, errlen, "%s: flock: %s", lock, e);
+  }
   if ((rc = list_segs(k->dir, &nos, &n, err, errlen)) != 0)
     return rc;
   for (size_t i = 0; i < n; i++) {
@@ -510,6 +534,8 @@ void pk_close(posix_t *p) {
     free(k->nss[i]);
   free(k->segs);
   free(k->tab);
+  if (k->lock_fd >= 0)
+    close(k->lock_fd); /* releases the lock */
   pthread_mutex_destroy(&k->compacting);
   free(k);
   p->pack = NULL;

@@ -74,6 +74,8 @@ typedef struct kvp_advisor_config_s {
   int64_t tier_max_bytes_per_s; /* copies throttled to this rate; 0: unthrottled */
   int64_t tier_prefetch_depth;  /* generations of descendants a G4 hit prefetches */
   int64_t tier_scrub_ms;        /* one volume is scrubbed this often; 0: no scrub */
+  int64_t tier_compact_ms;      /* a compactable volume's garbage is looked at this often */
+  double tier_compact_ratio;    /* compacted from this share of dead bytes; 0: never */
   int64_t tier_prefetch_bytes;  /* bytes a G4 hit prefetches at most */
   char plugin_dir[512];         /* empty: kvp_volume_plugin_dir() */
   kvp_advisor_volume_t volumes[KVP__TIER_MAX_VOLUMES];

@@ -209,6 +209,11 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
           (json_int_t)v->queued, "backoff", v->backoff);
       if (jv && v->capacity)
         json_object_set_new(jv, "fill", json_real((double)v->used / (double)v->capacity));
+      if (jv && v->store_bytes) { /* a compactable volume's garbage (compact.c) */
+        json_object_set_new(jv, "dead_bytes", json_integer((json_int_t)v->dead_bytes));
+        json_object_set_new(jv, "store_bytes", json_integer((json_int_t)v->store_bytes));
+        json_object_set_new(jv, "compacted_bytes", json_integer((json_int_t)v->compacted_bytes));
+      }
       json_array_append_new(vols, jv);
     }
     json_object_set_new(
@@ -224,6 +229,12 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
                   (json_int_t)x->tier->events_published, "events_dropped",
                   (json_int_t)x->tier->events_dropped, "high_watermark", x->high_watermark,
                   "low_watermark", x->low_watermark, "volumes", vols ? vols : json_array()));
+    json_t *t = json_object_get(o, "tiering");
+    if (t != NULL) {
+      json_object_set_new(t, "compactions", json_integer((json_int_t)x->tier->compactions));
+      json_object_set_new(t, "compacted_bytes",
+                          json_integer((json_int_t)x->tier->compacted_bytes));
+    }
   }
   return dump(o, reply);
 }

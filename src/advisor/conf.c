@@ -115,6 +115,15 @@ static const kvp_conf_key_t keys[] = {
      "objects without a location still orphaned at the volume's next scrub are deleted (0: no "
      "scrub)",
      NULL},
+    {"tiering", "compact_ratio", KVP_CONF_DOUBLE, OFF(tier_compact_ratio), 0, 1, NULL,
+     "a volume whose plugin compacts (posix with layout=packed) is compacted when this share of "
+     "its bytes is dead, down to half of it (0: never)",
+     NULL},
+    {"tiering", "compact_interval", KVP_CONF_DURATION, OFF(tier_compact_ms), 1000,
+     7ll * 86400000, NULL,
+     "how often each compactable volume's dead bytes are looked at; a compaction runs at most "
+     "2 s per look",
+     NULL},
     {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
      "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else lib/kvplane/plugins of the installed tree",
      NULL},
@@ -160,6 +169,8 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->tier_keep_freq = 2.0;
   cfg->tier_prefetch_depth = 8;
   cfg->tier_scrub_ms = 600000;
+  cfg->tier_compact_ms = 60000;
+  cfg->tier_compact_ratio = 0.3;
   cfg->tier_prefetch_bytes = 64ll << 20;
 }
 
@@ -531,6 +542,8 @@ const kvp__tier_opts_t *kvp__adv_tier_opts(const kvp_advisor_config_t *cfg, kvp_
   o->max_bytes_per_s = cfg->tier_max_bytes_per_s;
   o->prefetch_depth = cfg->tier_prefetch_depth;
   o->scrub_ms = cfg->tier_scrub_ms;
+  o->compact_ms = cfg->tier_compact_ms;
+  o->compact_ratio = cfg->tier_compact_ratio;
   o->prefetch_bytes = cfg->tier_prefetch_bytes;
   o->volumes = cfg->volumes;
   o->nvolumes = cfg->nvolumes;

@@ -314,6 +314,7 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   e->nops = 0;
   recheck_offline(e);
   kvp__tier_scrub_queue(e, now);
+  kvp__tier_compact_queue(e, now);
   /* Sources whose grace period is over. Entries stay in pend until the job
    * is done, so that the blocks are neither planned again nor counted in
    * their source's fill meanwhile. */

@@ -88,6 +88,9 @@ typedef struct kvp__tier_stats_s {
   uint64_t scrub_missing; /* locations without an object: dropped and announced */
   uint64_t scrub_orphans; /* objects without a location, counted when first found */
   uint64_t orphans_deleted; /* of which deleted, still orphaned at the volume's next scrub */
+  uint64_t compactions;     /* compaction runs that reclaimed space ([tiering] compact_ratio) */
+  uint64_t compacted_bytes; /* dead bytes they reclaimed */
+  uint64_t compact_failed;  /* compaction runs that failed */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */
@@ -104,6 +107,9 @@ typedef struct kvp__tier_vol_stats_s {
   uint64_t queued;       /* moved blocks whose source copy waits for the grace period */
   int backoff;           /* 1 while no moves go into it or out of it */
   int offline;           /* 1 while its identity is gone (KVP_EOFFLINE) */
+  uint64_t dead_bytes;      /* its plugin's garbage at the last look (compactable volumes) */
+  uint64_t store_bytes;     /* the bytes its plugin holds, live and dead, then */
+  uint64_t compacted_bytes; /* dead bytes compaction reclaimed there */
 } kvp__tier_vol_stats_t;
 
 /* Fills up to cap volumes' figures; returns how many volumes there are. */

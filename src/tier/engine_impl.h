@@ -11,7 +11,8 @@
  *                  loop thread, before the rounds start;
  *   locations.c    a block's locations in the index, and dropping them;
  *   scrub.c        the scrub: listing a volume (job) and comparing it with
- *                  the index (loop).
+ *                  the index (loop);
+ *   compact.c      compaction of volumes whose plugin reports dead bytes.
  * Calls go one way: engine.c queues the job of engine_job.c; all three
  * call locations.c; engine_job.c and engine_open.c call nothing in
  * engine.c (the job reports back through on_idle). */
@@ -43,6 +44,7 @@
 #define OP_SOURCE_DELETE (-1) /* a moved block's source, after the grace period */
 #define OP_SCRUB (-2)         /* list a volume (scrub.c); the job's first op */
 #define OP_ORPHAN (-3)        /* delete an object no location names (scrub.c) */
+#define OP_COMPACT (-4)       /* compact a volume while worth it (compact.c) */
 /* Most objects one scrub lists; past it, the scrub drops no location. */
 #define SCRUB_MAX_KEYS (1u << 22)
 /* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
@@ -65,6 +67,8 @@ typedef struct vol_s {
   uint64_t suppressed;       /* warnings not written since */
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
   kvp__map64_t orphans;      /* objects its last scrub found without a location */
+  int compactable;           /* its plugin compacts and reports garbage (ABI 2) */
+  uint64_t compact_due_ms;   /* its garbage is looked at next then */
 } vol_t;
 
 /* One unit of work for the job, and its outcome. */
@@ -81,6 +85,7 @@ typedef struct op_s {
   int quarantined; /* its source failed verification: deleted, never tried again */
   int redundant;   /* an eviction of a block's second copy between G3 and G4 */
   size_t pend;     /* a source delete (kind -1): its entry in pend */
+  uint64_t dead, total; /* a compaction: the volume's garbage after it */
   uint32_t blame;  /* the volume whose operation failed */
   char err[256];
 } op_t;
@@ -133,6 +138,10 @@ struct kvp__tier_engine_s {
    * the volume into keys (its objects in namespace ns) before its other
    * ops; the loop compares them with the index. */
   uint64_t scrub_ms, scrub_due_ms, scrub_t0;
+  /* Compaction (compact.c): each compactable volume's garbage is looked
+   * at every compact_ms; compacted from compact_ratio dead. */
+  uint64_t compact_ms;
+  double compact_ratio; /* 0: never */
   size_t scrub_next; /* the volume scrubbed next */
   uint64_t *keys;
   size_t nkeys, keys_cap;
@@ -193,6 +202,12 @@ void kvp__tier_publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op
 void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now);
 void kvp__tier_scrub_list(kvp__tier_engine_t *e, op_t *o);
 void kvp__tier_scrub_apply(kvp__tier_engine_t *e, op_t *o);
+
+/* Compaction (compact.c): queue adds an OP_COMPACT per compactable volume
+ * due (loop); run is the job's part; apply counts and logs (loop). */
+void kvp__tier_compact_queue(kvp__tier_engine_t *e, uint64_t now);
+void kvp__tier_compact_run(kvp__tier_engine_t *e, op_t *o);
+void kvp__tier_compact_apply(kvp__tier_engine_t *e, const op_t *o);
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */

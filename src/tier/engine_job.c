@@ -52,6 +52,10 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     kvp__tier_scrub_list(e, o);
     return;
   }
+  if (o->kind == OP_COMPACT) {
+    kvp__tier_compact_run(e, o);
+    return;
+  }
   if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
     o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
     if (o->rc == KVP_ENOENT)
@@ -250,6 +254,10 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
     vol_t *from = &e->vols[o->from];
     if (o->kind == OP_SCRUB) {
       kvp__tier_scrub_apply(e, o);
+      continue;
+    }
+    if (o->kind == OP_COMPACT) {
+      kvp__tier_compact_apply(e, o);
       continue;
     }
     if (o->kind == OP_ORPHAN) {

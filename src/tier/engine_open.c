@@ -33,8 +33,11 @@ static int open_volume(kvp__tier_engine_t *e, const kvp__tier_opts_t *o,
   v->capacity = (uint64_t)c->capacity;
   int rc = kvp_volume_open(o->plugin_dir && o->plugin_dir[0] ? o->plugin_dir : NULL, c->plugin,
                            c->name, p, np, &v->v, err, errlen);
-  if (rc == 0)
+  if (rc == 0) {
+    const kvp_volume_ops_t *ops = kvp_volume_ops(v->v);
+    v->compactable = (ops->flags & KVP_VOLUME_CAN_COMPACT) && ops->compact && ops->garbage;
     rc = kvp__index_volume(e->ix, c->name, &v->id);
+  }
   return rc;
 }
 
@@ -54,6 +57,13 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
       from = (long)v;
     if (tv && strcmp(e->vols[v].name, tv) == 0)
       to = (long)v;
+  }
+  if (fv && tv && fv[0] && strcmp(fv, tv) == 0) {
+    /* A compaction (compact.c), interrupted: the plugin's own recovery
+     * keeps every object; the next look at its garbage starts again. */
+    kvp__journal_set(e->db, id, "failed", "compaction interrupted by a restart");
+    kvp_log_info("tiering: compaction %" PRId64 " of %s interrupted by a restart", id, fv);
+    return;
   }
   if (strcmp(state, "committed") != 0 && (tv == NULL || tv[0] == '\0') && from >= 0) {
     int gone = kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0;
@@ -135,6 +145,8 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->grace_ms = (uint64_t)o->grace_ms;
   e->scrub_ms = o->scrub_ms > 0 ? (uint64_t)o->scrub_ms : 0;
   e->scrub_due_ms = kvp__unix_ms() + e->scrub_ms;
+  e->compact_ms = o->compact_ms > 0 ? (uint64_t)o->compact_ms : 60000;
+  e->compact_ratio = o->compact_ratio;
   e->max_moves = (size_t)o->max_moves;
   e->max_bytes_per_s = (double)o->max_bytes_per_s;
   e->budget = e->max_bytes_per_s;

@@ -39,6 +39,8 @@ typedef struct kvp__tier_opts_s {
   int64_t prefetch_depth;  /* generations of descendants a G4 hit prefetches */
   int64_t prefetch_bytes;  /* bytes a G4 hit prefetches at most */
   int64_t scrub_ms;        /* one volume is scrubbed this often, in turn; 0: no scrub */
+  int64_t compact_ms;      /* a compactable volume's garbage is looked at this often */
+  double compact_ratio;    /* compacted from this share of dead bytes; 0: never */
   const kvp__tier_volume_conf_t *volumes;
   int nvolumes;
 } kvp__tier_opts_t;

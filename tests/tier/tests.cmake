@@ -13,3 +13,8 @@ foreach(t test_tier_kill test_tier_kill_slow)
   add_dependencies(${t} kvplane-volume-posix kvplane-advisor)
 endforeach()
 target_compile_definitions(test_tier_kill_slow PRIVATE TIER_KILLS=20)
+# Compaction of packed posix volumes by the engine (src/tier/compact.c).
+kvp_add_test(tier_compact tier/test_tier_compact.c LABELS tier volume)
+target_compile_definitions(test_tier_compact PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_tier_compact kvplane-volume-posix)

@@ -345,6 +345,23 @@ static void a_packed_volume_is_refused_as_files(void **state) {
   expect(f, 1, 0, 100);
 }
 
+/* The in-memory index is one process's: a second open is refused, naming
+ * the volume, and the first handle keeps working. */
+static void a_second_open_is_refused(void **state) {
+  fx_t *f = *state;
+  char err[512] = "";
+  kvp_volume_t *v = NULL;
+  kvp_volume_param_t p[] = {{"path", f->root}, {"layout", "packed"}};
+
+  put(f, 1, 0, 100);
+  assert_int_equal(
+      kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g3-again", p, 2, &v, err, sizeof err),
+      KVP_EBUSY);
+  assert_non_null(strstr(err, f->root));
+  assert_non_null(strstr(err, "another process"));
+  expect(f, 1, 0, 100);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(compaction_reclaims_dead_bytes, setup, teardown),
@@ -354,6 +371,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(torn_records_cost_only_their_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(an_object_changing_form_is_one_object, setup, teardown),
       cmocka_unit_test_setup_teardown(a_packed_volume_is_refused_as_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_second_open_is_refused, setup, teardown),
   };
   return kvp_test_run("volume_packed", tests, sizeof tests / sizeof tests[0], argc, argv);
 }
