@@ -504,17 +504,20 @@ static int px_compact(void *vol, char *err, size_t errlen) {
   return rc != 0 ? rc : pk_compact(p, err, errlen);
 }
 
-/* Dead bytes are the packed segments' (the files layout has none); total
- * is the live objects' bytes and the dead ones. */
+/* Dead bytes are the packed segments'; total is the live objects' bytes
+ * and the dead ones. The files layout has no garbage: KVP_ENOTSUP, so the
+ * engine does not look again. */
 static int px_garbage(void *vol, uint64_t *dead, uint64_t *total, char *err, size_t errlen) {
   posix_t *p = vol;
   uint64_t segs = 0;
+  if (p->pack == NULL) {
+    snprintf(err, errlen, "%s: layout=files has no dead bytes to compact", p->root);
+    return KVP_ENOTSUP;
+  }
   int rc = px_identity(p, err, errlen);
   if (rc != 0)
     return rc;
-  *dead = 0;
-  if (p->pack)
-    pk_garbage(p, dead, &segs);
+  pk_garbage(p, dead, &segs);
   pthread_mutex_lock(&p->mu);
   *total = p->used + *dead;
   pthread_mutex_unlock(&p->mu);

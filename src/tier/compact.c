@@ -56,8 +56,6 @@ void kvp__tier_compact_run(kvp__tier_engine_t *e, op_t *o) {
   o->rc = kvp_volume_garbage(v->v, &dead0, &total0, o->err, sizeof o->err);
   o->dead = dead0;
   o->total = total0;
-  if (o->rc == KVP_EOFFLINE)
-    __atomic_store_n(&v->offline_job, 1, __ATOMIC_RELAXED);
   if (o->rc != 0 || ratio(dead0, total0) < e->compact_ratio)
     return;
   int64_t id = kvp__journal_insert(e->db, 0, v->tier, v->name, v->tier, v->name, dead0, t0);
@@ -79,8 +77,6 @@ void kvp__tier_compact_run(kvp__tier_engine_t *e, op_t *o) {
              o->bytes, dead0, steps, kvp__unix_ms() - t0);
     kvp__journal_set(e->db, id, "compacted", what);
   } else {
-    if (o->rc == KVP_EOFFLINE)
-      __atomic_store_n(&v->offline_job, 1, __ATOMIC_RELAXED);
     kvp__journal_set(e->db, id, "failed", o->err);
   }
 }
@@ -88,6 +84,16 @@ void kvp__tier_compact_run(kvp__tier_engine_t *e, op_t *o) {
 /* The loop's part: counters, the volume's garbage figures, a log line. */
 void kvp__tier_compact_apply(kvp__tier_engine_t *e, const op_t *o) {
   vol_t *v = &e->vols[o->from];
+  if (o->rc == KVP_EOFFLINE) {
+    /* Found offline here first: as a failed move would (engine_job.c). */
+    if (!v->offline)
+      kvp_log_warn("tiering: volume %s is offline, no moves into or out of it until its "
+                   "identity is back: %s",
+                   v->name, o->err);
+    v->offline = 1;
+    v->st.offline = 1;
+    return;
+  }
   if (o->rc != 0) {
     e->st.compact_failed++;
     kvp__tier_vol_warn(v, kvp__unix_ms(), "tiering: compaction of %s failed: %s", v->name, o->err);

@@ -34,8 +34,11 @@ static int open_volume(kvp__tier_engine_t *e, const kvp__tier_opts_t *o,
   int rc = kvp_volume_open(o->plugin_dir && o->plugin_dir[0] ? o->plugin_dir : NULL, c->plugin,
                            c->name, p, np, &v->v, err, errlen);
   if (rc == 0) {
-    const kvp_volume_ops_t *ops = kvp_volume_ops(v->v);
-    v->compactable = (ops->flags & KVP_VOLUME_CAN_COMPACT) && ops->compact && ops->garbage;
+    /* Compactable: the plugin can, and this volume has garbage to report
+     * (posix answers KVP_ENOTSUP but with layout=packed). */
+    uint64_t dead, total;
+    char ignore[256];
+    v->compactable = kvp_volume_garbage(v->v, &dead, &total, ignore, sizeof ignore) != KVP_ENOTSUP;
     rc = kvp__index_volume(e->ix, c->name, &v->id);
   }
   return rc;
