@@ -209,6 +209,8 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
           (json_int_t)v->queued, "backoff", v->backoff);
       if (jv && v->capacity)
         json_object_set_new(jv, "fill", json_real((double)v->used / (double)v->capacity));
+      if (jv)
+        json_object_set_new(jv, "pinned_bytes", json_integer((json_int_t)v->pinned_bytes));
       if (jv && v->store_bytes) { /* a compactable volume's garbage (compact.c) */
         json_object_set_new(jv, "dead_bytes", json_integer((json_int_t)v->dead_bytes));
         json_object_set_new(jv, "store_bytes", json_integer((json_int_t)v->store_bytes));
@@ -234,6 +236,9 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
       json_object_set_new(t, "compactions", json_integer((json_int_t)x->tier->compactions));
       json_object_set_new(t, "compacted_bytes",
                           json_integer((json_int_t)x->tier->compacted_bytes));
+      json_object_set_new(t, "pins", json_integer((json_int_t)x->tier->pins));
+      json_object_set_new(t, "pinned_blocks", json_integer((json_int_t)x->tier->pinned_blocks));
+      json_object_set_new(t, "operator_ops", json_integer((json_int_t)x->tier->operator_ops));
     }
   }
   return dump(o, reply);

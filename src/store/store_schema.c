@@ -91,6 +91,9 @@ static const char *const steps[] = {
     "CREATE TABLE tier_history(t INTEGER NOT NULL, tier INTEGER NOT NULL,"
     " volume TEXT NOT NULL DEFAULT '', blocks INTEGER NOT NULL, bytes INTEGER NOT NULL,"
     " capacity INTEGER, PRIMARY KEY(t, tier, volume)) WITHOUT ROWID;",
+    /* 5: blocks an operator pinned (kvplane pin; the tiering engine never
+     * demotes or evicts a pinned block or its ancestors). */
+    "CREATE TABLE pins(hash INTEGER PRIMARY KEY, created INTEGER NOT NULL, note TEXT);",
 };
 
 static int schema_version(sqlite3 *db, int *v) {

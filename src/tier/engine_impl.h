@@ -12,7 +12,8 @@
  *   locations.c    a block's locations in the index, and dropping them;
  *   scrub.c        the scrub: listing a volume (job) and comparing it with
  *                  the index (loop);
- *   compact.c      compaction of volumes whose plugin reports dead bytes.
+ *   compact.c      compaction of volumes whose plugin reports dead bytes;
+ *   control.c      the operator's pins, moves and deletes.
  * Calls go one way: engine.c queues the job of engine_job.c; all three
  * call locations.c; engine_job.c and engine_open.c call nothing in
  * engine.c (the job reports back through on_idle). */
@@ -142,6 +143,15 @@ struct kvp__tier_engine_s {
    * at every compact_ms; compacted from compact_ratio dead. */
   uint64_t compact_ms;
   double compact_ratio; /* 0: never */
+  /* Operator controls (control.c), on the loop thread: ctl_db is the
+   * loop's own connection (the journal's is the job's while one runs). */
+  kvp__journal_t *ctl_db;
+  uint64_t *pins; /* the pinned hashes, as pinned (the pins table) */
+  size_t npins, pins_cap;
+  kvp__map64_t pinned; /* the pins and their ancestors: never demoted or evicted */
+  op_t *opq;           /* operator moves and deletes for the next round */
+  size_t nopq, opq_cap;
+  kvp__map64_t opset; /* their hashes, until their job is done: busy for the plan */
   size_t scrub_next; /* the volume scrubbed next */
   uint64_t *keys;
   size_t nkeys, keys_cap;
@@ -208,6 +218,14 @@ void kvp__tier_scrub_apply(kvp__tier_engine_t *e, op_t *o);
 void kvp__tier_compact_queue(kvp__tier_engine_t *e, uint64_t now);
 void kvp__tier_compact_run(kvp__tier_engine_t *e, op_t *o);
 void kvp__tier_compact_apply(kvp__tier_engine_t *e, const op_t *o);
+
+/* Operator controls (control.c): loading the pins (open), the pinned set
+ * rebuilt (each round), the queued ops taken into a round ahead of its
+ * plan, and the busy set reset when a job is done. */
+int kvp__tier_pins_load(kvp__tier_engine_t *e);
+int kvp__tier_pins_rebuild(kvp__tier_engine_t *e);
+void kvp__tier_control_take(kvp__tier_engine_t *e);
+void kvp__tier_control_done(kvp__tier_engine_t *e);
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */

@@ -344,6 +344,7 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
   (void)status;
   apply(e, e->nops);
   kvp__tier_pend_compact(e);
+  kvp__tier_control_done(e);
   e->nops = 0;
   e->applied = 0;
   __atomic_store_n(&e->ready, 0, __ATOMIC_RELAXED);

@@ -136,6 +136,8 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->loop = loop;
   e->ix = ix;
   kvp__map64_init(&e->pendset, 0);
+  kvp__map64_init(&e->pinned, 0);
+  kvp__map64_init(&e->opset, 0);
   snprintf(e->ns, sizeof e->ns, "%s", o->ns);
   snprintf(e->db_path, sizeof e->db_path, "%s", o->db_path);
   kvp__tier_params_init(&e->prm);
@@ -198,6 +200,12 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
     rc = kvp__journal_recent(e->db, RECONCILE_MARGIN_MS, reconcile_row, e);
   if (rc == 0)
     rc = kvp__journal_unfinished(e->db, recover_row, e);
+  if (rc == 0 && (rc = kvp__journal_open(o->db_path, &e->ctl_db, err, errlen)) == 0 &&
+      (rc = kvp__tier_pins_load(e)) != 0)
+    snprintf(err, errlen, "tiering: loading the pins: %s", kvp__journal_errmsg(e->ctl_db));
+  if (rc == 0 && e->npins > 0)
+    kvp_log_info("tiering: %zu pins (%" PRIu64 " blocks pinned with their ancestors)", e->npins,
+                 e->st.pinned_blocks);
   if (rc != 0) {
     snprintf(err, errlen, "tiering: %s: the volumes or migrations tables: %s", o->db_path,
              kvp__journal_errmsg(e->db));
