@@ -36,7 +36,7 @@ static int hashes_of(json_t *arr, kvp__adv_ctl_t *c, char *err, size_t errlen) {
     json_t *v = json_array_get(arr, i);
     if (json_is_string(v) && kvp_hash_parse(json_string_value(v), &c->hashes[i]) == 0)
       continue;
-    snprintf(err, errlen, "hashes[%zu]: expected a 64-bit hash in hex", i);
+    snprintf(err, errlen, "hashes[%zu]: expected a hash (0x-prefixed hex, 16 hex digits, or decimal)", i);
     return KVP_EPROTO;
   }
   c->n = n;
