@@ -74,4 +74,17 @@ static inline int kvp_plugin_parse_marker(const char *text, char *id, char *ns) 
   return 0;
 }
 
+/* Doubles the capacity of the array a (to 16 elements at first): 0, or -1
+ * when out of memory, a and cap unchanged. */
+#define KVP_PLUGIN_GROW(a, cap) kvp_plugin_grow((void **)&(a), &(cap), sizeof *(a))
+static inline int kvp_plugin_grow(void **a, size_t *cap, size_t elem) {
+  size_t n = *cap ? *cap * 2 : 16;
+  void *p = realloc(*a, n * elem);
+  if (p == NULL)
+    return -1;
+  *a = p;
+  *cap = n;
+  return 0;
+}
+
 #endif

@@ -56,6 +56,9 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
                                            {"workers", required_argument, NULL, 'W'},
                                            {"mode", required_argument, NULL, 'M'},
                                            {"limit", required_argument, NULL, 'X'},
+                                           {"tier", required_argument, NULL, 'G'},
+                                           {"volume", required_argument, NULL, 'O'},
+                                           {"note", required_argument, NULL, 'E'},
                                            {"version", no_argument, NULL, 'v'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -146,6 +149,19 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
     case 'k':
       a->tokens = optarg;
       break;
+    case 'G': {
+      long t;
+      if (parse_long("--tier", optarg, 3, 4, &t) != 0)
+        return KVP__CLI_EXIT_USAGE;
+      a->tier = (int)t;
+      break;
+    }
+    case 'O':
+      a->volume = optarg;
+      break;
+    case 'E':
+      a->note = optarg;
+      break;
     case 'b':
       if (parse_long("--block-size", optarg, 1, 1 << 20, &a->block_size) != 0)
         return KVP__CLI_EXIT_USAGE;
@@ -225,6 +241,9 @@ int main(int argc, char **argv) {
     rc = kvp__cli_cmd_bench(&a);
   else if (strcmp(a.cmd, "stats") == 0)
     rc = kvp__cli_cmd_stats(&a);
+  else if (strcmp(a.cmd, "pin") == 0 || strcmp(a.cmd, "unpin") == 0 ||
+           strcmp(a.cmd, "move") == 0 || strcmp(a.cmd, "delete") == 0)
+    rc = kvp__cli_cmd_control(&a);
   else
     rc = kvp__cli_cmd_db(&a);
   nats_Close();

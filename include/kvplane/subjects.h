@@ -28,6 +28,7 @@ extern "C" {
 /* The advisor's request calls. */
 #define KVP_API_MATCH "match"
 #define KVP_API_STATS "stats"
+#define KVP_API_TIER "tier" /* the operator's pins, moves and deletes (kvplane pin, ...) */
 
 /* True when s is a valid token (namespace or worker id): 1..64 characters
  * of [A-Za-z0-9_-]. */

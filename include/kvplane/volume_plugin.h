@@ -36,8 +36,8 @@ extern "C" {
 #endif
 
 /* The ABI version this header describes. Version 1: the operations up to
- * compact. Version 2: the same table, and the flag
- * KVP_VOLUME_KNOWS_NAMESPACE. */
+ * compact. Version 2: the flag KVP_VOLUME_KNOWS_NAMESPACE and the
+ * operation garbage. */
 #define KVP_VOLUME_ABI_VERSION 2
 
 /* The name of the one function a plugin exports, of type
@@ -125,8 +125,20 @@ typedef struct kvp_volume_ops_s {
   /* Optional (KVP_VOLUME_CAN_COPY): copies (ns, hash) from src to dst, two
    * volumes of this plugin. */
   int (*copy)(void *src, void *dst, const char *ns, uint64_t hash, char *err, size_t errlen);
-  /* Optional (KVP_VOLUME_CAN_COMPACT). */
+  /* Optional (KVP_VOLUME_CAN_COMPACT): reclaims the space of dead bytes
+   * (see garbage) one bounded step at a time, e.g. one segment rewritten,
+   * so that the caller paces it. Returns 1 when it reclaimed something and
+   * more may remain, 0 when nothing is left to reclaim, or a negative code.
+   * Objects are readable and writable throughout, and a crash at any point
+   * loses no object and resurrects no deleted one. */
   int (*compact)(void *vol, char *err, size_t errlen);
+  /* --- version 2 --- */
+  /* Optional, read by the tiering engine to decide when to call compact:
+   * *dead gets the bytes the store holds that no object owns any more
+   * (deleted or replaced objects not yet reclaimed, record overheads),
+   * *total the bytes it holds in all, live and dead. A plugin of version 1,
+   * or one that sets no garbage, is never compacted by the engine. */
+  int (*garbage)(void *vol, uint64_t *dead, uint64_t *total, char *err, size_t errlen);
   /* Operations of later ABI versions are appended here. */
 } kvp_volume_ops_t;
 

@@ -12,6 +12,13 @@
  *             absent: only the filesystem's free space bounds it)
  *   fsync     on (default) | off: off skips the file and directory fsyncs,
  *             for tests and scratch volumes only
+ *   layout    files (default): one file per object | packed: objects of at
+ *             most pack_max bytes are records in segment files (pack.c),
+ *             larger ones files; deletes leave dead bytes that compact
+ *             reclaims
+ *   pack_max  packed: the largest object packed (default 256K)
+ *   segment_size  packed: a segment's size before the next one begins
+ *             (default 64M)
  *
  * Layout: <path>/<ns>/<hh>/<hash as 16 hex digits>, hh the hash's top byte,
  * so no directory holds more than 1/256 of a namespace. A put writes
@@ -51,12 +58,26 @@
 #include "kvplane/volume_plugin.h"
 #include "plugin_util.h"
 
+#include "pack.h"
 #include "posix.h"
 
+/* The scan at open: a file's usage. A key both packed and a file is left
+ * by a crash between a put's write and its removal of the other form: the
+ * newer one stays (a record's time against the file's mtime). */
 static int count(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   posix_t *p = ctx;
-  (void)ns;
-  (void)hash;
+  uint64_t t;
+  if (p->pack && pk_find(p, ns, hash, NULL, &t)) {
+    char dir[3200], file[3300];
+    struct stat sb;
+    px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+    if (stat(file, &sb) != 0 ||
+        (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec < t) {
+      unlink(file);
+      return 0;
+    }
+    pk_forget(p, ns, hash);
+  }
   p->used += bytes;
   p->blocks++;
   return 0;
@@ -71,7 +92,8 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
   posix_t *p = calloc(1, sizeof *p);
   const char *root = NULL, *name = NULL, *ns = NULL;
   char marker_ns[65];
-  int rc, init_auto = 1;
+  uint64_t seg_size = 64ull << 20, pack_max = 256u << 10;
+  int rc, init_auto = 1, packed = 0;
   struct stat sb;
 
   if (p == NULL)
@@ -106,8 +128,24 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
       name = v;
     } else if (strcmp(k, "namespace") == 0) {
       ns = v; /* added by kvp_volume_open_ns (KVP_VOLUME_KNOWS_NAMESPACE) */
+    } else if (strcmp(k, "layout") == 0) {
+      if (strcmp(v, "files") != 0 && strcmp(v, "packed") != 0) {
+        snprintf(err, errlen, "layout: '%s' is not files or packed", v);
+        rc = KVP_ECONFIG;
+        goto out;
+      }
+      packed = strcmp(v, "packed") == 0;
+    } else if (strcmp(k, "pack_max") == 0 || strcmp(k, "segment_size") == 0) {
+      uint64_t *dst = k[0] == 'p' ? &pack_max : &seg_size;
+      if (kvp_plugin_parse_size(v, dst) != 0 || *dst == 0 || *dst > (1ull << 31)) {
+        snprintf(err, errlen, "%s: '%s' is not a size from 1 byte to 2G", k, v);
+        rc = KVP_ECONFIG;
+        goto out;
+      }
     } else {
-      snprintf(err, errlen, "unknown parameter '%s' (path, capacity, fsync, init, name, namespace)",
+      snprintf(err, errlen,
+               "unknown parameter '%s' (path, capacity, fsync, init, name, namespace, layout, "
+               "pack_max, segment_size)",
                k);
       rc = KVP_ECONFIG;
       goto out;
@@ -154,6 +192,18 @@ static int px_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
   }
   p->mdev = sb.st_dev;
   p->mino = sb.st_ino;
+  if (packed && (rc = pk_open(p, seg_size, pack_max, err, errlen)) != 0)
+    goto out;
+  if (!packed) {
+    char dir[3300];
+    snprintf(dir, sizeof dir, "%s/%s", p->root, PACK_DIR);
+    if (stat(dir, &sb) == 0) {
+      snprintf(err, errlen, "path %s holds packed segments (%s): open it with layout=packed",
+               p->root, PACK_DIR);
+      rc = KVP_ECONFIG;
+      goto out;
+    }
+  }
   if ((rc = px_walk(p, 1, count, p, err, errlen)) != 0)
     goto out;
   *vol = p;
@@ -167,6 +217,7 @@ static void px_close(void *vol) {
   posix_t *p = vol;
   if (p == NULL)
     return;
+  pk_close(p);
   pthread_mutex_destroy(&p->mu);
   free(p);
 }
@@ -206,6 +257,23 @@ static int write_all(int fd, const struct iovec *iov, int n) {
   return 0;
 }
 
+/* A put of a small object into the packed layout, its len reserved; a file
+ * of the same key (the object was larger before, or the volume held files
+ * before it was packed) goes once the record is durable. */
+static int put_packed(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov,
+                      int iovcnt, size_t len, const char *file, char *err, size_t errlen) {
+  struct stat sb;
+  int rc = pk_put(p, ns, hash, iov, iovcnt, len, err, errlen);
+  pthread_mutex_lock(&p->mu);
+  p->reserved -= len;
+  if (rc == 0 && stat(file, &sb) == 0 && unlink(file) == 0) {
+    p->used -= (uint64_t)sb.st_size < p->used ? (uint64_t)sb.st_size : p->used;
+    p->blocks -= p->blocks ? 1 : 0;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
 static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *iov, int iovcnt,
                   char *err, size_t errlen) {
   posix_t *p = vol;
@@ -224,6 +292,9 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if (stat(file, &sb) == 0)
     old = (uint64_t)sb.st_size;
+  size_t packed_len = 0;
+  if (p->pack && pk_find(p, ns, hash, &packed_len, NULL))
+    old += packed_len;
   pthread_mutex_lock(&p->mu);
   if (p->capacity && p->used + p->reserved + len > p->capacity + old) {
     pthread_mutex_unlock(&p->mu);
@@ -234,6 +305,8 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   }
   p->reserved += len;
   pthread_mutex_unlock(&p->mu);
+  if (p->pack && len <= p->pack_max)
+    return put_packed(p, ns, hash, iov, iovcnt, len, file, err, errlen);
 
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%" PRIuFAST64, file, (long)getpid(),
            (uint_fast64_t)atomic_fetch_add(&p->seq, 1));
@@ -289,6 +362,10 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
     /* The object is in place but may not survive a power loss. */
     return px_fail(px_errno_code(e), err, errlen, "%s: fsync of the directory: %s", dir, e);
   }
+  /* It was packed when it was smaller: the record goes once the file is
+   * durable (a crash between leaves both; open keeps the newer). */
+  if (p->pack && (rc = pk_del(p, ns, hash, err, errlen)) < 0)
+    return rc;
   return 0;
 done:
   if (fd >= 0)
@@ -311,6 +388,8 @@ static int px_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
     snprintf(err, errlen, "namespace '%s' is not 1..64 of [A-Za-z0-9_-]", ns ? ns : "");
     return KVP_EINVAL;
   }
+  if (p->pack && (e = pk_get(p, ns, hash, iov, iovcnt, len, err, errlen)) != 1)
+    return e;
   px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0) {
     e = errno;
@@ -366,6 +445,11 @@ static int px_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
   if ((rc = px_identity(p, err, errlen)) != 0)
     return rc;
   px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
+  /* Packed: the tombstone is the delete, unless a file of the key is there
+   * too (a put between its two forms): it goes as well. */
+  if (p->pack && (rc = pk_del(p, ns, hash, err, errlen)) != 1 &&
+      (rc != 0 || access(file, F_OK) != 0))
+    return rc;
   /* The size, the unlink and the usage change are one step under the lock
    * (see put). */
   pthread_mutex_lock(&p->mu);
@@ -390,6 +474,8 @@ static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
 
   if (!kvp_plugin_ns_ok(ns))
     return KVP_EINVAL;
+  if (p->pack && pk_find(p, ns, hash, len, NULL))
+    return 1;
   px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if (stat(file, &sb) != 0) {
     if (errno == ENOENT)
@@ -413,14 +499,45 @@ static int px_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
 }
 
 static int px_iterate(void *vol, kvp_volume_key_fn fn, void *ctx, char *err, size_t errlen) {
-  int rc = px_identity(vol, err, errlen);
-  return rc != 0 ? rc : px_walk(vol, 0, fn, ctx, err, errlen);
+  posix_t *p = vol;
+  int rc = px_identity(p, err, errlen);
+  if (rc == 0)
+    rc = px_walk(p, 0, fn, ctx, err, errlen);
+  if (rc == 0 && p->pack)
+    rc = pk_iterate(p, fn, ctx);
+  return rc;
+}
+
+static int px_compact(void *vol, char *err, size_t errlen) {
+  posix_t *p = vol;
+  int rc = px_identity(p, err, errlen);
+  return rc != 0 ? rc : pk_compact(p, err, errlen);
+}
+
+/* Dead bytes are the packed segments'; total is the live objects' bytes
+ * and the dead ones. The files layout has no garbage: KVP_ENOTSUP, so the
+ * engine does not look again. */
+static int px_garbage(void *vol, uint64_t *dead, uint64_t *total, char *err, size_t errlen) {
+  posix_t *p = vol;
+  uint64_t segs = 0;
+  if (p->pack == NULL) {
+    snprintf(err, errlen, "%s: layout=files has no dead bytes to compact", p->root);
+    return KVP_ENOTSUP;
+  }
+  int rc = px_identity(p, err, errlen);
+  if (rc != 0)
+    return rc;
+  pk_garbage(p, dead, &segs);
+  pthread_mutex_lock(&p->mu);
+  *total = p->used + *dead;
+  pthread_mutex_unlock(&p->mu);
+  return 0;
 }
 
 static const kvp_volume_ops_t ops = {
     .abi_version = KVP_VOLUME_ABI_VERSION,
     .name = "posix",
-    .flags = KVP_VOLUME_KNOWS_NAMESPACE,
+    .flags = KVP_VOLUME_KNOWS_NAMESPACE | KVP_VOLUME_CAN_COMPACT,
     .open = px_open,
     .close = px_close,
     .put = px_put,
@@ -429,6 +546,8 @@ static const kvp_volume_ops_t ops = {
     .exists = px_exists,
     .stat = px_stat,
     .iterate = px_iterate,
+    .compact = px_compact,
+    .garbage = px_garbage,
 };
 
 __attribute__((visibility("default"))) const kvp_volume_ops_t *kvp_volume_plugin_v1(void) {

@@ -12,6 +12,8 @@
 
 #define MARKER ".kvplane-volume" /* the identity marker, in the root */
 
+typedef struct pack_s pack_t; /* the packed layout (pack.c) */
+
 typedef struct posix_s {
   char root[3072], marker[3200];
   char id[33]; /* the marker's random id, hex */
@@ -23,6 +25,8 @@ typedef struct posix_s {
   uint64_t used, blocks;
   uint64_t reserved; /* bytes of puts in flight, counted against capacity */
   atomic_uint_fast64_t seq;
+  pack_t *pack;      /* layout=packed; NULL: one file per object */
+  uint64_t pack_max; /* objects of at most this many bytes are packed */
 } posix_t;
 
 /* Writes fmt (with a and strerror(e)) to err and returns rc. */

@@ -31,6 +31,7 @@ _TIER_NAMES = {"ALL": 0, "G1": 1, "G2": 2, "G3": 3, "G4": 4}
 # Codes of include/kvplane/status.h (minus the position in the table).
 EINVAL = -1
 ENOMEM = -2
+EPROTO = -9
 ETIER = -10
 ECLOSED = -16
 
@@ -515,7 +516,8 @@ length hashes of the query consecutively in tier (1..4)."""
 
 class Client:
     """Queries to the advisor of namespace ns over NATS (include/kvplane/
-    client.h): match() and stats(). Thread-safe; close() or use as a
+    client.h): match() and stats(), and the operator's tiering controls
+    pin(), unpin(), move() and delete(). Thread-safe; close() or use as a
     context manager. NATS options as for Publisher."""
 
     def __init__(self, servers, ns="default", *, timeout_ms=2000, **nats):
@@ -571,6 +573,54 @@ class Client:
     def stats(self, timeout_ms=None):
         """The advisor's stats reply as a dict (docs/stats.md)."""
         return json.loads(self._request("stats", "{}", timeout_ms))
+
+    def _tier_control(self, op, hashes, token_ids, block_size, lora_name, timeout_ms, **extra):
+        req = {"op": op}
+        if (hashes is None) == (token_ids is None):
+            _invalid("%s: give hashes or token_ids (with block_size)" % op)
+        if hashes is not None:
+            arr, n = _u64_array(_u64_check(hashes, "hashes"), "hashes")
+            if n == 0:
+                _invalid("%s: no hashes" % op)
+            req["hashes"] = ["%016x" % arr[i] for i in range(n)]
+        else:
+            req["hashes"] = ["%016x" % h for h in hash_blocks(token_ids, block_size, lora_name)]
+            if not req["hashes"]:
+                _invalid("%s: %d tokens make no full block of %d" % (op, len(token_ids), block_size))
+        req.update({k: v for k, v in extra.items() if v is not None})
+        rep = json.loads(self._request("tier", json.dumps(req), timeout_ms))
+        if "error" in rep:
+            raise Error(EPROTO, "%s: %s" % (op, rep["error"]))
+        return rep
+
+    def pin(self, hashes=None, *, token_ids=None, block_size=None, lora_name=None, note=None,
+            timeout_ms=None):
+        """Pins blocks (the last block of a prefix pins its ancestors too):
+        the advisor's tiering engine never demotes or evicts them; kept in
+        its database. Refused (Error) past a volume's capacity. Returns the
+        reply: {"op", "blocks", "changed", "pins", "pinned_blocks"}."""
+        return self._tier_control("pin", hashes, token_ids, block_size, lora_name, timeout_ms,
+                                  note=note)
+
+    def unpin(self, hashes=None, *, token_ids=None, block_size=None, lora_name=None,
+              timeout_ms=None):
+        """Removes pins made by pin()."""
+        return self._tier_control("unpin", hashes, token_ids, block_size, lora_name, timeout_ms)
+
+    def move(self, tier, hashes=None, *, token_ids=None, block_size=None, lora_name=None,
+             volume=None, timeout_ms=None):
+        """Moves blocks to a G3 (tier 3) or G4 (tier 4) volume now, journaled
+        like every move: {"op", "blocks", "queued", "skipped"}."""
+        return self._tier_control("move", hashes, token_ids, block_size, lora_name, timeout_ms,
+                                  tier=tier, volume=volume)
+
+    def delete(self, hashes=None, *, token_ids=None, block_size=None, lora_name=None, tier=None,
+               timeout_ms=None):
+        """Deletes blocks from the advisor's G3 and G4 volumes (or tier 3 or
+        4 only), journaled and announced: {"op", "blocks", "queued",
+        "skipped"}. Refused (Error) for a pinned block."""
+        return self._tier_control("delete", hashes, token_ids, block_size, lora_name, timeout_ms,
+                                  tier=tier)
 
     def _request(self, call, body, timeout_ms):
         L = _lib.lib()

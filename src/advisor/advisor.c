@@ -29,6 +29,7 @@
 
 #include "advisor/advisor_impl.h"
 #include "advisor/api.h"
+#include "advisor/control.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/status.h"
@@ -82,6 +83,11 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
     break;
   case KVP__IN_STATS:
     if ((json = kvp__adv_stats_json(adv, now)) != NULL)
+      answer(adv, it->msg, json);
+    break;
+  case KVP__IN_TIER:
+    kvp__adv_ctl_handle(adv->tier, data, len, &json);
+    if (json != NULL)
       answer(adv, it->msg, json);
     break;
   }

@@ -214,6 +214,13 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
         json_object_set_new(jv, "above_high_max_ms",
                             json_integer((json_int_t)v->above_high_max_ms));
       }
+      if (jv)
+        json_object_set_new(jv, "pinned_bytes", json_integer((json_int_t)v->pinned_bytes));
+      if (jv && v->store_bytes) { /* a compactable volume's garbage (compact.c) */
+        json_object_set_new(jv, "dead_bytes", json_integer((json_int_t)v->dead_bytes));
+        json_object_set_new(jv, "store_bytes", json_integer((json_int_t)v->store_bytes));
+        json_object_set_new(jv, "compacted_bytes", json_integer((json_int_t)v->compacted_bytes));
+      }
       json_array_append_new(vols, jv);
     }
     json_object_set_new(
@@ -245,6 +252,11 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
                   "corrupt", (json_int_t)t->scrub_corrupt, "ms", (json_int_t)t->scrub_ms));
     json_object_set_new(jt, "quarantined", json_integer((json_int_t)t->quarantined));
     json_object_set_new(jt, "parallel_peak", json_integer((json_int_t)t->parallel_peak));
+    json_object_set_new(jt, "compactions", json_integer((json_int_t)t->compactions));
+    json_object_set_new(jt, "compacted_bytes", json_integer((json_int_t)t->compacted_bytes));
+    json_object_set_new(jt, "pins", json_integer((json_int_t)t->pins));
+    json_object_set_new(jt, "pinned_blocks", json_integer((json_int_t)t->pinned_blocks));
+    json_object_set_new(jt, "operator_ops", json_integer((json_int_t)t->operator_ops));
   }
   return dump(o, reply);
 }

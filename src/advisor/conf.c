@@ -134,6 +134,15 @@ static const kvp_conf_key_t keys[] = {
      NULL},
     {"tiering", "max_parallel", KVP_CONF_INT, OFF(tier_max_parallel), 1, 64, NULL,
      "moves in flight at once, each into a different volume (one at a time per destination)", NULL},
+    {"tiering", "compact_ratio", KVP_CONF_DOUBLE, OFF(tier_compact_ratio), 0, 1, NULL,
+     "a volume whose plugin compacts (posix with layout=packed) is compacted when this share of "
+     "its bytes is dead, down to half of it (0: never)",
+     NULL},
+    {"tiering", "compact_interval", KVP_CONF_DURATION, OFF(tier_compact_ms), 1000,
+     7ll * 86400000, NULL,
+     "how often each compactable volume's dead bytes are looked at; a compaction runs at most "
+     "2 s per look",
+     NULL},
     {"tiering", "plugin_dir", KVP_CONF_STR, OFF(plugin_dir), 0, CAP(plugin_dir), NULL,
      "volume plugins; empty: $KVPLANE_PLUGIN_DIR, else lib/kvplane/plugins of the installed tree",
      NULL},
@@ -182,6 +191,8 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->tier_scrub_files_per_s = 2000;
   cfg->tier_scrub_bytes_per_s = 32ll << 20;
   cfg->tier_max_parallel = 4;
+  cfg->tier_compact_ms = 60000;
+  cfg->tier_compact_ratio = 0.3;
   cfg->tier_prefetch_bytes = 64ll << 20;
 }
 
@@ -561,6 +572,8 @@ const kvp__tier_opts_t *kvp__adv_tier_opts(const kvp_advisor_config_t *cfg, kvp_
   o->scrub_bytes_per_s = cfg->tier_scrub_bytes_per_s;
   o->scrub_verify = cfg->tier_scrub_verify;
   o->max_parallel = cfg->tier_max_parallel;
+  o->compact_ms = cfg->tier_compact_ms;
+  o->compact_ratio = cfg->tier_compact_ratio;
   o->prefetch_bytes = cfg->tier_prefetch_bytes;
   o->policy = kvp__tier_policy_names[cfg->tier_policy];
   o->policy_params = cfg->tier_policy_params;

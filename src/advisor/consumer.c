@@ -36,6 +36,13 @@ static void on_stats_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg
   kvp__adv_inbox_push(c->inbox, KVP__IN_STATS, msg, 0, 0);
 }
 
+static void on_tier_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
+  kvp__adv_consumer_t *c = closure;
+  (void)nc;
+  (void)sub;
+  kvp__adv_inbox_push(c->inbox, KVP__IN_TIER, msg, 0, 0);
+}
+
 static void *fetch_main(void *arg) {
   kvp__adv_consumer_t *c = arg;
   uint64_t last_err_log = 0;
@@ -219,7 +226,8 @@ static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, const char *
     natsSubscription_SetPendingLimits(c->ev_sub, (int)c->cfg->queue_max, 1 << 30);
   }
   if ((rc = subscribe_api(c, KVP_API_MATCH, on_match_msg, &c->match_sub, err, errlen)) != 0 ||
-      (rc = subscribe_api(c, KVP_API_STATS, on_stats_msg, &c->stats_sub, err, errlen)) != 0)
+      (rc = subscribe_api(c, KVP_API_STATS, on_stats_msg, &c->stats_sub, err, errlen)) != 0 ||
+      (rc = subscribe_api(c, KVP_API_TIER, on_tier_msg, &c->tier_sub, err, errlen)) != 0)
     return rc;
   if ((s = natsConnection_Flush(c->nc)) != NATS_OK)
     return fail(s, 0, "subscribe", err, errlen);
@@ -279,6 +287,8 @@ void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {
     natsSubscription_Unsubscribe(c->match_sub);
   if (c->stats_sub)
     natsSubscription_Unsubscribe(c->stats_sub);
+  if (c->tier_sub)
+    natsSubscription_Unsubscribe(c->tier_sub);
 }
 
 void kvp__adv_consumer_close(kvp__adv_consumer_t *c) {
@@ -290,6 +300,7 @@ void kvp__adv_consumer_close(kvp__adv_consumer_t *c) {
   natsSubscription_Destroy(c->ev_sub);
   natsSubscription_Destroy(c->match_sub);
   natsSubscription_Destroy(c->stats_sub);
+  natsSubscription_Destroy(c->tier_sub);
   jsCtx_Destroy(c->js);
   natsConnection_Destroy(c->nc);
   free(c);

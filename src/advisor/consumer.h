@@ -30,7 +30,7 @@ typedef struct kvp__adv_consumer_s {
   kvp__adv_inbox_t *inbox;         /* borrowed */
   natsConnection *nc;
   jsCtx *js;
-  natsSubscription *ev_sub, *match_sub, *stats_sub;
+  natsSubscription *ev_sub, *match_sub, *stats_sub, *tier_sub;
   pthread_t fetcher;
   int fetcher_started;
   atomic_int stopping;

@@ -138,6 +138,17 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   one(p, "kvplane_migration_redundant_total", "counter",
       "Second copies of a block between G3 and G4, deleted (one copy per block).",
       (double)t->redundant);
+  one(p, "kvplane_pins", "gauge", "Hashes an operator pinned (kvplane pin).", (double)t->pins);
+  one(p, "kvplane_pinned_blocks", "gauge",
+      "Blocks pinned: the pins and their ancestors, never demoted or evicted.",
+      (double)t->pinned_blocks);
+  one(p, "kvplane_operator_moves_total", "counter",
+      "Operator moves and deletes (kvplane move, kvplane delete) taken into rounds.",
+      (double)t->operator_ops);
+  one(p, "kvplane_compactions_total", "counter",
+      "Compaction runs that reclaimed space ([tiering] compact_ratio).", (double)t->compactions);
+  one(p, "kvplane_compaction_failures_total", "counter", "Compaction runs that failed.",
+      (double)t->compact_failed);
   one(p, "kvplane_scrub_volumes_total", "counter",
       "Volume listings by the scrub ([tiering] scrub_interval).", (double)t->scrubs);
   one(p, "kvplane_scrub_missing_total", "counter",
@@ -194,6 +205,28 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   for (size_t i = 0; i < s->nvols; i++)
     kvp__prom_sample(p, "kvplane_volume_offline", (const char *[]){"volume", s->vols[i].name, NULL},
                      (double)s->vols[i].offline);
+  kvp__prom_family(p, "kvplane_volume_dead_bytes", "gauge",
+                   "Bytes a compactable volume holds that no object owns (deleted or replaced, "
+                   "not yet compacted), at the engine's last look.");
+  for (size_t i = 0; i < s->nvols; i++)
+    if (s->vols[i].store_bytes > 0)
+      kvp__prom_sample(p, "kvplane_volume_dead_bytes",
+                       (const char *[]){"volume", s->vols[i].name, NULL},
+                       (double)s->vols[i].dead_bytes);
+  kvp__prom_family(p, "kvplane_volume_compacted_bytes_total", "counter",
+                   "Dead bytes compaction reclaimed in the volume ([tiering] compact_ratio).");
+  for (size_t i = 0; i < s->nvols; i++)
+    if (s->vols[i].store_bytes > 0)
+      kvp__prom_sample(p, "kvplane_volume_compacted_bytes_total",
+                       (const char *[]){"volume", s->vols[i].name, NULL},
+                       (double)s->vols[i].compacted_bytes);
+  kvp__prom_family(p, "kvplane_volume_pinned_bytes", "gauge",
+                   "Bytes of pinned blocks in the volume (kvplane pin): never demoted or "
+                   "evicted.");
+  for (size_t i = 0; i < s->nvols; i++)
+    kvp__prom_sample(p, "kvplane_volume_pinned_bytes",
+                     (const char *[]){"volume", s->vols[i].name, NULL},
+                     (double)s->vols[i].pinned_bytes);
   kvp__prom_family(p, "kvplane_volume_fill_ratio", "gauge",
                    "used / capacity of volumes with a capacity.");
   for (size_t i = 0; i < s->nvols; i++)

@@ -38,6 +38,8 @@ typedef struct kvp__cli_args_s {
   int timeout_set, json, hot, cold, failed, help, version;
   int ns_set, nats_set; /* -n, a NATS option given on the command line */
   long count, block_size;
+  int tier;                   /* move, delete: --tier 3|4 (0: not given) */
+  const char *volume, *note;  /* move: --volume; pin: --note */
   char **rest; /* operands after the command */
   int nrest;
 } kvp__cli_args_t;
@@ -80,7 +82,13 @@ int kvp__cli_live_args(const kvp__cli_args_t *a, sqlite3 *db, kvp__cli_args_t *l
 int kvp__cli_live_check(const kvp__cli_args_t *live, const json_t *stats);
 
 /* The commands; each returns an exit status. */
+/* Appends the hashes of the operands, or of --tokens/--block-size/--lora,
+ * to arr as hex strings. 0, or an exit status with the cause on stderr.
+ * (query.c) */
+int kvp__cli_hashes(const kvp__cli_args_t *a, json_t *arr);
 int kvp__cli_cmd_match(const kvp__cli_args_t *a);  /* query.c */
+/* pin, unpin, move, delete (control.c). */
+int kvp__cli_cmd_control(const kvp__cli_args_t *a);
 int kvp__cli_cmd_stats(const kvp__cli_args_t *a);  /* query.c */
 int kvp__cli_cmd_db(const kvp__cli_args_t *a);     /* database.c: status, workers, blocks,
                                                       migrations, report */

@@ -59,7 +59,7 @@ static int read_tokens(const char *path, uint32_t **out, size_t *n) {
   *out = NULL;
   *n = 0;
   if (f == NULL) {
-    fprintf(stderr, "kvplane match: --tokens: cannot read %s\n", path);
+    fprintf(stderr, "kvplane: --tokens: cannot read %s\n", path);
     return KVP__CLI_EXIT_USAGE;
   }
   do {
@@ -100,17 +100,16 @@ static int read_tokens(const char *path, uint32_t **out, size_t *n) {
   return rc;
 }
 
-int kvp__cli_cmd_match(const kvp__cli_args_t *a) {
-  json_t *req = json_pack("{s:[]}", "hashes"), *arr = json_object_get(req, "hashes"), *doc;
+int kvp__cli_hashes(const kvp__cli_args_t *a, json_t *arr) {
   uint64_t *hashes = NULL;
   uint32_t *tokens = NULL;
   size_t ntok = 0, nh = 0;
   char hex[24];
-  int rc;
+  int rc = KVP__CLI_EXIT_OK;
 
   if (a->tokens) {
     if (a->nrest > 0 || a->block_size == 0) {
-      fprintf(stderr, "kvplane match: --tokens takes --block-size N and no hashes\n");
+      fprintf(stderr, "kvplane %s: --tokens takes --block-size N and no hashes\n", a->cmd);
       rc = KVP__CLI_EXIT_USAGE;
       goto out;
     }
@@ -129,7 +128,8 @@ int kvp__cli_cmd_match(const kvp__cli_args_t *a) {
   for (int i = 0; i < a->nrest; i++) {
     uint64_t h;
     if (kvp_hash_parse(a->rest[i], &h) != 0) {
-      fprintf(stderr, "kvplane match: '%s' is not a hash (see kvplane match --help)\n", a->rest[i]);
+      fprintf(stderr, "kvplane %s: '%s' is not a hash (see kvplane match --help)\n", a->cmd,
+              a->rest[i]);
       rc = KVP__CLI_EXIT_USAGE;
       goto out;
     }
@@ -137,12 +137,24 @@ int kvp__cli_cmd_match(const kvp__cli_args_t *a) {
     json_array_append_new(arr, json_string(hex));
   }
   if (json_array_size(arr) == 0) {
-    fputs(a->tokens ? "kvplane match: the tokens make no full block\n"
-                    : "kvplane match: give at least one hash, or --tokens\n",
-          stderr);
+    fprintf(stderr,
+            a->tokens ? "kvplane %s: the tokens make no full block\n"
+                      : "kvplane %s: give at least one hash, or --tokens\n",
+            a->cmd);
     rc = KVP__CLI_EXIT_USAGE;
-    goto out;
   }
+out:
+  free(tokens);
+  free(hashes);
+  return rc;
+}
+
+int kvp__cli_cmd_match(const kvp__cli_args_t *a) {
+  json_t *req = json_pack("{s:[]}", "hashes"), *doc;
+  int rc;
+
+  if ((rc = kvp__cli_hashes(a, json_object_get(req, "hashes"))) != 0)
+    goto out;
   char *body = json_dumps(req, JSON_COMPACT);
   rc = kvp__cli_request(a, KVP_API_MATCH, body, a->timeout, 0, &doc);
   free(body);
@@ -153,8 +165,6 @@ int kvp__cli_cmd_match(const kvp__cli_args_t *a) {
   }
 out:
   json_decref(req);
-  free(tokens);
-  free(hashes);
   return rc;
 }
 

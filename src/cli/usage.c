@@ -62,6 +62,22 @@ static const struct cmd_help_s {
      "block is not sent.\n"},
     {"stats", "kvplane stats [NATS options]",
      "Prints the advisor's stats reply (JSON; docs/stats.md documents each field).\n"},
+    {"pin", "kvplane pin [NATS options] [--note TEXT] HASH... | --tokens FILE --block-size N",
+     "Pins blocks in the advisor's tiering engine: a pinned block and its ancestors\n"
+     "(the whole prefix) are never demoted or evicted. The pins are kept in the\n"
+     "database (pins table) and survive a restart. A pin that would put a volume's\n"
+     "pinned bytes over its capacity is refused (exit 3, naming the volume). HASH\n"
+     "and --tokens as for match.\n"},
+    {"unpin", "kvplane unpin [NATS options] HASH... | --tokens FILE --block-size N",
+     "Removes pins made by kvplane pin.\n"},
+    {"move", "kvplane move --tier 3|4 [--volume NAME] [NATS options] HASH... | --tokens ...",
+     "Moves blocks to a volume of G3 or G4 now (the one with the most room unless\n"
+     "--volume), journaled, verified and announced like the engine's own moves;\n"
+     "prints how many were queued and skipped (already there, unknown, or in no\n"
+     "volume). kvplane migrations shows them.\n"},
+    {"delete", "kvplane delete [--tier 3|4] [NATS options] HASH... | --tokens ...",
+     "Deletes blocks from the advisor's G3 and G4 volumes (or one tier), journaled\n"
+     "and announced as Removed; refused (exit 3) for a pinned block.\n"},
 };
 
 void kvp__cli_usage(FILE *f) {
@@ -75,7 +91,8 @@ void kvp__cli_usage(FILE *f) {
         "                       (status, top: its namespace and NATS options too)\n"
         "      --json           print JSON (sizes in bytes, times in Unix ms) instead of tables\n"
         "\n"
-        "NATS options (status, top, match, stats; replay takes -s and -n):\n"
+        "NATS options (status, top, match, stats, pin, unpin, move, delete; replay takes -s\n"
+        "and -n):\n"
         "  -s, --server URL     NATS server (default nats://127.0.0.1:4222)\n"
         "  -n, --ns NS          namespace (default: default; status, top: the -c\n"
         "                       configuration's, else the database's; one that is not\n"

@@ -234,3 +234,37 @@ uint64_t kvp__journal_scrub_last(kvp__journal_t *j, const char *volume) {
   sqlite3_finalize(s);
   return t;
 }
+int kvp__journal_pin(kvp__journal_t *j, uint64_t hash, int pinned, const char *note,
+                     uint64_t now_ms) {
+  sqlite3_stmt *s = NULL;
+  int rc = KVP_EDB;
+  if (sqlite3_prepare_v2(j->db,
+                         pinned ? "INSERT INTO pins(hash, created, note) VALUES(?1, ?2, ?3)"
+                                  " ON CONFLICT(hash) DO UPDATE SET note = ?3"
+                                : "DELETE FROM pins WHERE hash = ?1",
+                         -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  sqlite3_bind_int64(s, 1, kvp_hash_to_i64(hash));
+  if (pinned) {
+    sqlite3_bind_int64(s, 2, (sqlite3_int64)now_ms);
+    if (note && note[0])
+      sqlite3_bind_text(s, 3, note, -1, SQLITE_TRANSIENT);
+    else
+      sqlite3_bind_null(s, 3);
+  }
+  if (sqlite3_step(s) == SQLITE_DONE)
+    rc = 0;
+  sqlite3_finalize(s);
+  return rc;
+}
+
+int kvp__journal_pins(kvp__journal_t *j, void (*fn)(void *ctx, uint64_t hash), void *ctx) {
+  sqlite3_stmt *s = NULL;
+  int r;
+  if (sqlite3_prepare_v2(j->db, "SELECT hash FROM pins ORDER BY hash", -1, &s, NULL) != SQLITE_OK)
+    return KVP_EDB;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW)
+    fn(ctx, kvp_hash_from_i64(sqlite3_column_int64(s, 0)));
+  sqlite3_finalize(s);
+  return r == SQLITE_DONE ? 0 : KVP_EDB;
+}

@@ -43,6 +43,13 @@ void kvp__journal_set(kvp__journal_t *j, int64_t id, const char *state, const ch
 int kvp__journal_volume(kvp__journal_t *j, const char *name, int tier, uint64_t capacity,
                         uint64_t now_ms);
 
+/* Pins (the pins table): adds (pinned 1) or removes (0) hash; 0 or
+ * KVP_EDB. */
+int kvp__journal_pin(kvp__journal_t *j, uint64_t hash, int pinned, const char *note,
+                     uint64_t now_ms);
+/* Calls fn(ctx, hash) for every pin; 0 or KVP_EDB. */
+int kvp__journal_pins(kvp__journal_t *j, void (*fn)(void *ctx, uint64_t hash), void *ctx);
+
 /* Calls fn for every row not finished (queued, copying, committed). */
 typedef void (*kvp__journal_fn)(void *ctx, int64_t id, uint64_t hash, const char *from_volume,
                                 const char *to_volume, const char *state);

@@ -22,7 +22,7 @@
 #include "index/index.h"
 #include "index/rows.h"
 
-#define KVP__STORE_SCHEMA_VERSION 5
+#define KVP__STORE_SCHEMA_VERSION 6
 
 typedef struct kvp__store_s kvp__store_t;
 

@@ -107,6 +107,9 @@ static const char *const steps[] = {
     " s.orphans_confirmed AS orphans_confirmed, s.corrupt AS corrupt, s.error AS error,"
     " (SELECT count(*) FROM scrubs d WHERE d.volume = s.volume AND d.state = 'done') AS passes"
     " FROM scrubs s WHERE s.id = (SELECT max(id) FROM scrubs x WHERE x.volume = s.volume);",
+    /* 6: blocks an operator pinned (kvplane pin; the tiering engine never
+     * demotes or evicts a pinned block or its ancestors). */
+    "CREATE TABLE pins(hash INTEGER PRIMARY KEY, created INTEGER NOT NULL, note TEXT);",
 };
 
 static int schema_version(sqlite3 *db, int *v) {

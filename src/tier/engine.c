@@ -93,11 +93,15 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used,
         int stuck = e->vols[v].offline || e->vols[v].out_until_ms > now;
         e->tokens[e->ncands] = b.tokens;
         e->dup[e->ncands] = tier == 3 ? g4_copy(e, b.hash, locs, nl, now) : 0;
+        /* Pinned, or an operator's move or delete waits: the plan leaves
+         * it alone (control.c). */
+        int held = kvp__map64_find(&e->pinned, b.hash) != NULL ||
+                   kvp__map64_find(&e->opset, b.hash) != NULL;
         e->cands[e->ncands++] =
             (kvp__tier_cand_t){.hash = b.hash,
                                .parent = b.parent,
                                .has_parent = b.parent != b.hash,
-                               .busy = (uint8_t)(moved || stuck || pending(e, b.hash, -1)),
+                               .busy = (uint8_t)(moved || stuck || held || pending(e, b.hash, -1)),
                                .vol = (uint32_t)v,
                                .bytes = b.bytes,
                                .last_access_ms = b.last_access_ms,
@@ -314,6 +318,9 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   e->nops = 0;
   recheck_offline(e);
   kvp__tier_scrub_queue(e, now);
+  kvp__tier_compact_queue(e, now);
+  kvp__tier_pins_rebuild(e);
+  kvp__tier_control_take(e);
   /* Sources whose grace period is over. Entries stay in pend until the job
    * is done, so that the blocks are neither planned again nor counted in
    * their source's fill meanwhile. */
@@ -477,6 +484,11 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   kvp__tier_pol_close(e->pol);
   kvp__journal_close(e->db);
   kvp__journal_close(e->sdb);
+  kvp__journal_close(e->ctl_db);
+  free(e->pins);
+  free(e->opq);
+  kvp__map64_free(&e->pinned);
+  kvp__map64_free(&e->opset);
   free(e->ops);
   free(e->bad);
   free(e->badq);

@@ -101,6 +101,12 @@ typedef struct kvp__tier_stats_s {
   uint64_t scrub_progress_objects, scrub_progress_verified; /* the running pass so far */
   uint64_t parallel_peak; /* most moves in flight at once ([tiering] max_parallel) */
   uint64_t lane_peak;     /* most moves in flight into one volume at once (1) */
+  uint64_t compactions;     /* compaction runs that reclaimed space ([tiering] compact_ratio) */
+  uint64_t compacted_bytes; /* dead bytes they reclaimed */
+  uint64_t compact_failed;  /* compaction runs that failed */
+  uint64_t pins;            /* hashes an operator pinned */
+  uint64_t pinned_blocks;   /* they and their ancestors: never demoted or evicted */
+  uint64_t operator_ops;    /* operator moves and deletes taken into rounds */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */
@@ -119,6 +125,10 @@ typedef struct kvp__tier_vol_stats_s {
   uint64_t above_high_max_ms; /* ... the longest stretch of it */
   int backoff;                /* 1 while no moves go into it or out of it */
   int offline;                /* 1 while its identity is gone (KVP_EOFFLINE) */
+  uint64_t dead_bytes;      /* its plugin's garbage at the last look (compactable volumes) */
+  uint64_t store_bytes;     /* the bytes its plugin holds, live and dead, then */
+  uint64_t compacted_bytes; /* dead bytes compaction reclaimed there */
+  uint64_t pinned_bytes;    /* bytes of pinned blocks there */
 } kvp__tier_vol_stats_t;
 
 /* Fills up to cap volumes' figures; returns how many volumes there are. */
@@ -152,6 +162,31 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e);
 int kvp__tier_engine_busy(const kvp__tier_engine_t *e);
 
 void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st);
+
+/* Operator controls (control.c), loop thread; err names the cause.
+ *
+ * pin (pin 1) or unpin (0) hashes, each the last block of a prefix: a
+ * pinned block and its ancestors are never demoted or evicted. Pins are in
+ * the database (pins table, note optional) and survive a restart. A pin
+ * that would put a volume's pinned bytes over its capacity is refused:
+ * KVP_ENOSPC naming the volume. *changed: pins added or removed.
+ *
+ * move hashes to a volume of tier (3 or 4; volume NULL or "": the one with
+ * the most room), queued for the next round (started now when no job
+ * runs): journaled, verified and announced like every move. A block
+ * already in that tier, unknown, or in no volume is skipped.
+ *
+ * drop (delete) hashes from the engine's volumes of tier (0: G3 and G4)
+ * as evictions, queued the same way; KVP_EBUSY when one is pinned. */
+int kvp__tier_engine_pin(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int pin,
+                         const char *note, size_t *changed, char *err, size_t errlen);
+int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
+                          const char *volume, size_t *queued, size_t *skipped, char *err,
+                          size_t errlen);
+int kvp__tier_engine_drop(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
+                          size_t *queued, size_t *skipped, char *err, size_t errlen);
+/* 1 when hash is pinned (itself or as an ancestor of a pin). */
+int kvp__tier_engine_pinned(const kvp__tier_engine_t *e, uint64_t hash);
 
 /* Closes the volumes; the engine must be stopped and idle. NULL is accepted. */
 void kvp__tier_engine_close(kvp__tier_engine_t *e);

@@ -13,7 +13,9 @@
  *   scrub.c        the scrub: listing and verifying a volume (its own
  *                  thread, rate-limited) and comparing it with the index
  *                  (loop); its deletes, adoptions and quarantines go to
- *                  the job as ops.
+ *                  the job as ops;
+ *   compact.c      compaction of volumes whose plugin reports dead bytes;
+ *   control.c      the operator's pins, moves and deletes.
  * Calls go one way: engine.c queues the job of engine_job.c; all three
  * call locations.c; engine_job.c and engine_open.c call nothing in
  * engine.c (the job reports back through on_idle). */
@@ -45,6 +47,7 @@
 #define OP_SOURCE_DELETE (-1) /* a moved block's source, after the grace period */
 #define OP_ORPHAN (-3)        /* delete or adopt an object no location names (scrub.c) */
 #define OP_SCRUB_BAD (-4)     /* quarantine a copy the scrub found corrupt (scrub.c) */
+#define OP_COMPACT (-5)       /* compact a volume while worth it (compact.c) */
 /* Most objects one scrub lists; past it, the scrub drops no location. */
 #define SCRUB_MAX_KEYS (1u << 22)
 /* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
@@ -69,6 +72,8 @@ typedef struct vol_s {
   kvp__map64_t orphans;      /* objects its last scrub found without a location */
   int above_high;            /* the last round found its fill above the high watermark */
   uint64_t above_stretch_ms; /* for how long, in rounds, so far */
+  int compactable;           /* its plugin compacts and reports garbage (ABI 2) */
+  uint64_t compact_due_ms;   /* its garbage is looked at next then */
 } vol_t;
 
 /* One unit of work for the job, and its outcome. */
@@ -87,6 +92,7 @@ typedef struct op_s {
   int adopt;       /* an orphan the index wants: adopted when its frame is valid */
   int adopted;     /* ... and it was: the loop records its location */
   size_t pend;     /* a source delete (kind -1): its entry in pend */
+  uint64_t dead, total; /* a compaction: the volume's garbage after it */
   uint32_t blame;  /* the volume whose operation failed */
   char err[256];
 } op_t;
@@ -161,6 +167,19 @@ struct kvp__tier_engine_s {
   uint64_t scrub_row_ms; /* when it was last updated */
   uint64_t scrub_missing_pass, scrub_orphans_pass, scrub_confirmed_pass;
   kvp__map64_t scrub_touched; /* blocks moved into the pass's volume during it */
+  /* Compaction (compact.c): each compactable volume's garbage is looked
+   * at every compact_ms; compacted from compact_ratio dead. */
+  uint64_t compact_ms;
+  double compact_ratio; /* 0: never */
+  /* Operator controls (control.c), on the loop thread: ctl_db is the
+   * loop's own connection (the journal's is the job's while one runs). */
+  kvp__journal_t *ctl_db;
+  uint64_t *pins; /* the pinned hashes, as pinned (the pins table) */
+  size_t npins, pins_cap;
+  kvp__map64_t pinned; /* the pins and their ancestors: never demoted or evicted */
+  op_t *opq;           /* operator moves and deletes for the next round */
+  size_t nopq, opq_cap;
+  kvp__map64_t opset; /* their hashes, until their job is done: busy for the plan */
   uint64_t *keys;
   size_t nkeys, keys_cap;
   int keys_truncated;
@@ -235,6 +254,20 @@ void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o);
 void kvp__tier_scrub_touched(kvp__tier_engine_t *e, uint64_t hash, uint32_t v);
 /* Whether the index places hash in volume v. */
 int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v);
+
+/* Compaction (compact.c): queue adds an OP_COMPACT per compactable volume
+ * due (loop); run is the job's part; apply counts and logs (loop). */
+void kvp__tier_compact_queue(kvp__tier_engine_t *e, uint64_t now);
+void kvp__tier_compact_run(kvp__tier_engine_t *e, op_t *o);
+void kvp__tier_compact_apply(kvp__tier_engine_t *e, const op_t *o);
+
+/* Operator controls (control.c): loading the pins (open), the pinned set
+ * rebuilt (each round), the queued ops taken into a round ahead of its
+ * plan, and the busy set reset when a job is done. */
+int kvp__tier_pins_load(kvp__tier_engine_t *e);
+int kvp__tier_pins_rebuild(kvp__tier_engine_t *e);
+void kvp__tier_control_take(kvp__tier_engine_t *e);
+void kvp__tier_control_done(kvp__tier_engine_t *e);
 
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */

@@ -89,6 +89,10 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
       snprintf(o->err, sizeof o->err, "scrub quarantine: %.200s", del);
     return;
   }
+  if (o->kind == OP_COMPACT) {
+    kvp__tier_compact_run(e, o);
+    return;
+  }
   if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
     o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
     if (o->rc == KVP_ENOENT)
@@ -437,6 +441,10 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
       kvp__tier_scrub_applied(e, o);
       continue;
     }
+    if (o->kind == OP_COMPACT) {
+      kvp__tier_compact_apply(e, o);
+      continue;
+    }
     if (o->kind == OP_SCRUB_BAD && !o->quarantined) {
       if (o->rc != KVP_ENOENT)
         failed(e, o, now);
@@ -520,6 +528,7 @@ void kvp__tier_job_after(uv_work_t *req, int status) {
   (void)status;
   apply(e, e->nops);
   kvp__tier_pend_compact(e);
+  kvp__tier_control_done(e);
   e->nops = 0;
   e->applied = 0;
   __atomic_store_n(&e->ready, 0, __ATOMIC_RELAXED);

@@ -36,8 +36,14 @@ static int open_volume(kvp__tier_engine_t *e, const kvp__tier_opts_t *o,
    * KVP_VOLUME_KNOWS_NAMESPACE). */
   int rc = kvp_volume_open_ns(o->plugin_dir && o->plugin_dir[0] ? o->plugin_dir : NULL, c->plugin,
                               c->name, o->ns, p, np, &v->v, err, errlen);
-  if (rc == 0)
+  if (rc == 0) {
+    /* Compactable: the plugin can, and this volume has garbage to report
+     * (posix answers KVP_ENOTSUP but with layout=packed). */
+    uint64_t dead, total;
+    char ignore[256];
+    v->compactable = kvp_volume_garbage(v->v, &dead, &total, ignore, sizeof ignore) != KVP_ENOTSUP;
     rc = kvp__index_volume(e->ix, c->name, &v->id);
+  }
   return rc;
 }
 
@@ -57,6 +63,13 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
       from = (long)v;
     if (tv && strcmp(e->vols[v].name, tv) == 0)
       to = (long)v;
+  }
+  if (fv && tv && fv[0] && strcmp(fv, tv) == 0) {
+    /* A compaction (compact.c), interrupted: the plugin's own recovery
+     * keeps every object; the next look at its garbage starts again. */
+    kvp__journal_set(e->db, id, "failed", "compaction interrupted by a restart");
+    kvp_log_info("tiering: compaction %" PRId64 " of %s interrupted by a restart", id, fv);
+    return;
   }
   if (strcmp(state, "committed") != 0 && (tv == NULL || tv[0] == '\0') && from >= 0) {
     int gone = kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0;
@@ -126,6 +139,8 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->loop = loop;
   e->ix = ix;
   kvp__map64_init(&e->pendset, 0);
+  kvp__map64_init(&e->pinned, 0);
+  kvp__map64_init(&e->opset, 0);
   snprintf(e->ns, sizeof e->ns, "%s", o->ns);
   snprintf(e->db_path, sizeof e->db_path, "%s", o->db_path);
   kvp__tier_params_init(&e->prm);
@@ -138,6 +153,8 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->grace_ms = (uint64_t)o->grace_ms;
   e->scrub_ms = o->scrub_ms > 0 ? (uint64_t)o->scrub_ms : 0;
   e->scrub_due_ms = kvp__unix_ms() + e->scrub_ms;
+  e->compact_ms = o->compact_ms > 0 ? (uint64_t)o->compact_ms : 60000;
+  e->compact_ratio = o->compact_ratio;
   e->max_moves = (size_t)o->max_moves;
   e->max_parallel = o->max_parallel > 0 ? (size_t)o->max_parallel : 1;
   e->scrub_files_per_s = o->scrub_files_per_s > 0 ? (uint64_t)o->scrub_files_per_s : 0;
@@ -204,6 +221,12 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
       e->scrub_next = v;
     }
   }
+  if (rc == 0 && (rc = kvp__journal_open(o->db_path, &e->ctl_db, err, errlen)) == 0 &&
+      (rc = kvp__tier_pins_load(e)) != 0)
+    snprintf(err, errlen, "tiering: loading the pins: %s", kvp__journal_errmsg(e->ctl_db));
+  if (rc == 0 && e->npins > 0)
+    kvp_log_info("tiering: %zu pins (%" PRIu64 " blocks pinned with their ancestors)", e->npins,
+                 e->st.pinned_blocks);
   if (rc != 0) {
     snprintf(err, errlen, "tiering: %s: the volumes or migrations tables: %s", o->db_path,
              kvp__journal_errmsg(e->db));

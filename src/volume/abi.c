@@ -25,7 +25,7 @@ static const size_t table_size[KVP_VOLUME_ABI_VERSION + 1] = {
     [1] = END_OF(compact),
 #endif
 #if KVP_VOLUME_ABI_VERSION > 2
-    [2] = END_OF(compact), /* version 2 added a flag, no operation */
+    [2] = END_OF(garbage),
 #endif
 };
 

@@ -253,3 +253,24 @@ int kvp_volume_iterate(kvp_volume_t *v, kvp_volume_key_fn fn, void *ctx, char *e
   char why[512] = "";
   return named(v, v->ops.iterate(v->vol, fn, ctx, why, sizeof why), why, err, errlen);
 }
+
+int kvp_volume_garbage(kvp_volume_t *v, uint64_t *dead, uint64_t *total, char *err,
+                       size_t errlen) {
+  char why[512] = "";
+  if (v->ops.garbage == NULL || !(v->ops.flags & KVP_VOLUME_CAN_COMPACT)) {
+    snprintf(err, errlen, "volume %s: plugin %s reports no garbage (not compactable)", v->name,
+             v->ops.name);
+    return KVP_ENOTSUP;
+  }
+  return named(v, v->ops.garbage(v->vol, dead, total, why, sizeof why), why, err, errlen);
+}
+
+int kvp_volume_compact(kvp_volume_t *v, char *err, size_t errlen) {
+  char why[512] = "";
+  if (v->ops.compact == NULL || !(v->ops.flags & KVP_VOLUME_CAN_COMPACT)) {
+    snprintf(err, errlen, "volume %s: plugin %s cannot compact", v->name, v->ops.name);
+    return KVP_ENOTSUP;
+  }
+  int rc = v->ops.compact(v->vol, why, sizeof why);
+  return rc >= 0 ? rc : named(v, rc, why, err, errlen);
+}

@@ -99,13 +99,13 @@ class Plane:
                 return False
         until(up, what="nats-server on port %d" % self.port)
 
-    def start_advisor(self):
+    def start_advisor(self, extra=""):
         conf = os.path.join(self.tmp, "advisor.conf")
         with open(conf, "w") as f:
             f.write("[nats]\nservers = %s\nmode = %s\nconnect_timeout = 2s\n"
                     "[advisor]\nnamespace = %s\n"
                     "[store]\npath = %s\nflush_interval = 50ms\n"
-                    % (self.url, "jetstream" if self.js else "core", NS, self.db))
+                    % (self.url, "jetstream" if self.js else "core", NS, self.db) + extra)
         log = open(os.path.join(self.tmp, "advisor.log"), "w")
         self.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
                                         stdout=log, stderr=subprocess.STDOUT)
@@ -492,6 +492,99 @@ class BindingTest(unittest.TestCase):
         self.client.close()
         e = err(self.client.match, [1])
         self.assertEqual(e.name, "KVP_ECLOSED")
+
+    # --- the operator's tiering controls ----------------------------------
+
+    def write_frame(self, root, h, parent, payload):
+        """A block as the posix plugin stores it: the 64-byte frame header
+        (docs/volumes.md, "The frame"), then the payload."""
+        import struct
+        import xxhash
+        hdr = bytearray(struct.pack("<4sHHQQQI4I", b"KVPB", 1, 64, len(payload), h,
+                                    parent or 0, 1 if parent else 0, 0, 0, 0, 0))
+        hdr += b"\0" * 12
+        struct.pack_into("<Q", hdr, 56, xxhash.xxh3_64_intdigest(payload))
+        struct.pack_into("<I", hdr, 52, xxhash.xxh3_64_intdigest(bytes(hdr)) & 0xffffffff)
+        d = os.path.join(root, NS, "%02x" % (h >> 56))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "%016x" % h), "wb") as f:
+            f.write(bytes(hdr) + payload)
+
+    def migrations(self):
+        import sqlite3
+        db = sqlite3.connect(self.plane.db)
+        try:
+            return db.execute("SELECT printf('%016x', hash), from_volume, to_volume, state "
+                              "FROM migrations ORDER BY id").fetchall()
+        finally:
+            db.close()
+
+    def test_operator_controls(self):
+        """pin, move and delete against the advisor's tiering engine and
+        real posix volumes: a pinned prefix stays in G3 through rounds that
+        demote the rest, and its pins survive a restart of the advisor; a
+        move lands in G4 and is journaled; a delete of a pinned block is
+        refused, of an unpinned one journaled and announced. (A pin past a
+        volume's capacity: tier_control.pin_past_capacity_is_refused.)"""
+        g3, g4 = os.path.join(self.tmp, "g3"), os.path.join(self.tmp, "g4")
+        block = 4096
+        tiering = ("[tiering]\nenabled = true\ninterval = %s\ngrace = 0\n"
+                   "min_residence = 0\nhigh_watermark = 0.5\nlow_watermark = 0.1\n"
+                   "[volume g3]\ntier = 3\nplugin = posix\ncapacity = %d\npath = %s\n"
+                   "fsync = off\n[volume g4]\ntier = 4\nplugin = posix\ncapacity = 1GiB\n"
+                   "path = %s\nfsync = off\n")
+        conf = lambda interval: tiering % (interval, 8 * (block + 64), g3, g4)
+        self.plane = Plane(self.tmp)
+        self.plane.start_nats()
+        os.makedirs(g3)
+        toks = list(range(5000, 5000 + BS * 6))
+        hashes = kvplane.hash_blocks(toks, BS)
+        for i, h in enumerate(hashes):
+            self.write_frame(g3, h, hashes[i - 1] if i else None, bytes([i]) * block)
+        # No round for an hour: the first would demote the chain (6 blocks
+        # of the 8 that fit, over the 0.5 mark) before the pin.
+        self.plane.start_advisor(conf("1h"))
+        self.client = kvplane.Client(self.plane.url, NS, timeout_ms=5000)
+        self.closers.append(self.client)
+        with kvplane.Publisher(self.plane.url, NS, "w0", BS, max_delay_ms=1,
+                               block_bytes=block + 64) as pub:
+            pub.stored(toks, tier="G3", volume="g3")
+            pub.flush()
+        self.match_until(hashes, [kvplane.Match("w0", 0, 3, 6)], "w0 holds 6 blocks in G3")
+        rep = self.client.pin(token_ids=toks[:BS * 3], block_size=BS, note="system prompt")
+        self.assertEqual((rep["changed"], rep["pins"], rep["pinned_blocks"]), (3, 3, 3))
+        time.sleep(0.3)  # the database's flush of the index, before the restart
+        self.plane.advisor.send_signal(signal.SIGTERM)
+        self.plane.advisor.wait(10)
+        self.plane.start_advisor(conf("100ms"))
+        until(lambda: self.client.stats()["tiering"]["demoted"] >= 3, timeout=20,
+              what="the unpinned blocks demoted")
+        time.sleep(0.5)  # more rounds: the pinned ones stay
+        st = self.client.stats()["tiering"]
+        self.assertEqual((st["pins"], st["pinned_blocks"], st["demoted"]), (3, 3, 3))
+        where = lambda root, h: os.path.exists(os.path.join(root, NS, "%02x" % (h >> 56),
+                                                            "%016x" % h))
+        self.assertEqual([where(g3, h) for h in hashes], [True] * 3 + [False] * 3)
+        self.assertEqual([where(g4, h) for h in hashes], [False] * 3 + [True] * 3)
+        # A move now: a pinned block may be moved by hand.
+        rep = self.client.move(4, [hashes[2]])
+        self.assertEqual((rep["queued"], rep["skipped"]), (1, 0))
+        until(lambda: ("%016x" % hashes[2], "g3", "g4", "source_deleted") in self.migrations(),
+              timeout=20, what="the move journaled")
+        self.assertTrue(where(g4, hashes[2]))
+        self.assertEqual(self.client.move(4, [hashes[2]])["skipped"], 1)  # there already
+        # A delete: refused while pinned, then journaled and announced.
+        with self.assertRaises(kvplane.Error) as e:
+            self.client.delete([hashes[0]])
+        self.assertIn("pinned", str(e.exception))
+        published = self.client.stats()["tiering"]["events_published"]
+        self.assertEqual(self.client.unpin(token_ids=toks[:BS * 3], block_size=BS)["pins"], 0)
+        self.assertEqual(self.client.delete([hashes[0]], tier=3)["queued"], 1)
+        until(lambda: ("%016x" % hashes[0], "g3", "", "source_deleted") in self.migrations(),
+              timeout=20, what="the delete journaled")
+        until(lambda: self.client.stats()["tiering"]["events_published"] > published,
+              timeout=10, what="the delete announced")
+        self.assertFalse(where(g3, hashes[0]))
 
     def test_match_without_advisor(self):
         """With NATS up but no advisor, match fails at once with KVP_ENOENT

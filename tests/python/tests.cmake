@@ -9,6 +9,7 @@ if(NOT KVP_SANITIZE)
   set(py_env ${KVP_TEST_ENV}
     "KVPLANE_LIB=$<TARGET_FILE:kvplane>"
     "KVPLANE_ADVISOR=$<TARGET_FILE:kvplane-advisor>"
+    "KVPLANE_PLUGIN_DIR=${CMAKE_BINARY_DIR}/plugins"
     "KVPLANE_ABI=$<TARGET_FILE:test_python_abi>"
     "PYTHONPATH=${PROJECT_SOURCE_DIR}/python"
     "PYTHONDONTWRITEBYTECODE=1")

@@ -27,3 +27,14 @@ kvp_add_test(tier_engine_policy tier/test_tier_engine_policy.c LABELS tier volum
 target_compile_definitions(test_tier_engine_policy PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_tier_engine_policy kvplane-volume-mem)
+# Compaction of packed posix volumes by the engine (src/tier/compact.c).
+kvp_add_test(tier_compact tier/test_tier_compact.c LABELS tier volume)
+target_compile_definitions(test_tier_compact PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_tier_compact kvplane-volume-posix)
+# The operator's pins, moves and deletes (src/tier/control.c,
+# src/advisor/control.c).
+kvp_add_test(tier_control tier/test_tier_control.c LABELS tier volume)
+target_compile_definitions(test_tier_control PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_tier_control kvplane-volume-posix)

@@ -134,6 +134,11 @@ static void loader_names_file_and_cause(void **state) {
                    0);
   assert_int_equal(kvp_volume_ops(v)->abi_version, 1);
   assert_string_equal(kvp_volume_ops(v)->name, "v1");
+  /* Version 2's garbage is not in a version-1 table: NULL, and the engine
+   * never compacts such a volume. */
+  assert_null(kvp_volume_ops(v)->garbage);
+  uint64_t dead, total;
+  assert_int_equal(kvp_volume_garbage(v, &dead, &total, err, sizeof err), KVP_ENOTSUP);
   kvp_volume_stat_t st;
   assert_int_equal(kvp_volume_stat(v, &st, err, sizeof err), 0);
   assert_int_equal(st.capacity, 0x7631);

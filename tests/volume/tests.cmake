@@ -76,9 +76,14 @@ endforeach()
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/volume/conformance.c)
 
-# kvp_add_conformance(<plugin> [S3RVER|S3V] PARAMS <key=value>... [LABELS <labels>...])
+# kvp_add_conformance(<plugin> [S3RVER|S3V] [NAME <name>] PARAMS <key=value>...
+#                     [LABELS <labels>...]): tests conformance_<name>.<case>, the
+# name being the plugin's unless given (one plugin in two configurations).
 function(kvp_add_conformance plugin)
-  cmake_parse_arguments(C "S3RVER;S3V" "" "PARAMS;LABELS" ${ARGN})
+  cmake_parse_arguments(C "S3RVER;S3V" "NAME" "PARAMS;LABELS" ${ARGN})
+  if(NOT C_NAME)
+    set(C_NAME ${plugin})
+  endif()
   set(opts "")
   if(C_S3RVER)
     set(opts --s3rver)
@@ -86,10 +91,10 @@ function(kvp_add_conformance plugin)
     set(opts --s3v)
   endif()
   foreach(case ${KVP_CONFORMANCE_CASES})
-    add_test(NAME conformance_${plugin}.${case}
+    add_test(NAME conformance_${C_NAME}.${case}
       COMMAND kvp-volume-conformance ${opts} --case ${case}
         $<TARGET_FILE:kvplane-volume-${plugin}> ${C_PARAMS})
-    set_tests_properties(conformance_${plugin}.${case} PROPERTIES TIMEOUT 300
+    set_tests_properties(conformance_${C_NAME}.${case} PROPERTIES TIMEOUT 300
       LABELS "conformance;volume;${C_LABELS}" ENVIRONMENT "${KVP_TEST_ENV}")
   endforeach()
   add_dependencies(kvp-volume-conformance kvplane-volume-${plugin})
@@ -98,7 +103,17 @@ endfunction()
 kvp_add_conformance(posix PARAMS path={tmpdir}/vol)
 # mem: the temporary directory's name is a fresh store's name.
 kvp_add_conformance(mem PARAMS store={tmpdir})
+# The packed layout, with small segments and a small pack_max so that the
+# cases cross segments and see both packed records and files.
+kvp_add_conformance(posix NAME posix_packed PARAMS path={tmpdir}/vol layout=packed pack_max=4K
+  segment_size=64K)
 # s3 against the verifying server (every signature checked as S3 does), with a
 # prefix that needs URI encoding.
 kvp_add_conformance(s3 S3V LABELS s3 PARAMS endpoint={s3v} bucket=kvb access_key=KVPTESTKEY
   secret_key=kvp/test+secret=1 "prefix=conf (ørm)+=&/" stall_timeout_ms=5000 retries=3)
+# The posix plugin's packed layout (plugins/posix/pack.c): compaction,
+# tombstones, torn writes, crashes mid-compaction.
+kvp_add_test(volume_packed volume/test_volume_packed.c LABELS volume)
+target_compile_definitions(test_volume_packed PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_volume_packed kvplane-volume-posix)

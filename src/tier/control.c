@@ -1,0 +1,327 @@
+/* The tiering engine's operator controls (engine.h, "Operator controls"):
+ * pins, moves now, and deletes, on the loop thread.
+ *
+ * Pins. An operator pins hashes (the leaves of prefixes); the engine keeps
+ * them in the pins table (the roots) and, rebuilt every round and after
+ * every change, the set of pinned blocks: each root and all its ancestors
+ * (the index's parent links), so that a pinned prefix is whole and the
+ * plan's rule that a parent never leaves a tier before its children holds.
+ * A pinned block's candidates are busy: never demoted, evicted or
+ * de-duplicated. A pin that would put a volume's pinned bytes over its
+ * capacity is refused, naming the volume.
+ *
+ * Moves and deletes now: validated against the index here, queued, and
+ * taken by the next round ahead of its plan (a round is started at once
+ * when no job runs), so that they are journaled, verified and announced
+ * like every move. Their blocks are busy for the plan meanwhile. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/array.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+#include "tier/engine_impl.h"
+
+/* Adds root and its ancestors to the pinned set (stops at one already
+ * there: the rest of its chain is too). */
+static int close_over(kvp__tier_engine_t *e, kvp__map64_t *set, uint64_t root) {
+  uint64_t h = root;
+  for (;;) {
+    kvp__index_block_t b;
+    if (kvp__map64_find(set, h) != NULL)
+      return 0;
+    if (kvp__map64_put(set, h, 1) != 0)
+      return KVP_ENOMEM;
+    if (kvp__index_get(e->ix, h, &b, NULL, 0, NULL) != 0 || b.parent == h)
+      return 0;
+    h = b.parent;
+  }
+}
+
+/* The bytes of the blocks of set in each volume, into bytes[]. */
+static void volume_bytes(kvp__tier_engine_t *e, const kvp__map64_t *set, uint64_t *bytes) {
+  size_t it = 0;
+  uint64_t h, one;
+  memset(bytes, 0, e->nvols * sizeof *bytes);
+  while (kvp__map64_next(set, &it, &h, &one)) {
+    kvp__index_block_t b;
+    size_t n = 0;
+    if (kvp__tier_get_block(e, h, &b, &n) != 0)
+      continue;
+    for (size_t k = 0; k < n; k++)
+      for (size_t v = 0; v < e->nvols; v++)
+        if (e->locs[k].tier == e->vols[v].tier && e->locs[k].volume == e->vols[v].id)
+          bytes[v] += b.bytes;
+  }
+}
+
+int kvp__tier_pins_rebuild(kvp__tier_engine_t *e) {
+  uint64_t bytes[KVP__TIER_MAX_VOLUMES];
+  int rc = 0;
+  kvp__map64_clear(&e->pinned);
+  for (size_t i = 0; i < e->npins && rc == 0; i++)
+    rc = close_over(e, &e->pinned, e->pins[i]);
+  volume_bytes(e, &e->pinned, bytes);
+  for (size_t v = 0; v < e->nvols; v++)
+    e->vols[v].st.pinned_bytes = bytes[v];
+  e->st.pins = e->npins;
+  e->st.pinned_blocks = kvp__map64_count(&e->pinned);
+  return rc;
+}
+
+static void load_pin(void *ctx, uint64_t hash) {
+  kvp__tier_engine_t *e = ctx;
+  if (KVP_ARRAY_RESERVE(e->pins, e->pins_cap, e->npins + 1, 64) == 0)
+    e->pins[e->npins++] = hash;
+}
+
+int kvp__tier_pins_load(kvp__tier_engine_t *e) {
+  e->npins = 0;
+  int rc = kvp__journal_pins(e->ctl_db, load_pin, e);
+  return rc != 0 ? rc : kvp__tier_pins_rebuild(e);
+}
+
+static long find_pin(const kvp__tier_engine_t *e, uint64_t h) {
+  for (size_t i = 0; i < e->npins; i++)
+    if (e->pins[i] == h)
+      return (long)i;
+  return -1;
+}
+
+int kvp__tier_engine_pin(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int pin,
+                         const char *note, size_t *changed, char *err, size_t errlen) {
+  uint64_t now = kvp__unix_ms();
+  *changed = 0;
+  if (!pin) {
+    for (size_t i = 0; i < n; i++) {
+      long k = find_pin(e, hashes[i]);
+      if (k < 0)
+        continue;
+      if (kvp__journal_pin(e->ctl_db, hashes[i], 0, NULL, now) != 0) {
+        snprintf(err, errlen, "unpin %016" PRIx64 ": the database: %s", hashes[i],
+                 kvp__journal_errmsg(e->ctl_db));
+        kvp__tier_pins_rebuild(e);
+        return KVP_EDB;
+      }
+      e->pins[k] = e->pins[--e->npins];
+      (*changed)++;
+    }
+    return kvp__tier_pins_rebuild(e);
+  }
+  /* What the new pins add, per volume, against each capacity. */
+  kvp__map64_t add;
+  uint64_t bytes[KVP__TIER_MAX_VOLUMES];
+  int rc = kvp__map64_init(&add, 64);
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    uint64_t h = hashes[i];
+    while (rc == 0 && kvp__map64_find(&e->pinned, h) == NULL && kvp__map64_find(&add, h) == NULL) {
+      kvp__index_block_t b;
+      rc = kvp__map64_put(&add, h, 1);
+      if (kvp__index_get(e->ix, h, &b, NULL, 0, NULL) != 0 || b.parent == h)
+        break;
+      h = b.parent;
+    }
+  }
+  if (rc != 0) {
+    kvp__map64_free(&add);
+    return rc;
+  }
+  volume_bytes(e, &add, bytes);
+  kvp__map64_free(&add);
+  for (size_t v = 0; v < e->nvols; v++) {
+    const vol_t *vol = &e->vols[v];
+    if (vol->capacity && vol->st.pinned_bytes + bytes[v] > vol->capacity) {
+      snprintf(err, errlen,
+               "pin refused: volume %s would hold %" PRIu64 " pinned bytes (%" PRIu64
+               " now, %" PRIu64 " more), over its capacity of %" PRIu64 " bytes",
+               vol->name, vol->st.pinned_bytes + bytes[v], vol->st.pinned_bytes, bytes[v],
+               vol->capacity);
+      return KVP_ENOSPC;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (find_pin(e, hashes[i]) >= 0)
+      continue;
+    if (KVP_ARRAY_RESERVE(e->pins, e->pins_cap, e->npins + 1, 64) != 0)
+      return KVP_ENOMEM;
+    if (kvp__journal_pin(e->ctl_db, hashes[i], 1, note, now) != 0) {
+      snprintf(err, errlen, "pin %016" PRIx64 ": the database: %s", hashes[i],
+               kvp__journal_errmsg(e->ctl_db));
+      kvp__tier_pins_rebuild(e);
+      return KVP_EDB;
+    }
+    e->pins[e->npins++] = hashes[i];
+    (*changed)++;
+  }
+  return kvp__tier_pins_rebuild(e);
+}
+
+int kvp__tier_engine_pinned(const kvp__tier_engine_t *e, uint64_t hash) {
+  return kvp__map64_find((kvp__map64_t *)&e->pinned, hash) != NULL;
+}
+
+/* The volume of tier with the most room (capacity less what the last round
+ * saw used; no capacity: unbounded), online and not backing off; -1 when
+ * none. */
+static long roomiest(const kvp__tier_engine_t *e, int tier, uint64_t now) {
+  long best = -1;
+  uint64_t best_room = 0;
+  for (size_t v = 0; v < e->nvols; v++) {
+    const vol_t *vol = &e->vols[v];
+    if (vol->tier != tier || vol->offline || vol->backoff_until_ms > now)
+      continue;
+    uint64_t room = vol->capacity == 0          ? UINT64_MAX
+                    : vol->capacity > vol->st.used ? vol->capacity - vol->st.used
+                                                   : 0;
+    if (best < 0 || room > best_room) {
+      best = (long)v;
+      best_room = room;
+    }
+  }
+  return best;
+}
+
+static int queue(kvp__tier_engine_t *e, const op_t *o) {
+  if (KVP_ARRAY_RESERVE(e->opq, e->opq_cap, e->nopq + 1, 64) != 0 ||
+      kvp__map64_put(&e->opset, o->hash, 1) != 0)
+    return KVP_ENOMEM;
+  e->opq[e->nopq++] = *o;
+  return 0;
+}
+
+int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
+                          const char *volume, size_t *queued, size_t *skipped, char *err,
+                          size_t errlen) {
+  uint64_t now = kvp__unix_ms();
+  long to = -1;
+  *queued = *skipped = 0;
+  if (tier != 3 && tier != 4) {
+    snprintf(err, errlen, "move: tier %d: the engine moves blocks to G3 or G4", tier);
+    return KVP_EINVAL;
+  }
+  if (volume && volume[0]) {
+    for (size_t v = 0; v < e->nvols && to < 0; v++)
+      if (strcmp(e->vols[v].name, volume) == 0)
+        to = (long)v;
+    if (to < 0 || e->vols[to].tier != tier) {
+      snprintf(err, errlen, "move: volume '%s' is not a G%d volume of this advisor", volume, tier);
+      return KVP_EINVAL;
+    }
+  } else if ((to = roomiest(e, tier, now)) < 0) {
+    snprintf(err, errlen, "move: no G%d volume is online and out of backoff", tier);
+    return KVP_EAGAIN;
+  }
+  for (size_t i = 0; i < n; i++) {
+    kvp__index_block_t b;
+    size_t nl = 0;
+    long from = -1;
+    int there = 0;
+    if (kvp__map64_find(&e->opset, hashes[i]) != NULL ||
+        kvp__tier_get_block(e, hashes[i], &b, &nl) != 0) {
+      (*skipped)++;
+      continue;
+    }
+    for (size_t k = 0; k < nl; k++)
+      for (size_t v = 0; v < e->nvols; v++)
+        if (e->locs[k].tier == e->vols[v].tier && e->locs[k].volume == e->vols[v].id) {
+          if (e->vols[v].tier == tier)
+            there = 1;
+          else if (from < 0)
+            from = (long)v;
+        }
+    if (there || from < 0) {
+      (*skipped)++; /* already there, or in no volume of the engine (G1/G2 only) */
+      continue;
+    }
+    op_t o = {.kind = tier == 4 ? KVP__TIER_DEMOTE : KVP__TIER_PROMOTE,
+              .hash = b.hash,
+              .parent = b.parent,
+              .has_parent = b.parent != b.hash,
+              .bytes = b.bytes,
+              .tokens = b.tokens,
+              .from = (uint32_t)from,
+              .to = (uint32_t)to,
+              .journal_id = -1};
+    if (queue(e, &o) != 0)
+      return KVP_ENOMEM;
+    (*queued)++;
+  }
+  if (*queued && !e->busy && e->running)
+    kvp__tier_engine_round(e);
+  return 0;
+}
+
+int kvp__tier_engine_drop(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
+                          size_t *queued, size_t *skipped, char *err, size_t errlen) {
+  *queued = *skipped = 0;
+  if (tier != 0 && tier != 3 && tier != 4) {
+    snprintf(err, errlen, "delete: tier %d: the engine deletes from G3, G4 or both (0)", tier);
+    return KVP_EINVAL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (kvp__map64_find(&e->pinned, hashes[i]) != NULL) {
+      snprintf(err, errlen, "delete refused: block %016" PRIx64 " is pinned (unpin it first)",
+               hashes[i]);
+      return KVP_EBUSY;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    kvp__index_block_t b;
+    size_t nl = 0, before = *queued;
+    if (kvp__map64_find(&e->opset, hashes[i]) != NULL ||
+        kvp__tier_get_block(e, hashes[i], &b, &nl) != 0) {
+      (*skipped)++;
+      continue;
+    }
+    uint32_t vols[KVP__TIER_MAX_VOLUMES];
+    size_t nv = 0;
+    for (size_t k = 0; k < nl; k++)
+      for (size_t v = 0; v < e->nvols; v++)
+        if (e->locs[k].tier == e->vols[v].tier && e->locs[k].volume == e->vols[v].id &&
+            (tier == 0 || e->vols[v].tier == tier) && nv < KVP__TIER_MAX_VOLUMES)
+          vols[nv++] = (uint32_t)v;
+    for (size_t k = 0; k < nv; k++) {
+      op_t o = {.kind = KVP__TIER_EVICT,
+                .hash = b.hash,
+                .parent = b.parent,
+                .has_parent = b.parent != b.hash,
+                .bytes = b.bytes,
+                .tokens = b.tokens,
+                .from = vols[k],
+                .to = KVP__TIER_NOWHERE,
+                .journal_id = -1};
+      if (queue(e, &o) != 0)
+        return KVP_ENOMEM;
+      (*queued)++;
+    }
+    if (*queued == before)
+      (*skipped)++;
+  }
+  if (*queued && !e->busy && e->running)
+    kvp__tier_engine_round(e);
+  return 0;
+}
+
+void kvp__tier_control_take(kvp__tier_engine_t *e) {
+  size_t keep = 0;
+  for (size_t i = 0; i < e->nopq; i++) {
+    const op_t *o = &e->opq[i];
+    /* A volume gone offline meanwhile: the op waits for it. */
+    if (e->vols[o->from].offline || (kvp__tier_is_copy(o->kind) && e->vols[o->to].offline) ||
+        KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0) {
+      e->opq[keep++] = *o;
+      continue;
+    }
+    e->ops[e->nops++] = *o;
+    e->st.operator_ops++;
+  }
+  e->nopq = keep;
+}
+
+void kvp__tier_control_done(kvp__tier_engine_t *e) {
+  kvp__map64_clear(&e->opset);
+  for (size_t i = 0; i < e->nopq; i++)
+    kvp__map64_put(&e->opset, e->opq[i].hash, 1); /* fits: it held them before */
+}

@@ -1,0 +1,377 @@
+/* The posix plugin's packed layout (plugins/posix/pack.c) on a real
+ * filesystem: dead bytes counted and reclaimed by compaction with every
+ * object intact, tombstones that keep a deleted object deleted across
+ * compactions and reopens, torn writes and a crash mid-compaction
+ * survived, an object that changes form (record or file) kept once, and a
+ * packed volume refused under layout=files. The contract every plugin
+ * keeps is the conformance suite's (conformance_posix_packed.*). */
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvplane/status.h"
+#include "kvplane/volume.h"
+
+#define NS "packtest"
+
+typedef struct fx_s {
+  char dir[256], root[300], segs[340];
+  kvp_volume_t *v;
+  const kvp_volume_ops_t *o;
+  void *h;
+} fx_t;
+
+/* Opens the volume with the packed layout: 8 KiB segments, objects of up
+ * to 2 KiB packed. */
+static int reopen(fx_t *f, const char *layout) {
+  char err[512];
+  kvp_volume_param_t p[] = {{"path", f->root},
+                            {"fsync", "off"},
+                            {"layout", layout},
+                            {"pack_max", "2K"},
+                            {"segment_size", "8K"}};
+  if (f->v)
+    kvp_volume_close(f->v);
+  f->v = NULL;
+  int rc = kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g3-packed", p,
+                           strcmp(layout, "packed") == 0 ? 5 : 3, &f->v, err, sizeof err);
+  if (rc != 0) {
+    print_message("open: %s\n", err);
+    return rc;
+  }
+  f->o = kvp_volume_ops(f->v);
+  f->h = kvp_volume_handle(f->v);
+  return 0;
+}
+
+static int setup(void **state) {
+  fx_t *f = calloc(1, sizeof *f);
+  *state = f;
+  if (kvp_test_tmpdir(f->dir, sizeof f->dir) == NULL)
+    return -1;
+  snprintf(f->root, sizeof f->root, "%s/vol", f->dir);
+  snprintf(f->segs, sizeof f->segs, "%s/.packed", f->root);
+  return reopen(f, "packed");
+}
+
+static int teardown(void **state) {
+  fx_t *f = *state;
+  kvp_volume_close(f->v);
+  kvp_test_rmtree(f->dir);
+  free(f);
+  return 0;
+}
+
+/* Object i's bytes: size and contents follow from (i, gen). */
+static size_t body(uint64_t i, int gen, uint8_t *b, size_t size) {
+  for (size_t k = 0; k < size; k++)
+    b[k] = (uint8_t)(i * 31 + (uint64_t)gen * 7 + k);
+  return size;
+}
+
+static void put(fx_t *f, uint64_t i, int gen, size_t size) {
+  uint8_t b[8192];
+  char err[512] = "";
+  struct iovec iov = {b, body(i, gen, b, size)};
+  int rc = f->o->put(f->h, NS, i, &iov, 1, err, sizeof err);
+  if (rc != 0)
+    print_message("put %" PRIu64 ": %s\n", i, err);
+  assert_int_equal(rc, 0);
+}
+
+/* Object i is there with the bytes of generation gen and that size. */
+static void expect(fx_t *f, uint64_t i, int gen, size_t size) {
+  uint8_t b[8192], want[8192];
+  char err[512] = "";
+  size_t len = 0;
+  struct iovec iov = {b, sizeof b};
+  int rc = f->o->get(f->h, NS, i, &iov, 1, &len, err, sizeof err);
+  if (rc != 0)
+    print_message("get %" PRIu64 ": %s\n", i, err);
+  assert_int_equal(rc, 0);
+  assert_int_equal(len, size);
+  body(i, gen, want, size);
+  assert_memory_equal(b, want, size);
+}
+
+static void expect_gone(fx_t *f, uint64_t i) {
+  uint8_t b[64];
+  char err[512];
+  size_t len;
+  struct iovec iov = {b, sizeof b};
+  assert_int_equal(f->o->get(f->h, NS, i, &iov, 1, &len, err, sizeof err), KVP_ENOENT);
+  assert_int_equal(f->o->exists(f->h, NS, i, NULL), 0);
+}
+
+static void del(fx_t *f, uint64_t i) {
+  char err[512] = "";
+  assert_int_equal(f->o->del(f->h, NS, i, err, sizeof err), 0);
+}
+
+static int nsegs(fx_t *f) {
+  DIR *d = opendir(f->segs);
+  struct dirent *de;
+  int n = 0;
+  if (d == NULL)
+    return -1;
+  while ((de = readdir(d)) != NULL)
+    n += strstr(de->d_name, ".seg") != NULL;
+  closedir(d);
+  return n;
+}
+
+static void garbage(fx_t *f, uint64_t *dead, uint64_t *total) {
+  char err[512];
+  assert_int_equal(kvp_volume_garbage(f->v, dead, total, err, sizeof err), 0);
+}
+
+static void compact_all(fx_t *f) {
+  char err[512] = "";
+  int rc, steps = 0;
+  while ((rc = kvp_volume_compact(f->v, err, sizeof err)) == 1)
+    assert_true(++steps < 1000);
+  if (rc != 0)
+    print_message("compact: %s\n", err);
+  assert_int_equal(rc, 0);
+}
+
+static void stat_is(fx_t *f, uint64_t blocks, uint64_t used) {
+  kvp_volume_stat_t st;
+  char err[512];
+  assert_int_equal(kvp_volume_stat(f->v, &st, err, sizeof err), 0);
+  assert_int_equal(st.blocks, blocks);
+  assert_int_equal(st.used, used);
+}
+
+/* Deletes and replacements leave dead bytes; compaction removes the
+ * segments that held them, every live object intact, also after a reopen. */
+static void compaction_reclaims_dead_bytes(void **state) {
+  fx_t *f = *state;
+  uint64_t dead, total;
+
+  for (uint64_t i = 0; i < 64; i++)
+    put(f, i, 0, 1000);
+  garbage(f, &dead, &total);
+  assert_int_equal(dead, 0);
+  int before = nsegs(f);
+  assert_true(before >= 8); /* 64 records of ~1 KiB in 8 KiB segments */
+  for (uint64_t i = 0; i < 64; i += 2)
+    del(f, i);
+  for (uint64_t i = 1; i < 64; i += 4)
+    put(f, i, 1, 1000); /* replaced: the old record dies */
+  garbage(f, &dead, &total);
+  assert_true(dead >= 48 * 1000);
+  stat_is(f, 32, 32 * 1000);
+  compact_all(f);
+  garbage(f, &dead, &total);
+  /* What is left dead: tombstones still shadowing records in older
+   * segments, and the active segment's. */
+  assert_true(dead < 8192);
+  assert_true(nsegs(f) < before);
+  stat_is(f, 32, 32 * 1000);
+  for (uint64_t i = 0; i < 64; i++) {
+    if (i % 2 == 0)
+      expect_gone(f, i);
+    else
+      expect(f, i, i % 4 == 1 ? 1 : 0, 1000);
+  }
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 32, 32 * 1000);
+  for (uint64_t i = 0; i < 64; i++) {
+    if (i % 2 == 0)
+      expect_gone(f, i);
+    else
+      expect(f, i, i % 4 == 1 ? 1 : 0, 1000);
+  }
+}
+
+/* A deleted object stays deleted when the segment with its tombstone is
+ * compacted before the segment with its record (the tombstone is carried
+ * forward), and after every compaction and reopen. Records of 1,056 bytes:
+ * 7 to an 8 KiB segment. */
+static void tombstones_keep_deletes_deleted(void **state) {
+  fx_t *f = *state;
+  char seg1[512], seg2[512], err[512] = "";
+
+  for (uint64_t i = 1; i < 8; i++)
+    put(f, i, 0, 1000); /* segment 1 */
+  for (uint64_t i = 200; i < 207; i++)
+    put(f, i, 0, 1000); /* segment 2 */
+  del(f, 1);            /* its tombstone: the end of segment 2 */
+  for (uint64_t i = 207; i < 214; i++)
+    put(f, i, 0, 1000); /* segment 3 */
+  for (uint64_t i = 200; i < 206; i++)
+    del(f, i); /* segment 2 mostly dead: compacted first */
+  assert_int_equal(kvp_volume_compact(f->v, err, sizeof err), 1);
+  snprintf(seg1, sizeof seg1, "%s/%016x.seg", f->segs, 1);
+  snprintf(seg2, sizeof seg2, "%s/%016x.seg", f->segs, 2);
+  assert_int_equal(access(seg1, F_OK), 0);
+  assert_int_not_equal(access(seg2, F_OK), 0);
+  assert_int_equal(reopen(f, "packed"), 0);
+  expect_gone(f, 1); /* its record is still in segment 1 */
+  compact_all(f);
+  assert_int_equal(reopen(f, "packed"), 0);
+  expect_gone(f, 1);
+  for (uint64_t i = 200; i < 206; i++)
+    expect_gone(f, i);
+  for (uint64_t i = 2; i < 8; i++)
+    expect(f, i, 0, 1000);
+  for (uint64_t i = 206; i < 214; i++)
+    expect(f, i, 0, 1000);
+  stat_is(f, 14, 14 * 1000);
+}
+
+static void copy_file(const char *from, const char *to) {
+  char buf[65536];
+  int a = open(from, O_RDONLY), b = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ssize_t n;
+  assert_true(a >= 0 && b >= 0);
+  while ((n = read(a, buf, sizeof buf)) > 0)
+    assert_int_equal(write(b, buf, (size_t)n), n);
+  close(a);
+  close(b);
+}
+
+/* A crash mid-compaction leaves the segment and (some of) its copies: the
+ * reopened volume has each object once, with the usage counted once. */
+static void a_crash_mid_compaction_keeps_each_object_once(void **state) {
+  fx_t *f = *state;
+  char first[512], keep[560], err[512] = "";
+
+  for (uint64_t i = 0; i < 24; i++)
+    put(f, i, 0, 1000);
+  for (uint64_t i = 0; i < 8; i += 2)
+    del(f, i); /* the first segment: half dead */
+  snprintf(first, sizeof first, "%s/%016x.seg", f->segs, 1);
+  snprintf(keep, sizeof keep, "%s.keep", f->dir);
+  copy_file(first, keep);
+  assert_int_equal(kvp_volume_compact(f->v, err, sizeof err), 1);
+  assert_int_not_equal(access(first, F_OK), 0);
+  kvp_volume_close(f->v);
+  f->v = NULL;
+  rename(keep, first); /* as if the crash came before the unlink */
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 20, 20 * 1000);
+  for (uint64_t i = 0; i < 24; i++) {
+    if (i < 8 && i % 2 == 0)
+      expect_gone(f, i);
+    else
+      expect(f, i, 0, 1000);
+  }
+  compact_all(f);
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 20, 20 * 1000);
+}
+
+/* Torn writes (a crash mid-append, or a reserved place never written): the
+ * records around them load, the torn one is dead, the tail is cut. */
+static void torn_records_cost_only_their_bytes(void **state) {
+  fx_t *f = *state;
+  char seg[512];
+  struct stat sb;
+
+  for (uint64_t i = 0; i < 5; i++)
+    put(f, i, 0, 1000);
+  kvp_volume_close(f->v);
+  f->v = NULL;
+  snprintf(seg, sizeof seg, "%s/%016x.seg", f->segs, 1);
+  int fd = open(seg, O_RDWR);
+  assert_true(fd >= 0);
+  assert_int_equal(fstat(fd, &sb), 0);
+  /* Record 2 (at about 2 KiB) gets a zeroed stretch, and half a record is
+   * appended at the end. */
+  char z[300] = {0}, junk[700];
+  memset(junk, 0x4b, sizeof junk);
+  assert_int_equal(pwrite(fd, z, sizeof z, 2 * 1056 + 100), (ssize_t)sizeof z);
+  assert_int_equal(pwrite(fd, junk, sizeof junk, sb.st_size), (ssize_t)sizeof junk);
+  close(fd);
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 4, 4 * 1000);
+  expect_gone(f, 2);
+  for (uint64_t i = 0; i < 5; i++)
+    if (i != 2)
+      expect(f, i, 0, 1000);
+  assert_int_equal(stat(seg, &sb), 0);
+  put(f, 9, 0, 1000); /* appended after the last good record */
+  assert_int_equal(reopen(f, "packed"), 0);
+  expect(f, 9, 0, 1000);
+  stat_is(f, 5, 5 * 1000);
+}
+
+/* An object that grows past pack_max becomes a file and its record goes;
+ * one that shrinks becomes a record and its file goes: one object always. */
+static void an_object_changing_form_is_one_object(void **state) {
+  fx_t *f = *state;
+
+  put(f, 7, 0, 1000);
+  put(f, 7, 1, 4000); /* a file now */
+  stat_is(f, 1, 4000);
+  expect(f, 7, 1, 4000);
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 1, 4000);
+  expect(f, 7, 1, 4000);
+  put(f, 7, 2, 500); /* a record again */
+  stat_is(f, 1, 500);
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 1, 500);
+  expect(f, 7, 2, 500);
+  del(f, 7);
+  expect_gone(f, 7);
+  stat_is(f, 0, 0);
+}
+
+/* layout=files on a packed volume would hide its records: refused. */
+static void a_packed_volume_is_refused_as_files(void **state) {
+  fx_t *f = *state;
+  char err[512] = "";
+  kvp_volume_t *v = NULL;
+  kvp_volume_param_t p[] = {{"path", f->root}, {"fsync", "off"}};
+
+  put(f, 1, 0, 100);
+  kvp_volume_close(f->v);
+  f->v = NULL;
+  assert_int_equal(
+      kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g3-files", p, 2, &v, err, sizeof err),
+      KVP_ECONFIG);
+  assert_non_null(strstr(err, "layout=packed"));
+  assert_non_null(strstr(err, f->root));
+  assert_int_equal(reopen(f, "packed"), 0);
+  expect(f, 1, 0, 100);
+}
+
+/* The in-memory index is one process's: a second open is refused, naming
+ * the volume, and the first handle keeps working. */
+static void a_second_open_is_refused(void **state) {
+  fx_t *f = *state;
+  char err[512] = "";
+  kvp_volume_t *v = NULL;
+  kvp_volume_param_t p[] = {{"path", f->root}, {"layout", "packed"}};
+
+  put(f, 1, 0, 100);
+  assert_int_equal(
+      kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g3-again", p, 2, &v, err, sizeof err),
+      KVP_EBUSY);
+  assert_non_null(strstr(err, f->root));
+  assert_non_null(strstr(err, "another process"));
+  expect(f, 1, 0, 100);
+}
+
+int main(int argc, char **argv) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(compaction_reclaims_dead_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(tombstones_keep_deletes_deleted, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_crash_mid_compaction_keeps_each_object_once, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(torn_records_cost_only_their_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(an_object_changing_form_is_one_object, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_packed_volume_is_refused_as_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_second_open_is_refused, setup, teardown),
+  };
+  return kvp_test_run("volume_packed", tests, sizeof tests / sizeof tests[0], argc, argv);
+}
