@@ -108,7 +108,9 @@ ms client mode = crc secure
 mon allow insecure global id reclaim = true
 mon warn on insecure global id reclaim allowed = false
 run dir = $DIR/run
-admin socket = $DIR/run/\$name.asok
+# No admin sockets: unix socket paths are limited to 107 bytes, DIR may be
+# deeper, and nothing here uses them.
+admin socket =
 log file = $DIR/log/\$name.log
 mon cluster log file = $DIR/log/\$cluster.\$channel.log
 pid file = $DIR/run/\$name.pid

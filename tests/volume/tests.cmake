@@ -59,6 +59,15 @@ foreach(t volume_s3 volume_s3_sigv4 volume_s3_chain)
   add_dependencies(test_${t} kvplane-volume-s3)
 endforeach()
 
+# The s3 plugin's AWS shared-file reader and plain-http check
+# (plugins/s3/s3_profile.c, compiled in), and the warning through the plugin.
+kvp_add_test(volume_s3_profile volume/test_volume_s3_profile.c
+  ${PROJECT_SOURCE_DIR}/plugins/s3/s3_profile.c LABELS volume s3)
+target_include_directories(test_volume_s3_profile PRIVATE ${PROJECT_SOURCE_DIR}/plugins/s3)
+target_compile_definitions(test_volume_s3_profile PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_volume_s3_profile kvplane-volume-s3)
+
 # s3 against Ceph's radosgw, a real S3 server that verifies every signature
 # (tests/tools/rgw_cluster.sh: a one-node RADOS cluster on loopback, started
 # once per ctest run by the fixture test rgw_cluster.start, about 16 s, and
