@@ -309,11 +309,12 @@ int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, cons
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress_cb);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    /* Big blocks move in big reads: libcurl's 16 KiB receive buffer made
-     * a 16 MiB get 1,024 recv() calls and callbacks, and about twice the
-     * client CPU per GB of a 256 KiB one (see the README's volume row). */
-    if (r->down != NULL && r->cap >= BIG_BUFFER)
-      curl_easy_setopt(c, CURLOPT_BUFFERSIZE, (long)BIG_BUFFER);
+    /* Blocks move in big reads: libcurl's 16 KiB receive buffer made a
+     * 16 MiB get 1,024 recv() calls and callbacks, about twice the client
+     * CPU per GB of a 256 KiB one. A buffer the size of the block, at
+     * most BIG_BUFFER (per pooled handle). */
+    if (r->down != NULL && r->cap > 16 * 1024)
+      curl_easy_setopt(c, CURLOPT_BUFFERSIZE, (long)(r->cap < BIG_BUFFER ? r->cap : BIG_BUFFER));
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
     if (s->ca_file[0])

@@ -92,8 +92,8 @@ int kvp__s3_plain_http_remote(const char *endpoint) {
     /* 127.0.0.0/8 as a dotted quad, not a name that starts with "127." */
     unsigned a, b, c, d;
     char tail;
-    loop = sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) == 4 && b < 256 && c < 256 &&
-           d < 256;
+    loop =
+        sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) == 4 && b < 256 && c < 256 && d < 256;
   }
   return !loop;
 }

@@ -542,18 +542,19 @@ static const struct CMUnitTest tests[] = {
 };
 
 static int usage(void) {
-  fprintf(stderr,
-          "usage: kvp-volume-conformance [--s3rver|--s3v|--rgw] [--case NAME] PLUGIN [KEY=VALUE...]\n"
-          "  PLUGIN     path of kvplane-volume-<name>.so, or a plugin name\n"
-          "  KEY=VALUE  open parameters; {tmpdir} in a value is a fresh directory per case,\n"
-          "             {s3rver} (with --s3rver) the endpoint of an s3rver started per case,\n"
-          "             {s3v} (with --s3v) the endpoint of the verifying S3 server\n"
-          "             (tests/tools/s3_verify.py; keys KVPTESTKEY / kvp/test+secret=1),\n"
-          "             {rgw} (with --rgw) the endpoint of the tests' radosgw\n"
-          "             (tests/tools/rgw_cluster.sh; keys KVPRGWKEY / kvp/rgw+secret=1),\n"
-          "             {unique} a name no other process of the suite uses\n"
-          "  The volume must be a scratch one: every case deletes all its objects.\n"
-          "  Cases:");
+  fprintf(
+      stderr,
+      "usage: kvp-volume-conformance [--s3rver|--s3v|--rgw] [--case NAME] PLUGIN [KEY=VALUE...]\n"
+      "  PLUGIN     path of kvplane-volume-<name>.so, or a plugin name\n"
+      "  KEY=VALUE  open parameters; {tmpdir} in a value is a fresh directory per case,\n"
+      "             {s3rver} (with --s3rver) the endpoint of an s3rver started per case,\n"
+      "             {s3v} (with --s3v) the endpoint of the verifying S3 server\n"
+      "             (tests/tools/s3_verify.py; keys KVPTESTKEY / kvp/test+secret=1),\n"
+      "             {rgw} (with --rgw) the endpoint of the tests' radosgw\n"
+      "             (tests/tools/rgw_cluster.sh; keys KVPRGWKEY / kvp/rgw+secret=1),\n"
+      "             {unique} a name no other process of the suite uses\n"
+      "  The volume must be a scratch one: every case deletes all its objects.\n"
+      "  Cases:");
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
     fprintf(stderr, " %s", tests[i].name);
   fprintf(stderr, "\n");

@@ -92,13 +92,13 @@ static void s3_ini_reads_the_profiles_own_section(void **state) {
 static void s3_plain_http_remote_decides_by_host(void **state) {
   (void)state;
   static const char *loopback[] = {
-      "http://127.0.0.1:9000",    "http://127.1.2.3",          "http://localhost:80/x",
-      "http://LOCALHOST",         "http://kvb.localhost:9000", "http://localhost.:1",
+      "http://127.0.0.1:9000",    "http://127.1.2.3",           "http://localhost:80/x",
+      "http://LOCALHOST",         "http://kvb.localhost:9000",  "http://localhost.:1",
       "http://[::1]:9000/bucket", "http://user:pw@127.0.0.1:1", "https://s3.example.com",
       "https://10.0.0.1",         "HTTPS://s3.example.com",
   };
   static const char *remote[] = {
-      "http://10.0.0.5:7480",       "http://s3.example.com",    "http://127.example.com",
+      "http://10.0.0.5:7480",       "http://s3.example.com",     "http://127.example.com",
       "http://127.0.0.1.nip.io:80", "http://localhost.evil.com", "http://[::2]:9000",
       "http://127.0.0.1@evil.com",  "HTTP://minio:9000",         "http://0.0.0.0:9000",
   };
@@ -142,12 +142,9 @@ static int warnings_during(void (*fn)(void *), void *ctx) {
 }
 
 static int open_at(const char *endpoint, kvp_volume_t **v, char *err, size_t errlen) {
-  kvp_volume_param_t p[] = {{"endpoint", endpoint},
-                            {"bucket", "kvb"},
-                            {"access_key", KVP_S3V_ACCESS},
-                            {"secret_key", KVP_S3V_SECRET},
-                            {"retries", "0"},
-                            {"connect_timeout_ms", "2000"}};
+  kvp_volume_param_t p[] = {
+      {"endpoint", endpoint},         {"bucket", "kvb"}, {"access_key", KVP_S3V_ACCESS},
+      {"secret_key", KVP_S3V_SECRET}, {"retries", "0"},  {"connect_timeout_ms", "2000"}};
   return kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "s3", "g4-s3", p, sizeof p / sizeof p[0], v, err,
                          errlen);
 }
