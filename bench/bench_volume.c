@@ -18,7 +18,8 @@
  * (page cache dropped, as root). With --s3 and --rgw the baseline is
  * botocore (tests/tools/s3_bench_boto.py, Debian's python3-botocore) making
  * the same puts and gets on the same server in the same run, A B B A as
- * well, each get of an object its client has not read before. --rgw starts its own cluster, or uses the one KVP_RGW_ENV names. */
+ * well, each get of an object its client has not read before. --rgw starts its own cluster, or uses
+ * the one KVP_RGW_ENV names. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
