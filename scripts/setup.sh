@@ -16,6 +16,7 @@ KVP_PACKAGES=(
   libcurl4-openssl-dev libssl-dev python3-botocore
   libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack gnuplot-nox
   libmicrohttpd-dev curl python3-prometheus-client prometheus
+  radosgw ceph-mon ceph-osd
 )
 
 kvp_install_packages() {

@@ -13,74 +13,14 @@
 
 #include "kvplane/status.h"
 #include "s3.h"
+#include "s3_profile.h"
 
-/* The values a profile may give. */
-typedef struct prof_s {
-  char access[256], secret[256], token[2048];
-  char region[64], endpoint[512], ca_bundle[1024];
-  int found;
-} prof_t;
-
-static char *trim(char *a) {
-  while (*a == ' ' || *a == '\t')
-    a++;
-  char *e = a + strlen(a);
-  while (e > a && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n'))
-    *--e = '\0';
-  return a;
-}
-
-static void put(char *dst, size_t cap, const char *v) {
-  if (dst[0] == '\0')
-    snprintf(dst, cap, "%s", v);
-}
-
-/* Reads section `want` of an INI file (the credentials file names a
- * section [name], the config file [profile name] or [default]); the first
- * value of each key wins. Nested sub-sections ("s3 =" then indented keys)
- * are skipped. A missing file is no error. */
-static void read_ini(const char *path, const char *profile, int config, prof_t *p) {
+/* One shared file of the chain; a missing one gives nothing. */
+static void read_ini(const char *path, const char *profile, int config, s3_prof_t *p) {
   FILE *f = fopen(path, "r");
-  char line[4096], want[200];
-  int in = 0;
   if (f == NULL)
     return;
-  if (config && strcmp(profile, "default") != 0)
-    snprintf(want, sizeof want, "profile %s", profile);
-  else
-    snprintf(want, sizeof want, "%s", profile);
-  while (fgets(line, sizeof line, f) != NULL) {
-    int indented = line[0] == ' ' || line[0] == '\t';
-    char *l = trim(line);
-    if (*l == '\0' || *l == '#' || *l == ';')
-      continue;
-    if (*l == '[') {
-      char *e = strchr(l, ']');
-      if (e == NULL)
-        continue;
-      *e = '\0';
-      in = strcmp(trim(l + 1), want) == 0;
-      p->found |= in;
-      continue;
-    }
-    char *eq = strchr(l, '=');
-    if (!in || indented || eq == NULL)
-      continue;
-    *eq = '\0';
-    char *k = trim(l), *v = trim(eq + 1);
-    if (strcmp(k, "aws_access_key_id") == 0)
-      put(p->access, sizeof p->access, v);
-    else if (strcmp(k, "aws_secret_access_key") == 0)
-      put(p->secret, sizeof p->secret, v);
-    else if (strcmp(k, "aws_session_token") == 0)
-      put(p->token, sizeof p->token, v);
-    else if (strcmp(k, "region") == 0)
-      put(p->region, sizeof p->region, v);
-    else if (strcmp(k, "endpoint_url") == 0)
-      put(p->endpoint, sizeof p->endpoint, v);
-    else if (strcmp(k, "ca_bundle") == 0)
-      put(p->ca_bundle, sizeof p->ca_bundle, v);
-  }
+  kvp__s3_ini_read(f, profile, config, p);
   fclose(f);
 }
 
@@ -102,18 +42,7 @@ static int fits(char *dst, size_t cap, const char *v, const char *from, char *er
  * signature keeps the secret, not the bytes): said once per process. */
 static void warn_plain_http(const char *endpoint) {
   static atomic_int warned;
-  if (strncmp(endpoint, "http://", 7) != 0)
-    return;
-  const char *h = endpoint + 7;
-  size_t n = strcspn(h, ":/");
-  if (h[0] == '[')
-    n = strcspn(h, "]") + 1;
-  char host[256];
-  snprintf(host, sizeof host, "%.*s", (int)(n < sizeof host ? n : sizeof host - 1), h);
-  size_t hl = strlen(host);
-  int loop = strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
-             strcmp(host, "[::1]") == 0 || (hl > 10 && strcmp(host + hl - 10, ".localhost") == 0);
-  if (!loop && atomic_exchange(&warned, 1) == 0)
+  if (kvp__s3_plain_http_remote(endpoint) && atomic_exchange(&warned, 1) == 0)
     fprintf(stderr,
             "kvplane s3: warning: endpoint %s is plain http:// to a host that is not loopback: "
             "blocks travel unencrypted (use https://)\n",
@@ -121,7 +50,7 @@ static void warn_plain_http(const char *endpoint) {
 }
 
 int kvp__s3_resolve(s3_t *s, const s3_given_t *given, char *err, size_t errlen) {
-  prof_t p = {0};
+  s3_prof_t p = {0};
   char path[1200];
   const char *home = getenv("HOME"), *v;
   int named = s->profile[0] != '\0';

@@ -3,14 +3,17 @@
  * every plugin (posix and s3 in ctest; a vendor's with one command,
  * docs/volumes.md):
  *
- *   kvp-volume-conformance [--s3rver|--s3v] [--case NAME] PLUGIN KEY=VALUE...
+ *   kvp-volume-conformance [--s3rver|--s3v|--rgw] [--case NAME] PLUGIN KEY=VALUE...
  *
  * PLUGIN is the path of kvplane-volume-<name>.so, or a plugin name looked
  * up where kvp_volume_open looks. KEY=VALUE are its open parameters; in a
  * value, {tmpdir} becomes a fresh temporary directory per case (removed
  * after it) and, with --s3rver, {s3rver} the endpoint of an s3rver started
  * per case (tests/harness/s3d.h; bucket kvb, keys S3RVER/S3RVER), with --s3v
- * {s3v} the endpoint of the verifying S3 server (tests/harness/s3v.h).
+ * {s3v} the endpoint of the verifying S3 server (tests/harness/s3v.h), with
+ * --rgw {rgw} the endpoint of the tests' running radosgw (tests/harness/rgw.h;
+ * skipped, 77, without radosgw). {unique} is a name no other process of the
+ * suite uses at the same time (for a prefix on a shared bucket).
  *
  * The volume must be a scratch one: every case deletes every object it
  * finds there, before and after. Checks go through the plugin's own
@@ -25,11 +28,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
 #include "s3d.h"
+#include "rgw.h"
 #include "s3v.h"
 
 #define MAXP 64
@@ -38,7 +43,8 @@
 static const char *g_dir, *g_plugin;
 static const char *g_keys[MAXP], *g_vals[MAXP];
 static size_t g_np;
-static int g_s3rver, g_s3v;
+static int g_s3rver, g_s3v, g_rgw;
+static kvp_rgw_t g_rgw_cluster;
 
 typedef struct conf_s {
   char tmp[256];
@@ -68,6 +74,12 @@ static char *substitute(const char *s, const conf_t *c) {
     } else if (strncmp(s, "{s3v}", 5) == 0 && c->s3v_up) {
       n += (size_t)snprintf(out + n, cap - n, "%s", c->s3v.endpoint);
       s += 5;
+    } else if (strncmp(s, "{rgw}", 5) == 0 && g_rgw) {
+      n += (size_t)snprintf(out + n, cap - n, "%s", g_rgw_cluster.endpoint);
+      s += 5;
+    } else if (strncmp(s, "{unique}", 8) == 0) {
+      n += (size_t)snprintf(out + n, cap - n, "%ld", (long)getpid());
+      s += 8;
     } else
       out[n++] = *s++;
   }
@@ -563,15 +575,19 @@ static const struct CMUnitTest tests[] = {
 };
 
 static int usage(void) {
-  fprintf(stderr,
-          "usage: kvp-volume-conformance [--s3rver|--s3v] [--case NAME] PLUGIN [KEY=VALUE...]\n"
-          "  PLUGIN     path of kvplane-volume-<name>.so, or a plugin name\n"
-          "  KEY=VALUE  open parameters; {tmpdir} in a value is a fresh directory per case,\n"
-          "             {s3rver} (with --s3rver) the endpoint of an s3rver started per case,\n"
-          "             {s3v} (with --s3v) the endpoint of the verifying S3 server\n"
-          "             (tests/tools/s3_verify.py; keys KVPTESTKEY / kvp/test+secret=1)\n"
-          "  The volume must be a scratch one: every case deletes all its objects.\n"
-          "  Cases:");
+  fprintf(
+      stderr,
+      "usage: kvp-volume-conformance [--s3rver|--s3v|--rgw] [--case NAME] PLUGIN [KEY=VALUE...]\n"
+      "  PLUGIN     path of kvplane-volume-<name>.so, or a plugin name\n"
+      "  KEY=VALUE  open parameters; {tmpdir} in a value is a fresh directory per case,\n"
+      "             {s3rver} (with --s3rver) the endpoint of an s3rver started per case,\n"
+      "             {s3v} (with --s3v) the endpoint of the verifying S3 server\n"
+      "             (tests/tools/s3_verify.py; keys KVPTESTKEY / kvp/test+secret=1),\n"
+      "             {rgw} (with --rgw) the endpoint of the tests' radosgw\n"
+      "             (tests/tools/rgw_cluster.sh; keys KVPRGWKEY / kvp/rgw+secret=1),\n"
+      "             {unique} a name no other process of the suite uses\n"
+      "  The volume must be a scratch one: every case deletes all its objects.\n"
+      "  Cases:");
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
     fprintf(stderr, " %s", tests[i].name);
   fprintf(stderr, "\n");
@@ -588,6 +604,8 @@ int main(int argc, char **argv) {
       g_s3rver = 1;
     else if (strcmp(argv[i], "--s3v") == 0)
       g_s3v = 1;
+    else if (strcmp(argv[i], "--rgw") == 0)
+      g_rgw = 1;
     else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
       only = argv[++i];
     else
@@ -620,6 +638,8 @@ int main(int argc, char **argv) {
     g_keys[g_np] = argv[i];
     g_vals[g_np++] = eq + 1;
   }
+  if (g_rgw && kvp_rgw_attach(&g_rgw_cluster) != 0)
+    return 1;
   if (only != NULL)
     cmocka_set_test_filter(only);
   return _cmocka_run_group_tests("volume_conformance", tests, sizeof tests / sizeof tests[0], NULL,

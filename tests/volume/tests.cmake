@@ -59,6 +59,41 @@ foreach(t volume_s3 volume_s3_sigv4 volume_s3_chain)
   add_dependencies(test_${t} kvplane-volume-s3)
 endforeach()
 
+# The s3 plugin's AWS shared-file reader and plain-http check
+# (plugins/s3/s3_profile.c, compiled in), and the warning through the plugin.
+kvp_add_test(volume_s3_profile volume/test_volume_s3_profile.c
+  ${PROJECT_SOURCE_DIR}/plugins/s3/s3_profile.c LABELS volume s3)
+target_include_directories(test_volume_s3_profile PRIVATE ${PROJECT_SOURCE_DIR}/plugins/s3)
+target_compile_definitions(test_volume_s3_profile PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_volume_s3_profile kvplane-volume-s3)
+
+# s3 against Ceph's radosgw, a real S3 server that verifies every signature
+# (tests/tools/rgw_cluster.sh: a one-node RADOS cluster on loopback, started
+# once per ctest run by the fixture test rgw_cluster.start, about 16 s, and
+# removed by rgw_cluster.stop). Labelled slow: the README's test command and
+# CI run them, the sanitizer passes (-LE slow) do not. Without radosgw they
+# are skipped (77).
+set(KVP_RGW_DIR ${CMAKE_BINARY_DIR}/rgw-cluster)
+add_test(NAME rgw_cluster.start
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/rgw_cluster.sh start ${KVP_RGW_DIR} 0)
+add_test(NAME rgw_cluster.stop
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/rgw_cluster.sh stop ${KVP_RGW_DIR})
+set_tests_properties(rgw_cluster.start PROPERTIES FIXTURES_SETUP rgw TIMEOUT 150
+  LABELS "rgw;s3;slow" SKIP_RETURN_CODE 77)
+set_tests_properties(rgw_cluster.stop PROPERTIES FIXTURES_CLEANUP rgw TIMEOUT 60
+  LABELS "rgw;s3;slow")
+list(APPEND KVP_TEST_ENV "KVP_RGW_ENV=${KVP_RGW_DIR}/env")
+kvp_add_test(volume_rgw volume/test_volume_rgw.c LABELS volume s3 rgw slow TIMEOUT 300)
+target_compile_definitions(test_volume_rgw PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_volume_rgw kvplane-volume-s3)
+get_property(kvp_rgw_tests DIRECTORY PROPERTY TESTS)
+foreach(t ${kvp_rgw_tests})
+  if(t MATCHES "^volume_rgw\\.")
+    set_tests_properties(${t} PROPERTIES FIXTURES_REQUIRED rgw)
+  endif()
+endforeach()
+
 # The conformance suite (volume/conformance.c, docs/volumes.md): one program
 # a vendor runs against any plugin; here one ctest per case and plugin,
 # conformance_<plugin>.<case>.
@@ -76,26 +111,31 @@ endforeach()
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/volume/conformance.c)
 
-# kvp_add_conformance(<plugin> [S3RVER|S3V] [NAME <name>] PARAMS <key=value>...
-#                     [LABELS <labels>...]): tests conformance_<name>.<case>, the
-# name being the plugin's unless given (one plugin in two configurations).
+# kvp_add_conformance(<plugin> [S3RVER|S3V|RGW] [AS <name>] PARAMS <key=value>...
+#                     [LABELS <labels>...])
 function(kvp_add_conformance plugin)
-  cmake_parse_arguments(C "S3RVER;S3V" "NAME" "PARAMS;LABELS" ${ARGN})
-  if(NOT C_NAME)
-    set(C_NAME ${plugin})
-  endif()
+  cmake_parse_arguments(C "S3RVER;S3V;RGW" "AS" "PARAMS;LABELS" ${ARGN})
   set(opts "")
   if(C_S3RVER)
     set(opts --s3rver)
   elseif(C_S3V)
     set(opts --s3v)
+  elseif(C_RGW)
+    set(opts --rgw)
+  endif()
+  set(as ${plugin})
+  if(C_AS)
+    set(as ${C_AS})
   endif()
   foreach(case ${KVP_CONFORMANCE_CASES})
-    add_test(NAME conformance_${C_NAME}.${case}
+    add_test(NAME conformance_${as}.${case}
       COMMAND kvp-volume-conformance ${opts} --case ${case}
         $<TARGET_FILE:kvplane-volume-${plugin}> ${C_PARAMS})
-    set_tests_properties(conformance_${C_NAME}.${case} PROPERTIES TIMEOUT 300
+    set_tests_properties(conformance_${as}.${case} PROPERTIES TIMEOUT 300
       LABELS "conformance;volume;${C_LABELS}" ENVIRONMENT "${KVP_TEST_ENV}")
+    if(C_RGW)
+      set_tests_properties(conformance_${as}.${case} PROPERTIES FIXTURES_REQUIRED rgw)
+    endif()
   endforeach()
   add_dependencies(kvp-volume-conformance kvplane-volume-${plugin})
 endfunction()
@@ -105,7 +145,7 @@ kvp_add_conformance(posix PARAMS path={tmpdir}/vol)
 kvp_add_conformance(mem PARAMS store={tmpdir})
 # The packed layout, with small segments and a small pack_max so that the
 # cases cross segments and see both packed records and files.
-kvp_add_conformance(posix NAME posix_packed PARAMS path={tmpdir}/vol layout=packed pack_max=4K
+kvp_add_conformance(posix AS posix_packed PARAMS path={tmpdir}/vol layout=packed pack_max=4K
   segment_size=64K)
 # s3 against the verifying server (every signature checked as S3 does), with a
 # prefix that needs URI encoding.
@@ -117,3 +157,8 @@ kvp_add_test(volume_packed volume/test_volume_packed.c LABELS volume)
 target_compile_definitions(test_volume_packed PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_volume_packed kvplane-volume-posix)
+# s3 against radosgw (the cluster of the rgw fixture above): {rgw} is its
+# endpoint, {unique} a prefix part no other test process uses.
+kvp_add_conformance(s3 RGW AS s3_rgw LABELS s3 rgw slow PARAMS endpoint={rgw} bucket=kvb
+  access_key=KVPRGWKEY secret_key=kvp/rgw+secret=1 "prefix=conf {unique} (ørm)+=&/"
+  stall_timeout_ms=10000 retries=3)
