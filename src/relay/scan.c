@@ -12,6 +12,7 @@
  * no bounds of their own. */
 #include <string.h>
 
+#include "kvplane/hash.h"
 #include "relay/decode_impl.h"
 #include "relay/mpread.h"
 
@@ -214,6 +215,84 @@ static inline int is_map(const uint8_t *p) {
   return (*p >= 0x80 && *p <= 0x8f) || *p == 0xde || *p == 0xdf;
 }
 
+/* decode.c's mm_item over bytes: 1 with *id, 0 for the LoRA name, -1. */
+static int mm_item(const uint8_t *p, const uint8_t *end, const kvp_relay_str_t *lora,
+                   uint64_t *id) {
+  const uint8_t *s, *q;
+  size_t n;
+  uint32_t na;
+  uint64_t u;
+  int is_str, neg;
+  if (raw(p, &s, &n, &is_str)) {
+    if (!is_str)
+      return -1;
+    if (lora->len && n == lora->len && memcmp(s, lora->p, n) == 0)
+      return 0;
+    return kvp_hash_is_digest((const char *)s, n) &&
+                   kvp_hash_mm_identifier((const char *)s, n, id) == 0
+               ? 1
+               : -1;
+  }
+  if (as_array(p, &na, &q) && na == 2 && raw(q, &s, &n, &is_str) && is_str &&
+      num(next(q, end), &u, &neg) == 0)
+    return kvp_hash_mm_identifier((const char *)s, n, id) == 0 ? 1 : -1;
+  return -1;
+}
+
+/* decode.c's extra_fill for extra_keys at x (positional events carry no
+ * block_mm_infos). */
+static int extra_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e, const uint8_t *x,
+                      const uint8_t *end) {
+  const uint8_t *q;
+  uint32_t nb;
+  size_t start = d->nh, any = 0;
+  if (is_nil(x))
+    return 0;
+  if (!as_array(x, &nb, &q) || nb > e->nhashes) {
+    e->extra_opaque = 1;
+    return 0;
+  }
+  for (size_t b = 0; b < e->nhashes && !e->extra_opaque; b++) {
+    if (kvp__relay_grow((void **)&d->h, &d->caph, d->nh + 2, sizeof *d->h))
+      return KVP_ENOMEM;
+    size_t at = d->nh++;
+    uint64_t count = 0;
+    if (b < nb) {
+      const uint8_t *k = q, *it;
+      uint32_t ni;
+      q = next(q, end);
+      if (!is_nil(k)) {
+        if (!as_array(k, &ni, &it)) {
+          e->extra_opaque = 1;
+          break;
+        }
+        for (uint32_t j = 0; j < ni; j++, it = next(it, end)) {
+          uint64_t id;
+          int r = mm_item(it, end, &e->lora_name, &id);
+          if (r < 0) {
+            e->extra_opaque = 1;
+            break;
+          }
+          if (r == 1) {
+            if (kvp__relay_grow((void **)&d->h, &d->caph, d->nh + 2, sizeof *d->h))
+              return KVP_ENOMEM;
+            d->h[d->nh++] = id;
+            count++;
+          }
+        }
+      }
+    }
+    d->h[at] = count;
+    any += count;
+  }
+  if (e->extra_opaque || any == 0) {
+    d->nh = start;
+    return 0;
+  }
+  e->mm = (const uint64_t *)(uintptr_t)(start + 1);
+  return 0;
+}
+
 /* decode.c's event_fill for the slots f. */
 static int fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e, const uint8_t *const f[S_STORED],
                 const uint8_t *copies, const uint8_t *end) {
@@ -299,17 +378,9 @@ static int fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e, const uint8_t *con
   }
   if (as_str(f[S_LORA_NAME], &e->lora_name) || as_str(f[S_KIND], &e->kind))
     return KVP_EPROTO; /* cache_salt has no positional slot: it stays empty */
-  if (!is_nil(f[S_EXTRA])) {
-    if (!as_array(f[S_EXTRA], &n, &q))
-      e->has_extra_keys = 1;
-    else
-      for (uint32_t i = 0; i < n; i++, q = next(q, end))
-        if (!is_nil(q))
-          e->has_extra_keys = 1;
-  }
   if (!is_nil(f[S_SLIDING]) && as_int(f[S_SLIDING], &e->sliding_window))
     return KVP_EPROTO;
-  return 0;
+  return extra_fill(d, e, f[S_EXTRA], end);
 }
 
 /* One event at *pp, which moves past it. 0, KVP_EPROTO for a malformed
