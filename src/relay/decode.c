@@ -418,12 +418,17 @@ static int checked(const uint8_t *data, size_t len, kvp_relay_decoded_t *out) {
 
 int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
                       kvp_relay_decoded_t *out) {
-  int rc = checked(data, len, out);
-  if (rc != 0)
-    return rc;
-  rc = kvp__relay_scan(d, data, len, out);
-  if (rc == KVP__RELAY_SCAN_SHAPE)
-    return decode_tree(d, data, len, out);
+  memset(out, 0, sizeof *out);
+  out->dp_rank = -1;
+  if (len > KVP_RELAY_MAX_PAYLOAD)
+    return KVP_ETOOBIG;
+  /* One pass: the scanner checks the bounds as it reads (scan.c); the
+   * shapes it leaves to the tree are checked first, as the tree needs. */
+  int rc = kvp__relay_scan(d, data, len, out);
+  if (rc == KVP__RELAY_SCAN_SHAPE) {
+    rc = checked(data, len, out);
+    return rc != 0 ? rc : decode_tree(d, data, len, out);
+  }
   if (rc == 0)
     finish(d, out);
   return rc;
