@@ -147,8 +147,8 @@ static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t 
   uint32_t bs = e->block_size ? e->block_size : r->block_size;
   if (n == 0 || hbuf_reserve(r, n) != 0)
     return;
-  int own = e->token_ids && !e->extra_opaque && bs > 0 && e->ntokens >= (size_t)bs * n &&
-            mm_fits(e);
+  int own =
+      e->token_ids && !e->extra_opaque && bs > 0 && e->ntokens >= (size_t)bs * n && mm_fits(e);
   uint64_t parent = 0;
   int has_parent = 0;
   if (own && e->has_parent) {

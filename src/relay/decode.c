@@ -92,8 +92,8 @@ static int mm_infos_block(kvp_relay_decoder_t *d, const msgpack_object *o) {
     for (uint32_t i = 0; i < ob->via.map.size; i++)
       if (kvp__relay_mp_str_is(&ob->via.map.ptr[i].key, "mm_hash"))
         h = &ob->via.map.ptr[i].val;
-    if (!h || (h->type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
-               h->type != MSGPACK_OBJECT_NEGATIVE_INTEGER))
+    if (!h ||
+        (h->type != MSGPACK_OBJECT_POSITIVE_INTEGER && h->type != MSGPACK_OBJECT_NEGATIVE_INTEGER))
       return -1;
     if (kvp__relay_grow((void **)&d->h, &d->caph, d->nh + 2, sizeof *d->h))
       return -2;
@@ -454,10 +454,10 @@ int kvp__relay_decoded_same(const kvp_relay_decoded_t *a, const kvp_relay_decode
         x->parent != y->parent || x->ntokens != y->ntokens || !x->token_ids != !y->token_ids ||
         x->block_size != y->block_size || x->lora_id != y->lora_id ||
         x->extra_opaque != y->extra_opaque || !x->mm != !y->mm ||
-        !x->copies_left != !y->copies_left ||
-        x->group_idx != y->group_idx || x->sliding_window != y->sliding_window ||
-        !str_same(x->lora_name, y->lora_name) || !str_same(x->medium, y->medium) ||
-        !str_same(x->cache_salt, y->cache_salt) || !str_same(x->kind, y->kind))
+        !x->copies_left != !y->copies_left || x->group_idx != y->group_idx ||
+        x->sliding_window != y->sliding_window || !str_same(x->lora_name, y->lora_name) ||
+        !str_same(x->medium, y->medium) || !str_same(x->cache_salt, y->cache_salt) ||
+        !str_same(x->kind, y->kind))
       return 0;
     for (size_t k = 0; k < x->nhashes; k++)
       if (x->hashes[k] != y->hashes[k] ||

@@ -50,10 +50,10 @@ typedef struct kvp_relay_event_s {
   uint32_t block_size; /* 0 when absent */
   int32_t lora_id;     /* 0 when absent */
   kvp_relay_str_t lora_name, medium, cache_salt, kind;
-  int extra_opaque; /* some block's extra keys are not kvplane-hashable (cache salt,
-                     * prompt embeddings, unknown keys): the event stays engine-native */
-  const uint64_t *mm; /* per block, in order: a count, then that many multimodal hashes
-                       * (vLLM extra_keys, Dynamo block_mm_infos); NULL when none has any */
+  int extra_opaque;            /* some block's extra keys are not kvplane-hashable (cache salt,
+                                * prompt embeddings, unknown keys): the event stays engine-native */
+  const uint64_t *mm;          /* per block, in order: a count, then that many multimodal hashes
+                                * (vLLM extra_keys, Dynamo block_mm_infos); NULL when none has any */
   const uint64_t *copies_left; /* Removed: remaining_copy_counts, one per hash, or NULL */
   int64_t group_idx;           /* 0 when absent */
   int64_t sliding_window;

@@ -293,8 +293,7 @@ int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
   return 1;
 }
 
-size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out,
-                           uint64_t *parents) {
+size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out, uint64_t *parents) {
   size_t n = 0;
   if (tier < 1 || tier > KVP__RELAY_MAP_TIERS)
     return 0;
@@ -315,8 +314,8 @@ size_t kvp__relay_map_export(const kvp_relay_map_t *m, kvp_relay_map_rec_t *out)
     out[n].engine = e->key;
     out[n].kvp = e->val;
     memcpy(out[n].copies, e->copies, sizeof e->copies);
-    out[n].flags = (e->native ? KVP__RELAY_REC_NATIVE : 0) |
-                   (e->has_parent ? KVP__RELAY_REC_PARENT : 0);
+    out[n].flags =
+        (e->native ? KVP__RELAY_REC_NATIVE : 0) | (e->has_parent ? KVP__RELAY_REC_PARENT : 0);
     out[n].parent = e->parent;
   }
   return n;

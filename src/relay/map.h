@@ -78,8 +78,7 @@ int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp);
  * kvp__relay_map_size(m) of them), and when parents is not NULL each one's
  * parent to parents (the identity itself for none, as snapshots carry it);
  * returns how many. */
-size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out,
-                           uint64_t *parents);
+size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out, uint64_t *parents);
 /* One entry as the relay's state file keeps it. */
 typedef struct kvp_relay_map_rec_s {
   uint64_t engine, kvp;

@@ -133,8 +133,7 @@ static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t un
         LOG(ep, "replay buffer begins at %" PRId64 ": sequences %" PRId64 "..%" PRId64 " are gone",
             seq, from, seq - 1);
       } else if (mode == REPLAY_LATE) {
-        LOG(ep, "replay buffer begins at %" PRId64 ": the stream before it is not replayable",
-            seq);
+        LOG(ep, "replay buffer begins at %" PRId64 ": the stream before it is not replayable", seq);
       }
       next = seq;
       if (ep->silent_until > 0 && seq > ep->silent_until)
@@ -215,8 +214,7 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
     if (seq <= done) {
       CNT(ep, restarts);
       kvp__relay_clear(ep, "engine restarted while the relay was down (sequence went back)");
-      if (seq > 0 && ep->replay[0] &&
-          replay(r, ep, window_start(r, seq), seq, REPLAY_RESTART) != 0)
+      if (seq > 0 && ep->replay[0] && replay(r, ep, window_start(r, seq), seq, REPLAY_RESTART) != 0)
         LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
     } else if (ep->replay[0] && done + 1 < window_start(r, seq)) {
       /* Further behind than any engine buffers. */
@@ -253,8 +251,7 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
      * again; its first messages may have been lost, its buffer has them. */
     CNT(ep, restarts);
     kvp__relay_clear(ep, "engine publisher restarted (sequence went back)");
-    if (seq > 0 && ep->replay[0] &&
-        replay(r, ep, window_start(r, seq), seq, REPLAY_RESTART) != 0)
+    if (seq > 0 && ep->replay[0] && replay(r, ep, window_start(r, seq), seq, REPLAY_RESTART) != 0)
       LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
   } else if (ep->last_seq >= 0 && seq > ep->last_seq + 1) {
     CNT(ep, gaps);

@@ -48,7 +48,7 @@ static int snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **parents, 
   }
   *n = kvp__relay_map_tier(ep->map, tier, h, p);
   *hashes = h;
-  *parents = p; /* the prefix tree: the advisor re-stores each block under its parent */
+  *parents = p;            /* the prefix tree: the advisor re-stores each block under its parent */
   if (tier == KVP_TIER_G1) /* the first tier of each answer */
     CNT(ep, resyncs);
   return 0;

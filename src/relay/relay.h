@@ -99,7 +99,7 @@ typedef struct kvp_relay_stats_s {
                            * the engine's replay buffer */
   uint64_t event_errors;  /* malformed events inside good payloads */
   uint64_t map_evictions;
-  uint64_t resyncs; /* advisor resync requests answered with the blocks published */
+  uint64_t resyncs;    /* advisor resync requests answered with the blocks published */
   uint64_t heartbeats; /* batches without events (TensorRT-LLM's idle batches) */
   int64_t last_seq;
 } kvp_relay_stats_t;

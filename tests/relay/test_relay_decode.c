@@ -567,10 +567,14 @@ static void extra_keys_table(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(extra_keys_table),
-    cmocka_unit_test(tagged_arrays),       cmocka_unit_test(maps_and_defaults),
-    cmocka_unit_test(malformed_rejected),  cmocka_unit_test(media_table),
-    cmocka_unit_test(spec_kinds),          cmocka_unit_test(map_lru_bounded),
-    cmocka_unit_test(map_copies_per_tier), cmocka_unit_test(map_grows_with_what_it_holds),
+    cmocka_unit_test(tagged_arrays),
+    cmocka_unit_test(maps_and_defaults),
+    cmocka_unit_test(malformed_rejected),
+    cmocka_unit_test(media_table),
+    cmocka_unit_test(spec_kinds),
+    cmocka_unit_test(map_lru_bounded),
+    cmocka_unit_test(map_copies_per_tier),
+    cmocka_unit_test(map_grows_with_what_it_holds),
     cmocka_unit_test(scan_matches_tree),
 };
 

@@ -118,9 +118,9 @@ static int parents_equal(const char *db, const char *path, int loud) {
   fclose(f);
   sqlite3 *h = NULL;
   sqlite3_stmt *s = NULL;
-  int ok = sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-           sqlite3_prepare_v2(h, "SELECT parent FROM blocks WHERE hash = ?", -1, &s, NULL) ==
-               SQLITE_OK;
+  int ok =
+      sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(h, "SELECT parent FROM blocks WHERE hash = ?", -1, &s, NULL) == SQLITE_OK;
   for (size_t i = 0; ok && i < n; i++) {
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, pairs[i][0]);
@@ -129,8 +129,9 @@ static int parents_equal(const char *db, const char *path, int loud) {
                       : pairs[i][0];
     if (got != pairs[i][1]) {
       if (loud)
-        fprintf(stderr, "  block %" PRId64 ": parent %" PRId64 " in the database, want %" PRId64 "\n",
-              pairs[i][0], got, pairs[i][1]);
+        fprintf(stderr,
+                "  block %" PRId64 ": parent %" PRId64 " in the database, want %" PRId64 "\n",
+                pairs[i][0], got, pairs[i][1]);
       ok = 0;
     }
   }
@@ -666,13 +667,20 @@ static void dp_ranks_readme_example(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(basic_both_encodings),           cmocka_unit_test(gap_replayed_each_layout),
-    cmocka_unit_test(replay_unavailable_clears),      cmocka_unit_test(publisher_restart_clears),
-    cmocka_unit_test(undecodable_sequences_ignored),  cmocka_unit_test(copies_per_medium),
-    cmocka_unit_test(joined_late_replays_before),     cmocka_unit_test(relay_killed_resumes_exact),
-    cmocka_unit_test(relay_terminated_resumes_exact), cmocka_unit_test(dp_ranks_readme_example),
-    cmocka_unit_test(sglang_shapes),                  cmocka_unit_test(trtllm_shapes),
-    cmocka_unit_test(extra_keys_derived),             cmocka_unit_test(resync_keeps_prefixes),
+    cmocka_unit_test(basic_both_encodings),
+    cmocka_unit_test(gap_replayed_each_layout),
+    cmocka_unit_test(replay_unavailable_clears),
+    cmocka_unit_test(publisher_restart_clears),
+    cmocka_unit_test(undecodable_sequences_ignored),
+    cmocka_unit_test(copies_per_medium),
+    cmocka_unit_test(joined_late_replays_before),
+    cmocka_unit_test(relay_killed_resumes_exact),
+    cmocka_unit_test(relay_terminated_resumes_exact),
+    cmocka_unit_test(dp_ranks_readme_example),
+    cmocka_unit_test(sglang_shapes),
+    cmocka_unit_test(trtllm_shapes),
+    cmocka_unit_test(extra_keys_derived),
+    cmocka_unit_test(resync_keeps_prefixes),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)
