@@ -1,4 +1,8 @@
-/* The byte scanner of the payload decoder (decode_impl.h): a tagged-array
+/* Why this file is long: it is one reader, in one pass, of the shape that
+ * carries most of the traffic, and every rule in it mirrors decode.c's;
+ * split, the bounds it checks as it reads would be spread over files.
+ *
+ * The byte scanner of the payload decoder (decode_impl.h): a tagged-array
  * batch, `[ts, [events...], dp_rank]` with array events, the shape vLLM,
  * SGLang and TensorRT-LLM send, read straight from the msgpack bytes in one
  * pass, without building msgpack-c's object tree (the relay's largest cost:

@@ -1,6 +1,8 @@
 /* The engine payload decoder (src/relay/decode.c) and the relay tables
  * (src/relay/map.c): both event encodings, defaults, hash forms, malformed
- * input, LRU bounds. */
+ * input, extra keys, LRU bounds. Why this file is long: each case builds its
+ * msgpack by hand, byte shape by byte shape, which the decoder table asks
+ * for; the cases share the packing helpers at the top. */
 #include <msgpack.h>
 #include <string.h>
 

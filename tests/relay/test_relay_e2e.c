@@ -1,6 +1,11 @@
-/* kvplane-relay end to end: a vLLM-shaped publisher in Python (Debian's
+/* Why this file is long: every case runs the same real parts (engine
+ * script, relay, nats-server, advisor) through the shared scenario runner
+ * and database readers at the top; split, each file would repeat them.
+ *
+ * kvplane-relay end to end: a vLLM-shaped publisher in Python (Debian's
  * /usr/bin/python3 with python3-zmq and python3-msgpack, tests/relay/
- * engine_pub.py) feeds an in-process relay, which republishes through the
+ * engine_pub.py; engines.py for SGLang, TensorRT-LLM through Dynamo and
+ * vLLM's extra_keys) feeds an in-process relay, which republishes through the
  * kvplane publisher to a real nats-server, where a real in-process advisor
  * indexes the blocks. The advisor's database must end with exactly the
  * blocks and tiers the publisher's own model computed (with kvplane's
