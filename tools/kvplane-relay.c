@@ -38,6 +38,8 @@ static void usage(FILE *f) {
              "                         (default 1048576)\n"
              "      --hwm N            ZMQ receive high-water mark (default 100000)\n"
              "      --replay-timeout-ms N  wait for each replay reply (default 1000)\n"
+             "      --join-window N    joining late at sequence n, ask the replay socket\n"
+             "                         from n - N at the earliest (default 1048576)\n"
              "      --state-dir DIR    keep per endpoint the last sequence published and the\n"
              "                         publisher epoch in DIR/<worker>.state: a restarted\n"
              "                         relay resumes the epoch and replays from there\n"
@@ -82,6 +84,7 @@ int main(int argc, char **argv) {
                                        {"stats-interval", required_argument, 0, 8},
                                        {"metrics", required_argument, 0, 9},
                                        {"state-dir", required_argument, 0, 10},
+                                       {"join-window", required_argument, 0, 11},
                                        {"version", no_argument, 0, 'V'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};

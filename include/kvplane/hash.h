@@ -28,6 +28,23 @@ uint64_t kvp_hash_seed(const char *lora_name);
 /* Local hash of one block's tokens (any count, including 0). */
 uint64_t kvp_hash_block(const uint32_t *tokens, size_t ntokens, uint64_t seed);
 
+/* Local hash of a block that holds multimodal objects (Dynamo's rule,
+ * lib/kv-router compute_block_hash_for_seq): XXH3-64 with seed over the
+ * block's tokens as le u32 followed by the objects' 64-bit multimodal
+ * hashes as le u64, in ascending order. mm[0..nmm) may come in any order
+ * (it is sorted in place); nmm 0 is kvp_hash_block. */
+uint64_t kvp_hash_block_mm(const uint32_t *tokens, size_t ntokens, uint64_t *mm, size_t nmm,
+                           uint64_t seed);
+
+/* The 64-bit multimodal hash of an identifier as vLLM's extra_keys carry it
+ * (Dynamo's hash_mm_identifier): a 64-character hex digest gives the value
+ * of its first 16 hex digits; any other non-empty string XXH3-64 of its
+ * bytes with seed 0. Returns 0 with *out set, or KVP_EINVAL for "". */
+int kvp_hash_mm_identifier(const char *id, size_t len, uint64_t *out);
+
+/* 1 when id is a 64-character hex digest (vLLM's multimodal identifiers). */
+int kvp_hash_is_digest(const char *id, size_t len);
+
 /* Chained hash of a block whose parent's sequence hash is parent_seq. */
 uint64_t kvp_hash_chain(uint64_t parent_seq, uint64_t local, uint64_t seed);
 

@@ -8,6 +8,7 @@
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 
+#include <stdlib.h>
 #include <string.h>
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -53,6 +54,77 @@ uint64_t kvp_hash_block(const uint32_t *tokens, size_t ntokens, uint64_t seed) {
 #endif
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+uint64_t kvp_hash_block_mm(const uint32_t *tokens, size_t ntokens, uint64_t *mm, size_t nmm,
+                           uint64_t seed) {
+  XXH3_state_t st;
+  unsigned char buf[256];
+  size_t fill = 0;
+
+  if (nmm == 0)
+    return kvp_hash_block(tokens, ntokens, seed);
+  qsort(mm, nmm, sizeof *mm, cmp_u64);
+  XXH3_64bits_reset_withSeed(&st, seed);
+  for (size_t i = 0; i < ntokens; i++) {
+    uint32_t t = tokens[i];
+    buf[fill++] = (unsigned char)t;
+    buf[fill++] = (unsigned char)(t >> 8);
+    buf[fill++] = (unsigned char)(t >> 16);
+    buf[fill++] = (unsigned char)(t >> 24);
+    if (fill == sizeof buf) {
+      XXH3_64bits_update(&st, buf, fill);
+      fill = 0;
+    }
+  }
+  for (size_t i = 0; i < nmm; i++) {
+    if (fill + 8 > sizeof buf) {
+      XXH3_64bits_update(&st, buf, fill);
+      fill = 0;
+    }
+    put_le64(buf + fill, mm[i]);
+    fill += 8;
+  }
+  XXH3_64bits_update(&st, buf, fill);
+  return XXH3_64bits_digest(&st);
+}
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+int kvp_hash_is_digest(const char *id, size_t len) {
+  if (len != 64)
+    return 0;
+  for (size_t i = 0; i < len; i++)
+    if (hexval(id[i]) < 0)
+      return 0;
+  return 1;
+}
+
+int kvp_hash_mm_identifier(const char *id, size_t len, uint64_t *out) {
+  if (len == 0)
+    return KVP_EINVAL;
+  if (kvp_hash_is_digest(id, len)) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < 16; i++)
+      v = (v << 4) | (uint64_t)hexval(id[i]);
+    *out = v;
+    return 0;
+  }
+  *out = XXH3_64bits_withSeed(id, len, 0);
+  return 0;
+}
+
 uint64_t kvp_hash_chain(uint64_t parent_seq, uint64_t local, uint64_t seed) {
   unsigned char buf[16];
 
@@ -76,16 +148,6 @@ size_t kvp_hash_sequence(const uint32_t *tokens, size_t ntokens, size_t block_to
     out[i] = prev;
   }
   return nblocks;
-}
-
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
 }
 
 static int parse_hex(const char *s, size_t n, uint64_t *out) {

@@ -114,7 +114,12 @@ static void stored_by_lookup(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_rela
       parent = r->hbuf[i - 1];
       run = 0;
     }
-    if (kvp__relay_map_put(ep->map, e->hashes[i], id, tier, native))
+    /* The parent as published: the one before in this event, else the
+     * event's (mapped when it could be); a placeholder without one keeps
+     * what the block's first store recorded. */
+    int hp = i > 0 || has_parent ? 1 : -1;
+    uint64_t par = i > 0 ? r->hbuf[i - 1] : parent;
+    if (kvp__relay_map_put_child(ep->map, e->hashes[i], id, tier, native, hp, par))
       CNT(ep, map_evictions);
     r->hbuf[i] = id;
     run_native = native;
@@ -124,12 +129,26 @@ static void stored_by_lookup(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_rela
     emit_stored(ep, e, tier, bs, r->hbuf + n - run, run, has_parent, parent, run_native);
 }
 
+#define MM_PER_BLOCK 64 /* multimodal objects per block hashed; more: engine-native */
+
+/* 1 when no block of e holds more multimodal objects than MM_PER_BLOCK. */
+static int mm_fits(const kvp_relay_event_t *e) {
+  const uint64_t *mm = e->mm;
+  for (size_t i = 0; mm && i < e->nhashes; i++) {
+    if (*mm > MM_PER_BLOCK)
+      return 0;
+    mm += 1 + *mm;
+  }
+  return 1;
+}
+
 static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t *e, int tier) {
   size_t n = e->nhashes;
   uint32_t bs = e->block_size ? e->block_size : r->block_size;
   if (n == 0 || hbuf_reserve(r, n) != 0)
     return;
-  int own = e->token_ids && !e->has_extra_keys && bs > 0 && e->ntokens >= (size_t)bs * n;
+  int own =
+      e->token_ids && !e->extra_opaque && bs > 0 && e->ntokens >= (size_t)bs * n && mm_fits(e);
   uint64_t parent = 0;
   int has_parent = 0;
   if (own && e->has_parent) {
@@ -137,13 +156,14 @@ static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t 
     if (!has_parent)
       own = 0; /* parent unknown to us, or native: cannot chain */
   }
-  if (!own && !e->has_extra_keys) {
+  if (!own && !e->extra_opaque) {
     stored_by_lookup(r, ep, e, tier, bs);
     return;
   }
   if (!own) {
     for (size_t i = 0; i < n; i++)
-      if (kvp__relay_map_put(ep->map, e->hashes[i], e->hashes[i], tier, 1))
+      if (kvp__relay_map_put_child(ep->map, e->hashes[i], e->hashes[i], tier, 1,
+                                   i > 0 || e->has_parent, i > 0 ? e->hashes[i - 1] : e->parent))
         CNT(ep, map_evictions);
     emit_stored(ep, e, tier, bs, e->hashes, n, e->has_parent, e->parent, 1);
     return;
@@ -162,13 +182,24 @@ static void stored(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t 
   /* The engine's token_ids cover exactly these blocks; the last n full
    * blocks are the ones announced. */
   const uint32_t *tok = e->token_ids + (e->ntokens - (size_t)bs * n);
-  uint64_t prev = parent;
+  const uint64_t *mm = e->mm;
+  uint64_t prev = parent, mmbuf[MM_PER_BLOCK];
   for (size_t i = 0; i < n; i++) {
-    uint64_t local = kvp_hash_block(tok + i * bs, bs, seed);
+    uint64_t local;
+    size_t nmm = mm ? (size_t)*mm++ : 0;
+    if (nmm == 0) {
+      local = kvp_hash_block(tok + i * bs, bs, seed);
+    } else {
+      /* Dynamo's rule for a block with multimodal objects (kvplane/hash.h) */
+      memcpy(mmbuf, mm, nmm * sizeof *mm);
+      local = kvp_hash_block_mm(tok + i * bs, bs, mmbuf, nmm, seed);
+    }
+    mm += nmm;
     prev = (i == 0 && !has_parent) ? local : kvp_hash_chain(prev, local, seed);
-    r->hbuf[i] = prev;
-    if (kvp__relay_map_put(ep->map, e->hashes[i], prev, tier, 0))
+    if (kvp__relay_map_put_child(ep->map, e->hashes[i], prev, tier, 0, i > 0 || has_parent,
+                                 i > 0 ? r->hbuf[i - 1] : parent))
       CNT(ep, map_evictions);
+    r->hbuf[i] = prev;
   }
   emit_stored(ep, e, tier, bs, r->hbuf, n, has_parent, parent, 0);
 }
@@ -194,6 +225,8 @@ static void removed(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_event_t
 
 /* Applies one decoded payload. */
 void kvp__relay_apply(kvp_relay_t *r, kvp__relay_ep_t *ep, const kvp_relay_decoded_t *d) {
+  if (d->nevents == 0 && d->errors == 0)
+    CNT(ep, heartbeats);
   if (d->errors) {
     uint64_t before = CNTN(ep, event_errors, d->errors);
     if (kvp__relay_worth_logging(before + 1))

@@ -100,6 +100,9 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
   } else if (strcmp(name, "replay-timeout-ms") == 0) {
     if ((rc = count("--replay-timeout-ms", value, 1, 600000, &v, err, errlen)) == 0)
       c->o.replay_timeout_ms = (uint32_t)v;
+  } else if (strcmp(name, "join-window") == 0) {
+    if ((rc = count("--join-window", value, 1, 1u << 30, &v, err, errlen)) == 0)
+      c->o.join_window = (uint32_t)v;
   } else if (strcmp(name, "stats-interval") == 0) {
     if ((rc = count("--stats-interval", value, 0, 86400, &v, err, errlen)) == 0)
       c->stats_interval = (unsigned)v;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "relay/decode_impl.h"
 #include "relay/mpread.h"
@@ -25,7 +26,8 @@ enum {
   F_LOCALITY,   /* vLLM 0.28+: where the copy lives ("LOCAL"); never part of a hash */
   F_POSITIONAL, /* slots up to here come positionally; the rest by key only */
   F_CACHE_SALT = F_POSITIONAL,
-  F_COPIES, /* BlockRemoved: remaining_copy_counts */
+  F_COPIES,   /* BlockRemoved: remaining_copy_counts */
+  F_MM_INFOS, /* Dynamo's TensorRT-LLM publisher: block_mm_infos */
   F_COUNT
 };
 static const char *const stored_keys[F_COUNT] = {"block_hashes",
@@ -41,10 +43,128 @@ static const char *const stored_keys[F_COUNT] = {"block_hashes",
                                                  "kv_cache_spec_sliding_window",
                                                  "locality",
                                                  "cache_salt",
-                                                 "remaining_copy_counts"};
+                                                 "remaining_copy_counts",
+                                                 "block_mm_infos"};
 /* BlockRemoved positional: block_hashes, medium, group_idx, then locality
  * (vLLM 0.28) or remaining_copy_counts (newer): told apart by type. */
 static const int removed_pos[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX, F_LOCALITY};
+
+/* One item of a block's extra_keys (README, relay section: extra keys):
+ * 1 with *id for a multimodal identifier (a 64-hex digest, or [id, offset]
+ * as vLLM 0.19+ tags them), 0 for the LoRA name (already in the seed), -1
+ * for anything kvplane cannot hash (cache salt, prompt embeddings). */
+static int mm_item(const msgpack_object *it, const kvp_relay_str_t *lora, uint64_t *id) {
+  if (it->type == MSGPACK_OBJECT_STR) {
+    const char *p = it->via.str.ptr;
+    size_t n = it->via.str.size;
+    if (lora->len && n == lora->len && memcmp(p, lora->p, n) == 0)
+      return 0;
+    return kvp_hash_is_digest(p, n) && kvp_hash_mm_identifier(p, n, id) == 0 ? 1 : -1;
+  }
+  if (it->type == MSGPACK_OBJECT_ARRAY && it->via.array.size == 2 &&
+      it->via.array.ptr[0].type == MSGPACK_OBJECT_STR &&
+      (it->via.array.ptr[1].type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+       it->via.array.ptr[1].type == MSGPACK_OBJECT_NEGATIVE_INTEGER))
+    return kvp_hash_mm_identifier(it->via.array.ptr[0].via.str.ptr,
+                                  it->via.array.ptr[0].via.str.size, id) == 0
+               ? 1
+               : -1;
+  return -1;
+}
+
+/* Block b's multimodal hashes from Dynamo's block_mm_infos entry
+ * ({"mm_objects": [{"mm_hash": u64, ...}]}), appended at d->h; their count,
+ * or -1 for an entry of another shape. */
+static int mm_infos_block(kvp_relay_decoder_t *d, const msgpack_object *o) {
+  const msgpack_object *objs = NULL;
+  int k = 0;
+  if (o->type != MSGPACK_OBJECT_MAP)
+    return -1;
+  for (uint32_t i = 0; i < o->via.map.size; i++)
+    if (kvp__relay_mp_str_is(&o->via.map.ptr[i].key, "mm_objects"))
+      objs = &o->via.map.ptr[i].val;
+  if (!objs || objs->type != MSGPACK_OBJECT_ARRAY)
+    return -1;
+  for (uint32_t j = 0; j < objs->via.array.size; j++) {
+    const msgpack_object *ob = &objs->via.array.ptr[j], *h = NULL;
+    if (ob->type != MSGPACK_OBJECT_MAP)
+      return -1;
+    for (uint32_t i = 0; i < ob->via.map.size; i++)
+      if (kvp__relay_mp_str_is(&ob->via.map.ptr[i].key, "mm_hash"))
+        h = &ob->via.map.ptr[i].val;
+    if (!h ||
+        (h->type != MSGPACK_OBJECT_POSITIVE_INTEGER && h->type != MSGPACK_OBJECT_NEGATIVE_INTEGER))
+      return -1;
+    if (kvp__relay_grow((void **)&d->h, &d->caph, d->nh + 2, sizeof *d->h))
+      return -2;
+    d->h[d->nh++] = h->via.u64;
+    k++;
+  }
+  return k;
+}
+
+/* The event's per-block multimodal hashes (decode.h, mm) from extra_keys x
+ * and block_mm_infos y; sets extra_opaque for keys kvplane cannot hash.
+ * KVP_ENOMEM, else 0. */
+static int extra_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e, const msgpack_object *x,
+                      const msgpack_object *y) {
+  size_t start = d->nh, any = 0;
+  if (kvp__relay_mp_nil(x) && kvp__relay_mp_nil(y))
+    return 0;
+  if ((!kvp__relay_mp_nil(x) &&
+       (x->type != MSGPACK_OBJECT_ARRAY || x->via.array.size > e->nhashes)) ||
+      (!kvp__relay_mp_nil(y) &&
+       (y->type != MSGPACK_OBJECT_ARRAY || y->via.array.size > e->nhashes))) {
+    e->extra_opaque = 1;
+    return 0;
+  }
+  for (size_t b = 0; b < e->nhashes && !e->extra_opaque; b++) {
+    if (kvp__relay_grow((void **)&d->h, &d->caph, d->nh + 2, sizeof *d->h))
+      return KVP_ENOMEM;
+    size_t at = d->nh++;
+    uint64_t count = 0;
+    if (!kvp__relay_mp_nil(x) && b < x->via.array.size &&
+        !kvp__relay_mp_nil(&x->via.array.ptr[b])) {
+      const msgpack_object *k = &x->via.array.ptr[b];
+      if (k->type != MSGPACK_OBJECT_ARRAY) {
+        e->extra_opaque = 1;
+        break;
+      }
+      for (uint32_t j = 0; j < k->via.array.size; j++) {
+        uint64_t id;
+        int r = mm_item(&k->via.array.ptr[j], &e->lora_name, &id);
+        if (r < 0) {
+          e->extra_opaque = 1;
+          break;
+        }
+        if (r == 1) {
+          if (kvp__relay_grow((void **)&d->h, &d->caph, d->nh + 2, sizeof *d->h))
+            return KVP_ENOMEM;
+          d->h[d->nh++] = id;
+          count++;
+        }
+      }
+    }
+    if (!e->extra_opaque && !kvp__relay_mp_nil(y) && b < y->via.array.size &&
+        !kvp__relay_mp_nil(&y->via.array.ptr[b])) {
+      int r = mm_infos_block(d, &y->via.array.ptr[b]);
+      if (r == -2)
+        return KVP_ENOMEM;
+      if (r < 0)
+        e->extra_opaque = 1;
+      else
+        count += (uint64_t)r;
+    }
+    d->h[at] = count;
+    any += count;
+  }
+  if (e->extra_opaque || any == 0) {
+    d->nh = start;
+    return 0;
+  }
+  e->mm = (const uint64_t *)(uintptr_t)(start + 1); /* +1: 0 means none */
+  return 0;
+}
 
 /* Fills the event from the field slots; KVP_EPROTO for a missing or
  * malformed field, KVP_ENOMEM. */
@@ -121,18 +241,9 @@ static int event_fill(kvp_relay_decoder_t *d, kvp_relay_event_t *e,
   if (kvp__relay_mp_str(f[F_LORA_NAME], &e->lora_name) || kvp__relay_mp_str(f[F_KIND], &e->kind) ||
       kvp__relay_mp_str(f[F_CACHE_SALT], &e->cache_salt))
     return KVP_EPROTO;
-  const msgpack_object *x = f[F_EXTRA_KEYS];
-  if (!kvp__relay_mp_nil(x)) {
-    if (x->type != MSGPACK_OBJECT_ARRAY)
-      e->has_extra_keys = 1;
-    else
-      for (uint32_t i = 0; i < x->via.array.size; i++)
-        if (!kvp__relay_mp_nil(&x->via.array.ptr[i]))
-          e->has_extra_keys = 1;
-  }
   if (!kvp__relay_mp_nil(f[F_SLIDING]) && kvp__relay_mp_int(f[F_SLIDING], &e->sliding_window))
     return KVP_EPROTO;
-  return 0;
+  return extra_fill(d, e, f[F_EXTRA_KEYS], f[F_MM_INFOS]);
 }
 
 /* Decodes one event object; KVP_EPROTO when it is malformed or of an
@@ -223,6 +334,8 @@ static void finish(kvp_relay_decoder_t *d, kvp_relay_decoded_t *out) {
       e->token_ids = d->t + ((uintptr_t)e->token_ids - 1);
     if (e->copies_left)
       e->copies_left = d->h + ((uintptr_t)e->copies_left - 1);
+    if (e->mm)
+      e->mm = d->h + ((uintptr_t)e->mm - 1);
   }
   out->events = d->ev;
   out->nevents = d->nev;
@@ -305,12 +418,17 @@ static int checked(const uint8_t *data, size_t len, kvp_relay_decoded_t *out) {
 
 int kvp__relay_decode(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
                       kvp_relay_decoded_t *out) {
-  int rc = checked(data, len, out);
-  if (rc != 0)
-    return rc;
-  rc = kvp__relay_scan(d, data, len, out);
-  if (rc == KVP__RELAY_SCAN_SHAPE)
-    return decode_tree(d, data, len, out);
+  memset(out, 0, sizeof *out);
+  out->dp_rank = -1;
+  if (len > KVP_RELAY_MAX_PAYLOAD)
+    return KVP_ETOOBIG;
+  /* One pass: the scanner checks the bounds as it reads (scan.c); the
+   * shapes it leaves to the tree are checked first, as the tree needs. */
+  int rc = kvp__relay_scan(d, data, len, out);
+  if (rc == KVP__RELAY_SCAN_SHAPE) {
+    rc = checked(data, len, out);
+    return rc != 0 ? rc : decode_tree(d, data, len, out);
+  }
   if (rc == 0)
     finish(d, out);
   return rc;
@@ -335,10 +453,11 @@ int kvp__relay_decoded_same(const kvp_relay_decoded_t *a, const kvp_relay_decode
     if (x->type != y->type || x->nhashes != y->nhashes || x->has_parent != y->has_parent ||
         x->parent != y->parent || x->ntokens != y->ntokens || !x->token_ids != !y->token_ids ||
         x->block_size != y->block_size || x->lora_id != y->lora_id ||
-        x->has_extra_keys != y->has_extra_keys || !x->copies_left != !y->copies_left ||
-        x->group_idx != y->group_idx || x->sliding_window != y->sliding_window ||
-        !str_same(x->lora_name, y->lora_name) || !str_same(x->medium, y->medium) ||
-        !str_same(x->cache_salt, y->cache_salt) || !str_same(x->kind, y->kind))
+        x->extra_opaque != y->extra_opaque || !x->mm != !y->mm ||
+        !x->copies_left != !y->copies_left || x->group_idx != y->group_idx ||
+        x->sliding_window != y->sliding_window || !str_same(x->lora_name, y->lora_name) ||
+        !str_same(x->medium, y->medium) || !str_same(x->cache_salt, y->cache_salt) ||
+        !str_same(x->kind, y->kind))
       return 0;
     for (size_t k = 0; k < x->nhashes; k++)
       if (x->hashes[k] != y->hashes[k] ||
@@ -347,6 +466,12 @@ int kvp__relay_decoded_same(const kvp_relay_decoded_t *a, const kvp_relay_decode
     for (size_t k = 0; k < x->ntokens; k++)
       if (x->token_ids[k] != y->token_ids[k])
         return 0;
+    for (size_t b = 0, k = 0; x->mm && b < x->nhashes; b++) {
+      uint64_t c = x->mm[k];
+      for (uint64_t j = 0; j <= c; j++, k++)
+        if (x->mm[k] != y->mm[k])
+          return 0;
+    }
   }
   return 1;
 }

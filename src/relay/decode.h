@@ -1,12 +1,16 @@
-/* Decoder of engine KV-event payloads (vLLM, SGLang): the msgpack part of a
- * ZMQ message, `[timestamp, [events...], dp_rank]` or the same as a map
- * {"ts", "events", "data_parallel_rank"}. DESIGN.md, "Engine adapters".
+/* Decoder of engine KV-event payloads (vLLM, SGLang, TensorRT-LLM through
+ * Dynamo; README, relay section, has the table of shapes per engine): the
+ * msgpack part of a ZMQ message, `[timestamp, [events...](, dp_rank)]` or
+ * the same as a map {"ts", "events", "data_parallel_rank"}. DESIGN.md,
+ * "Engine adapters".
  *
  * Events come as tagged arrays (["BlockStored", block_hashes,
  * parent_block_hash, token_ids, block_size, lora_id, medium, lora_name,
- * extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window],
+ * extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window,
+ * locality],
  * ["BlockRemoved", block_hashes, medium, group_idx], ["AllBlocksCleared"])
- * or as maps with a "type" key. Missing keys and trailing elements take their
+ * or as maps with a "type" key (which may also carry cache_salt,
+ * remaining_copy_counts and Dynamo's block_mm_infos). Missing keys and trailing elements take their
  * defaults; unknown keys and extra elements are ignored. An event missing a
  * required field (block_hashes) or with a field of the wrong type is counted
  * as an error and skipped; the other events of the batch are kept.
@@ -49,7 +53,10 @@ typedef struct kvp_relay_event_s {
   uint32_t block_size; /* 0 when absent */
   int32_t lora_id;     /* 0 when absent */
   kvp_relay_str_t lora_name, medium, cache_salt, kind;
-  int has_extra_keys;          /* some block carries non-null extra keys */
+  int extra_opaque;            /* some block's extra keys are not kvplane-hashable (cache salt,
+                                * prompt embeddings, unknown keys): the event stays engine-native */
+  const uint64_t *mm;          /* per block, in order: a count, then that many multimodal hashes
+                                * (vLLM extra_keys, Dynamo block_mm_infos); NULL when none has any */
   const uint64_t *copies_left; /* Removed: remaining_copy_counts, one per hash, or NULL */
   int64_t group_idx;           /* 0 when absent */
   int64_t sliding_window;

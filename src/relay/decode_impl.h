@@ -42,10 +42,11 @@ static inline int kvp__relay_grow(void **p, size_t *cap, size_t need, size_t ele
  * (a map batch or a map event); nothing of it was kept. */
 #define KVP__RELAY_SCAN_SHAPE 1
 
-/* Reads a payload that passed kvp__relay_mp_check straight from its bytes,
- * as decode_tree would read it, with events and offsets left in d (the
- * caller rebases them). Returns 0, KVP_EPROTO, KVP_ENOMEM or
- * KVP__RELAY_SCAN_SHAPE. */
+/* Reads a payload straight from its bytes, checking kvp__relay_mp_check's
+ * bounds as it goes, as decode_tree would read it after that check, with
+ * events and offsets left in d (the caller rebases them). Returns 0,
+ * KVP_EPROTO (also for a payload the check refuses), KVP_ENOMEM or
+ * KVP__RELAY_SCAN_SHAPE (the caller then checks and uses the tree). */
 int kvp__relay_scan(kvp_relay_decoder_t *d, const uint8_t *data, size_t len,
                     kvp_relay_decoded_t *out);
 

@@ -102,10 +102,10 @@ int kvp__relay_kind_class(const char *kind, size_t len) {
 /* Entries in a doubly linked LRU list by index; a common/map64 maps the
  * engine's hash to its entry. */
 typedef struct ent_s {
-  uint64_t key, val;
+  uint64_t key, val, parent;
   uint32_t prev, next;                   /* LRU list */
   uint16_t copies[KVP__RELAY_MAP_TIERS]; /* references per tier G1..G4 */
-  uint8_t native;
+  uint8_t native, has_parent;
 } ent_t;
 
 #define NIL UINT32_MAX
@@ -197,10 +197,19 @@ static void copy_add(ent_t *e, int tier) {
 }
 
 int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp, int tier, int native) {
+  return kvp__relay_map_put_child(m, engine, kvp, tier, native, -1, 0);
+}
+
+int kvp__relay_map_put_child(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp, int tier,
+                             int native, int has_parent, uint64_t parent) {
   int evicted = 0;
   uint64_t *at = kvp__map64_find(&m->idx, engine);
   if (at != NULL) {
     uint32_t i = (uint32_t)*at;
+    if (has_parent >= 0 || m->ent[i].val != kvp) {
+      m->ent[i].has_parent = has_parent > 0;
+      m->ent[i].parent = parent;
+    }
     m->ent[i].val = kvp;
     m->ent[i].native = native != 0;
     copy_add(&m->ent[i], tier);
@@ -231,6 +240,8 @@ int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp, int ti
   e->key = engine;
   e->val = kvp;
   e->native = native != 0;
+  e->has_parent = has_parent > 0;
+  e->parent = parent;
   copy_add(e, tier);
   push_front(m, i);
   m->n++;
@@ -282,13 +293,16 @@ int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp) {
   return 1;
 }
 
-size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out) {
+size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out, uint64_t *parents) {
   size_t n = 0;
   if (tier < 1 || tier > KVP__RELAY_MAP_TIERS)
     return 0;
   for (uint32_t i = m->head; i != NIL; i = m->ent[i].next)
-    if (m->ent[i].copies[tier - 1])
+    if (m->ent[i].copies[tier - 1]) {
+      if (parents)
+        parents[n] = m->ent[i].has_parent ? m->ent[i].parent : m->ent[i].val;
       out[n++] = m->ent[i].val;
+    }
   return n;
 }
 
@@ -300,7 +314,9 @@ size_t kvp__relay_map_export(const kvp_relay_map_t *m, kvp_relay_map_rec_t *out)
     out[n].engine = e->key;
     out[n].kvp = e->val;
     memcpy(out[n].copies, e->copies, sizeof e->copies);
-    out[n].native = e->native;
+    out[n].flags =
+        (e->native ? KVP__RELAY_REC_NATIVE : 0) | (e->has_parent ? KVP__RELAY_REC_PARENT : 0);
+    out[n].parent = e->parent;
   }
   return n;
 }
@@ -308,7 +324,9 @@ size_t kvp__relay_map_export(const kvp_relay_map_t *m, kvp_relay_map_rec_t *out)
 size_t kvp__relay_map_import(kvp_relay_map_t *m, const kvp_relay_map_rec_t *rec, size_t n) {
   size_t in = 0;
   for (size_t k = 0; k < n; k++) {
-    kvp__relay_map_put(m, rec[k].engine, rec[k].kvp, 0, rec[k].native != 0);
+    kvp__relay_map_put_child(m, rec[k].engine, rec[k].kvp, 0,
+                             (rec[k].flags & KVP__RELAY_REC_NATIVE) != 0,
+                             (rec[k].flags & KVP__RELAY_REC_PARENT) != 0, rec[k].parent);
     const uint64_t *at = kvp__map64_find(&m->idx, rec[k].engine);
     if (at == NULL)
       continue; /* out of memory */

@@ -37,7 +37,7 @@ int kvp__relay_media_tier(const kvp_relay_media_t *m, const char *name, size_t l
  * upstream spells them, and their spec class names. */
 int kvp__relay_kind_class(const char *kind, size_t len);
 
-/* engine hash -> kvplane identity and its copies: at most cap engine
+/* engine hash -> kvplane identity, its parent's and its copies: at most cap engine
  * hashes, the least recently used first to go. Each entry keeps the
  * kvplane hash the relay published for the engine's block (or the engine's
  * own hash, marked native) and a reference count of its copies per tier, so
@@ -58,6 +58,11 @@ void kvp__relay_map_destroy(kvp_relay_map_t *m);
  * A new identity replaces the old one. Returns 1 when an entry was evicted
  * to make room, else 0. */
 int kvp__relay_map_put(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp, int tier, int native);
+/* The same, recording the identity's parent (the kvplane hash the block
+ * chains to, as published) when has_parent is 1, no parent when 0, and
+ * keeping what the entry had when -1 (kvp__relay_map_put). */
+int kvp__relay_map_put_child(kvp_relay_map_t *m, uint64_t engine, uint64_t kvp, int tier,
+                             int native, int has_parent, uint64_t parent);
 /* 1 with *kvp set to a kvplane identity, 2 with *kvp set to a native one
  * (both marked as recent), or 0 when engine is not mapped. */
 int kvp__relay_map_get(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp);
@@ -70,14 +75,19 @@ int kvp__relay_map_drop(kvp_relay_map_t *m, uint64_t engine, int tier, int64_t r
 /* Removes the entry with every copy; 1 with *kvp set when it was there, or 0. */
 int kvp__relay_map_take(kvp_relay_map_t *m, uint64_t engine, uint64_t *kvp);
 /* The identities with a copy in tier (1..4), written to out (room for
- * kvp__relay_map_size(m) of them); returns how many. */
-size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out);
+ * kvp__relay_map_size(m) of them), and when parents is not NULL each one's
+ * parent to parents (the identity itself for none, as snapshots carry it);
+ * returns how many. */
+size_t kvp__relay_map_tier(const kvp_relay_map_t *m, int tier, uint64_t *out, uint64_t *parents);
 /* One entry as the relay's state file keeps it. */
 typedef struct kvp_relay_map_rec_s {
   uint64_t engine, kvp;
   uint16_t copies[KVP__RELAY_MAP_TIERS];
-  uint64_t native;
+  uint64_t flags; /* KVP__RELAY_REC_NATIVE, KVP__RELAY_REC_PARENT */
+  uint64_t parent;
 } kvp_relay_map_rec_t;
+#define KVP__RELAY_REC_NATIVE 1u
+#define KVP__RELAY_REC_PARENT 2u
 
 /* Writes every entry to out (room for kvp__relay_map_size(m)), least
  * recently used first; returns how many. */

@@ -91,6 +91,8 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p) {
          "Malformed events inside payloads that decoded.", ST(event_errors));
   simple(p, r, f, "kvplane_relay_map_evictions_total",
          "Engine-to-kvplane hash mappings evicted (--map-cap reached).", ST(map_evictions));
+  simple(p, r, f, "kvplane_relay_heartbeats_total", "Engine batches without events (idle batches).",
+         ST(heartbeats));
   kvp__prom_family(p, "kvplane_relay_last_sequence", "gauge",
                    "Last engine sequence number read (-1: none yet).");
   for (size_t i = 0; i < n; i++)

@@ -198,9 +198,9 @@ int kvp__relay_mp_check(const uint8_t *data, size_t len) {
   return 0;
 }
 
-int kvp__relay_mp_skip(const uint8_t **pp, const uint8_t *end) {
+int kvp__relay_mp_skip(const uint8_t **pp, const uint8_t *end, int depth) {
   const uint8_t *p = *pp;
-  if (mp_skip(&p, end, 0) != 0)
+  if (mp_skip(&p, end, depth) != 0)
     return KVP_EPROTO;
   *pp = p;
   return 0;

@@ -21,9 +21,10 @@
  * allocator. Returns 0, or KVP_EPROTO (for len 0 too). */
 int kvp__relay_mp_check(const uint8_t *data, size_t len);
 
-/* Skips the one object at *pp (which must end by end); 0, or KVP_EPROTO
- * with *pp unchanged. */
-int kvp__relay_mp_skip(const uint8_t **pp, const uint8_t *end);
+/* Skips the one object at *pp (which must end by end) with
+ * kvp__relay_mp_check's rules, the object being nested depth deep in its
+ * payload (0 for the payload itself); 0, or KVP_EPROTO with *pp unchanged. */
+int kvp__relay_mp_skip(const uint8_t **pp, const uint8_t *end, int depth);
 
 /* Reads a block hash as engines send it: a signed or unsigned integer, or
  * bytes (the lower 64 bits, big-endian). Returns 0 or KVP_EPROTO. */

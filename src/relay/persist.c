@@ -17,6 +17,7 @@
  *   next_event_id 1209
  */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -107,8 +108,12 @@ int kvp__relay_state_write(const char *path, const char *endpoint, const kvp__re
   return write_atomic(path, buf, (size_t)n, NULL, 0);
 }
 
-/* The map file: "KVPRMAP1", the sequence it is as of, the record count (both
- * u64, this machine's byte order, as the records), the records. */
+/* The map file: "KVPRMAP2", the sequence it is as of, the record count (both
+ * u64, this machine's byte order, as the records), the records
+ * (kvp_relay_map_rec_t). "KVPRMAP1" files, written before the records
+ * carried parents, are read too: their records end after the native flag
+ * (V1_REC bytes) and have no parent. */
+#define V1_REC offsetof(kvp_relay_map_rec_t, parent)
 typedef struct map_hdr_s {
   char magic[8];
   int64_t seq;
@@ -121,7 +126,7 @@ int kvp__relay_map_write(const char *path, int64_t seq, const kvp_relay_map_t *m
   if (!rec)
     return KVP_ENOMEM;
   map_hdr_t h = {.magic = "KVPRMAP", .seq = seq};
-  h.magic[7] = '1';
+  h.magic[7] = '2';
   h.n = kvp__relay_map_export(m, rec);
   int rc = write_atomic(path, &h, sizeof h, rec, (size_t)h.n * sizeof *rec);
   free(rec);
@@ -138,16 +143,23 @@ int kvp__relay_map_read(const char *path, int64_t *seq, kvp_relay_map_t *m) {
   struct stat sb;
   /* The file's size must be what its header says: a torn or corrupt count
    * never becomes a large allocation. */
-  if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, "KVPRMAP1", 8) != 0 || h.seq < 0 ||
-      h.n > (1u << 30) || fstat(fileno(f), &sb) != 0 ||
-      (uint64_t)sb.st_size != sizeof h + (uint64_t)h.n * sizeof *rec)
+  size_t rsz = 0;
+  if (fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, "KVPRMAP", 7) == 0)
+    rsz = h.magic[7] == '2' ? sizeof *rec : h.magic[7] == '1' ? V1_REC : 0;
+  if (rsz == 0 || h.seq < 0 || h.n > (1u << 30) || fstat(fileno(f), &sb) != 0 ||
+      (uint64_t)sb.st_size != sizeof h + (uint64_t)h.n * rsz)
     goto out;
   rc = KVP_ENOMEM;
-  if (!(rec = malloc((h.n ? h.n : 1) * sizeof *rec)))
+  if (!(rec = calloc(h.n ? h.n : 1, sizeof *rec)))
     goto out;
   rc = KVP_EPROTO;
-  if (fread(rec, sizeof *rec, (size_t)h.n, f) != h.n || fgetc(f) != EOF)
+  for (uint64_t i = 0; i < h.n; i++) /* a v1 record is a v2 one's first V1_REC bytes */
+    if (fread(&rec[i], rsz, 1, f) != 1)
+      goto out;
+  if (fgetc(f) != EOF)
     goto out;
+  for (uint64_t i = 0; rsz == V1_REC && i < h.n; i++) /* v1: the native flag, whole */
+    rec[i].flags = rec[i].flags ? KVP__RELAY_REC_NATIVE : 0;
   kvp__relay_map_clear(m);
   kvp__relay_map_import(m, rec, (size_t)h.n);
   *seq = h.seq;

@@ -63,15 +63,23 @@ static int decode(kvp__relay_ep_t *ep, kvp_relay_decoder_t *dec, int64_t seq, co
   return 0;
 }
 
+/* How a replay treats a buffer that begins after the sequence asked for. */
+enum {
+  REPLAY_EXACT,   /* a gap: the reply must begin at start */
+  REPLAY_LATE,    /* the relay joined late: what the buffer no longer holds came before
+                   * the relay and is not counted lost (a stream may start at any
+                   * number, TensorRT-LLM's at a timestamp) */
+  REPLAY_RESTART, /* an engine or relay restart: what the buffer no longer holds is
+                   * counted lost and logged */
+};
+
 /* Asks the replay socket for start..; applies what comes back up to (not
- * including) until, in order. With from_oldest the buffer may begin after
- * start (the relay joined late or the engine restarted: what the buffer no
- * longer holds is counted lost and logged); otherwise the reply must begin
- * at start. Replies before the next wanted sequence are skipped without
- * being decoded. Returns 0 when every sequence up to until-1 that the
- * buffer could hold arrived, -1 otherwise. */
-static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t until,
-                  int from_oldest) {
+ * including) until, in order. Except for REPLAY_EXACT the buffer may begin
+ * after start (see above); with REPLAY_EXACT the reply must begin at start.
+ * Replies before the next wanted sequence are skipped without being
+ * decoded. Returns 0 when every sequence up to until-1 that the buffer
+ * could hold arrived, -1 otherwise. */
+static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t until, int mode) {
   int ok = -1, linger = 0, tmo = (int)r->replay_timeout_ms, first = 1;
   int64_t next = start;
   void *d = zmq_socket(r->zctx, ZMQ_DEALER);
@@ -117,10 +125,16 @@ static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t un
       close_parts(p, n, 4);
       break;
     }
-    if (first && from_oldest && seq > next && seq < until) {
-      CNTN(ep, lost, (uint64_t)(seq - next));
-      LOG(ep, "replay buffer begins at %" PRId64 ": sequences %" PRId64 "..%" PRId64 " are gone",
-          seq, next, seq - 1);
+    if (first && mode != REPLAY_EXACT && seq > next && seq < until) {
+      /* A resumed relay misses only what came after it last published. */
+      int64_t from = ep->silent_until > next ? ep->silent_until : next;
+      if (mode == REPLAY_RESTART && seq > from) {
+        CNTN(ep, lost, (uint64_t)(seq - from));
+        LOG(ep, "replay buffer begins at %" PRId64 ": sequences %" PRId64 "..%" PRId64 " are gone",
+            seq, from, seq - 1);
+      } else if (mode == REPLAY_LATE) {
+        LOG(ep, "replay buffer begins at %" PRId64 ": the stream before it is not replayable", seq);
+      }
       next = seq;
       if (ep->silent_until > 0 && seq > ep->silent_until)
         kvp__relay_clear(ep, "what came after the last sequence published before the relay "
@@ -154,6 +168,12 @@ done:
   return ok;
 }
 
+/* The earliest sequence worth asking the replay socket for when the first
+ * one seen is seq: no engine buffers more than join_window messages. */
+static int64_t window_start(const kvp_relay_t *r, int64_t seq) {
+  return seq > (int64_t)r->join_window ? seq - (int64_t)r->join_window : 0;
+}
+
 void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
   zmq_msg_t p[3];
   int n = recv_parts(ep->sub, p, 3, ZMQ_DONTWAIT);
@@ -181,6 +201,12 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
     }
     goto out;
   }
+  if (d.nevents == 0 && d.errors == 0 && ep->last_seq >= 0 && seq == ep->last_seq) {
+    /* An idle batch that repeats the last sequence announces nothing: it
+     * is not a restarted publisher (which would clear and replay). */
+    CNT(ep, heartbeats);
+    goto out;
+  }
   if (ep->last_seq < 0 && ep->resume_seq >= 0) {
     /* Restarted relay: the previous run published up to resume_seq. */
     int64_t done = ep->resume_seq;
@@ -188,14 +214,22 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
     if (seq <= done) {
       CNT(ep, restarts);
       kvp__relay_clear(ep, "engine restarted while the relay was down (sequence went back)");
-      if (seq > 0 && ep->replay[0] && replay(r, ep, 0, seq, 1) != 0)
+      if (seq > 0 && ep->replay[0] && replay(r, ep, window_start(r, seq), seq, REPLAY_RESTART) != 0)
         LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
+    } else if (ep->replay[0] && done + 1 < window_start(r, seq)) {
+      /* Further behind than any engine buffers. */
+      CNTN(ep, lost, (uint64_t)(window_start(r, seq) - done - 1));
+      kvp__relay_clear(ep, "the relay was down for more sequences than an engine buffers");
+      if (replay(r, ep, window_start(r, seq), seq, REPLAY_LATE) != 0)
+        LOG(ep, "replay before %" PRId64 " incomplete", seq);
     } else if (ep->replay[0]) {
       /* From after the saved map (else the buffer's oldest): what was
        * published brings the map up to date, without being published. */
       int64_t from = ep->map_seq + 1;
+      if (from < window_start(r, seq))
+        from = window_start(r, seq);
       ep->silent_until = done + 1;
-      int rc = from < seq ? replay(r, ep, from, seq, 1) : 0;
+      int rc = from < seq ? replay(r, ep, from, seq, REPLAY_RESTART) : 0;
       ep->silent_until = 0;
       if (rc != 0 && (ep->last_seq > done ? ep->last_seq : done) < seq - 1)
         kvp__relay_clear(ep, "replay after the relay restarted failed or too short");
@@ -207,7 +241,7 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
     /* Joined late: the engine's replay buffer may hold what came before. */
     if (ep->replay[0]) {
       LOG(ep, "first sequence seen is %" PRId64 ": replaying what came before", seq);
-      if (replay(r, ep, 0, seq, 1) != 0)
+      if (replay(r, ep, window_start(r, seq), seq, REPLAY_LATE) != 0)
         LOG(ep, "replay before %" PRId64 " incomplete: earlier blocks stay unknown", seq);
     }
   } else if (ep->last_seq >= 0 && seq <= ep->last_seq) {
@@ -217,12 +251,12 @@ void kvp__relay_on_message(kvp_relay_t *r, kvp__relay_ep_t *ep) {
      * again; its first messages may have been lost, its buffer has them. */
     CNT(ep, restarts);
     kvp__relay_clear(ep, "engine publisher restarted (sequence went back)");
-    if (seq > 0 && ep->replay[0] && replay(r, ep, 0, seq, 1) != 0)
+    if (seq > 0 && ep->replay[0] && replay(r, ep, window_start(r, seq), seq, REPLAY_RESTART) != 0)
       LOG(ep, "replay of the restarted engine's 0..%" PRId64 " incomplete", seq - 1);
   } else if (ep->last_seq >= 0 && seq > ep->last_seq + 1) {
     CNT(ep, gaps);
     LOG(ep, "sequence gap: %" PRId64 " after %" PRId64, seq, ep->last_seq);
-    if (!ep->replay[0] || replay(r, ep, ep->last_seq + 1, seq, 0) != 0)
+    if (!ep->replay[0] || replay(r, ep, ep->last_seq + 1, seq, REPLAY_EXACT) != 0)
       kvp__relay_clear(ep, ep->replay[0] ? "replay failed or too short" : "no replay endpoint");
   }
   kvp__relay_apply(r, ep, &d);

@@ -22,6 +22,7 @@ void kvp_relay_opts_init(kvp_relay_opts_t *o) {
   o->rcvhwm = 100000;
   o->map_cap = (size_t)1 << 20;
   o->replay_timeout_ms = 1000;
+  o->join_window = 1u << 20;
   o->state_interval_ms = 200;
 }
 
@@ -32,18 +33,22 @@ static uint64_t now_ms(void) {
 }
 
 /* The publisher's snapshot source (kvplane/publisher.h): the blocks the
- * relay has published and not removed, per tier, from its map; called from
+ * relay has published and not removed, per tier, with their parents, from
+ * its map; called from
  * kvp_publisher_poll on the loop thread, which owns the map. Blocks whose
  * entries the map's LRU bound evicted are not in it. */
 static int snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **parents, size_t *n) {
   kvp__relay_ep_t *ep = ctx;
   size_t cap = kvp__relay_map_size(ep->map);
-  uint64_t *h = malloc((cap ? cap : 1) * sizeof *h);
-  if (!h)
+  uint64_t *h = malloc((cap ? cap : 1) * sizeof *h), *p = malloc((cap ? cap : 1) * sizeof *p);
+  if (!h || !p) {
+    free(h);
+    free(p);
     return KVP_ENOMEM;
-  *n = kvp__relay_map_tier(ep->map, tier, h);
+  }
+  *n = kvp__relay_map_tier(ep->map, tier, h, p);
   *hashes = h;
-  *parents = NULL;
+  *parents = p;            /* the prefix tree: the advisor re-stores each block under its parent */
   if (tier == KVP_TIER_G1) /* the first tier of each answer */
     CNT(ep, resyncs);
   return 0;
@@ -103,6 +108,7 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     return KVP_ENOMEM;
   r->rcvhwm = o->rcvhwm > 0 ? o->rcvhwm : 100000;
   r->replay_timeout_ms = o->replay_timeout_ms ? o->replay_timeout_ms : 1000;
+  r->join_window = o->join_window ? o->join_window : 1u << 20;
   r->block_size = o->block_size;
   r->state_interval_ms = o->state_interval_ms ? o->state_interval_ms : 200;
   kvp__relay_media_default(&r->media);
@@ -272,12 +278,12 @@ void kvp_relay_stats_print(kvp_relay_t *r, void *file) {
             ",\"replays\":%" PRIu64 ",\"replayed_msgs\":%" PRIu64 ",\"clears\":%" PRIu64
             ",\"restarts\":%" PRIu64 ",\"decode_errors\":%" PRIu64 ",\"lost\":%" PRIu64
             ",\"resyncs\":%" PRIu64 ",\"event_errors\":%" PRIu64 ",\"map_evictions\":%" PRIu64
-            ",\"last_seq\":%" PRId64 "}\n",
+            ",\"heartbeats\":%" PRIu64 ",\"last_seq\":%" PRId64 "}\n",
             r->ep[i].endpoint, r->ep[i].worker, s.msgs, s.in_stored, s.in_removed, s.in_cleared,
             s.out_stored, s.out_removed, s.out_cleared, s.blocks_kvp, s.blocks_native, s.skip_group,
             s.skip_medium, s.skip_dup, s.skip_kind, s.skip_kind_unknown, s.gaps, s.replays,
             s.replay_msgs, s.clears, s.restarts, s.decode_errors, s.lost, s.resyncs, s.event_errors,
-            s.map_evictions, s.last_seq);
+            s.map_evictions, s.heartbeats, s.last_seq);
   }
   fflush(f);
 }

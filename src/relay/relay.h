@@ -58,6 +58,9 @@ typedef struct kvp_relay_opts_s {
   uint32_t block_size;        /* tokens per block when events omit it; 0: from the event */
   const char *state_dir;      /* restart state per endpoint (<worker>.state), or NULL: none */
   uint32_t state_interval_ms; /* state written at most this often while events flow; 200 */
+  uint32_t join_window;       /* a relay whose first sequence is n asks the replay socket
+                               * for n - join_window.. at the earliest, never for 0..n-1
+                               * of a stream that starts at a timestamp; 1<<20 */
 } kvp_relay_opts_t;
 
 void kvp_relay_opts_init(kvp_relay_opts_t *o);
@@ -96,7 +99,8 @@ typedef struct kvp_relay_stats_s {
                            * the engine's replay buffer */
   uint64_t event_errors;  /* malformed events inside good payloads */
   uint64_t map_evictions;
-  uint64_t resyncs; /* advisor resync requests answered with the blocks published */
+  uint64_t resyncs;    /* advisor resync requests answered with the blocks published */
+  uint64_t heartbeats; /* batches without events (TensorRT-LLM's idle batches) */
   int64_t last_seq;
 } kvp_relay_stats_t;
 

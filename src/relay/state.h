@@ -64,7 +64,7 @@ struct kvp_relay_s {
   size_t nep;
   int stop;
   int rcvhwm;
-  uint32_t replay_timeout_ms, block_size, state_interval_ms;
+  uint32_t replay_timeout_ms, block_size, state_interval_ms, join_window;
   kvp_relay_media_t media;
   kvp_relay_decoder_t *dec;  /* live messages */
   kvp_relay_decoder_t *rdec; /* replayed ones, while a live message waits decoded */

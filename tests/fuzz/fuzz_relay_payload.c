@@ -32,6 +32,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       sink += e->token_ids[k];
     for (size_t k = 0; k < e->medium.len; k++)
       sink += (uint8_t)e->medium.p[k];
+    for (size_t b = 0, k = 0; e->mm && b < e->nhashes; b++) /* a count, then the hashes */
+      for (uint64_t c = e->mm[k++], j = 0; j < c; j++)
+        sink += e->mm[k++];
   }
   __asm__ volatile("" : : "r"(sink));
   return 0;

@@ -16,56 +16,13 @@ import sys
 import time
 
 import msgpack
-import xxhash
 import zmq
 
-MASK = (1 << 64) - 1
-SEED = 1337
-BS = 4
+from kvmodel import BS, MASK, Model, kvp_hashes, seed_for
 
 pub_port, rep_port, scenario, enc, layout, expect = sys.argv[1:7]
 # The replay buffer keeps the last BUFFER messages (vLLM's buffer_steps); 0: all.
 bufmax = int(sys.argv[7]) if len(sys.argv) > 7 else 0
-
-
-def seed_for(name):
-    if not name:
-        return SEED
-    return (SEED + xxhash.xxh3_64_intdigest(name.encode(), seed=0)) & MASK
-
-
-def kvp_hashes(tokens, parent_kvp, seed):
-    out, prev = [], parent_kvp
-    for i in range(0, len(tokens), BS):
-        blk = tokens[i:i + BS]
-        local = xxhash.xxh3_64_intdigest(struct.pack("<%dI" % len(blk), *blk), seed=seed)
-        if prev is None:
-            prev = local
-        else:
-            prev = xxhash.xxh3_64_intdigest(struct.pack("<QQ", prev, local), seed=seed)
-        out.append(prev)
-    return out
-
-
-class Model:
-    """What the index must hold: tier -> set of hashes; engine -> kvplane."""
-
-    def __init__(self):
-        self.tiers = {}
-        self.map = {}
-
-    def stored(self, tier, eh, kh):
-        for e, k in zip(eh, kh):
-            self.map[e] = k
-            self.tiers.setdefault(tier, set()).add(k)
-
-    def removed(self, tier, eh):
-        for e in eh:
-            k = self.map.pop(e, e)
-            self.tiers.get(tier, set()).discard(k)
-
-    def clear(self):
-        self.tiers, self.map = {}, {}
 
 
 MEDIUM_TIER = {None: 1, "GPU": 1, "CPU": 2, "DISK": 3}
@@ -107,7 +64,8 @@ def stored(model, eh, tokens, parent=None, medium=None, lora=None, extra=None, g
             pk = model.map[parent] if parent is not None else None
             salt = lora or ("lora_id:%d" % lora_id if lora_id else None)
             kh = kvp_hashes(tokens, pk, seed_for(salt))
-        model.stored(tier, [e & MASK for e in eh], kh)
+        model.stored(tier, [e & MASK for e in eh], kh,
+                     model.map.get(parent) if parent is not None else None)
     return ev
 
 
@@ -280,10 +238,5 @@ elif scenario == "restart":
     send(batch([stored(m, [6001], tok[:4])]), drop=True)
     send(batch([stored(m, [7001], tok[8:12])]))
 serve_replay(3000)
-with open(expect + ".tmp", "w") as f:
-    for tier, hs in sorted(m.tiers.items()):
-        for h in sorted(hs):
-            f.write("%d,%d\n" % (tier, h - (1 << 64) if h >= 1 << 63 else h))
-import os
-os.rename(expect + ".tmp", expect)
+m.write(expect)
 serve_replay(2000)

@@ -68,6 +68,8 @@ static void options_reach_relay_opts(void **state) {
                             "500",
                             "replay-timeout-ms",
                             "250",
+                            "join-window",
+                            "20000",
                             "stats-interval",
                             "30",
                             "metrics",
@@ -93,6 +95,7 @@ static void options_reach_relay_opts(void **state) {
   assert_int_equal(c.o.map_cap, 4096);
   assert_int_equal(c.o.rcvhwm, 500);
   assert_int_equal(c.o.replay_timeout_ms, 250);
+  assert_int_equal(c.o.join_window, 20000);
   assert_int_equal(c.stats_interval, 30);
   assert_string_equal(c.metrics, "127.0.0.1:0");
   assert_string_equal(c.o.state_dir, "/var/lib/kvplane-relay");
@@ -170,6 +173,7 @@ static void option_errors(void **state) {
   set_fails((const char *const[]){"hwm", "12x", NULL}, "--hwm: '12x'");
   set_fails((const char *const[]){"block-size", "", NULL}, "--block-size");
   set_fails((const char *const[]){"replay-timeout-ms", "600001", NULL}, "--replay-timeout-ms");
+  set_fails((const char *const[]){"join-window", "0", NULL}, "--join-window");
   set_fails((const char *const[]){"mode", "fast", NULL}, "--mode: 'fast' is not core or jetstream");
   set_fails((const char *const[]){"nats", "nope", NULL}, "--nats: 'nope' is not NAME=VALUE");
   set_fails((const char *const[]){"nats", "nope=1", NULL}, "nope");

@@ -1,10 +1,13 @@
 /* The engine payload decoder (src/relay/decode.c) and the relay tables
  * (src/relay/map.c): both event encodings, defaults, hash forms, malformed
- * input, LRU bounds. */
+ * input, extra keys, LRU bounds. Why this file is long: each case builds its
+ * msgpack by hand, byte shape by byte shape, which the decoder table asks
+ * for; the cases share the packing helpers at the top. */
 #include <msgpack.h>
 #include <string.h>
 
 #include "harness.h"
+#include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "relay/decode.h"
 #include "relay/map.h"
@@ -84,7 +87,8 @@ static void tagged_arrays(void **state) {
   assert_memory_equal(e->medium.p, "CPU", 3);
   assert_memory_equal(e->lora_name.p, "adapter", 7);
   assert_int_equal(e->cache_salt.len, 0); /* positional events carry no cache_salt */
-  assert_false(e->has_extra_keys);
+  assert_false(e->extra_opaque);
+  assert_null(e->mm);
   assert_int_equal(out.events[1].type, KVP_RELAY_EV_REMOVED);
   assert_true(out.events[1].hashes[0] == UINT64_C(0x0102030405060708));
   assert_int_equal(out.events[2].type, KVP_RELAY_EV_CLEARED);
@@ -150,7 +154,7 @@ static void maps_and_defaults(void **state) {
   assert_int_equal(e->medium.len, 0);
   e = &out.events[1];
   assert_int_equal(e->group_idx, 1);
-  assert_true(e->has_extra_keys);
+  assert_true(e->extra_opaque); /* "mm-hash" is no digest: not hashable */
   assert_memory_equal(e->kind.p, "sliding_window", 14);
   msgpack_sbuffer_destroy(&sb);
   kvp__relay_decoder_destroy(d);
@@ -325,7 +329,7 @@ static void scan_matches_tree(void **state) {
   kvp_relay_decoded_t a, b;
   assert_int_equal(kvp__relay_decoder_create(&d), 0);
   assert_int_equal(kvp__relay_decoder_create(&td), 0);
-  for (int shape = 0; shape < 12; shape++) {
+  for (int shape = 0; shape < 16; shape++) {
     msgpack_sbuffer sb;
     msgpack_packer p;
     msgpack_sbuffer_init(&sb);
@@ -370,6 +374,19 @@ static void scan_matches_tree(void **state) {
     if (shape == 10) {
       msgpack_pack_array(&p, 1);
       pk_str(&p, "mm");
+    } else if (shape >= 12) { /* extra keys kvplane hashes: digest, [id, offset], LoRA */
+      msgpack_pack_array(&p, shape == 15 ? 3 : 2);
+      if (shape == 12 || shape == 15)
+        pk_str(&p, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+      if (shape == 13 || shape == 15) {
+        msgpack_pack_array(&p, 2);
+        pk_str(&p, "opaque-image");
+        msgpack_pack_int(&p, shape == 13 ? -2 : 3);
+      }
+      if (shape == 14 || shape == 15)
+        pk_str(&p, "adapter");
+      if (shape != 15)
+        msgpack_pack_nil(&p);
     } else {
       msgpack_pack_nil(&p);
     }
@@ -425,11 +442,141 @@ static void scan_matches_tree(void **state) {
   kvp__relay_decoder_destroy(td);
 }
 
+/* The extra-keys table (README, relay section): what each item of a
+ * block's extra_keys (and Dynamo's block_mm_infos) becomes, both readers. */
+static void extra_keys_table(void **state) {
+  (void)state;
+  static const char dig[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  kvp_relay_decoder_t *d, *td;
+  kvp_relay_decoded_t a, b;
+  uint64_t opaque_id;
+  assert_int_equal(kvp__relay_decoder_create(&d), 0);
+  assert_int_equal(kvp__relay_decoder_create(&td), 0);
+  assert_int_equal(kvp_hash_mm_identifier("opaque", 6, &opaque_id), 0);
+  /* item: 0 digest, 1 [id, offset], 2 the LoRA name, 3 a cache salt, 4
+   * bytes (prompt embeddings), 5 an int, 6 [id] without offset */
+  for (int item = 0; item < 7; item++) {
+    msgpack_sbuffer sb;
+    msgpack_packer p;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&p, &sb, msgpack_sbuffer_write);
+    pk_batch(&p, 1);
+    msgpack_pack_array(&p, 9);
+    pk_str(&p, "BlockStored");
+    msgpack_pack_array(&p, 2);
+    msgpack_pack_uint64(&p, 1);
+    msgpack_pack_uint64(&p, 2);
+    msgpack_pack_nil(&p);
+    msgpack_pack_array(&p, 0);
+    msgpack_pack_int(&p, 2);
+    msgpack_pack_nil(&p);
+    msgpack_pack_nil(&p);
+    pk_str(&p, "lora-a");
+    msgpack_pack_array(&p, 2); /* block 0: the item and a digest; block 1: none */
+    msgpack_pack_array(&p, 2);
+    switch (item) {
+    case 0:
+      pk_str(&p, dig);
+      break;
+    case 1:
+      msgpack_pack_array(&p, 2);
+      pk_str(&p, "opaque");
+      msgpack_pack_int(&p, 4);
+      break;
+    case 2:
+      pk_str(&p, "lora-a");
+      break;
+    case 3:
+      pk_str(&p, "tenant-7");
+      break;
+    case 4:
+      msgpack_pack_bin(&p, 2);
+      msgpack_pack_bin_body(&p, "\x01\x02", 2);
+      break;
+    case 5:
+      msgpack_pack_int(&p, 5);
+      break;
+    default:
+      msgpack_pack_array(&p, 1);
+      pk_str(&p, "opaque");
+      break;
+    }
+    pk_str(&p, dig);
+    msgpack_pack_nil(&p); /* block 1 */
+    msgpack_pack_nil(&p); /* dp_rank */
+    assert_int_equal(decode(d, &sb, &a), 0);
+    assert_int_equal(kvp__relay_decode_tree(td, (const uint8_t *)sb.data, sb.size, &b), 0);
+    assert_true(kvp__relay_decoded_same(&a, &b));
+    const kvp_relay_event_t *e = &a.events[0];
+    uint64_t want = UINT64_C(0x0123456789abcdef);
+    if (item >= 3) {
+      assert_true(e->extra_opaque);
+      assert_null(e->mm);
+    } else {
+      assert_false(e->extra_opaque);
+      assert_non_null(e->mm);
+      size_t k = 0, n0 = (size_t)e->mm[k++];
+      assert_int_equal(n0, item == 2 ? 1 : 2);
+      if (item == 0)
+        assert_true(e->mm[k] == want && e->mm[k + 1] == want);
+      if (item == 1)
+        assert_true(e->mm[k] == opaque_id && e->mm[k + 1] == want);
+      if (item == 2)
+        assert_true(e->mm[k] == want);
+      k += n0;
+      assert_int_equal(e->mm[k], 0); /* block 1 */
+    }
+    msgpack_sbuffer_destroy(&sb);
+  }
+  /* Dynamo's TensorRT-LLM events: block_mm_infos by key. */
+  msgpack_sbuffer sb;
+  msgpack_packer p;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&p, &sb, msgpack_sbuffer_write);
+  pk_batch(&p, 1);
+  msgpack_pack_map(&p, 3);
+  pk_str(&p, "type");
+  pk_str(&p, "BlockStored");
+  pk_str(&p, "block_hashes");
+  msgpack_pack_array(&p, 2);
+  msgpack_pack_int64(&p, -3);
+  msgpack_pack_int64(&p, 4);
+  pk_str(&p, "block_mm_infos");
+  msgpack_pack_array(&p, 2);
+  msgpack_pack_nil(&p);
+  msgpack_pack_map(&p, 1);
+  pk_str(&p, "mm_objects");
+  msgpack_pack_array(&p, 2);
+  for (int i = 0; i < 2; i++) {
+    msgpack_pack_map(&p, 2);
+    pk_str(&p, "mm_hash");
+    msgpack_pack_uint64(&p, UINT64_MAX - (uint64_t)i);
+    pk_str(&p, "offsets");
+    msgpack_pack_array(&p, 0);
+  }
+  msgpack_pack_nil(&p);
+  assert_int_equal(decode(d, &sb, &a), 0);
+  const kvp_relay_event_t *e = &a.events[0];
+  assert_false(e->extra_opaque);
+  assert_non_null(e->mm);
+  assert_int_equal(e->mm[0], 0);
+  assert_int_equal(e->mm[1], 2);
+  assert_true(e->mm[2] == UINT64_MAX && e->mm[3] == UINT64_MAX - 1);
+  msgpack_sbuffer_destroy(&sb);
+  kvp__relay_decoder_destroy(d);
+  kvp__relay_decoder_destroy(td);
+}
+
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(tagged_arrays),       cmocka_unit_test(maps_and_defaults),
-    cmocka_unit_test(malformed_rejected),  cmocka_unit_test(media_table),
-    cmocka_unit_test(spec_kinds),          cmocka_unit_test(map_lru_bounded),
-    cmocka_unit_test(map_copies_per_tier), cmocka_unit_test(map_grows_with_what_it_holds),
+    cmocka_unit_test(extra_keys_table),
+    cmocka_unit_test(tagged_arrays),
+    cmocka_unit_test(maps_and_defaults),
+    cmocka_unit_test(malformed_rejected),
+    cmocka_unit_test(media_table),
+    cmocka_unit_test(spec_kinds),
+    cmocka_unit_test(map_lru_bounded),
+    cmocka_unit_test(map_copies_per_tier),
+    cmocka_unit_test(map_grows_with_what_it_holds),
     cmocka_unit_test(scan_matches_tree),
 };
 

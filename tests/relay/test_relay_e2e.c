@@ -1,15 +1,23 @@
-/* kvplane-relay end to end: a vLLM-shaped publisher in Python (Debian's
+/* Why this file is long: every case runs the same real parts (engine
+ * script, relay, nats-server, advisor) through the shared scenario runner
+ * and database readers at the top; split, each file would repeat them.
+ *
+ * kvplane-relay end to end: a vLLM-shaped publisher in Python (Debian's
  * /usr/bin/python3 with python3-zmq and python3-msgpack, tests/relay/
- * engine_pub.py) feeds an in-process relay, which republishes through the
+ * engine_pub.py; engines.py for SGLang, TensorRT-LLM through Dynamo and
+ * vLLM's extra_keys) feeds an in-process relay, which republishes through the
  * kvplane publisher to a real nats-server, where a real in-process advisor
  * indexes the blocks. The advisor's database must end with exactly the
  * blocks and tiers the publisher's own model computed (with kvplane's
  * sequence hashes computed independently in Python). */
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,8 +107,99 @@ static size_t read_db(const char *db, int64_t (*out)[2], size_t cap) {
   return read_db_worker(db, "eng0", out, cap);
 }
 
+/* The advisor's parent of each block, "hash,parent" lines of path
+ * (engine_pub.py and engines.py write them beside the expectation): 1 when
+ * every one is what the database holds, else 0 (printed). */
+static int parents_equal(const char *db, const char *path, int loud) {
+  char file[600];
+  int64_t pairs[64][2];
+  snprintf(file, sizeof file, "%s.parents", path);
+  FILE *f = fopen(file, "r");
+  size_t n = 0;
+  if (!f)
+    return 0;
+  while (n < 64 && fscanf(f, "%" SCNd64 ",%" SCNd64, &pairs[n][0], &pairs[n][1]) == 2)
+    n++;
+  fclose(f);
+  sqlite3 *h = NULL;
+  sqlite3_stmt *s = NULL;
+  int ok =
+      sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(h, "SELECT parent FROM blocks WHERE hash = ?", -1, &s, NULL) == SQLITE_OK;
+  for (size_t i = 0; ok && i < n; i++) {
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, pairs[i][0]);
+    int64_t got = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL
+                      ? sqlite3_column_int64(s, 0)
+                      : pairs[i][0];
+    if (got != pairs[i][1]) {
+      if (loud)
+        fprintf(stderr,
+                "  block %" PRId64 ": parent %" PRId64 " in the database, want %" PRId64 "\n",
+                pairs[i][0], got, pairs[i][1]);
+      ok = 0;
+    }
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(h);
+  return ok;
+}
+
+/* The longest chain of the "hash,parent" lines of path, asked of the
+ * advisor as a prefix match: 1 when some (worker, tier) matches all of it. */
+static int chain_matches(advfix_t *f, const char *path) {
+  char file[600];
+  int64_t pairs[64][2], chain[65];
+  size_t n = 0, len = 0;
+  snprintf(file, sizeof file, "%s.parents", path);
+  FILE *fp = fopen(file, "r");
+  if (!fp)
+    return 0;
+  while (n < 64 && fscanf(fp, "%" SCNd64 ",%" SCNd64, &pairs[n][0], &pairs[n][1]) == 2)
+    n++;
+  fclose(fp);
+  for (size_t i = 0; i < n && len == 0; i++) { /* a root: a parent that is no child */
+    int child = 0;
+    for (size_t j = 0; j < n; j++)
+      child |= pairs[j][0] == pairs[i][1];
+    if (!child)
+      chain[len++] = pairs[i][1];
+  }
+  for (int more = len > 0; more && len < 65;) {
+    more = 0;
+    for (size_t j = 0; j < n && !more; j++)
+      if (pairs[j][1] == chain[len - 1])
+        chain[len++] = pairs[j][0], more = 1;
+  }
+  uint8_t bin[4 + 65 * 8];
+  memcpy(bin, "KVPM", 4);
+  for (size_t i = 0; i < len; i++)
+    for (int k = 0; k < 8; k++)
+      bin[4 + i * 8 + (size_t)k] = (uint8_t)((uint64_t)chain[i] >> (8 * k));
+  char *rep = advfix_request(f, "match", bin, (int)(4 + len * 8));
+  long long best = 0;
+  for (const char *p = rep; p && (p = strstr(p, "\"length\":")) != NULL; p++)
+    if (atoll(p + 9) > best)
+      best = atoll(p + 9);
+  if (len < 2 || best != (long long)len)
+    fprintf(stderr, "  prefix match of a chain of %zu blocks: %lld (%s)\n", len, best,
+            rep ? rep : "no reply");
+  free(rep);
+  return len >= 2 && best == (long long)len;
+}
+
+/* The script of a scenario: engines.py for the other engines' shapes. */
+static const char *script_of(const char *name) {
+  const char *other[] = {"sglang", "trtllm", "mm", "chain"};
+  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+    if (strcmp(name, other[i]) == 0)
+      return "engines.py";
+  return "engine_pub.py";
+}
+
 /* Runs one scenario; *st gets the relay's figures. With resync, the relay's
- * publisher is asked for a resync once the blocks are in. */
+ * publisher is asked for a resync once the blocks are in, and the advisor
+ * must then hold the same blocks with the same parents. */
 static void scenario_r(const char *name, const char *enc, const char *layout, int resync,
                        kvp_relay_stats_t *st) {
   run_t *r = calloc(1, sizeof *r);
@@ -129,7 +228,7 @@ static void scenario_r(const char *name, const char *enc, const char *layout, in
   assert_int_equal(kvp_relay_open(&o, &r->relay, err, sizeof err), 0);
   assert_int_equal(pthread_create(&r->relay_th, NULL, relay_main, r->relay), 0);
 
-  snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
+  snprintf(script, sizeof script, "%s/relay/%s", kvp_test_srcdir(), script_of(name));
   snprintf(r->expect, sizeof r->expect, "%s/expect.csv", r->f.dir);
   char *argv[] = {"/usr/bin/python3", script,         r->ports[0], r->ports[1], (char *)name,
                   (char *)enc,        (char *)layout, r->expect,   NULL};
@@ -146,17 +245,25 @@ static void scenario_r(const char *name, const char *enc, const char *layout, in
       break;
     usleep(50 * 1000);
   }
+  int parents_ok = 1, match_ok = 1;
   if (resync) {
-    /* As the advisor asks: the relay answers with the blocks it published,
-     * and the index stays exact. */
+    /* As the advisor asks: the relay answers with the blocks it published
+     * and their parents, and the index stays exact, prefix tree included. */
+    long long before = advfix_stat(&r->f, "ingest.snapshots");
     kvp_publisher_request_resync(kvp__relay_endpoint_publisher(r->relay, 0));
-    usleep(500 * 1000);
+    for (int i = 0; i < 200 && advfix_stat(&r->f, "ingest.snapshots") <= before; i++)
+      usleep(50 * 1000);
     for (int i = 0; i < 200; i++) {
       ng = read_db(r->f.db, got, 64);
-      if (ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0)
+      parents_ok = parents_equal(r->f.db, r->expect, 0);
+      if (ng == nw && memcmp(got, want, nw * sizeof want[0]) == 0 && parents_ok)
         break;
       usleep(50 * 1000);
     }
+    if (!parents_ok)
+      parents_equal(r->f.db, r->expect, 1);
+    if (strcmp(name, "chain") == 0)
+      match_ok = chain_matches(&r->f, r->expect);
   }
   pthread_join(r->pub_th, NULL);
   kvp_relay_stop(r->relay);
@@ -175,6 +282,8 @@ static void scenario_r(const char *name, const char *enc, const char *layout, in
     free(r);
     fail();
   }
+  assert_true(parents_ok);
+  assert_true(match_ok);
   assert_int_equal(r->pub_rc, 0);
   free(r);
 }
@@ -277,6 +386,72 @@ static void copies_per_medium(void **state) {
     assert_int_equal(st.skip_unmapped, 0);
     assert_int_equal(st.clears, 0);
   }
+}
+
+/* SGLang's shapes (engines.py sglang): positional events without medium,
+ * the batch without a rank, lora_id as the adapter, a gap replayed in the
+ * layout SGLang answers with; and the same fields by name. */
+static void sglang_shapes(void **state) {
+  (void)state;
+  const char *encs[] = {"array", "map"};
+  for (int i = 0; i < 2; i++) {
+    kvp_relay_stats_t st;
+    scenario("sglang", encs[i], "empty", &st);
+    assert_int_equal(st.gaps, 1);
+    assert_int_equal(st.replay_msgs, 1);
+    assert_int_equal(st.clears, 0);
+    assert_int_equal(st.blocks_native, 0);
+    assert_int_equal(st.blocks_kvp, 5);
+    assert_int_equal(st.event_errors, 0);
+  }
+}
+
+/* TensorRT-LLM through Dynamo's publisher (engines.py trtllm): one map
+ * event per message in an array batch, signed hashes, block_mm_infos; a
+ * sequence from a timestamp whose first three messages (AllBlocksCleared
+ * among them) reach the relay only through the replay buffer, which must
+ * not be asked for 0..n-1 nor count them lost; idle batches, one repeating
+ * its sequence, are neither a restart nor a gap. */
+static void trtllm_shapes(void **state) {
+  (void)state;
+  kvp_relay_stats_t st;
+  scenario("trtllm", "map", "empty", &st);
+  assert_int_equal(st.replays, 1);
+  assert_int_equal(st.replay_msgs, 3);
+  assert_int_equal(st.lost, 0);
+  assert_int_equal(st.gaps, 0);
+  assert_int_equal(st.restarts, 0);
+  assert_int_equal(st.clears, 0);
+  assert_int_equal(st.in_cleared, 1);
+  assert_int_equal(st.heartbeats, 3);
+  assert_int_equal(st.blocks_native, 0);
+  assert_int_equal(st.event_errors, 0);
+}
+
+/* vLLM's extra_keys (engines.py mm): multimodal digests and [id, offset]
+ * items are hashed by Dynamo's rule, the LoRA name is the seed; a cache
+ * salt and prompt-embedding bytes keep the engine's hashes. */
+static void extra_keys_derived(void **state) {
+  (void)state;
+  const char *encs[] = {"array", "map"};
+  for (int i = 0; i < 2; i++) {
+    kvp_relay_stats_t st;
+    scenario("mm", encs[i], "topic", &st);
+    assert_int_equal(st.blocks_kvp, 5);
+    assert_int_equal(st.blocks_native, 2);
+    assert_int_equal(st.event_errors, 0);
+  }
+}
+
+/* The answer to the advisor's resync carries parents: after it the
+ * advisor holds the same blocks with the same parents, and a prefix match
+ * of the chain finds all of it. */
+static void resync_keeps_prefixes(void **state) {
+  (void)state;
+  kvp_relay_stats_t st;
+  scenario_r("chain", "map", "topic", 1, &st);
+  assert_int_equal(st.resyncs, 1);
+  assert_int_equal(st.clears, 0);
 }
 
 extern char **environ;
@@ -395,10 +570,33 @@ static void *rank_main(void *p) {
   return NULL;
 }
 
+/* 1 when 127.0.0.1:port can be bound now (as ZMQ binds: SO_REUSEADDR). */
+static int port_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, ok;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  if (fd < 0)
+    return 0;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
 /* The README's --dp-ranks example, on loopback with its ports: two ranks
- * of one engine at 5557+k (replay 5657+k), workers big-dp0 and big-dp1. */
+ * of one engine at 5557+k (replay 5657+k), workers big-dp0 and big-dp1.
+ * The ports are fixed (they are the README's): when one is taken on this
+ * machine the case is skipped (exit 77, which ctest reports as skipped),
+ * naming the port, rather than failing on someone else's socket. */
 static void dp_ranks_readme_example(void **state) {
   (void)state;
+  const int ports[] = {5557, 5558, 5657, 5658};
+  for (size_t i = 0; i < sizeof ports / sizeof ports[0]; i++)
+    if (!port_free(ports[i])) {
+      fprintf(stderr, "dp_ranks_readme_example: skipped: port %d on 127.0.0.1 is in use\n",
+              ports[i]);
+      exit(77);
+    }
   advfix_t *f = calloc(1, sizeof *f);
   rank_t *rk = calloc(2, sizeof *rk);
   kvp__relay_cli_t *c = calloc(1, sizeof *c);
@@ -474,11 +672,20 @@ static void dp_ranks_readme_example(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(basic_both_encodings),           cmocka_unit_test(gap_replayed_each_layout),
-    cmocka_unit_test(replay_unavailable_clears),      cmocka_unit_test(publisher_restart_clears),
-    cmocka_unit_test(undecodable_sequences_ignored),  cmocka_unit_test(copies_per_medium),
-    cmocka_unit_test(joined_late_replays_before),     cmocka_unit_test(relay_killed_resumes_exact),
-    cmocka_unit_test(relay_terminated_resumes_exact), cmocka_unit_test(dp_ranks_readme_example),
+    cmocka_unit_test(basic_both_encodings),
+    cmocka_unit_test(gap_replayed_each_layout),
+    cmocka_unit_test(replay_unavailable_clears),
+    cmocka_unit_test(publisher_restart_clears),
+    cmocka_unit_test(undecodable_sequences_ignored),
+    cmocka_unit_test(copies_per_medium),
+    cmocka_unit_test(joined_late_replays_before),
+    cmocka_unit_test(relay_killed_resumes_exact),
+    cmocka_unit_test(relay_terminated_resumes_exact),
+    cmocka_unit_test(dp_ranks_readme_example),
+    cmocka_unit_test(sglang_shapes),
+    cmocka_unit_test(trtllm_shapes),
+    cmocka_unit_test(extra_keys_derived),
+    cmocka_unit_test(resync_keeps_prefixes),
 };
 
 KVP_TEST_MAIN("relay_e2e", tests)

@@ -69,9 +69,60 @@ static void map_round_trip(void **state) {
   kvp_test_rmtree(dir);
 }
 
+/* Parents survive a map file (the relay's resync answer rebuilds the
+ * advisor's prefix tree from them), and a map file of the format before
+ * parents ("KVPRMAP1", 32-byte records) is still read. */
+static void map_parents_and_v1_files(void **state) {
+  (void)state;
+  char dir[256], path[512];
+  kvp_relay_map_t *m, *m2;
+  uint64_t h[4], p[4], v;
+  int64_t seq = -1;
+  assert_non_null(kvp_test_tmpdir(dir, sizeof dir));
+  assert_int_equal(kvp__relay_state_path(path, sizeof path, dir, "eng0", "map"), 0);
+  assert_int_equal(kvp__relay_map_create(8, &m), 0);
+  assert_int_equal(kvp__relay_map_create(8, &m2), 0);
+  kvp__relay_map_put_child(m, 1, 100, 1, 0, 0, 0);
+  kvp__relay_map_put_child(m, 2, 200, 1, 0, 1, 100);
+  kvp__relay_map_put_child(m, 2, 200, 2, 0, -1, 0); /* a copy keeps its parent */
+  assert_int_equal(kvp__relay_map_write(path, 5, m), 0);
+  assert_int_equal(kvp__relay_map_read(path, &seq, m2), 0);
+  assert_int_equal(kvp__relay_map_tier(m2, 1, h, p), 2);
+  for (int i = 0; i < 2; i++)
+    assert_true(h[i] == 100 ? p[i] == 100 : (h[i] == 200 && p[i] == 100));
+  assert_int_equal(kvp__relay_map_tier(m2, 2, h, p), 1);
+  assert_true(h[0] == 200 && p[0] == 100);
+  /* The old format: header "KVPRMAP1", records without the parent. */
+  struct {
+    char magic[8];
+    int64_t seq;
+    uint64_t n;
+  } hdr = {.magic = "KVPRMAP", .seq = 9, .n = 1};
+  hdr.magic[7] = '1';
+  uint8_t rec[32] = {0};
+  uint64_t eng = 7, kvp = 700, native = 1;
+  uint16_t copies[4] = {1, 0, 0, 0};
+  memcpy(rec, &eng, 8), memcpy(rec + 8, &kvp, 8), memcpy(rec + 16, copies, 8);
+  memcpy(rec + 24, &native, 8);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(&hdr, sizeof hdr, 1, f), 1);
+  assert_int_equal(fwrite(rec, sizeof rec, 1, f), 1);
+  fclose(f);
+  assert_int_equal(kvp__relay_map_read(path, &seq, m2), 0);
+  assert_int_equal(seq, 9);
+  assert_int_equal(kvp__relay_map_get(m2, 7, &v), 2); /* native */
+  assert_int_equal(kvp__relay_map_tier(m2, 1, h, p), 1);
+  assert_true(h[0] == 700 && p[0] == 700); /* no parent */
+  kvp__relay_map_destroy(m);
+  kvp__relay_map_destroy(m2);
+  kvp_test_rmtree(dir);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(state_round_trip),
     cmocka_unit_test(map_round_trip),
+    cmocka_unit_test(map_parents_and_v1_files),
 };
 
 KVP_TEST_MAIN("relay_persist", tests)
