@@ -1,15 +1,12 @@
-/* kvp-bench ingest, match, persist: the advisor's figures (issue 6).
+/* kvp-bench ingest, persist: the advisor's figures (issue 6).
  *
  *   ingest   decode + apply of trace-driven event batches into the index,
  *            block-events/s, against decoding the same batches only.
- *   match    p50/p99 of a 64-block prefix match against 1M blocks over 8
- *            workers, against 64 plain hash-table lookups; bytes of memory
- *            per block location (resident-set delta / locations).
  *   persist  block changes written per second by the write-behind flush,
  *            against a plain SQLite upsert loop doing the same row work on
  *            the same schema; persistence lag at 100k changes/s.
  *
- * Everything runs in process, no NATS: these are the costs of the advisor's
+ * (match is in bench_index.c.) Everything runs in process, no NATS: these are the costs of the advisor's
  * own code. The trace is data/conversation_trace.jsonl.gz (KVP_TRACE). */
 #include <jansson.h>
 #include <malloc.h>
@@ -40,11 +37,6 @@ static uint64_t rnd(void) {
   x ^= x >> 7;
   x ^= x << 17;
   return rng_state = x;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
 }
 
 /* --- a tiny open-addressing set (bench bookkeeping and the baseline) ---- */
@@ -295,98 +287,6 @@ KVP_BENCH_SUITE(ingest, "advisor: decode + apply of trace-driven batches, block-
     free(m.buf[i]);
   free(m.buf);
   free(m.len);
-  return 0;
-}
-
-/* --- match -------------------------------------------------------------- */
-
-#define CHAIN 64
-
-static int pct_cmp(const void *a, const void *b) {
-  return cmp_u64(a, b);
-}
-
-KVP_BENCH_SUITE(match, "advisor: 64-block prefix match vs 1M blocks / 8 workers; bytes/location") {
-  (void)argc;
-  (void)argv;
-  const size_t nblocks = 1u << 20, nchains = nblocks / CHAIN, nq = 200000;
-  uint64_t *chains = malloc(nblocks * sizeof *chains);
-  uint64_t *lat = malloc(nq * sizeof *lat), *blat = malloc(nq * sizeof *blat);
-  kvp__index_match_t rows[64];
-  kvp__index_t *ix = NULL;
-  uint16_t w[8];
-
-  for (size_t c = 0; c < nchains; c++) {
-    uint64_t prev = rnd();
-    for (size_t i = 0; i < CHAIN; i++)
-      chains[c * CHAIN + i] = prev = kvp_hash_chain(prev, rnd(), KVP_HASH_SEED);
-  }
-  size_t rss0 = kvp_bench_rss_bytes();
-  kvp__index_create(nblocks, 3600, &ix);
-  /* As after a flush: the write-behind lists are empty between flushes. */
-  kvp__index_track_dirty(ix, 0);
-  for (int i = 0; i < 8; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "worker%d", i);
-    kvp__index_worker(ix, name, 0, &w[i]);
-  }
-  /* Chain c lives in G1 of worker c % 8; its first 16 blocks also sit in G2
-   * of the next worker (shared system prompts). */
-  for (size_t c = 0; c < nchains; c++)
-    for (size_t i = 0; i < CHAIN; i++) {
-      uint64_t h = chains[c * CHAIN + i];
-      kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[c % 8], 1, 0, 16, 1 << 20,
-                       NOW_MS);
-      if (i < 16)
-        kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[(c + 1) % 8], 2, 0, 16,
-                         1 << 20, NOW_MS);
-    }
-  size_t rss1 = kvp_bench_rss_bytes();
-  kvp__index_stats_t st;
-  kvp__index_stats(ix, &st);
-
-  /* Baseline: a plain u64 -> u32 open-addressing table of the same blocks. */
-  uset_t plain;
-  us_init(&plain, nblocks);
-  for (size_t i = 0; i < nblocks; i++)
-    us_put(&plain, chains[i], (uint32_t)i);
-
-  for (size_t q = 0; q < nq; q++) {
-    const uint64_t *h = &chains[(rnd() % nchains) * CHAIN];
-    uint64_t t0 = kvp_bench_now_ns();
-    size_t n = 0;
-    int mrc = kvp__index_match(ix, h, CHAIN, rows, 64, &n);
-    lat[q] = kvp_bench_now_ns() - t0;
-    kvp_bench_sink((uint64_t)n + (uint64_t)mrc + rows[0].length);
-    h = &chains[(rnd() % nchains) * CHAIN];
-    t0 = kvp_bench_now_ns();
-    uint64_t acc = 0;
-    for (int i = 0; i < CHAIN; i++) {
-      uint32_t *v = us_get(&plain, h[i]);
-      acc += v ? *v : 0;
-    }
-    blat[q] = kvp_bench_now_ns() - t0;
-    kvp_bench_sink(acc);
-  }
-  qsort(lat, nq, sizeof *lat, pct_cmp);
-  qsort(blat, nq, sizeof *blat, pct_cmp);
-  printf("# %zu blocks, %zu locations over 8 workers; %zu random 64-block queries\n", st.blocks,
-         st.locations, nq);
-  kvp_bench_report("match.p50_us", (double)lat[nq / 2] / 1e3, "us", "64-plain-lookups",
-                   (double)blat[nq / 2] / 1e3);
-  kvp_bench_report("match.p99_us", (double)lat[nq * 99 / 100] / 1e3, "us", "64-plain-lookups",
-                   (double)blat[nq * 99 / 100] / 1e3);
-  kvp_bench_report("match.rss_bytes_per_location", (double)(rss1 - rss0) / (double)st.locations,
-                   "B", NULL, 0);
-  kvp_bench_report("match.rss_bytes_per_block", (double)(rss1 - rss0) / (double)st.blocks, "B",
-                   NULL, 0);
-  kvp_bench_report("match.index_bytes_per_location", (double)st.memory_bytes / (double)st.locations,
-                   "B", NULL, 0);
-  us_free(&plain);
-  kvp__index_destroy(ix);
-  free(chains);
-  free(lat);
-  free(blat);
   return 0;
 }
 
