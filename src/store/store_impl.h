@@ -48,6 +48,8 @@ struct kvp__store_s {
   size_t nhist, hist_cap;
   uint64_t hist_keep_ms;
   _Atomic uint64_t hist_dropped; /* also counted by a failed write, on its thread */
+  kvp__store_progress_fn progress; /* of kvp__store_load */
+  void *progress_ctx;
 };
 
 /* Runs sql; on failure err (may be NULL) says why. Returns 0 or KVP_EDB. */
