@@ -96,6 +96,18 @@ static inline uint32_t kvp__index_tag_of(uint64_t h) {
   return (uint32_t)(h >> (64 - (32 - IDX_BITS))) << IDX_BITS;
 }
 
+/* The node of hash h, probing from slot s (its home slot), or 0. */
+static inline uint32_t kvp__index_find_at(const kvp__index_t *ix, uint64_t h, size_t s) {
+  uint32_t tag = kvp__index_tag_of(h);
+  for (;; s = kvp__index_next(s, ix->cap)) {
+    uint32_t v = ix->slots[s];
+    if (v == 0)
+      return 0;
+    if ((v & ~IDX_MASK) == tag && ix->nodes[v & IDX_MASK].hash == h)
+      return v & IDX_MASK;
+  }
+}
+
 /* The node of hash h, or 0. */
 static inline uint32_t kvp__index_find(const kvp__index_t *ix, uint64_t h) {
   uint32_t tag = kvp__index_tag_of(h);
@@ -108,7 +120,17 @@ static inline uint32_t kvp__index_find(const kvp__index_t *ix, uint64_t h) {
   }
 }
 
-/* The first node whose tag matches: right almost always, for prefetching. */
+/* The first node whose tag matches, probing from slot s: right almost
+ * always, for prefetching. */
+static inline uint32_t kvp__index_candidate_at(const kvp__index_t *ix, uint64_t h, size_t s) {
+  uint32_t tag = kvp__index_tag_of(h);
+  for (;; s = kvp__index_next(s, ix->cap)) {
+    uint32_t v = ix->slots[s];
+    if (v == 0 || (v & ~IDX_MASK) == tag)
+      return v & IDX_MASK;
+  }
+}
+
 static inline uint32_t kvp__index_candidate(const kvp__index_t *ix, uint64_t h) {
   uint32_t tag = kvp__index_tag_of(h);
   for (size_t s = kvp__index_slot_of(h, ix->cap);; s = kvp__index_next(s, ix->cap)) {

@@ -15,19 +15,21 @@
 int kvp__index_match(const kvp__index_t *ix, const uint64_t *hashes, size_t n,
                      kvp__index_match_t *out, size_t cap, size_t *nrows) {
   uint32_t nodes[MATCH_BATCH];
-  size_t rows = 0;
+  size_t home[MATCH_BATCH], rows = 0;
   int rc = 0;
 
   for (size_t base = 0; base < n; base += MATCH_BATCH) {
     size_t m = n - base < MATCH_BATCH ? n - base : MATCH_BATCH;
     /* Misses dominate: issue every slot load first, then every record
      * load, so the memory system works on them in parallel. */
-    for (size_t i = 0; i < m; i++)
-      __builtin_prefetch(&ix->slots[kvp__index_slot_of(hashes[base + i], ix->cap)]);
-    for (size_t i = 0; i < m; i++)
-      __builtin_prefetch(&ix->nodes[kvp__index_candidate(ix, hashes[base + i])]);
     for (size_t i = 0; i < m; i++) {
-      nodes[i] = kvp__index_find(ix, hashes[base + i]);
+      home[i] = kvp__index_slot_of(hashes[base + i], ix->cap);
+      __builtin_prefetch(&ix->slots[home[i]]);
+    }
+    for (size_t i = 0; i < m; i++)
+      __builtin_prefetch(&ix->nodes[kvp__index_candidate_at(ix, hashes[base + i], home[i])]);
+    for (size_t i = 0; i < m; i++) {
+      nodes[i] = kvp__index_find_at(ix, hashes[base + i], home[i]);
       if (nodes[i] && (ix->nodes[nodes[i]].flags & NODE_OVF))
         __builtin_prefetch(&ix->slab[ix->nodes[nodes[i]].loc[0]]);
     }
