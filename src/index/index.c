@@ -134,7 +134,16 @@ int kvp__index_reserve(kvp__index_t *ix, size_t blocks) {
     return KVP_ENOSPC;
   if (blocks * LOAD_DEN > ix->cap * LOAD_NUM && rehash(ix, cap_for(blocks)) != 0)
     return KVP_ENOMEM;
-  return grow_nodes(ix, blocks + 1);
+  if (blocks + 1 <= ix->node_cap)
+    return 0;
+  /* Exactly what was asked for: a cap reserves its whole budget here. */
+  node_t *p = realloc(ix->nodes, (blocks + 1) * sizeof(node_t));
+  if (p == NULL)
+    return KVP_ENOMEM;
+  ix->nodes = p;
+  ix->node_cap = blocks + 1;
+  hint_huge(ix->nodes, ix->node_cap * sizeof(node_t));
+  return 0;
 }
 
 static size_t dist(size_t from, size_t to, size_t cap) {

@@ -148,6 +148,27 @@ size_t kvp__index_lru(const kvp__index_t *ix, int tier, uint64_t *hashes, size_t
 size_t kvp__index_lru_keys(const kvp__index_t *ix, unsigned tier_mask, uint64_t *keys,
                            size_t cap);
 
+/* --- the memory cap (evict.c) --- */
+
+/* Bytes the index's live content needs: its records, its map at the
+ * highest fill, the slab chunks in use, names, shapes and the change log.
+ * What a memory cap is held to (allocated capacity does not shrink). */
+size_t kvp__index_memory_used(const kvp__index_t *ix);
+
+/* Blocks (of one or two locations) that bytes of memory hold. */
+size_t kvp__index_blocks_for(size_t bytes);
+
+/* Called for each location kvp__index_evict drops, before it goes. */
+typedef void (*kvp__index_evict_fn)(void *ctx, uint64_t hash, uint16_t worker, int tier);
+
+/* Drops about n of the coldest locations in the tiers of tier_mask: the
+ * n coldest are picked by one LRU walk and every location of their blocks
+ * in those tiers goes (so a block is never half-dropped from them). The
+ * drops reach the store as removals. Returns the number dropped (0 when
+ * there was no memory for the walk). */
+size_t kvp__index_evict(kvp__index_t *ix, unsigned tier_mask, size_t n, kvp__index_evict_fn fn,
+                        void *ctx);
+
 /* Figures. */
 typedef struct kvp__index_stats_s {
   size_t blocks;
