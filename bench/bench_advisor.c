@@ -23,12 +23,12 @@
 #include "advisor/ingest.h"
 #include "store/store.h"
 #include "bench.h"
+#include "bench_index.h"
 #include "kvplane/event.h"
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "kvplane/wire.h"
 
-#define NOW_MS 1800000000000ull
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static uint64_t rnd(void) {
@@ -86,14 +86,8 @@ static void us_free(uset_t *s) {
 
 /* --- ingest ------------------------------------------------------------- */
 
-typedef struct msgs_s {
-  uint8_t **buf;
-  size_t *len;
-  size_t n, cap;
-  uint64_t block_events;
-} msgs_t;
 
-static void msgs_add(msgs_t *m, const kvp_batch_t *b) {
+static void msgs_add(kvp_bench_msgs_t *m, const kvp_batch_t *b) {
   size_t need = kvp_wire_encoded_size(b), len;
   uint8_t *buf = malloc(need);
   if (kvp_wire_encode(b, buf, need, &len) != 0) {
@@ -113,7 +107,7 @@ static void msgs_add(msgs_t *m, const kvp_batch_t *b) {
 
 /* A simulated worker: G1 of g1_cap blocks, FIFO eviction offloads to G2. */
 typedef struct sim_s {
-  char name[16];
+  char name[24];
   uint64_t next_id;
   uset_t g1;
   uint64_t *fifo;
@@ -124,7 +118,7 @@ typedef struct sim_s {
  * first block, as a prefix-aware router would), which reports the cached
  * prefix as accessed, stores the rest in G1 and offloads evicted G1 blocks
  * to G2. Returns the number of requests. */
-static size_t build_trace_batches(msgs_t *m, int nworkers, size_t g1_cap) {
+size_t kvp_bench_trace_batches(kvp_bench_msgs_t *m, int nworkers, size_t g1_cap) {
   gzFile gz = gzopen(kvp_bench_trace_path(), "rb");
   char *line = malloc(1 << 20);
   sim_t *w = calloc((size_t)nworkers, sizeof *w);
@@ -158,6 +152,21 @@ static size_t build_trace_batches(msgs_t *m, int nworkers, size_t g1_cap) {
       prev = seq[i];
     }
     json_decref(j);
+    if (m->keep_queries) {
+      /* The request's hashes, as a router's lookup before it routes. */
+      if (m->nq + n > m->qcap) {
+        m->qcap = (m->nq + n) * 2;
+        m->q = realloc(m->q, m->qcap * sizeof *m->q);
+      }
+      if (m->n + 1 > m->qoff_cap) {
+        m->qoff_cap = m->qoff_cap ? m->qoff_cap * 2 : 1024;
+        m->qoff = realloc(m->qoff, (m->qoff_cap + 1) * sizeof *m->qoff);
+      }
+      memcpy(&m->q[m->nq], seq, n * sizeof *seq);
+      m->qoff[m->n] = m->nq;
+      m->nq += n;
+      m->qoff[m->n + 1] = m->nq;
+    }
     sim_t *s = &w[seq[0] % (uint64_t)nworkers];
     size_t i = 0;
     while (i < n && us_get(&s->g1, seq[i]) && *us_get(&s->g1, seq[i]))
@@ -236,13 +245,13 @@ static size_t build_trace_batches(msgs_t *m, int nworkers, size_t g1_cap) {
 KVP_BENCH_SUITE(ingest, "advisor: decode + apply of trace-driven batches, block-events/s") {
   (void)argc;
   (void)argv;
-  msgs_t m = {0};
+  kvp_bench_msgs_t m = {0};
   /* Steady state: freed index memory stays in the heap for the next round,
    * as it does in a long-running daemon, so the best round does not pay
    * first-touch page faults. */
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  size_t reqs = build_trace_batches(&m, 8, 16384);
+  size_t reqs = kvp_bench_trace_batches(&m, 8, 16384);
   if (reqs == 0)
     return 1;
   double best_apply = 1e30, best_decode = 1e30;

@@ -230,6 +230,9 @@ static void node_free(kvp__index_t *ix, uint32_t n) {
 static int set_shape(kvp__index_t *ix, uint32_t n, uint32_t tokens, uint64_t bytes) {
   uint16_t sh;
   int rc;
+  /* The common case, the same size again: no lookup. */
+  if (ix->shapes.key[ix->nodes[n].shape] == kvp__index_shape_key(tokens, bytes))
+    return 0;
   if ((rc = kvp__index_shape_get(ix, tokens, bytes, &sh)) != 0)
     return rc;
   node_t *nd = &ix->nodes[n];

@@ -165,6 +165,12 @@ size_t kvp__index_locs_memory(const kvp__index_t *ix);
 void kvp__index_loc_remove(kvp__index_t *ix, uint32_t n, size_t at);
 void kvp__index_settle_node(kvp__index_t *ix, uint32_t n);
 
+/* tokens << 32 | bytes, saturated as the record keeps them. */
+static inline uint64_t kvp__index_shape_key(uint32_t tokens, uint64_t bytes) {
+  return (uint64_t)(tokens > UINT16_MAX ? UINT16_MAX : tokens) << 32 |
+         (bytes > UINT32_MAX ? UINT32_MAX : bytes);
+}
+
 static inline uint32_t kvp__index_shape_bytes(const kvp__index_t *ix, uint16_t id) {
   return (uint32_t)ix->shapes.key[id];
 }

@@ -164,8 +164,7 @@ static int shapes_rehash(shapes_t *s, size_t cap) {
  * Returns 0, KVP_ENOMEM or KVP_ENOSPC (65536 different sizes live). */
 int kvp__index_shape_get(kvp__index_t *ix, uint32_t tokens, uint64_t bytes, uint16_t *id) {
   shapes_t *s = &ix->shapes;
-  uint64_t key = (uint64_t)(tokens > UINT16_MAX ? UINT16_MAX : tokens) << 32 |
-                 (bytes > UINT32_MAX ? UINT32_MAX : bytes);
+  uint64_t key = kvp__index_shape_key(tokens, bytes);
   if (s->map_cap) {
     for (size_t i = shape_slot(key, s->map_cap); s->map[i]; i = (i + 1) & (s->map_cap - 1)) {
       if (s->key[s->map[i] - 1] == key) {
