@@ -4,7 +4,10 @@
  *            block-events/s, against decoding the same batches only.
  *   persist  block changes written per second by the write-behind flush,
  *            against a plain SQLite upsert loop doing the same row work on
- *            the same schema; persistence lag at 100k changes/s.
+ *            the same schema; persistence lag with changes offered at half
+ *            the plain loop's rate measured in the same run (on a slower
+ *            disk the plain loop itself may run below 100k/s, and the lag
+ *            target must not depend on the disk).
  *
  * (match is in bench_index.c.) Everything runs in process, no NATS: these are the costs of the advisor's
  * own code. The trace is data/conversation_trace.jsonl.gz (KVP_TRACE). */
@@ -410,7 +413,8 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
-KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upserts; lag at 100k/s") {
+KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upserts; lag at half "
+                         "the plain rate") {
   (void)argc;
   (void)argv;
   char dir[] = "/tmp/kvp-bench-persist-XXXXXX", p1[128], p2[128];
@@ -457,15 +461,19 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
   kvp_bench_report("persist.changes_per_s", (double)(per_round * rounds) / t_adv, "changes/s",
                    "plain-upsert-loop", (double)(per_round * rounds) / t_base);
 
-  /* Lag, as the daemon runs: changes arrive at 100k/s (1000 every 10 ms)
-   * on the loop thread, which every 200 ms takes the changes (prepare) and
+  /* Lag, as the daemon runs: changes arrive at half the plain loop's rate
+   * just measured (spread over 10 ms ticks) on the loop thread, which every 200 ms takes the changes (prepare) and
    * hands the transaction to another thread, one flush at a time. Lag =
    * commit time minus the scheduled arrival of the oldest change in it. */
-  const double rate = 100000, secs = 5;
+  const double plain_rate = (double)(per_round * rounds) / t_base, rate = plain_rate / 2,
+               secs = 5;
   const uint64_t flush_ns = 200000000ull, tick_ns = 10000000ull;
   uint64_t start = kvp_bench_now_ns(), next_tick = start, next_flush = start + flush_ns;
   uint64_t oldest = 0, max_lag = 0, sum_lag = 0, flushes = 0, applied = 0;
   size_t per_tick = (size_t)(rate * (double)tick_ns / 1e9);
+  if (per_tick == 0)
+    per_tick = 1;
+  printf("# lag: changes offered at %.0f/s, half the plain loop's %.0f/s\n", rate, plain_rate);
   writer_t wr = {.st = st};
   int busy = 0;
   while (applied < (uint64_t)(rate * secs) || busy) {
@@ -509,10 +517,10 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
     usleep(200);
   }
   double achieved = (double)applied / ((double)(kvp_bench_now_ns() - start) / 1e9);
-  kvp_bench_report("persist.lag_max_ms_at_100k_per_s", (double)max_lag / 1e6, "ms", NULL, 0);
-  kvp_bench_report("persist.lag_mean_ms_at_100k_per_s",
+  kvp_bench_report("persist.lag_max_ms_at_half_plain", (double)max_lag / 1e6, "ms", NULL, 0);
+  kvp_bench_report("persist.lag_mean_ms_at_half_plain",
                    flushes ? (double)sum_lag / (double)flushes / 1e6 : 0, "ms", NULL, 0);
-  kvp_bench_report("persist.offered_rate", achieved, "changes/s", NULL, 0);
+  kvp_bench_report("persist.offered_rate", achieved, "changes/s", "half-plain-loop", rate);
 
   for (int i = 0; i < 4; i++)
     sqlite3_finalize(bs[i]);
