@@ -229,6 +229,14 @@ KVP_BENCH_SUITE(match, "index: 64-block match and single lookups at N locations 
   snprintf(fig, sizeof fig, "match.%s.single_p99_ns", label);
   kvp_bench_report(fig, (double)slat[nq * 99 / 100], "ns", "1-plain-lookup",
                    (double)sblat[nq * 99 / 100]);
+  /* The LRU walk (a pass over the records: what the tiering engine's
+   * rounds and the cap's eviction pay): the 1024 coldest G2 locations. */
+  t0 = kvp_bench_now_ns();
+  size_t got = kvp__index_lru(ix, 2, slat, 1024);
+  double walk_ms = (double)(kvp_bench_now_ns() - t0) / 1e6;
+  snprintf(fig, sizeof fig, "match.%s.lru_walk_ms", label);
+  kvp_bench_report(fig, walk_ms, "ms", NULL, 0);
+  kvp_bench_sink(got);
   plain_free(&plain);
   kvp__index_destroy(ix);
   free(chains);
