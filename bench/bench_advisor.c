@@ -9,8 +9,8 @@
  *            disk the plain loop itself may run below 100k/s, and the lag
  *            target must not depend on the disk).
  *
- * (match is in bench_index.c.) Everything runs in process, no NATS: these are the costs of the advisor's
- * own code. The trace is data/conversation_trace.jsonl.gz (KVP_TRACE). */
+ * (match is in bench_index.c.) Everything runs in process, no NATS: these are the costs of the
+ * advisor's own code. The trace is data/conversation_trace.jsonl.gz (KVP_TRACE). */
 #include <jansson.h>
 #include <malloc.h>
 #include <math.h>
@@ -31,7 +31,6 @@
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "kvplane/wire.h"
-
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static uint64_t rnd(void) {
@@ -88,7 +87,6 @@ static void us_free(uset_t *s) {
 }
 
 /* --- ingest ------------------------------------------------------------- */
-
 
 static void msgs_add(kvp_bench_msgs_t *m, const kvp_batch_t *b) {
   size_t need = kvp_wire_encoded_size(b), len;
@@ -462,11 +460,10 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
                    "plain-upsert-loop", (double)(per_round * rounds) / t_base);
 
   /* Lag, as the daemon runs: changes arrive at half the plain loop's rate
-   * just measured (spread over 10 ms ticks) on the loop thread, which every 200 ms takes the changes (prepare) and
-   * hands the transaction to another thread, one flush at a time. Lag =
+   * just measured (spread over 10 ms ticks) on the loop thread, which every 200 ms takes the
+   * changes (prepare) and hands the transaction to another thread, one flush at a time. Lag =
    * commit time minus the scheduled arrival of the oldest change in it. */
-  const double plain_rate = (double)(per_round * rounds) / t_base, rate = plain_rate / 2,
-               secs = 5;
+  const double plain_rate = (double)(per_round * rounds) / t_base, rate = plain_rate / 2, secs = 5;
   const uint64_t flush_ns = 200000000ull, tick_ns = 10000000ull;
   uint64_t start = kvp_bench_now_ns(), next_tick = start, next_flush = start + flush_ns;
   uint64_t oldest = 0, max_lag = 0, sum_lag = 0, flushes = 0, applied = 0;

@@ -165,8 +165,7 @@ KVP_BENCH_SUITE(load, "index: SQLite -> index load rate at N locations [--locati
     printf("# %s: %zu locations\n", keep, nlocs);
   } else {
     nlocs = write_db(path, want, holders, copies);
-    printf("# %zu locations written in %.1f s\n", nlocs,
-           (double)(kvp_bench_now_ns() - t0) / 1e9);
+    printf("# %zu locations written in %.1f s\n", nlocs, (double)(kvp_bench_now_ns() - t0) / 1e9);
   }
   double t_scan = scan_rows(path);
 

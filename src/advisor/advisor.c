@@ -298,7 +298,7 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
       return rc;
   }
   if ((rc = kvp__adv_cap_init(&adv->cap, adv->ix, (uint64_t)cfg->index_max_memory,
-                               (uint64_t)cfg->index_max_locations)) != 0) {
+                              (uint64_t)cfg->index_max_locations)) != 0) {
     snprintf(err, errlen, "[index] max_memory %" PRId64 ": cannot reserve the index: %s",
              cfg->index_max_memory, kvp_strerror(rc));
     return rc;

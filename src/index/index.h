@@ -145,8 +145,7 @@ size_t kvp__index_lru(const kvp__index_t *ix, int tier, uint64_t *hashes, size_t
 
 /* The same walk over the tiers of tier_mask, as keys: last access << 32 |
  * record id, coldest first (sorted). Up to cap keys. */
-size_t kvp__index_lru_keys(const kvp__index_t *ix, unsigned tier_mask, uint64_t *keys,
-                           size_t cap);
+size_t kvp__index_lru_keys(const kvp__index_t *ix, unsigned tier_mask, uint64_t *keys, size_t cap);
 
 /* --- the memory cap (evict.c) --- */
 

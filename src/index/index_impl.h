@@ -141,8 +141,7 @@ static inline uint32_t kvp__index_candidate(const kvp__index_t *ix, uint64_t h) 
 }
 
 /* The locations of a node and their number. */
-static inline const uint32_t *kvp__index_locs(const kvp__index_t *ix, const node_t *nd,
-                                              size_t *n) {
+static inline const uint32_t *kvp__index_locs(const kvp__index_t *ix, const node_t *nd, size_t *n) {
   if (nd->flags & NODE_OVF) {
     *n = nd->loc[1] & ((1u << OVF_COUNT_BITS) - 1);
     return &ix->slab[nd->loc[0]];

@@ -28,9 +28,8 @@ static int chunk_alloc(kvp__index_t *ix, unsigned c, uint32_t *off) {
     ix->slab_free[c] = ix->slab[*off];
   } else {
     size_t need = (ix->slab_n ? ix->slab_n : 1) + cap;
-    if (need > UINT32_MAX ||
-        kvp__array_reserve((void **)&ix->slab, &ix->slab_cap, need, sizeof *ix->slab, 1024,
-                           KVP_ARRAY_HALF) != 0)
+    if (need > UINT32_MAX || kvp__array_reserve((void **)&ix->slab, &ix->slab_cap, need,
+                                                sizeof *ix->slab, 1024, KVP_ARRAY_HALF) != 0)
       return KVP_ENOMEM;
     if (ix->slab_n == 0)
       ix->slab_n = 1; /* offset 0 is "none" */

@@ -141,8 +141,7 @@ static void sift_up(uint64_t *h, size_t i) {
   }
 }
 
-size_t kvp__index_lru_keys(const kvp__index_t *ix, unsigned tier_mask, uint64_t *keys,
-                           size_t cap) {
+size_t kvp__index_lru_keys(const kvp__index_t *ix, unsigned tier_mask, uint64_t *keys, size_t cap) {
   size_t k = 0;
   if (cap == 0)
     return 0;

@@ -98,8 +98,8 @@ static int load_loc_row(loader_t *ld) {
   int rc;
   if (cached_id(ld->ix, ld->workers, (const char *)sqlite3_column_text(s, 1),
                 (uint32_t)sqlite3_column_int64(s, 2), 0, &loc.worker) != 0 ||
-      cached_id(ld->ix, ld->volumes, (const char *)sqlite3_column_text(s, 4), 0, 1,
-                &loc.volume) != 0) {
+      cached_id(ld->ix, ld->volumes, (const char *)sqlite3_column_text(s, 4), 0, 1, &loc.volume) !=
+          0) {
     kvp_log_warn("advisor: location of block %016llx skipped: bad worker or volume",
                  (unsigned long long)h);
     return 0;
