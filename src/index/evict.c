@@ -9,8 +9,8 @@
 #include "index/index_impl.h"
 #include "kvplane/status.h"
 
-/* Map bytes per block at the map's highest fill (0.7). */
-#define MAP_BYTES_PER_BLOCK (4.0 / 0.7)
+/* Map bytes per block at the map's highest fill. */
+#define MAP_BYTES_PER_BLOCK (4.0 * LOAD_DEN / LOAD_NUM)
 
 size_t kvp__index_memory_used(const kvp__index_t *ix) {
   return sizeof *ix + (size_t)((double)ix->blocks * (sizeof(node_t) + MAP_BYTES_PER_BLOCK)) +

@@ -15,12 +15,12 @@
 #include "kvplane/event.h"
 #include "kvplane/status.h"
 
-/* The map's fill: at most 0.7. At 0.8 (5.0 B of map per block, not 5.7)
- * the longer probe runs doubled the 64-block match's p99 (kvp-bench match
- * --copies 1.25 at 1M: 9.0-9.4 us against 4.8-5.4 us at 0.7, the plain
- * lookups' p99 2.3-3.4 us in the same runs). */
-#define LOAD_NUM 7
-#define LOAD_DEN 10
+/* The map's fill (LOAD_NUM / LOAD_DEN, index_impl.h) is at most 0.5: the
+ * 64-block match's p99 is the maximum of 64 probe runs, and longer runs
+ * cost it more than their bytes save. kvp-bench match at 1M, 2 copies, two
+ * runs each, p99 over the plain lookups' p99 of the same run: 0.5 1.20-1.23
+ * (24.0 B per location), 0.6 1.38-1.44 (23.3 B), 0.7 1.62-1.84 (22.9 B);
+ * at 0.8 the p99 doubled (9.0-9.4 us, 2.3-3.4 us plain; 1.25 copies). */
 
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
@@ -103,10 +103,10 @@ void kvp__index_destroy(kvp__index_t *ix) {
 /* --- map --------------------------------------------------------------- */
 
 /* The index keeps its own map rather than common/map64: a slot is 4 bytes
- * (node index and a hash tag, filled to 0.7) where map64's is 16 (key and
+ * (node index and a hash tag, filled to 0.5) where map64's is 16 (key and
  * value, filled to 0.5), and the tag spares most node loads on a probe. Its
  * size is any number of slots (multiply-shift picks the home slot), so a
- * table sized for what it holds is filled to 0.7, not 0.35..0.7 as a power
+ * table sized for what it holds is filled to 0.5, not 0.25..0.5 as a power
  * of two would be. */
 
 static int rehash(kvp__index_t *ix, size_t cap) {

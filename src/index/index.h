@@ -1,7 +1,7 @@
 /* Advisor block index (DESIGN.md, "Advisor"): where every block lives.
  *
  * A map (open addressing, linear probing, 4-byte tagged slots filled to at
- * most 0.7, any number of slots) from sequence hash to a 40-byte block
+ * most 0.5, any number of slots) from sequence hash to a 40-byte block
  * record in a dense pool: hash, parent hash (the prefix-tree link), last
  * access, hits, decayed hit frequency, an interned size ("shape") and its
  * locations. A location is one (worker, tier, volume) copy of a block in a

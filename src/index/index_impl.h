@@ -86,6 +86,10 @@ static inline size_t kvp__index_next(size_t s, size_t cap) {
   return s + 1 == cap ? 0 : s + 1;
 }
 
+/* The map's highest fill (index.c says why 0.5). */
+#define LOAD_NUM 1
+#define LOAD_DEN 2
+
 /* A slot holds a node index in its low IDX_BITS bits and the top bits of
  * the block's hash above them, so probing skips most foreign nodes without
  * loading them. 0 is an empty slot (node 0 is never used). */
