@@ -9,8 +9,9 @@
  *          of a 64-block match against 64 plain hash-table lookups, and the
  *          p50 of a single-block lookup (kvp__index_get: one block, its
  *          holders) against one plain lookup.
- *   mixed  Mooncake trace replay, events and lookups together, on one core.
- *   load   [--locations 16M]: the store's rows into an empty index.
+ *   mixed  Mooncake trace replay, events and lookups together, on one core
+ *          (bench_mixed.c).
+ *   load   [--locations 1M]: the store's rows into an empty index (bench_load.c).
  *
  * The 128M runs are by hand (`kvp-bench match --locations 128M`, ~9 GiB
  * with the baseline table); tests never run them. */

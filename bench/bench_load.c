@@ -1,4 +1,4 @@
-/* kvp-bench load [--locations 16M] [--holders 8] [--copies 2]: restart time
+/* kvp-bench load [--locations 1M] [--holders 8] [--copies 2]: restart time
  * from the advisor's SQLite database to an index that answers (issue 27).
  *
  * Writes a database of N block locations (the match suite's layout: chains
@@ -135,9 +135,9 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total) {
   p->total = total;
 }
 
-KVP_BENCH_SUITE(load, "index: SQLite -> index load rate at N locations [--locations 16M] "
+KVP_BENCH_SUITE(load, "index: SQLite -> index load rate at N locations [--locations 1M|16M] "
                       "[--holders 8] [--copies 2] vs plain SELECTs") {
-  const size_t want = kvp_bi_size_arg(argc, argv, "--locations", 16u << 20);
+  const size_t want = kvp_bi_size_arg(argc, argv, "--locations", 1u << 20);
   const size_t holders = kvp_bi_size_arg(argc, argv, "--holders", 8);
   const double copies = kvp_bi_double_arg(argc, argv, "--copies", 2.0);
   char dir[] = "/tmp/kvp-bench-load-XXXXXX", path[128], label[32], fig[96], err[256];
