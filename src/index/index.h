@@ -12,8 +12,9 @@
  * (worker id, dp rank) pair: every data-parallel rank has its own caches.
  *
  * Recency is the block's last access (second resolution): a tier's LRU
- * order is its locations' blocks by last access, older records first among
- * equals. The LRU walk is a pass over the records (kvp__index_lru).
+ * order is its locations' blocks by last access; within one second, in
+ * record order (creation order until freed records are reused, then
+ * arbitrary). The LRU walk is a pass over the records (kvp__index_lru).
  *
  * Every change marks the block dirty (once) so the store can write it behind;
  * kvp__index_changes_take() hands the changes over.

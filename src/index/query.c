@@ -104,8 +104,8 @@ int kvp__index_get(const kvp__index_t *ix, uint64_t hash, kvp__index_block_t *b,
 
 /* --- LRU: coldest first --------------------------------------------------- */
 
-/* A key orders by last access, then by record (older records first, which
- * is the order of creation until records are reused). */
+/* A key orders by last access (seconds), then by record id (creation
+ * order until freed records are reused, then arbitrary). */
 static inline uint64_t lru_key(const kvp__index_t *ix, size_t n) {
   return (uint64_t)ix->nodes[n].last_access_s << 32 | (uint64_t)n;
 }
