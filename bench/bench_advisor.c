@@ -1,16 +1,16 @@
-/* kvp-bench ingest, match, persist: the advisor's figures (issue 6).
+/* kvp-bench ingest, persist: the advisor's figures (issue 6).
  *
  *   ingest   decode + apply of trace-driven event batches into the index,
  *            block-events/s, against decoding the same batches only.
- *   match    p50/p99 of a 64-block prefix match against 1M blocks over 8
- *            workers, against 64 plain hash-table lookups; bytes of memory
- *            per block location (resident-set delta / locations).
  *   persist  block changes written per second by the write-behind flush,
  *            against a plain SQLite upsert loop doing the same row work on
- *            the same schema; persistence lag at 100k changes/s.
+ *            the same schema; persistence lag with changes offered at half
+ *            the plain loop's rate measured in the same run (on a slower
+ *            disk the plain loop itself may run below 100k/s, and the lag
+ *            target must not depend on the disk).
  *
- * Everything runs in process, no NATS: these are the costs of the advisor's
- * own code. The trace is data/conversation_trace.jsonl.gz (KVP_TRACE). */
+ * (match is in bench_index.c.) Everything runs in process, no NATS: these are the costs of the
+ * advisor's own code. The trace is data/conversation_trace.jsonl.gz (KVP_TRACE). */
 #include <jansson.h>
 #include <malloc.h>
 #include <math.h>
@@ -26,12 +26,11 @@
 #include "advisor/ingest.h"
 #include "store/store.h"
 #include "bench.h"
+#include "bench_index.h"
 #include "kvplane/event.h"
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
 #include "kvplane/wire.h"
-
-#define NOW_MS 1800000000000ull
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static uint64_t rnd(void) {
@@ -40,11 +39,6 @@ static uint64_t rnd(void) {
   x ^= x >> 7;
   x ^= x << 17;
   return rng_state = x;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
 }
 
 /* --- a tiny open-addressing set (bench bookkeeping and the baseline) ---- */
@@ -94,14 +88,7 @@ static void us_free(uset_t *s) {
 
 /* --- ingest ------------------------------------------------------------- */
 
-typedef struct msgs_s {
-  uint8_t **buf;
-  size_t *len;
-  size_t n, cap;
-  uint64_t block_events;
-} msgs_t;
-
-static void msgs_add(msgs_t *m, const kvp_batch_t *b) {
+static void msgs_add(kvp_bench_msgs_t *m, const kvp_batch_t *b) {
   size_t need = kvp_wire_encoded_size(b), len;
   uint8_t *buf = malloc(need);
   if (kvp_wire_encode(b, buf, need, &len) != 0) {
@@ -121,7 +108,7 @@ static void msgs_add(msgs_t *m, const kvp_batch_t *b) {
 
 /* A simulated worker: G1 of g1_cap blocks, FIFO eviction offloads to G2. */
 typedef struct sim_s {
-  char name[16];
+  char name[24];
   uint64_t next_id;
   uset_t g1;
   uint64_t *fifo;
@@ -132,7 +119,7 @@ typedef struct sim_s {
  * first block, as a prefix-aware router would), which reports the cached
  * prefix as accessed, stores the rest in G1 and offloads evicted G1 blocks
  * to G2. Returns the number of requests. */
-static size_t build_trace_batches(msgs_t *m, int nworkers, size_t g1_cap) {
+size_t kvp_bench_trace_batches(kvp_bench_msgs_t *m, int nworkers, size_t g1_cap) {
   gzFile gz = gzopen(kvp_bench_trace_path(), "rb");
   char *line = malloc(1 << 20);
   sim_t *w = calloc((size_t)nworkers, sizeof *w);
@@ -166,6 +153,21 @@ static size_t build_trace_batches(msgs_t *m, int nworkers, size_t g1_cap) {
       prev = seq[i];
     }
     json_decref(j);
+    if (m->keep_queries) {
+      /* The request's hashes, as a router's lookup before it routes. */
+      if (m->nq + n > m->qcap) {
+        m->qcap = (m->nq + n) * 2;
+        m->q = realloc(m->q, m->qcap * sizeof *m->q);
+      }
+      if (m->n + 1 > m->qoff_cap) {
+        m->qoff_cap = m->qoff_cap ? m->qoff_cap * 2 : 1024;
+        m->qoff = realloc(m->qoff, (m->qoff_cap + 1) * sizeof *m->qoff);
+      }
+      memcpy(&m->q[m->nq], seq, n * sizeof *seq);
+      m->qoff[m->n] = m->nq;
+      m->nq += n;
+      m->qoff[m->n + 1] = m->nq;
+    }
     sim_t *s = &w[seq[0] % (uint64_t)nworkers];
     size_t i = 0;
     while (i < n && us_get(&s->g1, seq[i]) && *us_get(&s->g1, seq[i]))
@@ -244,13 +246,13 @@ static size_t build_trace_batches(msgs_t *m, int nworkers, size_t g1_cap) {
 KVP_BENCH_SUITE(ingest, "advisor: decode + apply of trace-driven batches, block-events/s") {
   (void)argc;
   (void)argv;
-  msgs_t m = {0};
+  kvp_bench_msgs_t m = {0};
   /* Steady state: freed index memory stays in the heap for the next round,
    * as it does in a long-running daemon, so the best round does not pay
    * first-touch page faults. */
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  size_t reqs = build_trace_batches(&m, 8, 16384);
+  size_t reqs = kvp_bench_trace_batches(&m, 8, 16384);
   if (reqs == 0)
     return 1;
   double best_apply = 1e30, best_decode = 1e30;
@@ -295,98 +297,6 @@ KVP_BENCH_SUITE(ingest, "advisor: decode + apply of trace-driven batches, block-
     free(m.buf[i]);
   free(m.buf);
   free(m.len);
-  return 0;
-}
-
-/* --- match -------------------------------------------------------------- */
-
-#define CHAIN 64
-
-static int pct_cmp(const void *a, const void *b) {
-  return cmp_u64(a, b);
-}
-
-KVP_BENCH_SUITE(match, "advisor: 64-block prefix match vs 1M blocks / 8 workers; bytes/location") {
-  (void)argc;
-  (void)argv;
-  const size_t nblocks = 1u << 20, nchains = nblocks / CHAIN, nq = 200000;
-  uint64_t *chains = malloc(nblocks * sizeof *chains);
-  uint64_t *lat = malloc(nq * sizeof *lat), *blat = malloc(nq * sizeof *blat);
-  kvp__index_match_t rows[64];
-  kvp__index_t *ix = NULL;
-  uint16_t w[8];
-
-  for (size_t c = 0; c < nchains; c++) {
-    uint64_t prev = rnd();
-    for (size_t i = 0; i < CHAIN; i++)
-      chains[c * CHAIN + i] = prev = kvp_hash_chain(prev, rnd(), KVP_HASH_SEED);
-  }
-  size_t rss0 = kvp_bench_rss_bytes();
-  kvp__index_create(nblocks, 3600, &ix);
-  /* As after a flush: the write-behind lists are empty between flushes. */
-  kvp__index_track_dirty(ix, 0);
-  for (int i = 0; i < 8; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "worker%d", i);
-    kvp__index_worker(ix, name, 0, &w[i]);
-  }
-  /* Chain c lives in G1 of worker c % 8; its first 16 blocks also sit in G2
-   * of the next worker (shared system prompts). */
-  for (size_t c = 0; c < nchains; c++)
-    for (size_t i = 0; i < CHAIN; i++) {
-      uint64_t h = chains[c * CHAIN + i];
-      kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[c % 8], 1, 0, 16, 1 << 20,
-                       NOW_MS);
-      if (i < 16)
-        kvp__index_store(ix, h, i > 0, i ? chains[c * CHAIN + i - 1] : 0, w[(c + 1) % 8], 2, 0, 16,
-                         1 << 20, NOW_MS);
-    }
-  size_t rss1 = kvp_bench_rss_bytes();
-  kvp__index_stats_t st;
-  kvp__index_stats(ix, &st);
-
-  /* Baseline: a plain u64 -> u32 open-addressing table of the same blocks. */
-  uset_t plain;
-  us_init(&plain, nblocks);
-  for (size_t i = 0; i < nblocks; i++)
-    us_put(&plain, chains[i], (uint32_t)i);
-
-  for (size_t q = 0; q < nq; q++) {
-    const uint64_t *h = &chains[(rnd() % nchains) * CHAIN];
-    uint64_t t0 = kvp_bench_now_ns();
-    size_t n = 0;
-    int mrc = kvp__index_match(ix, h, CHAIN, rows, 64, &n);
-    lat[q] = kvp_bench_now_ns() - t0;
-    kvp_bench_sink((uint64_t)n + (uint64_t)mrc + rows[0].length);
-    h = &chains[(rnd() % nchains) * CHAIN];
-    t0 = kvp_bench_now_ns();
-    uint64_t acc = 0;
-    for (int i = 0; i < CHAIN; i++) {
-      uint32_t *v = us_get(&plain, h[i]);
-      acc += v ? *v : 0;
-    }
-    blat[q] = kvp_bench_now_ns() - t0;
-    kvp_bench_sink(acc);
-  }
-  qsort(lat, nq, sizeof *lat, pct_cmp);
-  qsort(blat, nq, sizeof *blat, pct_cmp);
-  printf("# %zu blocks, %zu locations over 8 workers; %zu random 64-block queries\n", st.blocks,
-         st.locations, nq);
-  kvp_bench_report("match.p50_us", (double)lat[nq / 2] / 1e3, "us", "64-plain-lookups",
-                   (double)blat[nq / 2] / 1e3);
-  kvp_bench_report("match.p99_us", (double)lat[nq * 99 / 100] / 1e3, "us", "64-plain-lookups",
-                   (double)blat[nq * 99 / 100] / 1e3);
-  kvp_bench_report("match.rss_bytes_per_location", (double)(rss1 - rss0) / (double)st.locations,
-                   "B", NULL, 0);
-  kvp_bench_report("match.rss_bytes_per_block", (double)(rss1 - rss0) / (double)st.blocks, "B",
-                   NULL, 0);
-  kvp_bench_report("match.index_bytes_per_location", (double)st.memory_bytes / (double)st.locations,
-                   "B", NULL, 0);
-  us_free(&plain);
-  kvp__index_destroy(ix);
-  free(chains);
-  free(lat);
-  free(blat);
   return 0;
 }
 
@@ -501,7 +411,8 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
-KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upserts; lag at 100k/s") {
+KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upserts; lag at half "
+                         "the plain rate") {
   (void)argc;
   (void)argv;
   char dir[] = "/tmp/kvp-bench-persist-XXXXXX", p1[128], p2[128];
@@ -548,15 +459,18 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
   kvp_bench_report("persist.changes_per_s", (double)(per_round * rounds) / t_adv, "changes/s",
                    "plain-upsert-loop", (double)(per_round * rounds) / t_base);
 
-  /* Lag, as the daemon runs: changes arrive at 100k/s (1000 every 10 ms)
-   * on the loop thread, which every 200 ms takes the changes (prepare) and
-   * hands the transaction to another thread, one flush at a time. Lag =
+  /* Lag, as the daemon runs: changes arrive at half the plain loop's rate
+   * just measured (spread over 10 ms ticks) on the loop thread, which every 200 ms takes the
+   * changes (prepare) and hands the transaction to another thread, one flush at a time. Lag =
    * commit time minus the scheduled arrival of the oldest change in it. */
-  const double rate = 100000, secs = 5;
+  const double plain_rate = (double)(per_round * rounds) / t_base, rate = plain_rate / 2, secs = 5;
   const uint64_t flush_ns = 200000000ull, tick_ns = 10000000ull;
   uint64_t start = kvp_bench_now_ns(), next_tick = start, next_flush = start + flush_ns;
   uint64_t oldest = 0, max_lag = 0, sum_lag = 0, flushes = 0, applied = 0;
   size_t per_tick = (size_t)(rate * (double)tick_ns / 1e9);
+  if (per_tick == 0)
+    per_tick = 1;
+  printf("# lag: changes offered at %.0f/s, half the plain loop's %.0f/s\n", rate, plain_rate);
   writer_t wr = {.st = st};
   int busy = 0;
   while (applied < (uint64_t)(rate * secs) || busy) {
@@ -600,10 +514,10 @@ KVP_BENCH_SUITE(persist, "advisor: write-behind changes/s vs plain SQLite upsert
     usleep(200);
   }
   double achieved = (double)applied / ((double)(kvp_bench_now_ns() - start) / 1e9);
-  kvp_bench_report("persist.lag_max_ms_at_100k_per_s", (double)max_lag / 1e6, "ms", NULL, 0);
-  kvp_bench_report("persist.lag_mean_ms_at_100k_per_s",
+  kvp_bench_report("persist.lag_max_ms_at_half_plain", (double)max_lag / 1e6, "ms", NULL, 0);
+  kvp_bench_report("persist.lag_mean_ms_at_half_plain",
                    flushes ? (double)sum_lag / (double)flushes / 1e6 : 0, "ms", NULL, 0);
-  kvp_bench_report("persist.offered_rate", achieved, "changes/s", NULL, 0);
+  kvp_bench_report("persist.offered_rate", achieved, "changes/s", "half-plain-loop", rate);
 
   for (int i = 0; i < 4; i++)
     sqlite3_finalize(bs[i]);

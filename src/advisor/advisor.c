@@ -55,6 +55,7 @@ static void apply(kvp_advisor_t *adv, natsMsg *msg, const uint8_t *data, size_t 
                                  &adv->lim, now) == 0)
     kvp__adv_fresh_applied(&adv->fresh, kvp__adv_ingest_last_batch_ms(adv->ing), now,
                            kvp__adv_ingest_counters(adv->ing)->block_events - before);
+  kvp__adv_cap_check(&adv->cap, adv->ix);
 }
 
 static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
@@ -302,11 +303,24 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
                               errlen)) != 0)
       return rc;
   }
+  if ((rc = kvp__adv_cap_init(&adv->cap, adv->ix, (uint64_t)cfg->index_max_memory,
+                              (uint64_t)cfg->index_max_locations)) != 0) {
+    snprintf(err, errlen, "[index] max_memory %" PRId64 ": cannot reserve the index: %s",
+             cfg->index_max_memory, kvp_strerror(rc));
+    return rc;
+  }
+  /* /readyz and /metrics show the load's progress while it runs. */
+  uint64_t t0 = kvp__unix_ms();
+  kvp__store_on_progress(adv->store, kvp__adv_metrics_load_progress, &adv->metrics);
   if ((rc = kvp__store_load(adv->store, adv->ix, kvp__adv_ingest_load_worker, adv->ing,
                             &adv->applied_seq)) != 0) {
     snprintf(err, errlen, "%s: cannot load the index: %s", cfg->db_path, kvp_strerror(rc));
     return rc;
   }
+  kvp__store_on_progress(adv->store, NULL, NULL);
+  adv->load_ms = kvp__unix_ms() - t0;
+  /* A database written under a larger cap (or none) is cut to this one. */
+  kvp__adv_cap_check(&adv->cap, adv->ix);
   /* Loaded workers get a full heartbeat timeout to speak again. */
   for (size_t i = 0; i < kvp__adv_ingest_worker_count(adv->ing); i++) {
     kvp__adv_worker_state_t ws;
@@ -316,8 +330,9 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
     }
   }
   kvp__index_stats(adv->ix, &st);
-  kvp_log_info("advisor: %s loaded: %zu blocks, %zu locations, stream sequence %" PRIu64,
-               cfg->db_path, st.blocks, st.locations, adv->applied_seq);
+  kvp_log_info("advisor: %s loaded: %zu blocks, %zu locations in %" PRIu64
+               " ms, stream sequence %" PRIu64,
+               cfg->db_path, st.blocks, st.locations, adv->load_ms, adv->applied_seq);
   return 0;
 }
 

@@ -63,6 +63,8 @@ typedef struct kvp_advisor_config_s {
   /* [index] */
   int64_t initial_blocks;
   int64_t hit_half_life_ms;
+  int64_t index_max_memory;    /* bytes, 0: no cap (cap.h) */
+  int64_t index_max_locations; /* 0: no cap */
   /* [tiering] (docs: etc/kvplane-advisor.conf) */
   int tiering;                /* enabled */
   int64_t tier_interval_ms;   /* how often moves are planned */

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "advisor/advisor.h"
+#include "advisor/cap.h"
 #include "advisor/consumer.h"
 #include "advisor/freshness.h"
 #include "advisor/inbox.h"
@@ -36,6 +37,8 @@ struct kvp_advisor_s {
   kvp__adv_fresh_t fresh;
   kvp__tier_engine_t *tier; /* NULL unless [tiering] enabled */
   kvp__adv_metrics_t metrics;
+  kvp__adv_cap_t cap;            /* [index] max_memory, max_locations */
+  uint64_t load_ms;              /* how long the database took to load */
   kvp__adv_metrics_snap_t msnap; /* publish_metrics' scratch (12 KiB, off the stack) */
 
   uv_loop_t loop;

@@ -195,6 +195,15 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
                 "workers_up", (json_int_t)kvp__adv_ingest_workers_up(ing), "index_memory_bytes",
                 (json_int_t)s.memory_bytes, "tiers", tiers, "ingest", ingest, "store", store,
                 "freshness", fresh, "queue_dropped", (json_int_t)x->queue_dropped);
+  if (o != NULL)
+    json_object_set_new(
+        o, "index",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "memory_used_bytes",
+                  (json_int_t)x->memory_used, "max_memory", (json_int_t)x->max_memory,
+                  "max_locations", (json_int_t)x->max_locations, "headroom_bytes",
+                  (json_int_t)x->headroom_bytes, "headroom_locations",
+                  (json_int_t)x->headroom_locations, "evicted_locations", (json_int_t)x->evicted,
+                  "evictions", (json_int_t)x->evict_rounds, "load_ms", (json_int_t)x->load_ms));
   if (o != NULL && x->tier != NULL) {
     json_t *vols = json_array();
     for (size_t i = 0; vols && i < x->ntier_vols; i++) {

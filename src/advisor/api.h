@@ -36,6 +36,10 @@ typedef struct kvp__adv_api_extra_s {
   uint64_t apply_lag_ms, apply_lag_max_ms; /* freshness.h */
   uint64_t flush_lag_ms, flush_lag_max_ms;
   uint64_t pending_ms;
+  /* The index's cap (cap.h) and the database load at start. */
+  uint64_t max_memory, max_locations, memory_used;
+  int64_t headroom_bytes, headroom_locations;
+  uint64_t evicted, evict_rounds, load_ms;
   const struct kvp__tier_stats_s *tier; /* NULL without tiering */
   const struct kvp__tier_vol_stats_s *tier_vols;
   size_t ntier_vols;

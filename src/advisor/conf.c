@@ -79,6 +79,12 @@ static const kvp_conf_key_t keys[] = {
      "resend an unanswered resync request after this", NULL},
     {"index", "initial_blocks", KVP_CONF_INT, OFF(initial_blocks), 16, 1ll << 31, NULL,
      "blocks to size the index for at start (it grows as needed)", NULL},
+    {"index", "max_memory", KVP_CONF_SIZE, OFF(index_max_memory), 0, 1ll << 50, NULL,
+     "hard cap on the index's memory (0: none): past it the coldest G1/G2 locations are dropped "
+     "(never G3/G4), counted and logged; the map and records are reserved for it at start",
+     NULL},
+    {"index", "max_locations", KVP_CONF_INT, OFF(index_max_locations), 0, 1ll << 40, NULL,
+     "hard cap on the index's block locations (0: none), enforced the same way", NULL},
     {"index", "hit_half_life", KVP_CONF_DURATION, OFF(hit_half_life_ms), 1000, 365ll * 86400000,
      NULL, "half-life of the decayed hit frequency", NULL},
     {"tiering", "enabled", KVP_CONF_BOOL, OFF(tiering), 0, 0, NULL,

@@ -35,6 +35,15 @@ void kvp__adv_publish_metrics(kvp_advisor_t *adv) {
   sp->apply_lag_ms = adv->fresh.apply_lag_ms;
   sp->flush_lag_ms = adv->fresh.flush_lag_ms;
   sp->pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now);
+  sp->max_memory = adv->cap.max_memory;
+  sp->max_locations = adv->cap.max_locations;
+  sp->memory_used = kvp__index_memory_used(adv->ix);
+  sp->headroom_bytes = kvp__adv_cap_headroom_bytes(&adv->cap, adv->ix);
+  sp->headroom_locations = kvp__adv_cap_headroom_locations(&adv->cap, adv->ix);
+  sp->evicted = adv->cap.evicted;
+  sp->evict_rounds = adv->cap.rounds;
+  sp->evict_stuck = adv->cap.stuck;
+  sp->load_ms = adv->load_ms;
   if (adv->tier != NULL) {
     sp->tiering = 1;
     kvp__tier_engine_stats(adv->tier, &sp->tier);
@@ -65,6 +74,14 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
       .flush_lag_ms = adv->fresh.flush_lag_ms,
       .flush_lag_max_ms = adv->fresh.flush_lag_max_ms,
       .pending_ms = kvp__adv_fresh_pending_ms(&adv->fresh, now),
+      .max_memory = adv->cap.max_memory,
+      .max_locations = adv->cap.max_locations,
+      .memory_used = kvp__index_memory_used(adv->ix),
+      .headroom_bytes = kvp__adv_cap_headroom_bytes(&adv->cap, adv->ix),
+      .headroom_locations = kvp__adv_cap_headroom_locations(&adv->cap, adv->ix),
+      .evicted = adv->cap.evicted,
+      .evict_rounds = adv->cap.rounds,
+      .load_ms = adv->load_ms,
   };
   kvp__tier_stats_t ts;
   kvp__tier_vol_stats_t tv[KVP__TIER_MAX_VOLUMES];

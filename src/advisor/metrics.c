@@ -86,6 +86,26 @@ static void write_index(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
                      (double)s->ix.tier_bytes[t]);
   one(p, "kvplane_index_memory_bytes", "gauge", "Memory allocated by the index.",
       (double)s->ix.memory_bytes);
+  one(p, "kvplane_index_memory_used_bytes", "gauge",
+      "Memory the index's live content needs (what [index] max_memory is held to).",
+      (double)s->memory_used);
+  one(p, "kvplane_index_max_memory_bytes", "gauge", "[index] max_memory (0: no cap).",
+      (double)s->max_memory);
+  one(p, "kvplane_index_headroom_bytes", "gauge",
+      "Bytes left below [index] max_memory (negative when over; 0 without a cap).",
+      (double)s->headroom_bytes);
+  one(p, "kvplane_index_headroom_locations", "gauge",
+      "Locations left below [index] max_locations (negative when over; 0 without a cap).",
+      (double)s->headroom_locations);
+  one(p, "kvplane_index_evicted_locations_total", "counter",
+      "Coldest G1/G2 locations dropped to hold the index's cap.", (double)s->evicted);
+  one(p, "kvplane_index_evictions_total", "counter", "Eviction rounds run to hold the cap.",
+      (double)s->evict_rounds);
+  one(p, "kvplane_index_over_cap_total", "counter",
+      "Eviction rounds that could not get under the cap (G3/G4 alone over it).",
+      (double)s->evict_stuck);
+  one(p, "kvplane_advisor_load_seconds", "gauge",
+      "How long the database took to load into the index at start.", (double)s->load_ms / 1000.0);
 }
 
 static void write_store(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
@@ -257,9 +277,29 @@ void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
 
 static int ready(void *ctx, char *why, size_t len);
 
+/* The load's progress: from atomics, so it answers while the database
+ * loads (before the loop publishes any snapshot). */
+static void write_load(kvp__adv_metrics_t *m, kvp__prom_t *out) {
+  one(out, "kvplane_advisor_load_blocks", "gauge",
+      "Blocks loaded from the database so far (with their locations).",
+      (double)atomic_load(&m->load_done));
+  one(out, "kvplane_advisor_load_blocks_total", "gauge", "Blocks the database holds at start.",
+      (double)atomic_load(&m->load_total));
+  one(out, "kvplane_advisor_loaded", "gauge",
+      "1 once the database is loaded into the index, else 0.", (double)atomic_load(&m->loaded));
+}
+
+void kvp__adv_metrics_load_progress(void *ctx, uint64_t done, uint64_t total) {
+  kvp__adv_metrics_t *m = ctx;
+  atomic_store(&m->load_total, total);
+  atomic_store(&m->load_done, done);
+  if (done >= total)
+    atomic_store(&m->loaded, 1);
+}
+
 static int collect(void *ctx, kvp__prom_t *out) {
   kvp__adv_metrics_t *m = ctx;
-  int rc = KVP_EAGAIN;
+  int rc = 0;
   /* Written under the lock: a copy would be 12 KiB on MHD's stack per
    * scrape for nothing, and the loop only waits for this at its ticks. */
   pthread_mutex_lock(&m->mu);
@@ -270,8 +310,13 @@ static int collect(void *ctx, kvp__prom_t *out) {
     one(out, "kvplane_advisor_ready", "gauge",
         "1 while the advisor is ready (what /readyz answers 200 for), else 0.",
         ready(m, why, sizeof why) ? 1.0 : 0.0);
-    rc = 0;
+  } else {
+    char why[256];
+    one(out, "kvplane_advisor_ready", "gauge",
+        "1 while the advisor is ready (what /readyz answers 200 for), else 0.",
+        ready(m, why, sizeof why) ? 1.0 : 0.0);
   }
+  write_load(m, out);
   pthread_mutex_unlock(&m->mu);
   return rc;
 }
@@ -280,9 +325,17 @@ static int ready(void *ctx, char *why, size_t len) {
   kvp__adv_metrics_t *m = ctx;
   natsConnection *nc = atomic_load(&m->nc);
   switch ((kvp__adv_phase_t)atomic_load(&m->phase)) {
-  case KVP__ADV_STARTING:
-    snprintf(why, len, "starting: connecting to NATS (%s) and loading %s", m->servers, m->db_path);
+  case KVP__ADV_STARTING: {
+    uint64_t done = atomic_load(&m->load_done), total = atomic_load(&m->load_total);
+    if (total && !atomic_load(&m->loaded))
+      snprintf(why, len, "starting: loading %s: %llu of %llu blocks (%.0f%%)", m->db_path,
+               (unsigned long long)done, (unsigned long long)total,
+               100.0 * (double)done / (double)total);
+    else
+      snprintf(why, len, "starting: connecting to NATS (%s) and loading %s", m->servers,
+               m->db_path);
     return 0;
+  }
   case KVP__ADV_STOPPING:
     snprintf(why, len, "stopping");
     return 0;

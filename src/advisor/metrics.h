@@ -31,7 +31,12 @@ typedef struct kvp__adv_metrics_snap_s {
   size_t dirty;
   kvp__prom_hist_t flush_seconds;
   uint64_t apply_lag_ms, flush_lag_ms, pending_ms; /* freshness.h */
-  int tiering;                                     /* the rest is set only with tiering */
+  /* The index's cap (cap.h) and the database load. */
+  uint64_t max_memory, max_locations, memory_used;
+  int64_t headroom_bytes, headroom_locations;
+  uint64_t evicted, evict_rounds, evict_stuck;
+  uint64_t load_ms;
+  int tiering; /* the rest is set only with tiering */
   kvp__tier_stats_t tier;
   kvp__tier_vol_stats_t vols[KVP__TIER_MAX_VOLUMES];
   size_t nvols;
@@ -50,6 +55,9 @@ typedef struct kvp__adv_metrics_s {
   int have;
   atomic_int phase;           /* kvp__adv_phase_t */
   natsConnection *_Atomic nc; /* set once connected; valid until the server stops */
+  /* The database load's progress, in blocks (set on the opening thread). */
+  _Atomic uint64_t load_done, load_total;
+  atomic_int loaded;
   /* For the reasons /readyz gives. */
   char servers[sizeof(((kvp_nats_opts_t *)0)->servers)];
   char db_path[sizeof(((kvp_advisor_config_t *)0)->db_path)];
@@ -68,6 +76,10 @@ void kvp__adv_metrics_publish(kvp__adv_metrics_t *m, const kvp__adv_metrics_snap
  * open until kvp__adv_metrics_stop), and the daemon's phase. */
 void kvp__adv_metrics_set_conn(kvp__adv_metrics_t *m, natsConnection *nc);
 void kvp__adv_metrics_set_phase(kvp__adv_metrics_t *m, kvp__adv_phase_t phase);
+
+/* kvp__store_progress_fn (ctx: the metrics): the load's progress, for
+ * /readyz's reason and the kvplane_advisor_load_* gauges. */
+void kvp__adv_metrics_load_progress(void *ctx, uint64_t done, uint64_t total);
 
 /* Stops the server (no callback runs after it returns) and frees what start
  * set up. Idempotent; safe on a zeroed struct. */

@@ -1,6 +1,7 @@
-/* Advisor block index: the map, the node and location pools, the LRU lists
- * and every update (index.h). Worker and volume names are in names.c (over
- * intern.c), the change log in changelog.c, the queries in query.c.
+/* Advisor block index: the map, the block records and every update
+ * (index.h). Location lists and shapes are in locs.c, worker and volume
+ * names in names.c (over intern.c), the change log in changelog.c, the
+ * queries in query.c, the memory cap in evict.c.
  * Thread: the advisor's loop thread. */
 #include "index/index.h"
 
@@ -13,6 +14,13 @@
 #include "common/array.h"
 #include "kvplane/event.h"
 #include "kvplane/status.h"
+
+/* The map's fill (LOAD_NUM / LOAD_DEN, index_impl.h) is at most 0.5: the
+ * 64-block match's p99 is the maximum of 64 probe runs, and longer runs
+ * cost it more than their bytes save. kvp-bench match at 1M, 2 copies, two
+ * runs each, p99 over the plain lookups' p99 of the same run: 0.5 1.20-1.23
+ * (24.0 B per location), 0.6 1.38-1.44 (23.3 B), 0.7 1.62-1.84 (22.9 B);
+ * at 0.8 the p99 doubled (9.0-9.4 us, 2.3-3.4 us plain; 1.25 copies). */
 
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
@@ -29,40 +37,39 @@ static void hint_huge(void *p, size_t bytes) {
     madvise((void *)start, end - start, MADV_HUGEPAGE);
 }
 
-/* Room for need elements in a pool. 1.5x: the slack of a pool is part of
- * the published memory figure; the first allocation is exactly the size
- * asked for (the create hint). */
-static inline int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap)
-    return 0; /* the common case stays inline: no call per new location */
-  size_t old = *cap;
-  int rc = kvp__array_reserve(p, cap, need, elem, need > 16 ? need : 16, KVP_ARRAY_HALF);
-  if (rc == 0 && *cap != old)
-    hint_huge(*p, *cap * elem);
+/* Room for need records. 1.5x: the slack is part of the published memory
+ * figure (and pages never touched are not resident). */
+static inline int grow_nodes(kvp__index_t *ix, size_t need) {
+  if (need <= ix->node_cap)
+    return 0; /* the common case stays inline: no call per new block */
+  size_t old = ix->node_cap;
+  int rc = kvp__array_reserve((void **)&ix->nodes, &ix->node_cap, need, sizeof(node_t),
+                              need > 16 ? need : 16, KVP_ARRAY_HALF);
+  if (rc == 0 && ix->node_cap != old)
+    hint_huge(ix->nodes, ix->node_cap * sizeof(node_t));
   return rc;
+}
+
+static size_t cap_for(size_t blocks) {
+  size_t cap = blocks / LOAD_NUM * LOAD_DEN + LOAD_DEN;
+  return cap < 16 ? 16 : cap;
 }
 
 int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out) {
   kvp__index_t *ix = calloc(1, sizeof *ix);
-  size_t cap = 16;
+  size_t cap = cap_for(cap_hint);
   int rc = KVP_ENOMEM;
 
   *out = NULL;
   if (ix == NULL)
     return KVP_ENOMEM;
-  while (cap * 7 < cap_hint * 10)
-    cap *= 2;
   ix->slots = calloc(cap, sizeof *ix->slots);
   if (ix->slots == NULL)
     goto fail;
   hint_huge(ix->slots, cap * sizeof *ix->slots);
   ix->cap = cap;
-  ix->mask = cap - 1;
   ix->nnodes = 1;
-  ix->nlocs = 1;
-  if (grow((void **)&ix->nodes, &ix->node_cap, cap_hint + 1, sizeof(node_t)) != 0)
-    goto fail;
-  if (grow((void **)&ix->locs, &ix->loc_cap, cap_hint + 1, sizeof(loc_t)) != 0)
+  if (grow_nodes(ix, cap_hint + 1) != 0)
     goto fail;
   kvp__index_intern_init(&ix->workers, KVP__INDEX_MAX_WORKERS);
   kvp__index_intern_init(&ix->volumes, KVP__INDEX_MAX_VOLUMES);
@@ -86,22 +93,21 @@ void kvp__index_destroy(kvp__index_t *ix) {
   kvp__index_changelog_free(&ix->log);
   free(ix->slots);
   free(ix->nodes);
-  free(ix->locs);
+  free(ix->slab);
+  free(ix->shapes.key);
+  free(ix->shapes.ref);
+  free(ix->shapes.map);
   free(ix);
 }
 
 /* --- map --------------------------------------------------------------- */
 
 /* The index keeps its own map rather than common/map64: a slot is 4 bytes
- * (node index and a hash tag, filled to 0.7) where map64's is 16 (key and
- * value, filled to 0.5), and the tag spares most node loads on a probe.
- * Measured with map64 in its place (hash -> node index, same prefetches;
- * scripts/abba.sh 6, kvp-bench ingest and match, median B/A and range):
- * ingest.block_events_per_s 0.87 (0.73-1.32), match.p50_us 1.23
- * (0.95-1.45), match.p99_us 1.19 (1.12-1.35), match.index_bytes_per_location
- * 62.4 -> 81.6 B (1.31), match.rss_bytes_per_block 1.34; the unit test's
- * 200k-location index went from 70.5 to 101.9 B per location, past its
- * 72 B bound. */
+ * (node index and a hash tag, filled to 0.5) where map64's is 16 (key and
+ * value, filled to 0.5), and the tag spares most node loads on a probe. Its
+ * size is any number of slots (multiply-shift picks the home slot), so a
+ * table sized for what it holds is filled to 0.5, not 0.25..0.5 as a power
+ * of two would be. */
 
 static int rehash(kvp__index_t *ix, size_t cap) {
   uint32_t *slots = calloc(cap, sizeof *slots);
@@ -112,30 +118,50 @@ static int rehash(kvp__index_t *ix, size_t cap) {
     uint32_t v = ix->slots[i];
     if (v == 0)
       continue;
-    size_t s = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, cap - 1);
+    size_t s = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, cap);
     while (slots[s] != 0)
-      s = (s + 1) & (cap - 1);
+      s = kvp__index_next(s, cap);
     slots[s] = v;
   }
   free(ix->slots);
   ix->slots = slots;
   ix->cap = cap;
-  ix->mask = cap - 1;
   return 0;
+}
+
+int kvp__index_reserve(kvp__index_t *ix, size_t blocks) {
+  if (blocks > KVP__INDEX_MAX_BLOCKS)
+    return KVP_ENOSPC;
+  if (blocks * LOAD_DEN > ix->cap * LOAD_NUM && rehash(ix, cap_for(blocks)) != 0)
+    return KVP_ENOMEM;
+  if (blocks + 1 <= ix->node_cap)
+    return 0;
+  /* Exactly what was asked for: a cap reserves its whole budget here. */
+  node_t *p = realloc(ix->nodes, (blocks + 1) * sizeof(node_t));
+  if (p == NULL)
+    return KVP_ENOMEM;
+  ix->nodes = p;
+  ix->node_cap = blocks + 1;
+  hint_huge(ix->nodes, ix->node_cap * sizeof(node_t));
+  return 0;
+}
+
+static size_t dist(size_t from, size_t to, size_t cap) {
+  return to >= from ? to - from : to + cap - from;
 }
 
 /* Backward-shift deletion keeps linear probing free of tombstones. */
 static void unmap(kvp__index_t *ix, uint64_t h) {
-  size_t s = kvp__index_slot_of(h, ix->mask);
+  size_t cap = ix->cap, s = kvp__index_slot_of(h, cap);
   while (ix->slots[s] == 0 || ix->nodes[ix->slots[s] & IDX_MASK].hash != h)
-    s = (s + 1) & ix->mask;
-  for (size_t j = (s + 1) & ix->mask;; j = (j + 1) & ix->mask) {
+    s = kvp__index_next(s, cap);
+  for (size_t j = kvp__index_next(s, cap);; j = kvp__index_next(j, cap)) {
     uint32_t v = ix->slots[j];
     if (v == 0)
       break;
-    size_t home = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, ix->mask);
+    size_t home = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, cap);
     /* Move v back into the hole when its home is not in (s, j]. */
-    if (((j - home) & ix->mask) >= ((j - s) & ix->mask)) {
+    if (dist(home, j, cap) >= dist(s, j, cap)) {
       ix->slots[s] = v;
       s = j;
     }
@@ -143,7 +169,7 @@ static void unmap(kvp__index_t *ix, uint64_t h) {
   ix->slots[s] = 0;
 }
 
-static void touch_node(kvp__index_t *ix, uint32_t n, uint16_t extra) {
+static void touch_node(kvp__index_t *ix, uint32_t n, uint8_t extra) {
   node_t *nd = &ix->nodes[n];
   if (!ix->track_dirty)
     return;
@@ -155,26 +181,29 @@ static void touch_node(kvp__index_t *ix, uint32_t n, uint16_t extra) {
     nd->flags |= NODE_DIRTY;
 }
 
-static int node_new(kvp__index_t *ix, uint64_t h, uint32_t *out) {
+/* A new record for hash h of the given shape (whose reference it takes). */
+static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out) {
   uint32_t n;
-  if ((ix->blocks + 1) * 10 > ix->cap * 7 && rehash(ix, ix->cap * 2) != 0)
+  if ((ix->blocks + 1) * LOAD_DEN > ix->cap * LOAD_NUM && rehash(ix, ix->cap + ix->cap / 2) != 0)
     return KVP_ENOMEM;
   if (ix->node_free) {
     n = (uint32_t)ix->node_free;
-    ix->node_free = ix->nodes[n].loc_head;
+    ix->node_free = (size_t)ix->nodes[n].parent;
   } else {
-    if (ix->nnodes > IDX_MASK)
+    if (ix->nnodes > KVP__INDEX_MAX_BLOCKS)
       return KVP_ENOSPC;
-    if (grow((void **)&ix->nodes, &ix->node_cap, ix->nnodes + 1, sizeof(node_t)) != 0)
+    if (grow_nodes(ix, ix->nnodes + 1) != 0)
       return KVP_ENOMEM;
     n = (uint32_t)ix->nnodes++;
   }
   memset(&ix->nodes[n], 0, sizeof(node_t));
   ix->nodes[n].hash = h;
   ix->nodes[n].parent = h;
-  size_t s = kvp__index_slot_of(h, ix->mask);
+  ix->nodes[n].shape = shape;
+  ix->nodes[n].flags = NODE_LIVE;
+  size_t s = kvp__index_slot_of(h, ix->cap);
   while (ix->slots[s] != 0)
-    s = (s + 1) & ix->mask;
+    s = kvp__index_next(s, ix->cap);
   ix->slots[s] = kvp__index_tag_of(h) | n;
   ix->blocks++;
   *out = n;
@@ -182,105 +211,94 @@ static int node_new(kvp__index_t *ix, uint64_t h, uint32_t *out) {
 }
 
 static void node_free(kvp__index_t *ix, uint32_t n) {
-  uint64_t h = ix->nodes[n].hash;
+  node_t *nd = &ix->nodes[n];
+  uint64_t h = nd->hash;
   unmap(ix, h);
-  if (ix->track_dirty && !(ix->nodes[n].flags & NODE_DIRTY))
+  if (ix->track_dirty && !(nd->flags & NODE_DIRTY))
     kvp__index_changelog_mark(&ix->log, h);
-  ix->nodes[n].flags = 0;
-  ix->nodes[n].loc_head = (uint32_t)ix->node_free;
+  kvp__index_locs_free(ix, n);
+  kvp__index_shape_put(ix, nd->shape);
+  nd->flags = 0;
+  nd->hash = 0;
+  nd->parent = ix->node_free;
   ix->node_free = n;
   ix->blocks--;
 }
 
-/* --- locations and LRU -------------------------------------------------- */
-
-static void lru_unlink(kvp__index_t *ix, uint32_t l) {
-  loc_t *lc = &ix->locs[l];
-  int t = kvp__index_loc_tier(lc);
-  if (lc->lru_prev)
-    ix->locs[lc->lru_prev].lru_next = lc->lru_next;
-  else
-    ix->lru_head[t] = lc->lru_next;
-  if (lc->lru_next)
-    ix->locs[lc->lru_next].lru_prev = lc->lru_prev;
-  else
-    ix->lru_tail[t] = lc->lru_prev;
-  lc->lru_prev = lc->lru_next = 0;
+/* Gives node n the shape of (tokens, bytes), keeping the per-tier byte
+ * totals exact when its size changes. */
+static int set_shape(kvp__index_t *ix, uint32_t n, uint32_t tokens, uint64_t bytes) {
+  uint16_t sh;
+  int rc;
+  /* The common case, the same size again: no lookup. */
+  if (ix->shapes.key[ix->nodes[n].shape] == kvp__index_shape_key(tokens, bytes))
+    return 0;
+  if ((rc = kvp__index_shape_get(ix, tokens, bytes, &sh)) != 0)
+    return rc;
+  node_t *nd = &ix->nodes[n];
+  uint16_t old = nd->shape;
+  if (sh == old) {
+    kvp__index_shape_put(ix, sh);
+    return 0;
+  }
+  uint32_t ob = kvp__index_shape_bytes(ix, old), nb = kvp__index_shape_bytes(ix, sh);
+  size_t cnt;
+  const uint32_t *l = kvp__index_locs(ix, nd, &cnt);
+  for (size_t i = 0; i < cnt; i++) {
+    int t = LOC_TIER(l[i]);
+    ix->tier_bytes[t] = ix->tier_bytes[t] - ob + nb;
+  }
+  nd->shape = sh;
+  kvp__index_shape_put(ix, old);
+  return 0;
 }
 
-static void lru_push(kvp__index_t *ix, uint32_t l) {
-  loc_t *lc = &ix->locs[l];
-  int t = kvp__index_loc_tier(lc);
-  lc->lru_prev = 0;
-  lc->lru_next = ix->lru_head[t];
-  if (ix->lru_head[t])
-    ix->locs[ix->lru_head[t]].lru_prev = l;
-  else
-    ix->lru_tail[t] = l;
-  ix->lru_head[t] = l;
-}
+/* --- locations ---------------------------------------------------------- */
 
-static int loc_add(kvp__index_t *ix, uint32_t n, uint16_t worker, int tier, uint16_t volume) {
-  uint16_t wt = (uint16_t)(worker << 3 | tier);
-  for (uint32_t l = ix->nodes[n].loc_head; l; l = ix->locs[l].next) {
-    if (ix->locs[l].wt == wt && ix->locs[l].volume == volume) {
-      lru_unlink(ix, l);
-      lru_push(ix, l);
+/* Adds a location to node n: 1 when added, 0 when it was there, or
+ * KVP_ENOMEM. */
+static int loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc) {
+  size_t cnt;
+  const uint32_t *l = kvp__index_locs(ix, &ix->nodes[n], &cnt);
+  for (size_t i = 0; i < cnt; i++)
+    if (l[i] == loc)
       return 0;
-    }
-  }
-  uint32_t l;
-  if (ix->loc_free) {
-    l = (uint32_t)ix->loc_free;
-    ix->loc_free = ix->locs[l].next;
-  } else {
-    if (ix->nlocs >= UINT32_MAX ||
-        grow((void **)&ix->locs, &ix->loc_cap, ix->nlocs + 1, sizeof(loc_t)) != 0)
-      return KVP_ENOMEM;
-    l = (uint32_t)ix->nlocs++;
-  }
-  loc_t *lc = &ix->locs[l];
-  lc->node = n;
-  lc->wt = wt;
-  lc->volume = volume;
-  lc->next = ix->nodes[n].loc_head;
-  ix->nodes[n].loc_head = l;
-  lru_push(ix, l);
+  if (kvp__index_loc_add(ix, n, loc) != 0)
+    return KVP_ENOMEM;
+  int t = LOC_TIER(loc);
   ix->locations++;
-  ix->tier_locs[tier]++;
-  ix->tier_bytes[tier] += ix->nodes[n].bytes;
+  ix->tier_locs[t]++;
+  ix->tier_bytes[t] += kvp__index_shape_bytes(ix, ix->nodes[n].shape);
   return 1;
 }
 
-static void record_gone(kvp__index_t *ix, uint64_t h, const loc_t *lc) {
-  if (!ix->track_dirty)
-    return;
-  /* On ENOMEM the row stays in the store until the block is deleted. */
-  kvp__index_gone_t g = {.hash = h,
-                         .worker = kvp__index_loc_worker(lc),
-                         .volume = lc->volume,
-                         .tier = (uint8_t)kvp__index_loc_tier(lc)};
-  (void)kvp__index_changelog_gone(&ix->log, &g);
-}
-
-/* Unlinks location l (whose predecessor in the block's list is prev, 0 when
- * l is the head) and frees it. */
-static void loc_del(kvp__index_t *ix, uint32_t n, uint32_t prev, uint32_t l) {
-  loc_t *lc = &ix->locs[l];
-  int t = kvp__index_loc_tier(lc);
-  record_gone(ix, ix->nodes[n].hash, lc);
-  lru_unlink(ix, l);
-  if (prev)
-    ix->locs[prev].next = lc->next;
-  else
-    ix->nodes[n].loc_head = lc->next;
+/* Removes the location at position at of node n, recording it as gone. */
+void kvp__index_loc_remove(kvp__index_t *ix, uint32_t n, size_t at) {
+  size_t cnt;
+  uint32_t loc = kvp__index_locs(ix, &ix->nodes[n], &cnt)[at];
+  int t = LOC_TIER(loc);
+  if (ix->track_dirty) {
+    /* On ENOMEM the row stays in the store until the block is deleted. */
+    kvp__index_gone_t g = {.hash = ix->nodes[n].hash,
+                           .worker = LOC_WORKER(loc),
+                           .volume = LOC_VOLUME(loc),
+                           .tier = (uint8_t)t};
+    (void)kvp__index_changelog_gone(&ix->log, &g);
+  }
+  kvp__index_loc_del(ix, n, at);
   ix->locations--;
   ix->tier_locs[t]--;
-  ix->tier_bytes[t] -= ix->nodes[n].bytes;
-  lc->wt = 0;
-  lc->node = 0;
-  lc->next = (uint32_t)ix->loc_free;
-  ix->loc_free = l;
+  ix->tier_bytes[t] -= kvp__index_shape_bytes(ix, ix->nodes[n].shape);
+}
+
+/* After locations of n went: deletes the block when none is left. */
+void kvp__index_settle_node(kvp__index_t *ix, uint32_t n) {
+  size_t cnt;
+  (void)kvp__index_locs(ix, &ix->nodes[n], &cnt);
+  if (cnt == 0)
+    node_free(ix, n);
+  else
+    touch_node(ix, n, 0);
 }
 
 int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
@@ -295,25 +313,22 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
     return KVP_EINVAL;
   n = kvp__index_find(ix, hash);
   if (n == 0) {
-    if ((rc = node_new(ix, hash, &n)) != 0)
+    uint16_t sh;
+    if ((rc = kvp__index_shape_get(ix, tokens, bytes, &sh)) != 0)
       return rc;
+    if ((rc = node_new(ix, hash, sh, &n)) != 0) {
+      kvp__index_shape_put(ix, sh);
+      return rc;
+    }
     created = 1;
+  } else if ((rc = set_shape(ix, n, tokens, bytes)) != 0) {
+    return rc;
   }
   node_t *nd = &ix->nodes[n];
   if (has_parent)
     nd->parent = parent;
-  uint32_t b32 = bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
-  if (b32 != nd->bytes && nd->loc_head) {
-    /* Keep the per-tier byte totals exact when a size changes. */
-    for (uint32_t l = nd->loc_head; l; l = ix->locs[l].next) {
-      int t = kvp__index_loc_tier(&ix->locs[l]);
-      ix->tier_bytes[t] = ix->tier_bytes[t] - nd->bytes + b32;
-    }
-  }
-  nd->bytes = b32;
-  nd->tokens = tokens > UINT16_MAX ? UINT16_MAX : (uint16_t)tokens;
   nd->last_access_s = secs_of(now_ms);
-  if ((rc = loc_add(ix, n, worker, tier, volume)) < 0) {
+  if ((rc = loc_add(ix, n, LOC_MAKE(worker, tier, volume))) < 0) {
     if (created)
       node_free(ix, n);
     return rc;
@@ -323,34 +338,30 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
 }
 
 int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier, uint16_t volume) {
-  uint32_t n = kvp__index_find(ix, hash), prev = 0;
+  uint32_t n = kvp__index_find(ix, hash), want = LOC_MAKE(worker, tier, 0) >> 16;
   int found = 0;
 
   if (n == 0)
     return KVP_ENOENT;
-  for (uint32_t l = ix->nodes[n].loc_head; l;) {
-    loc_t *lc = &ix->locs[l];
-    uint32_t next = lc->next;
-    if (kvp__index_loc_worker(lc) == worker && kvp__index_loc_tier(lc) == tier &&
-        (volume == KVP__INDEX_NO_VOLUME || lc->volume == volume)) {
-      loc_del(ix, n, prev, l);
+  size_t cnt;
+  (void)kvp__index_locs(ix, &ix->nodes[n], &cnt);
+  /* Newest first, as the store has always seen removals. */
+  for (size_t i = cnt; i-- > 0;) {
+    uint32_t l = kvp__index_locs(ix, &ix->nodes[n], &cnt)[i];
+    if (LOC_WT(l) == want && (volume == KVP__INDEX_NO_VOLUME || LOC_VOLUME(l) == volume)) {
+      kvp__index_loc_remove(ix, n, i);
       found = 1;
-    } else {
-      prev = l;
     }
-    l = next;
   }
   if (!found)
     return KVP_ENOENT;
-  if (ix->nodes[n].loc_head == 0)
-    node_free(ix, n);
-  else
-    touch_node(ix, n, 0);
+  kvp__index_settle_node(ix, n);
   return 0;
 }
 
 int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, uint64_t now_ms) {
   uint32_t n = kvp__index_find(ix, hash);
+  (void)tier; /* recency is the block's: every tier's LRU order follows it */
   if (n == 0)
     return KVP_ENOENT;
   node_t *nd = &ix->nodes[n];
@@ -359,63 +370,60 @@ int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, 
   nd->freq = (float)(nd->freq * exp2(-age / ix->half_life_s) + hits);
   nd->hits = nd->hits + hits < nd->hits ? UINT32_MAX : nd->hits + hits;
   nd->last_access_s = now_s;
-  for (uint32_t l = nd->loc_head; l; l = ix->locs[l].next) {
-    if (tier == 0 || kvp__index_loc_tier(&ix->locs[l]) == tier) {
-      lru_unlink(ix, l);
-      lru_push(ix, l);
-    }
-  }
   touch_node(ix, n, 0);
   return 0;
 }
 
 size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask) {
   size_t dropped = 0;
-  /* A linear pass over the pool: drops are rare (restart, silence, clear). */
-  for (size_t l = 1; l < ix->nlocs; l++) {
-    loc_t *lc = &ix->locs[l];
-    if (lc->node == 0 || kvp__index_loc_worker(lc) != worker ||
-        !(tier_mask & (1u << kvp__index_loc_tier(lc))))
+  /* A linear pass over the records: drops are rare (restart, silence,
+   * clear). */
+  for (size_t n = 1; n < ix->nnodes; n++) {
+    if (!(ix->nodes[n].flags & NODE_LIVE))
       continue;
-    uint32_t n = lc->node, prev = 0;
-    for (uint32_t p = ix->nodes[n].loc_head; p != l; p = ix->locs[p].next)
-      prev = p;
-    loc_del(ix, n, prev, (uint32_t)l);
-    dropped++;
-    if (ix->nodes[n].loc_head == 0)
-      node_free(ix, n);
-    else
-      touch_node(ix, n, 0);
+    size_t cnt, before = dropped;
+    (void)kvp__index_locs(ix, &ix->nodes[n], &cnt);
+    for (size_t i = cnt; i-- > 0;) {
+      uint32_t l = kvp__index_locs(ix, &ix->nodes[n], &cnt)[i];
+      if (LOC_WORKER(l) == worker && (tier_mask & (1u << LOC_TIER(l)))) {
+        kvp__index_loc_remove(ix, (uint32_t)n, i);
+        dropped++;
+      }
+    }
+    if (dropped != before)
+      kvp__index_settle_node(ix, (uint32_t)n);
   }
   return dropped;
 }
 
 void kvp__index_prefetch(const kvp__index_t *ix, const uint64_t *hashes, size_t n) {
-  /* Two passes so the slot loads of the first overlap, then the node loads
-   * of the second: the apply loop that follows finds them in cache. */
+  /* Two passes so the slot loads of the first overlap, then the record
+   * loads of the second: the apply loop that follows finds them in cache. */
   for (size_t i = 0; i < n; i++)
-    __builtin_prefetch(&ix->slots[kvp__index_slot_of(hashes[i], ix->mask)]);
+    __builtin_prefetch(&ix->slots[kvp__index_slot_of(hashes[i], ix->cap)]);
   for (size_t i = 0; i < n; i++) {
     uint32_t nd = kvp__index_candidate(ix, hashes[i]);
     if (nd)
       __builtin_prefetch(&ix->nodes[nd]);
-  }
-  for (size_t i = 0; i < n; i++) {
-    uint32_t nd = kvp__index_candidate(ix, hashes[i]);
-    if (nd && ix->nodes[nd].hash == hashes[i] && ix->nodes[nd].loc_head)
-      __builtin_prefetch(&ix->locs[ix->nodes[nd].loc_head]);
   }
 }
 
 int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b) {
   uint32_t n = kvp__index_find(ix, b->hash);
   int rc;
-  if (n == 0 && (rc = node_new(ix, b->hash, &n)) != 0)
+  if (n == 0) {
+    uint16_t sh;
+    if ((rc = kvp__index_shape_get(ix, b->tokens, b->bytes, &sh)) != 0)
+      return rc;
+    if ((rc = node_new(ix, b->hash, sh, &n)) != 0) {
+      kvp__index_shape_put(ix, sh);
+      return rc;
+    }
+  } else if ((rc = set_shape(ix, n, b->tokens, b->bytes)) != 0) {
     return rc;
+  }
   node_t *nd = &ix->nodes[n];
   nd->parent = b->parent;
-  nd->tokens = b->tokens > UINT16_MAX ? UINT16_MAX : (uint16_t)b->tokens;
-  nd->bytes = b->bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)b->bytes;
   nd->last_access_s = secs_of(b->last_access_ms);
   nd->hits = b->hits;
   nd->freq = (float)b->freq;
@@ -430,7 +438,7 @@ int kvp__index_load_loc(kvp__index_t *ix, uint64_t hash, const kvp__index_loc_t 
     return KVP_ETIER;
   if (loc->worker >= ix->workers.n || loc->volume >= ix->volumes.n)
     return KVP_EINVAL;
-  int rc = loc_add(ix, n, loc->worker, loc->tier, loc->volume);
+  int rc = loc_add(ix, n, LOC_MAKE(loc->worker, loc->tier, loc->volume));
   return rc < 0 ? rc : 0;
 }
 
@@ -443,7 +451,7 @@ void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st) {
     st->tier_bytes[t] = ix->tier_bytes[t];
   }
   st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * sizeof(node_t) +
-                     ix->loc_cap * sizeof(loc_t) + kvp__index_changelog_memory(&ix->log) +
+                     kvp__index_locs_memory(ix) + kvp__index_changelog_memory(&ix->log) +
                      kvp__index_intern_memory(&ix->workers) +
                      kvp__index_intern_memory(&ix->volumes);
 }
@@ -464,7 +472,7 @@ static uint32_t settle(void *ctx, uint64_t hash) {
   if (!(nd->flags & NODE_DIRTY))
     return KVP__INDEX_CH_SKIP; /* listed twice: deleted, then created again */
   uint32_t what = KVP__INDEX_CH_BLOCK | ((nd->flags & NODE_LOCS) ? KVP__INDEX_CH_LOCS : 0);
-  nd->flags &= (uint16_t) ~(NODE_DIRTY | NODE_LOCS);
+  nd->flags &= (uint8_t) ~(NODE_DIRTY | NODE_LOCS);
   return what;
 }
 

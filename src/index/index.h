@@ -1,21 +1,28 @@
 /* Advisor block index (DESIGN.md, "Advisor"): where every block lives.
  *
- * A hash map (open addressing, linear probing, u32 slots) from sequence hash
- * to a compact node: parent hash (the prefix-tree link), size, last access,
- * decayed hit frequency, and a list of locations. A location is one
- * (worker, tier, volume) copy of a block and sits on its tier's LRU list.
- * Nodes and locations live in dense pools addressed by u32 indexes (0 is
- * nil), so a node costs 40 bytes, a location 20, a map slot 4.
+ * A map (open addressing, linear probing, 4-byte tagged slots filled to at
+ * most 0.5, any number of slots) from sequence hash to a 40-byte block
+ * record in a dense pool: hash, parent hash (the prefix-tree link), last
+ * access, hits, decayed hit frequency, an interned size ("shape") and its
+ * locations. A location is one (worker, tier, volume) copy of a block in a
+ * u32; a record holds two inline, more go to a chunk of a shared slab. No
+ * malloc per block or location.
  *
  * Workers and volumes are interned as u16 ids. A "worker" here is one
  * (worker id, dp rank) pair: every data-parallel rank has its own caches.
  *
+ * Recency is the block's last access (second resolution): a tier's LRU
+ * order is its locations' blocks by last access; within one second, in
+ * record order (creation order until freed records are reused, then
+ * arbitrary). The LRU walk is a pass over the records (kvp__index_lru).
+ *
  * Every change marks the block dirty (once) so the store can write it behind;
  * kvp__index_changes_take() hands the changes over.
  *
- * In parts: index.c (the map, the pools, the LRU lists and the updates),
- * query.c (match, lookups, LRU walks), intern.c (names), changelog.c (the
- * change log); index_impl.h is what index.c and query.c share.
+ * In parts: index.c (the map, the records and the updates), locs.c
+ * (location lists, shapes), query.c (match, lookups, LRU walks), evict.c
+ * (the memory cap), intern.c and names.c (names), changelog.c (the change
+ * log); index_impl.h is what they share.
  *
  * Not thread-safe: the advisor's loop thread owns it. */
 #ifndef KVP_INDEX_INDEX_H
@@ -28,7 +35,7 @@
 
 #define KVP__INDEX_MAX_WORKERS 8191u
 #define KVP__INDEX_MAX_VOLUMES 65535u
-#define KVP__INDEX_MAX_BLOCKS ((1u << 27) - 2) /* node ids share a u32 slot with a tag */
+#define KVP__INDEX_MAX_BLOCKS ((1u << 27) - 2) /* record ids share a u32 slot with a tag */
 #define KVP__INDEX_NO_VOLUME 0xffffu           /* "any volume" in kvp__index_remove */
 /* In-memory last access is kept in seconds since this Unix time (2020-01-01)
  * to keep the node small; the store writes it back as Unix milliseconds. */
@@ -65,6 +72,11 @@ typedef struct kvp__index_match_s {
  * half-life of the decayed hit frequency. Returns 0 or KVP_ENOMEM. */
 int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out);
 
+/* Makes room for blocks blocks without growing the map or the record pool
+ * (a load from the store knows its count). Returns 0, KVP_ENOSPC past
+ * KVP__INDEX_MAX_BLOCKS or KVP_ENOMEM. */
+int kvp__index_reserve(kvp__index_t *ix, size_t blocks);
+
 /* Frees everything; NULL is accepted. */
 void kvp__index_destroy(kvp__index_t *ix);
 
@@ -84,9 +96,9 @@ size_t kvp__index_volume_count(const kvp__index_t *ix);
 
 /* Records that worker holds block hash in tier (and volume). Creates the
  * block if it is new (has_parent 0: no parent); refreshes size and last
- * access; a location already present is only moved to the front of its LRU.
- * Returns 0, KVP_ETIER for a tier outside 1..4, KVP_ENOSPC past
- * KVP__INDEX_MAX_BLOCKS blocks, or KVP_ENOMEM (index unchanged). */
+ * access (which moves it to the warm end of every LRU it is on). Returns 0,
+ * KVP_ETIER for a tier outside 1..4, KVP_ENOSPC past KVP__INDEX_MAX_BLOCKS
+ * blocks or 65,536 different (tokens, bytes) sizes, or KVP_ENOMEM. */
 int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t parent,
                      uint16_t worker, int tier, uint16_t volume, uint32_t tokens, uint64_t bytes,
                      uint64_t now_ms);
@@ -96,9 +108,9 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
  * when there was no such location (not an error for event streams). */
 int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier, uint16_t volume);
 
-/* Counts hits on a block: hit counter, decayed frequency, last access, and
- * the LRU position of the tier's locations (tier 0: all). KVP_ENOENT when the
- * block is unknown. */
+/* Counts hits on a block: hit counter, decayed frequency and last access
+ * (the LRU position of all its locations; tier is accepted for the callers'
+ * sake and no longer narrows it). KVP_ENOENT when the block is unknown. */
 int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, uint64_t now_ms);
 
 /* Drops every location of worker in the tiers of tier_mask (bit t for tier
@@ -127,8 +139,35 @@ int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b);
 /* Loads a location row; the block must have been loaded. KVP_ENOENT if not. */
 int kvp__index_load_loc(kvp__index_t *ix, uint64_t hash, const kvp__index_loc_t *loc);
 
-/* Least recently used locations of tier, coldest first: up to cap hashes. */
+/* Least recently used locations of tier, coldest first: up to cap hashes
+ * (a block appears once per location in the tier). One pass over the
+ * records: O(blocks + locations x log cap). */
 size_t kvp__index_lru(const kvp__index_t *ix, int tier, uint64_t *hashes, size_t cap);
+
+/* The same walk over the tiers of tier_mask, as keys: last access << 32 |
+ * record id, coldest first (sorted). Up to cap keys. */
+size_t kvp__index_lru_keys(const kvp__index_t *ix, unsigned tier_mask, uint64_t *keys, size_t cap);
+
+/* --- the memory cap (evict.c) --- */
+
+/* Bytes the index's live content needs: its records, its map at the
+ * highest fill, the slab chunks in use, names, shapes and the change log.
+ * What a memory cap is held to (allocated capacity does not shrink). */
+size_t kvp__index_memory_used(const kvp__index_t *ix);
+
+/* Blocks (of one or two locations) that bytes of memory hold. */
+size_t kvp__index_blocks_for(size_t bytes);
+
+/* Called for each location kvp__index_evict drops, before it goes. */
+typedef void (*kvp__index_evict_fn)(void *ctx, uint64_t hash, uint16_t worker, int tier);
+
+/* Drops about n of the coldest locations in the tiers of tier_mask: the
+ * n coldest are picked by one LRU walk and every location of their blocks
+ * in those tiers goes (so a block is never half-dropped from them). The
+ * drops reach the store as removals. Returns the number dropped (0 when
+ * there was no memory for the walk). */
+size_t kvp__index_evict(kvp__index_t *ix, unsigned tier_mask, size_t n, kvp__index_evict_fn fn,
+                        void *ctx);
 
 /* Figures. */
 typedef struct kvp__index_stats_s {

@@ -1,9 +1,9 @@
 /* What the parts of the advisor's index share (index.h is the interface):
- * the layout of nodes, locations and the map, and the inline map lookups
- * that the updates (index.c) and the queries (query.c) both run per hash.
+ * the layout of block records, location lists and the map, and the inline
+ * map lookups that the updates (index.c, locs.c) and the queries (query.c)
+ * run per hash. DESIGN.md, "Advisor", has the arithmetic of the bytes.
  *
- * Private to src/advisor/index.c and query.c. Thread: the advisor's loop
- * thread, like the index. */
+ * Private to src/index. Thread: the advisor's loop thread, like the index. */
 #ifndef KVP_INDEX_INDEX_IMPL_H
 #define KVP_INDEX_INDEX_IMPL_H
 
@@ -14,41 +14,63 @@
 #include "index/index.h"
 #include "index/intern.h"
 
-enum { NODE_DIRTY = 1, NODE_LOCS = 2 };
+enum {
+  NODE_LIVE = 1,  /* the record holds a block (else it is on the free list) */
+  NODE_DIRTY = 2, /* listed in the change log */
+  NODE_LOCS = 4,  /* its locations changed since the last take */
+  NODE_OVF = 8,   /* its locations are in the slab, not inline */
+};
 
-/* 40 bytes. parent == hash means no parent. */
+/* A location is one u32: worker << 19 | tier << 16 | volume. Workers fit
+ * 13 bits (KVP__INDEX_MAX_WORKERS), tiers 3, volumes 16. */
+#define LOC_MAKE(w, t, v) ((uint32_t)(w) << 19 | (uint32_t)(t) << 16 | (uint32_t)(v))
+#define LOC_WT(l) ((l) >> 16) /* worker << 3 | tier */
+#define LOC_WORKER(l) ((uint16_t)((l) >> 19))
+#define LOC_TIER(l) ((int)(((l) >> 16) & 7))
+#define LOC_VOLUME(l) ((uint16_t)((l)&0xffff))
+
+/* Slab chunk classes: class c holds 4 << c locations. An overflowed block
+ * keeps its chunk's offset in loc[0] and class << 27 | count in loc[1]. */
+#define OVF_COUNT_BITS 27
+#define OVF_CLASSES 24
+
+/* A block record, 40 bytes. The hash and the locations come first: a match
+ * reads the first 16 bytes only. parent == hash means no parent. */
 typedef struct node_s {
   uint64_t hash;
-  uint64_t parent;
+  uint32_t loc[2]; /* up to 2 inline locations, or the slab chunk (NODE_OVF) */
+  uint64_t parent; /* free list link when the record is free */
   float freq;
   uint32_t hits;
   uint32_t last_access_s; /* since KVP__INDEX_EPOCH_S */
-  uint32_t loc_head;      /* first location; free list link when free */
-  uint32_t bytes;         /* saturated at UINT32_MAX */
-  uint16_t tokens;        /* saturated at UINT16_MAX */
-  uint16_t flags;
+  uint16_t shape;         /* interned (tokens, bytes) */
+  uint8_t flags;
+  uint8_t nloc; /* inline locations (0..2) when not NODE_OVF */
 } node_t;
 
-/* 20 bytes. wt = worker << 3 | tier. */
-typedef struct loc_s {
-  uint32_t node;
-  uint32_t next; /* next location of the same block; free list link */
-  uint32_t lru_prev, lru_next;
-  uint16_t wt;
-  uint16_t volume;
-} loc_t;
+/* Interned (tokens, bytes) pairs with reference counts: blocks of one model
+ * all have the same size, so a u16 id stands in for 6 bytes per block. */
+typedef struct shapes_s {
+  uint64_t *key; /* by id: tokens << 32 | bytes */
+  uint32_t *ref; /* by id: blocks using it (0 = free id) */
+  size_t n, cap; /* ids 0 .. n - 1 given */
+  uint32_t *map; /* open addressing, id + 1, 0 = empty; 2x n at least */
+  size_t map_cap;
+  size_t live;
+} shapes_t;
 
 struct kvp__index_s {
   uint32_t *slots; /* tag | node index, 0 = empty */
-  size_t cap;      /* power of two */
-  size_t mask;
-  node_t *nodes; /* [0] unused */
+  size_t cap;      /* any size: slots are picked by multiply-shift */
+  node_t *nodes;   /* [0] unused */
   size_t nnodes, node_cap, node_free, blocks;
-  loc_t *locs; /* [0] unused */
-  size_t nlocs, loc_cap, loc_free, locations;
-  uint32_t lru_head[5], lru_tail[5]; /* head = most recent */
+  uint32_t *slab; /* overflowed location lists; [0] unused */
+  size_t slab_n, slab_cap, slab_used;
+  uint32_t slab_free[OVF_CLASSES];
+  size_t locations;
   size_t tier_locs[5];
   uint64_t tier_bytes[5];
+  shapes_t shapes;
   kvp__index_intern_t workers;
   kvp__index_intern_t volumes; /* [0] = "" */
   kvp__index_changelog_t log;
@@ -56,17 +78,17 @@ struct kvp__index_s {
   double half_life_s;
 };
 
-static inline size_t kvp__index_slot_of(uint64_t h, size_t mask) {
-  return (size_t)((h * 0x9e3779b97f4a7c15ull) >> 32) & mask;
+static inline size_t kvp__index_slot_of(uint64_t h, size_t cap) {
+  return (size_t)((((h * 0x9e3779b97f4a7c15ull) >> 32) * (uint64_t)cap) >> 32);
 }
 
-static inline uint16_t kvp__index_loc_worker(const loc_t *l) {
-  return (uint16_t)(l->wt >> 3);
+static inline size_t kvp__index_next(size_t s, size_t cap) {
+  return s + 1 == cap ? 0 : s + 1;
 }
 
-static inline int kvp__index_loc_tier(const loc_t *l) {
-  return l->wt & 7;
-}
+/* The map's highest fill (index.c says why 0.5). */
+#define LOAD_NUM 1
+#define LOAD_DEN 2
 
 /* A slot holds a node index in its low IDX_BITS bits and the top bits of
  * the block's hash above them, so probing skips most foreign nodes without
@@ -78,10 +100,10 @@ static inline uint32_t kvp__index_tag_of(uint64_t h) {
   return (uint32_t)(h >> (64 - (32 - IDX_BITS))) << IDX_BITS;
 }
 
-/* The node of hash h, or 0. */
-static inline uint32_t kvp__index_find(const kvp__index_t *ix, uint64_t h) {
+/* The node of hash h, probing from slot s (its home slot), or 0. */
+static inline uint32_t kvp__index_find_at(const kvp__index_t *ix, uint64_t h, size_t s) {
   uint32_t tag = kvp__index_tag_of(h);
-  for (size_t s = kvp__index_slot_of(h, ix->mask);; s = (s + 1) & ix->mask) {
+  for (;; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
     if (v == 0)
       return 0;
@@ -90,14 +112,74 @@ static inline uint32_t kvp__index_find(const kvp__index_t *ix, uint64_t h) {
   }
 }
 
-/* The first node whose tag matches: right almost always, for prefetching. */
-static inline uint32_t kvp__index_candidate(const kvp__index_t *ix, uint64_t h) {
+/* The node of hash h, or 0. */
+static inline uint32_t kvp__index_find(const kvp__index_t *ix, uint64_t h) {
   uint32_t tag = kvp__index_tag_of(h);
-  for (size_t s = kvp__index_slot_of(h, ix->mask);; s = (s + 1) & ix->mask) {
+  for (size_t s = kvp__index_slot_of(h, ix->cap);; s = kvp__index_next(s, ix->cap)) {
+    uint32_t v = ix->slots[s];
+    if (v == 0)
+      return 0;
+    if ((v & ~IDX_MASK) == tag && ix->nodes[v & IDX_MASK].hash == h)
+      return v & IDX_MASK;
+  }
+}
+
+/* The first node whose tag matches, probing from slot s: right almost
+ * always, for prefetching. */
+static inline uint32_t kvp__index_candidate_at(const kvp__index_t *ix, uint64_t h, size_t s) {
+  uint32_t tag = kvp__index_tag_of(h);
+  for (;; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
     if (v == 0 || (v & ~IDX_MASK) == tag)
       return v & IDX_MASK;
   }
+}
+
+static inline uint32_t kvp__index_candidate(const kvp__index_t *ix, uint64_t h) {
+  uint32_t tag = kvp__index_tag_of(h);
+  for (size_t s = kvp__index_slot_of(h, ix->cap);; s = kvp__index_next(s, ix->cap)) {
+    uint32_t v = ix->slots[s];
+    if (v == 0 || (v & ~IDX_MASK) == tag)
+      return v & IDX_MASK;
+  }
+}
+
+/* The locations of a node and their number. */
+static inline const uint32_t *kvp__index_locs(const kvp__index_t *ix, const node_t *nd, size_t *n) {
+  if (nd->flags & NODE_OVF) {
+    *n = nd->loc[1] & ((1u << OVF_COUNT_BITS) - 1);
+    return &ix->slab[nd->loc[0]];
+  }
+  *n = nd->nloc;
+  return nd->loc;
+}
+
+/* locs.c: location lists and shapes. */
+int kvp__index_loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc);
+void kvp__index_loc_del(kvp__index_t *ix, uint32_t n, size_t at);
+void kvp__index_locs_free(kvp__index_t *ix, uint32_t n);
+int kvp__index_shape_get(kvp__index_t *ix, uint32_t tokens, uint64_t bytes, uint16_t *id);
+void kvp__index_shape_put(kvp__index_t *ix, uint16_t id);
+size_t kvp__index_locs_memory(const kvp__index_t *ix);
+
+/* index.c: removes the location at position at of node n (recorded as gone
+ * for the store); then kvp__index_settle_node deletes the block if no
+ * location is left, or marks it changed. */
+void kvp__index_loc_remove(kvp__index_t *ix, uint32_t n, size_t at);
+void kvp__index_settle_node(kvp__index_t *ix, uint32_t n);
+
+/* tokens << 32 | bytes, saturated as the record keeps them. */
+static inline uint64_t kvp__index_shape_key(uint32_t tokens, uint64_t bytes) {
+  return (uint64_t)(tokens > UINT16_MAX ? UINT16_MAX : tokens) << 32 |
+         (bytes > UINT32_MAX ? UINT32_MAX : bytes);
+}
+
+static inline uint32_t kvp__index_shape_bytes(const kvp__index_t *ix, uint16_t id) {
+  return (uint32_t)ix->shapes.key[id];
+}
+
+static inline uint32_t kvp__index_shape_tokens(const kvp__index_t *ix, uint16_t id) {
+  return (uint32_t)(ix->shapes.key[id] >> 32);
 }
 
 #endif

@@ -3,6 +3,7 @@
  * loop thread. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "index/index.h"
 #include "index/index_impl.h"
@@ -14,30 +15,33 @@
 int kvp__index_match(const kvp__index_t *ix, const uint64_t *hashes, size_t n,
                      kvp__index_match_t *out, size_t cap, size_t *nrows) {
   uint32_t nodes[MATCH_BATCH];
-  size_t rows = 0;
+  size_t home[MATCH_BATCH], rows = 0;
   int rc = 0;
 
   for (size_t base = 0; base < n; base += MATCH_BATCH) {
     size_t m = n - base < MATCH_BATCH ? n - base : MATCH_BATCH;
-    /* Misses dominate: issue every slot load first, then every node load,
-     * so the memory system works on them in parallel. */
-    for (size_t i = 0; i < m; i++)
-      __builtin_prefetch(&ix->slots[kvp__index_slot_of(hashes[base + i], ix->mask)]);
-    for (size_t i = 0; i < m; i++)
-      __builtin_prefetch(&ix->nodes[kvp__index_candidate(ix, hashes[base + i])]);
+    /* Misses dominate: issue every slot load first, then every record
+     * load, so the memory system works on them in parallel. */
     for (size_t i = 0; i < m; i++) {
-      nodes[i] = kvp__index_find(ix, hashes[base + i]);
-      if (nodes[i])
-        __builtin_prefetch(&ix->locs[ix->nodes[nodes[i]].loc_head]);
+      home[i] = kvp__index_slot_of(hashes[base + i], ix->cap);
+      __builtin_prefetch(&ix->slots[home[i]]);
+    }
+    for (size_t i = 0; i < m; i++)
+      __builtin_prefetch(&ix->nodes[kvp__index_candidate_at(ix, hashes[base + i], home[i])]);
+    for (size_t i = 0; i < m; i++) {
+      nodes[i] = kvp__index_find_at(ix, hashes[base + i], home[i]);
+      if (nodes[i] && (ix->nodes[nodes[i]].flags & NODE_OVF))
+        __builtin_prefetch(&ix->slab[ix->nodes[nodes[i]].loc[0]]);
     }
     for (size_t i = 0; i < m; i++) {
-      size_t pos = base + i, extended = 0;
+      size_t pos = base + i, extended = 0, cnt;
       if (nodes[i] == 0)
         goto out;
-      for (uint32_t l = ix->nodes[nodes[i]].loc_head; l; l = ix->locs[l].next) {
-        const loc_t *lc = &ix->locs[l];
-        uint16_t w = kvp__index_loc_worker(lc);
-        uint8_t t = (uint8_t)kvp__index_loc_tier(lc);
+      const uint32_t *locs = kvp__index_locs(ix, &ix->nodes[nodes[i]], &cnt);
+      /* Newest location first, as the rows have always come. */
+      for (size_t k = cnt; k-- > 0;) {
+        uint16_t w = LOC_WORKER(locs[k]);
+        uint8_t t = (uint8_t)LOC_TIER(locs[k]);
         size_t r;
         for (r = 0; r < rows; r++)
           if (out[r].worker == w && out[r].tier == t)
@@ -69,40 +73,108 @@ out:
 static void fill_block(const kvp__index_t *ix, const node_t *nd, kvp__index_block_t *b) {
   b->hash = nd->hash;
   b->parent = nd->parent;
-  b->tokens = nd->tokens;
-  b->bytes = nd->bytes;
+  b->tokens = kvp__index_shape_tokens(ix, nd->shape);
+  b->bytes = kvp__index_shape_bytes(ix, nd->shape);
   b->last_access_ms =
       nd->last_access_s ? ((uint64_t)nd->last_access_s + KVP__INDEX_EPOCH_S) * 1000 : 0;
   b->hits = nd->hits;
   b->freq = nd->freq;
-  (void)ix;
 }
 
 int kvp__index_get(const kvp__index_t *ix, uint64_t hash, kvp__index_block_t *b,
                    kvp__index_loc_t *locs, size_t cap, size_t *nlocs) {
   uint32_t n = kvp__index_find(ix, hash);
-  size_t k = 0;
+  size_t cnt;
   if (n == 0)
     return KVP_ENOENT;
   if (b)
     fill_block(ix, &ix->nodes[n], b);
-  for (uint32_t l = ix->nodes[n].loc_head; l; l = ix->locs[l].next, k++) {
-    if (k < cap) {
-      locs[k].worker = kvp__index_loc_worker(&ix->locs[l]);
-      locs[k].tier = (uint8_t)kvp__index_loc_tier(&ix->locs[l]);
-      locs[k].volume = ix->locs[l].volume;
-    }
+  const uint32_t *l = kvp__index_locs(ix, &ix->nodes[n], &cnt);
+  /* Newest first. */
+  for (size_t k = 0; k < cnt && k < cap; k++) {
+    uint32_t v = l[cnt - 1 - k];
+    locs[k].worker = LOC_WORKER(v);
+    locs[k].tier = (uint8_t)LOC_TIER(v);
+    locs[k].volume = LOC_VOLUME(v);
   }
   if (nlocs)
-    *nlocs = k;
+    *nlocs = cnt;
   return 0;
 }
 
-size_t kvp__index_lru(const kvp__index_t *ix, int tier, uint64_t *hashes, size_t cap) {
+/* --- LRU: coldest first --------------------------------------------------- */
+
+/* A key orders by last access (seconds), then by record id (creation
+ * order until freed records are reused, then arbitrary). */
+static inline uint64_t lru_key(const kvp__index_t *ix, size_t n) {
+  return (uint64_t)ix->nodes[n].last_access_s << 32 | (uint64_t)n;
+}
+
+static int cmp_key(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Max-heap of keys: the root is the warmest of the coldest kept so far. */
+static void sift_down(uint64_t *h, size_t n, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < n && h[l] > h[m])
+      m = l;
+    if (r < n && h[r] > h[m])
+      m = r;
+    if (m == i)
+      return;
+    uint64_t t = h[i];
+    h[i] = h[m];
+    h[m] = t;
+    i = m;
+  }
+}
+
+static void sift_up(uint64_t *h, size_t i) {
+  while (i > 0 && h[(i - 1) / 2] < h[i]) {
+    uint64_t t = h[i];
+    h[i] = h[(i - 1) / 2];
+    h[(i - 1) / 2] = t;
+    i = (i - 1) / 2;
+  }
+}
+
+size_t kvp__index_lru_keys(const kvp__index_t *ix, unsigned tier_mask, uint64_t *keys, size_t cap) {
   size_t k = 0;
-  if (tier < KVP_TIER_G1 || tier > KVP_TIER_G4)
+  if (cap == 0)
     return 0;
-  for (uint32_t l = ix->lru_tail[tier]; l && k < cap; l = ix->locs[l].lru_prev)
-    hashes[k++] = ix->nodes[ix->locs[l].node].hash;
+  /* One pass over the records keeps the cap coldest locations in a heap
+   * (the caller's array): no per-location LRU links to pay for. */
+  for (size_t n = 1; n < ix->nnodes; n++) {
+    const node_t *nd = &ix->nodes[n];
+    if (!(nd->flags & NODE_LIVE))
+      continue;
+    size_t cnt;
+    const uint32_t *l = kvp__index_locs(ix, nd, &cnt);
+    for (size_t i = 0; i < cnt; i++) {
+      if (!(tier_mask & (1u << LOC_TIER(l[i]))))
+        continue;
+      uint64_t key = lru_key(ix, n);
+      if (k < cap) {
+        keys[k++] = key;
+        sift_up(keys, k - 1);
+      } else if (key < keys[0]) {
+        keys[0] = key;
+        sift_down(keys, k, 0);
+      }
+    }
+  }
+  qsort(keys, k, sizeof *keys, cmp_key);
+  return k;
+}
+
+size_t kvp__index_lru(const kvp__index_t *ix, int tier, uint64_t *hashes, size_t cap) {
+  if (tier < KVP_TIER_G1 || tier > KVP_TIER_G4 || ix->tier_locs[tier] == 0)
+    return 0;
+  size_t k = kvp__index_lru_keys(ix, 1u << tier, hashes, cap);
+  for (size_t i = 0; i < k; i++)
+    hashes[i] = ix->nodes[hashes[i] & 0xffffffffu].hash;
   return k;
 }

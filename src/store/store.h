@@ -60,6 +60,12 @@ typedef int (*kvp__store_worker_fn)(void *ctx, const kvp__store_worker_t *w);
 int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn worker_fn, void *ctx,
                     uint64_t *stream_seq);
 
+/* Progress of kvp__store_load: blocks loaded (with their locations) of the
+ * total, every 65,536 blocks and once at the end. Called on the loading
+ * thread. */
+typedef void (*kvp__store_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+void kvp__store_on_progress(kvp__store_t *st, kvp__store_progress_fn fn, void *ctx);
+
 /* Writes the dirty blocks of ix, the worker rows workers[0..nworkers) and
  * stream_seq in one transaction. *nblocks (may be NULL) receives the number
  * of blocks written. On failure the transaction is rolled back, the dirty

@@ -245,6 +245,99 @@ static void match_and_stats_answer(void **state) {
 }
 
 /* Operators read the views with the sqlite3 shell while the daemon writes. */
+/* [index] max_locations in the daemon: batches past it drop the coldest
+ * G1/G2 locations after each one (never G3), the stats reply counts them
+ * and shows the headroom, match answers for what remains, and the drops
+ * reach the database as removals. Recency is kept to the second, so the
+ * batches go a second apart. */
+static void index_cap_drops_coldest_g1_g2_and_says_so(void **state) {
+  advfix_t *f = *state;
+  enum { BATCH = 40, NB = 4, CAP = 100 };
+  uint64_t h[NB][BATCH], g3[10];
+  uint8_t buf[8192];
+  size_t len;
+  f->cfg.index_max_locations = CAP;
+  assert_int_equal(advfix_start(f), 0);
+  for (int i = 0; i < 10; i++)
+    g3[i] = 0xc000000000000000ull + (uint64_t)i;
+  kvp_event_t e3 = {.event_id = 1,
+                    .type = KVP_EV_STORED,
+                    .tier = 3,
+                    .volume = "nvme0",
+                    .hashes = g3,
+                    .nhashes = 10,
+                    .block_tokens = 16,
+                    .block_bytes = 4096};
+  kvp_batch_t b3 = {
+      .worker_id = "m0", .epoch = 1, .first_event_id = 1, .events = &e3, .nevents = 1};
+  assert_int_equal(kvp_wire_encode(&b3, buf, sizeof buf, &len), 0);
+  assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.m0", buf, (int)len), NATS_OK);
+  for (int k = 0; k < NB; k++) {
+    for (int i = 0; i < BATCH; i++)
+      h[k][i] = 0xb000000000000000ull + (uint64_t)k * 1000 + (uint64_t)i;
+    kvp_event_t ev = {.event_id = (uint64_t)k + 2,
+                      .type = KVP_EV_STORED,
+                      .tier = 1,
+                      .hashes = h[k],
+                      .nhashes = BATCH,
+                      .block_tokens = 16,
+                      .block_bytes = 4096};
+    kvp_batch_t b = {.worker_id = "m0",
+                     .epoch = 1,
+                     .first_event_id = (uint64_t)k + 2,
+                     .events = &ev,
+                     .nevents = 1};
+    assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
+    assert_int_equal(natsConnection_Publish(f->nc, "kvplane.ev.t.m0", buf, (int)len), NATS_OK);
+    natsConnection_Flush(f->nc);
+    if (k + 1 < NB)
+      nats_Sleep(1100);
+  }
+  long long applied = 0;
+  for (int t = 0; t < 100 && (applied = advfix_stat(f, "ingest.block_events")) < 10 + NB * BATCH;
+       t++)
+    nats_Sleep(50);
+  assert_int_equal(applied, 10 + NB * BATCH);
+  long long locs = advfix_stat(f, "locations"), evicted = advfix_stat(f, "index.evicted_locations");
+  print_message("cap %d: %lld locations, %lld dropped, headroom %lld\n", CAP, locs, evicted,
+                advfix_stat(f, "index.headroom_locations"));
+  assert_true(locs > 0 && locs <= CAP);
+  assert_int_equal(locs + evicted, 10 + NB * BATCH);
+  assert_true(advfix_stat(f, "index.headroom_locations") >= 0);
+  assert_int_equal(advfix_stat(f, "index.max_locations"), CAP);
+  assert_int_equal(advfix_stat(f, "tiers.G3.locations"), 10);
+  /* The newest batch answers whole, the oldest not at all. */
+  char q[64 + BATCH * 24], *p = q;
+  p += sprintf(p, "{\"hashes\":[");
+  for (int i = 0; i < BATCH; i++)
+    p += sprintf(p, "%s\"%016llx\"", i ? "," : "", (unsigned long long)h[NB - 1][i]);
+  sprintf(p, "]}");
+  char *rep = advfix_request(f, "match", q, (int)strlen(q));
+  assert_non_null(rep);
+  assert_non_null(strstr(rep, "\"length\": 40") ? rep : strstr(rep, "\"length\":40"));
+  free(rep);
+  p = q + sprintf(q, "{\"hashes\":[\"%016llx\"]}", (unsigned long long)h[0][0]);
+  rep = advfix_request(f, "match", q, (int)strlen(q));
+  assert_non_null(rep);
+  assert_null(strstr(rep, "\"worker\""));
+  free(rep);
+  /* The drops reach the database: its locations match the index's. */
+  sqlite3 *db = NULL;
+  long long rows = -1;
+  for (int t = 0; t < 100 && rows != locs; t++) {
+    nats_Sleep(50);
+    sqlite3_stmt *s = NULL;
+    if (db == NULL)
+      assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM block_locations", -1, &s, NULL) == SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW)
+      rows = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+  }
+  sqlite3_close(db);
+  assert_int_equal(rows, locs);
+}
+
 static void sqlite3_shell_reads_views_while_writing(void **state) {
   advfix_t *f = *state;
   tw_t *w[2] = {tw_create("t", "w0", 0, 1, 51), tw_create("t", "w1", 0, 1, 52)};
@@ -357,12 +450,25 @@ static void down_worker_row_says_when_and_how_many(void **state) {
   for (int i = 0; i < 8; i++)
     h[i] = 0xd000000000000000ull + (uint64_t)i;
   kvp_event_t ev[3] = {
-      {.type = KVP_EV_STORED, .tier = 1, .hashes = h, .nhashes = 5, .block_tokens = 16,
+      {.type = KVP_EV_STORED,
+       .tier = 1,
+       .hashes = h,
+       .nhashes = 5,
+       .block_tokens = 16,
        .block_bytes = 4096},
-      {.type = KVP_EV_STORED, .tier = 2, .hashes = h, .nhashes = 3, .block_tokens = 16,
+      {.type = KVP_EV_STORED,
+       .tier = 2,
+       .hashes = h,
+       .nhashes = 3,
+       .block_tokens = 16,
        .block_bytes = 4096},
-      {.type = KVP_EV_STORED, .tier = 3, .volume = "nvme0", .hashes = h, .nhashes = 2,
-       .block_tokens = 16, .block_bytes = 4096},
+      {.type = KVP_EV_STORED,
+       .tier = 3,
+       .volume = "nvme0",
+       .hashes = h,
+       .nhashes = 2,
+       .block_tokens = 16,
+       .block_bytes = 4096},
   };
   f->cfg.heartbeat_timeout_ms = 300;
   assert_int_equal(advfix_start(f), 0);
@@ -379,8 +485,12 @@ static void down_worker_row_says_when_and_how_many(void **state) {
   /* G3 outlives the process. */
   assert_int_equal(db_int(f, "SELECT count(*) FROM block_locations"), 2);
   /* Back: up again, the marks cleared. */
-  kvp_event_t again[1] = {{.type = KVP_EV_STORED, .tier = 1, .hashes = h + 5, .nhashes = 1,
-                           .block_tokens = 16, .block_bytes = 4096}};
+  kvp_event_t again[1] = {{.type = KVP_EV_STORED,
+                           .tier = 1,
+                           .hashes = h + 5,
+                           .nhashes = 1,
+                           .block_tokens = 16,
+                           .block_bytes = 4096}};
   publish_raw(f, "d0", 4, again, 1);
   for (int t = 0; t < 100 && db_int(f, "SELECT count(*) FROM workers WHERE status = 'up'") != 1;
        t++)
@@ -403,6 +513,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(malformed_and_oversized_are_skipped, advfix_cm_setup_js,
                                     advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(match_and_stats_answer, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(index_cap_drops_coldest_g1_g2_and_says_so, advfix_cm_setup_core,
                                     advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(sqlite3_shell_reads_views_while_writing, advfix_cm_setup_core,
                                     advfix_cm_teardown),

@@ -1,5 +1,6 @@
 # Advisor tests (issue 6). Sources are relative to tests/.
 kvp_add_test(advisor_index advisor/test_advisor_index.c LABELS advisor)
+kvp_add_test(advisor_index_cap advisor/test_advisor_index_cap.c LABELS advisor)
 kvp_add_test(advisor_ingest advisor/test_advisor_ingest.c LABELS advisor)
 kvp_add_test(advisor_store advisor/test_advisor_store.c LABELS advisor)
 kvp_add_test(advisor_parts advisor/test_advisor_parts.c LABELS advisor)

@@ -44,7 +44,9 @@ names)
     [ -n "$used" ] || fail "the $f use no kvplane metric"
     for m in $used; do
       base=$(echo "$m" | sed -E 's/_(bucket|sum|count)$//')
-      if ! printf '%s\n' "$exported" | grep -qx -e "$m" -e "$base"; then
+      # A here-string, not a pipe: grep -q exits at the first match, and
+      # printf's SIGPIPE would fail the pipeline under pipefail.
+      if ! grep -qx -e "$m" -e "$base" <<<"$exported"; then
         fail "the $f use $m, which no daemon exports (a typo, or a metric that went away)"
       fi
     done
