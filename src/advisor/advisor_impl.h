@@ -17,6 +17,7 @@
 #include "advisor/inbox.h"
 #include "advisor/ingest.h"
 #include "advisor/metrics.h"
+#include "advisor/routerhttp.h"
 #include "advisor/writebehind.h"
 #include "index/index.h"
 #include "kvplane/wire.h"
@@ -36,6 +37,7 @@ struct kvp_advisor_s {
   kvp__adv_fresh_t fresh;
   kvp__tier_engine_t *tier; /* NULL unless [tiering] enabled */
   kvp__adv_metrics_t metrics;
+  kvp__rapi_http_t *http;        /* NULL unless [http] enabled */
   kvp__adv_metrics_snap_t msnap; /* publish_metrics' scratch (12 KiB, off the stack) */
 
   uv_loop_t loop;

@@ -23,3 +23,19 @@ if(NOT KVP_SANITIZE)
   endforeach()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${py_test})
 endif()
+
+# The routers' indexer API over HTTP (README "The routers' indexer API"):
+# a client written from the Mooncake RFC #1403 spec, one ctest per method.
+if(NOT KVP_SANITIZE)
+  set(rapi_test ${CMAKE_CURRENT_SOURCE_DIR}/python/test_router_api.py)
+  file(STRINGS ${rapi_test} lines REGEX "^    def test_[a-z0-9_]+\\(")
+  foreach(line ${lines})
+    string(REGEX MATCH "def (test_[a-z0-9_]+)" m "${line}")
+    set(case ${CMAKE_MATCH_1})
+    add_test(NAME router_api.${case}
+      COMMAND /usr/bin/python3 ${rapi_test} RouterApiTest.${case})
+    set_tests_properties(router_api.${case} PROPERTIES TIMEOUT 90 LABELS "python;nats;advisor"
+      ENVIRONMENT "${py_env}")
+  endforeach()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${rapi_test})
+endif()
