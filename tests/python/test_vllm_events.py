@@ -1,0 +1,268 @@
+#!/usr/bin/python3
+"""kvplane-relay --reverse (README "Routers reading kvplane as vLLM
+events") from outside: a subscriber written from vLLM's KV-event format
+(vllm/distributed/kv_events.py: ZMQ PUB frames [topic, 8-byte big-endian
+sequence, msgpack KVEventBatch]; a ROUTER replay socket answering a start
+sequence with (seq, payload) frames ending at seq -1), with python3-zmq and
+python3-msgpack, against a real nats-server, kvplane workers publishing
+through the Python binding, and for the G3/G4 moves a real kvplane-advisor
+with tiering over posix volumes fed by kvplane-sim.
+
+Environment as test_binding.py, plus KVPLANE_RELAY and KVPLANE_SIM
+(tests/python/tests.cmake sets them).
+Run one case: /usr/bin/python3 test_vllm_events.py VllmEventsTest.test_stores_removes
+"""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import msgpack
+import zmq
+
+import kvplane
+from test_binding import NS, Plane, free_port, until
+
+BS = 16
+END = (1 << 64) - 1  # -1 as the 8-byte sequence
+
+
+class Subscriber:
+    """A vLLM KV-event consumer as a router writes one: SUB on the PUB
+    endpoint, sequence checking, replay through a DEALER on the ROUTER."""
+
+    def __init__(self, ctx, endpoint, replay):
+        self.ctx = ctx
+        self.replay_ep = replay
+        self.sub = ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(endpoint)
+        self.last = None
+        self.gaps = []
+
+    def close(self):
+        self.sub.close(0)
+
+    @staticmethod
+    def decode(payload):
+        batch = msgpack.unpackb(payload, raw=False)
+        assert isinstance(batch, dict), batch
+        assert set(batch) == {"ts", "events", "data_parallel_rank"}, batch
+        assert isinstance(batch["ts"], float)
+        return batch
+
+    def recv(self, timeout=5.0):
+        """The next (seq, batch), or None after timeout seconds."""
+        if not self.sub.poll(int(timeout * 1000)):
+            return None
+        topic, seq, payload = self.sub.recv_multipart()
+        assert len(seq) == 8
+        return int.from_bytes(seq, "big"), self.decode(payload)
+
+    def replay(self, start):
+        """vLLM's replay: the start sequence as 8 bytes big-endian; replies
+        [seq, payload] until seq -1."""
+        d = self.ctx.socket(zmq.DEALER)
+        d.connect(self.replay_ep)
+        try:
+            d.send_multipart([b"", start.to_bytes(8, "big")])
+            got = []
+            while True:
+                assert d.poll(5000), "no replay reply"
+                frames = d.recv_multipart()
+                assert frames[0] == b"" and len(frames) == 3, frames
+                seq = int.from_bytes(frames[1], "big")
+                if seq == END:
+                    assert frames[2] == b""
+                    return got
+                got.append((seq, self.decode(frames[2])))
+        finally:
+            d.close(0)
+
+    def messages(self, n, timeout=10.0):
+        """n messages in sequence order, recovering every gap by replay."""
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            m = self.recv(max(0.05, deadline - time.monotonic()))
+            if m is None:
+                break
+            seq, batch = m
+            if self.last is not None and seq > self.last + 1:
+                self.gaps.append((self.last + 1, seq))
+                for rseq, rbatch in self.replay(self.last + 1):
+                    if rseq < seq:
+                        out.append((rseq, rbatch))
+            out.append((seq, batch))
+            self.last = seq
+        return out
+
+
+def events(msgs):
+    return [e for _, b in msgs for e in b["events"]]
+
+
+class VllmEventsTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvp-vllm-")
+        self.plane = Plane(self.tmp)
+        self.ctx = zmq.Context()
+        self.closers = []
+        self.relay = None
+
+    def tearDown(self):
+        for c in reversed(self.closers):
+            c.close()
+        if self.relay and self.relay.poll() is None:
+            self.relay.send_signal(signal.SIGTERM)
+            self.relay.wait(10)
+        self.plane.stop()
+        self.ctx.term()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_relay(self, workers, extra=()):
+        """kvplane-relay --reverse with a PUB and a ROUTER per worker;
+        returns {worker: (endpoint, replay)}."""
+        argv = [os.environ["KVPLANE_RELAY"], "--reverse", "-s", self.plane.url, "-n", NS]
+        eps = {}
+        for w in workers:
+            eps[w] = ("tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port())
+            argv += ["-e", eps[w][0], "-r", eps[w][1], "-w", w]
+        log = open(os.path.join(self.tmp, "relay.log"), "w")
+        self.relay = subprocess.Popen(argv + list(extra), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+        def up():
+            if self.relay.poll() is not None:
+                raise AssertionError("kvplane-relay --reverse exited with %d: %s" % (
+                    self.relay.returncode, self.plane.log("relay.log")))
+            return "vLLM events on" in self.plane.log("relay.log")
+        until(up, what="kvplane-relay --reverse started")
+        return eps
+
+    def subscriber(self, ep):
+        s = Subscriber(self.ctx, *ep)
+        self.closers.append(s)
+        time.sleep(0.3)  # ZMQ's slow joiner: the subscription reaches the PUB
+        return s
+
+    def publisher(self, worker, **kw):
+        pub = kvplane.Publisher(self.plane.url, NS, worker, BS, max_delay_ms=1, **kw)
+        self.closers.append(pub)
+        return pub
+
+    def test_stores_removes(self):
+        """kvplane workers' stores and removes arrive as vLLM BlockStored and
+        BlockRemoved, per worker stream, with kvplane's hashes, the token ids,
+        the medium of the tier, the dp rank, and sequences from 0."""
+        self.plane.start_nats()
+        eps = self.start_relay(["wa", "wb"])
+        sa, sb = self.subscriber(eps["wa"]), self.subscriber(eps["wb"])
+        toks = [(i * 7919 + 3) % 50000 for i in range(BS * 4)]
+        pa, pb = self.publisher("wa", dp_rank=2), self.publisher("wb")
+        hs = pa.stored(toks)
+        pa.flush()
+        pa.stored(block_hashes=hs[:2], tier="G2")
+        pa.flush()
+        pa.removed(hs[3:])
+        pa.flush()
+        pb.stored(block_hashes=hs[:1], tier="G3", volume="ssd0")
+        pb.stored(block_hashes=hs[1:2], parent_hash=hs[0], tier="G4", volume="s3")
+        pb.flush()
+        ma = sa.messages(3)
+        self.assertEqual([s for s, _ in ma], [0, 1, 2])
+        self.assertEqual({b["data_parallel_rank"] for _, b in ma}, {2})
+        ev = events(ma)
+        # (The binding's stored() sends hashes only: no token ids in the event.)
+        self.assertEqual(ev[0], {"type": "BlockStored", "block_hashes": hs, "parent_block_hash": None,
+                                 "token_ids": [], "block_size": BS, "lora_id": None,
+                                 "medium": "GPU", "lora_name": None})
+        self.assertEqual((ev[1]["type"], ev[1]["block_hashes"], ev[1]["medium"]),
+                         ("BlockStored", hs[:2], "CPU"))
+        self.assertEqual(ev[2], {"type": "BlockRemoved", "block_hashes": hs[3:], "medium": "GPU"})
+        evb = events(sb.messages(1))
+        self.assertEqual([(e["medium"], e["block_hashes"], e["parent_block_hash"]) for e in evb],
+                         [("DISK", hs[:1], None), ("EXTERNAL", hs[1:2], hs[0])])
+        self.assertEqual(sa.gaps, [])
+
+    def test_gap_replay(self):
+        """A subscriber that misses messages sees the sequence jump, asks the
+        replay socket from the first missing sequence and gets exactly the
+        missed batches, in order, then the end marker; a start beyond the
+        newest gets only the end marker."""
+        self.plane.start_nats()
+        eps = self.start_relay(["wg"], ["--buffer", "64"])
+        s = self.subscriber(eps["wg"])
+        pub = self.publisher("wg")
+        toks = list(range(BS * 8))
+        hs = kvplane.hash_blocks(toks, BS)
+        pub.stored(toks[:BS])
+        pub.flush()
+        self.assertEqual(s.messages(1)[0][0], 0)
+        # The subscriber goes away; five batches pass; a new one joins.
+        s.close()
+        self.closers.remove(s)
+        for k in range(1, 6):
+            pub.stored(block_hashes=hs[k:k + 1], parent_hash=hs[k - 1])
+            pub.flush()
+            time.sleep(0.05)
+        s2 = self.subscriber(eps["wg"])
+        s2.last = 0  # what the first subscriber had seen
+        pub.removed(hs[:1])
+        pub.flush()
+        got = s2.messages(6)
+        self.assertEqual(s2.gaps, [(1, 6)])
+        self.assertEqual([q for q, _ in got], [0 + k for k in range(1, 7)])
+        ev = events(got)
+        self.assertEqual([(e["type"], e["block_hashes"]) for e in ev],
+                         [("BlockStored", hs[k:k + 1]) for k in range(1, 6)] +
+                         [("BlockRemoved", hs[:1])])
+        self.assertEqual([e["parent_block_hash"] for e in ev[:5]], hs[0:5])
+        # Replay from 0: the whole buffer; from beyond the newest: nothing.
+        self.assertEqual([q for q, _ in s2.replay(0)], list(range(7)))
+        self.assertEqual(s2.replay(1000), [])
+
+    def test_epoch_and_resync(self):
+        """A worker that restarts (a new epoch) has its G1/G2 blocks removed
+        on the stream; a relay that joins late asks for a resync and turns
+        the worker's snapshot into stores."""
+        self.plane.start_nats()
+        toks = list(range(5000, 5000 + BS * 3))
+        hs = kvplane.hash_blocks(toks, BS)
+        held = {1: hs}
+        pub = self.publisher("we", snapshot=lambda tier: held.get(tier))
+        pub.stored(toks)
+        pub.flush()
+        # The relay starts after the worker published (events 1..n missed).
+        eps = self.start_relay(["we"])
+        s = self.subscriber(eps["we"])
+        pub.stored(block_hashes=hs[:1], tier="G2")  # an event: the relay sees id > 1
+        pub.flush()
+        until(lambda: "resync requested (unknown)" in self.plane.log("relay.log"),
+              what="the relay's resync request")
+        # The worker's scheduler loop polls: the due resync takes the snapshot.
+        until(lambda: pub.poll() or pub.stats()["resyncs"] >= 1, what="the worker's snapshot")
+        pub.flush()
+        got = s.messages(2)
+        ev = events(got)
+        stored_g1 = sorted(h for e in ev if e["type"] == "BlockStored" and e["medium"] == "GPU"
+                           for h in e["block_hashes"])
+        self.assertEqual(stored_g1, sorted(hs), ev)  # from the snapshot
+        # The worker restarts: a new publisher, a new epoch.
+        pub.close()
+        self.closers.remove(pub)
+        pub2 = self.publisher("we")
+        pub2.stored(toks[:BS])
+        pub2.flush()
+        ev = events(s.messages(2))
+        self.assertEqual(ev[0]["type"], "BlockRemoved")
+        self.assertEqual((ev[0]["medium"], sorted(ev[0]["block_hashes"])), ("GPU", sorted(hs)))
+        self.assertEqual(ev[1]["type"], "BlockRemoved")
+        self.assertEqual((ev[1]["medium"], ev[1]["block_hashes"]), ("CPU", hs[:1]))
+
+
+if __name__ == "__main__":
+    unittest.main()
