@@ -263,6 +263,76 @@ class VllmEventsTest(unittest.TestCase):
         self.assertEqual(ev[1]["type"], "BlockRemoved")
         self.assertEqual((ev[1]["medium"], ev[1]["block_hashes"]), ("CPU", hs[:1]))
 
+    def test_advisor_moves(self):
+        """The advisor's G3 -> G4 demotions (worker _advisor) reach a router
+        as vLLM events: BlockStored EXTERNAL for each block the advisor moved
+        (a block the worker had announced as DISK), then BlockRemoved DISK
+        once the source is deleted; at the end the EXTERNAL set is exactly
+        the G4 volume's files. A real advisor with tiering over posix
+        volumes, fed by kvplane-sim's block managers (G3 offloads)."""
+        self.plane.start_nats()
+        vols = os.path.join(self.tmp, "volumes")
+        os.makedirs(os.path.join(vols, "g3"))
+        conf = os.path.join(self.tmp, "advisor.conf")
+        with open(conf, "w") as f:
+            f.write("[nats]\nservers = %s\nmode = core\n[advisor]\nnamespace = %s\n"
+                    "[store]\npath = %s\nflush_interval = 50ms\n"
+                    "[tiering]\nenabled = true\nplugin_dir = %s\ninterval = 250ms\n"
+                    "grace = 1s\nmin_residence = 0s\n"
+                    "[volume g3-sim-0]\ntier = 3\nplugin = posix\ncapacity = 256KiB\n"
+                    "path = %s\nfsync = off\n"
+                    "[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 1GiB\n"
+                    "path = %s\nfsync = off\n"
+                    % (self.plane.url, NS, self.plane.db, os.environ["KVPLANE_PLUGINS"],
+                       os.path.join(vols, "g3", "sim-0"), os.path.join(vols, "g4")))
+        log = open(os.path.join(self.tmp, "advisor.log"), "w")
+        self.plane.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+                                              stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        until(lambda: "advisor: running" in self.plane.log("advisor.log"),
+              what="the advisor running")
+        eps = self.start_relay(["_advisor", "sim-0"])
+        adv, wrk = self.subscriber(eps["_advisor"]), self.subscriber(eps["sim-0"])
+        sim = subprocess.run([os.environ["KVPLANE_SIM"], "-t", os.environ["KVPLANE_TRACE"],
+                              "-s", self.plane.url, "-n", NS, "-w", "1", "--volumes", vols,
+                              "--plugin-dir", os.environ["KVPLANE_PLUGINS"],
+                              "--g1-blocks", "256", "--g2-blocks", "64", "-l", "1500"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
+
+        def g4_files():
+            out = set()
+            for _, _, files in os.walk(os.path.join(vols, "g4")):
+                out |= {int(f, 16) for f in files if len(f) == 16}
+            return out
+        state = {"disk": set(), "ext": set(), "ext_removed": set(), "disk_removed": set()}
+
+        def settled():
+            for sub, who in ((wrk, "worker"), (adv, "advisor")):
+                while True:
+                    m = sub.recv(0.05)
+                    if m is None:
+                        break
+                    seq, batch = m
+                    self.assertEqual(seq, 0 if sub.last is None else sub.last + 1, who)
+                    sub.last = seq
+                    for e in batch["events"]:
+                        hs = set(e.get("block_hashes", []))
+                        if who == "worker" and e["type"] == "BlockStored" and \
+                                e["medium"] == "DISK":
+                            state["disk"] |= hs
+                        if who == "advisor" and e["medium"] == "EXTERNAL":
+                            state["ext" if e["type"] == "BlockStored" else "ext_removed"] |= hs
+                        if who == "advisor" and e["type"] == "BlockRemoved" and \
+                                e["medium"] == "DISK":
+                            state["disk_removed"] |= hs
+            ext = state["ext"] - state["ext_removed"]
+            return ext and ext == g4_files() and state["disk_removed"] == state["ext"]
+        until(settled, timeout=30, what="the advisor's moves on the _advisor stream: %r" % {
+            k: len(v) for k, v in state.items()})
+        # Every block the advisor moved is one the worker had announced in G3.
+        self.assertTrue(state["ext"] <= state["disk"], state)
+
 
 if __name__ == "__main__":
     unittest.main()
