@@ -226,7 +226,8 @@ int kvp__rapi_parse(int by_hash, const void *body, size_t len, uint32_t default_
   v = json_object_get(root, "block_size");
   if (v == NULL || json_is_null(v)) {
     if (default_block_size == 0) {
-      snprintf(err, errlen, "block_size: required (tokens per block; [http] block_size is not set)");
+      snprintf(err, errlen,
+               "block_size: required (tokens per block; [http] block_size is not set)");
       goto done;
     }
     req->block_size = default_block_size;

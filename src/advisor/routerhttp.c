@@ -135,9 +135,8 @@ static enum MHD_Result answer_query(kvp__rapi_http_t *h, struct MHD_Connection *
     snprintf(err, sizeof err, "request body over %u bytes", KVP__RAPI_MAX_BODY);
     return error(c, MHD_HTTP_CONTENT_TOO_LARGE, err, NULL);
   }
-  int rc =
-      kvp__rapi_parse(by_hash, b->buf ? b->buf : "", b->len, h->default_block_size, &req, err,
-                      sizeof err);
+  int rc = kvp__rapi_parse(by_hash, b->buf ? b->buf : "", b->len, h->default_block_size, &req, err,
+                           sizeof err);
   if (rc == KVP_EPROTO)
     ret = error(c, MHD_HTTP_BAD_REQUEST, err, NULL);
   else if (rc == KVP_ETOOBIG)
@@ -269,9 +268,8 @@ int kvp__rapi_http_start(uv_loop_t *loop, const kvp__index_t *ix, const char *ns
   if (v6)
     flags |= MHD_USE_IPv6;
   h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, h->fd,
-                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                          MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-                          MHD_OPTION_END);
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
+                          256u, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
   if (h->d == NULL) {
     snprintf(err, errlen, "%s: %s: the HTTP server (libmicrohttpd) did not start", key, addr);
     rc = KVP_EIO;

@@ -246,8 +246,8 @@ static int finish(out_t *o, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload,
   return 0;
 }
 
-int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int array_form,
-                     uint8_t **payload, size_t *len, size_t *nevents) {
+int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int array_form, uint8_t **payload,
+                     size_t *len, size_t *nevents) {
   out_t o = {.array_form = array_form};
   int rc = 0;
 

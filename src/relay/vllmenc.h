@@ -49,8 +49,8 @@ void kvp__vout_state_reset(kvp__vout_state_t *st);
  * nothing a vLLM consumer reads (a heartbeat, accesses, a snapshot chunk
  * that is not the last); *nevents is the number of vLLM events. Returns 0
  * or KVP_ENOMEM (st may then have been updated for part of the batch). */
-int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int array_form,
-                     uint8_t **payload, size_t *len, size_t *nevents);
+int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int array_form, uint8_t **payload,
+                     size_t *len, size_t *nevents);
 
 /* A payload of one AllBlocksCleared for dp_rank (malloc'd). */
 int kvp__vout_encode_cleared(uint32_t dp_rank, uint64_t ts_ms, int array_form, uint8_t **payload,

@@ -17,8 +17,8 @@
 #include "nats/conn.h"
 #include "relay/vllmenc.h"
 
-#define MAX_RANKS 16            /* (dp rank, epoch, next id) followed per stream */
-#define RESYNC_RETRY_MS 1000u   /* between two resync requests of one rank */
+#define MAX_RANKS 16          /* (dp rank, epoch, next id) followed per stream */
+#define RESYNC_RETRY_MS 1000u /* between two resync requests of one rank */
 
 typedef struct rank_s {
   uint32_t dp;
@@ -219,8 +219,11 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
     /* A restarted worker: its G1/G2 blocks are gone, G3/G4 are on disk. */
     kvp_event_t clr[2] = {{.type = KVP_EV_CLEARED, .tier = KVP_TIER_G1},
                           {.type = KVP_EV_CLEARED, .tier = KVP_TIER_G2}};
-    kvp_batch_t cb = {.worker_id = b->worker_id, .dp_rank = b->dp_rank, .events = clr,
-                      .nevents = 2, .timestamp_ms = b->timestamp_ms};
+    kvp_batch_t cb = {.worker_id = b->worker_id,
+                      .dp_rank = b->dp_rank,
+                      .events = clr,
+                      .nevents = 2,
+                      .timestamp_ms = b->timestamp_ms};
     if (kvp__vout_encode(&s->st, &cb, v->o.array_form, &p, &len, &n) == 0 && p)
       send_payload(v, s, p, len);
     s->epochs++;

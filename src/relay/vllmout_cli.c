@@ -82,15 +82,21 @@ static int parse_uint(const char *name, const char *s, unsigned long max, unsign
 }
 
 int kvp__vout_main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"reverse", no_argument, 0, 'R'},       {"endpoint", required_argument, 0, 'e'},
-      {"replay", required_argument, 0, 'r'},  {"worker", required_argument, 0, 'w'},
-      {"dp-ranks", required_argument, 0, 1},  {"topic", required_argument, 0, 't'},
-      {"server", required_argument, 0, 's'},  {"nats", required_argument, 0, 2},
-      {"ns", required_argument, 0, 'n'},      {"buffer", required_argument, 0, 3},
-      {"hwm", required_argument, 0, 4},       {"format", required_argument, 0, 5},
-      {"no-resync", no_argument, 0, 6},       {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option opts[] = {{"reverse", no_argument, 0, 'R'},
+                                       {"endpoint", required_argument, 0, 'e'},
+                                       {"replay", required_argument, 0, 'r'},
+                                       {"worker", required_argument, 0, 'w'},
+                                       {"dp-ranks", required_argument, 0, 1},
+                                       {"topic", required_argument, 0, 't'},
+                                       {"server", required_argument, 0, 's'},
+                                       {"nats", required_argument, 0, 2},
+                                       {"ns", required_argument, 0, 'n'},
+                                       {"buffer", required_argument, 0, 3},
+                                       {"hwm", required_argument, 0, 4},
+                                       {"format", required_argument, 0, 5},
+                                       {"no-resync", no_argument, 0, 6},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   kvp__vout_opts_t o;
   const char *ep[KVP_RELAY_MAX_ENDPOINTS] = {0}, *rp[KVP_RELAY_MAX_ENDPOINTS] = {0},
              *wk[KVP_RELAY_MAX_ENDPOINTS] = {0};
