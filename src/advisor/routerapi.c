@@ -20,8 +20,9 @@ static const char *const medium[KVP_TIER_MAX + 1] = {NULL, "GPU", "CPU", "DISK",
 /* Copies the JSON text, rewriting every integer literal in
  * (INT64_MAX, UINT64_MAX] as the int64 with the same bits: jansson reads
  * integers as json_int_t and refuses larger ones, while routers send u64
- * hashes as plain numbers. Strings are copied untouched. A rewritten literal
- * has at least 19 digits and grows by at most one character. */
+ * hashes as plain numbers. Strings, negative numbers and the digits of a
+ * fraction or an exponent are copied untouched. A rewritten literal has at
+ * least 19 digits and grows by at most one character. */
 static char *widen_u64(const char *in, size_t len, size_t *outlen) {
   char *out = malloc(len + len / 16 + 16), *o = out;
   int in_str = 0, esc = 0;
@@ -48,7 +49,7 @@ static char *widen_u64(const char *in, size_t len, size_t *outlen) {
       i++;
       continue;
     }
-    if (ch >= '0' && ch <= '9' && (i == 0 || in[i - 1] != '-')) {
+    if (ch >= '0' && ch <= '9' && (i == 0 || !strchr("-+.eE", in[i - 1]))) {
       size_t j = i;
       while (j < len && in[j] >= '0' && in[j] <= '9')
         j++;
