@@ -14,7 +14,7 @@
  * Hashes are kvplane's u64 sequence hashes; media are the relay's table
  * read backwards: G1 GPU, G2 CPU, G3 DISK, G4 EXTERNAL.
  *
- * Per stream a state remembers which (hash, tier) the stream has announced
+ * Per stream and dp rank a state remembers which (hash, tier) it has announced
  * stored, so that what vLLM cannot say is said with what it can: a kvplane
  * AllBlocksCleared of one tier becomes a BlockRemoved of the blocks
  * announced in it, and a complete kvplane Snapshot of a tier (the answer to

@@ -24,7 +24,8 @@ typedef struct rank_s {
   uint32_t dp;
   int known;
   uint64_t epoch, last_id;
-  uint64_t resync_ms; /* when a resync was last asked; 0: none pending */
+  uint64_t resync_ms;   /* when a resync was last asked; 0: none pending */
+  kvp__vout_state_t st; /* what the stream announced for this rank */
 } rank_t;
 
 typedef struct msg_s {
@@ -36,7 +37,6 @@ typedef struct msg_s {
 typedef struct stream_s {
   kvp__vout_stream_opts_t o;
   void *pub, *router;
-  kvp__vout_state_t st;
   rank_t ranks[MAX_RANKS];
   size_t nranks;
   uint64_t next_seq;
@@ -114,7 +114,6 @@ int kvp__vout_open(const kvp__vout_opts_t *o, kvp__vout_t **out, char *err, size
   for (size_t i = 0; i < o->nstreams; i++) {
     stream_t *s = &v->s[v->ns];
     s->o = o->streams[i];
-    kvp__vout_state_init(&s->st);
     v->ns++;
     s->ring_cap = v->o.buffer_steps;
     if ((s->ring = calloc(s->ring_cap, sizeof *s->ring)) == NULL) {
@@ -199,8 +198,17 @@ static rank_t *rank_of(stream_t *s, uint32_t dp) {
   for (size_t i = 0; i < s->nranks; i++)
     if (s->ranks[i].dp == dp)
       return &s->ranks[i];
-  size_t at = s->nranks < MAX_RANKS ? s->nranks++ : dp % MAX_RANKS;
+  /* Past MAX_RANKS ranks on one stream a slot is taken over, its state
+   * forgotten: a stream is one engine, with one rank or a few. */
+  size_t at;
+  if (s->nranks < MAX_RANKS) {
+    at = s->nranks++;
+  } else {
+    at = dp % MAX_RANKS;
+    kvp__vout_state_free(&s->ranks[at].st);
+  }
   s->ranks[at] = (rank_t){.dp = dp};
+  kvp__vout_state_init(&s->ranks[at].st);
   return &s->ranks[at];
 }
 
@@ -224,7 +232,7 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
                       .events = clr,
                       .nevents = 2,
                       .timestamp_ms = b->timestamp_ms};
-    if (kvp__vout_encode(&s->st, &cb, v->o.array_form, &p, &len, &n) == 0 && p)
+    if (kvp__vout_encode(&r->st, &cb, v->o.array_form, &p, &len, &n) == 0 && p)
       send_payload(v, s, p, len);
     s->epochs++;
     r->known = 0;
@@ -264,7 +272,7 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   for (size_t i = 0; i < view.nevents; i++)
     if (view.events[i].type == KVP_EV_SNAPSHOT && view.events[i].last)
       r->resync_ms = 0; /* answered */
-  if (kvp__vout_encode(&s->st, &view, v->o.array_form, &p, &len, &n) != 0) {
+  if (kvp__vout_encode(&r->st, &view, v->o.array_form, &p, &len, &n) != 0) {
     kvp_log_warn("relay --reverse: worker %s: out of memory encoding a batch", b->worker_id);
     return;
   }
@@ -436,7 +444,8 @@ void kvp__vout_close(kvp__vout_t *v) {
     for (size_t k = 0; s->ring && k < s->ring_n; k++)
       free(s->ring[(s->ring_head + k) % s->ring_cap].payload);
     free(s->ring);
-    kvp__vout_state_free(&s->st);
+    for (size_t k = 0; k < s->nranks; k++)
+      kvp__vout_state_free(&s->ranks[k].st);
   }
   free(v->s);
   if (v->zctx)

@@ -263,6 +263,39 @@ class VllmEventsTest(unittest.TestCase):
         self.assertEqual(ev[1]["type"], "BlockRemoved")
         self.assertEqual((ev[1]["medium"], ev[1]["block_hashes"]), ("CPU", hs[:1]))
 
+    def test_ranks_apart(self):
+        """Data-parallel ranks of one worker: a stream of every rank carries
+        each batch's rank, and a restart of rank 0 removes rank 0's blocks
+        only; a stream of one rank (-w ID:DP) carries that rank alone."""
+        self.plane.start_nats()
+        argv_eps = {"all": ("tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port()),
+                    "one": ("tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port())}
+        self.start_relay([], ["-e", argv_eps["all"][0], "-r", argv_eps["all"][1], "-w", "wr",
+                              "-e", argv_eps["one"][0], "-r", argv_eps["one"][1], "-w", "wr:1"])
+        sall, sone = self.subscriber(argv_eps["all"]), self.subscriber(argv_eps["one"])
+        hs = kvplane.hash_blocks(list(range(BS * 4)), BS)
+        p0, p1 = self.publisher("wr", dp_rank=0), self.publisher("wr", dp_rank=1)
+        p0.stored(block_hashes=hs[:2])
+        p0.flush()
+        p1.stored(block_hashes=hs[2:4])
+        p1.flush()
+        got = sall.messages(2)
+        self.assertEqual(sorted((b["data_parallel_rank"], tuple(b["events"][0]["block_hashes"]))
+                                for _, b in got), [(0, tuple(hs[:2])), (1, tuple(hs[2:4]))])
+        one = sone.messages(1)
+        self.assertEqual([(q, b["data_parallel_rank"], b["events"][0]["block_hashes"])
+                          for q, b in one], [(0, 1, hs[2:4])])
+        p0.close()
+        self.closers.remove(p0)
+        p0b = self.publisher("wr", dp_rank=0)
+        p0b.stored(block_hashes=hs[:1])
+        p0b.flush()
+        got = sall.messages(2)
+        self.assertEqual([(b["data_parallel_rank"], e["type"], sorted(e["block_hashes"]))
+                          for _, b in got for e in b["events"]],
+                         [(0, "BlockRemoved", sorted(hs[:2])), (0, "BlockStored", hs[:1])])
+        self.assertIsNone(sone.recv(0.5))  # rank 1's stream: nothing happened to rank 1
+
     def test_advisor_moves(self):
         """The advisor's G3 -> G4 demotions (worker _advisor) reach a router
         as vLLM events: BlockStored EXTERNAL for each block the advisor moved
