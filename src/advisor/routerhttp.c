@@ -306,8 +306,12 @@ void kvp__rapi_http_stop(kvp__rapi_http_t *h) {
   h->closed = 1;
   pthread_cond_broadcast(&h->answered);
   pthread_mutex_unlock(&h->lock);
+  /* MHD_stop_daemon joins its thread (no request is left) and closes the
+   * listening socket it was given (it was not quiesced): closing it again
+   * here could close a descriptor another thread has just been given. */
   if (h->d != NULL)
-    MHD_stop_daemon(h->d); /* joins its thread: no request is left */
-  close(h->fd);
+    MHD_stop_daemon(h->d);
+  else
+    close(h->fd);
   uv_close((uv_handle_t *)&h->wake, on_closed);
 }
