@@ -2,16 +2,46 @@
 #include "relay/vllmenc.h"
 
 #include <msgpack.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
 #include "kvplane/status.h"
 
-static const char *const medium[KVP_TIER_MAX + 1] = {NULL, "GPU", "CPU", "DISK", "EXTERNAL"};
+void kvp__vout_media_init(kvp__vout_media_t *m) {
+  static const char *const def[KVP_TIER_MAX + 1] = {"", "GPU", "CPU", "DISK", "EXTERNAL"};
+  for (int t = 0; t <= KVP_TIER_MAX; t++)
+    snprintf(m->name[t], sizeof m->name[t], "%s", def[t]);
+}
 
-const char *kvp__vout_medium(int tier) {
-  return tier >= 1 && tier <= KVP_TIER_MAX ? medium[tier] : NULL;
+int kvp__vout_media_set(kvp__vout_media_t *m, const char *list, char *err, size_t errlen) {
+  const char *p = list;
+  while (*p) {
+    const char *end = strchr(p, ','), *eq;
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    char item[64];
+    if (n == 0 || n >= sizeof item)
+      goto bad;
+    memcpy(item, p, n);
+    item[n] = '\0';
+    eq = strchr(item, '=');
+    if (eq == NULL || eq - item != 2 || item[0] != 'G' || item[1] < '1' ||
+        item[1] > '0' + KVP_TIER_MAX || strlen(eq + 1) == 0 || strlen(eq + 1) > 31 ||
+        strspn(eq + 1, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+            strlen(eq + 1)) {
+      snprintf(err, errlen, "--media: '%s' is not G<1..4>=NAME", item);
+      return KVP_ECONFIG;
+    }
+    snprintf(m->name[item[1] - '0'], sizeof m->name[0], "%s", eq + 1);
+    p += n + (end != NULL);
+    if (end != NULL && *p == '\0')
+      goto bad;
+  }
+  return 0;
+bad:
+  snprintf(err, errlen, "--media: '%s' is not a list G<n>=NAME,...", list);
+  return KVP_ECONFIG;
 }
 
 void kvp__vout_state_init(kvp__vout_state_t *st) {
@@ -37,7 +67,8 @@ typedef struct out_s {
   msgpack_sbuffer ev;
   msgpack_packer pk;
   size_t n;
-  int array_form;
+  int format;
+  const kvp__vout_media_t *media;
   int oom;
 } out_t;
 
@@ -49,18 +80,18 @@ static void str(msgpack_packer *pk, const char *s) {
 
 /* The event's type tag and, in the map layout, nfields more keys. */
 static void begin(out_t *o, const char *type, size_t nfields) {
-  if (o->array_form)
+  if (o->format == KVP__VOUT_ARRAY) {
     msgpack_pack_array(&o->pk, 1 + nfields);
-  else
+  } else {
     msgpack_pack_map(&o->pk, 1 + nfields);
-  if (!o->array_form)
     str(&o->pk, "type");
+  }
   str(&o->pk, type);
   o->n++;
 }
 
 static void key(out_t *o, const char *k) {
-  if (!o->array_form)
+  if (o->format != KVP__VOUT_ARRAY)
     str(&o->pk, k);
 }
 
@@ -92,7 +123,7 @@ static void stored(out_t *o, int tier, const uint64_t *h, size_t n, int has_pare
   else
     msgpack_pack_nil(&o->pk);
   key(o, "medium");
-  str(&o->pk, medium[tier]);
+  str(&o->pk, o->media->name[tier]);
   key(o, "lora_name");
   msgpack_pack_nil(&o->pk);
 }
@@ -101,7 +132,7 @@ static void removed(out_t *o, int tier, const uint64_t *h, size_t n) {
   begin(o, "BlockRemoved", 2);
   hashes(o, h, n);
   key(o, "medium");
-  str(&o->pk, medium[tier]);
+  str(&o->pk, o->media->name[tier]);
 }
 
 static void mark(out_t *o, kvp__vout_state_t *st, uint64_t h, int tier, int on) {
@@ -222,19 +253,20 @@ static int finish(out_t *o, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload,
   msgpack_packer pk;
   msgpack_sbuffer_init(&b);
   msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
-  if (o->array_form) {
-    msgpack_pack_array(&pk, 3);
-  } else {
+  int map = o->format == KVP__VOUT_MAP;
+  if (map) {
     msgpack_pack_map(&pk, 3);
     str(&pk, "ts");
+  } else {
+    msgpack_pack_array(&pk, 3);
   }
   msgpack_pack_double(&pk, (double)ts_ms / 1000.0);
-  if (!o->array_form)
+  if (map)
     str(&pk, "events");
   msgpack_pack_array(&pk, o->n);
   if (o->ev.size)
     msgpack_sbuffer_write(&b, o->ev.data, o->ev.size);
-  if (!o->array_form)
+  if (map)
     str(&pk, "data_parallel_rank");
   msgpack_pack_uint32(&pk, dp_rank);
   if (b.data == NULL) {
@@ -246,9 +278,10 @@ static int finish(out_t *o, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload,
   return 0;
 }
 
-int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int array_form, uint8_t **payload,
-                     size_t *len, size_t *nevents) {
-  out_t o = {.array_form = array_form};
+int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int format,
+                     const kvp__vout_media_t *media, uint8_t **payload, size_t *len,
+                     size_t *nevents) {
+  out_t o = {.format = format, .media = media};
   int rc = 0;
 
   *payload = NULL;
@@ -264,17 +297,6 @@ int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int array_form
     rc = finish(&o, b->dp_rank, b->timestamp_ms ? b->timestamp_ms : kvp__unix_ms(), payload, len);
   if (rc == 0)
     *nevents = o.n;
-  msgpack_sbuffer_destroy(&o.ev);
-  return rc;
-}
-
-int kvp__vout_encode_cleared(uint32_t dp_rank, uint64_t ts_ms, int array_form, uint8_t **payload,
-                             size_t *len) {
-  out_t o = {.array_form = array_form};
-  msgpack_sbuffer_init(&o.ev);
-  msgpack_packer_init(&o.pk, &o.ev, msgpack_sbuffer_write);
-  begin(&o, "AllBlocksCleared", 0);
-  int rc = finish(&o, dp_rank, ts_ms, payload, len);
   msgpack_sbuffer_destroy(&o.ev);
   return rc;
 }

@@ -49,6 +49,7 @@ typedef struct stream_s {
 
 struct kvp__vout_s {
   kvp__vout_opts_t o;
+  kvp__vout_media_t media;
   void *zctx;
   stream_t *s;
   size_t ns;
@@ -105,6 +106,9 @@ int kvp__vout_open(const kvp__vout_opts_t *o, kvp__vout_t **out, char *err, size
   if ((v = calloc(1, sizeof *v)) == NULL)
     return KVP_ENOMEM;
   v->o = *o;
+  kvp__vout_media_init(&v->media);
+  if (o->media && (rc = kvp__vout_media_set(&v->media, o->media, err, errlen)) != 0)
+    goto fail;
   if (v->o.buffer_steps == 0)
     v->o.buffer_steps = 1;
   if ((v->zctx = zmq_ctx_new()) == NULL || (v->s = calloc(o->nstreams, sizeof *v->s)) == NULL) {
@@ -232,7 +236,7 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
                       .events = clr,
                       .nevents = 2,
                       .timestamp_ms = b->timestamp_ms};
-    if (kvp__vout_encode(&r->st, &cb, v->o.array_form, &p, &len, &n) == 0 && p)
+    if (kvp__vout_encode(&r->st, &cb, v->o.format, &v->media, &p, &len, &n) == 0 && p)
       send_payload(v, s, p, len);
     s->epochs++;
     r->known = 0;
@@ -272,7 +276,7 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   for (size_t i = 0; i < view.nevents; i++)
     if (view.events[i].type == KVP_EV_SNAPSHOT && view.events[i].last)
       r->resync_ms = 0; /* answered */
-  if (kvp__vout_encode(&r->st, &view, v->o.array_form, &p, &len, &n) != 0) {
+  if (kvp__vout_encode(&r->st, &view, v->o.format, &v->media, &p, &len, &n) != 0) {
     kvp_log_warn("relay --reverse: worker %s: out of memory encoding a batch", b->worker_id);
     return;
   }
@@ -311,21 +315,22 @@ static void on_nats(kvp__vout_t *v, natsMsg *m, uint64_t now) {
   kvp_wire_batch_free(wb);
 }
 
-/* Sends one reply: [identity, ("",) seq, payload]. */
-static int reply(stream_t *s, const zmq_msg_t *id, int delim, const uint8_t seq[8],
-                 const uint8_t *p, size_t len) {
+/* Sends one reply: [identity, ("",) topic, seq, payload]. */
+static int reply(stream_t *s, const zmq_msg_t *id, int delim, const char *topic,
+                 const uint8_t seq[8], const uint8_t *p, size_t len) {
   if (zmq_send(s->router, zmq_msg_data((zmq_msg_t *)id), zmq_msg_size((zmq_msg_t *)id),
                ZMQ_SNDMORE) < 0 ||
       (delim && zmq_send(s->router, "", 0, ZMQ_SNDMORE) < 0) ||
+      zmq_send(s->router, topic, strlen(topic), ZMQ_SNDMORE) < 0 ||
       zmq_send(s->router, seq, 8, ZMQ_SNDMORE) < 0 || zmq_send(s->router, p, len, 0) < 0)
     return KVP_EIO;
   return 0;
 }
 
 /* Answers one replay request waiting on s's ROUTER: every buffered message
- * from the requested sequence on, then the end marker (sequence -1, an
- * empty payload), as vLLM's _service_replay does. */
-static void serve_replay(stream_t *s) {
+ * from the requested sequence on, then the end marker (an empty topic,
+ * sequence -1, an empty payload), as vLLM's _service_replay does. */
+static void serve_replay(stream_t *s, const char *topic) {
   zmq_msg_t f[4];
   const uint8_t *data[4];
   size_t lens[4], n = 0, total = 0;
@@ -363,14 +368,14 @@ static void serve_replay(stream_t *s) {
     if (m->seq < start)
       continue;
     be64(seq, m->seq);
-    if (reply(s, &f[0], delim, seq, m->payload, m->len) != 0) {
+    if (reply(s, &f[0], delim, topic, seq, m->payload, m->len) != 0) {
       s->send_errors++;
       goto done;
     }
     s->replayed++;
   }
   static const uint8_t end[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-  if (reply(s, &f[0], delim, end, (const uint8_t *)"", 0) != 0)
+  if (reply(s, &f[0], delim, "", end, (const uint8_t *)"", 0) != 0)
     s->send_errors++;
 done:
   for (size_t i = 0; i < n; i++)
@@ -391,7 +396,7 @@ int kvp__vout_run(kvp__vout_t *v) {
     if (ni > 0 && zmq_poll(items, ni, 0) > 0)
       for (int i = 0; i < ni; i++)
         if (items[i].revents & ZMQ_POLLIN)
-          serve_replay(owner[i]);
+          serve_replay(owner[i], v->o.topic);
     /* NATS next, up to 10 ms of waiting: a replay request waits at most that. */
     natsMsg *m = NULL;
     natsStatus st = natsSubscription_NextMsg(&m, v->sub, 10);

@@ -8,9 +8,9 @@
  * socket sending [topic, 8-byte big-endian sequence, msgpack payload]
  * (vllmenc.h) with the sequence counting from 0, and optionally a ROUTER
  * socket answering replay requests as vLLM's ZmqEventPublisher does: a
- * request [identity, "", start] is answered with [identity, "", seq,
+ * request [identity, "", start] is answered with [identity, "", topic, seq,
  * payload] for every buffered message from start on, then [identity, "",
- * -1 as 8 bytes, ""]. Both sockets are bound. One stream per worker, not per
+ * "", -1 as 8 bytes, ""]. Both sockets are bound. One stream per worker, not per
  * namespace: the vLLM format has no worker field (a stream is one engine),
  * and its sequence and replay buffer are per stream, as routers register
  * one endpoint per instance and dp rank.
@@ -50,7 +50,8 @@ typedef struct kvp__vout_opts_s {
   size_t nstreams;
   size_t buffer_steps; /* messages kept for replay; default 10000 (vLLM's) */
   int sndhwm;          /* PUB high-water mark; default 100000 (vLLM's) */
-  int array_form;      /* the array_like payload of older vLLM releases */
+  int format;          /* KVP__VOUT_VLLM (default), _MAP or _ARRAY (vllmenc.h) */
+  const char *media;   /* "G<n>=NAME,..." overrides of the medium names, or NULL */
   int no_resync;       /* never ask workers for a resync */
 } kvp__vout_opts_t;
 

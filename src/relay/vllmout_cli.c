@@ -9,40 +9,47 @@
 
 #include "common/log.h"
 #include "kvplane/status.h"
+#include "relay/vllmenc.h"
 #include "relay/vllmout.h"
 
 static void usage(FILE *f) {
-  fputs("usage: kvplane-relay --reverse -e URL -w ID[:DP] [-r URL] [-e URL -w ID [-r URL]]...\n"
-        "                     [options]\n\n"
-        "The relay's reverse direction: publishes kvplane workers' events from NATS as\n"
-        "vLLM KV events (ZMQ PUB: topic, 8-byte big-endian sequence, msgpack payload;\n"
-        "ROUTER replay: request the start sequence, replies (seq, payload) ending with\n"
-        "seq -1), one stream per kvplane worker, so that routers reading vLLM's stream\n"
-        "see kvplane workers. Worker _advisor carries the advisor's G3/G4 moves.\n\n"
-        "  -e, --endpoint URL     PUB endpoint to bind (repeatable), e.g. tcp://*:5557\n"
-        "  -r, --replay URL       ROUTER endpoint to bind for the preceding --endpoint,\n"
-        "                         e.g. tcp://*:5558 (default: none, no replay)\n"
-        "  -w, --worker ID[:DP]   kvplane worker of the preceding --endpoint; with :DP\n"
-        "                         only that data-parallel rank (default: every rank)\n"
-        "      --dp-ranks N       each endpoint stands for N ranks of its worker: rank k\n"
-        "                         at port + k (endpoint and replay), as vLLM numbers them\n"
-        "  -t, --topic STR        first frame of every message (default empty)\n"
-        "  -s, --server URL       NATS server(s), comma-separated (default\n"
-        "                         nats://127.0.0.1:4222)\n"
-        "      --nats NAME=VALUE  other NATS option: user, password, token, creds,\n"
-        "                         tls_ca, tls_cert, tls_key, connect_timeout_ms\n"
-        "  -n, --ns NAME          namespace (default \"default\")\n"
-        "      --buffer N         messages kept per stream for replay (default 10000)\n"
-        "      --hwm N            ZMQ send high-water mark (default 100000)\n"
-        "      --format F         map (vLLM's current msgspec layout, default) or array\n"
-        "                         (the array_like layout of older vLLM releases)\n"
-        "      --no-resync        never ask a worker for a resync (by default one is asked\n"
-        "                         on first sight after missed events, after a gap and\n"
-        "                         after a new epoch)\n\n"
-        "Figures: one JSON line per stream on stdout at exit.\n"
-        "exit status: 0 after SIGINT or SIGTERM, 1 for bad options (an endpoint that\n"
-        "cannot be bound included), 2 when NATS cannot be reached.\n",
-        f);
+  fputs(
+      "usage: kvplane-relay --reverse -e URL -w ID[:DP] [-r URL] [-e URL -w ID [-r URL]]...\n"
+      "                     [options]\n\n"
+      "The relay's reverse direction: publishes kvplane workers' events from NATS as\n"
+      "vLLM KV events (ZMQ PUB: topic, 8-byte big-endian sequence, msgpack payload;\n"
+      "ROUTER replay: request the start sequence, replies (topic, seq, payload)\n"
+      "ending with seq -1), one stream per kvplane worker, so that routers reading vLLM's stream\n"
+      "see kvplane workers. Worker _advisor carries the advisor's G3/G4 moves.\n\n"
+      "  -e, --endpoint URL     PUB endpoint to bind (repeatable), e.g. tcp://*:5557\n"
+      "  -r, --replay URL       ROUTER endpoint to bind for the preceding --endpoint,\n"
+      "                         e.g. tcp://*:5558 (default: none, no replay)\n"
+      "  -w, --worker ID[:DP]   kvplane worker of the preceding --endpoint; with :DP\n"
+      "                         only that data-parallel rank (default: every rank)\n"
+      "      --dp-ranks N       each endpoint stands for N ranks of its worker: rank k\n"
+      "                         at port + k (endpoint and replay), as vLLM numbers them\n"
+      "  -t, --topic STR        first frame of every message (default empty)\n"
+      "  -s, --server URL       NATS server(s), comma-separated (default\n"
+      "                         nats://127.0.0.1:4222)\n"
+      "      --nats NAME=VALUE  other NATS option: user, password, token, creds,\n"
+      "                         tls_ca, tls_cert, tls_key, connect_timeout_ms\n"
+      "  -n, --ns NAME          namespace (default \"default\")\n"
+      "      --buffer N         messages kept per stream for replay (default 10000)\n"
+      "      --hwm N            ZMQ send high-water mark (default 100000)\n"
+      "      --format F         vllm (default: the batch an array [ts, events, dp], the\n"
+      "                         events maps tagged \"type\", as vLLM's msgspec structs\n"
+      "                         encode), map (the batch a map too) or array (tagged\n"
+      "                         arrays, older vLLM releases)\n"
+      "      --media LIST       medium names by tier, G<n>=NAME,... (default G1=GPU,\n"
+      "                         G2=CPU, G3=DISK, G4=EXTERNAL; vLLM itself names its\n"
+      "                         offloaded tier STORAGE)\n"
+      "      --no-resync        never ask a worker for a resync (by default one is asked\n"
+      "                         on first sight after missed events, after a gap and\n"
+      "                         after a new epoch)\n\n"
+      "Figures: one JSON line per stream on stdout at exit.\n"
+      "exit status: 0 after SIGINT or SIGTERM, 1 for bad options (an endpoint that\n"
+      "cannot be bound included), 2 when NATS cannot be reached.\n",
+      f);
 }
 
 static kvp__vout_t *running;
@@ -82,21 +89,15 @@ static int parse_uint(const char *name, const char *s, unsigned long max, unsign
 }
 
 int kvp__vout_main(int argc, char **argv) {
-  static const struct option opts[] = {{"reverse", no_argument, 0, 'R'},
-                                       {"endpoint", required_argument, 0, 'e'},
-                                       {"replay", required_argument, 0, 'r'},
-                                       {"worker", required_argument, 0, 'w'},
-                                       {"dp-ranks", required_argument, 0, 1},
-                                       {"topic", required_argument, 0, 't'},
-                                       {"server", required_argument, 0, 's'},
-                                       {"nats", required_argument, 0, 2},
-                                       {"ns", required_argument, 0, 'n'},
-                                       {"buffer", required_argument, 0, 3},
-                                       {"hwm", required_argument, 0, 4},
-                                       {"format", required_argument, 0, 5},
-                                       {"no-resync", no_argument, 0, 6},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"reverse", no_argument, 0, 'R'},      {"endpoint", required_argument, 0, 'e'},
+      {"replay", required_argument, 0, 'r'}, {"worker", required_argument, 0, 'w'},
+      {"dp-ranks", required_argument, 0, 1}, {"topic", required_argument, 0, 't'},
+      {"server", required_argument, 0, 's'}, {"nats", required_argument, 0, 2},
+      {"ns", required_argument, 0, 'n'},     {"buffer", required_argument, 0, 3},
+      {"hwm", required_argument, 0, 4},      {"format", required_argument, 0, 5},
+      {"no-resync", no_argument, 0, 6},      {"media", required_argument, 0, 7},
+      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   kvp__vout_opts_t o;
   const char *ep[KVP_RELAY_MAX_ENDPOINTS] = {0}, *rp[KVP_RELAY_MAX_ENDPOINTS] = {0},
              *wk[KVP_RELAY_MAX_ENDPOINTS] = {0};
@@ -170,14 +171,22 @@ int kvp__vout_main(int argc, char **argv) {
       o.sndhwm = (int)v;
       break;
     case 5:
-      if (strcmp(optarg, "map") != 0 && strcmp(optarg, "array") != 0) {
-        fprintf(stderr, "kvplane-relay: --format: '%s' is not map or array\n", optarg);
+      if (strcmp(optarg, "vllm") == 0)
+        o.format = KVP__VOUT_VLLM;
+      else if (strcmp(optarg, "map") == 0)
+        o.format = KVP__VOUT_MAP;
+      else if (strcmp(optarg, "array") == 0)
+        o.format = KVP__VOUT_ARRAY;
+      else {
+        fprintf(stderr, "kvplane-relay: --format: '%s' is not vllm, map or array\n", optarg);
         return 1;
       }
-      o.array_form = strcmp(optarg, "array") == 0;
       break;
     case 6:
       o.no_resync = 1;
+      break;
+    case 7:
+      o.media = optarg;
       break;
     case 'h':
       usage(stdout);

@@ -5,9 +5,10 @@
  *   kvp__vout_replay_request accepts exactly [identity, "", 8 bytes] and
  *   [identity, 8 bytes] and reads the 8 bytes big-endian.
  *   First byte >= 0x80: the rest is an EventBatch from NATS; decoded, it is
- *   encoded as a vLLM payload through one stream state kept across inputs
- *   (stores, removes, clears and snapshots accumulate), and the payload must
- *   be one well-formed msgpack map of ts, events and data_parallel_rank.
+ *   encoded as a vLLM payload (the layout chosen by the size) through one
+ *   stream state kept across inputs (stores, removes, clears and snapshots
+ *   accumulate), and the payload must be one well-formed msgpack batch of
+ *   ts, events (maps, or arrays in the array layout) and data_parallel_rank.
  * Properties: no crash, no leak, the checks above. */
 #include <msgpack.h>
 #include <stdint.h>
@@ -50,6 +51,7 @@ static void replay(const uint8_t *data, size_t size) {
 
 static void encode(const uint8_t *data, size_t size) {
   static kvp__vout_state_t st;
+  static kvp__vout_media_t media;
   static int ready;
   kvp_wire_batch_t *wb = NULL;
   uint8_t *p = NULL;
@@ -57,11 +59,13 @@ static void encode(const uint8_t *data, size_t size) {
 
   if (!ready) {
     kvp__vout_state_init(&st);
+    kvp__vout_media_init(&media);
     ready = 1;
   }
   if (kvp_wire_decode(data, size, NULL, &wb) != 0)
     return;
-  int rc = kvp__vout_encode(&st, kvp_wire_batch_view(wb), size & 1, &p, &len, &n);
+  int format = (int)(size % 3); /* KVP__VOUT_VLLM, _MAP, _ARRAY */
+  int rc = kvp__vout_encode(&st, kvp_wire_batch_view(wb), format, &media, &p, &len, &n);
   kvp_wire_batch_free(wb);
   if (rc != 0 && rc != KVP_ENOMEM)
     abort();
@@ -73,10 +77,14 @@ static void encode(const uint8_t *data, size_t size) {
   if (msgpack_unpack_next(&u, (const char *)p, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
     abort();
   const msgpack_object *o = &u.data;
-  if (size & 1) {
+  if (format != KVP__VOUT_MAP) {
     if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 ||
         o->via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY || o->via.array.ptr[1].via.array.size != n)
       abort();
+    for (uint32_t i = 0; i < n; i++)
+      if (o->via.array.ptr[1].via.array.ptr[i].type !=
+          (format == KVP__VOUT_ARRAY ? MSGPACK_OBJECT_ARRAY : MSGPACK_OBJECT_MAP))
+        abort();
   } else if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size != 3 ||
              o->via.map.ptr[1].val.type != MSGPACK_OBJECT_ARRAY ||
              o->via.map.ptr[1].val.via.array.size != n) {

@@ -2,8 +2,9 @@
 """kvplane-relay --reverse (README "Routers reading kvplane as vLLM
 events") from outside: a subscriber written from vLLM's KV-event format
 (vllm/distributed/kv_events.py: ZMQ PUB frames [topic, 8-byte big-endian
-sequence, msgpack KVEventBatch]; a ROUTER replay socket answering a start
-sequence with (seq, payload) frames ending at seq -1), with python3-zmq and
+sequence, msgpack KVEventBatch: [ts, events as maps tagged "type", dp
+rank]]; a ROUTER replay socket answering a start sequence with (topic, seq,
+payload) frames ending at seq -1), with python3-zmq and
 python3-msgpack, against a real nats-server, kvplane workers publishing
 through the Python binding, and for the G3/G4 moves a real kvplane-advisor
 with tiering over posix volumes fed by kvplane-sim.
@@ -37,6 +38,7 @@ class Subscriber:
     def __init__(self, ctx, endpoint, replay):
         self.ctx = ctx
         self.replay_ep = replay
+        self.topic = b""
         self.sub = ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.connect(endpoint)
@@ -50,11 +52,15 @@ class Subscriber:
 
     @staticmethod
     def decode(payload):
+        """vLLM's KVEventBatch: msgspec encodes the batch (array_like) as
+        [ts, events, data_parallel_rank] and each event (a tagged struct)
+        as a map with "type"; returned as a dict."""
         batch = msgpack.unpackb(payload, raw=False)
-        assert isinstance(batch, dict), batch
-        assert set(batch) == {"ts", "events", "data_parallel_rank"}, batch
-        assert isinstance(batch["ts"], float)
-        return batch
+        assert isinstance(batch, list) and len(batch) == 3, batch
+        ts, evs, dp = batch
+        assert isinstance(ts, float) and isinstance(evs, list) and isinstance(dp, int), batch
+        assert all(isinstance(e, dict) and "type" in e for e in evs), evs
+        return {"ts": ts, "events": evs, "data_parallel_rank": dp}
 
     def recv(self, timeout=5.0):
         """The next (seq, batch) off the PUB socket, or None after timeout
@@ -62,12 +68,12 @@ class Subscriber:
         if not self.sub.poll(int(timeout * 1000)):
             return None
         topic, seq, payload = self.sub.recv_multipart()
-        assert len(seq) == 8
+        assert topic == self.topic and len(seq) == 8
         return int.from_bytes(seq, "big"), self.decode(payload)
 
     def replay(self, start):
         """vLLM's replay: the start sequence as 8 bytes big-endian; replies
-        [seq, payload] until seq -1."""
+        [topic, seq, payload] until seq -1 (with an empty topic and payload)."""
         d = self.ctx.socket(zmq.DEALER)
         d.connect(self.replay_ep)
         try:
@@ -76,12 +82,13 @@ class Subscriber:
             while True:
                 assert d.poll(5000), "no replay reply"
                 frames = d.recv_multipart()
-                assert frames[0] == b"" and len(frames) == 3, frames
-                seq = int.from_bytes(frames[1], "big")
+                assert frames[0] == b"" and len(frames) == 4, frames
+                seq = int.from_bytes(frames[2], "big")
                 if seq == END:
-                    assert frames[2] == b""
+                    assert frames[1] == b"" and frames[3] == b""
                     return got
-                got.append((seq, self.decode(frames[2])))
+                assert frames[1] == self.topic
+                got.append((seq, self.decode(frames[3])))
         finally:
             d.close(0)
 
@@ -312,6 +319,107 @@ class VllmEventsTest(unittest.TestCase):
                           for _, b in got for e in b["events"]],
                          [(0, "BlockRemoved", sorted(hs[:2])), (0, "BlockStored", hs[:1])])
         self.assertIsNone(sone.take(0.5))  # rank 1's stream: nothing happened to rank 1
+
+    def test_formats_and_media(self):
+        """--format array sends the tagged arrays of older vLLM releases in
+        field order, --format map a map batch, and --media renames a tier's
+        medium (vLLM names its offloaded tier STORAGE)."""
+        self.plane.start_nats()
+        pa, pm = (free_port(), free_port()), (free_port(), free_port())
+        arr_ep = tuple("tcp://127.0.0.1:%d" % p for p in pa)
+        map_ep = tuple("tcp://127.0.0.1:%d" % p for p in pm)
+        argv = [os.environ["KVPLANE_RELAY"], "--reverse", "-s", self.plane.url, "-n", NS,
+                "--media", "G3=STORAGE,G4=OBJECT_STORE"]
+        procs = []
+        for fmt, ep in (("array", arr_ep), ("map", map_ep)):
+            log = open(os.path.join(self.tmp, "relay-%s.log" % fmt), "w")
+            procs.append(subprocess.Popen(argv + ["--format", fmt, "-e", ep[0], "-r", ep[1],
+                                                  "-w", "wf"], stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+        try:
+            until(lambda: all("vLLM events on" in self.plane.log("relay-%s.log" % f)
+                              for f in ("array", "map")), what="both relays started")
+            subs = []
+            for ep in (arr_ep, map_ep):
+                sub = self.ctx.socket(zmq.SUB)
+                sub.setsockopt(zmq.SUBSCRIBE, b"")
+                sub.connect(ep[0])
+                subs.append(sub)
+            time.sleep(0.5)
+            pub = self.publisher("wf")
+            hs = kvplane.hash_blocks(list(range(BS * 2)), BS)
+            pub.stored(block_hashes=hs, tier="G3", volume="ssd0")
+            pub.flush()
+            pub.removed(hs[1:], tier="G4", volume="s3")
+            pub.flush()
+            got = []
+            for sub in subs:
+                evs = []
+                for _ in range(2):
+                    self.assertTrue(sub.poll(10000), "no message")
+                    _, seq, payload = sub.recv_multipart()
+                    evs.append(msgpack.unpackb(payload, raw=False))
+                got.append(evs)
+                sub.close(0)
+            arr, mp = got
+            self.assertEqual([len(b) for b in arr], [3, 3])
+            self.assertEqual([b[1] for b in arr],
+                             [[["BlockStored", hs, None, [], BS, None, "STORAGE", None]],
+                              [["BlockRemoved", hs[1:], "OBJECT_STORE"]]])
+            self.assertEqual([set(b) for b in mp], [{"ts", "events", "data_parallel_rank"}] * 2)
+            self.assertEqual([(e["type"], e["medium"]) for b in mp for e in b["events"]],
+                             [("BlockStored", "STORAGE"), ("BlockRemoved", "OBJECT_STORE")])
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+                p.wait(10)
+        # A bad list is refused at once.
+        bad = subprocess.run(argv[:6] + ["--media", "G5=X", "-e", arr_ep[0], "-w", "wf"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("G5=X", bad.stderr)
+
+    def test_read_by_kvplane_relay(self):
+        """kvplane-relay itself, a consumer written against vLLM engines,
+        reads the reverse relay's stream as an engine's: a worker's blocks
+        come back, through it, as another namespace's worker with the same
+        hashes and tiers, the join's replay (topic frame included) too."""
+        self.plane.start_nats()
+        eps = self.start_relay(["wa"])
+        pub = self.publisher("wa")
+        hs = kvplane.hash_blocks(list(range(7000, 7000 + BS * 4)), BS)
+        pub.stored(block_hashes=hs)  # before the forward relay joins: replayed
+        pub.flush()
+        until(lambda: "vLLM events on" in self.plane.log("relay.log"), what="relay up")
+        ns2 = NS + "2"
+        conf = os.path.join(self.tmp, "advisor2.conf")
+        with open(conf, "w") as f:
+            f.write("[nats]\nservers = %s\nmode = core\n[advisor]\nnamespace = %s\n"
+                    "[store]\npath = %s\nflush_interval = 50ms\n"
+                    % (self.plane.url, ns2, os.path.join(self.tmp, "advisor2.db")))
+        log = open(os.path.join(self.tmp, "advisor2.log"), "w")
+        self.plane.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+                                              stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        until(lambda: "advisor: running" in self.plane.log("advisor2.log"), what="advisor 2")
+        log = open(os.path.join(self.tmp, "forward.log"), "w")
+        fwd = subprocess.Popen([os.environ["KVPLANE_RELAY"], "-s", self.plane.url, "-n", ns2,
+                                "-e", eps["wa"][0], "-r", eps["wa"][1], "-w", "wa-copy"],
+                               stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        try:
+            time.sleep(0.5)
+            pub.stored(block_hashes=hs[:2], tier="G2")
+            pub.flush()
+            c2 = kvplane.Client(self.plane.url, ns2, timeout_ms=2000)
+            self.closers.append(c2)
+            want = [kvplane.Match("wa-copy", 0, 1, 4), kvplane.Match("wa-copy", 0, 2, 2)]
+            until(lambda: sorted(c2.match(hs)) == sorted(want),
+                  what="wa's blocks as wa-copy in namespace %s (forward relay log: %s)" % (
+                      ns2, self.plane.log("forward.log")))
+        finally:
+            fwd.send_signal(signal.SIGTERM)
+            fwd.wait(10)
 
     def test_advisor_moves(self):
         """The advisor's G3 -> G4 demotions (worker _advisor) reach a router

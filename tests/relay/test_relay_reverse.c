@@ -1,6 +1,7 @@
 /* kvplane-relay --reverse in-process (src/relay/vllmout.c and vllmenc.c)
  * against a real nats-server, read by a C ZMQ subscriber: the stream's
- * frames (topic, 8-byte big-endian sequence, msgpack batch), a replay
+ * frames (topic, 8-byte big-endian sequence, msgpack batch: vLLM's array
+ * of ts, events as tagged maps and dp rank), a replay with the topic frame
  * through the ROUTER socket after messages were missed, a bad replay
  * request, and a tier's clear turned into the removal of what the stream
  * announced in it. The sanitizer builds run this one (the Python
@@ -89,14 +90,16 @@ static void describe(const void *p, size_t len, char *out, size_t cap, int64_t *
   size_t off = 0;
   msgpack_unpacked_init(&u);
   assert_int_equal(msgpack_unpack_next(&u, p, len, &off), MSGPACK_UNPACK_SUCCESS);
-  assert_int_equal(u.data.type, MSGPACK_OBJECT_MAP);
-  assert_int_equal(u.data.via.map.size, 3);
-  const msgpack_object_kv *kv = u.data.via.map.ptr;
-  assert_int_equal(kv[0].val.type, MSGPACK_OBJECT_FLOAT64);
-  *dp = (int64_t)kv[2].val.via.u64;
+  /* vLLM's KVEventBatch: an array [ts, events, data_parallel_rank]. */
+  assert_int_equal(u.data.type, MSGPACK_OBJECT_ARRAY);
+  assert_int_equal(u.data.via.array.size, 3);
+  const msgpack_object *b = u.data.via.array.ptr;
+  assert_int_equal(b[0].type, MSGPACK_OBJECT_FLOAT64);
+  *dp = (int64_t)b[2].via.u64;
   out[0] = '\0';
-  const msgpack_object_array *ev = &kv[1].val.via.array;
+  const msgpack_object_array *ev = &b[1].via.array;
   for (uint32_t i = 0; i < ev->size; i++) {
+    assert_int_equal(ev->ptr[i].type, MSGPACK_OBJECT_MAP);
     const msgpack_object_map *m = &ev->ptr[i].via.map;
     char type[32] = "", medium[16] = "-";
     size_t nh = 0;
@@ -174,7 +177,8 @@ static void stream_and_replay(void **state) {
   assert_int_equal(next(r, d, sizeof d), 4);
   assert_string_equal(d, "AllBlocksCleared:-:0");
 
-  /* Replay from 2 with a buffer of 4 (1..4 kept): 2, 3, 4, then -1. */
+  /* Replay from 2 with a buffer of 4 (1..4 kept): ["", topic, seq,
+   * payload] for 2, 3, 4, then ["", "", -1, ""]. */
   void *dealer = zmq_socket(r->zctx, ZMQ_DEALER);
   int linger = 0, rcvtimeo = 5000;
   zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
@@ -185,8 +189,9 @@ static void stream_and_replay(void **state) {
   assert_int_equal(zmq_send(dealer, start, 8, 0), 8);
   uint64_t want = 2;
   for (;;) {
-    uint8_t delim[8], seq[8], payload[4096];
+    uint8_t delim[8], topic[8], seq[8], payload[4096];
     assert_int_equal(zmq_recv(dealer, delim, sizeof delim, 0), 0);
+    int tn = zmq_recv(dealer, topic, sizeof topic, 0);
     assert_int_equal(zmq_recv(dealer, seq, sizeof seq, 0), 8);
     int n = zmq_recv(dealer, payload, sizeof payload, 0);
     assert_true(n >= 0);
@@ -194,9 +199,12 @@ static void stream_and_replay(void **state) {
     for (int i = 0; i < 8; i++)
       s = s << 8 | seq[i];
     if (s == UINT64_MAX) {
+      assert_int_equal(tn, 0);
       assert_int_equal(n, 0);
       break;
     }
+    assert_int_equal(tn, 2);
+    assert_memory_equal(topic, "kv", 2);
     assert_int_equal(s, want++);
   }
   assert_int_equal(want, 5);
@@ -206,6 +214,7 @@ static void stream_and_replay(void **state) {
   const uint8_t late[8] = {0, 0, 0, 0, 0, 0, 1, 0};
   assert_int_equal(zmq_send(dealer, late, 8, 0), 8);
   uint8_t b[16];
+  assert_int_equal(zmq_recv(dealer, b, sizeof b, 0), 0);
   assert_int_equal(zmq_recv(dealer, b, sizeof b, 0), 0);
   assert_int_equal(zmq_recv(dealer, b, sizeof b, 0), 8);
   assert_memory_equal(b, "\xff\xff\xff\xff\xff\xff\xff\xff", 8);
