@@ -20,6 +20,9 @@ static void usage(FILE *f) {
         "(WAL, mode 0600; see docs/sql.md for the tables and views), asks workers for a\n"
         "resync on kvplane.ctl.<ns>.<worker>.resync after a gap, and answers\n"
         "kvplane.api.<ns>.match and kvplane.api.<ns>.stats (try the kvplane CLI).\n"
+        "With [http] enabled it also serves the routers' indexer API (the Mooncake\n"
+        "conductor indexer API: POST /query, /query_by_hash) on [http] listen\n"
+        "(default 127.0.0.1:13333), answered from the same index.\n"
         "\n"
         "options:\n"
         "  -c, --config FILE      read FILE (INI; etc/kvplane-advisor.conf documents every key)\n"
@@ -40,7 +43,7 @@ static void usage(FILE *f) {
         "signals: SIGTERM or SIGINT applies what was received, flushes and exits 0;\n"
         "SIGHUP reopens the log file.\n"
         "exit status: 0 after a clean stop, 1 for a configuration error (a [metrics]\n"
-        "listen address in use included, as kvplane-relay --metrics), 2 when the\n"
+        "or [http] listen address in use included, as kvplane-relay --metrics), 2 when the\n"
         "database or NATS cannot be opened, 3 when the final flush failed.\n",
         f);
 }

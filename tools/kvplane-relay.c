@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "metrics/build_info.h"
 #include "relay/cli.h"
+#include "relay/vllmout.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: kvplane-relay -e URL -w ID [-r URL] [-e URL -w ID [-r URL]]... [options]\n\n"
@@ -50,6 +51,8 @@ static void usage(FILE *f) {
              "                         HTTP on host:port, e.g. 127.0.0.1:9465 (default: off)\n"
              "  -V, --version          print the version and build, and exit\n"
              "  -h, --help             this text\n\n"
+             "With --reverse it runs the other way: kvplane workers' events from NATS\n"
+             "published as vLLM KV events over ZMQ (kvplane-relay --reverse --help).\n\n"
              "Figures are one JSON line per endpoint. Blocks whose engine event carries\n"
              "token ids (and no extra_keys) get kvplane sequence hashes; others keep the\n"
              "engine's hash, counted as engine_native.\n\n"
@@ -92,6 +95,12 @@ int main(int argc, char **argv) {
   char err[512];
   int c, status;
 
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--reverse") == 0) {
+      if (strrchr(argv[0], '/') != NULL)
+        argv[0] = strrchr(argv[0], '/') + 1;
+      return kvp__vout_main(argc, argv);
+    }
   kvp__relay_cli_init(&cli);
   kvp__log_setup(KVP_LOG_INFO, "kvplane-relay"); /* its log lines name it */
   if (strrchr(argv[0], '/') != NULL)

@@ -8,6 +8,7 @@
  *   store_sqlite.c the database
  *   api.c          match and stats replies
  *   metrics.c      Prometheus /metrics, /healthz, /readyz ([metrics] listen)
+ *   routerhttp.c   the routers' indexer API over HTTP ([http]; routerapi.c)
  *   figures.c      the stats reply's, metrics snapshot's and tier_history's
  *                  figures from the parts' state (advisor_impl.h: the struct)
  *
@@ -140,6 +141,8 @@ static void shutdown_loop(kvp_advisor_t *adv) {
   adv->stopped = 1;
   atomic_store(&adv->stopping, 1);
   kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_STOPPING);
+  kvp__rapi_http_stop(adv->http);
+  adv->http = NULL;
   kvp__adv_inbox_close_wake(&adv->inbox);
   kvp__adv_consumer_stop(adv->consumer);
   drain(adv);
@@ -382,6 +385,15 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
     goto fail;
+  /* After the load: the API answers from a loaded index. An address in use
+   * is the operator's to change (exit 1), as for [metrics] listen. */
+  if (cfg->http_enabled && (rc = kvp__rapi_http_start(
+                                &adv->loop, adv->ix, cfg->ns, (uint32_t)cfg->http_block_size,
+                                "[http] listen", cfg->http_listen, &adv->http, err, errlen)) != 0) {
+    if (rc == KVP_EIO)
+      rc = KVP_ECONFIG;
+    goto fail;
+  }
   kvp__adv_publish_metrics(adv);
   *out = adv;
   return 0;
@@ -426,6 +438,8 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   if (adv->inbox_ready)
     kvp__adv_inbox_close_wake(&adv->inbox);
   if (adv->loop_ready) {
+    kvp__rapi_http_stop(adv->http); /* its handle closes in the run below */
+    adv->http = NULL;
     adv->stopped = 1;                  /* no flush from here: run() did it, or nothing ran */
     kvp__tier_engine_close(adv->tier); /* its timer closes in the run below */
     adv->tier = NULL;

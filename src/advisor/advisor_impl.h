@@ -18,6 +18,7 @@
 #include "advisor/inbox.h"
 #include "advisor/ingest.h"
 #include "advisor/metrics.h"
+#include "advisor/routerhttp.h"
 #include "advisor/writebehind.h"
 #include "index/index.h"
 #include "kvplane/wire.h"
@@ -39,6 +40,7 @@ struct kvp_advisor_s {
   kvp__adv_metrics_t metrics;
   kvp__adv_cap_t cap;            /* [index] max_memory, max_locations */
   uint64_t load_ms;              /* how long the database took to load */
+  kvp__rapi_http_t *http;        /* NULL unless [http] enabled */
   kvp__adv_metrics_snap_t msnap; /* publish_metrics' scratch (12 KiB, off the stack) */
 
   uv_loop_t loop;

@@ -156,6 +156,17 @@ static const kvp_conf_key_t keys[] = {
      "host:port serving Prometheus /metrics, /healthz and /readyz over HTTP (e.g. "
      "127.0.0.1:9464); empty: off",
      NULL},
+    {"http", "enabled", KVP_CONF_BOOL, OFF(http_enabled), 0, 0, NULL,
+     "serve the routers' indexer API (the Mooncake conductor indexer API: POST /query, "
+     "/query_by_hash) over HTTP on listen, answered from the same index as "
+     "kvplane.api.<ns>.match",
+     NULL},
+    {"http", "listen", KVP_CONF_STR, OFF(http_listen), 0, CAP(http_listen), NULL,
+     "host:port of the indexer API (loopback by default: put a proxy with TLS and "
+     "authentication in front to expose it)",
+     NULL},
+    {"http", "block_size", KVP_CONF_INT, OFF(http_block_size), 0, 1 << 20, NULL,
+     "tokens per block for a request without block_size (0: the request must carry it)", NULL},
     {"log", "level", KVP_CONF_ENUM, OFF(log_level), 0, 0, levels, "error, warn, info or debug",
      NULL},
     {"log", "file", KVP_CONF_STR, OFF(log_file), 0, CAP(log_file), NULL,
@@ -200,6 +211,7 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->tier_compact_ms = 60000;
   cfg->tier_compact_ratio = 0.3;
   cfg->tier_prefetch_bytes = 64ll << 20;
+  snprintf(cfg->http_listen, sizeof cfg->http_listen, "127.0.0.1:13333");
 }
 
 /* One key of a [volume <name>] section: tier, plugin and capacity are the
@@ -340,6 +352,13 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
     struct sockaddr_storage sa;
     unsigned salen;
     if ((rc = kvp__metrics_parse_addr("[metrics] listen", cfg->metrics_listen, &sa, &salen, err,
+                                      errlen)) != 0)
+      return rc;
+  }
+  if (cfg->http_enabled) {
+    struct sockaddr_storage sa;
+    unsigned salen;
+    if ((rc = kvp__metrics_parse_addr("[http] listen", cfg->http_listen, &sa, &salen, err,
                                       errlen)) != 0)
       return rc;
   }

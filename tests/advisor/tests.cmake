@@ -20,3 +20,7 @@ add_test(NAME advisor_config_reference_is_current
   COMMAND sh -c "\"$1\" --config-reference | diff -u \"$2\" -" sh
     $<TARGET_FILE:kvplane-advisor> ${PROJECT_SOURCE_DIR}/docs/config.md)
 set_tests_properties(advisor_config_reference_is_current PROPERTIES LABELS "advisor;docs")
+# The routers' indexer API over HTTP from a raw HTTP/1.1 client, beside the
+# NATS match reply (the Python client's test does not run under sanitizers).
+kvp_add_test(advisor_http advisor/test_advisor_http.c advisor/advfix.c advisor/testworker.c
+  LABELS advisor nats TIMEOUT 120)

@@ -24,3 +24,35 @@ if(NOT KVP_SANITIZE)
   endforeach()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${py_test})
 endif()
+
+# The routers' indexer API over HTTP (README "The routers' indexer API"):
+# a client written from the Mooncake RFC #1403 spec, one ctest per method.
+if(NOT KVP_SANITIZE)
+  set(rapi_test ${CMAKE_CURRENT_SOURCE_DIR}/python/test_router_api.py)
+  file(STRINGS ${rapi_test} lines REGEX "^    def test_[a-z0-9_]+\\(")
+  foreach(line ${lines})
+    string(REGEX MATCH "def (test_[a-z0-9_]+)" m "${line}")
+    set(case ${CMAKE_MATCH_1})
+    add_test(NAME router_api.${case}
+      COMMAND /usr/bin/python3 ${rapi_test} RouterApiTest.${case})
+    set_tests_properties(router_api.${case} PROPERTIES TIMEOUT 90 LABELS "python;nats;advisor"
+      ENVIRONMENT "${py_env}")
+  endforeach()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${rapi_test})
+endif()
+
+# kvplane-relay --reverse (README "Routers reading kvplane as vLLM events"):
+# a subscriber written from vLLM's KV-event format, one ctest per method.
+if(NOT KVP_SANITIZE)
+  set(vllm_test ${CMAKE_CURRENT_SOURCE_DIR}/python/test_vllm_events.py)
+  file(STRINGS ${vllm_test} lines REGEX "^    def test_[a-z0-9_]+\\(")
+  foreach(line ${lines})
+    string(REGEX MATCH "def (test_[a-z0-9_]+)" m "${line}")
+    set(case ${CMAKE_MATCH_1})
+    add_test(NAME vllm_events.${case}
+      COMMAND /usr/bin/python3 ${vllm_test} VllmEventsTest.${case})
+    set_tests_properties(vllm_events.${case} PROPERTIES TIMEOUT 120 LABELS "python;nats;relay"
+      ENVIRONMENT "${py_env};KVPLANE_RELAY=$<TARGET_FILE:kvplane-relay>;KVPLANE_SIM=$<TARGET_FILE:kvplane-sim>;KVPLANE_PLUGINS=${CMAKE_BINARY_DIR}/plugins;KVPLANE_TRACE=${PROJECT_SOURCE_DIR}/data/conversation_trace.jsonl.gz")
+  endforeach()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${vllm_test})
+endif()

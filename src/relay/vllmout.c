@@ -1,0 +1,459 @@
+/* kvplane-relay --reverse: streams, sockets and the loop; see vllmout.h. */
+#include "relay/vllmout.h"
+
+#include <inttypes.h>
+#include <nats/nats.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+#include "kvplane/subjects.h"
+#include "kvplane/wire.h"
+#include "nats/conn.h"
+#include "relay/vllmenc.h"
+
+#define MAX_RANKS 16          /* (dp rank, epoch, next id) followed per stream */
+#define RESYNC_RETRY_MS 1000u /* between two resync requests of one rank */
+
+typedef struct rank_s {
+  uint32_t dp;
+  int known;
+  uint64_t epoch, last_id;
+  uint64_t resync_ms;   /* when a resync was last asked; 0: none pending */
+  kvp__vout_state_t st; /* what the stream announced for this rank */
+} rank_t;
+
+typedef struct msg_s {
+  uint64_t seq;
+  uint8_t *payload;
+  size_t len;
+} msg_t;
+
+typedef struct stream_s {
+  kvp__vout_stream_opts_t o;
+  void *pub, *router;
+  rank_t ranks[MAX_RANKS];
+  size_t nranks;
+  uint64_t next_seq;
+  msg_t *ring; /* buffer_steps messages, oldest at ring_head */
+  size_t ring_cap, ring_head, ring_n;
+  /* figures */
+  uint64_t batches, events, messages, gaps, epochs, resyncs, replays, replayed, bad_replays,
+      send_errors;
+} stream_t;
+
+struct kvp__vout_s {
+  kvp__vout_opts_t o;
+  kvp__vout_media_t media;
+  void *zctx;
+  stream_t *s;
+  size_t ns;
+  natsConnection *nc;
+  natsSubscription *sub;
+  atomic_int stop;
+  uint64_t spoofed, undecodable, unrouted;
+};
+
+void kvp__vout_opts_init(kvp__vout_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  kvp_nats_opts_init(&o->nats);
+  o->ns = "default";
+  o->topic = "";
+  o->buffer_steps = 10000;
+  o->sndhwm = 100000;
+}
+
+static int bind_socket(void *zctx, int type, const char *url, int hwm, void **out, char *err,
+                       size_t errlen, const char *what) {
+  int linger = 0;
+  void *s = zmq_socket(zctx, type);
+  if (s == NULL || zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+      (hwm > 0 && zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0) || zmq_bind(s, url) != 0) {
+    snprintf(err, errlen, "%s %s: %s", what, url, zmq_strerror(zmq_errno()));
+    if (s)
+      zmq_close(s);
+    return KVP_ECONFIG;
+  }
+  *out = s;
+  return 0;
+}
+
+int kvp__vout_open(const kvp__vout_opts_t *o, kvp__vout_t **out, char *err, size_t errlen) {
+  kvp__vout_t *v;
+  char subj[KVP_SUBJECT_MAX];
+  int rc;
+
+  *out = NULL;
+  if (o->nstreams == 0) {
+    snprintf(err, errlen, "no stream: give --worker and --endpoint");
+    return KVP_ECONFIG;
+  }
+  if (kvp_subject_events_ns(subj, sizeof subj, o->ns) != 0) {
+    snprintf(err, errlen, "--ns: '%s' is not a valid namespace", o->ns);
+    return KVP_ECONFIG;
+  }
+  for (size_t i = 0; i < o->nstreams; i++)
+    if (!kvp_subject_token_valid(o->streams[i].worker)) {
+      snprintf(err, errlen, "--worker: '%s' is not a worker id ([A-Za-z0-9_-]+)",
+               o->streams[i].worker);
+      return KVP_ECONFIG;
+    }
+  if ((v = calloc(1, sizeof *v)) == NULL)
+    return KVP_ENOMEM;
+  v->o = *o;
+  kvp__vout_media_init(&v->media);
+  if (o->media && (rc = kvp__vout_media_set(&v->media, o->media, err, errlen)) != 0)
+    goto fail;
+  if (v->o.buffer_steps == 0)
+    v->o.buffer_steps = 1;
+  if ((v->zctx = zmq_ctx_new()) == NULL || (v->s = calloc(o->nstreams, sizeof *v->s)) == NULL) {
+    rc = KVP_ENOMEM;
+    goto fail;
+  }
+  for (size_t i = 0; i < o->nstreams; i++) {
+    stream_t *s = &v->s[v->ns];
+    s->o = o->streams[i];
+    v->ns++;
+    s->ring_cap = v->o.buffer_steps;
+    if ((s->ring = calloc(s->ring_cap, sizeof *s->ring)) == NULL) {
+      rc = KVP_ENOMEM;
+      goto fail;
+    }
+    if ((rc = bind_socket(v->zctx, ZMQ_PUB, s->o.endpoint, o->sndhwm, &s->pub, err, errlen,
+                          "--endpoint")) != 0 ||
+        (s->o.replay && (rc = bind_socket(v->zctx, ZMQ_ROUTER, s->o.replay, 0, &s->router, err,
+                                          errlen, "--replay")) != 0))
+      goto fail;
+  }
+  kvp__nats_conn_args_t a = {.name = "kvplane-relay-reverse"};
+  if ((rc = kvp__nats_connect(&o->nats, &a, &v->nc, err, errlen)) != 0)
+    goto fail;
+  if (natsConnection_SubscribeSync(&v->sub, v->nc, subj) != NATS_OK ||
+      natsSubscription_SetPendingLimits(v->sub, 1 << 20, 1 << 30) != NATS_OK) {
+    snprintf(err, errlen, "cannot subscribe to %s", subj);
+    rc = KVP_ECONN;
+    goto fail;
+  }
+  natsConnection_Flush(v->nc);
+  *out = v;
+  return 0;
+fail:
+  kvp__vout_close(v);
+  return rc;
+}
+
+static void ring_put(stream_t *s, uint64_t seq, uint8_t *p, size_t len) {
+  size_t cap = s->ring_cap, at;
+  if (s->ring_n == cap) {
+    free(s->ring[s->ring_head].payload);
+    at = s->ring_head;
+    s->ring_head = (s->ring_head + 1) % cap;
+  } else {
+    at = (s->ring_head + s->ring_n) % cap;
+    s->ring_n++;
+  }
+  s->ring[at] = (msg_t){seq, p, len};
+}
+
+static void be64(uint8_t out[8], uint64_t v) {
+  for (int i = 7; i >= 0; i--, v >>= 8)
+    out[i] = (uint8_t)v;
+}
+
+/* Sends a payload as the stream's next message and keeps it for replay
+ * (taking it). */
+static void send_payload(kvp__vout_t *v, stream_t *s, uint8_t *p, size_t len) {
+  uint8_t seq[8];
+  uint64_t n = s->next_seq++;
+  be64(seq, n);
+  const char *topic = v->o.topic;
+  if (zmq_send(s->pub, topic, strlen(topic), ZMQ_SNDMORE) < 0 ||
+      zmq_send(s->pub, seq, 8, ZMQ_SNDMORE) < 0 || zmq_send(s->pub, p, len, 0) < 0)
+    s->send_errors++;
+  s->messages++;
+  ring_put(s, n, p, len);
+}
+
+static void resync(kvp__vout_t *v, stream_t *s, rank_t *r, const char *worker, const char *why,
+                   uint64_t now) {
+  char subj[KVP_SUBJECT_MAX], body[256];
+  if (v->o.no_resync || (r->resync_ms && now - r->resync_ms < RESYNC_RETRY_MS))
+    return;
+  if (kvp_subject_resync(subj, sizeof subj, v->o.ns, worker) != 0)
+    return;
+  int n = snprintf(body, sizeof body,
+                   "{\"worker\":\"%s\",\"dp_rank\":%" PRIu32 ",\"epoch\":%" PRIu64
+                   ",\"reason\":\"%s\"}",
+                   worker, r->dp, r->epoch, why);
+  if (natsConnection_Publish(v->nc, subj, body, n) == NATS_OK) {
+    r->resync_ms = now;
+    s->resyncs++;
+    kvp_log_info("relay --reverse: worker %s dp %" PRIu32 ": resync requested (%s)", worker, r->dp,
+                 why);
+  }
+}
+
+static rank_t *rank_of(stream_t *s, uint32_t dp) {
+  for (size_t i = 0; i < s->nranks; i++)
+    if (s->ranks[i].dp == dp)
+      return &s->ranks[i];
+  /* Past MAX_RANKS ranks on one stream a slot is taken over, its state
+   * forgotten: a stream is one engine, with one rank or a few. */
+  size_t at;
+  if (s->nranks < MAX_RANKS) {
+    at = s->nranks++;
+  } else {
+    at = dp % MAX_RANKS;
+    kvp__vout_state_free(&s->ranks[at].st);
+  }
+  s->ranks[at] = (rank_t){.dp = dp};
+  kvp__vout_state_init(&s->ranks[at].st);
+  return &s->ranks[at];
+}
+
+/* Announces b on s: epochs, gaps and duplicates first, as the advisor
+ * follows them (ingest.c). */
+static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now) {
+  rank_t *r = rank_of(s, b->dp_rank);
+  const char *why = NULL;
+  uint8_t *p;
+  size_t len, n;
+
+  s->batches++;
+  if (r->known && b->epoch < r->epoch)
+    return; /* a previous life's batch */
+  if (r->known && b->epoch > r->epoch) {
+    /* A restarted worker: its G1/G2 blocks are gone, G3/G4 are on disk. */
+    kvp_event_t clr[2] = {{.type = KVP_EV_CLEARED, .tier = KVP_TIER_G1},
+                          {.type = KVP_EV_CLEARED, .tier = KVP_TIER_G2}};
+    kvp_batch_t cb = {.worker_id = b->worker_id,
+                      .dp_rank = b->dp_rank,
+                      .events = clr,
+                      .nevents = 2,
+                      .timestamp_ms = b->timestamp_ms};
+    if (kvp__vout_encode(&r->st, &cb, v->o.format, &v->media, &p, &len, &n) == 0 && p)
+      send_payload(v, s, p, len);
+    s->epochs++;
+    r->known = 0;
+    why = "epoch";
+  }
+  if (!r->known) {
+    r->known = 1;
+    r->epoch = b->epoch;
+    r->last_id = b->first_event_id ? b->first_event_id - 1 : 0;
+    r->resync_ms = 0;
+    if (b->first_event_id > 1 && why == NULL)
+      why = "unknown";
+  } else if (b->first_event_id > r->last_id + 1 || b->dropped_events > 0) {
+    why = "gap";
+    s->gaps++;
+  }
+  if (why)
+    resync(v, s, r, b->worker_id, why, now);
+  if (b->nevents == 0) {
+    if (b->first_event_id > r->last_id + 1)
+      r->last_id = b->first_event_id - 1;
+    return;
+  }
+  size_t skip = 0;
+  for (; skip < b->nevents; skip++) {
+    uint64_t eid = b->events[skip].event_id ? b->events[skip].event_id : b->first_event_id + skip;
+    if (eid > r->last_id)
+      break;
+  }
+  if (skip == b->nevents)
+    return; /* duplicates */
+  kvp_batch_t view = *b;
+  view.events += skip;
+  view.nevents -= skip;
+  const kvp_event_t *last = &b->events[b->nevents - 1];
+  r->last_id = last->event_id ? last->event_id : b->first_event_id + b->nevents - 1;
+  for (size_t i = 0; i < view.nevents; i++)
+    if (view.events[i].type == KVP_EV_SNAPSHOT && view.events[i].last)
+      r->resync_ms = 0; /* answered */
+  if (kvp__vout_encode(&r->st, &view, v->o.format, &v->media, &p, &len, &n) != 0) {
+    kvp_log_warn("relay --reverse: worker %s: out of memory encoding a batch", b->worker_id);
+    return;
+  }
+  if (p != NULL) {
+    s->events += n;
+    send_payload(v, s, p, len);
+  }
+}
+
+static void on_nats(kvp__vout_t *v, natsMsg *m, uint64_t now) {
+  char ns[KVP_SUBJECT_TOKEN_MAX + 1], worker[KVP_SUBJECT_TOKEN_MAX + 1];
+  kvp_wire_batch_t *wb = NULL;
+
+  if (kvp_subject_parse_events(natsMsg_GetSubject(m), ns, worker) != 0)
+    return;
+  if (kvp_wire_decode((const uint8_t *)natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), NULL,
+                      &wb) != 0) {
+    v->undecodable++;
+    return;
+  }
+  const kvp_batch_t *b = kvp_wire_batch_view(wb);
+  if (strcmp(b->worker_id, worker) != 0) {
+    v->spoofed++;
+  } else {
+    int routed = 0;
+    for (size_t i = 0; i < v->ns; i++) {
+      stream_t *s = &v->s[i];
+      if (strcmp(s->o.worker, worker) == 0 && (s->o.dp_rank < 0 || s->o.dp_rank == b->dp_rank)) {
+        feed(v, s, b, now);
+        routed = 1;
+      }
+    }
+    if (!routed)
+      v->unrouted++;
+  }
+  kvp_wire_batch_free(wb);
+}
+
+/* Sends one reply: [identity, ("",) topic, seq, payload]. */
+static int reply(stream_t *s, const zmq_msg_t *id, int delim, const char *topic,
+                 const uint8_t seq[8], const uint8_t *p, size_t len) {
+  if (zmq_send(s->router, zmq_msg_data((zmq_msg_t *)id), zmq_msg_size((zmq_msg_t *)id),
+               ZMQ_SNDMORE) < 0 ||
+      (delim && zmq_send(s->router, "", 0, ZMQ_SNDMORE) < 0) ||
+      zmq_send(s->router, topic, strlen(topic), ZMQ_SNDMORE) < 0 ||
+      zmq_send(s->router, seq, 8, ZMQ_SNDMORE) < 0 || zmq_send(s->router, p, len, 0) < 0)
+    return KVP_EIO;
+  return 0;
+}
+
+/* Answers one replay request waiting on s's ROUTER: every buffered message
+ * from the requested sequence on, then the end marker (an empty topic,
+ * sequence -1, an empty payload), as vLLM's _service_replay does. */
+static void serve_replay(stream_t *s, const char *topic) {
+  zmq_msg_t f[4];
+  const uint8_t *data[4];
+  size_t lens[4], n = 0, total = 0;
+  int more = 1, delim;
+  uint64_t start;
+
+  while (more) {
+    zmq_msg_t tmp;
+    zmq_msg_init(&tmp);
+    if (zmq_msg_recv(&tmp, s->router, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&tmp);
+      break;
+    }
+    more = zmq_msg_more(&tmp);
+    total++;
+    if (n < 4)
+      f[n++] = tmp;
+    else
+      zmq_msg_close(&tmp);
+  }
+  for (size_t i = 0; i < n; i++) {
+    data[i] = zmq_msg_data(&f[i]);
+    lens[i] = zmq_msg_size(&f[i]);
+  }
+  if (total == 0)
+    return;
+  if (total != n || kvp__vout_replay_request(data, lens, n, &start, &delim) != 0) {
+    s->bad_replays++;
+    goto done;
+  }
+  s->replays++;
+  for (size_t k = 0; k < s->ring_n; k++) {
+    const msg_t *m = &s->ring[(s->ring_head + k) % s->ring_cap];
+    uint8_t seq[8];
+    if (m->seq < start)
+      continue;
+    be64(seq, m->seq);
+    if (reply(s, &f[0], delim, topic, seq, m->payload, m->len) != 0) {
+      s->send_errors++;
+      goto done;
+    }
+    s->replayed++;
+  }
+  static const uint8_t end[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  if (reply(s, &f[0], delim, "", end, (const uint8_t *)"", 0) != 0)
+    s->send_errors++;
+done:
+  for (size_t i = 0; i < n; i++)
+    zmq_msg_close(&f[i]);
+}
+
+int kvp__vout_run(kvp__vout_t *v) {
+  zmq_pollitem_t items[KVP_RELAY_MAX_ENDPOINTS];
+  stream_t *owner[KVP_RELAY_MAX_ENDPOINTS];
+  int ni = 0;
+
+  for (size_t i = 0; i < v->ns; i++)
+    if (v->s[i].router) {
+      items[ni] = (zmq_pollitem_t){.socket = v->s[i].router, .events = ZMQ_POLLIN};
+      owner[ni++] = &v->s[i];
+    }
+  while (!atomic_load(&v->stop)) {
+    if (ni > 0 && zmq_poll(items, ni, 0) > 0)
+      for (int i = 0; i < ni; i++)
+        if (items[i].revents & ZMQ_POLLIN)
+          serve_replay(owner[i], v->o.topic);
+    /* NATS next, up to 10 ms of waiting: a replay request waits at most that. */
+    natsMsg *m = NULL;
+    natsStatus st = natsSubscription_NextMsg(&m, v->sub, 10);
+    for (int k = 0; st == NATS_OK && k < 256; k++) {
+      on_nats(v, m, kvp__unix_ms());
+      natsMsg_Destroy(m);
+      m = NULL;
+      st = natsSubscription_NextMsg(&m, v->sub, 1);
+    }
+    if (st == NATS_OK)
+      natsMsg_Destroy(m);
+  }
+  return 0;
+}
+
+void kvp__vout_stop(kvp__vout_t *v) {
+  atomic_store(&v->stop, 1);
+}
+
+void kvp__vout_stats_print(const kvp__vout_t *v, FILE *f) {
+  for (size_t i = 0; i < v->ns; i++) {
+    const stream_t *s = &v->s[i];
+    fprintf(f,
+            "{\"worker\":\"%s\",\"dp_rank\":%" PRId64 ",\"endpoint\":\"%s\",\"batches\":%" PRIu64
+            ",\"events\":%" PRIu64 ",\"messages\":%" PRIu64 ",\"gaps\":%" PRIu64
+            ",\"epochs\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"replays\":%" PRIu64
+            ",\"replayed\":%" PRIu64 ",\"bad_replays\":%" PRIu64 ",\"send_errors\":%" PRIu64
+            ",\"spoofed\":%" PRIu64 ",\"undecodable\":%" PRIu64 "}\n",
+            s->o.worker, s->o.dp_rank, s->o.endpoint, s->batches, s->events, s->messages, s->gaps,
+            s->epochs, s->resyncs, s->replays, s->replayed, s->bad_replays, s->send_errors,
+            v->spoofed, v->undecodable);
+  }
+  fflush(f);
+}
+
+void kvp__vout_close(kvp__vout_t *v) {
+  if (v == NULL)
+    return;
+  natsSubscription_Destroy(v->sub);
+  if (v->nc) {
+    natsConnection_Close(v->nc);
+    natsConnection_Destroy(v->nc);
+  }
+  for (size_t i = 0; i < v->ns; i++) {
+    stream_t *s = &v->s[i];
+    if (s->pub)
+      zmq_close(s->pub);
+    if (s->router)
+      zmq_close(s->router);
+    for (size_t k = 0; s->ring && k < s->ring_n; k++)
+      free(s->ring[(s->ring_head + k) % s->ring_cap].payload);
+    free(s->ring);
+    for (size_t k = 0; k < s->nranks; k++)
+      kvp__vout_state_free(&s->ranks[k].st);
+  }
+  free(v->s);
+  if (v->zctx)
+    zmq_ctx_term(v->zctx);
+  free(v);
+}

@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""The routers' indexer API ([http] enabled; README "The routers' indexer
+API") from outside: a client written from the Mooncake conductor indexer
+API (RFC #1403: POST /query by token ids, POST /query_by_hash by rolling
+sequence hashes, answers per tenant, instance, medium and DP rank) with
+urllib, against a real kvplane-advisor and nats-server, with events
+published through the Python binding. Its answers must be the NATS match
+reply's, read through the same client library, in the spec's shape.
+
+Environment as test_binding.py (tests/python/tests.cmake sets it).
+Run one case: /usr/bin/python3 test_router_api.py RouterApiTest.test_query_equals_match
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+import urllib.error
+import urllib.request
+
+import kvplane
+from test_binding import NS, Plane, free_port, until
+
+BS = 16
+MEDIUM = {1: "GPU", 2: "CPU", 3: "DISK", 4: "EXTERNAL"}
+
+
+class HttpPlane(Plane):
+    """Plane with the advisor's [http] section on a free loopback port."""
+
+    def start_advisor(self, extra=""):
+        self.http_port = free_port()
+        conf = os.path.join(self.tmp, "advisor.conf")
+        with open(conf, "w") as f:
+            f.write("[nats]\nservers = %s\nmode = core\nconnect_timeout = 2s\n"
+                    "[advisor]\nnamespace = %s\n"
+                    "[store]\npath = %s\nflush_interval = 50ms\n"
+                    "[http]\nenabled = true\nlisten = 127.0.0.1:%d\n%s"
+                    % (self.url, NS, self.db, self.http_port, extra))
+        log = open(os.path.join(self.tmp, "advisor.log"), "w")
+        self.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+                                        stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+        def answers():
+            if self.advisor.poll() is not None:
+                raise AssertionError("kvplane-advisor exited with %d: %s" % (
+                    self.advisor.returncode, self.log("advisor.log")))
+            try:
+                return self.post("/query_by_hash", {"seq_hashes": [], "block_size": 1})[0] == 200
+            except OSError:
+                return False
+        until(answers, what="the advisor's HTTP API")
+
+    def post(self, path, body, method="POST", raw=None):
+        """(status, decoded JSON reply)."""
+        data = raw if raw is not None else json.dumps(body).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.http_port, path),
+                                     data=data if method == "POST" else None, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+
+def expected(matches, tenant, block_size, instance=None):
+    """The spec's answer built from NATS match rows (kvplane.Match)."""
+    out = {}
+    if instance is not None:
+        out[instance] = {"longest_matched": 0, "GPU": 0, "CPU": 0, "DISK": 0, "EXTERNAL": 0,
+                         "DP": {}}
+    for m in matches:
+        if instance is not None and m.worker != instance:
+            continue
+        inst = out.setdefault(m.worker, {"longest_matched": 0, "GPU": 0, "CPU": 0, "DISK": 0,
+                                         "EXTERNAL": 0, "DP": {}})
+        tokens = m.length * block_size
+        inst["longest_matched"] = max(inst["longest_matched"], tokens)
+        inst[MEDIUM[m.tier]] = max(inst[MEDIUM[m.tier]], tokens)
+        inst["DP"][str(m.dp_rank)] = max(inst["DP"].get(str(m.dp_rank), 0), tokens)
+    return {tenant: out}
+
+
+class RouterApiTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvp-rapi-")
+        self.plane = HttpPlane(self.tmp)
+        self.closers = []
+
+    def start(self, extra=""):
+        self.plane.start_nats()
+        self.plane.start_advisor(extra)
+        self.client = kvplane.Client(self.plane.url, NS, timeout_ms=2000)
+        self.closers.append(self.client)
+
+    def tearDown(self):
+        for c in reversed(self.closers):
+            c.close()
+        self.plane.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def publisher(self, worker, dp_rank=0):
+        pub = kvplane.Publisher(self.plane.url, NS, worker, BS, dp_rank=dp_rank, max_delay_ms=1)
+        self.closers.append(pub)
+        return pub
+
+    def fill(self):
+        """Three workers over G1..G4 and two DP ranks; returns (tokens,
+        hashes, the NATS match rows once the advisor has applied it all)."""
+        toks = [(i * 7919 + 11) % 50000 for i in range(BS * 6 + 5)]
+        hs = kvplane.hash_blocks(toks, BS)
+        a0, a1, b = self.publisher("wa", 0), self.publisher("wa", 1), self.publisher("wb", 2)
+        a0.stored(toks[:BS * 6])
+        a0.stored(block_hashes=hs[:2], tier="G2")
+        a1.stored(block_hashes=hs[:3], tier="G2")
+        b.stored(block_hashes=hs[:4], tier="G3", volume="ssd0")
+        b.stored(block_hashes=hs[:5], tier="G4", volume="s3")
+        for p in (a0, a1, b):
+            p.flush()
+        want = [kvplane.Match("wa", 0, 1, 6), kvplane.Match("wa", 0, 2, 2),
+                kvplane.Match("wa", 1, 2, 3), kvplane.Match("wb", 2, 3, 4),
+                kvplane.Match("wb", 2, 4, 5)]
+        rows = until(lambda: sorted(self.client.match(hs)) == sorted(want) and
+                     self.client.match(hs), what="the NATS match reply")
+        return toks, hs, rows
+
+    def test_query_equals_match(self):
+        """/query (token ids) and /query_by_hash (u64 hashes as JSON numbers,
+        above 2^63 included) answer what the NATS match request answers, in
+        the spec's per-tenant, per-instance, per-medium and per-DP shape."""
+        self.start()
+        toks, hs, rows = self.fill()
+        self.assertTrue(any(h >= 1 << 63 for h in hs), "no hash above 2^63 in the test data")
+        want = expected(rows, "default", BS)
+        self.assertEqual(want["default"]["wa"],
+                         {"longest_matched": 96, "GPU": 96, "CPU": 48, "DISK": 0, "EXTERNAL": 0,
+                          "DP": {"0": 96, "1": 48}})
+        st, got = self.plane.post("/query", {"model": "m", "token_ids": toks, "block_size": BS})
+        self.assertEqual(st, 200, got)
+        self.assertEqual(got, want)
+        st, got = self.plane.post("/query_by_hash",
+                                  {"model": "m", "seq_hashes": hs, "block_size": BS})
+        self.assertEqual((st, got), (200, want))
+        # The older name of the field, and Dynamo's.
+        for key in ("block_hash", "block_hashes"):
+            self.assertEqual(self.plane.post("/query_by_hash", {key: hs, "block_size": BS}),
+                             (200, want), key)
+        # Hex strings, and the i64 form of a u64 (what SQLite shows), are the same hashes.
+        signed = [h - (1 << 64) if h >= 1 << 63 else h for h in hs]
+        self.assertEqual(self.plane.post("/query_by_hash", {"seq_hashes": signed,
+                                                            "block_size": BS}), (200, want))
+        self.assertEqual(self.plane.post("/query_by_hash", {
+            "seq_hashes": ["0x%016x" % h for h in hs], "block_size": BS}), (200, want))
+        # A shorter prompt: only its full blocks count (the 3.5 blocks are 3).
+        part = toks[:BS * 3 + BS // 2]
+        self.assertEqual(self.plane.post("/query", {"token_ids": part, "block_size": BS}),
+                         (200, expected(self.client.match_tokens(part, BS), "default", BS)))
+        # One instance; the namespace's own name as the tenant.
+        st, got = self.plane.post("/query", {"token_ids": toks, "block_size": BS,
+                                             "tenant_id": NS, "instance_id": "wb"})
+        self.assertEqual((st, got), (200, expected(rows, NS, BS, instance="wb")))
+        self.assertEqual(got[NS]["wb"]["DISK"], 64)
+        self.assertEqual(got[NS]["wb"]["EXTERNAL"], 80)
+        # An instance without the prefix is reported with zeros.
+        self.assertEqual(self.plane.post("/query", {"token_ids": toks, "block_size": BS,
+                                                    "instance_id": "nobody"}),
+                         (200, expected([], "default", BS, instance="nobody")))
+        # Another tenant (namespace) has no instance at this advisor.
+        self.assertEqual(self.plane.post("/query", {"token_ids": toks, "block_size": BS,
+                                                    "tenant_id": "other-ns"}),
+                         (200, {"other-ns": {}}))
+
+    def test_salts(self):
+        """lora_name salts the hashes as the publisher and the relay salt
+        them; lora_id is the name "lora_id:<n>"; cache_salt is the salt when
+        neither is given."""
+        self.start()
+        toks = list(range(3000, 3000 + BS * 3))
+        pub = self.publisher("wl")
+        for salt in ("adapter-a", "lora_id:7", "tenant-salt"):
+            pub.stored(toks, lora_name=salt)
+        pub.flush()
+        for salt in ("adapter-a", "lora_id:7", "tenant-salt"):
+            hs = kvplane.hash_blocks(toks, BS, lora_name=salt)
+            until(lambda: self.client.match(hs), what="salted blocks applied")
+        want = {"default": {"wl": {"longest_matched": 48, "GPU": 48, "CPU": 0, "DISK": 0,
+                                   "EXTERNAL": 0, "DP": {"0": 48}}}}
+        for body in ({"lora_name": "adapter-a"}, {"lora_id": 7}, {"cache_salt": "tenant-salt"},
+                     {"lora_name": "adapter-a", "cache_salt": "ignored"}):
+            body.update(token_ids=toks, block_size=BS)
+            self.assertEqual(self.plane.post("/query", body), (200, want), body)
+        self.assertEqual(self.plane.post("/query", {"token_ids": toks, "block_size": BS}),
+                         (200, {"default": {}}))  # unsalted: other blocks
+
+    def test_bad_requests(self):
+        """Bad requests get a 4xx with a JSON error saying what is wrong;
+        the advisor keeps answering."""
+        self.start()
+        def err(path, body, status, words, method="POST", raw=None):
+            st, got = self.plane.post(path, body, method, raw)
+            self.assertEqual(st, status, (path, body, got))
+            self.assertIn("error", got)
+            for w in words:
+                self.assertIn(w, got["error"], (path, body))
+
+        err("/query", None, 400, ["bad JSON"], raw=b"{\"token_ids\": [1,")
+        err("/query", None, 400, ["bad JSON"], raw=b"")
+        err("/query", [1, 2], 400, ["object"])
+        err("/query", {"block_size": BS}, 400, ["token_ids", "required"])
+        err("/query", {"token_ids": [1] * BS}, 400, ["block_size", "required"])
+        err("/query", {"token_ids": [1], "block_size": 0}, 400, ["block_size"])
+        err("/query", {"token_ids": [1, -2], "block_size": 1}, 400, ["token_ids[1]"])
+        err("/query", {"token_ids": [1, 1 << 32], "block_size": 1}, 400, ["token_ids[1]"])
+        err("/query", {"token_ids": [1], "block_size": 1, "lora_id": 1, "lora_name": "x"}, 400,
+            ["lora_id", "lora_name"])
+        err("/query", {"token_ids": [1], "block_size": 1, "tenant_id": 5}, 400, ["tenant_id"])
+        err("/query_by_hash", {"block_size": 1}, 400, ["seq_hashes", "required"])
+        err("/query_by_hash", {"seq_hashes": [1, "zz"], "block_size": 1}, 400, ["seq_hashes[1]"])
+        err("/query_by_hash", {"seq_hashes": [1 << 64], "block_size": 1}, 400, ["bad JSON"])
+        err("/query_by_hash", {"seq_hashes": list(range(65537)), "block_size": 1}, 413,
+            ["65536"])
+        err("/query", None, 413, ["body over"], raw=b" " * (17 << 20))
+        err("/query", None, 405, ["POST"], method="GET")
+        err("/nope", {}, 404, ["/query"])
+        err("/register", {"endpoint": "tcp://127.0.0.1:5557", "instance_id": "x"}, 501,
+            ["NATS", "kvplane-relay"])
+        err("/unregister", {"instance_id": "x"}, 501, ["NATS"])
+        self.assertEqual(self.plane.post("/query_by_hash", {"seq_hashes": [1],
+                                                            "block_size": 1}),
+                         (200, {"default": {}}))
+
+    def test_default_block_size(self):
+        """[http] block_size stands in for a request without one."""
+        self.start("block_size = %d\n" % BS)
+        toks = list(range(BS * 2))
+        pub = self.publisher("wd")
+        hs = pub.stored(toks)
+        pub.flush()
+        until(lambda: self.client.match(hs), what="blocks applied")
+        self.assertEqual(self.plane.post("/query", {"token_ids": toks})[1]["default"]["wd"]
+                         ["longest_matched"], 32)
+        self.assertEqual(self.plane.post("/query_by_hash", {"seq_hashes": hs,
+                                                            "block_size": 4})[1]["default"]["wd"]
+                         ["GPU"], 8)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,493 @@
+#!/usr/bin/python3
+"""kvplane-relay --reverse (README "Routers reading kvplane as vLLM
+events") from outside: a subscriber written from vLLM's KV-event format
+(vllm/distributed/kv_events.py: ZMQ PUB frames [topic, 8-byte big-endian
+sequence, msgpack KVEventBatch: [ts, events as maps tagged "type", dp
+rank]]; a ROUTER replay socket answering a start sequence with (topic, seq,
+payload) frames ending at seq -1), with python3-zmq and
+python3-msgpack, against a real nats-server, kvplane workers publishing
+through the Python binding, and for the G3/G4 moves a real kvplane-advisor
+with tiering over posix volumes fed by kvplane-sim.
+
+Environment as test_binding.py, plus KVPLANE_RELAY and KVPLANE_SIM
+(tests/python/tests.cmake sets them).
+Run one case: /usr/bin/python3 test_vllm_events.py VllmEventsTest.test_stores_removes
+"""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import msgpack
+import zmq
+
+import kvplane
+from test_binding import NS, Plane, free_port, until
+
+BS = 16
+END = (1 << 64) - 1  # -1 as the 8-byte sequence
+
+
+class Subscriber:
+    """A vLLM KV-event consumer as a router writes one: SUB on the PUB
+    endpoint, sequence checking, replay through a DEALER on the ROUTER."""
+
+    def __init__(self, ctx, endpoint, replay):
+        self.ctx = ctx
+        self.replay_ep = replay
+        self.topic = b""
+        self.sub = ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(endpoint)
+        self.last = -1      # the last sequence taken
+        self.gaps = []      # (first missing, first received) after the first message
+        self.joined = None  # the same for messages sent before this subscriber joined
+        self.pending = []
+
+    def close(self):
+        self.sub.close(0)
+
+    @staticmethod
+    def decode(payload):
+        """vLLM's KVEventBatch: msgspec encodes the batch (array_like) as
+        [ts, events, data_parallel_rank] and each event (a tagged struct)
+        as a map with "type"; returned as a dict."""
+        batch = msgpack.unpackb(payload, raw=False)
+        assert isinstance(batch, list) and len(batch) == 3, batch
+        ts, evs, dp = batch
+        assert isinstance(ts, float) and isinstance(evs, list) and isinstance(dp, int), batch
+        assert all(isinstance(e, dict) and "type" in e for e in evs), evs
+        return {"ts": ts, "events": evs, "data_parallel_rank": dp}
+
+    def recv(self, timeout=5.0):
+        """The next (seq, batch) off the PUB socket, or None after timeout
+        seconds."""
+        if not self.sub.poll(int(timeout * 1000)):
+            return None
+        topic, seq, payload = self.sub.recv_multipart()
+        assert topic == self.topic and len(seq) == 8
+        return int.from_bytes(seq, "big"), self.decode(payload)
+
+    def replay(self, start):
+        """vLLM's replay: the start sequence as 8 bytes big-endian; replies
+        [topic, seq, payload] until seq -1 (with an empty topic and payload)."""
+        d = self.ctx.socket(zmq.DEALER)
+        d.connect(self.replay_ep)
+        try:
+            d.send_multipart([b"", start.to_bytes(8, "big")])
+            got = []
+            while True:
+                assert d.poll(5000), "no replay reply"
+                frames = d.recv_multipart()
+                assert frames[0] == b"" and len(frames) == 4, frames
+                seq = int.from_bytes(frames[2], "big")
+                if seq == END:
+                    assert frames[1] == b"" and frames[3] == b""
+                    return got
+                assert frames[1] == self.topic
+                got.append((seq, self.decode(frames[3])))
+        finally:
+            d.close(0)
+
+    def take(self, timeout=5.0):
+        """The next message in sequence order, as a router takes it: a
+        sequence that jumps (a gap, or a late join: messages sent before the
+        subscription reached the PUB) is filled from the replay socket."""
+        if not self.pending:
+            m = self.recv(timeout)
+            if m is None:
+                return None
+            seq, batch = m
+            if seq <= self.last:
+                return self.take(timeout)
+            if seq > self.last + 1:
+                if self.last < 0:
+                    self.joined = (0, seq)
+                else:
+                    self.gaps.append((self.last + 1, seq))
+                self.pending = [(q, b) for q, b in self.replay(self.last + 1) if q < seq]
+            self.pending.append((seq, batch))
+            self.last = seq
+        return self.pending.pop(0)
+
+    def messages(self, n, timeout=10.0):
+        """n messages in sequence order (fewer after timeout seconds)."""
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            m = self.take(max(0.05, deadline - time.monotonic()))
+            if m is None:
+                break
+            out.append(m)
+        return out
+
+
+def events(msgs):
+    return [e for _, b in msgs for e in b["events"]]
+
+
+class VllmEventsTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvp-vllm-")
+        self.plane = Plane(self.tmp)
+        self.ctx = zmq.Context()
+        self.closers = []
+        self.relay = None
+
+    def tearDown(self):
+        for c in reversed(self.closers):
+            c.close()
+        if self.relay and self.relay.poll() is None:
+            self.relay.send_signal(signal.SIGTERM)
+            self.relay.wait(10)
+        self.plane.stop()
+        self.ctx.term()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_relay(self, workers, extra=()):
+        """kvplane-relay --reverse with a PUB and a ROUTER per worker;
+        returns {worker: (endpoint, replay)}."""
+        argv = [os.environ["KVPLANE_RELAY"], "--reverse", "-s", self.plane.url, "-n", NS]
+        eps = {}
+        for w in workers:
+            eps[w] = ("tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port())
+            argv += ["-e", eps[w][0], "-r", eps[w][1], "-w", w]
+        log = open(os.path.join(self.tmp, "relay.log"), "w")
+        self.relay = subprocess.Popen(argv + list(extra), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+        def up():
+            if self.relay.poll() is not None:
+                raise AssertionError("kvplane-relay --reverse exited with %d: %s" % (
+                    self.relay.returncode, self.plane.log("relay.log")))
+            return "vLLM events on" in self.plane.log("relay.log")
+        until(up, what="kvplane-relay --reverse started")
+        return eps
+
+    def subscriber(self, ep):
+        s = Subscriber(self.ctx, *ep)
+        self.closers.append(s)
+        time.sleep(0.3)  # ZMQ's slow joiner; what it still misses is replayed
+        return s
+
+    def publisher(self, worker, **kw):
+        pub = kvplane.Publisher(self.plane.url, NS, worker, BS, max_delay_ms=1, **kw)
+        self.closers.append(pub)
+        return pub
+
+    def test_stores_removes(self):
+        """kvplane workers' stores and removes arrive as vLLM BlockStored and
+        BlockRemoved, per worker stream, with kvplane's hashes, the token ids,
+        the medium of the tier, the dp rank, and sequences from 0."""
+        self.plane.start_nats()
+        eps = self.start_relay(["wa", "wb"])
+        sa, sb = self.subscriber(eps["wa"]), self.subscriber(eps["wb"])
+        toks = [(i * 7919 + 3) % 50000 for i in range(BS * 4)]
+        pa, pb = self.publisher("wa", dp_rank=2), self.publisher("wb")
+        hs = pa.stored(toks)
+        pa.flush()
+        pa.stored(block_hashes=hs[:2], tier="G2")
+        pa.flush()
+        pa.removed(hs[3:])
+        pa.flush()
+        pb.stored(block_hashes=hs[:1], tier="G3", volume="ssd0")
+        pb.stored(block_hashes=hs[1:2], parent_hash=hs[0], tier="G4", volume="s3")
+        pb.flush()
+        ma = sa.messages(3)
+        self.assertEqual([s for s, _ in ma], [0, 1, 2])
+        self.assertEqual({b["data_parallel_rank"] for _, b in ma}, {2})
+        ev = events(ma)
+        # (The binding's stored() sends hashes only: no token ids in the event.)
+        self.assertEqual(ev[0], {"type": "BlockStored", "block_hashes": hs, "parent_block_hash": None,
+                                 "token_ids": [], "block_size": BS, "lora_id": None,
+                                 "medium": "GPU", "lora_name": None})
+        self.assertEqual((ev[1]["type"], ev[1]["block_hashes"], ev[1]["medium"]),
+                         ("BlockStored", hs[:2], "CPU"))
+        self.assertEqual(ev[2], {"type": "BlockRemoved", "block_hashes": hs[3:], "medium": "GPU"})
+        evb = events(sb.messages(1))
+        self.assertEqual([(e["medium"], e["block_hashes"], e["parent_block_hash"]) for e in evb],
+                         [("DISK", hs[:1], None), ("EXTERNAL", hs[1:2], hs[0])])
+        self.assertEqual(sa.gaps, [])
+
+    def test_gap_replay(self):
+        """A subscriber that misses messages sees the sequence jump, asks the
+        replay socket from the first missing sequence and gets exactly the
+        missed batches, in order, then the end marker; a start beyond the
+        newest gets only the end marker."""
+        self.plane.start_nats()
+        eps = self.start_relay(["wg"], ["--buffer", "64"])
+        s = self.subscriber(eps["wg"])
+        pub = self.publisher("wg")
+        toks = list(range(BS * 8))
+        hs = kvplane.hash_blocks(toks, BS)
+        pub.stored(toks[:BS])
+        pub.flush()
+        self.assertEqual(s.messages(1)[0][0], 0)
+        # The subscriber goes away; five batches pass; a new one joins.
+        s.close()
+        self.closers.remove(s)
+        for k in range(1, 6):
+            pub.stored(block_hashes=hs[k:k + 1], parent_hash=hs[k - 1])
+            pub.flush()
+            time.sleep(0.05)
+        s2 = self.subscriber(eps["wg"])
+        s2.last = 0  # it carries on from what the first subscriber had taken
+        pub.removed(hs[:1])
+        pub.flush()
+        got = s2.messages(6)
+        self.assertEqual(s2.gaps, [(1, 6)])
+        self.assertEqual([q for q, _ in got], list(range(1, 7)))
+        ev = events(got)
+        self.assertEqual([(e["type"], e["block_hashes"]) for e in ev],
+                         [("BlockStored", hs[k:k + 1]) for k in range(1, 6)] +
+                         [("BlockRemoved", hs[:1])])
+        self.assertEqual([e["parent_block_hash"] for e in ev[:5]], hs[0:5])
+        # Replay from 0: the whole buffer; from beyond the newest: nothing.
+        self.assertEqual([q for q, _ in s2.replay(0)], list(range(7)))
+        self.assertEqual(s2.replay(1000), [])
+
+    def test_epoch_and_resync(self):
+        """A worker that restarts (a new epoch) has its G1/G2 blocks removed
+        on the stream; a relay that joins late asks for a resync and turns
+        the worker's snapshot into stores."""
+        self.plane.start_nats()
+        toks = list(range(5000, 5000 + BS * 3))
+        hs = kvplane.hash_blocks(toks, BS)
+        held = {1: hs}
+        pub = self.publisher("we", snapshot=lambda tier: held.get(tier))
+        pub.stored(toks)
+        pub.flush()
+        # The relay starts after the worker published (events 1..n missed).
+        eps = self.start_relay(["we"])
+        s = self.subscriber(eps["we"])
+        pub.stored(block_hashes=hs[:1], tier="G2")  # an event: the relay sees id > 1
+        pub.flush()
+        until(lambda: "resync requested (unknown)" in self.plane.log("relay.log"),
+              what="the relay's resync request")
+        # The worker's scheduler loop polls: the due resync takes the snapshot.
+        until(lambda: pub.poll() or pub.stats()["resyncs"] >= 1, what="the worker's snapshot")
+        pub.flush()
+        got = s.messages(2)
+        ev = events(got)
+        stored_g1 = sorted(h for e in ev if e["type"] == "BlockStored" and e["medium"] == "GPU"
+                           for h in e["block_hashes"])
+        self.assertEqual(stored_g1, sorted(hs), ev)  # from the snapshot
+        # The worker restarts: a new publisher, a new epoch.
+        pub.close()
+        self.closers.remove(pub)
+        pub2 = self.publisher("we")
+        pub2.stored(toks[:BS])
+        pub2.flush()
+        ev = events(s.messages(2))
+        self.assertEqual(ev[0]["type"], "BlockRemoved")
+        self.assertEqual((ev[0]["medium"], sorted(ev[0]["block_hashes"])), ("GPU", sorted(hs)))
+        self.assertEqual(ev[1]["type"], "BlockRemoved")
+        self.assertEqual((ev[1]["medium"], ev[1]["block_hashes"]), ("CPU", hs[:1]))
+
+    def test_ranks_apart(self):
+        """Data-parallel ranks of one worker: a stream of every rank carries
+        each batch's rank, and a restart of rank 0 removes rank 0's blocks
+        only; a stream of one rank (-w ID:DP) carries that rank alone."""
+        self.plane.start_nats()
+        argv_eps = {"all": ("tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port()),
+                    "one": ("tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port())}
+        self.start_relay([], ["-e", argv_eps["all"][0], "-r", argv_eps["all"][1], "-w", "wr",
+                              "-e", argv_eps["one"][0], "-r", argv_eps["one"][1], "-w", "wr:1"])
+        sall, sone = self.subscriber(argv_eps["all"]), self.subscriber(argv_eps["one"])
+        hs = kvplane.hash_blocks(list(range(BS * 4)), BS)
+        p0, p1 = self.publisher("wr", dp_rank=0), self.publisher("wr", dp_rank=1)
+        p0.stored(block_hashes=hs[:2])
+        p0.flush()
+        p1.stored(block_hashes=hs[2:4])
+        p1.flush()
+        got = sall.messages(2)
+        self.assertEqual(sorted((b["data_parallel_rank"], tuple(b["events"][0]["block_hashes"]))
+                                for _, b in got), [(0, tuple(hs[:2])), (1, tuple(hs[2:4]))])
+        one = sone.messages(1)
+        self.assertEqual([(q, b["data_parallel_rank"], b["events"][0]["block_hashes"])
+                          for q, b in one], [(0, 1, hs[2:4])])
+        p0.close()
+        self.closers.remove(p0)
+        p0b = self.publisher("wr", dp_rank=0)
+        p0b.stored(block_hashes=hs[:1])
+        p0b.flush()
+        got = sall.messages(2)
+        self.assertEqual([(b["data_parallel_rank"], e["type"], sorted(e["block_hashes"]))
+                          for _, b in got for e in b["events"]],
+                         [(0, "BlockRemoved", sorted(hs[:2])), (0, "BlockStored", hs[:1])])
+        self.assertIsNone(sone.take(0.5))  # rank 1's stream: nothing happened to rank 1
+
+    def test_formats_and_media(self):
+        """--format array sends the tagged arrays of older vLLM releases in
+        field order, --format map a map batch, and --media renames a tier's
+        medium (vLLM names its offloaded tier STORAGE)."""
+        self.plane.start_nats()
+        pa, pm = (free_port(), free_port()), (free_port(), free_port())
+        arr_ep = tuple("tcp://127.0.0.1:%d" % p for p in pa)
+        map_ep = tuple("tcp://127.0.0.1:%d" % p for p in pm)
+        argv = [os.environ["KVPLANE_RELAY"], "--reverse", "-s", self.plane.url, "-n", NS,
+                "--media", "G3=STORAGE,G4=OBJECT_STORE"]
+        procs = []
+        for fmt, ep in (("array", arr_ep), ("map", map_ep)):
+            log = open(os.path.join(self.tmp, "relay-%s.log" % fmt), "w")
+            procs.append(subprocess.Popen(argv + ["--format", fmt, "-e", ep[0], "-r", ep[1],
+                                                  "-w", "wf"], stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+        try:
+            until(lambda: all("vLLM events on" in self.plane.log("relay-%s.log" % f)
+                              for f in ("array", "map")), what="both relays started")
+            subs = []
+            for ep in (arr_ep, map_ep):
+                sub = self.ctx.socket(zmq.SUB)
+                sub.setsockopt(zmq.SUBSCRIBE, b"")
+                sub.connect(ep[0])
+                subs.append(sub)
+            time.sleep(0.5)
+            pub = self.publisher("wf")
+            hs = kvplane.hash_blocks(list(range(BS * 2)), BS)
+            pub.stored(block_hashes=hs, tier="G3", volume="ssd0")
+            pub.flush()
+            pub.removed(hs[1:], tier="G4", volume="s3")
+            pub.flush()
+            got = []
+            for sub in subs:
+                evs = []
+                for _ in range(2):
+                    self.assertTrue(sub.poll(10000), "no message")
+                    _, seq, payload = sub.recv_multipart()
+                    evs.append(msgpack.unpackb(payload, raw=False))
+                got.append(evs)
+                sub.close(0)
+            arr, mp = got
+            self.assertEqual([len(b) for b in arr], [3, 3])
+            self.assertEqual([b[1] for b in arr],
+                             [[["BlockStored", hs, None, [], BS, None, "STORAGE", None]],
+                              [["BlockRemoved", hs[1:], "OBJECT_STORE"]]])
+            self.assertEqual([set(b) for b in mp], [{"ts", "events", "data_parallel_rank"}] * 2)
+            self.assertEqual([(e["type"], e["medium"]) for b in mp for e in b["events"]],
+                             [("BlockStored", "STORAGE"), ("BlockRemoved", "OBJECT_STORE")])
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+                p.wait(10)
+        # A bad list is refused at once.
+        bad = subprocess.run(argv[:6] + ["--media", "G5=X", "-e", arr_ep[0], "-w", "wf"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("G5=X", bad.stderr)
+
+    def test_read_by_kvplane_relay(self):
+        """kvplane-relay itself, a consumer written against vLLM engines,
+        reads the reverse relay's stream as an engine's: a worker's blocks
+        come back, through it, as another namespace's worker with the same
+        hashes and tiers, the join's replay (topic frame included) too."""
+        self.plane.start_nats()
+        eps = self.start_relay(["wa"])
+        pub = self.publisher("wa")
+        hs = kvplane.hash_blocks(list(range(7000, 7000 + BS * 4)), BS)
+        pub.stored(block_hashes=hs)  # before the forward relay joins: replayed
+        pub.flush()
+        until(lambda: "vLLM events on" in self.plane.log("relay.log"), what="relay up")
+        ns2 = NS + "2"
+        conf = os.path.join(self.tmp, "advisor2.conf")
+        with open(conf, "w") as f:
+            f.write("[nats]\nservers = %s\nmode = core\n[advisor]\nnamespace = %s\n"
+                    "[store]\npath = %s\nflush_interval = 50ms\n"
+                    % (self.plane.url, ns2, os.path.join(self.tmp, "advisor2.db")))
+        log = open(os.path.join(self.tmp, "advisor2.log"), "w")
+        self.plane.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+                                              stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        until(lambda: "advisor: running" in self.plane.log("advisor2.log"), what="advisor 2")
+        log = open(os.path.join(self.tmp, "forward.log"), "w")
+        fwd = subprocess.Popen([os.environ["KVPLANE_RELAY"], "-s", self.plane.url, "-n", ns2,
+                                "-e", eps["wa"][0], "-r", eps["wa"][1], "-w", "wa-copy"],
+                               stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        try:
+            time.sleep(0.5)
+            pub.stored(block_hashes=hs[:2], tier="G2")
+            pub.flush()
+            c2 = kvplane.Client(self.plane.url, ns2, timeout_ms=2000)
+            self.closers.append(c2)
+            want = [kvplane.Match("wa-copy", 0, 1, 4), kvplane.Match("wa-copy", 0, 2, 2)]
+            until(lambda: sorted(c2.match(hs)) == sorted(want),
+                  what="wa's blocks as wa-copy in namespace %s (forward relay log: %s)" % (
+                      ns2, self.plane.log("forward.log")))
+        finally:
+            fwd.send_signal(signal.SIGTERM)
+            fwd.wait(10)
+
+    def test_advisor_moves(self):
+        """The advisor's G3 -> G4 demotions (worker _advisor) reach a router
+        as vLLM events: BlockStored EXTERNAL for each block the advisor moved
+        (a block the worker had announced as DISK), then BlockRemoved DISK
+        once the source is deleted; at the end the EXTERNAL set is exactly
+        the G4 volume's files. A real advisor with tiering over posix
+        volumes, fed by kvplane-sim's block managers (G3 offloads)."""
+        self.plane.start_nats()
+        vols = os.path.join(self.tmp, "volumes")
+        os.makedirs(os.path.join(vols, "g3"))
+        conf = os.path.join(self.tmp, "advisor.conf")
+        with open(conf, "w") as f:
+            f.write("[nats]\nservers = %s\nmode = core\n[advisor]\nnamespace = %s\n"
+                    "[store]\npath = %s\nflush_interval = 50ms\n"
+                    "[tiering]\nenabled = true\nplugin_dir = %s\ninterval = 250ms\n"
+                    "grace = 1s\nmin_residence = 0s\n"
+                    "[volume g3-sim-0]\ntier = 3\nplugin = posix\ncapacity = 256KiB\n"
+                    "path = %s\nfsync = off\n"
+                    "[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 1GiB\n"
+                    "path = %s\nfsync = off\n"
+                    % (self.plane.url, NS, self.plane.db, os.environ["KVPLANE_PLUGINS"],
+                       os.path.join(vols, "g3", "sim-0"), os.path.join(vols, "g4")))
+        log = open(os.path.join(self.tmp, "advisor.log"), "w")
+        self.plane.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+                                              stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        until(lambda: "advisor: running" in self.plane.log("advisor.log"),
+              what="the advisor running")
+        eps = self.start_relay(["_advisor", "sim-0"])
+        adv, wrk = self.subscriber(eps["_advisor"]), self.subscriber(eps["sim-0"])
+        sim = subprocess.run([os.environ["KVPLANE_SIM"], "-t", os.environ["KVPLANE_TRACE"],
+                              "-s", self.plane.url, "-n", NS, "-w", "1", "--volumes", vols,
+                              "--plugin-dir", os.environ["KVPLANE_PLUGINS"],
+                              "--g1-blocks", "256", "--g2-blocks", "64", "-l", "1500"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
+
+        def g4_files():
+            out = set()
+            for _, _, files in os.walk(os.path.join(vols, "g4")):
+                out |= {int(f, 16) for f in files if len(f) == 16}
+            return out
+        state = {"disk": set(), "ext": set(), "ext_removed": set(), "disk_removed": set()}
+
+        def settled():
+            for sub, who in ((wrk, "worker"), (adv, "advisor")):
+                while True:
+                    m = sub.take(0.05)
+                    if m is None:
+                        break
+                    for e in m[1]["events"]:
+                        hs = set(e.get("block_hashes", []))
+                        if who == "worker" and e["type"] == "BlockStored" and \
+                                e["medium"] == "DISK":
+                            state["disk"] |= hs
+                        if who == "advisor" and e["medium"] == "EXTERNAL":
+                            state["ext" if e["type"] == "BlockStored" else "ext_removed"] |= hs
+                        if who == "advisor" and e["type"] == "BlockRemoved" and \
+                                e["medium"] == "DISK":
+                            state["disk_removed"] |= hs
+            ext = state["ext"] - state["ext_removed"]
+            return ext and ext == g4_files() and state["disk_removed"] == state["ext"]
+        until(settled, timeout=30, what="the advisor's moves on the _advisor stream: %r" % {
+            k: len(v) for k, v in state.items()})
+        # Every block the advisor moved is one the worker had announced in G3.
+        self.assertTrue(state["ext"] <= state["disk"], state)
+
+
+if __name__ == "__main__":
+    unittest.main()

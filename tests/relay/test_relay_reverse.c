@@ -1,0 +1,229 @@
+/* kvplane-relay --reverse in-process (src/relay/vllmout.c and vllmenc.c)
+ * against a real nats-server, read by a C ZMQ subscriber: the stream's
+ * frames (topic, 8-byte big-endian sequence, msgpack batch: vLLM's array
+ * of ts, events as tagged maps and dp rank), a replay with the topic frame
+ * through the ROUTER socket after messages were missed, a bad replay
+ * request, and a tier's clear turned into the removal of what the stream
+ * announced in it. The sanitizer builds run this one (the Python
+ * subscriber of tests/python/test_vllm_events.py is skipped there). */
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "harness.h"
+#include "kvplane/publisher.h"
+#include "kvplane/status.h"
+#include "natsd.h"
+#include "relay/vllmout.h"
+
+typedef struct rev_s {
+  kvp_natsd_t natsd;
+  kvp__vout_t *v;
+  pthread_t th;
+  char pub_url[64], rep_url[64];
+  void *zctx, *sub;
+  kvp_publisher_t *pub;
+} rev_t;
+
+static void *run(void *arg) {
+  kvp__vout_run(arg);
+  return NULL;
+}
+
+static int setup(void **state) {
+  rev_t *r = calloc(1, sizeof *r);
+  kvp__vout_opts_t o;
+  kvp_publisher_opts_t po;
+  char err[512];
+
+  assert_int_equal(kvp_natsd_start(&r->natsd, NULL), 0);
+  snprintf(r->pub_url, sizeof r->pub_url, "tcp://127.0.0.1:%d", kvp_test_free_port());
+  snprintf(r->rep_url, sizeof r->rep_url, "tcp://127.0.0.1:%d", kvp_test_free_port());
+  kvp__vout_opts_init(&o);
+  snprintf(o.nats.servers, sizeof o.nats.servers, "%s", r->natsd.url);
+  o.ns = "rv";
+  o.topic = "kv";
+  o.buffer_steps = 4;
+  o.streams[0] = (kvp__vout_stream_opts_t){"w0", -1, r->pub_url, r->rep_url};
+  o.nstreams = 1;
+  if (kvp__vout_open(&o, &r->v, err, sizeof err) != 0)
+    fail_msg("kvp__vout_open: %s", err);
+  assert_int_equal(pthread_create(&r->th, NULL, run, r->v), 0);
+  r->zctx = zmq_ctx_new();
+  r->sub = zmq_socket(r->zctx, ZMQ_SUB);
+  int linger = 0;
+  zmq_setsockopt(r->sub, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(r->sub, ZMQ_SUBSCRIBE, "", 0);
+  assert_int_equal(zmq_connect(r->sub, r->pub_url), 0);
+  usleep(300000); /* the subscription reaches the PUB */
+  kvp_publisher_opts_init(&po);
+  snprintf(po.nats.servers, sizeof po.nats.servers, "%s", r->natsd.url);
+  po.ns = "rv";
+  po.worker_id = "w0";
+  po.dp_rank = 3;
+  assert_int_equal(kvp_publisher_open(&po, &r->pub, err, sizeof err), 0);
+  *state = r;
+  return 0;
+}
+
+static int teardown(void **state) {
+  rev_t *r = *state;
+  kvp_publisher_close(r->pub);
+  kvp__vout_stop(r->v);
+  pthread_join(r->th, NULL);
+  kvp__vout_close(r->v);
+  zmq_close(r->sub);
+  zmq_ctx_term(r->zctx);
+  kvp_natsd_stop(&r->natsd);
+  free(r);
+  return 0;
+}
+
+/* One batch's events as "<type>:<medium>:<nhashes>" joined by spaces, its
+ * dp rank in *dp. */
+static void describe(const void *p, size_t len, char *out, size_t cap, int64_t *dp) {
+  msgpack_unpacked u;
+  size_t off = 0;
+  msgpack_unpacked_init(&u);
+  assert_int_equal(msgpack_unpack_next(&u, p, len, &off), MSGPACK_UNPACK_SUCCESS);
+  /* vLLM's KVEventBatch: an array [ts, events, data_parallel_rank]. */
+  assert_int_equal(u.data.type, MSGPACK_OBJECT_ARRAY);
+  assert_int_equal(u.data.via.array.size, 3);
+  const msgpack_object *b = u.data.via.array.ptr;
+  assert_int_equal(b[0].type, MSGPACK_OBJECT_FLOAT64);
+  *dp = (int64_t)b[2].via.u64;
+  out[0] = '\0';
+  const msgpack_object_array *ev = &b[1].via.array;
+  for (uint32_t i = 0; i < ev->size; i++) {
+    assert_int_equal(ev->ptr[i].type, MSGPACK_OBJECT_MAP);
+    const msgpack_object_map *m = &ev->ptr[i].via.map;
+    char type[32] = "", medium[16] = "-";
+    size_t nh = 0;
+    for (uint32_t k = 0; k < m->size; k++) {
+      const msgpack_object_str *key = &m->ptr[k].key.via.str;
+      const msgpack_object *v = &m->ptr[k].val;
+      if (key->size == 4 && memcmp(key->ptr, "type", 4) == 0)
+        snprintf(type, sizeof type, "%.*s", (int)v->via.str.size, v->via.str.ptr);
+      else if (key->size == 6 && memcmp(key->ptr, "medium", 6) == 0)
+        snprintf(medium, sizeof medium, "%.*s", (int)v->via.str.size, v->via.str.ptr);
+      else if (key->size == 12 && memcmp(key->ptr, "block_hashes", 12) == 0)
+        nh = v->via.array.size;
+    }
+    size_t n = strlen(out);
+    snprintf(out + n, cap - n, "%s%s:%s:%zu", n ? " " : "", type, medium, nh);
+  }
+  msgpack_unpacked_destroy(&u);
+}
+
+/* The next message: its sequence and description. */
+static uint64_t next(rev_t *r, char *desc, size_t cap) {
+  zmq_msg_t f[3];
+  int64_t dp;
+  int rcvtimeo = 5000;
+  zmq_setsockopt(r->sub, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+  for (int i = 0; i < 3; i++) {
+    zmq_msg_init(&f[i]);
+    if (zmq_msg_recv(&f[i], r->sub, 0) < 0)
+      fail_msg("no message from the relay");
+    assert_int_equal(zmq_msg_more(&f[i]), i < 2);
+  }
+  assert_int_equal(zmq_msg_size(&f[0]), 2);
+  assert_memory_equal(zmq_msg_data(&f[0]), "kv", 2);
+  assert_int_equal(zmq_msg_size(&f[1]), 8);
+  const uint8_t *s = zmq_msg_data(&f[1]);
+  uint64_t seq = 0;
+  for (int i = 0; i < 8; i++)
+    seq = seq << 8 | s[i];
+  describe(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), desc, cap, &dp);
+  assert_int_equal(dp, 3);
+  for (int i = 0; i < 3; i++)
+    zmq_msg_close(&f[i]);
+  return seq;
+}
+
+static void emit(rev_t *r, int type, int tier, const uint64_t *h, size_t n) {
+  if (type == KVP_EV_STORED)
+    assert_int_equal(kvp_publisher_stored(r->pub, tier, NULL, NULL, h, n, 16, 0, 0), 0);
+  else if (type == KVP_EV_REMOVED)
+    assert_int_equal(kvp_publisher_removed(r->pub, tier, NULL, h, n), 0);
+  else
+    assert_int_equal(kvp_publisher_cleared(r->pub, tier), 0);
+  assert_int_equal(kvp_publisher_flush(r->pub, 5000), 0);
+}
+
+static void stream_and_replay(void **state) {
+  rev_t *r = *state;
+  const uint64_t h[4] = {1, 2, 3, UINT64_MAX};
+  char d[256];
+
+  emit(r, KVP_EV_STORED, 1, h, 4);
+  assert_int_equal(next(r, d, sizeof d), 0);
+  assert_string_equal(d, "BlockStored:GPU:4");
+  emit(r, KVP_EV_STORED, 2, h, 2);
+  assert_int_equal(next(r, d, sizeof d), 1);
+  assert_string_equal(d, "BlockStored:CPU:2");
+  emit(r, KVP_EV_REMOVED, 1, h + 3, 1);
+  assert_int_equal(next(r, d, sizeof d), 2);
+  assert_string_equal(d, "BlockRemoved:GPU:1");
+  /* A tier's clear: the removal of what the stream announced there. */
+  emit(r, KVP_EV_CLEARED, 1, NULL, 0);
+  assert_int_equal(next(r, d, sizeof d), 3);
+  assert_string_equal(d, "BlockRemoved:GPU:3");
+  emit(r, KVP_EV_CLEARED, 0, NULL, 0);
+  assert_int_equal(next(r, d, sizeof d), 4);
+  assert_string_equal(d, "AllBlocksCleared:-:0");
+
+  /* Replay from 2 with a buffer of 4 (1..4 kept): ["", topic, seq,
+   * payload] for 2, 3, 4, then ["", "", -1, ""]. */
+  void *dealer = zmq_socket(r->zctx, ZMQ_DEALER);
+  int linger = 0, rcvtimeo = 5000;
+  zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+  assert_int_equal(zmq_connect(dealer, r->rep_url), 0);
+  const uint8_t start[8] = {0, 0, 0, 0, 0, 0, 0, 2};
+  assert_int_equal(zmq_send(dealer, "", 0, ZMQ_SNDMORE), 0);
+  assert_int_equal(zmq_send(dealer, start, 8, 0), 8);
+  uint64_t want = 2;
+  for (;;) {
+    uint8_t delim[8], topic[8], seq[8], payload[4096];
+    assert_int_equal(zmq_recv(dealer, delim, sizeof delim, 0), 0);
+    int tn = zmq_recv(dealer, topic, sizeof topic, 0);
+    assert_int_equal(zmq_recv(dealer, seq, sizeof seq, 0), 8);
+    int n = zmq_recv(dealer, payload, sizeof payload, 0);
+    assert_true(n >= 0);
+    uint64_t s = 0;
+    for (int i = 0; i < 8; i++)
+      s = s << 8 | seq[i];
+    if (s == UINT64_MAX) {
+      assert_int_equal(tn, 0);
+      assert_int_equal(n, 0);
+      break;
+    }
+    assert_int_equal(tn, 2);
+    assert_memory_equal(topic, "kv", 2);
+    assert_int_equal(s, want++);
+  }
+  assert_int_equal(want, 5);
+  /* A request of the wrong shape gets no answer; the next good one does. */
+  assert_int_equal(zmq_send(dealer, "xyz", 3, 0), 3);
+  assert_int_equal(zmq_send(dealer, "", 0, ZMQ_SNDMORE), 0);
+  const uint8_t late[8] = {0, 0, 0, 0, 0, 0, 1, 0};
+  assert_int_equal(zmq_send(dealer, late, 8, 0), 8);
+  uint8_t b[16];
+  assert_int_equal(zmq_recv(dealer, b, sizeof b, 0), 0);
+  assert_int_equal(zmq_recv(dealer, b, sizeof b, 0), 0);
+  assert_int_equal(zmq_recv(dealer, b, sizeof b, 0), 8);
+  assert_memory_equal(b, "\xff\xff\xff\xff\xff\xff\xff\xff", 8);
+  assert_int_equal(zmq_recv(dealer, b, sizeof b, 0), 0);
+  zmq_close(dealer);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(stream_and_replay, setup, teardown),
+};
+
+KVP_TEST_MAIN("relay_reverse", tests)
