@@ -55,4 +55,11 @@ int kvp__nats_status(natsStatus s);
 int kvp__nats_ensure_stream(jsCtx *js, const char *stream, int create, int *created, char *err,
                             size_t errlen);
 
+/* The same with the stream's subject (NULL: KVP_SUBJECT_EVENTS_ALL) and,
+ * when it has to be created, its replica count (1..5; a cluster places the
+ * replicas on that many servers). An existing stream is used as it is; its
+ * replica count is logged when it differs from replicas. */
+int kvp__nats_ensure_stream_ex(jsCtx *js, const char *stream, const char *subject, int replicas,
+                               int create, int *created, char *err, size_t errlen);
+
 #endif
