@@ -63,21 +63,24 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
   char *json = NULL;
 
   switch (it->kind) {
-  case KVP__IN_JS_EVENT:
-    if (it->seq != 0 && it->seq <= adv->applied_seq)
+  case KVP__IN_JS_EVENT: {
+    uint64_t *pos = &adv->applied_pos[it->slot];
+    if (it->seq != 0 && it->seq <= *pos)
       break; /* redelivered: already applied */
     apply(adv, it->msg, data, len, now);
     if (it->seq) {
-      adv->applied_seq = it->seq;
-      kvp__adv_wb_applied(&adv->wb, it->msg);
+      adv->applied_seq = adv->parts.count ? adv->applied_seq + (it->seq - *pos) : it->seq;
+      *pos = it->seq;
+      kvp__adv_wb_applied(&adv->wb, it->slot, it->msg);
       it->msg = NULL;
     }
     break;
+  }
   case KVP__IN_EVENT:
     apply(adv, it->msg, data, len, now);
     break;
   case KVP__IN_MATCH:
-    if (kvp__adv_api_match(adv->ix, data, len, &json) == 0)
+    if (kvp__adv_match_json(adv, data, len, &json) == 0)
       answer(adv, it->msg, json);
     break;
   case KVP__IN_STATS:
@@ -296,9 +299,16 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
                               errlen)) != 0)
       return rc;
   }
+  if ((rc = kvp__adv_partset_prepare_db(&adv->parts, adv->store, err, errlen)) != 0)
+    return rc;
   if ((rc = kvp__store_load(adv->store, adv->ix, kvp__adv_ingest_load_worker, adv->ing,
                             &adv->applied_seq)) != 0) {
     snprintf(err, errlen, "%s: cannot load the index: %s", cfg->db_path, kvp_strerror(rc));
+    return rc;
+  }
+  if ((rc = kvp__adv_partset_positions(&adv->parts, adv->store, adv->applied_seq,
+                                       adv->applied_pos, &adv->applied_seq)) != 0) {
+    snprintf(err, errlen, "%s: cannot read the partitions' positions", cfg->db_path);
     return rc;
   }
   /* Loaded workers get a full heartbeat timeout to speak again. */
@@ -326,6 +336,8 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   if ((adv = calloc(1, sizeof *adv)) == NULL)
     return KVP_ENOMEM;
   adv->cfg = *cfg;
+  /* Checked above: cannot fail. */
+  (void)kvp__adv_partset_parse(&adv->parts, (uint32_t)cfg->partitions, cfg->owned, err, errlen);
   adv->start_ms = kvp__unix_ms();
   atomic_init(&adv->stopping, 0);
   adv->lim.max_bytes = (size_t)cfg->max_message_bytes;
@@ -352,6 +364,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   kvp__adv_metrics_set_conn(&adv->metrics, adv->consumer->nc);
   kvp__adv_wb_init(&adv->wb, &adv->loop, adv->store, adv->ix, adv->ing, adv->applied_seq);
+  kvp__adv_wb_set_parts(&adv->wb, &adv->parts, adv->applied_pos, adv->applied_pos);
   adv->wb.fresh = &adv->fresh;
   /* Volumes and unfinished moves before any event: a volume that does not
    * open stops the advisor here, naming it. */
@@ -359,7 +372,8 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   if (cfg->tiering && (rc = kvp__tier_engine_open(kvp__adv_tier_opts(&adv->cfg, &topts), &adv->loop,
                                                   adv->ix, &adv->tier, err, errlen)) != 0)
     goto fail;
-  if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
+  if ((rc = kvp__adv_consumer_start(adv->consumer, &adv->parts, adv->applied_pos, adv->db_id, err,
+                                    errlen)) != 0)
     goto fail;
   kvp__adv_publish_metrics(adv);
   *out = adv;

@@ -17,6 +17,7 @@
 #include "advisor/inbox.h"
 #include "advisor/ingest.h"
 #include "advisor/metrics.h"
+#include "advisor/partset.h"
 #include "advisor/writebehind.h"
 #include "index/index.h"
 #include "kvplane/wire.h"
@@ -47,7 +48,10 @@ struct kvp_advisor_s {
   atomic_int stopping;
   int stopped;
   int final_rc;
-  uint64_t applied_seq; /* last applied JetStream stream sequence */
+  uint64_t applied_seq; /* last applied JetStream stream sequence; partitioned: the sum of
+                         * applied_pos (a progress figure) */
+  kvp__adv_partset_t parts;                 /* owned partitions (one slot when unpartitioned) */
+  uint64_t applied_pos[KVP__ADV_MAX_OWNED]; /* per slot: last applied stream sequence */
   uint64_t start_ms;
   uint64_t history_ms; /* when tier occupancy was last sampled */
   char db_id[KVP__STORE_DB_ID_LEN + 1];
@@ -69,5 +73,10 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now);
  * next flush; a sample that does not fit in memory is dropped with a
  * warning. */
 void kvp__adv_sample_history(kvp_advisor_t *adv, uint64_t now, int force);
+
+/* The match reply to request data (malloc'd JSON in *json), with the
+ * partitions this advisor answers for and their positions. Returns 0 or
+ * KVP_ENOMEM. */
+int kvp__adv_match_json(kvp_advisor_t *adv, const void *data, size_t len, char **json);
 
 #endif

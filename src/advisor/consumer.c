@@ -37,15 +37,16 @@ static void on_stats_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg
 }
 
 static void *fetch_main(void *arg) {
-  kvp__adv_consumer_t *c = arg;
+  kvp__adv_fetch_t *f = arg;
+  kvp__adv_consumer_t *c = f->c;
   uint64_t last_err_log = 0;
 
   while (kvp__adv_inbox_wait_room(c->inbox, &c->stopping) == 0) {
     natsMsgList list = {0};
     jsErrCode jerr = 0;
     uint64_t t0 = kvp__now_ns();
-    natsStatus s = natsSubscription_Fetch(&list, c->ev_sub, (int)c->cfg->fetch_batch, 500, &jerr);
-    kvp_log_debug("advisor: fetch: %d messages in %.1f ms (%s)", list.Count,
+    natsStatus s = natsSubscription_Fetch(&list, f->sub, (int)c->cfg->fetch_batch, 500, &jerr);
+    kvp_log_debug("advisor: fetch %s: %d messages in %.1f ms (%s)", f->stream, list.Count,
                   (double)(kvp__now_ns() - t0) / 1e6, natsStatus_GetText(s));
     if (s == NATS_TIMEOUT)
       continue;
@@ -54,7 +55,7 @@ static void *fetch_main(void *arg) {
       if (now - last_err_log > 10000000000ull) {
         kvp_log_warn("advisor: fetch from stream %s (consumer %s) failed: %s (jetstream error "
                      "%d); retrying",
-                     c->cfg->stream, c->name, natsStatus_GetText(s), (int)jerr);
+                     f->stream, f->name, natsStatus_GetText(s), (int)jerr);
         last_err_log = now;
       }
       nats_Sleep(200);
@@ -67,7 +68,7 @@ static void *fetch_main(void *arg) {
         seq = meta->Sequence.Stream;
         jsMsgMetaData_Destroy(meta);
       }
-      kvp__adv_inbox_push(c->inbox, KVP__IN_JS_EVENT, list.Msgs[i], seq, 0);
+      kvp__adv_inbox_push_slot(c->inbox, KVP__IN_JS_EVENT, list.Msgs[i], seq, f->slot, 0);
       list.Msgs[i] = NULL;
     }
     natsMsgList_Destroy(&list);
@@ -97,8 +98,8 @@ static int fail(natsStatus s, jsErrCode jerr, const char *what, char *err, size_
  * description carries the database id) or if taking over; refuses a
  * consumer someone else made. Returns 0 (nothing left in the way),
  * KVP_EBUSY with err naming the consumer, or a NATS failure. */
-static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char *filter, char *err,
-                          size_t errlen) {
+static int clear_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *db_id,
+                          const char *filter, char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = c->cfg;
   jsConsumerInfo *ci = NULL;
   jsErrCode jerr = 0;
@@ -106,11 +107,11 @@ static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char 
   natsStatus s;
   int ours, rc = 0;
 
-  s = js_GetConsumerInfo(&ci, c->js, cfg->stream, c->name, NULL, &jerr);
+  s = js_GetConsumerInfo(&ci, c->js, f->stream, f->name, NULL, &jerr);
   if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)
     return 0;
   if (s != NATS_OK)
-    return fail(s, jerr, c->name, err, errlen);
+    return fail(s, jerr, f->name, err, errlen);
   snprintf(mark, sizeof mark, "db=%s", db_id);
   const char *desc = ci->Config->Description ? ci->Config->Description : "";
   const char *have_filter = ci->Config->FilterSubject ? ci->Config->FilterSubject : "";
@@ -120,7 +121,7 @@ static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char 
              "[jetstream] consumer: %s on stream %s was not created for this database "
              "(filter '%s', description '%s'); another advisor may own it: set another consumer "
              "name, or start with --takeover to replace it",
-             c->name, cfg->stream, have_filter, desc);
+             f->name, f->stream, have_filter, desc);
     rc = KVP_EBUSY;
   }
   jsConsumerInfo_Destroy(ci);
@@ -128,40 +129,39 @@ static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char 
     return rc;
   if (!ours)
     kvp_log_warn("advisor: taking over consumer %s on stream %s (filter '%s', description '%s')",
-                 c->name, cfg->stream, have_filter, desc);
+                 f->name, f->stream, have_filter, desc);
   /* The database owns the position: the consumer is made again at it. */
   jerr = 0;
-  s = js_DeleteConsumer(c->js, cfg->stream, c->name, NULL, &jerr);
+  s = js_DeleteConsumer(c->js, f->stream, f->name, NULL, &jerr);
   if (s != NATS_OK && s != NATS_NOT_FOUND)
-    return fail(s, jerr, c->name, err, errlen);
+    return fail(s, jerr, f->name, err, errlen);
   return 0;
 }
 
-static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
-                           char *err, size_t errlen) {
+/* Creates slot's stream if needed and its durable consumer at resume_after
+ * + 1, and starts its fetch thread. */
+static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *stream_subject,
+                       const char *filter, uint64_t resume_after, const char *db_id, char *err,
+                       size_t errlen) {
   const kvp_advisor_config_t *cfg = c->cfg;
   jsErrCode jerr = 0;
   jsSubOptions so;
   natsStatus s;
-  char filter[KVP_SUBJECT_MAX], desc[KVP__STORE_DB_ID_LEN + 128];
+  char desc[KVP__STORE_DB_ID_LEN + 128];
   int rc, created = 0;
 
-  if ((s = natsConnection_JetStream(&c->js, c->nc, NULL)) != NATS_OK)
-    return fail(s, 0, "jetstream context", err, errlen);
-  if ((rc = kvp__nats_ensure_stream(c->js, cfg->stream, 1, &created, err, errlen)) != 0)
+  if ((rc = kvp__nats_ensure_stream_ex(c->js, f->stream, stream_subject, (int)cfg->replicas, 1,
+                                       &created, err, errlen)) != 0)
     return rc;
   if (created)
-    kvp_log_info("advisor: stream %s created (subjects %s)", cfg->stream, KVP_SUBJECT_EVENTS_ALL);
-  if ((rc = kvp_subject_events_ns(filter, sizeof filter, cfg->ns)) != 0) {
-    snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", cfg->ns);
-    return KVP_ECONFIG;
-  }
-  if ((rc = clear_consumer(c, db_id, filter, err, errlen)) != 0)
+    kvp_log_info("advisor: stream %s created (subjects %s, %d replicas)", f->stream,
+                 stream_subject ? stream_subject : KVP_SUBJECT_EVENTS_ALL, (int)cfg->replicas);
+  if ((rc = clear_consumer(c, f, db_id, filter, err, errlen)) != 0)
     return rc;
   snprintf(desc, sizeof desc, "kvplane-advisor ns=%s db=%s", cfg->ns, db_id);
   jsSubOptions_Init(&so);
-  so.Stream = cfg->stream;
-  so.Config.Durable = c->name;
+  so.Stream = f->stream;
+  so.Config.Durable = f->name;
   so.Config.Description = desc;
   so.Config.AckPolicy = js_AckAll;
   so.Config.AckWait = (int64_t)60 * 1000000000;
@@ -173,16 +173,52 @@ static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, const 
     so.Config.DeliverPolicy = js_DeliverAll;
   }
   jerr = 0;
-  s = js_PullSubscribe(&c->ev_sub, c->js, filter, c->name, NULL, &so, &jerr);
+  s = js_PullSubscribe(&f->sub, c->js, filter, f->name, NULL, &so, &jerr);
   if (s != NATS_OK)
     return fail(s, jerr, "jetstream pull consumer", err, errlen);
-  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64, c->name,
-               cfg->stream, resume_after);
-  if (pthread_create(&c->fetcher, NULL, fetch_main, c) != 0) {
+  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64, f->name,
+               f->stream, resume_after);
+  if (pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
     snprintf(err, errlen, "cannot start the fetch thread");
     return KVP_ENOMEM;
   }
-  c->fetcher_started = 1;
+  f->started = 1;
+  return 0;
+}
+
+static int setup_jetstream(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps,
+                           const uint64_t *resume, const char *db_id, char *err, size_t errlen) {
+  const kvp_advisor_config_t *cfg = c->cfg;
+  char filter[KVP_SUBJECT_MAX], subject[KVP_SUBJECT_MAX];
+  natsStatus s;
+  int rc;
+
+  if ((s = natsConnection_JetStream(&c->js, c->nc, NULL)) != NATS_OK)
+    return fail(s, 0, "jetstream context", err, errlen);
+  for (int i = 0; i < ps->n; i++) {
+    kvp__adv_fetch_t *f = &c->fetch[i];
+    f->c = c;
+    f->slot = i;
+    c->nfetch = i + 1;
+    if (ps->count == 0) {
+      snprintf(f->stream, sizeof f->stream, "%s", cfg->stream);
+      snprintf(f->name, sizeof f->name, "%s", c->name);
+      rc = kvp_subject_events_ns(filter, sizeof filter, cfg->ns);
+    } else {
+      snprintf(f->stream, sizeof f->stream, "%s_P%" PRIu32, cfg->stream, ps->p[i]);
+      snprintf(f->name, sizeof f->name, "%s-p%" PRIu32, c->name, ps->p[i]);
+      rc = kvp_subject_pevents(filter, sizeof filter, cfg->ns, ps->p[i]);
+      if (rc == 0)
+        rc = kvp_subject_pevents_all(subject, sizeof subject, ps->p[i]);
+    }
+    if (rc != 0) {
+      snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", cfg->ns);
+      return KVP_ECONFIG;
+    }
+    if ((rc = setup_fetch(c, f, ps->count ? subject : NULL, filter, resume[i], db_id, err,
+                          errlen)) != 0)
+      return rc;
+  }
   return 0;
 }
 
@@ -200,14 +236,14 @@ static int subscribe_api(kvp__adv_consumer_t *c, const char *call, natsMsgHandle
   return 0;
 }
 
-static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id, char *err,
-                     size_t errlen) {
+static int subscribe(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps, const uint64_t *resume,
+                     const char *db_id, char *err, size_t errlen) {
   char subj[KVP_SUBJECT_MAX];
   natsStatus s;
   int rc;
 
   if (c->cfg->mode == KVP_ADVISOR_JETSTREAM) {
-    if ((rc = setup_jetstream(c, resume_after, db_id, err, errlen)) != 0)
+    if ((rc = setup_jetstream(c, ps, resume, db_id, err, errlen)) != 0)
       return rc;
   } else {
     if (kvp_subject_events_ns(subj, sizeof subj, c->cfg->ns) != 0) {
@@ -247,12 +283,12 @@ int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *in
   return 0;
 }
 
-int kvp__adv_consumer_start(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
-                            char *err, size_t errlen) {
+int kvp__adv_consumer_start(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps,
+                            const uint64_t *resume, const char *db_id, char *err, size_t errlen) {
   char url[256] = "", m[KVP_SUBJECT_MAX] = "";
   int rc;
 
-  if ((rc = subscribe(c, resume_after, db_id, err, errlen)) != 0)
+  if ((rc = subscribe(c, ps, resume, db_id, err, errlen)) != 0)
     return rc;
   natsConnection_GetConnectedUrl(c->nc, url, sizeof url);
   kvp_subject_api(m, sizeof m, c->cfg->ns, KVP_API_MATCH);
@@ -269,10 +305,14 @@ void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t l
 
 void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {
   atomic_store(&c->stopping, 1);
-  if (c->fetcher_started) {
-    pthread_join(c->fetcher, NULL);
-    c->fetcher_started = 0;
-  }
+  for (int i = 0; i < c->nfetch; i++)
+    if (c->fetch[i].started) {
+      pthread_join(c->fetch[i].thread, NULL);
+      c->fetch[i].started = 0;
+    }
+  for (int i = 0; i < c->nfetch; i++)
+    if (c->fetch[i].sub)
+      natsSubscription_Unsubscribe(c->fetch[i].sub);
   if (c->ev_sub)
     natsSubscription_Unsubscribe(c->ev_sub);
   if (c->match_sub)
@@ -285,8 +325,11 @@ void kvp__adv_consumer_close(kvp__adv_consumer_t *c) {
   if (c == NULL)
     return;
   atomic_store(&c->stopping, 1);
-  if (c->fetcher_started)
-    pthread_join(c->fetcher, NULL);
+  for (int i = 0; i < c->nfetch; i++) {
+    if (c->fetch[i].started)
+      pthread_join(c->fetch[i].thread, NULL);
+    natsSubscription_Destroy(c->fetch[i].sub);
+  }
   natsSubscription_Destroy(c->ev_sub);
   natsSubscription_Destroy(c->match_sub);
   natsSubscription_Destroy(c->stats_sub);

@@ -24,15 +24,31 @@
 
 #include "advisor/inbox.h"
 #include "advisor/advisor.h"
+#include "advisor/partset.h"
+
+struct kvp__adv_consumer_s;
+
+/* One JetStream input: a durable pull consumer on one stream and the
+ * thread that fetches from it. An unpartitioned advisor has one (slot 0,
+ * [jetstream] stream); a partitioned one has one per owned partition p
+ * (stream <stream>_P<p>, consumer <consumer>-p<p>). */
+typedef struct kvp__adv_fetch_s {
+  struct kvp__adv_consumer_s *c;
+  int slot;
+  natsSubscription *sub;
+  pthread_t thread;
+  int started;
+  char stream[96], name[160];
+} kvp__adv_fetch_t;
 
 typedef struct kvp__adv_consumer_s {
   const kvp_advisor_config_t *cfg; /* borrowed; outlives the consumer */
   kvp__adv_inbox_t *inbox;         /* borrowed */
   natsConnection *nc;
   jsCtx *js;
-  natsSubscription *ev_sub, *match_sub, *stats_sub;
-  pthread_t fetcher;
-  int fetcher_started;
+  natsSubscription *ev_sub, *match_sub, *stats_sub; /* ev_sub: core mode */
+  kvp__adv_fetch_t fetch[KVP__ADV_MAX_OWNED];
+  int nfetch;
   atomic_int stopping;
   char name[128]; /* the durable consumer's name (JetStream mode) */
 } kvp__adv_consumer_t;
@@ -48,15 +64,16 @@ int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *in
                            kvp__adv_consumer_t **out, char *err, size_t errlen);
 
 /* Sets up the event input and the API subscriptions and starts the fetch
- * thread. In JetStream mode the durable consumer is (re)created to resume
- * after stream sequence resume_after, marked with db_id (the database's id,
+ * threads. In JetStream mode each slot's durable consumer (ps: one slot,
+ * or one per owned partition) is (re)created to resume after stream
+ * sequence resume[slot], marked with db_id (the database's id,
  * store.h); an existing consumer of that name is replaced only when it
  * carries the same mark and filter, or cfg->takeover is set. Returns 0, or
  * KVP_ECONFIG, KVP_EBUSY (a consumer of another advisor), KVP_ECONN,
  * KVP_EAUTH, KVP_ENOMEM with err naming the object and the cause; close
  * undoes what was set up. */
-int kvp__adv_consumer_start(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
-                            char *err, size_t errlen);
+int kvp__adv_consumer_start(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps,
+                            const uint64_t *resume, const char *db_id, char *err, size_t errlen);
 
 /* Stops the input: the fetch thread ends (joined) and the subscriptions are
  * unsubscribed, so nothing new reaches the inbox after it returns, except

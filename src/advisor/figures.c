@@ -76,6 +76,16 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
     x.high_watermark = adv->cfg.tier_high;
     x.low_watermark = adv->cfg.tier_low;
   }
+  char name[128];
+  kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
+  kvp__adv_api_where_t w = {
+      .count = adv->parts.count,
+      .n = adv->parts.n,
+      .owned = adv->parts.p,
+      .positions = adv->applied_pos,
+      .advisor = name,
+  };
+  x.where = &w;
   char *json = NULL;
   return kvp__adv_api_stats(adv->ix, adv->ing, &x, &json) == 0 ? json : NULL;
 }
@@ -90,4 +100,17 @@ void kvp__adv_sample_history(kvp_advisor_t *adv, uint64_t now, int force) {
   size_t n = kvp__adv_history_sample(adv->ix, adv->tier, now, rows);
   if (kvp__store_history_add(adv->store, rows, n, (uint64_t)adv->cfg.history_keep_ms) != 0)
     kvp_log_warn("advisor: tier_history sample dropped: out of memory");
+}
+
+int kvp__adv_match_json(kvp_advisor_t *adv, const void *data, size_t len, char **json) {
+  char name[128];
+  kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
+  kvp__adv_api_where_t w = {
+      .count = adv->parts.count,
+      .n = adv->parts.n,
+      .owned = adv->parts.p,
+      .positions = adv->applied_pos,
+      .advisor = name,
+  };
+  return kvp__adv_api_match_at(adv->ix, &w, data, len, json);
 }
