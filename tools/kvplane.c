@@ -225,6 +225,8 @@ int main(int argc, char **argv) {
     rc = kvp__cli_cmd_bench(&a);
   else if (strcmp(a.cmd, "stats") == 0)
     rc = kvp__cli_cmd_stats(&a);
+  else if (strcmp(a.cmd, "nats-config") == 0)
+    rc = kvp__cli_cmd_nats_config(&a);
   else
     rc = kvp__cli_cmd_db(&a);
   nats_Close();

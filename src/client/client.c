@@ -98,8 +98,16 @@ static int tier_of(const char *name) {
   return -1;
 }
 
-/* Reads one row of the matches array into m. Returns 0 or KVP_EPROTO. */
-static int read_row(json_t *row, kvp_match_t *m) {
+void *kvp__client_conn(kvp_client_t *c) {
+  return c->nc;
+}
+
+const char *kvp__client_ns(const kvp_client_t *c) {
+  return c->ns;
+}
+
+int kvp__client_match_row(void *row_, kvp_match_t *m) {
+  json_t *row = row_;
   json_t *w = json_object_get(row, "worker"), *dp = json_object_get(row, "dp_rank"),
          *t = json_object_get(row, "tier"), *len = json_object_get(row, "length");
   if (!json_is_string(w) || !json_is_integer(dp) || !json_is_string(t) || !json_is_integer(len))
@@ -139,7 +147,7 @@ int kvp__client_match_parse(const void *data, size_t len, kvp_match_t *out, size
   }
   for (size_t i = 0; i < json_array_size(arr); i++) {
     kvp_match_t m;
-    if (read_row(json_array_get(arr, i), &m) != 0) {
+    if (kvp__client_match_row(json_array_get(arr, i), &m) != 0) {
       rc = kvp__errf(err, errlen, KVP_EPROTO, "row %zu of the reply is malformed", i);
       goto out;
     }
