@@ -74,8 +74,8 @@ int kvp__adv_partset_parse(kvp__adv_partset_t *ps, uint32_t count, const char *o
       ps->n++;
     }
     s += n;
-    if (*s == ',')
-      s++;
+    if (*s == ',' && *++s == '\0')
+      return bad(err, errlen, "'%s' ends with a comma", owned);
   }
   ps->n = 0;
   for (uint32_t p = 0; p < count; p++)
