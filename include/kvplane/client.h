@@ -127,6 +127,12 @@ int kvp_client_match_all(kvp_client_t *c, const uint64_t *hashes, size_t n, uint
                          kvp_match_t *out, size_t cap, size_t *nmatches, kvp_gather_info_t *info,
                          char *err, size_t errlen);
 
+/* How long a gathering call goes on taking replies once every partition is
+ * covered (default 0: only the replies already received), so that a
+ * slower but fresher standby can still be preferred; always within the
+ * call's timeout. */
+void kvp_client_set_grace(kvp_client_t *c, uint32_t grace_ms);
+
 /* Sends body (NULL: "{}") to kvplane.api.<ns>.<call> once and gathers the
  * replies as kvp_client_match_all does (until every partition is covered
  * or timeout_ms). *reply gets a malloc'd JSON text (free it with

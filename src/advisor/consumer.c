@@ -36,16 +36,42 @@ static void on_stats_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg
   kvp__adv_inbox_push(c->inbox, KVP__IN_STATS, msg, 0, 0);
 }
 
+static int make_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, uint64_t resume_after,
+                         char *err, size_t errlen);
+
+/* The consumer again, after f->last_seq; 0 or a failure (logged, retried). */
+static int reset_consumer(kvp__adv_fetch_t *f) {
+  char err[512];
+  natsSubscription_Destroy(f->sub);
+  f->sub = NULL;
+  int rc = make_consumer(f->c, f, f->last_seq, err, sizeof err);
+  if (rc == 0) {
+    f->resets++;
+    f->last_dseq = 0;
+    kvp_log_info("advisor: consumer %s on %s made again after stream sequence %" PRIu64
+                 " (deliveries were lost, or the fetch failed)",
+                 f->name, f->stream, f->last_seq);
+  }
+  return rc;
+}
+
 static void *fetch_main(void *arg) {
   kvp__adv_fetch_t *f = arg;
   kvp__adv_consumer_t *c = f->c;
   uint64_t last_err_log = 0;
+  int need_reset = 0;
 
   while (kvp__adv_inbox_wait_room(c->inbox, &c->stopping) == 0) {
     natsMsgList list = {0};
     jsErrCode jerr = 0;
+    natsStatus s;
     uint64_t t0 = kvp__now_ns();
-    natsStatus s = natsSubscription_Fetch(&list, f->sub, (int)c->cfg->fetch_batch, 500, &jerr);
+    if (need_reset && reset_consumer(f) != 0) {
+      nats_Sleep(200);
+      continue;
+    }
+    need_reset = 0;
+    s = natsSubscription_Fetch(&list, f->sub, (int)c->cfg->fetch_batch, 500, &jerr);
     kvp_log_debug("advisor: fetch %s: %d messages in %.1f ms (%s)", f->stream, list.Count,
                   (double)(kvp__now_ns() - t0) / 1e6, natsStatus_GetText(s));
     if (s == NATS_TIMEOUT)
@@ -58,16 +84,27 @@ static void *fetch_main(void *arg) {
                      f->stream, f->name, natsStatus_GetText(s), (int)jerr);
         last_err_log = now;
       }
+      /* A failed fetch may have lost deliveries: start again after the
+       * last message pushed. */
+      need_reset = 1;
       nats_Sleep(200);
       continue;
     }
     for (int i = 0; i < list.Count; i++) {
       jsMsgMetaData *meta = NULL;
-      uint64_t seq = 0;
+      uint64_t seq = 0, dseq = 0;
       if (natsMsg_GetMetaData(&meta, list.Msgs[i]) == NATS_OK) {
         seq = meta->Sequence.Stream;
+        dseq = meta->Sequence.Consumer;
         jsMsgMetaData_Destroy(meta);
       }
+      if (need_reset || (f->last_dseq != 0 && dseq != f->last_dseq + 1)) {
+        need_reset = 1; /* this one and the rest come again from the new consumer */
+        continue;
+      }
+      f->last_dseq = dseq;
+      if (seq > f->last_seq)
+        f->last_seq = seq;
       kvp__adv_inbox_push_slot(c->inbox, KVP__IN_JS_EVENT, list.Msgs[i], seq, f->slot, 0);
       list.Msgs[i] = NULL;
     }
@@ -138,27 +175,20 @@ static int clear_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const cha
   return 0;
 }
 
-/* Creates slot's stream if needed and its durable consumer at resume_after
- * + 1, and starts its fetch thread. */
-static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *stream_subject,
-                       const char *filter, uint64_t resume_after, const char *db_id, char *err,
-                       size_t errlen) {
+/* Makes f's durable consumer (replacing one this database made) to deliver
+ * after resume_after, and its pull subscription. */
+static int make_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, uint64_t resume_after,
+                         char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = c->cfg;
   jsErrCode jerr = 0;
   jsSubOptions so;
   natsStatus s;
   char desc[KVP__STORE_DB_ID_LEN + 128];
-  int rc, created = 0;
+  int rc;
 
-  if ((rc = kvp__nats_ensure_stream_ex(c->js, f->stream, stream_subject, (int)cfg->replicas, 1,
-                                       &created, err, errlen)) != 0)
+  if ((rc = clear_consumer(c, f, f->db_id, f->filter, err, errlen)) != 0)
     return rc;
-  if (created)
-    kvp_log_info("advisor: stream %s created (subjects %s, %d replicas)", f->stream,
-                 stream_subject ? stream_subject : KVP_SUBJECT_EVENTS_ALL, (int)cfg->replicas);
-  if ((rc = clear_consumer(c, f, db_id, filter, err, errlen)) != 0)
-    return rc;
-  snprintf(desc, sizeof desc, "kvplane-advisor ns=%s db=%s", cfg->ns, db_id);
+  snprintf(desc, sizeof desc, "kvplane-advisor ns=%s db=%s", cfg->ns, f->db_id);
   jsSubOptions_Init(&so);
   so.Stream = f->stream;
   so.Config.Durable = f->name;
@@ -172,10 +202,38 @@ static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *
   } else {
     so.Config.DeliverPolicy = js_DeliverAll;
   }
-  jerr = 0;
-  s = js_PullSubscribe(&f->sub, c->js, filter, f->name, NULL, &so, &jerr);
+  s = js_PullSubscribe(&f->sub, c->js, f->filter, f->name, NULL, &so, &jerr);
   if (s != NATS_OK)
     return fail(s, jerr, "jetstream pull consumer", err, errlen);
+  return 0;
+}
+
+/* Creates slot's stream if needed and its durable consumer at resume_after
+ * + 1, and starts its fetch thread. */
+static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *stream_subject,
+                       const char *filter, uint64_t resume_after, const char *db_id, char *err,
+                       size_t errlen) {
+  const kvp_advisor_config_t *cfg = c->cfg;
+  int rc, created = 0;
+
+  snprintf(f->filter, sizeof f->filter, "%s", filter);
+  snprintf(f->db_id, sizeof f->db_id, "%s", db_id);
+  f->last_seq = resume_after;
+  /* A cluster that is still forming (no peers to place R replicas on, no
+   * meta leader yet) answers with errors for a while: retried for the
+   * connect timeout, as the connection itself is. */
+  uint64_t until = kvp__now_ns() + (uint64_t)cfg->nats.connect_timeout_ms * 1000000u;
+  while ((rc = kvp__nats_ensure_stream_ex(c->js, f->stream, stream_subject, (int)cfg->replicas, 1,
+                                          &created, err, errlen)) != 0 ||
+         (rc = make_consumer(c, f, resume_after, err, errlen)) != 0) {
+    if ((rc != KVP_ECONN && rc != KVP_ETIMEDOUT) || kvp__now_ns() > until)
+      return rc;
+    kvp_log_info("advisor: %s; retrying", err);
+    nats_Sleep(250);
+  }
+  if (created)
+    kvp_log_info("advisor: stream %s created (subjects %s, %d replicas)", f->stream,
+                 stream_subject ? stream_subject : KVP_SUBJECT_EVENTS_ALL, (int)cfg->replicas);
   kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64, f->name,
                f->stream, resume_after);
   if (pthread_create(&f->thread, NULL, fetch_main, f) != 0) {

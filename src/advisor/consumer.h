@@ -25,6 +25,7 @@
 #include "advisor/inbox.h"
 #include "advisor/advisor.h"
 #include "advisor/partset.h"
+#include "kvplane/subjects.h"
 
 struct kvp__adv_consumer_s;
 
@@ -39,6 +40,14 @@ typedef struct kvp__adv_fetch_s {
   pthread_t thread;
   int started;
   char stream[96], name[160];
+  char filter[KVP_SUBJECT_MAX], db_id[KVP__STORE_DB_ID_LEN + 1];
+  /* Fetch thread only: the last stream and delivery (consumer) sequences
+   * it pushed. A delivery sequence that jumps means delivered messages
+   * were lost on the way (a server died with a fetch's reply in flight, a
+   * consumer leader moved): the consumer is then made again after
+   * last_seq, so nothing is skipped (duplicates are dropped by sequence). */
+  uint64_t last_seq, last_dseq;
+  uint64_t resets; /* consumers made again after a loss */
 } kvp__adv_fetch_t;
 
 typedef struct kvp__adv_consumer_s {

@@ -17,7 +17,16 @@
 struct kvp_client_s {
   natsConnection *nc;
   char ns[KVP_SUBJECT_TOKEN_MAX + 1];
+  uint32_t grace_ms;
 };
+
+void kvp_client_set_grace(kvp_client_t *c, uint32_t grace_ms) {
+  c->grace_ms = grace_ms;
+}
+
+uint32_t kvp__client_grace_ms(const kvp_client_t *c) {
+  return c->grace_ms;
+}
 
 int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **out, char *err,
                     size_t errlen) {

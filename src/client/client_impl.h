@@ -23,5 +23,6 @@ int kvp__client_match_row(void *row, kvp_match_t *m);
 struct kvp_client_s;
 void *kvp__client_conn(kvp_client_t *c);
 const char *kvp__client_ns(const kvp_client_t *c);
+uint32_t kvp__client_grace_ms(const kvp_client_t *c);
 
 #endif

@@ -231,7 +231,7 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
   natsInbox *inbox = NULL;
   gathered_t *g;
   natsStatus s;
-  int rc = 0;
+  int rc = 0, covered = 0;
 
   *out = NULL;
   if (kvp_subject_api(subj, sizeof subj, kvp__client_ns(c), call) != 0)
@@ -248,15 +248,30 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
                    natsStatus_GetText(s));
     goto out;
   }
+  uint64_t grace_end = 0;
   while (g->n < KVP_PARTITIONS_MAX) {
     uint64_t now = now_us();
     natsMsg *m = NULL;
-    if (now >= deadline)
-      break;
-    int64_t wait_ms = (int64_t)((deadline - now + 999) / 1000);
+    int64_t wait_ms;
+    if (!covered) {
+      if (now >= deadline)
+        break;
+      wait_ms = (int64_t)((deadline - now + 999) / 1000);
+    } else if (now < grace_end) {
+      wait_ms = (int64_t)((grace_end - now + 999) / 1000);
+    } else {
+      /* Past the grace: only the replies already here. */
+      int pending = 0;
+      if (natsSubscription_GetPending(sub, &pending, NULL) != NATS_OK || pending == 0)
+        break;
+      wait_ms = 1;
+    }
     s = natsSubscription_NextMsg(&m, sub, wait_ms);
-    if (s == NATS_TIMEOUT)
-      break;
+    if (s == NATS_TIMEOUT) {
+      if (!covered && now_us() >= deadline)
+        break;
+      continue;
+    }
     if (s != NATS_OK) {
       rc = kvp__errf(err, errlen, kvp__nats_status(s), "%s: reply failed: %s", subj,
                      natsStatus_GetText(s));
@@ -270,9 +285,17 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
     g->doc[g->n] = json_loadb(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), 0, NULL);
     int done = note(g, g->doc[g->n]);
     g->n++;
-    g->elapsed_us = now_us() - t0;
-    if (done)
-      break;
+    if (!covered)
+      g->elapsed_us = now_us() - t0;
+    if (done && !covered) {
+      /* Every partition has an answer: standbys' replies already here are
+       * taken too (the merge prefers the freshest), and more for the
+       * client's grace, within the deadline. */
+      covered = 1;
+      grace_end = now_us() + (uint64_t)kvp__client_grace_ms(c) * 1000u;
+      if (grace_end > deadline)
+        grace_end = deadline;
+    }
   }
 out:
   natsSubscription_Destroy(sub);

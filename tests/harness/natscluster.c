@@ -91,8 +91,22 @@ static int js_ready(kvp_cluster_t *c) {
   if (natsOptions_Create(&o) == NATS_OK && natsOptions_SetServers(o, urls, KVP_CLUSTER_NODES) == 0 &&
       natsConnection_Connect(&nc, o) == NATS_OK &&
       natsConnection_JetStream(&js, nc, NULL) == NATS_OK &&
-      js_GetAccountInfo(&ai, js, NULL, &jerr) == NATS_OK)
-    ok = 0;
+      js_GetAccountInfo(&ai, js, NULL, &jerr) == NATS_OK) {
+    /* Every peer known: an R3 stream can be placed. */
+    jsStreamConfig sc;
+    jsStreamInfo *si = NULL;
+    const char *subj[] = {"kvp-test-probe"};
+    jsStreamConfig_Init(&sc);
+    sc.Name = "KVP_TEST_PROBE";
+    sc.Subjects = subj;
+    sc.SubjectsLen = 1;
+    sc.Replicas = KVP_CLUSTER_NODES;
+    sc.Storage = js_MemoryStorage;
+    if (js_AddStream(&si, js, &sc, NULL, &jerr) == NATS_OK &&
+        js_DeleteStream(js, "KVP_TEST_PROBE", NULL, &jerr) == NATS_OK)
+      ok = 0;
+    jsStreamInfo_Destroy(si);
+  }
   jsAccountInfo_Destroy(ai);
   jsCtx_Destroy(js);
   natsConnection_Destroy(nc);
