@@ -322,7 +322,10 @@ static int subscribe(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps, const
 
 int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *inbox,
                            kvp__adv_consumer_t **out, char *err, size_t errlen) {
-  kvp__nats_conn_args_t args = {.name = "kvplane-advisor", .reconnect_wait_ms = 250};
+  /* Replies go out at once (send_asap), not at nats.c's next flush: a
+   * router waits for them. */
+  kvp__nats_conn_args_t args = {
+      .name = "kvplane-advisor", .reconnect_wait_ms = 250, .send_asap = 1};
   kvp__adv_consumer_t *c;
   int rc;
 

@@ -44,7 +44,9 @@ int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **
   if ((c = calloc(1, sizeof *c)) == NULL)
     return kvp__errf(err, errlen, KVP_ENOMEM, "client: out of memory");
   snprintf(c->ns, sizeof c->ns, "%s", ns);
-  kvp__nats_conn_args_t a = {.name = "kvplane-client"};
+  /* A gathered request is a plain publish: sent at once, not when nats.c's
+   * flusher thread gets to it (milliseconds later). */
+  kvp__nats_conn_args_t a = {.name = "kvplane-client", .send_asap = 1};
   if ((rc = kvp__nats_connect(nats, &a, &c->nc, buf, sizeof buf)) != 0) {
     free(c);
     return kvp__errf(err, errlen, rc, "%s", buf);

@@ -121,6 +121,8 @@ static int apply_args(natsOptions *no, const kvp_nats_opts_t *o, const kvp__nats
     s = natsOptions_SetWriteDeadline(no, a->write_deadline_ms);
   if (s == NATS_OK && a->reconnect_buf_bytes)
     s = natsOptions_SetReconnectBufSize(no, a->reconnect_buf_bytes);
+  if (s == NATS_OK && a->send_asap)
+    s = natsOptions_SetSendAsap(no, true);
   if (s == NATS_OK && a->disconnected)
     s = natsOptions_SetDisconnectedCB(no, a->disconnected, a->closure);
   if (s == NATS_OK && a->reconnected)

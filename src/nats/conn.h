@@ -24,6 +24,7 @@ typedef struct kvp__nats_conn_args_s {
   int max_pings_out;         /* unanswered pings before the link counts as broken */
   int64_t write_deadline_ms; /* a socket write blocked this long breaks the link */
   int reconnect_buf_bytes;   /* published bytes kept while reconnecting; 0 default */
+  int send_asap;             /* publish without waiting for nats.c's flusher (requests) */
   natsConnectionHandler disconnected, reconnected, closed; /* may be NULL */
   void *closure;                                           /* passed to the handlers */
 } kvp__nats_conn_args_t;
