@@ -24,7 +24,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+#include <sys/stat.h>
+
 #include "bench.h"
+#include "index/index.h"
+#include "store/store.h"
 #include "harness.h"
 #include "kvplane/client.h"
 #include "kvplane/subjects.h"
@@ -200,10 +205,94 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static long long file_bytes(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (long long)sb.st_size : 0;
+}
+
+/* Restart at size: an index of nblocks blocks (chains of 16 over 8
+ * workers, a quarter also in G2) flushed to a database, then loaded into a
+ * fresh index as an advisor's restart does. Baseline: the same rows read
+ * by a plain SELECT loop (SQLite's part of the load). */
+static int restart_at_size(size_t nblocks) {
+  char path[128], err[256];
+  kvp__index_t *ix = NULL, *ix2 = NULL;
+  kvp__store_t *st = NULL;
+  uint16_t w[8];
+  uint64_t seq = 0;
+  snprintf(path, sizeof path, "%s/restart.db", g.dir);
+  if (kvp__index_create(nblocks, 3600, &ix) != 0 ||
+      kvp__store_open(path, &st, err, sizeof err) != 0)
+    return -1;
+  for (int i = 0; i < 8; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "worker%d", i);
+    kvp__index_worker(ix, name, 0, &w[i]);
+  }
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < nblocks; i++) {
+    uint64_t parent = h;
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    int first = i % 16 == 0;
+    kvp__index_store(ix, h, !first, parent, w[(i / 16) % 8], 1, 0, 16, 1 << 20, 1000);
+    if (i % 4 == 0)
+      kvp__index_store(ix, h, !first, parent, w[(i / 16) % 8], 2, 0, 16, 1 << 20, 1000);
+  }
+  kvp__index_stats_t s0;
+  kvp__index_stats(ix, &s0);
+  if (kvp__store_flush(st, ix, NULL, 0, 1, NULL) != 0)
+    return -1;
+  kvp__store_close(st);
+  kvp__index_destroy(ix);
+  long long bytes = file_bytes(path);
+  /* The advisor's load, timed as it runs at start. */
+  size_t rss0 = kvp_bench_rss_bytes();
+  uint64_t t0 = kvp_bench_now_ns();
+  if (kvp__index_create(1 << 16, 3600, &ix2) != 0 ||
+      kvp__store_open(path, &st, err, sizeof err) != 0 ||
+      kvp__store_load(st, ix2, NULL, NULL, &seq) != 0)
+    return -1;
+  double t_load = (double)(kvp_bench_now_ns() - t0) / 1e9;
+  size_t rss1 = kvp_bench_rss_bytes();
+  kvp__index_stats_t s1;
+  kvp__index_stats(ix2, &s1);
+  kvp__store_close(st);
+  kvp__index_destroy(ix2);
+  /* The baseline: the same rows stepped through, nothing built. */
+  sqlite3 *db = NULL;
+  sqlite3_stmt *q = NULL;
+  long long sink = 0;
+  t0 = kvp_bench_now_ns();
+  sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+  const char *sql[] = {"SELECT hash, parent, tokens, bytes, first_seen, last_access, hits, freq "
+                       "FROM blocks",
+                       "SELECT hash, worker, dp_rank, tier, volume FROM block_locations"};
+  for (int i = 0; i < 2; i++) {
+    sqlite3_prepare_v2(db, sql[i], -1, &q, NULL);
+    while (sqlite3_step(q) == SQLITE_ROW)
+      sink += sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+  }
+  sqlite3_close(db);
+  double t_scan = (double)(kvp_bench_now_ns() - t0) / 1e9;
+  kvp_bench_sink((uint64_t)sink);
+  printf("# restart at size: %zu blocks, %zu locations (%zu loaded); database %lld bytes\n",
+         s0.blocks, s0.locations, s1.locations, bytes);
+  kvp_bench_report("scale.restart_load_s", t_load, "s", "plain-select-of-the-rows", t_scan);
+  kvp_bench_report("scale.restart_locations_per_s", (double)s1.locations / t_load, "loc/s", NULL,
+                   0);
+  kvp_bench_report("scale.db_bytes_per_location", (double)bytes / (double)s0.locations, "B", NULL,
+                   0);
+  kvp_bench_report("scale.loaded_rss_bytes_per_location",
+                   (double)(rss1 - rss0) / (double)s1.locations, "B", NULL, 0);
+  return s1.locations == s0.locations ? 0 : -1;
+}
+
 KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events with 1, 2, 4 "
                        "advisors; scatter-gather match p50/p99 over 4 advisors vs 1") {
   char conf[128], map[1024];
   int queries = 2000, rc = 0;
+  long restart_blocks = 2000000;
   g.batches = 8000;
   g.events = 16;
   for (int i = 1; i < argc; i++) {
@@ -211,8 +300,11 @@ KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events wit
       g.batches = atoi(argv[++i]);
     else if (strcmp(argv[i], "--queries") == 0 && i + 1 < argc)
       queries = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--restart-blocks") == 0 && i + 1 < argc)
+      restart_blocks = atol(argv[++i]);
     else {
-      fprintf(stderr, "usage: kvp-bench scale [--batches N] [--queries N]\n");
+      fprintf(stderr, "usage: kvp-bench scale [--batches N] [--queries N] [--restart-blocks N "
+                      "(0: skip)]\n");
       return 2;
     }
   }
@@ -303,6 +395,10 @@ KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events wit
   for (int i = 0; i < 3; i++) {
     stop_all(adv[i], MAXADV);
     kvp_client_close(cl[i]);
+  }
+  if (rc == 0 && restart_blocks > 0 && restart_at_size((size_t)restart_blocks) != 0) {
+    fprintf(stderr, "bench scale: the restart at size failed\n");
+    rc = 1;
   }
   kvp_natsd_stop(&g.d);
   kvp_test_rmtree(g.dir);

@@ -93,6 +93,19 @@ int kvp__adv_partset_check(const kvp_advisor_config_t *cfg, char *err, size_t er
     snprintf(err, errlen, "[partitions] count: partitions need [nats] mode = jetstream");
     return KVP_ECONFIG;
   }
+  /* The shared-G4 rule (docs/SCALE.md): a volume is managed by one advisor
+   * that sees every location in it. An advisor of some partitions would
+   * take the objects of the others' blocks for orphans (the scrub deletes
+   * them) and evict without knowing who else holds a block, and two would
+   * move the same (namespace, hash) object. */
+  if (cfg->partitions > 0 && cfg->tiering && ps.n != (int)cfg->partitions) {
+    snprintf(err, errlen,
+             "[tiering] enabled: this advisor owns %d of %d partitions; tiering runs on an "
+             "advisor that owns every partition (owned empty), the volumes' one manager "
+             "(docs/SCALE.md, shared volumes)",
+             ps.n, (int)cfg->partitions);
+    return KVP_ECONFIG;
+  }
   return 0;
 }
 
@@ -147,8 +160,8 @@ int kvp__adv_partset_prepare_db(const kvp__adv_partset_t *ps, kvp__store_t *st, 
   return 0;
 }
 
-int kvp__adv_partset_positions(const kvp__adv_partset_t *ps, kvp__store_t *st,
-                               uint64_t stream_seq, uint64_t *pos, uint64_t *sum) {
+int kvp__adv_partset_positions(const kvp__adv_partset_t *ps, kvp__store_t *st, uint64_t stream_seq,
+                               uint64_t *pos, uint64_t *sum) {
   *sum = 0;
   if (ps->count == 0) {
     pos[0] = *sum = stream_seq;

@@ -21,8 +21,9 @@ static void partition_function_values(void **state) {
   assert_int_equal(kvp_partition_of("anything", 1), 0);
   char buf[512];
   assert_int_equal(kvp_partition_mapping_conf(buf, sizeof buf, 4), 0);
-  assert_non_null(strstr(buf, "\"kvplane.ev.*.*\": "
-                              "\"kvplane.pev.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}\""));
+  assert_non_null(strstr(buf,
+                         "\"kvplane.ev.*.*\": "
+                         "\"kvplane.pev.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}\""));
   assert_int_equal(kvp_partition_mapping_conf(buf, sizeof buf, 0), KVP_EINVAL);
   assert_int_equal(kvp_partition_mapping_conf(buf, 10, 4), KVP_ETOOBIG);
 }
@@ -119,6 +120,25 @@ static void owned_partitions_parse(void **state) {
   assert_int_equal(kvp__adv_partset_parse(&ps, 0, "1", err, sizeof err), KVP_ECONFIG);
 }
 
+/* Shared volumes have one manager: tiering only where every partition is
+ * owned; partitions only in JetStream mode. */
+static void tiering_needs_every_partition(void **state) {
+  (void)state;
+  kvp_advisor_config_t cfg;
+  char err[256];
+  kvp_advisor_config_defaults(&cfg);
+  cfg.partitions = 4;
+  snprintf(cfg.owned, sizeof cfg.owned, "0,1");
+  assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), 0);
+  cfg.tiering = 1;
+  assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), KVP_ECONFIG);
+  assert_non_null(strstr(err, "owns 2 of 4"));
+  cfg.owned[0] = '\0';
+  assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), 0);
+  cfg.mode = KVP_ADVISOR_CORE;
+  assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), KVP_ECONFIG);
+}
+
 /* A worker name in partition p of n. */
 static const char *worker_in(uint32_t p, uint32_t n, char *buf, size_t len) {
   for (int i = 0;; i++) {
@@ -174,8 +194,7 @@ static void merge_prefers_the_freshest_and_reports_missing(void **state) {
            "{\"matches\":[],\"partitions\":{\"count\":8,\"owned\":[5],\"positions\":[1]}}");
   const char *reps2[] = {r[0], bad};
   size_t lens2[] = {strlen(r[0]), strlen(bad)};
-  assert_int_equal(kvp_match_merge(reps2, lens2, 2, m, 8, &n, &info, err, sizeof err),
-                   KVP_EPROTO);
+  assert_int_equal(kvp_match_merge(reps2, lens2, 2, m, 8, &n, &info, err, sizeof err), KVP_EPROTO);
   assert_non_null(strstr(err, "disagree"));
   /* An error reply is counted; nothing answered: every partition missing. */
   const char *reps3[] = {"{\"error\":\"bad\"}"};
@@ -200,6 +219,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(partitioned_subjects_parse),
       cmocka_unit_test(server_mapping_matches_partition_of),
       cmocka_unit_test(owned_partitions_parse),
+      cmocka_unit_test(tiering_needs_every_partition),
       cmocka_unit_test(merge_prefers_the_freshest_and_reports_missing),
   };
   return kvp_test_run("scale", tests, sizeof tests / sizeof tests[0], argc, argv);

@@ -318,7 +318,8 @@ static int setup(void **state) {
   const char *urls[KVP_CLUSTER_NODES];
   for (int i = 0; i < KVP_CLUSTER_NODES; i++)
     urls[i] = f->cl.node[i].url;
-  if (natsOptions_Create(&o) != NATS_OK || natsOptions_SetServers(o, urls, KVP_CLUSTER_NODES) != 0 ||
+  if (natsOptions_Create(&o) != NATS_OK ||
+      natsOptions_SetServers(o, urls, KVP_CLUSTER_NODES) != 0 ||
       natsOptions_SetMaxReconnect(o, -1) != NATS_OK ||
       natsOptions_SetReconnectWait(o, 100) != NATS_OK ||
       natsConnection_Connect(&f->nc, o) != NATS_OK ||
@@ -445,9 +446,8 @@ static void merged_of(fx_t *f, const uint64_t *q, size_t n, const char *names, c
   char *body = json_dumps(req, JSON_COMPACT), *reply = NULL, err[256];
   json_decref(req);
   kvp_client_set_grace(f->client, 300); /* every advisor's reply, not the first to cover */
-  assert_int_equal(kvp_client_request_all(f->client, KVP_API_MATCH, body, 2000, &reply, err,
-                                          sizeof err),
-                   0);
+  assert_int_equal(
+      kvp_client_request_all(f->client, KVP_API_MATCH, body, 2000, &reply, err, sizeof err), 0);
   free(body);
   kvp_client_set_grace(f->client, 0);
   json_t *doc = json_loads(reply, 0, NULL), *reps = json_object_get(doc, "replies");
@@ -475,8 +475,8 @@ static void merged_of(fx_t *f, const uint64_t *q, size_t n, const char *names, c
   assert_int_equal(kvp_match_merge(ptrs, lens, k, m, 64, &nm, info, err, sizeof err), 0);
   out[0] = '\0';
   for (size_t i = 0; i < nm && i < 64; i++)
-    snprintf(out + strlen(out), outlen - strlen(out), "%s/%u/G%d/%llu\n", m[i].worker,
-             m[i].dp_rank, m[i].tier, (unsigned long long)m[i].length);
+    snprintf(out + strlen(out), outlen - strlen(out), "%s/%u/G%d/%llu\n", m[i].worker, m[i].dp_rank,
+             m[i].tier, (unsigned long long)m[i].length);
   for (size_t i = 0; i < k; i++)
     free(texts[i]);
 }
@@ -484,8 +484,8 @@ static void merged_of(fx_t *f, const uint64_t *q, size_t n, const char *names, c
 static void rows_text(const kvp_match_t *m, size_t n, char *out, size_t outlen) {
   out[0] = '\0';
   for (size_t i = 0; i < n; i++)
-    snprintf(out + strlen(out), outlen - strlen(out), "%s/%u/G%d/%llu\n", m[i].worker,
-             m[i].dp_rank, m[i].tier, (unsigned long long)m[i].length);
+    snprintf(out + strlen(out), outlen - strlen(out), "%s/%u/G%d/%llu\n", m[i].worker, m[i].dp_rank,
+             m[i].tier, (unsigned long long)m[i].length);
 }
 
 static void scatter_gather_equals_one_advisor_and_reports_a_down_partition(void **state) {
@@ -513,9 +513,8 @@ static void scatter_gather_equals_one_advisor_and_reports_a_down_partition(void 
     assert_string_equal(two, one);
     nonempty += one[0] != '\0';
     /* What the library's gathering call returns is the same answer. */
-    assert_int_equal(kvp_client_match_all(f->client, q[i], qn[i], 2000, m, 64, &nm, &info, err,
-                                          sizeof err),
-                     0);
+    assert_int_equal(
+        kvp_client_match_all(f->client, q[i], qn[i], 2000, m, 64, &nm, &info, err, sizeof err), 0);
     rows_text(m, nm, got, sizeof got);
     assert_string_equal(got, one);
     assert_int_equal(info.nmissing, 0);
@@ -527,9 +526,8 @@ static void scatter_gather_equals_one_advisor_and_reports_a_down_partition(void 
   adv_kill9(b);
   for (size_t i = 0; i < nq; i++) {
     uint64_t t0 = now_ms();
-    assert_int_equal(kvp_client_match_all(f->client, q[i], qn[i], 800, m, 64, &nm, &info, err,
-                                          sizeof err),
-                     0);
+    assert_int_equal(
+        kvp_client_match_all(f->client, q[i], qn[i], 800, m, 64, &nm, &info, err, sizeof err), 0);
     assert_true(now_ms() - t0 < 800 + 500);
     assert_int_equal(info.partitions, NPART);
     assert_int_equal(info.nmissing, 2);
@@ -557,36 +555,31 @@ static void standby_answers_after_the_other_is_killed(void **state) {
   kvp_match_t m[64];
   kvp_gather_info_t info;
   char before[4096], after[4096], err[256];
-  assert_int_equal(kvp_client_match_all(f->client, q[0], qn[0], 2000, m, 64, &nm, &info, err,
-                                        sizeof err),
-                   0);
+  assert_int_equal(
+      kvp_client_match_all(f->client, q[0], qn[0], 2000, m, 64, &nm, &info, err, sizeof err), 0);
   rows_text(m, nm, before, sizeof before);
   /* The one that answered first goes (kill -9), while workers publish. */
   char *reply = NULL;
-  assert_int_equal(kvp_client_request_all(f->client, KVP_API_STATS, "{}", 1000, &reply, err,
-                                          sizeof err),
-                   0);
+  assert_int_equal(
+      kvp_client_request_all(f->client, KVP_API_STATS, "{}", 1000, &reply, err, sizeof err), 0);
   json_t *doc = json_loads(reply, 0, NULL);
   kvp_client_reply_free(reply);
-  const char *first =
-      json_string_value(json_object_get(json_array_get(json_object_get(doc, "replies"), 0),
-                                        "advisor"));
+  const char *first = json_string_value(
+      json_object_get(json_array_get(json_object_get(doc, "replies"), 0), "advisor"));
   adv_t *gone = first && strcmp(first, "s2") == 0 ? s2 : s1;
   json_decref(doc);
   adv_kill9(gone);
   uint64_t t0 = now_ms();
-  assert_int_equal(kvp_client_match_all(f->client, q[0], qn[0], 2000, m, 64, &nm, &info, err,
-                                        sizeof err),
-                   0);
+  assert_int_equal(
+      kvp_client_match_all(f->client, q[0], qn[0], 2000, m, 64, &nm, &info, err, sizeof err), 0);
   uint64_t took = now_ms() - t0;
   assert_int_equal(info.nmissing, 0);
   assert_true(took < 2000);
   rows_text(m, nm, after, sizeof after);
   assert_string_equal(after, before);
   for (size_t i = 1; i < nq; i++) {
-    assert_int_equal(kvp_client_match_all(f->client, q[i], qn[i], 2000, m, 64, &nm, &info, err,
-                                          sizeof err),
-                     0);
+    assert_int_equal(
+        kvp_client_match_all(f->client, q[i], qn[i], 2000, m, 64, &nm, &info, err, sizeof err), 0);
     assert_int_equal(info.nmissing, 0);
   }
   printf("standby: answered %llu ms after kill -9 of %s\n", (unsigned long long)took, gone->name);
