@@ -10,7 +10,8 @@
  *   match reply:    {"hashes": N, "matches": [{"worker": "w0", "dp_rank": 0,
  *                   "tier": "G1", "length": 12}, ...]} longest first; length
  *                   is the number of leading hashes the (worker, tier) holds
- *                   consecutively. Errors: {"error": "<cause>"}.
+ *                   consecutively; and "partitions" and "advisor" (see
+ *                   scatter-gather below). Errors: {"error": "<cause>"}.
  *   stats request:  anything; reply: {"blocks":..., "locations":...,
  *                   "tiers": {...}, "ingest": {...}, "store": {...}, ...};
  *                   docs/stats.md documents every field.
