@@ -11,7 +11,10 @@
  *                   "tier": "G1", "length": 12}, ...]} longest first; length
  *                   is the number of leading hashes the (worker, tier) holds
  *                   consecutively; and "partitions" and "advisor" (see
- *                   scatter-gather below). Errors: {"error": "<cause>"}.
+ *                   scatter-gather below), "ready" and "ready_ms". Errors:
+ *                   {"error": "<cause>"}; an advisor still catching up with
+ *                   its stream at start answers {"error": "not ready: ...",
+ *                   "ready": false, "behind": N}, never a stale answer.
  *   stats request:  anything; reply: {"blocks":..., "locations":...,
  *                   "tiers": {...}, "ingest": {...}, "store": {...}, ...};
  *                   docs/stats.md documents every field.

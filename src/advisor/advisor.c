@@ -98,6 +98,8 @@ static void drain(kvp_advisor_t *adv) {
     kvp__adv_in_free(it);
     it = next;
   }
+  if (!adv->ready)
+    kvp__adv_check_ready(adv);
 }
 
 static void close_handles(kvp_advisor_t *adv) {
@@ -390,7 +392,8 @@ int kvp_advisor_run(kvp_advisor_t *adv) {
   if (adv->tier != NULL)
     kvp__tier_engine_start(adv->tier);
   if (!atomic_load(&adv->stopping))
-    kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_RUNNING);
+    kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_CATCHING_UP);
+  kvp__adv_check_ready(adv); /* RUNNING at once when there is nothing to catch up with */
   kvp_log_info("advisor: running (namespace %s, %s mode)", adv->cfg.ns,
                adv->cfg.mode == KVP_ADVISOR_JETSTREAM ? "jetstream" : "core");
   /* A stop requested before the loop ran is seen on the first wake. */

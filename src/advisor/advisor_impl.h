@@ -52,6 +52,8 @@ struct kvp_advisor_s {
                          * applied_pos (a progress figure) */
   kvp__adv_partset_t parts;                 /* owned partitions (one slot when unpartitioned) */
   uint64_t applied_pos[KVP__ADV_MAX_OWNED]; /* per slot: last applied stream sequence */
+  int ready;        /* caught up with the streams as they stood at start (sticky) */
+  uint64_t ready_ms; /* when it became ready, ms after start */
   uint64_t start_ms;
   uint64_t history_ms; /* when tier occupancy was last sampled */
   char db_id[KVP__STORE_DB_ID_LEN + 1];
@@ -73,6 +75,11 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now);
  * next flush; a sample that does not fit in memory is dropped with a
  * warning. */
 void kvp__adv_sample_history(kvp_advisor_t *adv, uint64_t now, int force);
+
+/* 1 once the advisor caught up (kvp__adv_consumer_caught_up); updates
+ * ready, the metrics' phase and the figures while catching up. Loop
+ * thread. */
+int kvp__adv_check_ready(kvp_advisor_t *adv);
 
 /* The match reply to request data (malloc'd JSON in *json), with the
  * partitions this advisor answers for and their positions. Returns 0 or

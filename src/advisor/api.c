@@ -129,6 +129,8 @@ void kvp__adv_api_add_where(void *obj, const kvp__adv_api_where_t *w) {
                                 owned ? owned : json_array(), "positions", pos ? pos : json_array()));
   if (w->advisor != NULL)
     json_object_set_new(o, "advisor", json_string(w->advisor));
+  json_object_set_new(o, "ready", json_boolean(w->ready));
+  json_object_set_new(o, "ready_ms", json_integer((json_int_t)w->ready_ms));
 }
 
 int kvp__adv_api_match(const kvp__index_t *ix, const void *data, size_t len, char **reply) {

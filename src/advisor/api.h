@@ -26,6 +26,8 @@ typedef struct kvp__adv_api_where_s {
   const uint32_t *owned;     /* n */
   const uint64_t *positions; /* n: last applied stream sequence per owned partition */
   const char *advisor;       /* the answering advisor's consumer name */
+  int ready;                 /* caught up with the streams since start */
+  uint64_t ready_ms;         /* how long that took, ms after start */
 } kvp__adv_api_where_t;
 
 /* Adds "partitions" (and "advisor") to the reply object o; no-op when w

@@ -92,10 +92,11 @@ static void *fetch_main(void *arg) {
     }
     for (int i = 0; i < list.Count; i++) {
       jsMsgMetaData *meta = NULL;
-      uint64_t seq = 0, dseq = 0;
+      uint64_t seq = 0, dseq = 0, pending = 1;
       if (natsMsg_GetMetaData(&meta, list.Msgs[i]) == NATS_OK) {
         seq = meta->Sequence.Stream;
         dseq = meta->Sequence.Consumer;
+        pending = meta->NumPending;
         jsMsgMetaData_Destroy(meta);
       }
       if (need_reset || (f->last_dseq != 0 && dseq != f->last_dseq + 1)) {
@@ -105,6 +106,11 @@ static void *fetch_main(void *arg) {
       f->last_dseq = dseq;
       if (seq > f->last_seq)
         f->last_seq = seq;
+      atomic_store(&f->pending, pending);
+      if (pending == 0 && !atomic_load(&f->caught)) {
+        atomic_store(&f->caught_seq, f->last_seq);
+        atomic_store(&f->caught, 1);
+      }
       kvp__adv_inbox_push_slot(c->inbox, KVP__IN_JS_EVENT, list.Msgs[i], seq, f->slot, 0);
       list.Msgs[i] = NULL;
     }
@@ -234,8 +240,19 @@ static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *
   if (created)
     kvp_log_info("advisor: stream %s created (subjects %s, %d replicas)", f->stream,
                  stream_subject ? stream_subject : KVP_SUBJECT_EVENTS_ALL, (int)cfg->replicas);
-  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64, f->name,
-               f->stream, resume_after);
+  /* Nothing to catch up with: ready at once. */
+  jsConsumerInfo *ci = NULL;
+  if (natsSubscription_GetConsumerInfo(&ci, f->sub, NULL, NULL) == NATS_OK) {
+    atomic_store(&f->pending, ci->NumPending);
+    if (ci->NumPending == 0) {
+      atomic_store(&f->caught_seq, resume_after);
+      atomic_store(&f->caught, 1);
+    }
+  }
+  jsConsumerInfo_Destroy(ci);
+  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64
+               " (%" PRIu64 " messages to catch up with)",
+               f->name, f->stream, resume_after, (uint64_t)atomic_load(&f->pending));
   if (pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
     snprintf(err, errlen, "cannot start the fetch thread");
     return KVP_ENOMEM;
@@ -355,6 +372,20 @@ int kvp__adv_consumer_start(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps
   kvp_subject_api(m, sizeof m, c->cfg->ns, KVP_API_MATCH);
   kvp_log_info("advisor: connected to %s; answering on %s and .%s", url, m, KVP_API_STATS);
   return 0;
+}
+
+int kvp__adv_consumer_caught_up(kvp__adv_consumer_t *c, const uint64_t *pos, uint64_t *behind) {
+  uint64_t sum = 0;
+  int ok = 1;
+  for (int i = 0; i < c->nfetch; i++) {
+    kvp__adv_fetch_t *f = &c->fetch[i];
+    sum += atomic_load(&f->pending);
+    if (!atomic_load(&f->caught) || pos[i] < atomic_load(&f->caught_seq))
+      ok = 0;
+  }
+  if (behind)
+    *behind = ok ? 0 : sum;
+  return ok;
 }
 
 void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t len) {

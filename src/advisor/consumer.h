@@ -48,6 +48,12 @@ typedef struct kvp__adv_fetch_s {
    * last_seq, so nothing is skipped (duplicates are dropped by sequence). */
   uint64_t last_seq, last_dseq;
   uint64_t resets; /* consumers made again after a loss */
+  /* Catch-up at start (any thread reads): caught is set once the stream
+   * had nothing more for this consumer (a message said 0 pending, or the
+   * consumer started with none), with caught_seq the last stream sequence
+   * pushed by then; pending is the last count of messages still to come. */
+  atomic_int caught;
+  _Atomic uint64_t caught_seq, pending;
 } kvp__adv_fetch_t;
 
 typedef struct kvp__adv_consumer_s {
@@ -91,6 +97,12 @@ void kvp__adv_consumer_stop(kvp__adv_consumer_t *c);
 
 /* Stops if needed and closes the connection; NULL is accepted. */
 void kvp__adv_consumer_close(kvp__adv_consumer_t *c);
+
+/* 1 once every input caught up with its stream as it stood at start
+ * (core mode: at once) and pos[slot] (the applied positions) reached the
+ * last sequence pushed by then; *behind (may be NULL) gets the messages
+ * still pending. Loop thread. */
+int kvp__adv_consumer_caught_up(kvp__adv_consumer_t *c, const uint64_t *pos, uint64_t *behind);
 
 /* Publishes a resync request to the worker (no reply expected); a failed
  * publish is logged and left to the ingest's retry timer. */

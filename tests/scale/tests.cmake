@@ -5,3 +5,6 @@ kvp_add_test(scale scale/test_scale.c LABELS scale nats)
 # not under the sanitizers.
 kvp_add_test(scale_cluster scale/test_scale_cluster.c advisor/testworker.c
   LABELS scale nats slow TIMEOUT 300)
+# Startup at size: a database of 1.25M locations and a stream backlog.
+kvp_add_test(scale_startup scale/test_scale_startup.c advisor/testworker.c
+  LABELS scale nats slow TIMEOUT 300)
