@@ -101,13 +101,13 @@ void kvp_client_reply_free(char *reply);
 /* What a gathered answer is made of. */
 #define KVP_GATHER_MISSING_MAX 64
 typedef struct kvp_gather_info_s {
-  uint32_t partitions;  /* the deployment's count; 0: not partitioned */
-  uint32_t replies;     /* replies received (errors included) */
-  uint32_t used;        /* replies that gave rows to the answer */
-  uint32_t errors;      /* {"error": ...} replies */
-  uint32_t nmissing;    /* partitions no reply covered (1 for an unanswered unpartitioned) */
+  uint32_t partitions; /* the deployment's count; 0: not partitioned */
+  uint32_t replies;    /* replies received (errors included) */
+  uint32_t used;       /* replies that gave rows to the answer */
+  uint32_t errors;     /* {"error": ...} replies */
+  uint32_t nmissing;   /* partitions no reply covered (1 for an unanswered unpartitioned) */
   uint32_t missing[KVP_GATHER_MISSING_MAX]; /* the first of them */
-  uint64_t elapsed_us;  /* from the request to the last reply used */
+  uint64_t elapsed_us;                      /* from the request to the last reply used */
 } kvp_gather_info_t;
 
 /* The merge: reads the match replies replies[0..n) (lens[i] bytes each)
@@ -143,8 +143,8 @@ void kvp_client_set_grace(kvp_client_t *c, uint32_t grace_ms);
  * kvp_client_reply_free): {"partitions": C, "missing": [p, ...],
  * "replies": [<each reply as it came>, ...]}. Returns 0 or KVP_EINVAL,
  * KVP_ECONN, KVP_ENOMEM. */
-int kvp_client_request_all(kvp_client_t *c, const char *call, const char *body,
-                           uint32_t timeout_ms, char **reply, char *err, size_t errlen);
+int kvp_client_request_all(kvp_client_t *c, const char *call, const char *body, uint32_t timeout_ms,
+                           char **reply, char *err, size_t errlen);
 
 /* Closes the connection and frees c; NULL is accepted. */
 void kvp_client_close(kvp_client_t *c);

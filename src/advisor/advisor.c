@@ -308,8 +308,8 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: cannot load the index: %s", cfg->db_path, kvp_strerror(rc));
     return rc;
   }
-  if ((rc = kvp__adv_partset_positions(&adv->parts, adv->store, adv->applied_seq,
-                                       adv->applied_pos, &adv->applied_seq)) != 0) {
+  if ((rc = kvp__adv_partset_positions(&adv->parts, adv->store, adv->applied_seq, adv->applied_pos,
+                                       &adv->applied_seq)) != 0) {
     snprintf(err, errlen, "%s: cannot read the partitions' positions", cfg->db_path);
     return rc;
   }

@@ -48,11 +48,11 @@ struct kvp_advisor_s {
   atomic_int stopping;
   int stopped;
   int final_rc;
-  uint64_t applied_seq; /* last applied JetStream stream sequence; partitioned: the sum of
-                         * applied_pos (a progress figure) */
-  kvp__adv_partset_t parts;                 /* owned partitions (one slot when unpartitioned) */
+  uint64_t applied_seq;     /* last applied JetStream stream sequence; partitioned: the sum of
+                             * applied_pos (a progress figure) */
+  kvp__adv_partset_t parts; /* owned partitions (one slot when unpartitioned) */
   uint64_t applied_pos[KVP__ADV_MAX_OWNED]; /* per slot: last applied stream sequence */
-  int ready;        /* caught up with the streams as they stood at start (sticky) */
+  int ready;         /* caught up with the streams as they stood at start (sticky) */
   uint64_t ready_ms; /* when it became ready, ms after start */
   uint64_t start_ms;
   uint64_t history_ms; /* when tier occupancy was last sampled */

@@ -126,7 +126,8 @@ void kvp__adv_api_add_where(void *obj, const kvp__adv_api_where_t *w) {
   }
   json_object_set_new(o, "partitions",
                       json_pack("{s:I, s:o, s:o}", "count", (json_int_t)w->count, "owned",
-                                owned ? owned : json_array(), "positions", pos ? pos : json_array()));
+                                owned ? owned : json_array(), "positions",
+                                pos ? pos : json_array()));
   if (w->advisor != NULL)
     json_object_set_new(o, "advisor", json_string(w->advisor));
   json_object_set_new(o, "ready", json_boolean(w->ready));

@@ -250,8 +250,8 @@ static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *
     }
   }
   jsConsumerInfo_Destroy(ci);
-  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64
-               " (%" PRIu64 " messages to catch up with)",
+  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64 " (%" PRIu64
+               " messages to catch up with)",
                f->name, f->stream, resume_after, (uint64_t)atomic_load(&f->pending));
   if (pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
     snprintf(err, errlen, "cannot start the fetch thread");

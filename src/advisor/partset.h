@@ -45,8 +45,8 @@ int kvp__adv_partset_prepare_db(const kvp__adv_partset_t *ps, kvp__store_t *st, 
 /* After the load: each slot's position into pos (unpartitioned: slot 0 is
  * stream_seq, the database's one position) and their sum into *sum.
  * Returns 0 or KVP_EDB. */
-int kvp__adv_partset_positions(const kvp__adv_partset_t *ps, kvp__store_t *st,
-                               uint64_t stream_seq, uint64_t *pos, uint64_t *sum);
+int kvp__adv_partset_positions(const kvp__adv_partset_t *ps, kvp__store_t *st, uint64_t stream_seq,
+                               uint64_t *pos, uint64_t *sum);
 
 /* The slot of partition p, or -1 when not owned. Not partitioned: 0. */
 int kvp__adv_partset_slot(const kvp__adv_partset_t *ps, uint32_t p);

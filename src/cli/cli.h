@@ -80,13 +80,13 @@ int kvp__cli_live_args(const kvp__cli_args_t *a, sqlite3 *db, kvp__cli_args_t *l
 int kvp__cli_live_check(const kvp__cli_args_t *live, const json_t *stats);
 
 /* The commands; each returns an exit status. */
-int kvp__cli_cmd_match(const kvp__cli_args_t *a);  /* query.c */
-int kvp__cli_cmd_stats(const kvp__cli_args_t *a);  /* query.c */
+int kvp__cli_cmd_match(const kvp__cli_args_t *a);       /* query.c */
+int kvp__cli_cmd_stats(const kvp__cli_args_t *a);       /* query.c */
 int kvp__cli_cmd_nats_config(const kvp__cli_args_t *a); /* query.c */
-int kvp__cli_cmd_db(const kvp__cli_args_t *a);     /* database.c: status, workers, blocks,
-                                                      migrations, report */
-int kvp__cli_cmd_top(const kvp__cli_args_t *a);    /* live.c */
-int kvp__cli_cmd_replay(const kvp__cli_args_t *a); /* live.c */
-int kvp__cli_cmd_bench(const kvp__cli_args_t *a);  /* live.c */
+int kvp__cli_cmd_db(const kvp__cli_args_t *a);          /* database.c: status, workers, blocks,
+                                                           migrations, report */
+int kvp__cli_cmd_top(const kvp__cli_args_t *a);         /* live.c */
+int kvp__cli_cmd_replay(const kvp__cli_args_t *a);      /* live.c */
+int kvp__cli_cmd_bench(const kvp__cli_args_t *a);       /* live.c */
 
 #endif

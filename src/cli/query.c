@@ -154,20 +154,21 @@ static int gather_match(const kvp__cli_args_t *a, json_t *arr) {
     rc = info.errors ? KVP__CLI_EXIT_ADVISOR_ERROR : KVP__CLI_EXIT_UNREACHABLE;
     goto out;
   }
-  json_t *o = json_pack("{s:I, s:[], s:I, s:I, s:[]}", "hashes", (json_int_t)n, "matches",
-                        "partitions", (json_int_t)info.partitions, "replies",
-                        (json_int_t)info.replies, "missing");
+  json_t *o =
+      json_pack("{s:I, s:[], s:I, s:I, s:[]}", "hashes", (json_int_t)n, "matches", "partitions",
+                (json_int_t)info.partitions, "replies", (json_int_t)info.replies, "missing");
   json_t *rows = json_object_get(o, "matches"), *miss = json_object_get(o, "missing");
   for (size_t i = 0; i < nm && i < cap; i++)
-    json_array_append_new(rows, json_pack("{s:s, s:I, s:s, s:I}", "worker", m[i].worker,
-                                          "dp_rank", (json_int_t)m[i].dp_rank, "tier",
-                                          kvp_tier_name(m[i].tier), "length",
-                                          (json_int_t)m[i].length));
+    json_array_append_new(rows,
+                          json_pack("{s:s, s:I, s:s, s:I}", "worker", m[i].worker, "dp_rank",
+                                    (json_int_t)m[i].dp_rank, "tier", kvp_tier_name(m[i].tier),
+                                    "length", (json_int_t)m[i].length));
   for (uint32_t i = 0; i < info.nmissing && i < KVP_GATHER_MISSING_MAX; i++)
     json_array_append_new(miss, json_integer(info.missing[i]));
   if (info.nmissing)
-    fprintf(stderr, "kvplane: %u partition(s) of %u had no advisor answering within %ld ms: the "
-                    "answer leaves their workers out\n",
+    fprintf(stderr,
+            "kvplane: %u partition(s) of %u had no advisor answering within %ld ms: the "
+            "answer leaves their workers out\n",
             info.nmissing, info.partitions ? info.partitions : 1, a->timeout);
   json_dumpf(o, stdout, JSON_INDENT(2));
   fputc('\n', stdout);
@@ -247,10 +248,10 @@ int kvp__cli_cmd_stats(const kvp__cli_args_t *a) {
   json_t *doc = json_loads(reply, 0, NULL), *reps = json_object_get(doc, "replies");
   kvp_client_reply_free(reply);
   /* One unpartitioned advisor: its reply as it is, as before partitions. */
-  json_t *one = json_array_size(reps) == 1 &&
-                        json_integer_value(json_object_get(doc, "partitions")) == 0
-                    ? json_array_get(reps, 0)
-                    : doc;
+  json_t *one =
+      json_array_size(reps) == 1 && json_integer_value(json_object_get(doc, "partitions")) == 0
+          ? json_array_get(reps, 0)
+          : doc;
   if (json_array_size(reps) == 0) {
     fprintf(stderr, "kvplane: no advisor answered on namespace %s within %ld ms\n", a->ns,
             a->timeout);
@@ -259,7 +260,7 @@ int kvp__cli_cmd_stats(const kvp__cli_args_t *a) {
     json_dumpf(one, stdout, JSON_INDENT(2));
     fputc('\n', stdout);
     rc = one != doc && json_object_get(one, "error") ? KVP__CLI_EXIT_ADVISOR_ERROR
-                                                      : KVP__CLI_EXIT_OK;
+                                                     : KVP__CLI_EXIT_OK;
     if (json_array_size(json_object_get(doc, "missing")) > 0)
       fprintf(stderr, "kvplane: partitions without an answer: see \"missing\"\n");
   }

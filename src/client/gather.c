@@ -40,8 +40,7 @@ static int where(json_t *doc, uint32_t *count, json_t **owned, json_t **pos) {
   for (size_t i = 0; i < json_array_size(*owned); i++) {
     json_t *o = json_array_get(*owned, i), *q = json_array_get(*pos, i);
     if (!json_is_integer(o) || !json_is_integer(q) || json_integer_value(o) < 0 ||
-        json_integer_value(q) < 0 ||
-        (*count > 0 && json_integer_value(o) >= (json_int_t)*count))
+        json_integer_value(q) < 0 || (*count > 0 && json_integer_value(o) >= (json_int_t)*count))
       return KVP_EPROTO;
   }
   return 0;
@@ -83,7 +82,8 @@ static int merge(json_t **docs, size_t n, kvp_match_t *out, size_t cap, size_t *
       docs[i] = NULL; /* not ours to free: the caller's array still holds it */
       continue;
     }
-    if (where(docs[i], &c, &owned, &pos) != 0 || !json_is_array(json_object_get(docs[i], "matches")))
+    if (where(docs[i], &c, &owned, &pos) != 0 ||
+        !json_is_array(json_object_get(docs[i], "matches")))
       return kvp__errf(err, errlen, KVP_EPROTO, "reply %zu is not a match reply", i);
     if (have_count && c != count)
       return kvp__errf(err, errlen, KVP_EPROTO,
@@ -162,7 +162,8 @@ int kvp_match_merge(const char *const *replies, const size_t *lens, size_t n, kv
   *nmatches = 0;
   if (out == NULL && cap > 0)
     return kvp__errf(err, errlen, KVP_EINVAL, "merge: no room for %zu rows (out is NULL)", cap);
-  if ((docs = calloc(n + 1, sizeof *docs)) == NULL || (keep = calloc(n + 1, sizeof *keep)) == NULL) {
+  if ((docs = calloc(n + 1, sizeof *docs)) == NULL ||
+      (keep = calloc(n + 1, sizeof *keep)) == NULL) {
     free(docs);
     return kvp__errf(err, errlen, KVP_ENOMEM, "merge: out of memory");
   }
@@ -348,8 +349,8 @@ out:
   return rc;
 }
 
-int kvp_client_request_all(kvp_client_t *c, const char *call, const char *body,
-                           uint32_t timeout_ms, char **reply, char *err, size_t errlen) {
+int kvp_client_request_all(kvp_client_t *c, const char *call, const char *body, uint32_t timeout_ms,
+                           char **reply, char *err, size_t errlen) {
   gathered_t *g = NULL;
   int rc;
 

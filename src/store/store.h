@@ -139,8 +139,8 @@ int kvp__store_position(kvp__store_t *st, uint32_t p, uint64_t *seq);
  * partitions this advisor no longer owns: a later owner starts them from
  * their stream's start), in one transaction. *dropped gets the number of
  * workers dropped. Returns 0, KVP_EDB or KVP_ENOMEM (rolled back). */
-int kvp__store_drop_workers(kvp__store_t *st, int (*keep)(void *ctx, const char *worker),
-                            void *ctx, const uint32_t *parts, size_t nparts, size_t *dropped);
+int kvp__store_drop_workers(kvp__store_t *st, int (*keep)(void *ctx, const char *worker), void *ctx,
+                            const uint32_t *parts, size_t nparts, size_t *dropped);
 
 /* The stream sequence of the last committed flush (not thread-safe against
  * a write running elsewhere). */

@@ -27,8 +27,8 @@ static int drop_one(sqlite3 *db, const char *worker) {
   return 0;
 }
 
-int kvp__store_drop_workers(kvp__store_t *st, int (*keep)(void *ctx, const char *worker),
-                            void *ctx, const uint32_t *parts, size_t nparts, size_t *dropped) {
+int kvp__store_drop_workers(kvp__store_t *st, int (*keep)(void *ctx, const char *worker), void *ctx,
+                            const uint32_t *parts, size_t nparts, size_t *dropped) {
   sqlite3_stmt *s = NULL;
   char **names = NULL;
   size_t n = 0, cap = 0;

@@ -88,7 +88,8 @@ static int js_ready(kvp_cluster_t *c) {
   const char *urls[KVP_CLUSTER_NODES];
   for (int i = 0; i < KVP_CLUSTER_NODES; i++)
     urls[i] = c->node[i].url;
-  if (natsOptions_Create(&o) == NATS_OK && natsOptions_SetServers(o, urls, KVP_CLUSTER_NODES) == 0 &&
+  if (natsOptions_Create(&o) == NATS_OK &&
+      natsOptions_SetServers(o, urls, KVP_CLUSTER_NODES) == 0 &&
       natsConnection_Connect(&nc, o) == NATS_OK &&
       natsConnection_JetStream(&js, nc, NULL) == NATS_OK &&
       js_GetAccountInfo(&ai, js, NULL, &jerr) == NATS_OK) {
@@ -173,7 +174,8 @@ int kvp_cluster_wait_stream(kvp_cluster_t *c, const char *stream, int timeout_ms
   int ok = -1;
   for (int i = 0; i < KVP_CLUSTER_NODES; i++)
     urls[i] = c->node[i].url;
-  if (natsOptions_Create(&o) != NATS_OK || natsOptions_SetServers(o, urls, KVP_CLUSTER_NODES) != 0 ||
+  if (natsOptions_Create(&o) != NATS_OK ||
+      natsOptions_SetServers(o, urls, KVP_CLUSTER_NODES) != 0 ||
       natsConnection_Connect(&nc, o) != NATS_OK ||
       natsConnection_JetStream(&js, nc, NULL) != NATS_OK)
     goto out;
