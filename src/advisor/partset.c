@@ -143,7 +143,7 @@ static int keep_worker(void *ctx, const char *worker) {
 
 int kvp__adv_partset_prepare_db(const kvp__adv_partset_t *ps, kvp__store_t *st, char *err,
                                 size_t errlen) {
-  static uint32_t gone[KVP_PARTITIONS_MAX];
+  uint32_t gone[KVP_PARTITIONS_MAX];
   size_t ngone = 0, dropped = 0;
   int rc;
 

@@ -9,6 +9,8 @@
 #include "advisor/partset.h"
 #include "harness.h"
 #include "kvplane/client.h"
+#include "kvplane/event.h"
+#include "kvplane/publisher.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "natsd.h"
@@ -91,6 +93,62 @@ static void server_mapping_matches_partition_of(void **state) {
   for (int p = 0; p < 5; p++)
     assert_true(seen[p] > 20); /* all used, roughly evenly */
   natsSubscription_Destroy(sub);
+  natsConnection_Destroy(nc);
+  kvp_natsd_stop(&d);
+  kvp_test_rmtree(dir);
+}
+
+/* A partitioned publisher (partitions = 4, JetStream) makes its worker's
+ * partition stream (R1 here) and its acked batches land there, under the
+ * mapped subject. */
+static void partitioned_publisher_uses_its_partition_stream(void **state) {
+  (void)state;
+  char dir[256], conf[320], map[1024], err[256], stream[64];
+  kvp_natsd_t d;
+  assert_non_null(kvp_test_tmpdir(dir, sizeof dir));
+  snprintf(conf, sizeof conf, "%s/map.conf", dir);
+  assert_int_equal(kvp_partition_mapping_conf(map, sizeof map, 4), 0);
+  FILE *f = fopen(conf, "w");
+  assert_non_null(f);
+  fputs(map, f);
+  fclose(f);
+  kvp_natsd_opts_t o = {.jetstream = 1, .config = conf};
+  assert_int_equal(kvp_natsd_start(&d, &o), 0);
+  kvp_publisher_opts_t po;
+  kvp_publisher_opts_init(&po);
+  snprintf(po.nats.servers, sizeof po.nats.servers, "%s", d.url);
+  po.ns = "t";
+  po.worker_id = "pw7";
+  po.mode = KVP_PUB_JETSTREAM;
+  po.partitions = 4;
+  po.max_delay_ms = 1;
+  kvp_publisher_t *pub = NULL;
+  assert_int_equal(kvp_publisher_open(&po, &pub, err, sizeof err), 0);
+  uint64_t h[3] = {11, 12, 13};
+  assert_int_equal(kvp_publisher_stored(pub, KVP_TIER_G1, NULL, NULL, h, 3, 16, 1024, 0), 0);
+  assert_int_equal(kvp_publisher_flush(pub, 5000), 0);
+  kvp_publisher_close(pub);
+
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  jsStreamInfo *si = NULL;
+  uint32_t p = kvp_partition_of("pw7", 4);
+  snprintf(stream, sizeof stream, "KVPLANE_EVENTS_P%u", p);
+  assert_int_equal(natsConnection_ConnectTo(&nc, d.url), NATS_OK);
+  assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+  assert_int_equal(js_GetStreamInfo(&si, js, stream, NULL, NULL), NATS_OK);
+  char want[KVP_SUBJECT_MAX];
+  assert_true(si->State.Msgs >= 1);
+  assert_int_equal(kvp_subject_pevents_all(want, sizeof want, p), 0);
+  assert_string_equal(si->Config->Subjects[0], want);
+  jsStreamInfo_Destroy(si);
+  /* The stored batch is under the mapped subject. */
+  natsMsg *m = NULL;
+  snprintf(want, sizeof want, "kvplane.pev.t.%u.pw7", p);
+  assert_int_equal(js_GetLastMsg(&m, js, stream, want, NULL, NULL), NATS_OK);
+  assert_string_equal(natsMsg_GetSubject(m), want);
+  natsMsg_Destroy(m);
+  jsCtx_Destroy(js);
   natsConnection_Destroy(nc);
   kvp_natsd_stop(&d);
   kvp_test_rmtree(dir);
@@ -218,6 +276,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(partition_function_values),
       cmocka_unit_test(partitioned_subjects_parse),
       cmocka_unit_test(server_mapping_matches_partition_of),
+      cmocka_unit_test(partitioned_publisher_uses_its_partition_stream),
       cmocka_unit_test(owned_partitions_parse),
       cmocka_unit_test(tiering_needs_every_partition),
       cmocka_unit_test(merge_prefers_the_freshest_and_reports_missing),
