@@ -113,8 +113,9 @@ typedef struct kvp_gather_info_s {
 /* The merge: reads the match replies replies[0..n) (lens[i] bytes each)
  * and writes the merged rows, longest first, up to cap into out, the total
  * into *nmatches, and the coverage into *info. Replies that disagree on the
- * partition count, or rows that are malformed, are KVP_EPROTO; {"error"}
- * replies are counted and skipped. Returns 0, KVP_EPROTO or KVP_ENOMEM;
+ * partition count, or malformed rows in a reply the merge takes rows from,
+ * are KVP_EPROTO; {"error"} replies and replies that are not match replies
+ * are counted in errors and skipped. Returns 0, KVP_EPROTO or KVP_ENOMEM;
  * err (may be NULL) says why. Used by kvp_client_match_all, the kvplane
  * CLI and the Python binding, so they merge alike. */
 int kvp_match_merge(const char *const *replies, const size_t *lens, size_t n, kvp_match_t *out,

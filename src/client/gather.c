@@ -83,8 +83,13 @@ static int merge(json_t **docs, size_t n, kvp_match_t *out, size_t cap, size_t *
       continue;
     }
     if (where(docs[i], &c, &owned, &pos) != 0 ||
-        !json_is_array(json_object_get(docs[i], "matches")))
-      return kvp__errf(err, errlen, KVP_EPROTO, "reply %zu is not a match reply", i);
+        !json_is_array(json_object_get(docs[i], "matches"))) {
+      /* Not a match reply (whoever answered): counted, not merged; its
+       * partitions show as missing unless another reply covers them. */
+      info->errors++;
+      docs[i] = NULL;
+      continue;
+    }
     if (have_count && c != count)
       return kvp__errf(err, errlen, KVP_EPROTO,
                        "the advisors disagree on the partition count (%u and %u): check their "

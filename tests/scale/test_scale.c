@@ -261,6 +261,13 @@ static void merge_prefers_the_freshest_and_reports_missing(void **state) {
   assert_int_equal(info.errors, 1);
   assert_int_equal(info.nmissing, 1);
   assert_int_equal(n, 0);
+  /* A reply that is not a match reply is skipped the same way. */
+  const char *reps5[] = {r[2], "{\"matches\":[],\"partitions\":{\"count\":4}}", "[1]"};
+  size_t lens5[] = {strlen(r[2]), strlen(reps5[1]), 3};
+  assert_int_equal(kvp_match_merge(reps5, lens5, 3, m, 8, &n, &info, err, sizeof err), 0);
+  assert_int_equal(info.errors, 2);
+  assert_int_equal(info.nmissing, 3);
+  assert_int_equal(n, 1);
   /* An unpartitioned advisor covers everything. */
   const char *reps4[] = {"{\"hashes\":1,\"matches\":[{\"worker\":\"x\",\"dp_rank\":0,\"tier\":"
                          "\"G1\",\"length\":1}],\"partitions\":{\"count\":0,\"owned\":[0],"
