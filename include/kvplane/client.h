@@ -10,7 +10,11 @@
  *   match reply:    {"hashes": N, "matches": [{"worker": "w0", "dp_rank": 0,
  *                   "tier": "G1", "length": 12}, ...]} longest first; length
  *                   is the number of leading hashes the (worker, tier) holds
- *                   consecutively. Errors: {"error": "<cause>"}.
+ *                   consecutively; and "partitions" and "advisor" (see
+ *                   scatter-gather below), "ready" and "ready_ms". Errors:
+ *                   {"error": "<cause>"}; an advisor still catching up with
+ *                   its stream at start answers {"error": "not ready: ...",
+ *                   "ready": false, "behind": N}, never a stale answer.
  *   stats request:  anything; reply: {"blocks":..., "locations":...,
  *                   "tiers": {...}, "ingest": {...}, "store": {...}, ...};
  *                   docs/stats.md documents every field.
@@ -81,6 +85,67 @@ int kvp_client_request(kvp_client_t *c, const char *call, const char *body, uint
 
 /* Frees a reply of kvp_client_request; NULL is accepted. */
 void kvp_client_reply_free(char *reply);
+
+/* --- scatter-gather (DESIGN.md, "Scale beyond one machine") -----------------
+ * In a partitioned deployment every advisor answers a request for the
+ * partitions it owns; its replies carry
+ *   "partitions": {"count": C, "owned": [p, ...], "positions": [seq, ...]}
+ * (count 0: not partitioned; owned [0] and the one stream's position) and
+ * "advisor", its consumer name. A gathering client sends the request once,
+ * takes the replies until every partition is covered or the deadline
+ * passes, and merges them: for each partition the reply with the highest
+ * position for it (the freshest of a partition's standbys) gives the rows
+ * of the workers in that partition (kvp_partition_of). A partition no
+ * reply covered is reported, never hidden. */
+
+/* What a gathered answer is made of. */
+#define KVP_GATHER_MISSING_MAX 64
+typedef struct kvp_gather_info_s {
+  uint32_t partitions; /* the deployment's count; 0: not partitioned */
+  uint32_t replies;    /* replies received (errors included) */
+  uint32_t used;       /* replies that gave rows to the answer */
+  uint32_t errors;     /* {"error": ...} replies */
+  uint32_t nmissing;   /* partitions no reply covered (1 for an unanswered unpartitioned) */
+  uint32_t missing[KVP_GATHER_MISSING_MAX]; /* the first of them */
+  uint64_t elapsed_us;                      /* from the request to the last reply used */
+} kvp_gather_info_t;
+
+/* The merge: reads the match replies replies[0..n) (lens[i] bytes each)
+ * and writes the merged rows, longest first, up to cap into out, the total
+ * into *nmatches, and the coverage into *info. Replies that disagree on the
+ * partition count, or malformed rows in a reply the merge takes rows from,
+ * are KVP_EPROTO; {"error"} replies and replies that are not match replies
+ * are counted in errors and skipped. Returns 0, KVP_EPROTO or KVP_ENOMEM;
+ * err (may be NULL) says why. Used by kvp_client_match_all, the kvplane
+ * CLI and the Python binding, so they merge alike. */
+int kvp_match_merge(const char *const *replies, const size_t *lens, size_t n, kvp_match_t *out,
+                    size_t cap, size_t *nmatches, kvp_gather_info_t *info, char *err,
+                    size_t errlen);
+
+/* kvp_client_match gathered from every advisor: the request goes out once,
+ * replies are taken until every partition is covered by one or timeout_ms
+ * passes, then merged by kvp_match_merge. Returns 0 (with info->nmissing
+ * partitions uncovered, maybe all: a partition whose advisors are down is
+ * in info->missing, not an error), or KVP_EINVAL, KVP_EPROTO, KVP_ECONN,
+ * KVP_ENOMEM. */
+int kvp_client_match_all(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t timeout_ms,
+                         kvp_match_t *out, size_t cap, size_t *nmatches, kvp_gather_info_t *info,
+                         char *err, size_t errlen);
+
+/* How long a gathering call goes on taking replies once every partition is
+ * covered (default 0: only the replies already received), so that a
+ * slower but fresher standby can still be preferred; always within the
+ * call's timeout. */
+void kvp_client_set_grace(kvp_client_t *c, uint32_t grace_ms);
+
+/* Sends body (NULL: "{}") to kvplane.api.<ns>.<call> once and gathers the
+ * replies as kvp_client_match_all does (until every partition is covered
+ * or timeout_ms). *reply gets a malloc'd JSON text (free it with
+ * kvp_client_reply_free): {"partitions": C, "missing": [p, ...],
+ * "replies": [<each reply as it came>, ...]}. Returns 0 or KVP_EINVAL,
+ * KVP_ECONN, KVP_ENOMEM. */
+int kvp_client_request_all(kvp_client_t *c, const char *call, const char *body, uint32_t timeout_ms,
+                           char **reply, char *err, size_t errlen);
 
 /* Closes the connection and frees c; NULL is accepted. */
 void kvp_client_close(kvp_client_t *c);

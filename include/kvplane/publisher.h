@@ -90,6 +90,14 @@ typedef struct kvp_publisher_opts_s {
    * jump as a gap). 0: a new epoch (Unix time in ns), ids from 1. */
   uint64_t epoch;
   uint64_t first_event_id;
+  /* A partitioned deployment (the servers map kvplane.ev.<ns>.<worker> to
+   * kvplane.pev.<ns>.<p>.<worker>, kvp_partition_mapping_conf): the
+   * partition count, so that JetStream mode finds (or creates) this
+   * worker's partition stream <stream>_P<p> instead of <stream>. 0: not
+   * partitioned. Publishing is the same either way. */
+  uint32_t partitions;
+  /* Replicas of a stream the publisher creates (1..5); 0: 1. */
+  uint32_t stream_replicas;
 } kvp_publisher_opts_t;
 
 /* Fills o with the defaults (core mode, block on overflow, coalescing on). */

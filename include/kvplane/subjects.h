@@ -5,6 +5,11 @@
  *   kvplane.ev.<ns>.<worker>           event batches of a worker
  *   kvplane.ctl.<ns>.<worker>.resync   resync request to a worker
  *   kvplane.api.<ns>.<call>            advisor requests (match, stats)
+ *   kvplane.pev.<ns>.<p>.<worker>      a worker's events in partition p, made
+ *                                      from kvplane.ev.<ns>.<worker> by the
+ *                                      servers' subject mapping (partitioned
+ *                                      deployments, DESIGN.md "Scale beyond
+ *                                      one machine")
  *
  * <ns> and <worker> are tokens: 1..64 characters of [A-Za-z0-9_-]. The
  * builders write a NUL-terminated subject into buf and return 0, KVP_EINVAL
@@ -14,6 +19,7 @@
 #define KVPLANE_SUBJECTS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +58,45 @@ int kvp_subject_api(char *buf, size_t len, const char *ns, const char *call);
  * invalid token). */
 int kvp_subject_parse_events(const char *subject, char ns[KVP_SUBJECT_TOKEN_MAX + 1],
                              char worker[KVP_SUBJECT_TOKEN_MAX + 1]);
+
+/* --- partitions -------------------------------------------------------------
+ * A partitioned deployment maps every event subject to a partition on the
+ * NATS servers themselves (subject mapping, kvp_partition_mapping_conf), so
+ * publishers stay unchanged. The partition of a worker is nats-server's
+ * partition(n, worker) function: FNV-1a 32 of the worker token, mod n. */
+
+/* Most partitions a deployment may have. */
+#define KVP_PARTITIONS_MAX 1024
+
+/* The partition of worker among count (1..KVP_PARTITIONS_MAX) partitions:
+ * FNV-1a 32 of the token's bytes mod count, the value nats-server's
+ * {{partition(count,2)}} mapping gives kvplane.ev.<ns>.<worker>. */
+uint32_t kvp_partition_of(const char *worker, uint32_t count);
+
+/* kvplane.pev.<ns>.<p>.* : partition p of one namespace (a consumer's
+ * filter). */
+int kvp_subject_pevents(char *buf, size_t len, const char *ns, uint32_t p);
+
+/* kvplane.pev.*.<p>.* : partition p of every namespace (its stream's
+ * subject). */
+int kvp_subject_pevents_all(char *buf, size_t len, uint32_t p);
+
+/* Reads kvplane.ev.<ns>.<worker> (*partition = UINT32_MAX) or
+ * kvplane.pev.<ns>.<p>.<worker> (*partition = p, below
+ * KVP_PARTITIONS_MAX). Returns 0 or KVP_EPROTO like
+ * kvp_subject_parse_events. */
+int kvp_subject_parse_any_events(const char *subject, char ns[KVP_SUBJECT_TOKEN_MAX + 1],
+                                 char worker[KVP_SUBJECT_TOKEN_MAX + 1], uint32_t *partition);
+
+/* Writes the nats-server configuration block that partitions every
+ * namespace's event subjects into count partitions:
+ *   mappings = {
+ *     "kvplane.ev.*.*": "kvplane.pev.{{wildcard(1)}}.{{partition(count,2)}}.{{wildcard(2)}}"
+ *   }
+ * Every server of the cluster carries the same block (it applies to the
+ * account a publisher uses; inside an accounts {} block, put it in that
+ * account). Returns 0, KVP_EINVAL (count out of range) or KVP_ETOOBIG. */
+int kvp_partition_mapping_conf(char *buf, size_t len, uint32_t count);
 
 #ifdef __cplusplus
 }

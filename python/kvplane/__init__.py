@@ -562,6 +562,38 @@ class Client:
                         for r in rows[:got.value]]
             cap = got.value  # more rows than room: ask again with room for all
 
+    def match_all(self, hashes, timeout_ms=None):
+        """match() answered by every advisor for its partitions and merged by
+        the library (kvp_client_match_all: the freshest standby per
+        partition). Returns (matches, info): matches as match() returns
+        them, info a dict with "partitions" (the deployment's count, 0 when
+        not partitioned), "replies", "used" and "missing" (the partitions no
+        advisor answered for within the timeout: their workers are absent
+        from matches)."""
+        arr, n = _u64_array(hashes, "hashes")
+        if n == 0:
+            _invalid("match_all: no hashes")
+        L = _lib.lib()
+        cap = 64
+        err = ctypes.create_string_buffer(_ERRLEN)
+        while True:
+            rows = (_lib.Match * cap)()
+            got = ctypes.c_size_t()
+            info = _lib.GatherInfo()
+            rc = L.kvp_client_match_all(self._handle(), arr, n,
+                                        self.timeout_ms if timeout_ms is None else timeout_ms,
+                                        rows, cap, ctypes.byref(got), ctypes.byref(info), err,
+                                        _ERRLEN)
+            if rc:
+                _fail(rc, err)
+            if got.value <= cap:
+                nm = min(info.nmissing, _lib.GATHER_MISSING_MAX)
+                return ([Match(r.worker.decode(), r.dp_rank, r.tier, r.length)
+                         for r in rows[:got.value]],
+                        {"partitions": info.partitions, "replies": info.replies,
+                         "used": info.used, "missing": list(info.missing[:nm])})
+            cap = got.value
+
     def match_tokens(self, token_ids, block_size, lora_name=None, timeout_ms=None):
         """match() of hash_blocks(token_ids, block_size, lora_name)."""
         hashes = hash_blocks(token_ids, block_size, lora_name)

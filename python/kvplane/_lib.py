@@ -71,6 +71,8 @@ class PublisherOpts(ctypes.Structure):
         ("snapshot_ctx", ctypes.c_void_p),
         ("epoch", ctypes.c_uint64),
         ("first_event_id", ctypes.c_uint64),
+        ("partitions", ctypes.c_uint32),
+        ("stream_replicas", ctypes.c_uint32),
     ]
 
 
@@ -91,12 +93,30 @@ class Match(ctypes.Structure):
     ]
 
 
+# include/kvplane/client.h
+GATHER_MISSING_MAX = 64
+
+
+class GatherInfo(ctypes.Structure):
+    """kvp_gather_info_t, include/kvplane/client.h."""
+    _fields_ = [
+        ("partitions", ctypes.c_uint32),
+        ("replies", ctypes.c_uint32),
+        ("used", ctypes.c_uint32),
+        ("errors", ctypes.c_uint32),
+        ("nmissing", ctypes.c_uint32),
+        ("missing", ctypes.c_uint32 * GATHER_MISSING_MAX),
+        ("elapsed_us", ctypes.c_uint64),
+    ]
+
+
 # The structs the ABI test checks, by their C names.
 STRUCTS = {
     "kvp_nats_opts_t": NatsOpts,
     "kvp_publisher_opts_t": PublisherOpts,
     "kvp_publisher_stats_t": PublisherStats,
     "kvp_match_t": Match,
+    "kvp_gather_info_t": GatherInfo,
 }
 
 _P = ctypes.POINTER
@@ -140,6 +160,8 @@ _PROTOTYPES = {
     "kvp_client_open": (_int, [_P(NatsOpts), _cp, _P(_vp), _cp, _sz]),
     "kvp_client_match": (_int, [_vp, _u64p, _sz, ctypes.c_uint32, _P(Match), _sz, _P(_sz), _cp,
                                 _sz]),
+    "kvp_client_match_all": (_int, [_vp, _u64p, _sz, ctypes.c_uint32, _P(Match), _sz, _P(_sz),
+                                     _P(GatherInfo), _cp, _sz]),
     "kvp_client_request": (_int, [_vp, _cp, _cp, ctypes.c_uint32, _P(_vp), _cp, _sz]),
     "kvp_client_reply_free": (None, [_vp]),
     "kvp_client_close": (None, [_vp]),

@@ -66,21 +66,24 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
   char *json = NULL;
 
   switch (it->kind) {
-  case KVP__IN_JS_EVENT:
-    if (it->seq != 0 && it->seq <= adv->applied_seq)
+  case KVP__IN_JS_EVENT: {
+    uint64_t *pos = &adv->applied_pos[it->slot];
+    if (it->seq != 0 && it->seq <= *pos)
       break; /* redelivered: already applied */
     apply(adv, it->msg, data, len, now);
     if (it->seq) {
-      adv->applied_seq = it->seq;
-      kvp__adv_wb_applied(&adv->wb, it->msg);
+      adv->applied_seq = adv->parts.count ? adv->applied_seq + (it->seq - *pos) : it->seq;
+      *pos = it->seq;
+      kvp__adv_wb_applied(&adv->wb, it->slot, it->msg);
       it->msg = NULL;
     }
     break;
+  }
   case KVP__IN_EVENT:
     apply(adv, it->msg, data, len, now);
     break;
   case KVP__IN_MATCH:
-    if (kvp__adv_api_match(adv->ix, data, len, &json) == 0)
+    if (kvp__adv_match_json(adv, data, len, &json) == 0)
       answer(adv, it->msg, json);
     break;
   case KVP__IN_STATS:
@@ -103,6 +106,8 @@ static void drain(kvp_advisor_t *adv) {
     kvp__adv_in_free(it);
     it = next;
   }
+  if (!adv->ready)
+    kvp__adv_check_ready(adv);
 }
 
 static void close_handles(kvp_advisor_t *adv) {
@@ -315,6 +320,8 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   /* /readyz and /metrics show the load's progress while it runs. */
   uint64_t t0 = kvp__unix_ms();
   kvp__store_on_progress(adv->store, kvp__adv_metrics_load_progress, &adv->metrics);
+  if ((rc = kvp__adv_partset_prepare_db(&adv->parts, adv->store, err, errlen)) != 0)
+    return rc;
   if ((rc = kvp__store_load(adv->store, adv->ix, kvp__adv_ingest_load_worker, adv->ing,
                             &adv->applied_seq)) != 0) {
     snprintf(err, errlen, "%s: cannot load the index: %s", cfg->db_path, kvp_strerror(rc));
@@ -324,6 +331,11 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   adv->load_ms = kvp__unix_ms() - t0;
   /* A database written under a larger cap (or none) is cut to this one. */
   kvp__adv_cap_check(&adv->cap, adv->ix);
+  if ((rc = kvp__adv_partset_positions(&adv->parts, adv->store, adv->applied_seq, adv->applied_pos,
+                                       &adv->applied_seq)) != 0) {
+    snprintf(err, errlen, "%s: cannot read the partitions' positions", cfg->db_path);
+    return rc;
+  }
   /* Loaded workers get a full heartbeat timeout to speak again. */
   for (size_t i = 0; i < kvp__adv_ingest_worker_count(adv->ing); i++) {
     kvp__adv_worker_state_t ws;
@@ -350,6 +362,8 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   if ((adv = calloc(1, sizeof *adv)) == NULL)
     return KVP_ENOMEM;
   adv->cfg = *cfg;
+  /* Checked above: cannot fail. */
+  (void)kvp__adv_partset_parse(&adv->parts, (uint32_t)cfg->partitions, cfg->owned, err, errlen);
   adv->start_ms = kvp__unix_ms();
   atomic_init(&adv->stopping, 0);
   adv->lim.max_bytes = (size_t)cfg->max_message_bytes;
@@ -376,6 +390,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   kvp__adv_metrics_set_conn(&adv->metrics, adv->consumer->nc);
   kvp__adv_wb_init(&adv->wb, &adv->loop, adv->store, adv->ix, adv->ing, adv->applied_seq);
+  kvp__adv_wb_set_parts(&adv->wb, &adv->parts, adv->applied_pos, adv->applied_pos);
   adv->wb.fresh = &adv->fresh;
   /* Volumes and unfinished moves before any event: a volume that does not
    * open stops the advisor here, naming it. */
@@ -383,7 +398,8 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   if (cfg->tiering && (rc = kvp__tier_engine_open(kvp__adv_tier_opts(&adv->cfg, &topts), &adv->loop,
                                                   adv->ix, &adv->tier, err, errlen)) != 0)
     goto fail;
-  if ((rc = kvp__adv_consumer_start(adv->consumer, adv->applied_seq, adv->db_id, err, errlen)) != 0)
+  if ((rc = kvp__adv_consumer_start(adv->consumer, &adv->parts, adv->applied_pos, adv->db_id, err,
+                                    errlen)) != 0)
     goto fail;
   /* After the load: the API answers from a loaded index. An address in use
    * is the operator's to change (exit 1), as for [metrics] listen. */
@@ -409,7 +425,8 @@ int kvp_advisor_run(kvp_advisor_t *adv) {
   if (adv->tier != NULL)
     kvp__tier_engine_start(adv->tier);
   if (!atomic_load(&adv->stopping))
-    kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_RUNNING);
+    kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_CATCHING_UP);
+  kvp__adv_check_ready(adv); /* RUNNING at once when there is nothing to catch up with */
   kvp_log_info("advisor: running (namespace %s, %s mode)", adv->cfg.ns,
                adv->cfg.mode == KVP_ADVISOR_JETSTREAM ? "jetstream" : "core");
   /* A stop requested before the loop ran is seen on the first wake. */

@@ -47,6 +47,10 @@ typedef struct kvp_advisor_config_s {
   char stream[64];
   char consumer[96]; /* empty: kvplane-advisor-<namespace> */
   int64_t fetch_batch;
+  int64_t replicas; /* replicas of a stream this advisor creates (1..5) */
+  /* [partitions] (partset.h) */
+  int64_t partitions; /* partition count of the deployment; 0: not partitioned */
+  char owned[256];    /* partitions this advisor consumes: "0,2", "0-3"; empty: all */
   /* [store] */
   char db_path[512];
   int64_t flush_interval_ms;

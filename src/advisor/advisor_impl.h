@@ -19,6 +19,7 @@
 #include "advisor/ingest.h"
 #include "advisor/metrics.h"
 #include "advisor/routerhttp.h"
+#include "advisor/partset.h"
 #include "advisor/writebehind.h"
 #include "index/index.h"
 #include "kvplane/wire.h"
@@ -52,7 +53,12 @@ struct kvp_advisor_s {
   atomic_int stopping;
   int stopped;
   int final_rc;
-  uint64_t applied_seq; /* last applied JetStream stream sequence */
+  uint64_t applied_seq;     /* last applied JetStream stream sequence; partitioned: the sum of
+                             * applied_pos (a progress figure) */
+  kvp__adv_partset_t parts; /* owned partitions (one slot when unpartitioned) */
+  uint64_t applied_pos[KVP__ADV_MAX_OWNED]; /* per slot: last applied stream sequence */
+  int ready;         /* caught up with the streams as they stood at start (sticky) */
+  uint64_t ready_ms; /* when it became ready, ms after start */
   uint64_t start_ms;
   uint64_t history_ms; /* when tier occupancy was last sampled */
   char db_id[KVP__STORE_DB_ID_LEN + 1];
@@ -74,5 +80,15 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now);
  * next flush; a sample that does not fit in memory is dropped with a
  * warning. */
 void kvp__adv_sample_history(kvp_advisor_t *adv, uint64_t now, int force);
+
+/* 1 once the advisor caught up (kvp__adv_consumer_caught_up); updates
+ * ready, the metrics' phase and the figures while catching up. Loop
+ * thread. */
+int kvp__adv_check_ready(kvp_advisor_t *adv);
+
+/* The match reply to request data (malloc'd JSON in *json), with the
+ * partitions this advisor answers for and their positions. Returns 0 or
+ * KVP_ENOMEM. */
+int kvp__adv_match_json(kvp_advisor_t *adv, const void *data, size_t len, char **json);
 
 #endif

@@ -114,7 +114,32 @@ static int by_length(const void *a, const void *b) {
   return x->tier - y->tier;
 }
 
+void kvp__adv_api_add_where(void *obj, const kvp__adv_api_where_t *w) {
+  json_t *o = obj, *owned, *pos;
+  if (o == NULL || w == NULL)
+    return;
+  owned = json_array();
+  pos = json_array();
+  for (int i = 0; owned && pos && i < w->n; i++) {
+    json_array_append_new(owned, json_integer((json_int_t)w->owned[i]));
+    json_array_append_new(pos, json_integer((json_int_t)w->positions[i]));
+  }
+  json_object_set_new(o, "partitions",
+                      json_pack("{s:I, s:o, s:o}", "count", (json_int_t)w->count, "owned",
+                                owned ? owned : json_array(), "positions",
+                                pos ? pos : json_array()));
+  if (w->advisor != NULL)
+    json_object_set_new(o, "advisor", json_string(w->advisor));
+  json_object_set_new(o, "ready", json_boolean(w->ready));
+  json_object_set_new(o, "ready_ms", json_integer((json_int_t)w->ready_ms));
+}
+
 int kvp__adv_api_match(const kvp__index_t *ix, const void *data, size_t len, char **reply) {
+  return kvp__adv_api_match_at(ix, NULL, data, len, reply);
+}
+
+int kvp__adv_api_match_at(const kvp__index_t *ix, const kvp__adv_api_where_t *w, const void *data,
+                          size_t len, char **reply) {
   uint64_t *h = NULL;
   size_t n, cap = 4 * (kvp__index_worker_count(ix) + 1);
   kvp__index_match_t *rows = NULL;
@@ -147,6 +172,7 @@ int kvp__adv_api_match(const kvp__index_t *ix, const void *data, size_t len, cha
                                          (json_int_t)dp, "tier", kvp_tier_name(rows[i].tier),
                                          "length", (json_int_t)rows[i].length));
   }
+  kvp__adv_api_add_where(o, w);
   rc = dump(o, reply);
 done:
   free(rows);
@@ -267,5 +293,6 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
     json_object_set_new(jt, "pinned_blocks", json_integer((json_int_t)t->pinned_blocks));
     json_object_set_new(jt, "operator_ops", json_integer((json_int_t)t->operator_ops));
   }
+  kvp__adv_api_add_where(o, x->where);
   return dump(o, reply);
 }

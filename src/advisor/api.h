@@ -15,9 +15,32 @@
 int kvp__adv_api_parse_match(const void *data, size_t len, uint64_t **hashes, size_t *n, char *err,
                              size_t errlen);
 
+/* Where an answer comes from, carried by match and stats replies so that a
+ * client gathering the answers of several advisors (scatter-gather) knows
+ * which partitions each covers and how fresh it is:
+ *   "partitions": {"count": C, "owned": [p, ...], "positions": [seq, ...]}
+ * count 0: not partitioned (owned [0], the one stream's position). */
+typedef struct kvp__adv_api_where_s {
+  uint32_t count;
+  int n;
+  const uint32_t *owned;     /* n */
+  const uint64_t *positions; /* n: last applied stream sequence per owned partition */
+  const char *advisor;       /* the answering advisor's consumer name */
+  int ready;                 /* caught up with the streams since start */
+  uint64_t ready_ms;         /* how long that took, ms after start */
+} kvp__adv_api_where_t;
+
+/* Adds "partitions" (and "advisor") to the reply object o; no-op when w
+ * is NULL. */
+void kvp__adv_api_add_where(void *o, const kvp__adv_api_where_t *w);
+
 /* Answers a match request; *reply is a malloc'd NUL-terminated JSON text
  * (an {"error": ...} object for a bad request). Returns 0 or KVP_ENOMEM. */
 int kvp__adv_api_match(const kvp__index_t *ix, const void *data, size_t len, char **reply);
+
+/* The same with w (may be NULL) in the reply. */
+int kvp__adv_api_match_at(const kvp__index_t *ix, const kvp__adv_api_where_t *w, const void *data,
+                          size_t len, char **reply);
 
 /* Figures the stats reply carries beyond the index and ingest counters. */
 typedef struct kvp__adv_api_extra_s {
@@ -44,6 +67,7 @@ typedef struct kvp__adv_api_extra_s {
   const struct kvp__tier_vol_stats_s *tier_vols;
   size_t ntier_vols;
   double high_watermark, low_watermark;
+  const kvp__adv_api_where_t *where; /* may be NULL */
 } kvp__adv_api_extra_t;
 
 /* The stats reply, malloc'd JSON. Returns 0 or KVP_ENOMEM. */

@@ -12,6 +12,7 @@
 
 #include "config/config.h"
 #include "advisor/advisor.h"
+#include "advisor/partset.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "metrics/server.h"
@@ -54,6 +55,19 @@ static const kvp_conf_key_t keys[] = {
      "durable consumer name of this advisor; empty: kvplane-advisor-<namespace>", NULL},
     {"jetstream", "fetch_batch", KVP_CONF_INT, OFF(fetch_batch), 1, 65536, NULL,
      "messages per pull request", NULL},
+    {"jetstream", "replicas", KVP_CONF_INT, OFF(replicas), 1, 5, NULL,
+     "replicas of a stream the advisor creates (3 on a 3-server cluster: any one server may go); "
+     "an existing stream keeps its own",
+     NULL},
+    {"partitions", "count", KVP_CONF_INT, OFF(partitions), 0, KVP_PARTITIONS_MAX, NULL,
+     "event partitions of the deployment, as in the servers' subject mapping (kvplane "
+     "nats-config --partitions N prints it); 0: not partitioned. Each partition p is the "
+     "stream <stream>_P<p>",
+     NULL},
+    {"partitions", "owned", KVP_CONF_STR, OFF(owned), 0, CAP(owned), NULL,
+     "partitions this advisor consumes and answers for, e.g. 0,1 or 0-3 (another advisor owning "
+     "the same ones is a hot standby); empty: all",
+     NULL},
     {"store", "path", KVP_CONF_STR, OFF(db_path), 0, CAP(db_path), NULL,
      "SQLite database file (created with mode 0600)", NULL},
     {"store", "flush_interval", KVP_CONF_DURATION, OFF(flush_interval_ms), 10, 3600000, NULL,
@@ -182,6 +196,7 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   snprintf(cfg->ns, sizeof cfg->ns, "default");
   snprintf(cfg->stream, sizeof cfg->stream, "KVPLANE_EVENTS");
   cfg->fetch_batch = 512;
+  cfg->replicas = 1;
   snprintf(cfg->db_path, sizeof cfg->db_path, "/var/lib/kvplane/advisor.db");
   cfg->flush_interval_ms = 200;
   cfg->history_interval_ms = 10000;
@@ -313,6 +328,8 @@ int kvp_advisor_config_check(const kvp_advisor_config_t *cfg, char *err, size_t 
              cfg->consumer);
     return KVP_ECONFIG;
   }
+  if ((rc = kvp__adv_partset_check(cfg, err, errlen)) != 0)
+    return rc;
   if (cfg->db_path[0] == '\0') {
     snprintf(err, errlen, "[store] path: must not be empty");
     return KVP_ECONFIG;

@@ -43,16 +43,43 @@ static void on_tier_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
   kvp__adv_inbox_push(c->inbox, KVP__IN_TIER, msg, 0, 0);
 }
 
+static int make_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, uint64_t resume_after,
+                         char *err, size_t errlen);
+
+/* The consumer again, after f->last_seq; 0 or a failure (logged, retried). */
+static int reset_consumer(kvp__adv_fetch_t *f) {
+  char err[512];
+  natsSubscription_Destroy(f->sub);
+  f->sub = NULL;
+  int rc = make_consumer(f->c, f, f->last_seq, err, sizeof err);
+  if (rc == 0) {
+    f->resets++;
+    f->last_dseq = 0;
+    kvp_log_info("advisor: consumer %s on %s made again after stream sequence %" PRIu64
+                 " (deliveries were lost, or the fetch failed)",
+                 f->name, f->stream, f->last_seq);
+  }
+  return rc;
+}
+
 static void *fetch_main(void *arg) {
-  kvp__adv_consumer_t *c = arg;
+  kvp__adv_fetch_t *f = arg;
+  kvp__adv_consumer_t *c = f->c;
   uint64_t last_err_log = 0;
+  int need_reset = 0;
 
   while (kvp__adv_inbox_wait_room(c->inbox, &c->stopping) == 0) {
     natsMsgList list = {0};
     jsErrCode jerr = 0;
+    natsStatus s;
     uint64_t t0 = kvp__now_ns();
-    natsStatus s = natsSubscription_Fetch(&list, c->ev_sub, (int)c->cfg->fetch_batch, 500, &jerr);
-    kvp_log_debug("advisor: fetch: %d messages in %.1f ms (%s)", list.Count,
+    if (need_reset && reset_consumer(f) != 0) {
+      nats_Sleep(200);
+      continue;
+    }
+    need_reset = 0;
+    s = natsSubscription_Fetch(&list, f->sub, (int)c->cfg->fetch_batch, 500, &jerr);
+    kvp_log_debug("advisor: fetch %s: %d messages in %.1f ms (%s)", f->stream, list.Count,
                   (double)(kvp__now_ns() - t0) / 1e6, natsStatus_GetText(s));
     if (s == NATS_TIMEOUT)
       continue;
@@ -61,20 +88,37 @@ static void *fetch_main(void *arg) {
       if (now - last_err_log > 10000000000ull) {
         kvp_log_warn("advisor: fetch from stream %s (consumer %s) failed: %s (jetstream error "
                      "%d); retrying",
-                     c->cfg->stream, c->name, natsStatus_GetText(s), (int)jerr);
+                     f->stream, f->name, natsStatus_GetText(s), (int)jerr);
         last_err_log = now;
       }
+      /* A failed fetch may have lost deliveries: start again after the
+       * last message pushed. */
+      need_reset = 1;
       nats_Sleep(200);
       continue;
     }
     for (int i = 0; i < list.Count; i++) {
       jsMsgMetaData *meta = NULL;
-      uint64_t seq = 0;
+      uint64_t seq = 0, dseq = 0, pending = 1;
       if (natsMsg_GetMetaData(&meta, list.Msgs[i]) == NATS_OK) {
         seq = meta->Sequence.Stream;
+        dseq = meta->Sequence.Consumer;
+        pending = meta->NumPending;
         jsMsgMetaData_Destroy(meta);
       }
-      kvp__adv_inbox_push(c->inbox, KVP__IN_JS_EVENT, list.Msgs[i], seq, 0);
+      if (need_reset || (f->last_dseq != 0 && dseq != f->last_dseq + 1)) {
+        need_reset = 1; /* this one and the rest come again from the new consumer */
+        continue;
+      }
+      f->last_dseq = dseq;
+      if (seq > f->last_seq)
+        f->last_seq = seq;
+      atomic_store(&f->pending, pending);
+      if (pending == 0 && !atomic_load(&f->caught)) {
+        atomic_store(&f->caught_seq, f->last_seq);
+        atomic_store(&f->caught, 1);
+      }
+      kvp__adv_inbox_push_slot(c->inbox, KVP__IN_JS_EVENT, list.Msgs[i], seq, f->slot, 0);
       list.Msgs[i] = NULL;
     }
     natsMsgList_Destroy(&list);
@@ -104,8 +148,8 @@ static int fail(natsStatus s, jsErrCode jerr, const char *what, char *err, size_
  * description carries the database id) or if taking over; refuses a
  * consumer someone else made. Returns 0 (nothing left in the way),
  * KVP_EBUSY with err naming the consumer, or a NATS failure. */
-static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char *filter, char *err,
-                          size_t errlen) {
+static int clear_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *db_id,
+                          const char *filter, char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = c->cfg;
   jsConsumerInfo *ci = NULL;
   jsErrCode jerr = 0;
@@ -113,11 +157,11 @@ static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char 
   natsStatus s;
   int ours, rc = 0;
 
-  s = js_GetConsumerInfo(&ci, c->js, cfg->stream, c->name, NULL, &jerr);
+  s = js_GetConsumerInfo(&ci, c->js, f->stream, f->name, NULL, &jerr);
   if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)
     return 0;
   if (s != NATS_OK)
-    return fail(s, jerr, c->name, err, errlen);
+    return fail(s, jerr, f->name, err, errlen);
   snprintf(mark, sizeof mark, "db=%s", db_id);
   const char *desc = ci->Config->Description ? ci->Config->Description : "";
   const char *have_filter = ci->Config->FilterSubject ? ci->Config->FilterSubject : "";
@@ -127,7 +171,7 @@ static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char 
              "[jetstream] consumer: %s on stream %s was not created for this database "
              "(filter '%s', description '%s'); another advisor may own it: set another consumer "
              "name, or start with --takeover to replace it",
-             c->name, cfg->stream, have_filter, desc);
+             f->name, f->stream, have_filter, desc);
     rc = KVP_EBUSY;
   }
   jsConsumerInfo_Destroy(ci);
@@ -135,40 +179,32 @@ static int clear_consumer(kvp__adv_consumer_t *c, const char *db_id, const char 
     return rc;
   if (!ours)
     kvp_log_warn("advisor: taking over consumer %s on stream %s (filter '%s', description '%s')",
-                 c->name, cfg->stream, have_filter, desc);
+                 f->name, f->stream, have_filter, desc);
   /* The database owns the position: the consumer is made again at it. */
   jerr = 0;
-  s = js_DeleteConsumer(c->js, cfg->stream, c->name, NULL, &jerr);
+  s = js_DeleteConsumer(c->js, f->stream, f->name, NULL, &jerr);
   if (s != NATS_OK && s != NATS_NOT_FOUND)
-    return fail(s, jerr, c->name, err, errlen);
+    return fail(s, jerr, f->name, err, errlen);
   return 0;
 }
 
-static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
-                           char *err, size_t errlen) {
+/* Makes f's durable consumer (replacing one this database made) to deliver
+ * after resume_after, and its pull subscription. */
+static int make_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, uint64_t resume_after,
+                         char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = c->cfg;
   jsErrCode jerr = 0;
   jsSubOptions so;
   natsStatus s;
-  char filter[KVP_SUBJECT_MAX], desc[KVP__STORE_DB_ID_LEN + 128];
-  int rc, created = 0;
+  char desc[KVP__STORE_DB_ID_LEN + 128];
+  int rc;
 
-  if ((s = natsConnection_JetStream(&c->js, c->nc, NULL)) != NATS_OK)
-    return fail(s, 0, "jetstream context", err, errlen);
-  if ((rc = kvp__nats_ensure_stream(c->js, cfg->stream, 1, &created, err, errlen)) != 0)
+  if ((rc = clear_consumer(c, f, f->db_id, f->filter, err, errlen)) != 0)
     return rc;
-  if (created)
-    kvp_log_info("advisor: stream %s created (subjects %s)", cfg->stream, KVP_SUBJECT_EVENTS_ALL);
-  if ((rc = kvp_subject_events_ns(filter, sizeof filter, cfg->ns)) != 0) {
-    snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", cfg->ns);
-    return KVP_ECONFIG;
-  }
-  if ((rc = clear_consumer(c, db_id, filter, err, errlen)) != 0)
-    return rc;
-  snprintf(desc, sizeof desc, "kvplane-advisor ns=%s db=%s", cfg->ns, db_id);
+  snprintf(desc, sizeof desc, "kvplane-advisor ns=%s db=%s", cfg->ns, f->db_id);
   jsSubOptions_Init(&so);
-  so.Stream = cfg->stream;
-  so.Config.Durable = c->name;
+  so.Stream = f->stream;
+  so.Config.Durable = f->name;
   so.Config.Description = desc;
   so.Config.AckPolicy = js_AckAll;
   so.Config.AckWait = (int64_t)60 * 1000000000;
@@ -179,17 +215,92 @@ static int setup_jetstream(kvp__adv_consumer_t *c, uint64_t resume_after, const 
   } else {
     so.Config.DeliverPolicy = js_DeliverAll;
   }
-  jerr = 0;
-  s = js_PullSubscribe(&c->ev_sub, c->js, filter, c->name, NULL, &so, &jerr);
+  s = js_PullSubscribe(&f->sub, c->js, f->filter, f->name, NULL, &so, &jerr);
   if (s != NATS_OK)
     return fail(s, jerr, "jetstream pull consumer", err, errlen);
-  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64, c->name,
-               cfg->stream, resume_after);
-  if (pthread_create(&c->fetcher, NULL, fetch_main, c) != 0) {
+  return 0;
+}
+
+/* Creates slot's stream if needed and its durable consumer at resume_after
+ * + 1, and starts its fetch thread. */
+static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *stream_subject,
+                       const char *filter, uint64_t resume_after, const char *db_id, char *err,
+                       size_t errlen) {
+  const kvp_advisor_config_t *cfg = c->cfg;
+  int rc, created = 0;
+
+  snprintf(f->filter, sizeof f->filter, "%s", filter);
+  snprintf(f->db_id, sizeof f->db_id, "%s", db_id);
+  f->last_seq = resume_after;
+  /* A cluster that is still forming (no peers to place R replicas on, no
+   * meta leader yet) answers with errors for a while: retried for the
+   * connect timeout, as the connection itself is. */
+  uint64_t until = kvp__now_ns() + (uint64_t)cfg->nats.connect_timeout_ms * 1000000u;
+  while ((rc = kvp__nats_ensure_stream_ex(c->js, f->stream, stream_subject, (int)cfg->replicas, 1,
+                                          &created, err, errlen)) != 0 ||
+         (rc = make_consumer(c, f, resume_after, err, errlen)) != 0) {
+    if ((rc != KVP_ECONN && rc != KVP_ETIMEDOUT) || kvp__now_ns() > until)
+      return rc;
+    kvp_log_info("advisor: %s; retrying", err);
+    nats_Sleep(250);
+  }
+  if (created)
+    kvp_log_info("advisor: stream %s created (subjects %s, %d replicas)", f->stream,
+                 stream_subject ? stream_subject : KVP_SUBJECT_EVENTS_ALL, (int)cfg->replicas);
+  /* Nothing to catch up with: ready at once. */
+  jsConsumerInfo *ci = NULL;
+  if (natsSubscription_GetConsumerInfo(&ci, f->sub, NULL, NULL) == NATS_OK) {
+    atomic_store(&f->pending, ci->NumPending);
+    if (ci->NumPending == 0) {
+      atomic_store(&f->caught_seq, resume_after);
+      atomic_store(&f->caught, 1);
+    }
+  }
+  jsConsumerInfo_Destroy(ci);
+  kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64 " (%" PRIu64
+               " messages to catch up with)",
+               f->name, f->stream, resume_after, (uint64_t)atomic_load(&f->pending));
+  if (pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
     snprintf(err, errlen, "cannot start the fetch thread");
     return KVP_ENOMEM;
   }
-  c->fetcher_started = 1;
+  f->started = 1;
+  return 0;
+}
+
+static int setup_jetstream(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps,
+                           const uint64_t *resume, const char *db_id, char *err, size_t errlen) {
+  const kvp_advisor_config_t *cfg = c->cfg;
+  char filter[KVP_SUBJECT_MAX], subject[KVP_SUBJECT_MAX];
+  natsStatus s;
+  int rc;
+
+  if ((s = natsConnection_JetStream(&c->js, c->nc, NULL)) != NATS_OK)
+    return fail(s, 0, "jetstream context", err, errlen);
+  for (int i = 0; i < ps->n; i++) {
+    kvp__adv_fetch_t *f = &c->fetch[i];
+    f->c = c;
+    f->slot = i;
+    c->nfetch = i + 1;
+    if (ps->count == 0) {
+      snprintf(f->stream, sizeof f->stream, "%s", cfg->stream);
+      snprintf(f->name, sizeof f->name, "%s", c->name);
+      rc = kvp_subject_events_ns(filter, sizeof filter, cfg->ns);
+    } else {
+      snprintf(f->stream, sizeof f->stream, "%s_P%" PRIu32, cfg->stream, ps->p[i]);
+      snprintf(f->name, sizeof f->name, "%s-p%" PRIu32, c->name, ps->p[i]);
+      rc = kvp_subject_pevents(filter, sizeof filter, cfg->ns, ps->p[i]);
+      if (rc == 0)
+        rc = kvp_subject_pevents_all(subject, sizeof subject, ps->p[i]);
+    }
+    if (rc != 0) {
+      snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", cfg->ns);
+      return KVP_ECONFIG;
+    }
+    if ((rc = setup_fetch(c, f, ps->count ? subject : NULL, filter, resume[i], db_id, err,
+                          errlen)) != 0)
+      return rc;
+  }
   return 0;
 }
 
@@ -207,14 +318,14 @@ static int subscribe_api(kvp__adv_consumer_t *c, const char *call, natsMsgHandle
   return 0;
 }
 
-static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id, char *err,
-                     size_t errlen) {
+static int subscribe(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps, const uint64_t *resume,
+                     const char *db_id, char *err, size_t errlen) {
   char subj[KVP_SUBJECT_MAX];
   natsStatus s;
   int rc;
 
   if (c->cfg->mode == KVP_ADVISOR_JETSTREAM) {
-    if ((rc = setup_jetstream(c, resume_after, db_id, err, errlen)) != 0)
+    if ((rc = setup_jetstream(c, ps, resume, db_id, err, errlen)) != 0)
       return rc;
   } else {
     if (kvp_subject_events_ns(subj, sizeof subj, c->cfg->ns) != 0) {
@@ -226,7 +337,11 @@ static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, const char *
     natsSubscription_SetPendingLimits(c->ev_sub, (int)c->cfg->queue_max, 1 << 30);
   }
   if ((rc = subscribe_api(c, KVP_API_MATCH, on_match_msg, &c->match_sub, err, errlen)) != 0 ||
-      (rc = subscribe_api(c, KVP_API_STATS, on_stats_msg, &c->stats_sub, err, errlen)) != 0 ||
+      (rc = subscribe_api(c, KVP_API_STATS, on_stats_msg, &c->stats_sub, err, errlen)) != 0)
+    return rc;
+  /* The operator's tiering controls go to the advisor that tiers (with
+   * partitions, only one may: the first reply must not be another's "off"). */
+  if (c->cfg->tiering &&
       (rc = subscribe_api(c, KVP_API_TIER, on_tier_msg, &c->tier_sub, err, errlen)) != 0)
     return rc;
   if ((s = natsConnection_Flush(c->nc)) != NATS_OK)
@@ -236,7 +351,10 @@ static int subscribe(kvp__adv_consumer_t *c, uint64_t resume_after, const char *
 
 int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *inbox,
                            kvp__adv_consumer_t **out, char *err, size_t errlen) {
-  kvp__nats_conn_args_t args = {.name = "kvplane-advisor", .reconnect_wait_ms = 250};
+  /* Replies go out at once (send_asap), not at nats.c's next flush: a
+   * router waits for them. */
+  kvp__nats_conn_args_t args = {
+      .name = "kvplane-advisor", .reconnect_wait_ms = 250, .send_asap = 1};
   kvp__adv_consumer_t *c;
   int rc;
 
@@ -255,17 +373,31 @@ int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *in
   return 0;
 }
 
-int kvp__adv_consumer_start(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
-                            char *err, size_t errlen) {
+int kvp__adv_consumer_start(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps,
+                            const uint64_t *resume, const char *db_id, char *err, size_t errlen) {
   char url[256] = "", m[KVP_SUBJECT_MAX] = "";
   int rc;
 
-  if ((rc = subscribe(c, resume_after, db_id, err, errlen)) != 0)
+  if ((rc = subscribe(c, ps, resume, db_id, err, errlen)) != 0)
     return rc;
   natsConnection_GetConnectedUrl(c->nc, url, sizeof url);
   kvp_subject_api(m, sizeof m, c->cfg->ns, KVP_API_MATCH);
   kvp_log_info("advisor: connected to %s; answering on %s and .%s", url, m, KVP_API_STATS);
   return 0;
+}
+
+int kvp__adv_consumer_caught_up(kvp__adv_consumer_t *c, const uint64_t *pos, uint64_t *behind) {
+  uint64_t sum = 0;
+  int ok = 1;
+  for (int i = 0; i < c->nfetch; i++) {
+    kvp__adv_fetch_t *f = &c->fetch[i];
+    sum += atomic_load(&f->pending);
+    if (!atomic_load(&f->caught) || pos[i] < atomic_load(&f->caught_seq))
+      ok = 0;
+  }
+  if (behind)
+    *behind = ok ? 0 : sum;
+  return ok;
 }
 
 void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t len) {
@@ -277,10 +409,14 @@ void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t l
 
 void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {
   atomic_store(&c->stopping, 1);
-  if (c->fetcher_started) {
-    pthread_join(c->fetcher, NULL);
-    c->fetcher_started = 0;
-  }
+  for (int i = 0; i < c->nfetch; i++)
+    if (c->fetch[i].started) {
+      pthread_join(c->fetch[i].thread, NULL);
+      c->fetch[i].started = 0;
+    }
+  for (int i = 0; i < c->nfetch; i++)
+    if (c->fetch[i].sub)
+      natsSubscription_Unsubscribe(c->fetch[i].sub);
   if (c->ev_sub)
     natsSubscription_Unsubscribe(c->ev_sub);
   if (c->match_sub)
@@ -295,8 +431,11 @@ void kvp__adv_consumer_close(kvp__adv_consumer_t *c) {
   if (c == NULL)
     return;
   atomic_store(&c->stopping, 1);
-  if (c->fetcher_started)
-    pthread_join(c->fetcher, NULL);
+  for (int i = 0; i < c->nfetch; i++) {
+    if (c->fetch[i].started)
+      pthread_join(c->fetch[i].thread, NULL);
+    natsSubscription_Destroy(c->fetch[i].sub);
+  }
   natsSubscription_Destroy(c->ev_sub);
   natsSubscription_Destroy(c->match_sub);
   natsSubscription_Destroy(c->stats_sub);

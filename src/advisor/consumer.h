@@ -24,15 +24,46 @@
 
 #include "advisor/inbox.h"
 #include "advisor/advisor.h"
+#include "advisor/partset.h"
+#include "kvplane/subjects.h"
+
+struct kvp__adv_consumer_s;
+
+/* One JetStream input: a durable pull consumer on one stream and the
+ * thread that fetches from it. An unpartitioned advisor has one (slot 0,
+ * [jetstream] stream); a partitioned one has one per owned partition p
+ * (stream <stream>_P<p>, consumer <consumer>-p<p>). */
+typedef struct kvp__adv_fetch_s {
+  struct kvp__adv_consumer_s *c;
+  int slot;
+  natsSubscription *sub;
+  pthread_t thread;
+  int started;
+  char stream[96], name[160];
+  char filter[KVP_SUBJECT_MAX], db_id[KVP__STORE_DB_ID_LEN + 1];
+  /* Fetch thread only: the last stream and delivery (consumer) sequences
+   * it pushed. A delivery sequence that jumps means delivered messages
+   * were lost on the way (a server died with a fetch's reply in flight, a
+   * consumer leader moved): the consumer is then made again after
+   * last_seq, so nothing is skipped (duplicates are dropped by sequence). */
+  uint64_t last_seq, last_dseq;
+  uint64_t resets; /* consumers made again after a loss */
+  /* Catch-up at start (any thread reads): caught is set once the stream
+   * had nothing more for this consumer (a message said 0 pending, or the
+   * consumer started with none), with caught_seq the last stream sequence
+   * pushed by then; pending is the last count of messages still to come. */
+  atomic_int caught;
+  _Atomic uint64_t caught_seq, pending;
+} kvp__adv_fetch_t;
 
 typedef struct kvp__adv_consumer_s {
   const kvp_advisor_config_t *cfg; /* borrowed; outlives the consumer */
   kvp__adv_inbox_t *inbox;         /* borrowed */
   natsConnection *nc;
   jsCtx *js;
-  natsSubscription *ev_sub, *match_sub, *stats_sub, *tier_sub;
-  pthread_t fetcher;
-  int fetcher_started;
+  natsSubscription *ev_sub, *match_sub, *stats_sub, *tier_sub; /* ev_sub: core mode */
+  kvp__adv_fetch_t fetch[KVP__ADV_MAX_OWNED];
+  int nfetch;
   atomic_int stopping;
   char name[128]; /* the durable consumer's name (JetStream mode) */
 } kvp__adv_consumer_t;
@@ -48,15 +79,16 @@ int kvp__adv_consumer_open(const kvp_advisor_config_t *cfg, kvp__adv_inbox_t *in
                            kvp__adv_consumer_t **out, char *err, size_t errlen);
 
 /* Sets up the event input and the API subscriptions and starts the fetch
- * thread. In JetStream mode the durable consumer is (re)created to resume
- * after stream sequence resume_after, marked with db_id (the database's id,
+ * threads. In JetStream mode each slot's durable consumer (ps: one slot,
+ * or one per owned partition) is (re)created to resume after stream
+ * sequence resume[slot], marked with db_id (the database's id,
  * store.h); an existing consumer of that name is replaced only when it
  * carries the same mark and filter, or cfg->takeover is set. Returns 0, or
  * KVP_ECONFIG, KVP_EBUSY (a consumer of another advisor), KVP_ECONN,
  * KVP_EAUTH, KVP_ENOMEM with err naming the object and the cause; close
  * undoes what was set up. */
-int kvp__adv_consumer_start(kvp__adv_consumer_t *c, uint64_t resume_after, const char *db_id,
-                            char *err, size_t errlen);
+int kvp__adv_consumer_start(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps,
+                            const uint64_t *resume, const char *db_id, char *err, size_t errlen);
 
 /* Stops the input: the fetch thread ends (joined) and the subscriptions are
  * unsubscribed, so nothing new reaches the inbox after it returns, except
@@ -65,6 +97,12 @@ void kvp__adv_consumer_stop(kvp__adv_consumer_t *c);
 
 /* Stops if needed and closes the connection; NULL is accepted. */
 void kvp__adv_consumer_close(kvp__adv_consumer_t *c);
+
+/* 1 once every input caught up with its stream as it stood at start
+ * (core mode: at once) and pos[slot] (the applied positions) reached the
+ * last sequence pushed by then; *behind (may be NULL) gets the messages
+ * still pending. Loop thread. */
+int kvp__adv_consumer_caught_up(kvp__adv_consumer_t *c, const uint64_t *pos, uint64_t *behind);
 
 /* Publishes a resync request to the worker (no reply expected); a failed
  * publish is logged and left to the ingest's retry timer. */

@@ -156,7 +156,7 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const void *data, size_t len, ch
   int rc;
 
   if ((rc = kvp__adv_ctl_parse(data, len, &c, err, sizeof err)) == 0 && e == NULL) {
-    snprintf(err, sizeof err, "tiering is off on this advisor ([tiering] enabled)");
+    snprintf(err, sizeof err, "tiering is off on this advisor ([tiering] enabled = false)");
     rc = KVP_ENOTSUP;
   }
   if (rc == 0) {

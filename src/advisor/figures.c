@@ -2,6 +2,8 @@
  * (advisor_impl.h): the metrics snapshot for /metrics, the stats reply on
  * kvplane.api.<ns>.stats, and the tier_history samples. Thread: the loop
  * thread. */
+#include <jansson.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +95,18 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
     x.high_watermark = adv->cfg.tier_high;
     x.low_watermark = adv->cfg.tier_low;
   }
+  char name[128];
+  kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
+  kvp__adv_api_where_t w = {
+      .count = adv->parts.count,
+      .n = adv->parts.n,
+      .owned = adv->parts.p,
+      .positions = adv->applied_pos,
+      .advisor = name,
+      .ready = kvp__adv_check_ready(adv),
+      .ready_ms = adv->ready_ms,
+  };
+  x.where = &w;
   char *json = NULL;
   return kvp__adv_api_stats(adv->ix, adv->ing, &x, &json) == 0 ? json : NULL;
 }
@@ -107,4 +121,47 @@ void kvp__adv_sample_history(kvp_advisor_t *adv, uint64_t now, int force) {
   size_t n = kvp__adv_history_sample(adv->ix, adv->tier, now, rows);
   if (kvp__store_history_add(adv->store, rows, n, (uint64_t)adv->cfg.history_keep_ms) != 0)
     kvp_log_warn("advisor: tier_history sample dropped: out of memory");
+}
+
+int kvp__adv_check_ready(kvp_advisor_t *adv) {
+  uint64_t behind = 0;
+  if (adv->ready)
+    return 1;
+  if (kvp__adv_consumer_caught_up(adv->consumer, adv->applied_pos, &behind)) {
+    adv->ready = 1;
+    adv->ready_ms = kvp__unix_ms() - adv->start_ms;
+    if (!atomic_load(&adv->stopping))
+      kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_RUNNING);
+    kvp_log_info("advisor: caught up with the streams %llu ms after start: answering queries",
+                 (unsigned long long)adv->ready_ms);
+    return 1;
+  }
+  atomic_store(&adv->metrics.behind, behind);
+  return 0;
+}
+
+int kvp__adv_match_json(kvp_advisor_t *adv, const void *data, size_t len, char **json) {
+  char name[128];
+  uint64_t behind = 0;
+  if (!kvp__adv_check_ready(adv)) {
+    /* Never an answer from a half-loaded index: the router asks a standby
+     * or reports the partitions missing. */
+    kvp__adv_consumer_caught_up(adv->consumer, adv->applied_pos, &behind);
+    json_t *o = json_pack("{s:s, s:b, s:I}", "error", "not ready: catching up with the stream",
+                          "ready", 0, "behind", (json_int_t)behind);
+    *json = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return *json ? 0 : KVP_ENOMEM;
+  }
+  kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
+  kvp__adv_api_where_t w = {
+      .count = adv->parts.count,
+      .n = adv->parts.n,
+      .owned = adv->parts.p,
+      .positions = adv->applied_pos,
+      .advisor = name,
+      .ready = 1,
+      .ready_ms = adv->ready_ms,
+  };
+  return kvp__adv_api_match_at(adv->ix, &w, data, len, json);
 }

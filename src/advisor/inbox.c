@@ -43,6 +43,11 @@ void kvp__adv_in_free(kvp__adv_in_t *it) {
 
 int kvp__adv_inbox_push(kvp__adv_inbox_t *in, kvp__adv_in_kind_t kind, natsMsg *msg, uint64_t seq,
                         int drop_if_full) {
+  return kvp__adv_inbox_push_slot(in, kind, msg, seq, 0, drop_if_full);
+}
+
+int kvp__adv_inbox_push_slot(kvp__adv_inbox_t *in, kvp__adv_in_kind_t kind, natsMsg *msg,
+                             uint64_t seq, int slot, int drop_if_full) {
   kvp__adv_in_t *it = malloc(sizeof *it);
   if (it == NULL) {
     natsMsg_Destroy(msg);
@@ -52,6 +57,7 @@ int kvp__adv_inbox_push(kvp__adv_inbox_t *in, kvp__adv_in_kind_t kind, natsMsg *
   it->kind = kind;
   it->msg = msg;
   it->seq = seq;
+  it->slot = slot;
   pthread_mutex_lock(&in->lock);
   if (drop_if_full && in->len >= in->max) {
     in->dropped++;

@@ -30,6 +30,7 @@ typedef struct kvp__adv_in_s {
   struct kvp__adv_in_s *next;
   kvp__adv_in_kind_t kind;
   uint64_t seq;
+  int slot;     /* JetStream: the consumer's slot (partset.h); 0 otherwise */
   natsMsg *msg; /* owned by the item until taken (set to NULL) */
 } kvp__adv_in_t;
 
@@ -55,6 +56,11 @@ void kvp__adv_inbox_destroy(kvp__adv_inbox_t *in);
  * holds max messages (counted in dropped), or KVP_ENOMEM. */
 int kvp__adv_inbox_push(kvp__adv_inbox_t *in, kvp__adv_in_kind_t kind, natsMsg *msg, uint64_t seq,
                         int drop_if_full);
+
+/* The same, for slot's consumer (a partitioned advisor's JetStream
+ * events). */
+int kvp__adv_inbox_push_slot(kvp__adv_inbox_t *in, kvp__adv_in_kind_t kind, natsMsg *msg,
+                             uint64_t seq, int slot, int drop_if_full);
 
 /* Blocks while the inbox holds max messages or more, until take_all makes
  * room or *stopping is set (checked at least every 100 ms). Returns 0 when

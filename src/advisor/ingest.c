@@ -395,8 +395,11 @@ int kvp__adv_ingest_message_on(kvp__adv_ingest_t *ing, const char *subject, cons
                                const uint8_t *buf, size_t len, const kvp_wire_limits_t *lim,
                                uint64_t now_ms) {
   char sns[KVP_SUBJECT_TOKEN_MAX + 1], worker[KVP_SUBJECT_TOKEN_MAX + 1];
+  uint32_t part;
 
-  if (kvp_subject_parse_events(subject, sns, worker) != 0 || strcmp(sns, ns) != 0) {
+  /* kvplane.ev.<ns>.<worker>, or its partitioned form kvplane.pev.<ns>.<p>.<worker>
+   * (the servers' mapping made it; the consumer's filter chose p). */
+  if (kvp_subject_parse_any_events(subject, sns, worker, &part) != 0 || strcmp(sns, ns) != 0) {
     ing->c.messages++;
     ing->c.foreign++;
     if (worth_logging(ing->c.foreign))

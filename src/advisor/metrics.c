@@ -339,6 +339,10 @@ static int ready(void *ctx, char *why, size_t len) {
   case KVP__ADV_STOPPING:
     snprintf(why, len, "stopping");
     return 0;
+  case KVP__ADV_CATCHING_UP:
+    snprintf(why, len, "catching up: the database is loaded, %llu stream messages still to apply",
+             (unsigned long long)atomic_load(&m->behind));
+    return 0;
   case KVP__ADV_RUNNING:
     break;
   }

@@ -46,6 +46,7 @@ typedef enum kvp__adv_phase_e {
   KVP__ADV_STARTING = 0, /* connecting, loading the database */
   KVP__ADV_RUNNING = 1,  /* the loop runs */
   KVP__ADV_STOPPING = 2,
+  KVP__ADV_CATCHING_UP = 3, /* the loop runs; the streams' backlog is not applied yet */
 } kvp__adv_phase_t;
 
 typedef struct kvp__adv_metrics_s {
@@ -58,6 +59,7 @@ typedef struct kvp__adv_metrics_s {
   /* The database load's progress, in blocks (set on the opening thread). */
   _Atomic uint64_t load_done, load_total;
   atomic_int loaded;
+  _Atomic uint64_t behind;    /* while catching up: messages still pending */
   /* For the reasons /readyz gives. */
   char servers[sizeof(((kvp_nats_opts_t *)0)->servers)];
   char db_path[sizeof(((kvp_advisor_config_t *)0)->db_path)];

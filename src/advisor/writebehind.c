@@ -99,11 +99,33 @@ void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st, kvp_
   static const double bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                   0.25,  0.5,    1,     2.5,  5,     10};
   kvp__prom_hist_init(&wb->flush_seconds, bounds, sizeof bounds / sizeof bounds[0]);
-  kvp__adv_acks_init(&wb->acks, ack_msg, release_msg);
+  for (int i = 0; i < KVP__ADV_MAX_OWNED; i++)
+    kvp__adv_acks_init(&wb->acks[i], ack_msg, release_msg);
 }
 
-void kvp__adv_wb_applied(kvp__adv_wb_t *wb, void *msg) {
-  kvp__adv_acks_applied(&wb->acks, msg);
+void kvp__adv_wb_set_parts(kvp__adv_wb_t *wb, const kvp__adv_partset_t *parts,
+                           const uint64_t *applied, const uint64_t *committed) {
+  wb->parts = parts;
+  wb->applied = applied;
+  for (int i = 0; i < parts->n; i++)
+    wb->committed_pos[i] = committed[i];
+}
+
+/* Slots with acks: every owned partition, or the one stream. */
+static int nslots(const kvp__adv_wb_t *wb) {
+  return wb->parts != NULL ? wb->parts->n : 1;
+}
+
+void kvp__adv_wb_applied(kvp__adv_wb_t *wb, int slot, void *msg) {
+  kvp__adv_acks_applied(&wb->acks[slot], msg);
+}
+
+/* The positions of the flush being prepared: each slot's applied one. */
+static int set_positions(kvp__adv_wb_t *wb, kvp__store_flush_t *fl) {
+  if (wb->parts == NULL || wb->parts->count == 0)
+    return 0;
+  memcpy(wb->inflight_pos, wb->applied, (size_t)wb->parts->n * sizeof *wb->applied);
+  return kvp__store_flush_set_positions(fl, wb->parts->p, wb->inflight_pos, (size_t)wb->parts->n);
 }
 
 int kvp__adv_wb_busy(const kvp__adv_wb_t *wb) {
@@ -115,6 +137,8 @@ static void committed(kvp__adv_wb_t *wb, size_t nblocks, uint64_t seq, uint64_t 
   wb->last_flush_ms = kvp__unix_ms();
   wb->last_flush_blocks = nblocks;
   wb->committed_seq = seq;
+  if (wb->parts != NULL)
+    memcpy(wb->committed_pos, wb->inflight_pos, (size_t)wb->parts->n * sizeof *wb->inflight_pos);
   double secs = (double)(kvp__now_ns() - t0) / 1e9;
   kvp__prom_hist_observe(&wb->flush_seconds, secs);
   kvp_log_debug("advisor: flush: %zu blocks, sequence %" PRIu64 ", %.1f ms", nblocks, seq,
@@ -130,7 +154,8 @@ static void write_after(uv_work_t *req, int status) {
   kvp__adv_wb_t *wb = req->data;
   if (status == 0 && wb->write_rc == 0) {
     committed(wb, kvp__store_flush_blocks(wb->inflight), wb->inflight_seq, wb->inflight_t0);
-    kvp__adv_acks_flush_committed(&wb->acks);
+    for (int i = 0; i < nslots(wb); i++)
+      kvp__adv_acks_flush_committed(&wb->acks[i]);
     if (wb->fresh != NULL)
       kvp__adv_fresh_flush_committed(wb->fresh, wb->last_flush_ms);
     kvp__store_flush_free(wb->inflight);
@@ -139,7 +164,8 @@ static void write_after(uv_work_t *req, int status) {
     wb->flush_errors++;
     kvp__index_rows_restore(wb->ix, kvp__store_flush_rows(wb->inflight));
     kvp__store_flush_free(wb->inflight);
-    kvp__adv_acks_flush_failed(&wb->acks);
+    for (int i = 0; i < nslots(wb); i++)
+      kvp__adv_acks_flush_failed(&wb->acks[i]);
     if (wb->fresh != NULL)
       kvp__adv_fresh_flush_failed(wb->fresh);
   }
@@ -161,13 +187,18 @@ void kvp__adv_wb_start(kvp__adv_wb_t *wb, uint64_t applied_seq) {
       (rc = kvp__store_prepare(wb->store, &ixrows, rows, nrows, applied_seq, &wb->inflight)) != 0)
     kvp__index_rows_restore(wb->ix, &ixrows);
   free(rows);
+  if (rc == 0 && (rc = set_positions(wb, wb->inflight)) != 0) {
+    kvp__index_rows_restore(wb->ix, kvp__store_flush_rows(wb->inflight));
+    kvp__store_flush_free(wb->inflight);
+  }
   if (rc != 0) {
     wb->flush_errors++;
     wb->inflight = NULL;
     return;
   }
   wb->inflight_seq = applied_seq;
-  kvp__adv_acks_flush_started(&wb->acks);
+  for (int i = 0; i < nslots(wb); i++)
+    kvp__adv_acks_flush_started(&wb->acks[i]);
   if (wb->fresh != NULL)
     kvp__adv_fresh_flush_started(wb->fresh);
   wb->req.data = wb;
@@ -185,15 +216,25 @@ int kvp__adv_wb_sync(kvp__adv_wb_t *wb, uint64_t applied_seq) {
   kvp__store_worker_t *rows = NULL;
   size_t nrows = 0;
   assert(wb->inflight == NULL);
-  if ((rc = kvp__adv_ingest_worker_rows(wb->ing, &rows, &nrows)) == 0)
-    rc = kvp__store_flush(wb->store, wb->ix, rows, nrows, applied_seq, &n);
+  kvp__store_flush_t *fl = NULL;
+  kvp__index_rows_t ixrows;
+  if ((rc = kvp__adv_ingest_worker_rows(wb->ing, &rows, &nrows)) == 0 &&
+      (rc = kvp__index_rows_take(wb->ix, kvp__store_volumes_written(wb->store), &ixrows)) == 0 &&
+      (rc = kvp__store_prepare(wb->store, &ixrows, rows, nrows, applied_seq, &fl)) != 0)
+    kvp__index_rows_restore(wb->ix, &ixrows);
   free(rows);
+  if (rc == 0 && ((rc = set_positions(wb, fl)) != 0 || (rc = kvp__store_write(wb->store, fl)) != 0))
+    kvp__index_rows_restore(wb->ix, kvp__store_flush_rows(fl));
+  if (fl != NULL)
+    n = kvp__store_flush_blocks(fl);
+  kvp__store_flush_free(fl);
   if (rc != 0) {
     wb->flush_errors++;
     return rc;
   }
   committed(wb, n, applied_seq, t0);
-  kvp__adv_acks_sync_committed(&wb->acks);
+  for (int i = 0; i < nslots(wb); i++)
+    kvp__adv_acks_sync_committed(&wb->acks[i]);
   if (wb->fresh != NULL) {
     kvp__adv_fresh_flush_started(wb->fresh);
     kvp__adv_fresh_flush_committed(wb->fresh, wb->last_flush_ms);
@@ -202,5 +243,6 @@ int kvp__adv_wb_sync(kvp__adv_wb_t *wb, uint64_t applied_seq) {
 }
 
 void kvp__adv_wb_destroy(kvp__adv_wb_t *wb) {
-  kvp__adv_acks_destroy(&wb->acks);
+  for (int i = 0; i < KVP__ADV_MAX_OWNED; i++)
+    kvp__adv_acks_destroy(&wb->acks[i]);
 }

@@ -32,6 +32,7 @@
 #include <uv.h>
 
 #include "advisor/freshness.h"
+#include "advisor/partset.h"
 #include "index/index.h"
 #include "advisor/ingest.h"
 #include "store/store.h"
@@ -74,7 +75,13 @@ typedef struct kvp__adv_wb_s {
   kvp__store_t *store;
   kvp__index_t *ix;
   kvp__adv_ingest_t *ing;
-  kvp__adv_acks_t acks;
+  /* One ack state machine per slot (partset.h): a partitioned advisor has
+   * one consumer per owned partition, and an ack reaches only its own. */
+  kvp__adv_acks_t acks[KVP__ADV_MAX_OWNED];
+  const kvp__adv_partset_t *parts; /* borrowed; NULL: one slot, no positions */
+  const uint64_t *applied;         /* borrowed: the applied position of each slot */
+  uint64_t inflight_pos[KVP__ADV_MAX_OWNED];
+  uint64_t committed_pos[KVP__ADV_MAX_OWNED]; /* per slot, of the last committed flush */
   kvp__adv_fresh_t *fresh; /* told when flushes start, commit and fail; may be NULL */
   /* The flush running on the thread pool, if any. */
   uv_work_t req;
@@ -100,8 +107,15 @@ typedef struct kvp__adv_wb_s {
 void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st, kvp__index_t *ix,
                       kvp__adv_ingest_t *ing, uint64_t committed_seq);
 
-/* A JetStream message (a natsMsg, taken) was applied. */
-void kvp__adv_wb_applied(kvp__adv_wb_t *wb, void *msg);
+/* Partitioned: flushes write each slot's applied[slot] as the position of
+ * partition parts->p[slot] (both borrowed, outliving wb), and acks go per
+ * slot. committed holds the positions the database stands at. */
+void kvp__adv_wb_set_parts(kvp__adv_wb_t *wb, const kvp__adv_partset_t *parts,
+                           const uint64_t *applied, const uint64_t *committed);
+
+/* A JetStream message (a natsMsg, taken) of slot (0 when not partitioned)
+ * was applied. */
+void kvp__adv_wb_applied(kvp__adv_wb_t *wb, int slot, void *msg);
 
 /* Takes the changes and writes them on the thread pool as the state at
  * stream sequence applied_seq. Does nothing while a flush runs (the next

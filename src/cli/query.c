@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "kvplane/client.h"
+#include "kvplane/event.h"
 #include "kvplane/hash.h"
 #include "kvplane/subjects.h"
 
@@ -100,6 +101,85 @@ static int read_tokens(const char *path, uint32_t **out, size_t *n) {
   return rc;
 }
 
+/* Opens a client for a's namespace and NATS options; exit status. */
+static int open_client(const kvp__cli_args_t *a, kvp_client_t **c) {
+  char err[512];
+  *c = NULL;
+  if (!kvp_subject_token_valid(a->ns)) {
+    fprintf(stderr, "kvplane: --ns: '%s' must be 1..64 of [A-Za-z0-9_-]\n", a->ns);
+    return KVP__CLI_EXIT_USAGE;
+  }
+  if (kvp_nats_opts_check(&a->nats, "--", err, sizeof err) != 0) {
+    fprintf(stderr, "kvplane: %s\n", err);
+    return KVP__CLI_EXIT_USAGE;
+  }
+  if (kvp_client_open(&a->nats, a->ns, c, err, sizeof err) != 0) {
+    fprintf(stderr, "kvplane: %s\n", err);
+    return KVP__CLI_EXIT_UNREACHABLE;
+  }
+  return KVP__CLI_EXIT_OK;
+}
+
+/* The match of the hashes in arr (hex strings), gathered from every
+ * advisor (kvp_client_match_all) and printed as one reply: the advisor's
+ * format plus "partitions", "replies" and "missing" (the partitions no
+ * advisor answered for, also named on stderr). Exit 2 when nothing
+ * answered. */
+static int gather_match(const kvp__cli_args_t *a, json_t *arr) {
+  size_t n = json_array_size(arr), nm = 0, cap = 4096;
+  uint64_t *h = malloc(n * sizeof *h);
+  kvp_match_t *m = malloc(cap * sizeof *m);
+  kvp_gather_info_t info;
+  kvp_client_t *c = NULL;
+  char err[512];
+  int rc;
+
+  if (h == NULL || m == NULL) {
+    rc = KVP__CLI_EXIT_UNREACHABLE;
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++)
+    kvp_hash_parse(json_string_value(json_array_get(arr, i)), &h[i]);
+  if ((rc = open_client(a, &c)) != 0)
+    goto out;
+  if (kvp_client_match_all(c, h, n, (uint32_t)a->timeout, m, cap, &nm, &info, err, sizeof err) !=
+      0) {
+    fprintf(stderr, "kvplane: %s\n", err);
+    rc = KVP__CLI_EXIT_UNREACHABLE;
+    goto out;
+  }
+  if (info.replies == 0 || info.used == 0) {
+    fprintf(stderr, "kvplane: no advisor answered on namespace %s within %ld ms%s\n", a->ns,
+            a->timeout, info.errors ? " (the replies were errors)" : "");
+    rc = info.errors ? KVP__CLI_EXIT_ADVISOR_ERROR : KVP__CLI_EXIT_UNREACHABLE;
+    goto out;
+  }
+  json_t *o =
+      json_pack("{s:I, s:[], s:I, s:I, s:[]}", "hashes", (json_int_t)n, "matches", "partitions",
+                (json_int_t)info.partitions, "replies", (json_int_t)info.replies, "missing");
+  json_t *rows = json_object_get(o, "matches"), *miss = json_object_get(o, "missing");
+  for (size_t i = 0; i < nm && i < cap; i++)
+    json_array_append_new(rows,
+                          json_pack("{s:s, s:I, s:s, s:I}", "worker", m[i].worker, "dp_rank",
+                                    (json_int_t)m[i].dp_rank, "tier", kvp_tier_name(m[i].tier),
+                                    "length", (json_int_t)m[i].length));
+  for (uint32_t i = 0; i < info.nmissing && i < KVP_GATHER_MISSING_MAX; i++)
+    json_array_append_new(miss, json_integer(info.missing[i]));
+  if (info.nmissing)
+    fprintf(stderr,
+            "kvplane: %u partition(s) of %u had no advisor answering within %ld ms: the "
+            "answer leaves their workers out\n",
+            info.nmissing, info.partitions ? info.partitions : 1, a->timeout);
+  json_dumpf(o, stdout, JSON_INDENT(2));
+  fputc('\n', stdout);
+  json_decref(o);
+out:
+  kvp_client_close(c);
+  free(h);
+  free(m);
+  return rc;
+}
+
 int kvp__cli_hashes(const kvp__cli_args_t *a, json_t *arr) {
   uint64_t *hashes = NULL;
   uint32_t *tokens = NULL;
@@ -150,31 +230,60 @@ out:
 }
 
 int kvp__cli_cmd_match(const kvp__cli_args_t *a) {
-  json_t *req = json_pack("{s:[]}", "hashes"), *doc;
-  int rc;
-
-  if ((rc = kvp__cli_hashes(a, json_object_get(req, "hashes"))) != 0)
-    goto out;
-  char *body = json_dumps(req, JSON_COMPACT);
-  rc = kvp__cli_request(a, KVP_API_MATCH, body, a->timeout, 0, &doc);
-  free(body);
-  if (doc) {
-    json_dumpf(doc, stdout, JSON_INDENT(2));
-    fputc('\n', stdout);
-    json_decref(doc);
-  }
-out:
+  json_t *req = json_pack("{s:[]}", "hashes"), *arr = json_object_get(req, "hashes");
+  int rc = kvp__cli_hashes(a, arr);
+  if (rc == 0)
+    rc = gather_match(a, arr);
   json_decref(req);
   return rc;
 }
 
 int kvp__cli_cmd_stats(const kvp__cli_args_t *a) {
-  json_t *doc;
-  int rc = kvp__cli_request(a, KVP_API_STATS, "{}", a->timeout, 0, &doc);
-  if (doc) {
-    json_dumpf(doc, stdout, JSON_INDENT(2));
-    fputc('\n', stdout);
-    json_decref(doc);
+  kvp_client_t *c = NULL;
+  char err[512], *reply = NULL;
+  int rc;
+
+  if ((rc = open_client(a, &c)) != 0)
+    return rc;
+  if (kvp_client_request_all(c, KVP_API_STATS, "{}", (uint32_t)a->timeout, &reply, err,
+                             sizeof err) != 0) {
+    fprintf(stderr, "kvplane: %s\n", err);
+    kvp_client_close(c);
+    return KVP__CLI_EXIT_UNREACHABLE;
   }
+  kvp_client_close(c);
+  json_t *doc = json_loads(reply, 0, NULL), *reps = json_object_get(doc, "replies");
+  kvp_client_reply_free(reply);
+  /* One unpartitioned advisor: its reply as it is, as before partitions. */
+  json_t *one =
+      json_array_size(reps) == 1 && json_integer_value(json_object_get(doc, "partitions")) == 0
+          ? json_array_get(reps, 0)
+          : doc;
+  if (json_array_size(reps) == 0) {
+    fprintf(stderr, "kvplane: no advisor answered on namespace %s within %ld ms\n", a->ns,
+            a->timeout);
+    rc = KVP__CLI_EXIT_UNREACHABLE;
+  } else {
+    json_dumpf(one, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+    rc = one != doc && json_object_get(one, "error") ? KVP__CLI_EXIT_ADVISOR_ERROR
+                                                     : KVP__CLI_EXIT_OK;
+    if (json_array_size(json_object_get(doc, "missing")) > 0)
+      fprintf(stderr, "kvplane: partitions without an answer: see \"missing\"\n");
+  }
+  json_decref(doc);
   return rc;
+}
+
+int kvp__cli_cmd_nats_config(const kvp__cli_args_t *a) {
+  char buf[1024];
+  char *end = NULL;
+  unsigned long n = a->nrest == 1 ? strtoul(a->rest[0], &end, 10) : 0;
+  if (a->nrest != 1 || end == a->rest[0] || *end != '\0' ||
+      kvp_partition_mapping_conf(buf, sizeof buf, (uint32_t)n) != 0) {
+    fprintf(stderr, "kvplane nats-config: give the partition count, 1..%d\n", KVP_PARTITIONS_MAX);
+    return KVP__CLI_EXIT_USAGE;
+  }
+  fputs(buf, stdout);
+  return KVP__CLI_EXIT_OK;
 }

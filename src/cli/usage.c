@@ -50,8 +50,11 @@ static const struct cmd_help_s {
      "the last DURATION (e.g. 30m, 6h, 2d). Exit 4 when the database has no\n"
      "sample in that time, 5 when gnuplot is missing or fails.\n"},
     {"match", "kvplane match [NATS options] HASH... | --tokens FILE --block-size N [--lora NAME]",
-     "Sends sequence hashes to the advisor and prints, per worker and tier, how\n"
-     "many leading hashes are cached consecutively. A HASH is 0x-prefixed hex\n"
+     "Sends sequence hashes to the advisors and prints, per worker and tier, how\n"
+     "many leading hashes are cached consecutively. Every advisor answers for its\n"
+     "partitions; the answers are merged (the freshest standby per partition), and\n"
+     "a partition nobody answered for within --timeout is listed in \"missing\". A HASH is "
+     "0x-prefixed hex\n"
      "(0x1f), exactly 16 hex digits as logs print them (00ab12cd34ef5678), or a\n"
      "decimal as sqlite3 shows them: signed (-8446744073709551616) or unsigned\n"
      "(+1234 forces decimal for 16 digits); put -- before negative ones:\n"
@@ -61,7 +64,15 @@ static const struct cmd_help_s {
      "workers do (DESIGN.md, Hashing; --lora salts the seed); a trailing partial\n"
      "block is not sent.\n"},
     {"stats", "kvplane stats [NATS options]",
-     "Prints the advisor's stats reply (JSON; docs/stats.md documents each field).\n"},
+     "Prints the advisor's stats reply (JSON; docs/stats.md documents each field).\n"
+     "With partitioned advisors (or standbys) every advisor answers: the output is\n"
+     "then {\"partitions\": C, \"missing\": [...], \"replies\": [each reply]}.\n"},
+    {"nats-config", "kvplane nats-config PARTITIONS",
+     "Prints the nats-server configuration block that partitions the event\n"
+     "subjects kvplane.ev.<ns>.<worker> into PARTITIONS partitions\n"
+     "(kvplane.pev.<ns>.<p>.<worker>, p = FNV-1a of the worker mod PARTITIONS).\n"
+     "Every server of the cluster carries the same block; advisors take\n"
+     "[partitions] count = PARTITIONS and the partitions they own (docs/SCALE.md).\n"},
     {"pin", "kvplane pin [NATS options] [--note TEXT] HASH... | --tokens FILE --block-size N",
      "Pins blocks in the advisor's tiering engine: a pinned block and its ancestors\n"
      "(the whole prefix) are never demoted or evicted. The pins are kept in the\n"

@@ -17,7 +17,16 @@
 struct kvp_client_s {
   natsConnection *nc;
   char ns[KVP_SUBJECT_TOKEN_MAX + 1];
+  uint32_t grace_ms;
 };
+
+void kvp_client_set_grace(kvp_client_t *c, uint32_t grace_ms) {
+  c->grace_ms = grace_ms;
+}
+
+uint32_t kvp__client_grace_ms(const kvp_client_t *c) {
+  return c->grace_ms;
+}
 
 int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **out, char *err,
                     size_t errlen) {
@@ -35,7 +44,9 @@ int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **
   if ((c = calloc(1, sizeof *c)) == NULL)
     return kvp__errf(err, errlen, KVP_ENOMEM, "client: out of memory");
   snprintf(c->ns, sizeof c->ns, "%s", ns);
-  kvp__nats_conn_args_t a = {.name = "kvplane-client"};
+  /* A gathered request is a plain publish: sent at once, not when nats.c's
+   * flusher thread gets to it (milliseconds later). */
+  kvp__nats_conn_args_t a = {.name = "kvplane-client", .send_asap = 1};
   if ((rc = kvp__nats_connect(nats, &a, &c->nc, buf, sizeof buf)) != 0) {
     free(c);
     return kvp__errf(err, errlen, rc, "%s", buf);
@@ -98,8 +109,16 @@ static int tier_of(const char *name) {
   return -1;
 }
 
-/* Reads one row of the matches array into m. Returns 0 or KVP_EPROTO. */
-static int read_row(json_t *row, kvp_match_t *m) {
+void *kvp__client_conn(kvp_client_t *c) {
+  return c->nc;
+}
+
+const char *kvp__client_ns(const kvp_client_t *c) {
+  return c->ns;
+}
+
+int kvp__client_match_row(void *row_, kvp_match_t *m) {
+  json_t *row = row_;
   json_t *w = json_object_get(row, "worker"), *dp = json_object_get(row, "dp_rank"),
          *t = json_object_get(row, "tier"), *len = json_object_get(row, "length");
   if (!json_is_string(w) || !json_is_integer(dp) || !json_is_string(t) || !json_is_integer(len))
@@ -139,7 +158,7 @@ int kvp__client_match_parse(const void *data, size_t len, kvp_match_t *out, size
   }
   for (size_t i = 0; i < json_array_size(arr); i++) {
     kvp_match_t m;
-    if (read_row(json_array_get(arr, i), &m) != 0) {
+    if (kvp__client_match_row(json_array_get(arr, i), &m) != 0) {
       rc = kvp__errf(err, errlen, KVP_EPROTO, "row %zu of the reply is malformed", i);
       goto out;
     }

@@ -15,4 +15,14 @@
 int kvp__client_match_parse(const void *data, size_t len, kvp_match_t *out, size_t cap,
                             size_t *nmatches, char *err, size_t errlen);
 
+/* Reads one row of a reply's matches array (a json_t *) into m. Returns 0
+ * or KVP_EPROTO. */
+int kvp__client_match_row(void *row, kvp_match_t *m);
+
+/* The client's connection and namespace, for gather.c. */
+struct kvp_client_s;
+void *kvp__client_conn(kvp_client_t *c);
+const char *kvp__client_ns(const kvp_client_t *c);
+uint32_t kvp__client_grace_ms(const kvp_client_t *c);
+
 #endif

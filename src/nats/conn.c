@@ -2,11 +2,13 @@
 #define _GNU_SOURCE /* strcasestr */
 #include "nats/conn.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "common/log.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 
@@ -119,6 +121,8 @@ static int apply_args(natsOptions *no, const kvp_nats_opts_t *o, const kvp__nats
     s = natsOptions_SetWriteDeadline(no, a->write_deadline_ms);
   if (s == NATS_OK && a->reconnect_buf_bytes)
     s = natsOptions_SetReconnectBufSize(no, a->reconnect_buf_bytes);
+  if (s == NATS_OK && a->send_asap)
+    s = natsOptions_SetSendAsap(no, true);
   if (s == NATS_OK && a->disconnected)
     s = natsOptions_SetDisconnectedCB(no, a->disconnected, a->closure);
   if (s == NATS_OK && a->reconnected)
@@ -162,6 +166,11 @@ out:
 
 int kvp__nats_ensure_stream(jsCtx *js, const char *stream, int create, int *created, char *err,
                             size_t errlen) {
+  return kvp__nats_ensure_stream_ex(js, stream, NULL, 1, create, created, err, errlen);
+}
+
+int kvp__nats_ensure_stream_ex(jsCtx *js, const char *stream, const char *subject, int replicas,
+                               int create, int *created, char *err, size_t errlen) {
   jsStreamInfo *si = NULL;
   jsErrCode jerr = 0;
   natsStatus s;
@@ -170,6 +179,10 @@ int kvp__nats_ensure_stream(jsCtx *js, const char *stream, int create, int *crea
     *created = 0;
   s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
   if (s == NATS_OK) {
+    if (si->Config != NULL && replicas > 1 && si->Config->Replicas != replicas)
+      kvp_log_warn("nats: stream %s has %" PRId64 " replicas, not the %d configured; it is used "
+                   "as it is (change it with the nats CLI: nats stream edit --replicas)",
+                   stream, (int64_t)si->Config->Replicas, replicas);
     jsStreamInfo_Destroy(si);
     return 0;
   }
@@ -186,13 +199,14 @@ int kvp__nats_ensure_stream(jsCtx *js, const char *stream, int create, int *crea
     snprintf(err, errlen, "stream: %s does not exist and stream creation is off", stream);
     return KVP_ECONFIG;
   }
-  const char *subjects[] = {KVP_SUBJECT_EVENTS_ALL};
+  const char *subjects[] = {subject ? subject : KVP_SUBJECT_EVENTS_ALL};
   jsStreamConfig sc;
   jsStreamConfig_Init(&sc);
   sc.Name = stream;
   sc.Subjects = subjects;
   sc.SubjectsLen = 1;
   sc.Storage = js_FileStorage;
+  sc.Replicas = replicas > 1 ? replicas : 1;
   jerr = 0;
   s = js_AddStream(&si, js, &sc, NULL, &jerr);
   jsStreamInfo_Destroy(si);

@@ -24,6 +24,7 @@ typedef struct kvp__nats_conn_args_s {
   int max_pings_out;         /* unanswered pings before the link counts as broken */
   int64_t write_deadline_ms; /* a socket write blocked this long breaks the link */
   int reconnect_buf_bytes;   /* published bytes kept while reconnecting; 0 default */
+  int send_asap;             /* publish without waiting for nats.c's flusher (requests) */
   natsConnectionHandler disconnected, reconnected, closed; /* may be NULL */
   void *closure;                                           /* passed to the handlers */
 } kvp__nats_conn_args_t;
@@ -54,5 +55,12 @@ int kvp__nats_status(natsStatus s);
  * call created it. */
 int kvp__nats_ensure_stream(jsCtx *js, const char *stream, int create, int *created, char *err,
                             size_t errlen);
+
+/* The same with the stream's subject (NULL: KVP_SUBJECT_EVENTS_ALL) and,
+ * when it has to be created, its replica count (1..5; a cluster places the
+ * replicas on that many servers). An existing stream is used as it is; its
+ * replica count is logged when it differs from replicas. */
+int kvp__nats_ensure_stream_ex(jsCtx *js, const char *stream, const char *subject, int replicas,
+                               int create, int *created, char *err, size_t errlen);
 
 #endif

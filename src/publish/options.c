@@ -39,6 +39,10 @@ int kvp__pub_opts_check(const kvp_publisher_opts_t *o, char *err, size_t errlen)
   if (o->mode == KVP_PUB_JETSTREAM && o->stream != NULL &&
       (o->stream[0] == '\0' || strpbrk(o->stream, " .*>\t") != NULL))
     return kvp__errf(err, errlen, KVP_ECONFIG, "stream: empty or contains ' ', '.', '*' or '>'");
+  if (o->partitions > KVP_PARTITIONS_MAX)
+    return kvp__errf(err, errlen, KVP_ECONFIG, "partitions: at most %d", KVP_PARTITIONS_MAX);
+  if (o->stream_replicas > 5)
+    return kvp__errf(err, errlen, KVP_ECONFIG, "stream_replicas: 0..5");
   if (o->overflow != KVP_OVERFLOW_BLOCK && o->overflow != KVP_OVERFLOW_DROP)
     return kvp__errf(err, errlen, KVP_ECONFIG, "overflow: must be block (0) or drop (1)");
   if (o->queue_capacity > (1u << 26))

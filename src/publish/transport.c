@@ -11,6 +11,7 @@
 #include "common/array.h"
 #include "common/log.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 #include "nats/conn.h"
 #include "publish/pub.h"
 
@@ -119,8 +120,17 @@ int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen) {
       snprintf(err, errlen, "mode: JetStream context: %s", natsStatus_GetText(s));
       goto out;
     }
-    if ((rc = kvp__nats_ensure_stream(pub->js, o->stream, o->stream_create, NULL, err, errlen)) !=
-        0)
+    char stream[128], subject[KVP_SUBJECT_MAX];
+    const char *subj = NULL;
+    snprintf(stream, sizeof stream, "%s", o->stream);
+    if (o->partitions > 0) {
+      uint32_t p = kvp_partition_of(o->worker_id, o->partitions);
+      snprintf(stream, sizeof stream, "%s_P%" PRIu32, o->stream, p);
+      kvp_subject_pevents_all(subject, sizeof subject, p);
+      subj = subject;
+    }
+    if ((rc = kvp__nats_ensure_stream_ex(pub->js, stream, subj, (int)o->stream_replicas,
+                                         o->stream_create, NULL, err, errlen)) != 0)
       goto out;
   }
   s = natsConnection_Subscribe(&pub->ctl_sub, pub->nc, pub->ctl_subject, on_resync, pub);

@@ -125,6 +125,29 @@ size_t kvp__store_volumes_written(const kvp__store_t *st);
 /* Blocks (rows of the blocks table) the flush writes. */
 size_t kvp__store_flush_blocks(const kvp__store_flush_t *fl);
 
+/* Per-partition stream positions (a partitioned advisor consumes one
+ * stream per partition, DESIGN.md "Scale beyond one machine"): the flush
+ * writes them with its rows, as meta keys stream_seq.p<N>, in the same
+ * transaction. At most KVP__STORE_MAX_POSITIONS; returns 0 or KVP_EINVAL.
+ * Index owner's thread, between prepare and write. */
+#define KVP__STORE_MAX_POSITIONS 64
+int kvp__store_flush_set_positions(kvp__store_flush_t *fl, const uint32_t *parts,
+                                   const uint64_t *seqs, size_t n);
+
+/* The committed position of partition p (0 when the database has none:
+ * the partition is consumed from its stream's start). Returns 0 or
+ * KVP_EDB. */
+int kvp__store_position(kvp__store_t *st, uint32_t p, uint64_t *seq);
+
+/* Before a load: deletes the rows (locations, worker rows) of every
+ * worker for which keep(ctx, name) returns 0, the blocks no worker holds
+ * after that, and the positions of partitions parts[0..nparts) (the
+ * partitions this advisor no longer owns: a later owner starts them from
+ * their stream's start), in one transaction. *dropped gets the number of
+ * workers dropped. Returns 0, KVP_EDB or KVP_ENOMEM (rolled back). */
+int kvp__store_drop_workers(kvp__store_t *st, int (*keep)(void *ctx, const char *worker), void *ctx,
+                            const uint32_t *parts, size_t nparts, size_t *dropped);
+
 /* The stream sequence of the last committed flush (not thread-safe against
  * a write running elsewhere). */
 uint64_t kvp__store_stream_seq(const kvp__store_t *st);

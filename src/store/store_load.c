@@ -1,6 +1,8 @@
 /* Loading the advisor's database into an empty index (store.h).
  * Thread: the one that opens the store, before the loop runs. */
+#include <inttypes.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,3 +224,23 @@ int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn wor
 }
 
 /* Reads meta.key into buf (empty when absent). Returns 0 or KVP_EDB. */
+
+int kvp__store_position(kvp__store_t *st, uint32_t p, uint64_t *seq) {
+  sqlite3_stmt *s = NULL;
+  char key[32];
+  int rc = 0;
+
+  *seq = 0;
+  snprintf(key, sizeof key, "stream_seq.p%" PRIu32, p);
+  if (sqlite3_prepare_v2(st->db, "SELECT value FROM meta WHERE key = ?1", -1, &s, NULL) !=
+      SQLITE_OK)
+    return KVP_EDB;
+  sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+  int r = sqlite3_step(s);
+  if (r == SQLITE_ROW)
+    *seq = (uint64_t)sqlite3_column_int64(s, 0);
+  else if (r != SQLITE_DONE)
+    rc = KVP_EDB;
+  sqlite3_finalize(s);
+  return rc;
+}

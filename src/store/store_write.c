@@ -3,7 +3,9 @@
  * queued history samples, written in one transaction on any one thread at a
  * time. Thread: prepare on the loop thread; write anywhere, one write per
  * store at a time. */
+#include <inttypes.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +31,23 @@ struct kvp__store_flush_s {
   uint64_t hist_keep_ms;
   uint64_t stream_seq;
   uint64_t prepared_ms; /* when the changes were taken (meta prepared_ms) */
+  /* Per-partition positions (store_positions.c): meta stream_seq.p<N>. */
+  size_t npos;
+  uint32_t pos_part[KVP__STORE_MAX_POSITIONS];
+  uint64_t pos_seq[KVP__STORE_MAX_POSITIONS];
 };
+
+int kvp__store_flush_set_positions(kvp__store_flush_t *fl, const uint32_t *parts,
+                                   const uint64_t *seqs, size_t n) {
+  if (n > KVP__STORE_MAX_POSITIONS)
+    return KVP_EINVAL;
+  fl->npos = n;
+  if (n) {
+    memcpy(fl->pos_part, parts, n * sizeof *parts);
+    memcpy(fl->pos_seq, seqs, n * sizeof *seqs);
+  }
+  return 0;
+}
 
 void kvp__store_flush_free(kvp__store_flush_t *fl) {
   if (fl == NULL)
@@ -193,6 +211,14 @@ static int write_rest(kvp__store_t *st, const kvp__store_flush_t *fl, uint64_t n
   sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->prepared_ms);
   if ((rc = kvp__store_sql_step_done(s)) != 0)
     return rc;
+  for (size_t i = 0; i < fl->npos; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "stream_seq.p%" PRIu32, fl->pos_part[i]);
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->pos_seq[i]);
+    if ((rc = kvp__store_sql_step_done(s)) != 0)
+      return rc;
+  }
   sqlite3_bind_text(s, 1, "stream_seq", -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 2, (sqlite3_int64)fl->stream_seq);
   return kvp__store_sql_step_done(s);

@@ -232,6 +232,14 @@ static void exit_statuses(void **state) {
   assert_int_equal(cli_run(c, (char *[]){"workers", "--db", missing, NULL}), 4);
   assert_int_equal(cli_run(c, (char *[]){"workers", "--db", "/etc/hostname", NULL}), 4);
   assert_int_equal(cli_run(c, (char *[]){"match", "zz", NULL}), 1);
+  /* The servers' partition mapping (docs/SCALE.md). */
+  assert_int_equal(cli_run(c, (char *[]){"nats-config", "4", NULL}), 0);
+  assert_non_null(strstr(c->text,
+                         "\"kvplane.ev.*.*\": "
+                         "\"kvplane.pev.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}\""));
+  assert_int_equal(cli_run(c, (char *[]){"nats-config", "0", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"nats-config", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"nats-config", "4x", NULL}), 1);
   /* kvplane bench without kvp-bench says it is not installed, exit 5. */
   char sh[1200];
   snprintf(sh, sizeof sh, "KVPLANE_BENCH=%s/no-kvp-bench %s bench hash 2>&1", c->f.dir, c->prog);

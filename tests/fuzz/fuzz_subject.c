@@ -1,6 +1,7 @@
 /* libFuzzer target: the text kvplane reads from outside as names and
  * numbers: a NATS subject (kvp_subject_parse_events; any client may publish
- * on kvplane.ev.>) and a block hash typed by an operator (kvp_hash_parse).
+ * on kvplane.ev.>; kvp_subject_parse_any_events, the partitioned form
+ * kvplane.pev.<ns>.<p>.<worker> too) and a block hash typed by an operator (kvp_hash_parse).
  * Properties: a parsed subject is rebuilt byte for byte by the builder; a
  * parsed hash printed as 0x-hex parses back to the same value. */
 #include <stdint.h>
@@ -26,6 +27,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!kvp_subject_token_valid(ns) || !kvp_subject_token_valid(worker))
       abort();
     if (kvp_subject_events(again, sizeof again, ns, worker) != 0 || strcmp(again, text) != 0)
+      abort();
+  }
+  uint32_t p;
+  if (kvp_subject_parse_any_events(text, ns, worker, &p) == 0) {
+    if (!kvp_subject_token_valid(ns) || !kvp_subject_token_valid(worker))
+      abort();
+    if (p == UINT32_MAX)
+      snprintf(again, sizeof again, "kvplane.ev.%s.%s", ns, worker);
+    else if (p < KVP_PARTITIONS_MAX)
+      snprintf(again, sizeof again, "kvplane.pev.%s.%u.%s", ns, (unsigned)p, worker);
+    else
+      abort();
+    if (strcmp(again, text) != 0)
       abort();
   }
   if (kvp_hash_parse(text, &h) == 0) {

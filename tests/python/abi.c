@@ -53,6 +53,8 @@ int main(void) {
   F(kvp_publisher_opts_t, snapshot_ctx);
   F(kvp_publisher_opts_t, epoch);
   F(kvp_publisher_opts_t, first_event_id);
+  F(kvp_publisher_opts_t, partitions);
+  F(kvp_publisher_opts_t, stream_replicas);
 
   S(kvp_publisher_stats_t);
   F(kvp_publisher_stats_t, queued);
@@ -72,5 +74,14 @@ int main(void) {
   F(kvp_match_t, dp_rank);
   F(kvp_match_t, tier);
   F(kvp_match_t, length);
+
+  S(kvp_gather_info_t);
+  F(kvp_gather_info_t, partitions);
+  F(kvp_gather_info_t, replies);
+  F(kvp_gather_info_t, used);
+  F(kvp_gather_info_t, errors);
+  F(kvp_gather_info_t, nmissing);
+  F(kvp_gather_info_t, missing);
+  F(kvp_gather_info_t, elapsed_us);
   return 0;
 }

@@ -269,6 +269,12 @@ class BindingTest(unittest.TestCase):
         # The one-shot function gives the same answer.
         self.assertEqual(sorted(kvplane.match(hashes, self.plane.url, NS)),
                          sorted(self.client.match(hashes)))
+        # Gathered (kvp_client_match_all, the library's merge): one
+        # unpartitioned advisor covers everything, nothing is missing.
+        rows, info = self.client.match_all(hashes)
+        self.assertEqual(rows, self.client.match(hashes))
+        self.assertEqual((info["partitions"], info["replies"], info["used"], info["missing"]),
+                         (0, 1, 1, []))
 
     def test_stored_with_parent(self):
         """stored() of a continuation with parent_hash extends the worker's

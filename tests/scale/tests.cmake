@@ -1,0 +1,10 @@
+# Scale-out (issue 26): partitions, scatter-gather, the 3-node cluster.
+kvp_add_test(scale scale/test_scale.c LABELS scale nats)
+# The 3-node cluster with advisor processes: slow (each case starts a
+# cluster and two or three advisors), run by the README's test command,
+# not under the sanitizers.
+kvp_add_test(scale_cluster scale/test_scale_cluster.c advisor/testworker.c
+  LABELS scale nats slow TIMEOUT 300)
+# Startup at size: a database of 1.25M locations and a stream backlog.
+kvp_add_test(scale_startup scale/test_scale_startup.c advisor/testworker.c
+  LABELS scale nats slow TIMEOUT 300)
