@@ -111,7 +111,8 @@ static int run_size(const char *dir, size_t size, size_t total, const char *fsyn
   if (open_vol(rf, 0, fsync_mode, &vf) != 0 || open_vol(rp, 1, fsync_mode, &vp) != 0)
     goto out;
   double tf = put_range(vf, buf, size, 0, half), tp = put_range(vp, buf, size, 0, half);
-  double tp2 = put_range(vp, buf, size, half, n - half), tf2 = put_range(vf, buf, size, half, n - half);
+  double tp2 = put_range(vp, buf, size, half, n - half),
+         tf2 = put_range(vf, buf, size, half, n - half);
   if (tf < 0 || tp < 0 || tp2 < 0 || tf2 < 0)
     goto out;
   double mb = (double)(n * size) / 1e6;

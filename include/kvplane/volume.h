@@ -111,8 +111,7 @@ int kvp_volume_iterate(kvp_volume_t *v, kvp_volume_key_fn fn, void *ctx, char *e
  * (1: reclaimed some, more may remain; 0: nothing left; or negative).
  * KVP_ENOTSUP when the plugin cannot compact or (garbage) is of ABI
  * version 1. */
-int kvp_volume_garbage(kvp_volume_t *v, uint64_t *dead, uint64_t *total, char *err,
-                       size_t errlen);
+int kvp_volume_garbage(kvp_volume_t *v, uint64_t *dead, uint64_t *total, char *err, size_t errlen);
 int kvp_volume_compact(kvp_volume_t *v, char *err, size_t errlen);
 
 #ifdef __cplusplus

@@ -108,7 +108,7 @@ struct pack_s {
   char *nss[MAX_NS];
   size_t nns;
   uint64_t version;
-  int lock_fd; /* holds the exclusive flock on LOCK */
+  int lock_fd;                /* holds the exclusive flock on LOCK */
   pthread_mutex_t compacting; /* one compaction at a time */
 };
 
@@ -677,8 +677,8 @@ int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
       if (r < 0 && errno == EINTR)
         continue;
       if (r <= 0) {
-        rc = px_fail(KVP_EIO, err, errlen, "%s: packed read: %s", p->pack->dir,
-                     r < 0 ? errno : EIO);
+        rc =
+            px_fail(KVP_EIO, err, errlen, "%s: packed read: %s", p->pack->dir, r < 0 ? errno : EIO);
         break;
       }
       got += (size_t)r;

@@ -86,10 +86,10 @@ typedef struct kvp_advisor_config_s {
   int64_t tier_max_parallel;      /* moves in flight at once, one per destination */
   int64_t tier_prefetch_bytes;    /* bytes a G4 hit prefetches at most */
   char plugin_dir[512];           /* empty: kvp_volume_plugin_dir() */
-  int tier_policy;              /* index into kvp__tier_policy_names */
-  char tier_policy_params[256]; /* the policy's parameters, "key=value ..." */
-  int64_t tier_compact_ms;      /* a compactable volume's garbage is looked at this often */
-  double tier_compact_ratio;    /* compacted from this share of dead bytes; 0: never */
+  int tier_policy;                /* index into kvp__tier_policy_names */
+  char tier_policy_params[256];   /* the policy's parameters, "key=value ..." */
+  int64_t tier_compact_ms;        /* a compactable volume's garbage is looked at this often */
+  double tier_compact_ratio;      /* compacted from this share of dead bytes; 0: never */
   kvp_advisor_volume_t volumes[KVP__TIER_MAX_VOLUMES];
   int nvolumes;
   /* Where the file set them, for errors naming file:line (lines 0 when the

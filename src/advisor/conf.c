@@ -158,8 +158,8 @@ static const kvp_conf_key_t keys[] = {
      "a volume whose plugin compacts (posix with layout=packed) is compacted when this share of "
      "its bytes is dead, down to half of it (0: never)",
      NULL},
-    {"tiering", "compact_interval", KVP_CONF_DURATION, OFF(tier_compact_ms), 1000,
-     7ll * 86400000, NULL,
+    {"tiering", "compact_interval", KVP_CONF_DURATION, OFF(tier_compact_ms), 1000, 7ll * 86400000,
+     NULL,
      "how often each compactable volume's dead bytes are looked at; a compaction runs at most "
      "2 s per look",
      NULL},

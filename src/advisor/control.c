@@ -36,7 +36,8 @@ static int hashes_of(json_t *arr, kvp__adv_ctl_t *c, char *err, size_t errlen) {
     json_t *v = json_array_get(arr, i);
     if (json_is_string(v) && kvp_hash_parse(json_string_value(v), &c->hashes[i]) == 0)
       continue;
-    snprintf(err, errlen, "hashes[%zu]: expected a hash (0x-prefixed hex, 16 hex digits, or decimal)", i);
+    snprintf(err, errlen,
+             "hashes[%zu]: expected a hash (0x-prefixed hex, 16 hex digits, or decimal)", i);
     return KVP_EPROTO;
   }
   c->n = n;
@@ -81,8 +82,7 @@ static int tokens_of(json_t *root, json_t *arr, kvp__adv_ctl_t *c, char *err, si
   return 0;
 }
 
-int kvp__adv_ctl_parse(const void *data, size_t len, kvp__adv_ctl_t *c, char *err,
-                       size_t errlen) {
+int kvp__adv_ctl_parse(const void *data, size_t len, kvp__adv_ctl_t *c, char *err, size_t errlen) {
   json_error_t jerr;
   json_t *root, *v;
   int rc = KVP_EPROTO;
@@ -163,8 +163,8 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const void *data, size_t len, ch
     switch (c.op) {
     case KVP__CTL_PIN:
     case KVP__CTL_UNPIN:
-      rc = kvp__tier_engine_pin(e, c.hashes, c.n, c.op == KVP__CTL_PIN, c.note, &a, err,
-                                sizeof err);
+      rc =
+          kvp__tier_engine_pin(e, c.hashes, c.n, c.op == KVP__CTL_PIN, c.note, &a, err, sizeof err);
       break;
     case KVP__CTL_MOVE:
       rc = kvp__tier_engine_move(e, c.hashes, c.n, c.tier, c.volume, &a, &b, err, sizeof err);
@@ -182,8 +182,8 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const void *data, size_t len, ch
                   "changed", (json_int_t)a, "pins", (json_int_t)st.pins, "pinned_blocks",
                   (json_int_t)st.pinned_blocks);
   } else {
-    o = json_pack("{s:s, s:I, s:I, s:I}", "op", op_names[c.op], "blocks", (json_int_t)c.n,
-                  "queued", (json_int_t)a, "skipped", (json_int_t)b);
+    o = json_pack("{s:s, s:I, s:I, s:I}", "op", op_names[c.op], "blocks", (json_int_t)c.n, "queued",
+                  (json_int_t)a, "skipped", (json_int_t)b);
   }
   free(c.hashes);
   *reply = o ? json_dumps(o, JSON_COMPACT) : NULL;

@@ -22,9 +22,9 @@ typedef struct kvp__adv_ctl_s {
   kvp__adv_ctl_op_t op;
   uint64_t *hashes; /* malloc'd */
   size_t n;
-  int tier;          /* move: 3 or 4; delete: 0, 3 or 4 */
-  char volume[64];   /* move: "" for the roomiest */
-  char note[256];    /* pin: kept in the pins table */
+  int tier;        /* move: 3 or 4; delete: 0, 3 or 4 */
+  char volume[64]; /* move: "" for the roomiest */
+  char note[256];  /* pin: kept in the pins table */
 } kvp__adv_ctl_t;
 
 /* Parses a request of len bytes. Returns 0, or KVP_EPROTO / KVP_ETOOBIG /

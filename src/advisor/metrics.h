@@ -59,7 +59,7 @@ typedef struct kvp__adv_metrics_s {
   /* The database load's progress, in blocks (set on the opening thread). */
   _Atomic uint64_t load_done, load_total;
   atomic_int loaded;
-  _Atomic uint64_t behind;    /* while catching up: messages still pending */
+  _Atomic uint64_t behind; /* while catching up: messages still pending */
   /* For the reasons /readyz gives. */
   char servers[sizeof(((kvp_nats_opts_t *)0)->servers)];
   char db_path[sizeof(((kvp_advisor_config_t *)0)->db_path)];

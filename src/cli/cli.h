@@ -38,9 +38,9 @@ typedef struct kvp__cli_args_s {
   int timeout_set, json, hot, cold, failed, help, version;
   int ns_set, nats_set; /* -n, a NATS option given on the command line */
   long count, block_size;
-  int tier;                   /* move, delete: --tier 3|4 (0: not given) */
-  const char *volume, *note;  /* move: --volume; pin: --note */
-  char **rest; /* operands after the command */
+  int tier;                  /* move, delete: --tier 3|4 (0: not given) */
+  const char *volume, *note; /* move: --volume; pin: --note */
+  char **rest;               /* operands after the command */
   int nrest;
 } kvp__cli_args_t;
 
@@ -86,15 +86,15 @@ int kvp__cli_live_check(const kvp__cli_args_t *live, const json_t *stats);
  * to arr as hex strings. 0, or an exit status with the cause on stderr.
  * (query.c) */
 int kvp__cli_hashes(const kvp__cli_args_t *a, json_t *arr);
-int kvp__cli_cmd_match(const kvp__cli_args_t *a);  /* query.c */
+int kvp__cli_cmd_match(const kvp__cli_args_t *a); /* query.c */
 /* pin, unpin, move, delete (control.c). */
 int kvp__cli_cmd_control(const kvp__cli_args_t *a);
-int kvp__cli_cmd_stats(const kvp__cli_args_t *a);  /* query.c */
+int kvp__cli_cmd_stats(const kvp__cli_args_t *a);       /* query.c */
 int kvp__cli_cmd_nats_config(const kvp__cli_args_t *a); /* query.c */
-int kvp__cli_cmd_db(const kvp__cli_args_t *a);     /* database.c: status, workers, blocks,
-                                                      migrations, report */
-int kvp__cli_cmd_top(const kvp__cli_args_t *a);    /* live.c */
-int kvp__cli_cmd_replay(const kvp__cli_args_t *a); /* live.c */
-int kvp__cli_cmd_bench(const kvp__cli_args_t *a);  /* live.c */
+int kvp__cli_cmd_db(const kvp__cli_args_t *a);          /* database.c: status, workers, blocks,
+                                                           migrations, report */
+int kvp__cli_cmd_top(const kvp__cli_args_t *a);         /* live.c */
+int kvp__cli_cmd_replay(const kvp__cli_args_t *a);      /* live.c */
+int kvp__cli_cmd_bench(const kvp__cli_args_t *a);       /* live.c */
 
 #endif

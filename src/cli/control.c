@@ -19,8 +19,9 @@ int kvp__cli_cmd_control(const kvp__cli_args_t *a) {
   }
   if ((a->tier && strcmp(a->cmd, "move") != 0 && strcmp(a->cmd, "delete") != 0) ||
       (a->volume && strcmp(a->cmd, "move") != 0) || (a->note && strcmp(a->cmd, "pin") != 0)) {
-    fprintf(stderr, "kvplane %s: --tier is for move and delete, --volume for move, --note for "
-                    "pin\n",
+    fprintf(stderr,
+            "kvplane %s: --tier is for move and delete, --volume for move, --note for "
+            "pin\n",
             a->cmd);
     rc = KVP__CLI_EXIT_USAGE;
     goto out;

@@ -172,7 +172,7 @@ static long roomiest(const kvp__tier_engine_t *e, int tier, uint64_t now) {
     const vol_t *vol = &e->vols[v];
     if (vol->tier != tier || vol->offline || vol->backoff_until_ms > now)
       continue;
-    uint64_t room = vol->capacity == 0          ? UINT64_MAX
+    uint64_t room = vol->capacity == 0             ? UINT64_MAX
                     : vol->capacity > vol->st.used ? vol->capacity - vol->st.used
                                                    : 0;
     if (best < 0 || room > best_room) {

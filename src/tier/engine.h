@@ -99,8 +99,8 @@ typedef struct kvp__tier_stats_s {
   int scrub_running;      /* 1 while a pass runs */
   char scrub_volume[64];  /* the volume of the running or last pass */
   uint64_t scrub_progress_objects, scrub_progress_verified; /* the running pass so far */
-  uint64_t parallel_peak; /* most moves in flight at once ([tiering] max_parallel) */
-  uint64_t lane_peak;     /* most moves in flight into one volume at once (1) */
+  uint64_t parallel_peak;   /* most moves in flight at once ([tiering] max_parallel) */
+  uint64_t lane_peak;       /* most moves in flight into one volume at once (1) */
   uint64_t compactions;     /* compaction runs that reclaimed space ([tiering] compact_ratio) */
   uint64_t compacted_bytes; /* dead bytes they reclaimed */
   uint64_t compact_failed;  /* compaction runs that failed */
@@ -125,10 +125,10 @@ typedef struct kvp__tier_vol_stats_s {
   uint64_t above_high_max_ms; /* ... the longest stretch of it */
   int backoff;                /* 1 while no moves go into it or out of it */
   int offline;                /* 1 while its identity is gone (KVP_EOFFLINE) */
-  uint64_t dead_bytes;      /* its plugin's garbage at the last look (compactable volumes) */
-  uint64_t store_bytes;     /* the bytes its plugin holds, live and dead, then */
-  uint64_t compacted_bytes; /* dead bytes compaction reclaimed there */
-  uint64_t pinned_bytes;    /* bytes of pinned blocks there */
+  uint64_t dead_bytes;        /* its plugin's garbage at the last look (compactable volumes) */
+  uint64_t store_bytes;       /* the bytes its plugin holds, live and dead, then */
+  uint64_t compacted_bytes;   /* dead bytes compaction reclaimed there */
+  uint64_t pinned_bytes;      /* bytes of pinned blocks there */
 } kvp__tier_vol_stats_t;
 
 /* Fills up to cap volumes' figures; returns how many volumes there are. */

@@ -85,15 +85,15 @@ typedef struct op_s {
   uint32_t from, to; /* volume indexes; to unused for evict/delete */
   int64_t journal_id;
   int rc;
-  int src_missing; /* a demotion's source was not in its volume */
-  int skipped;     /* not tried: one of its volumes went offline during the job */
-  int quarantined; /* its source failed verification: deleted, never tried again */
-  int redundant;   /* an eviction of a block's second copy between G3 and G4 */
-  int adopt;       /* an orphan the index wants: adopted when its frame is valid */
-  int adopted;     /* ... and it was: the loop records its location */
-  size_t pend;     /* a source delete (kind -1): its entry in pend */
+  int src_missing;      /* a demotion's source was not in its volume */
+  int skipped;          /* not tried: one of its volumes went offline during the job */
+  int quarantined;      /* its source failed verification: deleted, never tried again */
+  int redundant;        /* an eviction of a block's second copy between G3 and G4 */
+  int adopt;            /* an orphan the index wants: adopted when its frame is valid */
+  int adopted;          /* ... and it was: the loop records its location */
+  size_t pend;          /* a source delete (kind -1): its entry in pend */
   uint64_t dead, total; /* a compaction: the volume's garbage after it */
-  uint32_t blame;  /* the volume whose operation failed */
+  uint32_t blame;       /* the volume whose operation failed */
   char err[256];
 } op_t;
 

@@ -45,8 +45,8 @@ typedef struct kvp__tier_opts_s {
   int64_t max_parallel;      /* moves in flight at once, each into another volume; 0: 1 */
   const char *policy;        /* [tiering] policy (policy.h's registry); NULL or "": lru */
   const char *policy_params; /* its parameters, "key=value ..."; NULL: its defaults */
-  int64_t compact_ms;      /* a compactable volume's garbage is looked at this often */
-  double compact_ratio;    /* compacted from this share of dead bytes; 0: never */
+  int64_t compact_ms;        /* a compactable volume's garbage is looked at this often */
+  double compact_ratio;      /* compacted from this share of dead bytes; 0: never */
   const kvp__tier_volume_conf_t *volumes;
   int nvolumes;
 } kvp__tier_opts_t;

@@ -254,8 +254,7 @@ int kvp_volume_iterate(kvp_volume_t *v, kvp_volume_key_fn fn, void *ctx, char *e
   return named(v, v->ops.iterate(v->vol, fn, ctx, why, sizeof why), why, err, errlen);
 }
 
-int kvp_volume_garbage(kvp_volume_t *v, uint64_t *dead, uint64_t *total, char *err,
-                       size_t errlen) {
+int kvp_volume_garbage(kvp_volume_t *v, uint64_t *dead, uint64_t *total, char *err, size_t errlen) {
   char why[512] = "";
   if (v->ops.garbage == NULL || !(v->ops.flags & KVP_VOLUME_CAN_COMPACT)) {
     snprintf(err, errlen, "volume %s: plugin %s reports no garbage (not compactable)", v->name,

@@ -115,8 +115,8 @@ static void check_blocks(fx_t *f, int keep_every) {
   kvp_volume_t *v = open_g3(f);
   assert_non_null(v);
   for (int i = 1; i <= NBLOCKS; i++) {
-    int rc = kvp_volume_get_block(v, "t", (uint64_t)i, &m, payload, sizeof payload, err,
-                                  sizeof err);
+    int rc =
+        kvp_volume_get_block(v, "t", (uint64_t)i, &m, payload, sizeof payload, err, sizeof err);
     if (keep_every && i % keep_every != 0) {
       assert_int_equal(rc, KVP_ENOENT);
       continue;

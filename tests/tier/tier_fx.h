@@ -72,8 +72,14 @@ static int setup(void **state) {
   return 0;
 }
 
+/* An engine a test registers here is closed by teardown if the test failed
+ * with it open (its handles would keep the loop below running forever). */
+static kvp__tier_engine_t *fx_engine;
+
 static int teardown(void **state) {
   fx_t *f = *state;
+  kvp__tier_engine_close(fx_engine);
+  fx_engine = NULL;
   uv_run(&f->loop, UV_RUN_DEFAULT);
   uv_loop_close(&f->loop);
   kvp_volume_close(f->g3);
