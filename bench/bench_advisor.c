@@ -1,4 +1,6 @@
 /* kvp-bench ingest, persist: the advisor's figures (issue 6).
+ * Why this file is long: ingest and persist share the trace-driven batch
+ * builder and the database fixture; split, each would carry a copy.
  *
  *   ingest   decode + apply of trace-driven event batches into the index,
  *            block-events/s, against decoding the same batches only.
@@ -10,7 +12,8 @@
  *            target must not depend on the disk).
  *
  * (match is in bench_index.c.) Everything runs in process, no NATS: these are the costs of the
- * advisor's own code. The trace is data/conversation_trace.jsonl.gz (KVP_TRACE). */
+ * advisor's own code. The trace is data/conversation_trace.jsonl.gz (KVP_TRACE).
+ */
 #include <jansson.h>
 #include <malloc.h>
 #include <math.h>

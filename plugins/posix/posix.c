@@ -1,6 +1,9 @@
 /* kvplane volume plugin "posix": blocks as files in a directory tree on any
  * mounted filesystem (local NVMe for G3; NFS or a parallel filesystem for
- * G4). Parameters (docs/volumes.md):
+ * G4). Why this file is long: every operation checks the identity marker
+ * and dispatches between the two layouts (files, packed records) under the
+ * same usage accounting; the helpers are in volume.c and pack.c.
+ * Parameters (docs/volumes.md):
  *
  *   path      the root directory (required; created at open if its parent
  *             exists, see init)
@@ -39,7 +42,8 @@
  * "not there". Once the marker is back (the mount returns) the volume is
  * online again. The plugin never creates its root after open; it creates
  * only the fan-out directories (<ns>, <ns>/<hh>) under a root whose marker
- * it has just seen. */
+ * it has just seen.
+ */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

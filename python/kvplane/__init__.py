@@ -1,5 +1,8 @@
 """kvplane: Python binding (ctypes) over libkvplane for custom engines.
 
+Why this file is long: the package is one module (Publisher, Client, the
+hashing helpers) so that it imports with no build step.
+
     import kvplane
     with kvplane.Publisher("nats://127.0.0.1:4222", "default", "w0", block_size=16) as pub:
         hashes = pub.stored(token_ids)        # kvplane hashes of the full blocks

@@ -1,7 +1,12 @@
 /* The tiering engine (see engine.h): the rounds on the loop thread, and
  * start, stop, figures and close. The job is in engine_job.c, opening and
  * recovery in engine_open.c (engine_impl.h lists what they share); the
- * journal's SQL is in journal.c and the rules in policy.c. */
+ * journal's SQL is in journal.c and the rules in policy.c.
+ *
+ * Why this file is long: a round builds candidates, applies the one-copy
+ * rule, plans, prefetches and throttles over the same scratch arrays; it
+ * reads as one pass.
+ */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

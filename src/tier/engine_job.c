@@ -1,7 +1,7 @@
 /* The tiering engine's job (engine_impl.h): the moves' I/O and journal on
  * libuv's thread pool (in parallel lanes, one per destination volume, up
- * to max_parallel), their completion back on the loop thread. Why this
- * file is long: an op's life (its I/O, its journal batch, the lanes that
+ * to max_parallel), their completion back on the loop thread.
+ * Why this file is long: an op's life (its I/O, its journal batch, the lanes that
  * run it, its outcome applied on the loop) is one sequence that reads
  * best in one place; split, do_io and commit_batch would be exported for
  * one caller each. */

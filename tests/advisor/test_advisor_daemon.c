@@ -1,6 +1,10 @@
 /* The advisor daemon in-process against a real nats-server, with real
  * SQLite files: replays, gaps and resyncs, restarts, malformed input, the
- * query API and the kvplane CLI, sqlite3 readers while it writes. */
+ * query API and the kvplane CLI, sqlite3 readers while it writes.
+ *
+ * Why this file is long: its cases share one daemon fixture (nats-server,
+ * advisor thread, database readers) that would otherwise be copied.
+ */
 #include <jansson.h>
 #include <sqlite3.h>
 #include <stdio.h>

@@ -1,5 +1,9 @@
 /* Advisor persistence (real SQLite files in a temp dir) and configuration
- * errors. */
+ * errors.
+ *
+ * Why this file is long: one fixture for the store's cases and the table
+ * of configuration mistakes, each a line or two.
+ */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>

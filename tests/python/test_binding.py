@@ -4,6 +4,9 @@ started on a free loopback port and the kvplane-advisor program with its
 SQLite database in a temporary directory, both started and stopped by each
 test that needs them.
 
+Why this file is long: every case shares the Plane fixture (nats-server and
+kvplane-advisor started per test).
+
 Environment (tests/python/tests.cmake sets it): KVPLANE_LIB (libkvplane.so),
 KVPLANE_ADVISOR (the kvplane-advisor program), KVPLANE_ABI (tests/python/
 abi.c, the C layout of the mirrored structs), PYTHONPATH (python/).

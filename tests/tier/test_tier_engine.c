@@ -4,7 +4,11 @@
  * "_advisor", and their sources deleted after the grace period; a
  * destination that is full fails cleanly and keeps the source; moves
  * interrupted by a crash are failed at the next open and committed ones
- * finished; a volume that does not open stops the engine with its name. */
+ * finished; a volume that does not open stops the engine with its name.
+ *
+ * Why this file is long: its cases share the engine fixture (tier_fx.h)
+ * and a NATS subscriber; each case is one behaviour of the engine.
+ */
 #include <pthread.h>
 #include <unistd.h>
 #include <sqlite3.h>

@@ -22,7 +22,11 @@
  * capacity (the suite adds capacity=3500; a plugin without that parameter
  * skips the case), stat, iterate (exactly what was put; stopping), reopen,
  * concurrent use from several threads, and error messages that name the
- * object. */
+ * object.
+ *
+ * Why this file is long: it is one program a vendor runs: every case of
+ * the contract with its fixture and command line in one source.
+ */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
