@@ -435,7 +435,8 @@ static int list_segs(const char *dir, uint64_t **out, size_t *n, char *err, size
     (*out)[(*n)++] = no;
   }
   closedir(d);
-  qsort(*out, *n, sizeof **out, cmp_u64);
+  if (*n > 0) /* qsort's base may not be NULL, even for no element */
+    qsort(*out, *n, sizeof **out, cmp_u64);
   return 0;
 }
 

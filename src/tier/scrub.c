@@ -160,7 +160,7 @@ static void pass_thread(void *arg) {
   int rc = kvp_volume_iterate(v->v, on_key, &p, e->scrub_err, sizeof e->scrub_err);
   if (rc == STOPPED && !__atomic_load_n(&e->scrub_stop, __ATOMIC_RELAXED))
     rc = 0; /* the listing was cut at SCRUB_MAX_KEYS (keys_truncated) */
-  if (rc == 0)
+  if (rc == 0 && e->nkeys > 0)
     qsort(e->keys, e->nkeys, sizeof *e->keys, cmp_u64);
   if (rc == 0 && e->scrub_verify)
     rc = verify(e, v, &p);
@@ -271,7 +271,7 @@ static void drop_missing(kvp__tier_engine_t *e, vol_t *v) {
     /* The index keeps last access in whole seconds: a block stored in
      * the second the pass started counts as stored since. A block the
      * engine moved into v during the pass is spared by name. */
-    if (bsearch(&h, e->keys, e->nkeys, sizeof *e->keys, cmp_u64) != NULL ||
+    if ((e->nkeys > 0 && bsearch(&h, e->keys, e->nkeys, sizeof *e->keys, cmp_u64) != NULL) ||
         kvp__tier_get_block(e, h, &b, &nl) != 0 || b.last_access_ms + 1000 > e->scrub_t0 ||
         kvp__map64_find(&e->scrub_touched, h) != NULL)
       continue;
@@ -300,7 +300,8 @@ static void find_orphans(kvp__tier_engine_t *e, vol_t *v) {
   kvp__map64_init(&now_orphans, 0);
   for (size_t i = 0; i < e->nkeys; i++) {
     uint64_t h = e->keys[i];
-    if (kvp__tier_located(e, h, v) || bsearch(&h, e->bad, e->nbad, sizeof *e->bad, cmp_u64))
+    if (kvp__tier_located(e, h, v) ||
+        (e->nbad > 0 && bsearch(&h, e->bad, e->nbad, sizeof *e->bad, cmp_u64)))
       continue;
     if (kvp__map64_find(&v->orphans, h) != NULL) {
       if (KVP_ARRAY_RESERVE(e->orphq, e->orphq_cap, e->norphq + 2, 64) == 0) {
@@ -345,7 +346,8 @@ void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
     }
   } else {
     e->st.scrubs++;
-    qsort(e->bad, e->nbad, sizeof *e->bad, cmp_u64);
+    if (e->nbad > 0) /* qsort's base may not be NULL, even for no element */
+      qsort(e->bad, e->nbad, sizeof *e->bad, cmp_u64);
     if (!e->keys_truncated)
       drop_missing(e, v);
     find_orphans(e, v);
