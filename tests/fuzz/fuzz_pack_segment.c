@@ -20,12 +20,21 @@ const kvp_volume_ops_t *kvp_volume_plugin_v1(void);
 
 static char g_root[256], g_seg[320];
 
+/* The scratch volume goes with the process. */
+static void remove_root(void) {
+  char cmd[320];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+  if (system(cmd) != 0)
+    return;
+}
+
 static void setup_once(void) {
   char tmpl[] = "/tmp/kvp-fuzz-pack-XXXXXX";
   if (g_root[0] || mkdtemp(tmpl) == NULL)
     return;
   snprintf(g_root, sizeof g_root, "%s", tmpl);
   snprintf(g_seg, sizeof g_seg, "%s/.packed/0000000000000001.seg", g_root);
+  atexit(remove_root);
 }
 
 typedef struct tally_s {
