@@ -4,34 +4,20 @@
  * (from_volume = to_volume, state 'compacted'), counted, and every live
  * block reads back whole afterwards; one below the ratio is left alone; a
  * compaction row left 'copying' by a crash is failed at the next open. */
-#include <sqlite3.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <uv.h>
-
-#include "advisor/advisor.h"
-#include "harness.h"
-#include "index/index.h"
 #include "kvplane/status.h"
-#include "kvplane/volume.h"
-#include "store/store.h"
-#include "tier/engine.h"
+#include "tier_fx.h"
 
 #define NBLOCKS 120
 
-typedef struct fx_s {
-  char dir[256], db[300], p3[300], p4[300];
-  uv_loop_t loop;
-  kvp__index_t *ix;
-  kvp__store_t *st;
-  kvp_advisor_config_t cfg;
-  kvp__tier_opts_t topts;
-} fx_t;
-
-static const char *packed_params(fx_t *f, char *buf, size_t n) {
-  snprintf(buf, n, "path=%s\nfsync=off\nlayout=packed\nsegment_size=16K\n", f->p3);
-  return buf;
+/* The fixture's G3 as a packed volume of 16 KiB segments, far from its
+ * watermarks (no moves, only compaction), and no scrub (the blocks are the
+ * volume's alone: no orphans to find). */
+static void packed_g3(fx_t *f) {
+  kvp_advisor_volume_t *g3 = &f->cfg.volumes[0];
+  g3->capacity = 100 << 20;
+  snprintf(g3->params, sizeof g3->params, "path=%s\nfsync=off\nlayout=packed\nsegment_size=16K\n",
+           f->p3);
+  f->cfg.tier_scrub_ms = 0;
 }
 
 static kvp_volume_t *open_g3(fx_t *f) {
@@ -44,54 +30,9 @@ static kvp_volume_t *open_g3(fx_t *f) {
   return v;
 }
 
-static int setup(void **state) {
-  fx_t *f = calloc(1, sizeof *f);
-  char err[256];
-  *state = f;
-  if (kvp_test_tmpdir(f->dir, sizeof f->dir) == NULL)
-    return -1;
-  snprintf(f->db, sizeof f->db, "%s/a.db", f->dir);
-  snprintf(f->p3, sizeof f->p3, "%s/g3", f->dir);
-  snprintf(f->p4, sizeof f->p4, "%s/g4", f->dir);
-  uv_loop_init(&f->loop);
-  if (kvp__index_create(64, 3600, &f->ix) != 0 ||
-      kvp__store_open(f->db, &f->st, err, sizeof err) != 0)
-    return -1;
-  kvp_advisor_config_defaults(&f->cfg);
-  snprintf(f->cfg.ns, sizeof f->cfg.ns, "t");
-  snprintf(f->cfg.db_path, sizeof f->cfg.db_path, "%s", f->db);
-  snprintf(f->cfg.plugin_dir, sizeof f->cfg.plugin_dir, "%s", KVP_BUILD_PLUGIN_DIR);
-  f->cfg.tiering = 1;
-  f->cfg.nats.servers[0] = '\0';
-  f->cfg.tier_scrub_ms = 0; /* the blocks are the volume's alone: no orphans to find */
-  f->cfg.nvolumes = 2;
-  kvp_advisor_volume_t *g3 = &f->cfg.volumes[0], *g4 = &f->cfg.volumes[1];
-  snprintf(g3->name, sizeof g3->name, "g3");
-  g3->tier = 3;
-  snprintf(g3->plugin, sizeof g3->plugin, "posix");
-  g3->capacity = 100 << 20; /* far from its watermark: no moves, only compaction */
-  packed_params(f, g3->params, sizeof g3->params);
-  snprintf(g4->name, sizeof g4->name, "g4");
-  g4->tier = 4;
-  snprintf(g4->plugin, sizeof g4->plugin, "posix");
-  snprintf(g4->params, sizeof g4->params, "path=%s\nfsync=off\n", f->p4);
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_t *f = *state;
-  uv_run(&f->loop, UV_RUN_DEFAULT);
-  uv_loop_close(&f->loop);
-  kvp__store_close(f->st);
-  kvp__index_destroy(f->ix);
-  kvp_test_rmtree(f->dir);
-  free(f);
-  return 0;
-}
-
 /* Blocks 1..NBLOCKS of 1000 bytes in the packed G3, then every block with
  * i % keep_every != 0 deleted (none when keep_every is 0). */
-static void seed(fx_t *f, int keep_every) {
+static void seed_packed(fx_t *f, int keep_every) {
   uint8_t payload[1000];
   char err[512];
   kvp_volume_t *v = open_g3(f);
@@ -128,24 +69,6 @@ static void check_blocks(fx_t *f, int keep_every) {
   kvp_volume_close(v);
 }
 
-static void round_and_wait(fx_t *f, kvp__tier_engine_t *e) {
-  kvp__tier_engine_round(e);
-  while (kvp__tier_engine_busy(e))
-    uv_run(&f->loop, UV_RUN_ONCE);
-}
-
-static int64_t q1(const char *db, const char *sql) {
-  sqlite3 *h = NULL;
-  sqlite3_stmt *s = NULL;
-  int64_t v = -1;
-  if (sqlite3_open(db, &h) == SQLITE_OK && sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK &&
-      sqlite3_step(s) == SQLITE_ROW)
-    v = sqlite3_column_int64(s, 0);
-  sqlite3_finalize(s);
-  sqlite3_close(h);
-  return v;
-}
-
 static kvp__tier_engine_t *open_engine(fx_t *f) {
   kvp__tier_engine_t *e = NULL;
   char err[512];
@@ -154,15 +77,17 @@ static kvp__tier_engine_t *open_engine(fx_t *f) {
   if (rc != 0)
     print_message("engine: %s\n", err);
   assert_int_equal(rc, 0);
+  fx_engine = e; /* teardown closes it after a failure */
   return e;
 }
 
 static void dead_volume_is_compacted_and_journaled(void **state) {
   fx_t *f = *state;
+  packed_g3(f);
   kvp__tier_stats_t st;
   kvp__tier_vol_stats_t vs[2];
 
-  seed(f, 4); /* three in four deleted: 75% dead */
+  seed_packed(f, 4); /* three in four deleted: 75% dead */
   kvp__tier_engine_t *e = open_engine(f);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
@@ -177,6 +102,7 @@ static void dead_volume_is_compacted_and_journaled(void **state) {
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.compactions, 1);
   kvp__tier_engine_close(e);
+  fx_engine = NULL;
   assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE from_volume = 'g3' AND "
                              "to_volume = 'g3' AND state = 'compacted' AND hash = 0 AND "
                              "error LIKE 'reclaimed %'"),
@@ -186,32 +112,36 @@ static void dead_volume_is_compacted_and_journaled(void **state) {
 
 static void a_volume_under_the_ratio_is_left_alone(void **state) {
   fx_t *f = *state;
+  packed_g3(f);
   kvp__tier_stats_t st;
 
-  seed(f, 0);
+  seed_packed(f, 0);
   f->cfg.tier_compact_ms = 1000;
   kvp__tier_engine_t *e = open_engine(f);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.compactions, 0);
   kvp__tier_engine_close(e);
+  fx_engine = NULL;
   assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations"), 0);
   /* compact_ratio 0: never, however dead. */
-  seed(f, 4);
+  seed_packed(f, 4);
   f->cfg.tier_compact_ratio = 0;
   e = open_engine(f);
   round_and_wait(f, e);
   kvp__tier_engine_stats(e, &st);
   assert_int_equal(st.compactions, 0);
   kvp__tier_engine_close(e);
+  fx_engine = NULL;
   check_blocks(f, 4);
 }
 
 static void an_interrupted_compaction_is_failed_at_open(void **state) {
   fx_t *f = *state;
+  packed_g3(f);
   sqlite3 *h = NULL;
 
-  seed(f, 0);
+  seed_packed(f, 0);
   assert_int_equal(sqlite3_open(f->db, &h), SQLITE_OK);
   assert_int_equal(sqlite3_exec(h,
                                 "INSERT INTO migrations(hash, from_tier, from_volume, to_tier, "
@@ -222,6 +152,7 @@ static void an_interrupted_compaction_is_failed_at_open(void **state) {
   sqlite3_close(h);
   kvp__tier_engine_t *e = open_engine(f);
   kvp__tier_engine_close(e);
+  fx_engine = NULL;
   assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'failed' AND error "
                              "LIKE 'compaction interrupted%'"),
                    1);

@@ -92,7 +92,7 @@ static int teardown(void **state) {
 
 /* The worker put blocks 1..n (a chain: i's parent is i - 1) in G3 and the
  * index knows them there; block i was last accessed at NOW + i s. */
-static void seed(fx_t *f, int n) {
+static inline void seed(fx_t *f, int n) {
   uint8_t payload[1000];
   char err[256];
   for (int i = 1; i <= n; i++) {
@@ -109,13 +109,13 @@ static void seed(fx_t *f, int n) {
   }
 }
 
-static void round_and_wait(fx_t *f, kvp__tier_engine_t *e) {
+static inline void round_and_wait(fx_t *f, kvp__tier_engine_t *e) {
   kvp__tier_engine_round(e);
   while (kvp__tier_engine_busy(e))
     uv_run(&f->loop, UV_RUN_ONCE);
 }
 
-static int64_t q1(const char *db, const char *sql) {
+static inline int64_t q1(const char *db, const char *sql) {
   sqlite3 *h = NULL;
   sqlite3_stmt *s = NULL;
   int64_t v = -1;
@@ -127,7 +127,7 @@ static int64_t q1(const char *db, const char *sql) {
   return v;
 }
 
-static int locs_in(fx_t *f, uint64_t hash, int tier) {
+static inline int locs_in(fx_t *f, uint64_t hash, int tier) {
   kvp__index_loc_t l[8];
   size_t n = 0;
   int k = 0;
