@@ -274,13 +274,18 @@ static int ensure_db_dir(const char *path, char *err, size_t errlen) {
   return KVP_EIO;
 }
 
-/* Blocks read from G4 by a worker: the tiering engine brings the rest of
- * their prefix to G3 (prefetch). */
+/* Blocks read from G3 or G4 by a worker: the tiering policy hears each
+ * read (its on_access hook), and for G4 the engine brings the rest of the
+ * prefix to G3 (prefetch). */
 static void on_accessed(void *ctx, int tier, const uint64_t *hashes, size_t n) {
   kvp_advisor_t *adv = ctx;
-  if (tier == KVP_TIER_G4 && adv->tier != NULL)
-    for (size_t i = 0; i < n; i++)
+  if (adv->tier == NULL || (tier != KVP_TIER_G3 && tier != KVP_TIER_G4))
+    return;
+  for (size_t i = 0; i < n; i++) {
+    kvp__tier_engine_access(adv->tier, hashes[i], tier);
+    if (tier == KVP_TIER_G4)
       kvp__tier_engine_hit(adv->tier, hashes[i]);
+  }
 }
 
 /* Opens the index, ingest state and database, and loads the index. */

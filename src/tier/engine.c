@@ -282,6 +282,11 @@ out:
   free(g4);
 }
 
+void kvp__tier_engine_access(kvp__tier_engine_t *e, uint64_t hash, int tier) {
+  if (e->pol != NULL)
+    kvp__tier_pol_access(e->pol, hash, tier, kvp__unix_ms());
+}
+
 void kvp__tier_engine_hit(kvp__tier_engine_t *e, uint64_t hash) {
   if (e->prm.prefetch_depth == 0)
     return;

@@ -155,6 +155,10 @@ void kvp__tier_engine_stop(kvp__tier_engine_t *e, void (*done)(void *ctx), void 
 #define KVP__TIER_HITS_MAX 1024
 void kvp__tier_engine_hit(kvp__tier_engine_t *e, uint64_t hash);
 
+/* A worker read hash from tier (3 or 4): the policy's on_access hook hears
+ * it at once (lfu counts it, s3fifo marks it). Loop thread. */
+void kvp__tier_engine_access(kvp__tier_engine_t *e, uint64_t hash, int tier);
+
 /* Runs one round now (tests). */
 void kvp__tier_engine_round(kvp__tier_engine_t *e);
 
