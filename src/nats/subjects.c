@@ -1,6 +1,9 @@
-/* Subject builders and the parser; see include/kvplane/subjects.h. */
+/* Subject builders and parsers, partitioned event subjects and the server
+ * mapping that makes them included: every kvplane subject string is
+ * written here. See include/kvplane/subjects.h. */
 #include "kvplane/subjects.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,4 +86,62 @@ int kvp_subject_parse_events(const char *subject, char ns[KVP_SUBJECT_TOKEN_MAX 
   if ((n = token(p, worker)) == 0 || p[n] != '\0')
     return KVP_EPROTO;
   return 0;
+}
+
+/* --- partitioned event subjects ------------------------------------------ */
+
+int kvp_subject_pevents(char *buf, size_t len, const char *ns, uint32_t p) {
+  if (p >= KVP_PARTITIONS_MAX)
+    return KVP_EINVAL;
+  return build(buf, len, 1, "kvplane.pev.%s.%" PRIu32 ".*", ns, p);
+}
+
+int kvp_subject_pevents_all(char *buf, size_t len, uint32_t p) {
+  if (p >= KVP_PARTITIONS_MAX)
+    return KVP_EINVAL;
+  int n = snprintf(buf, len, "kvplane.pev.*.%" PRIu32 ".*", p);
+  return n >= 0 && (size_t)n < len ? 0 : KVP_ETOOBIG;
+}
+
+int kvp_subject_parse_any_events(const char *subject, char ns[KVP_SUBJECT_TOKEN_MAX + 1],
+                                 char worker[KVP_SUBJECT_TOKEN_MAX + 1], uint32_t *partition) {
+  static const char prefix[] = "kvplane.pev.";
+  const char *p;
+  size_t n;
+  uint32_t part = 0;
+
+  *partition = UINT32_MAX;
+  if (subject == NULL || strncmp(subject, prefix, sizeof prefix - 1) != 0)
+    return kvp_subject_parse_events(subject, ns, worker);
+  p = subject + sizeof prefix - 1;
+  if ((n = token(p, ns)) == 0 || p[n] != '.')
+    return KVP_EPROTO;
+  p += n + 1;
+  /* The partition: decimal, no leading zero, below KVP_PARTITIONS_MAX. */
+  n = 0;
+  while (p[n] >= '0' && p[n] <= '9' && n < 5) {
+    part = part * 10 + (uint32_t)(p[n] - '0');
+    n++;
+  }
+  if (n == 0 || p[n] != '.' || (n > 1 && p[0] == '0') || part >= KVP_PARTITIONS_MAX)
+    return KVP_EPROTO;
+  p += n + 1;
+  if ((n = token(p, worker)) == 0 || p[n] != '\0')
+    return KVP_EPROTO;
+  *partition = part;
+  return 0;
+}
+
+int kvp_partition_mapping_conf(char *buf, size_t len, uint32_t count) {
+  if (count < 1 || count > KVP_PARTITIONS_MAX)
+    return KVP_EINVAL;
+  int n = snprintf(buf, len,
+                   "# kvplane: %" PRIu32 " event partitions (kvplane.ev.<ns>.<worker> ->\n"
+                   "# kvplane.pev.<ns>.<partition>.<worker>); the same block on every server.\n"
+                   "mappings = {\n"
+                   "  \"kvplane.ev.*.*\": "
+                   "\"kvplane.pev.{{wildcard(1)}}.{{partition(%" PRIu32 ",2)}}.{{wildcard(2)}}\"\n"
+                   "}\n",
+                   count, count);
+  return n >= 0 && (size_t)n < len ? 0 : KVP_ETOOBIG;
 }
