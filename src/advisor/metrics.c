@@ -129,6 +129,18 @@ static void write_store(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
       "JetStream stream sequence of the last committed flush.", (double)s->committed_seq);
 }
 
+/* One family with a sample per volume (label volume) for the volumes v of
+ * snapshot s where cond holds: value. */
+#define PER_VOLUME(p_, s_, name_, type_, help_, cond_, value_)                                     \
+  do {                                                                                             \
+    kvp__prom_family(p_, name_, type_, help_);                                                     \
+    for (size_t i_ = 0; i_ < (s_)->nvols; i_++) {                                                  \
+      const kvp__tier_vol_stats_t *v = &(s_)->vols[i_];                                            \
+      if (cond_)                                                                                   \
+        kvp__prom_sample(p_, name_, (const char *[]){"volume", v->name, NULL}, (double)(value_));  \
+    }                                                                                              \
+  } while (0)
+
 static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   const kvp__tier_stats_t *t = &s->tier;
   one(p, "kvplane_migration_rounds_total", "counter", "Tiering rounds planned.", (double)t->rounds);
@@ -208,60 +220,32 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
         kvp__prom_sample(p, "kvplane_migrated_bytes_total",
                          (const char *[]){"from", kvp_tier_name(a), "to", kvp_tier_name(b), NULL},
                          (double)t->bytes_tiers[a][b]);
-  kvp__prom_family(p, "kvplane_volume_used_bytes", "gauge",
-                   "Bytes the index places on the volume, as of the last tiering round.");
-  for (size_t i = 0; i < s->nvols; i++)
-    kvp__prom_sample(p, "kvplane_volume_used_bytes",
-                     (const char *[]){"volume", s->vols[i].name, NULL}, (double)s->vols[i].used);
-  kvp__prom_family(p, "kvplane_volume_capacity_bytes", "gauge",
-                   "The volume's configured capacity ([volume <name>] capacity).");
-  for (size_t i = 0; i < s->nvols; i++)
-    kvp__prom_sample(p, "kvplane_volume_capacity_bytes",
-                     (const char *[]){"volume", s->vols[i].name, NULL},
-                     (double)s->vols[i].capacity);
-  kvp__prom_family(p, "kvplane_volume_offline", "gauge",
-                   "1 while the volume's identity marker is gone (a dropped mount, a deleted "
-                   "directory): no moves go into or out of it.");
-  for (size_t i = 0; i < s->nvols; i++)
-    kvp__prom_sample(p, "kvplane_volume_offline", (const char *[]){"volume", s->vols[i].name, NULL},
-                     (double)s->vols[i].offline);
-  kvp__prom_family(p, "kvplane_volume_dead_bytes", "gauge",
-                   "Bytes a compactable volume holds that no object owns (deleted or replaced, "
-                   "not yet compacted), at the engine's last look.");
-  for (size_t i = 0; i < s->nvols; i++)
-    if (s->vols[i].store_bytes > 0)
-      kvp__prom_sample(p, "kvplane_volume_dead_bytes",
-                       (const char *[]){"volume", s->vols[i].name, NULL},
-                       (double)s->vols[i].dead_bytes);
-  kvp__prom_family(p, "kvplane_volume_compacted_bytes_total", "counter",
-                   "Dead bytes compaction reclaimed in the volume ([tiering] compact_ratio).");
-  for (size_t i = 0; i < s->nvols; i++)
-    if (s->vols[i].store_bytes > 0)
-      kvp__prom_sample(p, "kvplane_volume_compacted_bytes_total",
-                       (const char *[]){"volume", s->vols[i].name, NULL},
-                       (double)s->vols[i].compacted_bytes);
-  kvp__prom_family(p, "kvplane_volume_pinned_bytes", "gauge",
-                   "Bytes of pinned blocks in the volume (kvplane pin): never demoted or "
-                   "evicted.");
-  for (size_t i = 0; i < s->nvols; i++)
-    kvp__prom_sample(p, "kvplane_volume_pinned_bytes",
-                     (const char *[]){"volume", s->vols[i].name, NULL},
-                     (double)s->vols[i].pinned_bytes);
-  kvp__prom_family(p, "kvplane_volume_fill_ratio", "gauge",
-                   "used / capacity of volumes with a capacity.");
-  for (size_t i = 0; i < s->nvols; i++)
-    if (s->vols[i].capacity > 0)
-      kvp__prom_sample(p, "kvplane_volume_fill_ratio",
-                       (const char *[]){"volume", s->vols[i].name, NULL},
-                       (double)s->vols[i].used / (double)s->vols[i].capacity);
-  kvp__prom_family(p, "kvplane_volume_above_high_seconds_total", "counter",
-                   "Time a G3 volume's fill was above [tiering] high_watermark, as the rounds "
-                   "saw it.");
-  for (size_t i = 0; i < s->nvols; i++)
-    if (s->vols[i].tier == 3)
-      kvp__prom_sample(p, "kvplane_volume_above_high_seconds_total",
-                       (const char *[]){"volume", s->vols[i].name, NULL},
-                       (double)s->vols[i].above_high_ms / 1e3);
+  PER_VOLUME(p, s, "kvplane_volume_used_bytes", "gauge",
+             "Bytes the index places on the volume, as of the last tiering round.", 1, v->used);
+  PER_VOLUME(p, s, "kvplane_volume_capacity_bytes", "gauge",
+             "The volume's configured capacity ([volume <name>] capacity).", 1, v->capacity);
+  PER_VOLUME(p, s, "kvplane_volume_offline", "gauge",
+             "1 while the volume's identity marker is gone (a dropped mount, a deleted "
+             "directory): no moves go into or out of it.",
+             1, v->offline);
+  PER_VOLUME(p, s, "kvplane_volume_dead_bytes", "gauge",
+             "Bytes a compactable volume holds that no object owns (deleted or replaced, "
+             "not yet compacted), at the engine's last look.",
+             v->store_bytes > 0, v->dead_bytes);
+  PER_VOLUME(p, s, "kvplane_volume_compacted_bytes_total", "counter",
+             "Dead bytes compaction reclaimed in the volume ([tiering] compact_ratio).",
+             v->store_bytes > 0, v->compacted_bytes);
+  PER_VOLUME(p, s, "kvplane_volume_pinned_bytes", "gauge",
+             "Bytes of pinned blocks in the volume (kvplane pin): never demoted or "
+             "evicted.",
+             1, v->pinned_bytes);
+  PER_VOLUME(p, s, "kvplane_volume_fill_ratio", "gauge",
+             "used / capacity of volumes with a capacity.", v->capacity > 0,
+             v->used / (double)v->capacity);
+  PER_VOLUME(p, s, "kvplane_volume_above_high_seconds_total", "counter",
+             "Time a G3 volume's fill was above [tiering] high_watermark, as the rounds "
+             "saw it.",
+             v->tier == 3, v->above_high_ms / 1e3);
 }
 
 void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
@@ -303,19 +287,13 @@ static int collect(void *ctx, kvp__prom_t *out) {
   /* Written under the lock: a copy would be 12 KiB on MHD's stack per
    * scrape for nothing, and the loop only waits for this at its ticks. */
   pthread_mutex_lock(&m->mu);
-  if (m->have) {
-    char why[256];
+  char why[256];
+  if (m->have)
     kvp__adv_metrics_write(&m->snap, out);
-    /* What /readyz answers, for alert rules (Prometheus does not probe it). */
-    one(out, "kvplane_advisor_ready", "gauge",
-        "1 while the advisor is ready (what /readyz answers 200 for), else 0.",
-        ready(m, why, sizeof why) ? 1.0 : 0.0);
-  } else {
-    char why[256];
-    one(out, "kvplane_advisor_ready", "gauge",
-        "1 while the advisor is ready (what /readyz answers 200 for), else 0.",
-        ready(m, why, sizeof why) ? 1.0 : 0.0);
-  }
+  /* What /readyz answers, for alert rules (Prometheus does not probe it). */
+  one(out, "kvplane_advisor_ready", "gauge",
+      "1 while the advisor is ready (what /readyz answers 200 for), else 0.",
+      ready(m, why, sizeof why) ? 1.0 : 0.0);
   write_load(m, out);
   pthread_mutex_unlock(&m->mu);
   return rc;
