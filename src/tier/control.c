@@ -24,13 +24,15 @@
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
 
-/* Adds root and its ancestors to the pinned set (stops at one already
- * there: the rest of its chain is too). */
-static int close_over(kvp__tier_engine_t *e, kvp__map64_t *set, uint64_t root) {
+/* Adds root and its ancestors to set, stopping at one already in set or
+ * in also (may be NULL): the rest of its chain is there too. */
+static int close_over(kvp__tier_engine_t *e, kvp__map64_t *set, const kvp__map64_t *also,
+                      uint64_t root) {
   uint64_t h = root;
   for (;;) {
     kvp__index_block_t b;
-    if (kvp__map64_find(set, h) != NULL)
+    if (kvp__map64_find(set, h) != NULL ||
+        (also != NULL && kvp__map64_find((kvp__map64_t *)also, h) != NULL))
       return 0;
     if (kvp__map64_put(set, h, 1) != 0)
       return KVP_ENOMEM;
@@ -50,10 +52,11 @@ static void volume_bytes(kvp__tier_engine_t *e, const kvp__map64_t *set, uint64_
     size_t n = 0;
     if (kvp__tier_get_block(e, h, &b, &n) != 0)
       continue;
-    for (size_t k = 0; k < n; k++)
-      for (size_t v = 0; v < e->nvols; v++)
-        if (e->locs[k].tier == e->vols[v].tier && e->locs[k].volume == e->vols[v].id)
-          bytes[v] += b.bytes;
+    for (size_t k = 0; k < n; k++) {
+      long v = kvp__tier_vol_of(e, e->locs[k].tier, e->locs[k].volume);
+      if (v >= 0)
+        bytes[v] += b.bytes;
+    }
   }
 }
 
@@ -62,7 +65,7 @@ int kvp__tier_pins_rebuild(kvp__tier_engine_t *e) {
   int rc = 0;
   kvp__map64_clear(&e->pinned);
   for (size_t i = 0; i < e->npins && rc == 0; i++)
-    rc = close_over(e, &e->pinned, e->pins[i]);
+    rc = close_over(e, &e->pinned, NULL, e->pins[i]);
   volume_bytes(e, &e->pinned, bytes);
   for (size_t v = 0; v < e->nvols; v++)
     e->vols[v].st.pinned_bytes = bytes[v];
@@ -114,16 +117,8 @@ int kvp__tier_engine_pin(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n
   kvp__map64_t add;
   uint64_t bytes[KVP__TIER_MAX_VOLUMES];
   int rc = kvp__map64_init(&add, 64);
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    uint64_t h = hashes[i];
-    while (rc == 0 && kvp__map64_find(&e->pinned, h) == NULL && kvp__map64_find(&add, h) == NULL) {
-      kvp__index_block_t b;
-      rc = kvp__map64_put(&add, h, 1);
-      if (kvp__index_get(e->ix, h, &b, NULL, 0, NULL) != 0 || b.parent == h)
-        break;
-      h = b.parent;
-    }
-  }
+  for (size_t i = 0; i < n && rc == 0; i++)
+    rc = close_over(e, &add, &e->pinned, hashes[i]);
   if (rc != 0) {
     kvp__map64_free(&add);
     return rc;
@@ -223,14 +218,13 @@ int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t 
       (*skipped)++;
       continue;
     }
-    for (size_t k = 0; k < nl; k++)
-      for (size_t v = 0; v < e->nvols; v++)
-        if (e->locs[k].tier == e->vols[v].tier && e->locs[k].volume == e->vols[v].id) {
-          if (e->vols[v].tier == tier)
-            there = 1;
-          else if (from < 0)
-            from = (long)v;
-        }
+    for (size_t k = 0; k < nl; k++) {
+      long v = kvp__tier_vol_of(e, e->locs[k].tier, e->locs[k].volume);
+      if (v >= 0 && e->vols[v].tier == tier)
+        there = 1;
+      else if (v >= 0 && from < 0)
+        from = v;
+    }
     if (there || from < 0) {
       (*skipped)++; /* already there, or in no volume of the engine (G1/G2 only) */
       continue;
@@ -277,11 +271,11 @@ int kvp__tier_engine_drop(kvp__tier_engine_t *e, const uint64_t *hashes, size_t 
     }
     uint32_t vols[KVP__TIER_MAX_VOLUMES];
     size_t nv = 0;
-    for (size_t k = 0; k < nl; k++)
-      for (size_t v = 0; v < e->nvols; v++)
-        if (e->locs[k].tier == e->vols[v].tier && e->locs[k].volume == e->vols[v].id &&
-            (tier == 0 || e->vols[v].tier == tier) && nv < KVP__TIER_MAX_VOLUMES)
-          vols[nv++] = (uint32_t)v;
+    for (size_t k = 0; k < nl && nv < KVP__TIER_MAX_VOLUMES; k++) {
+      long v = kvp__tier_vol_of(e, e->locs[k].tier, e->locs[k].volume);
+      if (v >= 0 && (tier == 0 || e->vols[v].tier == tier))
+        vols[nv++] = (uint32_t)v;
+    }
     for (size_t k = 0; k < nv; k++) {
       op_t o = {.kind = KVP__TIER_EVICT,
                 .hash = b.hash,

@@ -22,13 +22,6 @@
 
 /* --- rounds (loop thread) ------------------------------------------------------ */
 
-static long vol_of(const kvp__tier_engine_t *e, int tier, uint16_t id) {
-  for (size_t v = 0; v < e->nvols; v++)
-    if (e->vols[v].tier == tier && e->vols[v].id == id)
-      return (long)v;
-  return -1;
-}
-
 /* Whether hash's copy in volume v is a moved block's source waiting for its
  * grace period (or any volume, v < 0). */
 static int pending(kvp__tier_engine_t *e, uint64_t hash, long v) {
@@ -47,7 +40,7 @@ static int cmp_u64(const void *a, const void *b) {
 static uint32_t g4_copy(kvp__tier_engine_t *e, uint64_t hash, const kvp__index_loc_t *locs,
                         size_t nl, uint64_t now) {
   for (size_t k = 0; k < nl; k++) {
-    long v = locs[k].tier == 4 ? vol_of(e, 4, locs[k].volume) : -1;
+    long v = locs[k].tier == 4 ? kvp__tier_vol_of(e, 4, locs[k].volume) : -1;
     if (v >= 0 && !e->vols[v].offline && e->vols[v].out_until_ms <= now && !pending(e, hash, v))
       return (uint32_t)v + 1;
   }
@@ -83,7 +76,7 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used,
         continue;
       const kvp__index_loc_t *locs = e->locs;
       for (size_t k = 0; k < nl; k++) {
-        long v = locs[k].tier == tier ? vol_of(e, tier, locs[k].volume) : -1;
+        long v = locs[k].tier == tier ? kvp__tier_vol_of(e, tier, locs[k].volume) : -1;
         if (v < 0)
           continue;
         if (KVP_ARRAY_RESERVE(e->cands, e->cands_cap, e->ncands + 1, 1024) != 0 ||

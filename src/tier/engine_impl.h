@@ -269,6 +269,11 @@ int kvp__tier_pins_rebuild(kvp__tier_engine_t *e);
 void kvp__tier_control_take(kvp__tier_engine_t *e);
 void kvp__tier_control_done(kvp__tier_engine_t *e);
 
+/* The engine's volume at location (tier, index volume id), or -1 when the
+ * engine has none there (G1/G2, or a volume it does not manage).
+ * (locations.c) */
+long kvp__tier_vol_of(const kvp__tier_engine_t *e, int tier, uint16_t id);
+
 /* Removes every location of hash in (tier, volume) v, whoever holds it.
  * (locations.c) */
 void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v);

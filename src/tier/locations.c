@@ -83,3 +83,10 @@ void kvp__tier_pend_compact(kvp__tier_engine_t *e) {
   }
   e->npend = k;
 }
+
+long kvp__tier_vol_of(const kvp__tier_engine_t *e, int tier, uint16_t id) {
+  for (size_t v = 0; v < e->nvols; v++)
+    if (e->vols[v].tier == tier && e->vols[v].id == id)
+      return (long)v;
+  return -1;
+}
