@@ -266,12 +266,12 @@ static int reserve(posix_t *p, size_t n, seg_t **seg, uint64_t *off, char *err, 
 static int write_rec(posix_t *p, seg_t *s, uint64_t off, rec_t *h, const char *ns,
                      const struct iovec *iov, int iovcnt) {
   static const char zeros[8];
-  struct iovec v[16];
+  struct iovec v[PX_IOV_MAX];
   size_t total = rec_size(h->nslen, h->len);
   int n = 0;
   XXH3_state_t st;
 
-  if (iovcnt > 12)
+  if (iovcnt > PX_IOV_MAX - 3)
     return EINVAL;
   h->sum = 0;
   XXH3_64bits_reset(&st);
@@ -286,25 +286,9 @@ static int write_rec(posix_t *p, seg_t *s, uint64_t off, rec_t *h, const char *n
     v[n++] = iov[i];
   if (total > sizeof *h + h->nslen + h->len)
     v[n++] = (struct iovec){(void *)zeros, total - (sizeof *h + h->nslen + h->len)};
-  for (size_t done = 0; done < total;) {
-    ssize_t w = pwritev(s->fd, v, n, (off_t)(off + done));
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return w < 0 ? errno : EIO;
-    done += (size_t)w;
-    /* Skips what was written. */
-    size_t left = (size_t)w;
-    int j = 0;
-    while (j < n && left >= v[j].iov_len)
-      left -= v[j++].iov_len;
-    memmove(v, v + j, (size_t)(n - j) * sizeof *v);
-    n -= j;
-    if (n > 0) {
-      v[0].iov_base = (char *)v[0].iov_base + left;
-      v[0].iov_len -= left;
-    }
-  }
+  int e = px_pwrite_all(s->fd, v, n, off);
+  if (e != 0)
+    return e;
   if (p->fsync && fdatasync(s->fd) != 0)
     return errno;
   return 0;
@@ -778,16 +762,8 @@ static int carry(posix_t *p, seg_t *v, const unsigned char *m, uint64_t off, con
   }
   pthread_mutex_unlock(&p->mu);
   /* The record's bytes as they are: same version, same checksum. */
-  int werr = 0;
-  for (size_t done = 0; done < size && werr == 0;) {
-    ssize_t w = pwrite(s->fd, m + off + done, size - done, (off_t)(to + done));
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      werr = w < 0 ? errno : EIO;
-    else
-      done += (size_t)w;
-  }
+  struct iovec rec = {(void *)(m + off), size};
+  int werr = px_pwrite_all(s->fd, &rec, 1, to);
   pthread_mutex_lock(&p->mu);
   if (werr != 0) {
     s->dead += size;

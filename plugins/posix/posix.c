@@ -233,34 +233,6 @@ static size_t iov_len(const struct iovec *iov, int n) {
   return t;
 }
 
-/* writev until everything is written or an error. */
-static int write_all(int fd, const struct iovec *iov, int n) {
-  struct iovec v[8];
-  if (n > 8)
-    return EINVAL;
-  memcpy(v, iov, (size_t)n * sizeof *v);
-  struct iovec *cur = v;
-  while (n > 0) {
-    ssize_t w = writev(fd, cur, n);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return errno;
-    }
-    size_t left = (size_t)w;
-    while (n > 0 && left >= cur->iov_len) {
-      left -= cur->iov_len;
-      cur++;
-      n--;
-    }
-    if (n > 0) {
-      cur->iov_base = (char *)cur->iov_base + left;
-      cur->iov_len -= left;
-    }
-  }
-  return 0;
-}
-
 /* A put of a small object into the packed layout, its len reserved; a file
  * of the same key (the object was larger before, or the volume held files
  * before it was packed) goes once the record is durable. */
@@ -324,7 +296,7 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
     rc = px_fail(px_errno_code(e), err, errlen, "%s: %s", tmp, e);
     goto done;
   }
-  if ((e = write_all(fd, iov, iovcnt)) != 0 || (p->fsync && fsync(fd) != 0 && (e = errno))) {
+  if ((e = px_pwrite_all(fd, iov, iovcnt, 0)) != 0 || (p->fsync && fsync(fd) != 0 && (e = errno))) {
     rc = px_fail(px_errno_code(e), err, errlen, "%s: write: %s", tmp, e);
     goto done;
   }

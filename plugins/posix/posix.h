@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #define MARKER ".kvplane-volume" /* the identity marker, in the root */
 
@@ -36,6 +37,10 @@ int px_errno_code(int e);
 /* The directory and file of (ns, hash) under the root. */
 void px_paths(const posix_t *p, const char *ns, uint64_t hash, char *dir, size_t dlen, char *file,
               size_t flen);
+/* Writes all of iov[0..n) (n at most PX_IOV_MAX) at off, however short the
+ * writes; 0 or an errno. */
+#define PX_IOV_MAX 16
+int px_pwrite_all(int fd, const struct iovec *iov, int n, uint64_t off);
 /* fsyncs a directory; 0 or -1 with errno. */
 int px_sync_dir(const char *dir);
 /* Creates the fan-out directories <root>/<ns>/<hh> (never the root); 0 or -1. */

@@ -67,6 +67,37 @@ int px_mkdir_p(const char *root, const char *ns, const char *dir) {
   return mkdir(dir, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+int px_pwrite_all(int fd, const struct iovec *iov, int n, uint64_t off) {
+  struct iovec v[PX_IOV_MAX];
+  if (n > PX_IOV_MAX)
+    return EINVAL;
+  memcpy(v, iov, (size_t)n * sizeof *v);
+  struct iovec *cur = v;
+  size_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += v[i].iov_len;
+  while (total > 0) { /* an empty object writes nothing */
+    ssize_t w = pwritev(fd, cur, n, (off_t)off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return w < 0 ? errno : EIO;
+    off += (uint64_t)w;
+    total -= (size_t)w;
+    size_t left = (size_t)w;
+    while (n > 0 && left >= cur->iov_len) {
+      left -= cur->iov_len;
+      cur++;
+      n--;
+    }
+    if (n > 0) {
+      cur->iov_base = (char *)cur->iov_base + left;
+      cur->iov_len -= left;
+    }
+  }
+  return 0;
+}
+
 /* --- identity ---------------------------------------------------------------- */
 
 /* Reads the marker's id into id (33 bytes) and, when ns is not NULL, the
