@@ -3,10 +3,12 @@
  *
  * Writes a database of N block locations (the match suite's layout: chains
  * of 64, `copies` holders per block) with plain inserts in hash order,
- * then times kvp__store_open + kvp__store_load into an empty index, against
- * reading the same rows with two plain SELECTs (every column, no index):
- * load.<N>M.locations_per_s. --db PATH keeps the database (written once,
- * reused by the next runs). The 128M run is by hand. */
+ * then times kvp__store_open + kvp__store_load into an empty index and one
+ * match (restart to answering), against reading the same rows with two
+ * plain SELECTs (every column, no index): from the rows
+ * (load.<N>M.rows.locations_per_s), then, after writing the index snapshot
+ * from that index, from the snapshot (load.<N>M.locations_per_s). --db PATH keeps the database
+ * (written once, reused by the next runs). The 128M run is by hand. */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,12 +137,54 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total) {
   p->total = total;
 }
 
+/* Restart to answering: open the store, load it into an empty index and
+ * answer one match, timed into *secs. snapshot 0: the rows (and then a
+ * snapshot is written from the loaded index, timed into *t_write); 1: the
+ * snapshot, which must have been read. */
+static int timed_load(const char *path, int snapshot, double *secs, kvp__index_stats_t *is,
+                      uint64_t *snap_bytes, double *t_write) {
+  kvp__index_t *ix = NULL;
+  kvp__store_t *st = NULL;
+  uint64_t seq = 0, t0 = kvp_bench_now_ns();
+  prog_t pr = {0};
+  char err[256];
+  kvp__index_match_t rows[16];
+  size_t nrows = 0;
+  int rc = kvp__index_create(1024, 3600, &ix);
+  if (rc == 0)
+    rc = kvp__store_open(path, &st, err, sizeof err);
+  if (rc == 0) {
+    kvp__store_on_progress(st, on_progress, &pr);
+    kvp__store_use_snapshot(st, snapshot);
+    rc = kvp__store_load(st, ix, NULL, NULL, &seq);
+  }
+  if (rc == 0) {
+    uint64_t h = 1;
+    (void)kvp__index_match(ix, &h, 1, rows, 16, &nrows);
+  }
+  *secs = (double)(kvp_bench_now_ns() - t0) / 1e9;
+  kvp__index_stats(ix, is);
+  if (rc == 0 && snapshot && !kvp__store_loaded_snapshot(st))
+    rc = KVP_ENOENT;
+  if (rc == 0 && !snapshot) {
+    t0 = kvp_bench_now_ns();
+    rc = kvp__store_snapshot_write(st, ix, snap_bytes);
+    *t_write = (double)(kvp_bench_now_ns() - t0) / 1e9;
+  }
+  printf("# %s: %llu progress calls, last %llu of %llu\n", snapshot ? "snapshot" : "rows",
+         (unsigned long long)pr.calls, (unsigned long long)pr.last_done,
+         (unsigned long long)pr.total);
+  kvp__store_close(st);
+  kvp__index_destroy(ix);
+  return rc;
+}
+
 KVP_BENCH_SUITE(load, "index: SQLite -> index load rate at N locations [--locations 1M|16M] "
                       "[--holders 8] [--copies 2] vs plain SELECTs") {
   const size_t want = kvp_bi_size_arg(argc, argv, "--locations", 1u << 20);
   const size_t holders = kvp_bi_size_arg(argc, argv, "--holders", 8);
   const double copies = kvp_bi_double_arg(argc, argv, "--copies", 2.0);
-  char dir[] = "/tmp/kvp-bench-load-XXXXXX", path[128], label[32], fig[96], err[256];
+  char dir[] = "/tmp/kvp-bench-load-XXXXXX", path[128], label[32], fig[96];
   const char *keep = NULL; /* --db PATH: reuse (or write once and keep) a database */
   for (int i = 1; i + 1 < argc; i++)
     if (strcmp(argv[i], "--db") == 0)
@@ -169,31 +213,31 @@ KVP_BENCH_SUITE(load, "index: SQLite -> index load rate at N locations [--locati
   }
   double t_scan = scan_rows(path);
 
-  kvp__index_t *ix = NULL;
-  kvp__store_t *st = NULL;
-  uint64_t seq = 0;
-  prog_t pr = {0};
-  t0 = kvp_bench_now_ns();
-  kvp__index_create(1024, 3600, &ix);
-  int rc = kvp__store_open(path, &st, err, sizeof err);
-  if (rc == 0) {
-    kvp__store_on_progress(st, on_progress, &pr);
-    rc = kvp__store_load(st, ix, NULL, NULL, &seq);
-  }
-  double t_load = (double)(kvp_bench_now_ns() - t0) / 1e9;
-  kvp__index_stats_t is;
-  kvp__index_stats(ix, &is);
-  printf("# loaded %zu blocks, %zu locations in %.2f s (rc %d; %llu progress calls, last %llu of "
-         "%llu rows); plain SELECTs of the same rows %.2f s\n",
-         is.blocks, is.locations, t_load, rc, (unsigned long long)pr.calls,
-         (unsigned long long)pr.last_done, (unsigned long long)pr.total, t_scan);
+  /* The row path (the snapshot off), then a snapshot written from the
+   * loaded index, then the snapshot path. */
+  kvp__index_stats_t is, iss;
+  double t_rows = 0, t_snap = 0, t_write = 0;
+  uint64_t snap_bytes = 0;
+  int rc = timed_load(path, 0, &t_rows, &is, &snap_bytes, &t_write);
+  if (rc == 0)
+    rc = timed_load(path, 1, &t_snap, &iss, NULL, NULL);
+  printf("# rows: %zu blocks, %zu locations in %.2f s; snapshot written in %.2f s (%.0f MiB); "
+         "snapshot: %zu blocks, %zu locations in %.2f s (rc %d); plain SELECTs of the rows "
+         "%.2f s\n",
+         is.blocks, is.locations, t_rows, t_write, (double)snap_bytes / (1 << 20), iss.blocks,
+         iss.locations, t_snap, rc, t_scan);
+  if (iss.blocks != is.blocks || iss.locations != is.locations)
+    rc = 1;
   snprintf(fig, sizeof fig, "load.%s.locations_per_s", label);
-  kvp_bench_report(fig, (double)is.locations / t_load, "loc/s", "plain-selects",
+  kvp_bench_report(fig, (double)iss.locations / t_snap, "loc/s", "plain-selects",
                    (double)is.locations / t_scan);
   snprintf(fig, sizeof fig, "load.%s.seconds", label);
-  kvp_bench_report(fig, t_load, "s", NULL, 0);
-  kvp__store_close(st);
-  kvp__index_destroy(ix);
+  kvp_bench_report(fig, t_snap, "s", NULL, 0);
+  snprintf(fig, sizeof fig, "load.%s.rows.locations_per_s", label);
+  kvp_bench_report(fig, (double)is.locations / t_rows, "loc/s", "plain-selects",
+                   (double)is.locations / t_scan);
+  snprintf(fig, sizeof fig, "load.%s.rows.seconds", label);
+  kvp_bench_report(fig, t_rows, "s", NULL, 0);
   if (keep)
     return rc == 0 && is.locations == nlocs ? 0 : 1;
   static const char *const files[] = {"advisor.db", "advisor.db-wal", "advisor.db-shm"};

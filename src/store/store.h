@@ -22,7 +22,7 @@
 #include "index/index.h"
 #include "index/rows.h"
 
-#define KVP__STORE_SCHEMA_VERSION 6
+#define KVP__STORE_SCHEMA_VERSION 7
 
 typedef struct kvp__store_s kvp__store_t;
 
@@ -53,12 +53,39 @@ typedef struct kvp__store_worker_s {
  * and is returned by it. */
 typedef int (*kvp__store_worker_fn)(void *ctx, const kvp__store_worker_t *w);
 
-/* Loads blocks and locations into an empty ix, hands every workers row to
+/* Loads blocks and locations into an empty ix (from the index snapshot
+ * when it is current, else from the rows), hands every workers row to
  * worker_fn (may be NULL), and sets *stream_seq to the committed stream
- * sequence (0 when none). Returns 0, KVP_EDB, KVP_ENOMEM or what
- * worker_fn returned. */
+ * sequence (0 when none). Returns 0, KVP_EDB, KVP_ENOMEM, what worker_fn
+ * returned, or KVP_ECORRUPT when a current snapshot turned out corrupt
+ * after some of it was loaded: the snapshot is then deleted (the next
+ * load reads the rows) and ix must be destroyed. A snapshot found corrupt
+ * before any block went in is skipped for the rows. */
 int kvp__store_load(kvp__store_t *st, kvp__index_t *ix, kvp__store_worker_fn worker_fn, void *ctx,
                     uint64_t *stream_seq);
+
+/* The index snapshot (store_snapshot.c; docs/sql.md, index_snapshot): the
+ * whole index in large chunks, tagged with meta.generation, which every
+ * transaction that changes the blocks or block_locations rows bumps.
+ * kvp__store_load reads it instead of the rows when its tag equals the
+ * generation (no change since), and the rows otherwise.
+ *
+ * Writes ix as the snapshot in one transaction (the old one is replaced).
+ * The index must hold exactly what the rows hold: nothing dirty (else
+ * KVP_EBUSY) and no flush running; call it after a flush that committed,
+ * on the index owner's thread. Returns 0, KVP_EBUSY, KVP_ENOMEM or KVP_EDB
+ * (rolled back). *bytes (may be NULL) receives the bytes written. */
+int kvp__store_snapshot_write(kvp__store_t *st, const kvp__index_t *ix, uint64_t *bytes);
+
+/* meta.generation. Returns 0 or KVP_EDB. */
+int kvp__store_generation(kvp__store_t *st, uint64_t *generation);
+
+/* Whether kvp__store_load may read a current snapshot (default on; off:
+ * always the rows, for the benchmark's row path and the tests). */
+void kvp__store_use_snapshot(kvp__store_t *st, int on);
+
+/* Whether the last kvp__store_load read the snapshot. */
+int kvp__store_loaded_snapshot(const kvp__store_t *st);
 
 /* Progress of kvp__store_load: blocks loaded (with their locations) of the
  * total, every 65,536 blocks and once at the end. Called on the loading

@@ -35,6 +35,7 @@ enum {
   S_META_SET,
   S_HIST_INSERT,
   S_HIST_TRIM,
+  S_GEN_BUMP,
   S_COUNT
 };
 
@@ -48,6 +49,8 @@ struct kvp__store_s {
   size_t nhist, hist_cap;
   uint64_t hist_keep_ms;
   _Atomic uint64_t hist_dropped;   /* also counted by a failed write, on its thread */
+  int no_snapshot;                 /* kvp__store_use_snapshot(st, 0) */
+  int loaded_snapshot;             /* the last load read the snapshot */
   kvp__store_progress_fn progress; /* of kvp__store_load */
   void *progress_ctx;
 };
@@ -78,5 +81,34 @@ int kvp__store_open_db(const char *path, sqlite3 **db, char *err, size_t errlen)
 /* Brings db up to schema version target, one transaction per step. Returns
  * 0, KVP_EDB, or KVP_ENOTSUP for a version newer than this program's. */
 int kvp__store_upgrade(sqlite3 *db, int target, char *err, size_t errlen);
+
+/* --- the index snapshot's decoder (store_snapshot_read.c) --- */
+
+/* A snapshot's header, checked, with its workers and volumes interned
+ * into the index being loaded (wmap, vmap: snapshot id -> index id). */
+typedef struct kvp__snap_header_s {
+  uint64_t generation, blocks, locations;
+  uint32_t chunks, nworkers, nvolumes, nshapes;
+  uint16_t *wmap, *vmap;
+  uint32_t *shape_tokens;
+  uint64_t *shape_bytes;
+} kvp__snap_header_t;
+
+/* Checks the header chunk p[0..n) and interns its names into ix (only
+ * once all of it is checked). Returns 0, KVP_ECORRUPT or KVP_ENOMEM. */
+int kvp__snap_header_parse(const uint8_t *p, size_t n, kvp__index_t *ix, kvp__snap_header_t *h);
+void kvp__snap_header_free(kvp__snap_header_t *h);
+
+/* Checks the data chunk p[0..n) against its checksum and loads its blocks
+ * into ix, adding to *blocks (those given to the index, counted before
+ * they go in) and *locations. Returns 0, KVP_ECORRUPT (with *blocks
+ * unchanged when none went in) or KVP_ENOMEM. */
+int kvp__snap_chunk_load(const kvp__snap_header_t *h, const uint8_t *p, size_t n, kvp__index_t *ix,
+                         uint64_t *blocks, uint64_t *locations);
+
+/* Loads the snapshot when it is current. Returns 0, KVP_ENOENT when there
+ * is no current one, KVP_ECORRUPT (*loaded: blocks already in the index),
+ * KVP_ENOMEM or KVP_EDB. */
+int kvp__store_snapshot_load(kvp__store_t *st, kvp__index_t *ix, uint64_t *loaded);
 
 #endif

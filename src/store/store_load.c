@@ -155,7 +155,43 @@ static int64_t count_rows(sqlite3 *db, const char *sql) {
   return n;
 }
 
+/* The snapshot when it is current (store_snapshot.c), else the rows. */
+static int load_rows(kvp__store_t *st, kvp__index_t *ix);
+
 static int load_index(kvp__store_t *st, kvp__index_t *ix) {
+  uint64_t loaded = 0;
+  int rc;
+  st->loaded_snapshot = 0;
+  if (!st->no_snapshot) {
+    (void)kvp__store_sql_exec(st->db, "PRAGMA mmap_size = 2147418112", NULL, 0);
+    rc = kvp__store_snapshot_load(st, ix, &loaded);
+    (void)kvp__store_sql_exec(st->db, "PRAGMA mmap_size = 0", NULL, 0);
+    if (rc == 0) {
+      st->loaded_snapshot = 1;
+      return 0;
+    }
+    if (rc != KVP_ENOENT && (rc != KVP_ECORRUPT || loaded > 0)) {
+      /* Half in: the caller starts again from an empty index, which reads
+       * the rows once the snapshot is gone. */
+      if (rc == KVP_ECORRUPT &&
+          kvp__store_sql_exec(st->db, "DELETE FROM index_snapshot", NULL, 0) == 0)
+        kvp_log_error("advisor: the corrupt index snapshot is deleted: the next load reads the "
+                      "rows");
+      return rc;
+    }
+  }
+  return load_rows(st, ix);
+}
+
+void kvp__store_use_snapshot(kvp__store_t *st, int on) {
+  st->no_snapshot = !on;
+}
+
+int kvp__store_loaded_snapshot(const kvp__store_t *st) {
+  return st->loaded_snapshot;
+}
+
+static int load_rows(kvp__store_t *st, kvp__index_t *ix) {
   loader_t *ld = calloc(1, sizeof *ld);
   int rc = KVP_EDB;
   if (ld == NULL)

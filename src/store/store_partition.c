@@ -74,6 +74,9 @@ int kvp__store_drop_workers(kvp__store_t *st, int (*keep)(void *ctx, const char 
                                "block_locations l WHERE l.hash = blocks.hash)",
                                NULL, 0) != 0)
     goto rollback;
+  /* The rows changed: an index snapshot is no longer current. */
+  if (n && kvp__store_sql_step_done(st->s[S_GEN_BUMP]) != 0)
+    goto rollback;
   for (size_t i = 0; i < nparts; i++) {
     char sql[96];
     snprintf(sql, sizeof sql, "DELETE FROM meta WHERE key = 'stream_seq.p%" PRIu32 "'", parts[i]);

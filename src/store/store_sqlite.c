@@ -36,6 +36,7 @@ static const char *const stmt_sql[S_COUNT] = {
         "INSERT OR REPLACE INTO tier_history(t, tier, volume, blocks, bytes, capacity)"
         " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
     [S_HIST_TRIM] = "DELETE FROM tier_history WHERE t < ?1",
+    [S_GEN_BUMP] = "UPDATE meta SET value = value + 1 WHERE key = 'generation'",
 };
 
 int kvp__store_open(const char *path, kvp__store_t **out, char *err, size_t errlen) {

@@ -240,6 +240,10 @@ int kvp__store_write(kvp__store_t *st, const kvp__store_flush_t *fl) {
       goto rollback;
   if ((rc = write_rest(st, fl, now_ms)) != 0)
     goto rollback;
+  /* The rows of blocks changed: an index snapshot is no longer current. */
+  if ((fl->rows.ngone > 0 || fl->rows.nrows > 0) &&
+      (rc = kvp__store_sql_step_done(st->s[S_GEN_BUMP])) != 0)
+    goto rollback;
   if ((rc = kvp__store_sql_exec(st->db, "COMMIT", NULL, 0)) != 0)
     goto rollback;
   st->stream_seq = fl->stream_seq;

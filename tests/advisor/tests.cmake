@@ -10,6 +10,10 @@ kvp_add_test(advisor_daemon advisor/test_advisor_daemon.c advisor/advfix.c advis
   LABELS advisor nats TIMEOUT 120)
 kvp_add_test(advisor_kill advisor/test_advisor_kill.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 180)
+# The index snapshot: read only while current, and never after a kill -9
+# that followed later flushes.
+kvp_add_test(advisor_snapshot advisor/test_advisor_snapshot.c advisor/testworker.c
+  LABELS advisor nats TIMEOUT 120)
 kvp_add_test(advisor_fresh advisor/test_advisor_fresh.c advisor/advfix.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 120)
 kvp_add_test(advisor_client advisor/test_advisor_client.c advisor/advfix.c advisor/testworker.c
