@@ -21,7 +21,7 @@
  *   last_access_ms u64, hits u32, freq f64, locations u16, then each
  *   location: worker u16, volume u16, tier u8 (ids index the header's
  *   lists); then XXH3-64 of the bytes before it, u64.
- * 39 bytes per block and 5 per location. Thread: the index owner's. */
+ * 40 bytes per block and 5 per location. Thread: the index owner's. */
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
