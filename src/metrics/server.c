@@ -215,9 +215,11 @@ int kvp__metrics_server_port(const kvp__metrics_server_t *s) {
 void kvp__metrics_server_stop(kvp__metrics_server_t *s) {
   if (s == NULL)
     return;
-  /* MHD_stop_daemon joins its thread; the socket given to it is ours. */
+  /* MHD_stop_daemon joins its thread and closes the listening socket it
+   * was given (it was not quiesced): closing it again here could close a
+   * descriptor another thread has just been given (the router API's
+   * server had the same bug). */
   MHD_stop_daemon(s->d);
-  close(s->fd);
   kvp__prom_free(&s->text);
   free(s);
 }

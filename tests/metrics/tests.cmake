@@ -1,4 +1,7 @@
 kvp_add_test(metrics metrics/test_metrics.c LABELS metrics)
+# One close of the listening socket (the wrapper of close(), see the file).
+kvp_add_test(metrics_close metrics/test_metrics_close.c LABELS metrics)
+target_link_options(test_metrics_close PRIVATE -Wl,--wrap=close)
 # The real daemons scraped with curl, the exposition parsed with Debian's
 # python3-prometheus-client (tests/metrics/test_metrics_scrape.py).
 foreach(case advisor advisor_tiering advisor_errors relay)
