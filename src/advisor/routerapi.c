@@ -277,8 +277,10 @@ static json_t *new_instance(void) {
   json_t *o = json_pack("{s:I}", "longest_matched", (json_int_t)0);
   for (int t = 1; o && t <= KVP_TIER_MAX; t++)
     json_object_set_new(o, medium[t], json_integer(0));
-  if (o)
+  if (o) {
     json_object_set_new(o, "DP", json_object());
+    json_object_set_new(o, "rank_matches", json_object());
+  }
   return o;
 }
 
@@ -286,6 +288,51 @@ static void set_max(json_t *o, const char *key, json_int_t v) {
   json_t *cur = json_object_get(o, key);
   if (cur == NULL || json_integer_value(cur) < v)
     json_object_set_new(o, key, json_integer(v));
+}
+
+/* The cumulative figures (Mooncake's PR #3088): every rank of every
+ * instance in the answer gets rank_matches (its G1 -> G2 -> G3 -> G4
+ * boundaries, lowercase as the conductor spells them), a DP entry (0 for
+ * a rank without a hit) and longest_matched is the largest final boundary.
+ * An instance enters the answer when one of its ranks holds the first
+ * block (or when it was asked for). */
+static int add_paths(const kvp__index_t *ix, const kvp__rapi_req_t *req, json_t *tenant) {
+  static const char *const lower[KVP_TIER_MAX + 1] = {NULL, "gpu", "cpu", "disk", "external"};
+  kvp__rapi_path_t *p = NULL;
+  size_t np = 0;
+  int rc = kvp__rapi_paths(ix, req->hashes, req->n, req->instance, &p, &np);
+  if (rc != 0)
+    return rc;
+  for (int pass = 0; pass < 2 && rc == 0; pass++)
+    for (size_t w = 0; w < np && rc == 0; w++) {
+      uint32_t dp = 0;
+      const char *name = kvp__index_worker_name(ix, (uint16_t)w, &dp);
+      json_t *inst = name ? json_object_get(tenant, name) : NULL;
+      if (name == NULL || (req->instance[0] && strcmp(name, req->instance) != 0))
+        continue;
+      if (pass == 0) {
+        if (inst == NULL && p[w].bound[KVP_TIER_MAX] > 0 &&
+            ((inst = new_instance()) == NULL || json_object_set_new(tenant, name, inst) != 0))
+          rc = KVP_ENOMEM;
+        continue;
+      }
+      if (inst == NULL)
+        continue;
+      char rank[16];
+      json_t *rm = json_object();
+      snprintf(rank, sizeof rank, "%" PRIu32, dp);
+      for (int t = 1; rm && t <= KVP_TIER_MAX; t++)
+        json_object_set_new(rm, lower[t],
+                            json_integer((json_int_t)(p[w].bound[t] * req->block_size)));
+      if (rm == NULL || json_object_set_new(json_object_get(inst, "rank_matches"), rank, rm) != 0) {
+        rc = KVP_ENOMEM;
+        break;
+      }
+      set_max(json_object_get(inst, "DP"), rank, 0);
+      set_max(inst, "longest_matched", (json_int_t)(p[w].bound[KVP_TIER_MAX] * req->block_size));
+    }
+  free(p);
+  return rc;
 }
 
 int kvp__rapi_answer(const kvp__index_t *ix, const char *ns, const kvp__rapi_req_t *req,
@@ -308,6 +355,8 @@ int kvp__rapi_answer(const kvp__index_t *ix, const char *ns, const kvp__rapi_req
     if (inst == NULL || json_object_set_new(tenant, req->instance, inst) != 0)
       goto done;
   }
+  /* Each medium: that tier's own prefix, the NATS match reply's figure;
+   * DP: a rank's longest over its tiers. */
   for (size_t i = 0; i < nrows; i++) {
     uint32_t dp = 0;
     const char *w = kvp__index_worker_name(ix, rows[i].worker, &dp);
@@ -322,10 +371,11 @@ int kvp__rapi_answer(const kvp__index_t *ix, const char *ns, const kvp__rapi_req
     json_int_t tokens = (json_int_t)(rows[i].length * req->block_size);
     char rank[16];
     snprintf(rank, sizeof rank, "%" PRIu32, dp);
-    set_max(inst, "longest_matched", tokens);
     set_max(inst, medium[rows[i].tier], tokens);
     set_max(json_object_get(inst, "DP"), rank, tokens);
   }
+  if (add_paths(ix, req, tenant) != 0)
+    goto done;
 dump:
   *json = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
   rc = *json ? 0 : KVP_ENOMEM;

@@ -60,6 +60,21 @@ void kvp__rapi_req_free(kvp__rapi_req_t *req);
 int kvp__rapi_answer(const kvp__index_t *ix, const char *ns, const kvp__rapi_req_t *req,
                      char **json);
 
+/* One (worker id, dp rank)'s cumulative boundaries over a query, in
+ * blocks (routerpath.c): bound[1] after its G1 phase, bound[2] after
+ * continuing in G2, bound[3] in G3, bound[4] in G4 (bound[0] unused). */
+typedef struct kvp__rapi_path_s {
+  uint16_t worker;
+  size_t bound[5];
+} kvp__rapi_path_t;
+
+/* The paths of every worker the index knows (only those named instance
+ * when it is not NULL or ""; the others are all zeros), indexed by worker
+ * id: *out (malloc'd) and *npaths (the worker count). Returns 0 or
+ * KVP_ENOMEM. Loop thread. */
+int kvp__rapi_paths(const kvp__index_t *ix, const uint64_t *hashes, size_t n, const char *instance,
+                    kvp__rapi_path_t **out, size_t *npaths);
+
 /* {"error": msg} as malloc'd JSON, or NULL when out of memory. */
 char *kvp__rapi_error_json(const char *msg);
 

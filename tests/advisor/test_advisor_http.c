@@ -188,6 +188,23 @@ static void equals_nats_match(void **state) {
   free(m);
   assert_int_equal(post(port, "/query_by_hash", HASH_BODY, &reply), 200);
   json_t *got = json_loads(reply, 0, NULL);
+  /* rank_matches (the cumulative walk, routerpath.c): every rank here
+   * holds a G1 prefix and no later block elsewhere, so each of its four
+   * boundaries is its DP figure. The rest is the NATS reply's. */
+  const char *name;
+  json_t *inst;
+  json_object_foreach(json_object_get(got, "default"), name, inst) {
+    json_t *rm = json_object_get(inst, "rank_matches"), *v;
+    const char *rank;
+    assert_int_equal(json_object_size(rm), json_object_size(json_object_get(inst, "DP")));
+    json_object_foreach(json_object_get(inst, "DP"), rank, v) {
+      json_t *r = json_object_get(rm, rank);
+      static const char *const keys[] = {"gpu", "cpu", "disk", "external"};
+      for (int k = 0; k < 4; k++)
+        assert_int_equal(json_integer_value(json_object_get(r, keys[k])), json_integer_value(v));
+    }
+    json_object_del(inst, "rank_matches");
+  }
   if (!json_equal(got, want)) {
     char *w = json_dumps(want, JSON_SORT_KEYS);
     fail_msg("HTTP %s\nNATS %s", reply, w);

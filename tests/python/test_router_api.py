@@ -2,7 +2,8 @@
 """The routers' indexer API ([http] enabled; README "The routers' indexer
 API") from outside: a client written from the Mooncake conductor indexer
 API (RFC #1403: POST /query by token ids, POST /query_by_hash by rolling
-sequence hashes, answers per tenant, instance, medium and DP rank) with
+sequence hashes, answers per tenant, instance, medium and DP rank, and the per-rank
+cumulative tier boundaries `rank_matches` of Mooncake's PR #3088) with
 urllib, against a real kvplane-advisor and nats-server, with events
 published through the Python binding. Its answers must be the NATS match
 reply's, read through the same client library, in the spec's shape.
@@ -66,22 +67,76 @@ class HttpPlane(Plane):
             return e.code, json.loads(e.read())
 
 
-def expected(matches, tenant, block_size, instance=None):
-    """The spec's answer built from NATS match rows (kvplane.Match)."""
+def walk(held, n):
+    """One rank's cumulative boundaries (blocks) over a query of n blocks,
+    as Mooncake's conductor defines `rank_matches` (its PR #3088): consume
+    the consecutive blocks held in GPU; at the first miss try that same
+    block in CPU and continue there, then DISK, then (kvplane's fourth
+    tier) EXTERNAL; never go back up; a miss in the last tier ends it.
+    held: {tier: set of block positions}. Returns {tier: boundary}."""
+    bound, pos, tier = {}, 0, 1
+    while tier <= 4:
+        if pos < n and pos in held.get(tier, ()):
+            pos += 1
+            continue
+        bound[tier] = pos  # this tier's phase ends here
+        tier += 1
+    return bound
+
+
+def expected(matches, tenant, block_size, instance=None, held=None, n=0):
+    """The spec's answer: per medium and per DP rank from the NATS match
+    rows (kvplane.Match: each tier's own prefix), rank_matches and
+    longest_matched from the ranks' blocks (held: {(worker, dp_rank):
+    {tier: set of block positions}}, every rank the advisor knows) walked
+    over the query's n blocks."""
+    held = held or {}
     out = {}
+
+    def inst(worker):
+        return out.setdefault(worker, {"longest_matched": 0, "GPU": 0, "CPU": 0, "DISK": 0,
+                                       "EXTERNAL": 0, "DP": {}, "rank_matches": {}})
     if instance is not None:
-        out[instance] = {"longest_matched": 0, "GPU": 0, "CPU": 0, "DISK": 0, "EXTERNAL": 0,
-                         "DP": {}}
+        inst(instance)
     for m in matches:
         if instance is not None and m.worker != instance:
             continue
-        inst = out.setdefault(m.worker, {"longest_matched": 0, "GPU": 0, "CPU": 0, "DISK": 0,
-                                         "EXTERNAL": 0, "DP": {}})
-        tokens = m.length * block_size
-        inst["longest_matched"] = max(inst["longest_matched"], tokens)
-        inst[MEDIUM[m.tier]] = max(inst[MEDIUM[m.tier]], tokens)
-        inst["DP"][str(m.dp_rank)] = max(inst["DP"].get(str(m.dp_rank), 0), tokens)
+        i, tokens = inst(m.worker), m.length * block_size
+        i[MEDIUM[m.tier]] = max(i[MEDIUM[m.tier]], tokens)
+        i["DP"][str(m.dp_rank)] = max(i["DP"].get(str(m.dp_rank), 0), tokens)
+    paths = {wr: walk(h, n) for wr, h in held.items()
+             if instance is None or wr[0] == instance}
+    for (w, _), b in paths.items():
+        if b[4] > 0:
+            inst(w)  # one of its ranks holds the first block
+    for (w, r), b in paths.items():
+        if w not in out:
+            continue
+        i = out[w]
+        i["rank_matches"][str(r)] = {"gpu": b[1] * block_size, "cpu": b[2] * block_size,
+                                     "disk": b[3] * block_size, "external": b[4] * block_size}
+        i["DP"].setdefault(str(r), 0)
+        i["longest_matched"] = max(i["longest_matched"], b[4] * block_size)
     return {tenant: out}
+
+
+def check_invariants(test, answer, n_tokens):
+    """The spec's invariants of rank_matches, with kvplane's fourth tier
+    as the last boundary: dp.keys == rank_matches.keys, gpu <= cpu <= disk
+    <= external <= the query's complete tokens, longest_matched == the
+    largest last boundary; and kvplane's own: every medium's own prefix is
+    at most longest_matched."""
+    for tenant in answer.values():
+        for name, i in tenant.items():
+            rm = i["rank_matches"]
+            test.assertEqual(set(i["DP"]), set(rm), name)
+            for r in rm.values():
+                test.assertTrue(0 <= r["gpu"] <= r["cpu"] <= r["disk"] <= r["external"]
+                                <= n_tokens, (name, r))
+            test.assertEqual(i["longest_matched"],
+                             max([r["external"] for r in rm.values()] or [0]), name)
+            for m in MEDIUM.values():
+                test.assertLessEqual(i[m], i["longest_matched"], (name, m))
 
 
 class RouterApiTest(unittest.TestCase):
@@ -125,22 +180,28 @@ class RouterApiTest(unittest.TestCase):
                 kvplane.Match("wb", 2, 4, 5)]
         rows = until(lambda: sorted(self.client.match(hs)) == sorted(want) and
                      self.client.match(hs), what="the NATS match reply")
-        return toks, hs, rows
+        held = {("wa", 0): {1: set(range(6)), 2: {0, 1}}, ("wa", 1): {2: {0, 1, 2}},
+                ("wb", 2): {3: set(range(4)), 4: set(range(5))}}
+        return toks, hs, rows, held
 
     def test_query_equals_match(self):
         """/query (token ids) and /query_by_hash (u64 hashes as JSON numbers,
         above 2^63 included) answer what the NATS match request answers, in
         the spec's per-tenant, per-instance, per-medium and per-DP shape."""
         self.start()
-        toks, hs, rows = self.fill()
+        toks, hs, rows, held = self.fill()
         self.assertTrue(any(h >= 1 << 63 for h in hs), "no hash above 2^63 in the test data")
-        want = expected(rows, "default", BS)
+        want = expected(rows, "default", BS, held=held, n=len(hs))
         self.assertEqual(want["default"]["wa"],
                          {"longest_matched": 96, "GPU": 96, "CPU": 48, "DISK": 0, "EXTERNAL": 0,
-                          "DP": {"0": 96, "1": 48}})
+                          "DP": {"0": 96, "1": 48},
+                          "rank_matches": {
+                              "0": {"gpu": 96, "cpu": 96, "disk": 96, "external": 96},
+                              "1": {"gpu": 0, "cpu": 48, "disk": 48, "external": 48}}})
         st, got = self.plane.post("/query", {"model": "m", "token_ids": toks, "block_size": BS})
         self.assertEqual(st, 200, got)
         self.assertEqual(got, want)
+        check_invariants(self, got, len(hs) * BS)
         st, got = self.plane.post("/query_by_hash",
                                   {"model": "m", "seq_hashes": hs, "block_size": BS})
         self.assertEqual((st, got), (200, want))
@@ -157,11 +218,13 @@ class RouterApiTest(unittest.TestCase):
         # A shorter prompt: only its full blocks count (the 3.5 blocks are 3).
         part = toks[:BS * 3 + BS // 2]
         self.assertEqual(self.plane.post("/query", {"token_ids": part, "block_size": BS}),
-                         (200, expected(self.client.match_tokens(part, BS), "default", BS)))
+                         (200, expected(self.client.match_tokens(part, BS), "default", BS,
+                                        held=held, n=3)))
         # One instance; the namespace's own name as the tenant.
         st, got = self.plane.post("/query", {"token_ids": toks, "block_size": BS,
                                              "tenant_id": NS, "instance_id": "wb"})
-        self.assertEqual((st, got), (200, expected(rows, NS, BS, instance="wb")))
+        self.assertEqual((st, got), (200, expected(rows, NS, BS, instance="wb", held=held,
+                                                   n=len(hs))))
         self.assertEqual(got[NS]["wb"]["DISK"], 64)
         self.assertEqual(got[NS]["wb"]["EXTERNAL"], 80)
         # An instance without the prefix is reported with zeros.
@@ -172,6 +235,53 @@ class RouterApiTest(unittest.TestCase):
         self.assertEqual(self.plane.post("/query", {"token_ids": toks, "block_size": BS,
                                                     "tenant_id": "other-ns"}),
                          (200, {"other-ns": {}}))
+
+    def test_cumulative_tiers(self):
+        """rank_matches walks each rank's tiers in order (GPU, then CPU from
+        the first GPU miss, then DISK, then EXTERNAL), so a prefix split
+        over tiers counts whole in longest_matched, while each medium keeps
+        its own prefix (the NATS match reply's); a rank without a hit is
+        listed with zeros."""
+        self.start()
+        toks = [(i * 104729 + 7) % 50000 for i in range(BS * 8)]
+        hs = kvplane.hash_blocks(toks, BS)
+        r0, r1 = self.publisher("wc", 0), self.publisher("wc", 1)
+        r0.stored(block_hashes=hs[:2])                              # G1: blocks 0, 1
+        r0.stored(block_hashes=hs[2:4], tier="G2")                  # G2: 2, 3
+        r0.stored(block_hashes=hs[5:6], tier="G3", volume="ssd0")   # G3: 5 (not 4)
+        r0.stored(block_hashes=hs[4:5], tier="G4", volume="s3")     # G4: 4
+        r0.stored(block_hashes=hs[6:7], tier="G4", volume="s3")     # G4: 6 (after a miss)
+        r1.stored(list(range(9000, 9000 + BS)))                     # rank 1: other blocks
+        for p in (r0, r1):
+            p.flush()
+        held = {("wc", 0): {1: {0, 1}, 2: {2, 3}, 3: {5}, 4: {4, 6}}, ("wc", 1): {}}
+        rows = until(lambda: len(self.client.match(hs)) == 1 and self.client.match(hs),
+                     what="the NATS match reply")
+        until(lambda: self.client.match(hs[4:5]) and self.client.match(hs[6:7]),
+              what="every tier applied")
+        want = expected(rows, "default", BS, held=held, n=len(hs))
+        self.assertEqual(want["default"]["wc"], {
+            "longest_matched": 80, "GPU": 32, "CPU": 0, "DISK": 0, "EXTERNAL": 0,
+            "DP": {"0": 32, "1": 0},
+            "rank_matches": {"0": {"gpu": 32, "cpu": 64, "disk": 64, "external": 80},
+                             "1": {"gpu": 0, "cpu": 0, "disk": 0, "external": 0}}})
+        for path, body in (("/query", {"token_ids": toks}), ("/query_by_hash", {"seq_hashes": hs})):
+            body["block_size"] = BS
+            st, got = self.plane.post(path, body)
+            self.assertEqual((st, got), (200, want), path)
+            check_invariants(self, got, len(hs) * BS)
+        # The whole prompt on GPU: every later boundary inherits it.
+        st, got = self.plane.post("/query_by_hash", {"seq_hashes": hs[:2], "block_size": BS})
+        self.assertEqual(got["default"]["wc"]["rank_matches"]["0"],
+                         {"gpu": 32, "cpu": 32, "disk": 32, "external": 32})
+        # Asked for by instance_id: its ranks, hit or not.
+        # Block 7 is held by no rank.
+        st, got = self.plane.post("/query_by_hash", {"seq_hashes": hs[7:], "block_size": BS,
+                                                     "instance_id": "wc"})
+        zero = {"gpu": 0, "cpu": 0, "disk": 0, "external": 0}
+        self.assertEqual((st, got), (200, {"default": {"wc": {
+            "longest_matched": 0, "GPU": 0, "CPU": 0, "DISK": 0, "EXTERNAL": 0,
+            "DP": {"0": 0, "1": 0}, "rank_matches": {"0": zero, "1": zero}}}}))
 
     def test_salts(self):
         """lora_name salts the hashes as the publisher and the relay salt
@@ -187,7 +297,8 @@ class RouterApiTest(unittest.TestCase):
             hs = kvplane.hash_blocks(toks, BS, lora_name=salt)
             until(lambda: self.client.match(hs), what="salted blocks applied")
         want = {"default": {"wl": {"longest_matched": 48, "GPU": 48, "CPU": 0, "DISK": 0,
-                                   "EXTERNAL": 0, "DP": {"0": 48}}}}
+                                   "EXTERNAL": 0, "DP": {"0": 48}, "rank_matches": {
+                                       "0": {"gpu": 48, "cpu": 48, "disk": 48, "external": 48}}}}}
         for body in ({"lora_name": "adapter-a"}, {"lora_id": 7}, {"cache_salt": "tenant-salt"},
                      {"lora_name": "adapter-a", "cache_salt": "ignored"}):
             body.update(token_ids=toks, block_size=BS)
