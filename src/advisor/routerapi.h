@@ -12,13 +12,17 @@
  *                        workers arrive on NATS (kvplane-relay for engines)
  *
  * The answer is {tenant: {instance: {"longest_matched", "GPU", "CPU",
- * "DISK", "EXTERNAL", "DP": {rank: tokens}}}} in tokens (blocks times
- * block_size). Tenant is kvplane's namespace, instance a worker id, "DP" its
- * data-parallel ranks; a medium's figure is that tier's own longest
- * consecutive prefix, exactly the NATS match reply's length for the tier.
+ * "DISK", "EXTERNAL", "DP": {rank: tokens}, "rank_matches": {rank: {"gpu",
+ * "cpu", "disk", "external"}}}}} in tokens (blocks times block_size).
+ * Tenant is kvplane's namespace, instance a worker id, "DP" and
+ * "rank_matches" its data-parallel ranks; a medium's figure is that tier's
+ * own longest consecutive prefix, exactly the NATS match reply's length for
+ * the tier; rank_matches are the conductor's cumulative boundaries (its PR
+ * #3088; routerpath.c) and longest_matched the largest last one.
  *
- * This file: the request decoder (outside bytes: fuzz_router_api) and the
- * answer builder, both free of HTTP; routerhttp.c serves them. */
+ * routerapi.c: the request decoder (outside bytes: fuzz_router_api) and the
+ * answer builder, both free of HTTP; routerpath.c the cumulative walk;
+ * routerhttp.c serves them. */
 #ifndef KVP_ADVISOR_ROUTERAPI_H
 #define KVP_ADVISOR_ROUTERAPI_H
 
