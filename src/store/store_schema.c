@@ -112,8 +112,8 @@ static const char *const steps[] = {
     "CREATE TABLE pins(hash INTEGER PRIMARY KEY, created INTEGER NOT NULL, note TEXT);",
     /* 7: the index snapshot (store_snapshot.c) and the generation that
      * every change of the blocks and block_locations rows bumps. */
-    "CREATE TABLE index_snapshot(chunk INTEGER PRIMARY KEY, data BLOB NOT NULL);"
-    "INSERT OR IGNORE INTO meta(key, value) VALUES('generation', 0);",
+    ("CREATE TABLE index_snapshot(chunk INTEGER PRIMARY KEY, data BLOB NOT NULL);"
+     "INSERT OR IGNORE INTO meta(key, value) VALUES('generation', 0);"),
 };
 
 static int schema_version(sqlite3 *db, int *v) {
