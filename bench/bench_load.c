@@ -8,7 +8,9 @@
  * plain SELECTs (every column, no index): from the rows
  * (load.<N>M.rows.locations_per_s), then, after writing the index snapshot
  * from that index, from the snapshot (load.<N>M.locations_per_s). --db PATH keeps the database
- * (written once, reused by the next runs). The 128M run is by hand. */
+ * (written once, reused by the next runs; with a current snapshot in it,
+ * --snapshot-only times the snapshot path alone against the same SELECTs).
+ * The 128M run is by hand. */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,15 +208,19 @@ static int timed_load(const char *path, int snapshot, double *secs, kvp__index_s
 }
 
 KVP_BENCH_SUITE(load, "index: SQLite -> index load rate at N locations [--locations 1M|16M] "
-                      "[--holders 8] [--copies 2] vs plain SELECTs") {
+                      "[--holders 8] [--copies 2] [--db PATH [--snapshot-only]] vs plain "
+                      "SELECTs") {
   const size_t want = kvp_bi_size_arg(argc, argv, "--locations", 1u << 20);
   const size_t holders = kvp_bi_size_arg(argc, argv, "--holders", 8);
   const double copies = kvp_bi_double_arg(argc, argv, "--copies", 2.0);
   char dir[] = "/tmp/kvp-bench-load-XXXXXX", path[128], label[32], fig[96];
   const char *keep = NULL; /* --db PATH: reuse (or write once and keep) a database */
-  for (int i = 1; i + 1 < argc; i++)
-    if (strcmp(argv[i], "--db") == 0)
+  int snap_only = 0;       /* --snapshot-only: a kept database's snapshot path alone */
+  for (int i = 1; i < argc; i++) {
+    if (i + 1 < argc && strcmp(argv[i], "--db") == 0)
       keep = argv[i + 1];
+    snap_only |= strcmp(argv[i], "--snapshot-only") == 0;
+  }
   if (holders < 1 || copies < 1 || copies > 64 || (!keep && mkdtemp(dir) == NULL))
     return 1;
   snprintf(path, sizeof path, "%s", keep ? keep : dir);
@@ -249,8 +255,22 @@ KVP_BENCH_SUITE(load, "index: SQLite -> index load rate at N locations [--locati
    * already holds a current snapshot is loaded from it first. */
   int rc, snap_first = keep && has_current_snapshot(path);
   printf("# order: %s\n", snap_first ? "snapshot, then rows" : "rows, then snapshot");
+  if (snap_only && !snap_first) {
+    printf("# --snapshot-only: %s holds no current snapshot (run once without it)\n", path);
+    return 1;
+  }
   if (snap_first) {
     rc = timed_load(path, 1, &t_snap, &iss, NULL, NULL);
+    if (snap_only) {
+      printf("# snapshot: %zu blocks, %zu locations in %.2f s (rc %d); plain SELECTs %.2f s\n",
+             iss.blocks, iss.locations, t_snap, rc, t_scan);
+      snprintf(fig, sizeof fig, "load.%s.locations_per_s", label);
+      kvp_bench_report(fig, (double)iss.locations / t_snap, "loc/s", "plain-selects",
+                       (double)nlocs / t_scan);
+      snprintf(fig, sizeof fig, "load.%s.seconds", label);
+      kvp_bench_report(fig, t_snap, "s", NULL, 0);
+      return rc == 0 && iss.locations == nlocs ? 0 : 1;
+    }
     if (rc == 0)
       rc = timed_load(path, 0, &t_rows, &is, &snap_bytes, &t_write);
   } else {
