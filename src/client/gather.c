@@ -260,7 +260,8 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
   } else {
     sub = shared;
   }
-  if (s != NATS_OK || (s = natsConnection_PublishRequest(nc, subj, reply, data, (int)len)) != NATS_OK) {
+  if (s != NATS_OK ||
+      (s = natsConnection_PublishRequest(nc, subj, reply, data, (int)len)) != NATS_OK) {
     rc = kvp__errf(err, errlen, kvp__nats_status(s), "%s: request failed: %s", subj,
                    natsStatus_GetText(s));
     goto out;
