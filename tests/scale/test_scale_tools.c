@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "harness.h"
 #include "kvplane/subjects.h"
 #include "natsd.h"
@@ -273,8 +274,59 @@ static void reverse_relay_takes_partitioned_events(void **state) {
              events[0], events[1]);
 }
 
+/* The merge behind status and top, on replies made here: a standby's
+ * figures are not added twice, an error reply is listed, the partitions
+ * table names everyone who answered; one unpartitioned reply is returned
+ * as it is. */
+static void stats_merge_counts_a_standby_once(void **state) {
+  (void)state;
+  const char *text =
+      "{\"partitions\": 4, \"missing\": [], \"replies\": ["
+      "{\"advisor\": \"a0\", \"mode\": \"jetstream\", \"blocks\": 10, \"uptime_ms\": 900,"
+      " \"ingest\": {\"block_events\": 100}, \"freshness\": {\"apply_lag_ms\": 3},"
+      " \"partitions\": {\"count\": 4, \"owned\": [0, 1], \"positions\": [5, 6]}},"
+      "{\"advisor\": \"a0b\", \"blocks\": 11, \"uptime_ms\": 500,"
+      " \"ingest\": {\"block_events\": 101}, \"freshness\": {\"apply_lag_ms\": 9},"
+      " \"partitions\": {\"count\": 4, \"owned\": [0, 1], \"positions\": [5, 7]}},"
+      "{\"advisor\": \"a1\", \"blocks\": 20, \"uptime_ms\": 800,"
+      " \"ingest\": {\"block_events\": 200}, \"freshness\": {\"apply_lag_ms\": 4},"
+      " \"partitions\": {\"count\": 4, \"owned\": [2, 3], \"positions\": [1, 2]}},"
+      "{\"error\": \"not ready: catching up with the stream\", \"advisor\": \"a2\"}]}";
+  json_t *g = json_loads(text, 0, NULL), *m;
+  assert_non_null(g);
+  assert_non_null(m = kvp__cli_stats_merge(g));
+  /* a0 first (partition 0: a0 and a0b at 5, the first kept), with 0 and 1;
+   * then a1 for 2 and 3: a0b is not added. */
+  assert_int_equal(json_integer_value(json_object_get(m, "blocks")), 30);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_object_get(m, "ingest"), "block_events")), 300);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_object_get(m, "freshness"), "apply_lag_ms")), 4);
+  assert_int_equal(json_integer_value(json_object_get(m, "uptime_ms")), 800);
+  assert_string_equal(json_string_value(json_object_get(m, "mode")), "jetstream");
+  json_t *gt = json_object_get(m, "gathered");
+  assert_int_equal(json_array_size(json_object_get(gt, "summed")), 2);
+  assert_int_equal(json_array_size(json_object_get(gt, "advisors")), 4);
+  json_t *p1 = json_array_get(json_object_get(gt, "partitions"), 1);
+  assert_int_equal(json_array_size(json_object_get(p1, "answered")), 2);
+  json_t *a2 = json_array_get(json_object_get(gt, "advisors"), 3);
+  assert_non_null(json_object_get(a2, "error"));
+  json_decref(m);
+  json_decref(g);
+  /* One unpartitioned advisor: as it is. */
+  g = json_loads("{\"partitions\": 0, \"missing\": [], \"replies\": [{\"blocks\": 7}]}", 0, NULL);
+  m = kvp__cli_stats_merge(g);
+  assert_ptr_equal(m, json_array_get(json_object_get(g, "replies"), 0));
+  json_decref(m);
+  json_decref(g);
+  g = json_loads("{\"partitions\": 0, \"missing\": [0], \"replies\": []}", 0, NULL);
+  assert_null(kvp__cli_stats_merge(g));
+  json_decref(g);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(stats_merge_counts_a_standby_once),
       cmocka_unit_test_setup_teardown(status_and_top_gather_across_partitions, setup, teardown),
       cmocka_unit_test_setup_teardown(sim_needs_partitions_to_publish, setup, teardown),
       cmocka_unit_test_setup_teardown(reverse_relay_takes_partitioned_events, setup, teardown),
