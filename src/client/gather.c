@@ -290,6 +290,9 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
         break;
       continue;
     }
+    if (s == NATS_SLOW_CONSUMER && !own)
+      continue; /* the shared subscription overflowed with late replies to
+                 * earlier requests while nobody gathered; reported once */
     if (s != NATS_OK) {
       rc = kvp__errf(err, errlen, kvp__nats_status(s), "%s: reply failed: %s", subj,
                      natsStatus_GetText(s));
