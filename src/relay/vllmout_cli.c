@@ -141,7 +141,12 @@ int kvp__vout_main(int argc, char **argv) {
                 c == 'r' ? "replay" : "worker");
         return 1;
       }
-      (c == 'r' ? rp : wk)[nep - 1] = optarg;
+      /* Not (c == 'r' ? rp : wk)[nep - 1]: GCC's UndefinedBehaviorSanitizer
+       * (object-size) took that store for one past a single pointer. */
+      if (c == 'r')
+        rp[nep - 1] = optarg;
+      else
+        wk[nep - 1] = optarg;
       break;
     case 1:
       if (parse_uint("dp-ranks", optarg, 64, &dp_ranks) != 0 || dp_ranks == 0)

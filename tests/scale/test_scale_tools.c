@@ -269,9 +269,19 @@ static void reverse_relay_takes_partitioned_events(void **state) {
     if (in)
       fclose(in);
   }
-  if (events[0] <= 0 || events[1] != 0)
+  if (events[0] <= 0 || events[1] != 0) {
+    for (int i = 0; i < 2; i++) { /* what the relays said */
+      FILE *in = fopen(outp[i], "r");
+      char line[1024];
+      fprintf(stderr, "--- %s\n", outp[i]);
+      while (in && fgets(line, sizeof line, in))
+        fputs(line, stderr);
+      if (in)
+        fclose(in);
+    }
     fail_msg("reverse relay events: %ld with --partitions (want > 0), %ld without (want 0)",
              events[0], events[1]);
+  }
 }
 
 /* The merge behind status and top, on replies made here: a standby's
