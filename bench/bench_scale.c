@@ -11,7 +11,10 @@
  *   Baseline: 1 advisor.
  * - scatter-gather match latency p50/p99 over the 4 advisors against one
  *   advisor owning every partition, in the same run, the queries
- *   alternating between the two (kvp_client_match_all for both). */
+ *   alternating between the two (kvp_client_match_all for both; the same
+ *   queries, the same count, the first --warmup of each side not counted).
+ *   The machine's load average is printed with them: on a shared machine it
+ *   says how much of the figure is other people's work. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <jansson.h>
@@ -50,6 +53,16 @@ static struct {
   char dir[64];
   int batches, events;
 } g;
+
+/* Interrupted (Ctrl-C, a timeout's SIGTERM): the scratch directory goes
+ * too (databases of up to a few hundred MB with --restart-blocks); the
+ * advisors and nats-server die with us (PR_SET_PDEATHSIG). Not
+ * async-signal-safe, and the process ends right after. */
+static void on_interrupt(int sig) {
+  if (g.dir[0])
+    kvp_test_rmtree(g.dir);
+  _exit(128 + sig);
+}
 
 static pid_t spawn_advisor(const char *ns, const char *name, const char *owned) {
   char bin[600], servers[128], db[300], o_owned[64], cons[64], nsopt[64], log[300];
@@ -291,7 +304,7 @@ static int restart_at_size(size_t nblocks) {
 KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events with 1, 2, 4 "
                        "advisors; scatter-gather match p50/p99 over 4 advisors vs 1") {
   char conf[128], map[1024];
-  int queries = 2000, rc = 0;
+  int queries = 2000, warmup = 200, rc = 0;
   long restart_blocks = 2000000;
   g.batches = 8000;
   g.events = 16;
@@ -300,27 +313,36 @@ KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events wit
       g.batches = atoi(argv[++i]);
     else if (strcmp(argv[i], "--queries") == 0 && i + 1 < argc)
       queries = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
+      warmup = atoi(argv[++i]);
     else if (strcmp(argv[i], "--restart-blocks") == 0 && i + 1 < argc)
       restart_blocks = atol(argv[++i]);
     else {
-      fprintf(stderr, "usage: kvp-bench scale [--batches N] [--queries N] [--restart-blocks N "
-                      "(0: skip)]\n");
+      fprintf(stderr, "usage: kvp-bench scale [--batches N] [--queries N] [--warmup N] "
+                      "[--restart-blocks N (0: skip)]\n");
       return 2;
     }
+  }
+  if (queries < 1 || warmup < 0) {
+    fprintf(stderr, "kvp-bench scale: --queries is at least 1, --warmup at least 0\n");
+    return 2;
   }
   snprintf(g.dir, sizeof g.dir, "/tmp/kvp-bench-scale-XXXXXX");
   if (mkdtemp(g.dir) == NULL)
     return 1;
+  signal(SIGINT, on_interrupt);
+  signal(SIGTERM, on_interrupt);
   snprintf(conf, sizeof conf, "%s/map.conf", g.dir);
   kvp_partition_mapping_conf(map, sizeof map, NPART);
   FILE *f = fopen(conf, "w");
-  if (f == NULL)
-    return 1;
-  fputs(map, f);
-  fclose(f);
+  if (f != NULL) {
+    fputs(map, f);
+    fclose(f);
+  }
   kvp_natsd_opts_t no = {.jetstream = 1, .config = conf};
-  if (kvp_natsd_start(&g.d, &no) != 0) {
+  if (f == NULL || kvp_natsd_start(&g.d, &no) != 0) {
     fprintf(stderr, "bench scale: cannot start nats-server\n");
+    kvp_test_rmtree(g.dir);
     return 1;
   }
   printf("# one nats-server (JetStream, %d partitions by subject mapping); %d workers, %d batches "
@@ -372,17 +394,24 @@ KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events wit
     int incomplete = 0;
     kvp_client_set_grace(cl[0], 0);
     kvp_client_set_grace(cl[2], 0);
-    for (int q = 0; q < queries && nq > 0; q++) {
-      const uint64_t *h = qh + (size_t)(q % (int)nq) * 8;
+    double load0[3] = {0}, load1[3] = {0};
+    getloadavg(load0, 3);
+    for (int q = -warmup; q < queries && nq > 0; q++) {
+      const uint64_t *h = qh + (size_t)((q + warmup) % (int)nq) * 8;
       for (int side = 0; side < 2; side++) {
         int which = (q + side) % 2 ? 2 : 0;
         uint64_t t0 = kvp_bench_now_ns();
         if (kvp_client_match_all(cl[which], h, 8, 2000, m, 256, &nm, &info, err, sizeof err) != 0 ||
             info.nmissing)
-          incomplete++;
-        (which ? lat4 : lat1)[q] = kvp_bench_now_ns() - t0;
+          incomplete += q >= 0;
+        if (q >= 0)
+          (which ? lat4 : lat1)[q] = kvp_bench_now_ns() - t0;
       }
     }
+    getloadavg(load1, 3);
+    printf("# match: %d queries per side after %d of warm-up each, alternating; load average "
+           "%.2f before, %.2f after (1 min; 2 cores)\n",
+           queries, warmup, load0[0], load1[0]);
     qsort(lat1, (size_t)queries, sizeof *lat1, cmp_u64);
     qsort(lat4, (size_t)queries, sizeof *lat4, cmp_u64);
     kvp_bench_report("scale.match_p50_us_4", (double)lat4[queries / 2] / 1e3, "us", "1-advisor",
@@ -403,6 +432,9 @@ KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events wit
     rc = 1;
   }
   kvp_natsd_stop(&g.d);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   kvp_test_rmtree(g.dir);
+  g.dir[0] = '\0';
   return rc;
 }

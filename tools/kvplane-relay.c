@@ -31,6 +31,10 @@ static void usage(FILE *f) {
              "                         tls_ca, tls_cert, tls_key, connect_timeout_ms\n"
              "  -n, --ns NAME          namespace (default \"default\")\n"
              "  -m, --mode MODE        core or jetstream (default core)\n"
+             "      --partitions N     the servers map the event subjects to N partitions\n"
+             "                         (kvplane nats-config N): in jetstream mode each\n"
+             "                         worker's partition stream is the one looked up (and\n"
+             "                         made when absent), not the unpartitioned stream\n"
              "      --media LIST       medium-to-tier overrides, NAME=G<n>,... (default table:\n"
              "                         GPU=G1, CPU/CPU_PINNED=G2, DISK/STORAGE/SHARED_STORAGE/\n"
              "                         NVME=G3, OBJECT_STORE/REMOTE/EXTERNAL=G4)\n"
@@ -88,6 +92,7 @@ int main(int argc, char **argv) {
                                        {"metrics", required_argument, 0, 9},
                                        {"state-dir", required_argument, 0, 10},
                                        {"join-window", required_argument, 0, 11},
+                                       {"partitions", required_argument, 0, 12},
                                        {"version", no_argument, 0, 'V'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};

@@ -11,6 +11,7 @@
 
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 #include "metrics/build_info.h"
 #include "sim/sim.h"
 
@@ -27,6 +28,10 @@ static void usage(FILE *f) {
           "  -n, --ns NAME          namespace (default %s)\n"
           "  -w, --workers N        simulated workers, 1..256 (default %d)\n"
           "  -m, --mode MODE        core or jetstream (default core)\n"
+          "      --partitions N     the servers map the event subjects to N partitions\n"
+          "                         (kvplane nats-config N): in jetstream mode each worker\n"
+          "                         publishes into its partition's stream (made when\n"
+          "                         absent), not the unpartitioned one\n"
           "      --g1-blocks N      G1 capacity per worker in 512-token blocks (default %zu)\n"
           "      --g2-blocks N      G2 capacity per worker, 0 for none (default %zu)\n"
           "      --layers N         KV layers per block (default %u)\n"
@@ -65,17 +70,27 @@ static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"trace", required_argument, 0, 't'},    {"server", required_argument, 0, 's'},
-      {"ns", required_argument, 0, 'n'},       {"workers", required_argument, 0, 'w'},
-      {"mode", required_argument, 0, 'm'},     {"g1-blocks", required_argument, 0, 1},
-      {"g2-blocks", required_argument, 0, 2},  {"limit", required_argument, 0, 'l'},
-      {"layers", required_argument, 0, 3},     {"inner-dim", required_argument, 0, 4},
-      {"batch", required_argument, 0, 5},      {"no-decode", no_argument, 0, 6},
-      {"speedup", required_argument, 0, 'x'},  {"expect", required_argument, 0, 'e'},
-      {"volumes", required_argument, 0, 7},    {"g3-capacity", required_argument, 0, 8},
-      {"plugin-dir", required_argument, 0, 9}, {"version", no_argument, 0, 'V'},
-      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  static const struct option opts[] = {{"trace", required_argument, 0, 't'},
+                                       {"server", required_argument, 0, 's'},
+                                       {"ns", required_argument, 0, 'n'},
+                                       {"workers", required_argument, 0, 'w'},
+                                       {"mode", required_argument, 0, 'm'},
+                                       {"g1-blocks", required_argument, 0, 1},
+                                       {"g2-blocks", required_argument, 0, 2},
+                                       {"limit", required_argument, 0, 'l'},
+                                       {"layers", required_argument, 0, 3},
+                                       {"inner-dim", required_argument, 0, 4},
+                                       {"batch", required_argument, 0, 5},
+                                       {"no-decode", no_argument, 0, 6},
+                                       {"speedup", required_argument, 0, 'x'},
+                                       {"expect", required_argument, 0, 'e'},
+                                       {"volumes", required_argument, 0, 7},
+                                       {"g3-capacity", required_argument, 0, 8},
+                                       {"plugin-dir", required_argument, 0, 9},
+                                       {"partitions", required_argument, 0, 10},
+                                       {"version", no_argument, 0, 'V'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   kvp__sim_opts_t o;
   kvp__sim_t *sim;
   const char *expect = NULL;
@@ -147,6 +162,9 @@ int main(int argc, char **argv) {
       break;
     case 9:
       o.plugin_dir = optarg;
+      break;
+    case 10:
+      o.partitions = (uint32_t)parse_count("--partitions", optarg, 1, KVP_PARTITIONS_MAX);
       break;
     case 'V':
       kvp__build_print_version(stdout, "kvplane-sim");

@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "kvplane/nats.h"
+#include "kvplane/subjects.h"
 #include "metrics/build_info.h"
 #include "sim/sim.h"
 
@@ -56,6 +57,7 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
                                            {"workers", required_argument, NULL, 'W'},
                                            {"mode", required_argument, NULL, 'M'},
                                            {"limit", required_argument, NULL, 'X'},
+                                           {"partitions", required_argument, NULL, 'Q'},
                                            {"tier", required_argument, NULL, 'G'},
                                            {"volume", required_argument, NULL, 'O'},
                                            {"note", required_argument, NULL, 'E'},
@@ -133,6 +135,10 @@ static int parse_args(int argc, char **argv, kvp__cli_args_t *a) {
       break;
     case 'W':
       if (parse_long("--workers", optarg, 1, KVP_SIM_MAX_WORKERS, &a->workers) != 0)
+        return KVP__CLI_EXIT_USAGE;
+      break;
+    case 'Q':
+      if (parse_long("--partitions", optarg, 1, KVP_PARTITIONS_MAX, &a->partitions) != 0)
         return KVP__CLI_EXIT_USAGE;
       break;
     case 'M':

@@ -77,6 +77,10 @@ uint32_t kvp_partition_of(const char *worker, uint32_t count);
  * filter). */
 int kvp_subject_pevents(char *buf, size_t len, const char *ns, uint32_t p);
 
+/* kvplane.pev.<ns>.*.* : every partition of one namespace (what a
+ * subscriber to kvplane.ev.<ns>.* sees once the servers partition). */
+int kvp_subject_pevents_ns(char *buf, size_t len, const char *ns);
+
 /* kvplane.pev.*.<p>.* : partition p of every namespace (its stream's
  * subject). */
 int kvp_subject_pevents_all(char *buf, size_t len, uint32_t p);

@@ -7,6 +7,8 @@
  *   writebehind.c  SQLite flushes on the thread pool, and the acks after them
  *   store_sqlite.c the database
  *   api.c          match and stats replies
+ *   query.c        the query connection: match and stats requests read and
+ *                  answered on the loop thread (one wake-up per request)
  *   metrics.c      Prometheus /metrics, /healthz, /readyz ([metrics] listen)
  *   routerhttp.c   the routers' indexer API over HTTP ([http]; routerapi.c)
  *   figures.c      the stats reply's, metrics snapshot's and tier_history's
@@ -31,6 +33,7 @@
 #include "advisor/advisor_impl.h"
 #include "advisor/api.h"
 #include "advisor/control.h"
+#include "advisor/query.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/status.h"
@@ -82,20 +85,22 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
   case KVP__IN_EVENT:
     apply(adv, it->msg, data, len, now);
     break;
-  case KVP__IN_MATCH:
-    if (kvp__adv_match_json(adv, data, len, &json) == 0)
-      answer(adv, it->msg, json);
-    break;
-  case KVP__IN_STATS:
-    if ((json = kvp__adv_stats_json(adv, now)) != NULL)
-      answer(adv, it->msg, json);
-    break;
   case KVP__IN_TIER:
     kvp__adv_ctl_handle(adv->tier, data, len, &json);
     if (json != NULL)
       answer(adv, it->msg, json);
     break;
   }
+}
+
+/* A match or stats request of the query connection (query.h), on the loop
+ * thread. */
+static char *answer_query(void *ctx, int stats, const void *data, size_t len) {
+  kvp_advisor_t *adv = ctx;
+  char *json = NULL;
+  if (stats)
+    return kvp__adv_stats_json(adv, kvp__unix_ms());
+  return kvp__adv_match_json(adv, data, len, &json) == 0 ? json : NULL;
 }
 
 static void drain(kvp_advisor_t *adv) {
@@ -155,6 +160,7 @@ static void shutdown_loop(kvp_advisor_t *adv) {
   kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_STOPPING);
   kvp__rapi_http_stop(adv->http);
   adv->http = NULL;
+  kvp__adv_query_stop(adv->query);
   kvp__adv_inbox_close_wake(&adv->inbox);
   kvp__adv_consumer_stop(adv->consumer);
   drain(adv);
@@ -412,7 +418,10 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
                                                   adv->ix, &adv->tier, err, errlen)) != 0)
     goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, &adv->parts, adv->applied_pos, adv->db_id, err,
-                                    errlen)) != 0)
+                                    errlen)) != 0 ||
+      (rc = kvp__adv_query_open(&adv->loop, &adv->cfg, answer_query, adv, &adv->query, err,
+                                errlen)) != 0 ||
+      (rc = kvp__adv_query_start(adv->query, err, errlen)) != 0)
     goto fail;
   /* After the load: the API answers from a loaded index. An address in use
    * is the operator's to change (exit 1), as for [metrics] listen. */
@@ -440,6 +449,7 @@ int kvp_advisor_run(kvp_advisor_t *adv) {
   if (!atomic_load(&adv->stopping))
     kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_CATCHING_UP);
   kvp__adv_check_ready(adv); /* RUNNING at once when there is nothing to catch up with */
+  kvp__adv_query_bind_thread(&adv->loop);
   kvp_log_info("advisor: running (namespace %s, %s mode)", adv->cfg.ns,
                adv->cfg.mode == KVP_ADVISOR_JETSTREAM ? "jetstream" : "core");
   /* A stop requested before the loop ran is seen on the first wake. */
@@ -468,7 +478,8 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   if (adv->inbox_ready)
     kvp__adv_inbox_close_wake(&adv->inbox);
   if (adv->loop_ready) {
-    kvp__rapi_http_stop(adv->http); /* its handle closes in the run below */
+    kvp__adv_query_stop(adv->query); /* its handles close in the run below */
+    kvp__rapi_http_stop(adv->http);  /* its handle closes in the run below */
     adv->http = NULL;
     adv->stopped = 1;                  /* no flush from here: run() did it, or nothing ran */
     kvp__tier_engine_close(adv->tier); /* its timer closes in the run below */
@@ -477,6 +488,7 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
     uv_run(&adv->loop, UV_RUN_DEFAULT);
     uv_loop_close(&adv->loop);
   }
+  kvp__adv_query_destroy(adv->query);
   if (adv->inbox_ready)
     kvp__adv_inbox_destroy(&adv->inbox);
   kvp__adv_wb_destroy(&adv->wb);

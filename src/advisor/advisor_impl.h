@@ -20,6 +20,7 @@
 #include "advisor/metrics.h"
 #include "advisor/routerhttp.h"
 #include "advisor/partset.h"
+#include "advisor/query.h"
 #include "advisor/writebehind.h"
 #include "index/index.h"
 #include "kvplane/wire.h"
@@ -32,6 +33,7 @@ struct kvp_advisor_s {
   kvp__adv_ingest_t *ing;
   kvp__store_t *store;
   kvp__adv_consumer_t *consumer;
+  kvp__adv_query_t *query; /* match and stats requests (query.h) */
   kvp_wire_limits_t lim;
   kvp__adv_inbox_t inbox;
   int inbox_ready;

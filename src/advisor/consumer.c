@@ -22,20 +22,6 @@ static void on_event_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg
   kvp__adv_inbox_push(c->inbox, KVP__IN_EVENT, msg, 0, 1);
 }
 
-static void on_match_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
-  kvp__adv_consumer_t *c = closure;
-  (void)nc;
-  (void)sub;
-  kvp__adv_inbox_push(c->inbox, KVP__IN_MATCH, msg, 0, 0);
-}
-
-static void on_stats_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
-  kvp__adv_consumer_t *c = closure;
-  (void)nc;
-  (void)sub;
-  kvp__adv_inbox_push(c->inbox, KVP__IN_STATS, msg, 0, 0);
-}
-
 static void on_tier_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
   kvp__adv_consumer_t *c = closure;
   (void)nc;
@@ -336,10 +322,8 @@ static int subscribe(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps, const
       return fail(s, 0, subj, err, errlen);
     natsSubscription_SetPendingLimits(c->ev_sub, (int)c->cfg->queue_max, 1 << 30);
   }
-  if ((rc = subscribe_api(c, KVP_API_MATCH, on_match_msg, &c->match_sub, err, errlen)) != 0 ||
-      (rc = subscribe_api(c, KVP_API_STATS, on_stats_msg, &c->stats_sub, err, errlen)) != 0)
-    return rc;
-  /* The operator's tiering controls go to the advisor that tiers (with
+  /* Match and stats requests come on the query connection (query.h). The
+   * operator's tiering controls go to the advisor that tiers (with
    * partitions, only one may: the first reply must not be another's "off"). */
   if (c->cfg->tiering &&
       (rc = subscribe_api(c, KVP_API_TIER, on_tier_msg, &c->tier_sub, err, errlen)) != 0)
@@ -419,10 +403,6 @@ void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {
       natsSubscription_Unsubscribe(c->fetch[i].sub);
   if (c->ev_sub)
     natsSubscription_Unsubscribe(c->ev_sub);
-  if (c->match_sub)
-    natsSubscription_Unsubscribe(c->match_sub);
-  if (c->stats_sub)
-    natsSubscription_Unsubscribe(c->stats_sub);
   if (c->tier_sub)
     natsSubscription_Unsubscribe(c->tier_sub);
 }
@@ -437,8 +417,6 @@ void kvp__adv_consumer_close(kvp__adv_consumer_t *c) {
     natsSubscription_Destroy(c->fetch[i].sub);
   }
   natsSubscription_Destroy(c->ev_sub);
-  natsSubscription_Destroy(c->match_sub);
-  natsSubscription_Destroy(c->stats_sub);
   natsSubscription_Destroy(c->tier_sub);
   jsCtx_Destroy(c->js);
   natsConnection_Destroy(c->nc);

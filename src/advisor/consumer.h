@@ -61,7 +61,7 @@ typedef struct kvp__adv_consumer_s {
   kvp__adv_inbox_t *inbox;         /* borrowed */
   natsConnection *nc;
   jsCtx *js;
-  natsSubscription *ev_sub, *match_sub, *stats_sub, *tier_sub; /* ev_sub: core mode */
+  natsSubscription *ev_sub, *tier_sub; /* ev_sub: core mode */
   kvp__adv_fetch_t fetch[KVP__ADV_MAX_OWNED];
   int nfetch;
   atomic_int stopping;

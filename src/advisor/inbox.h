@@ -21,8 +21,6 @@
 typedef enum kvp__adv_in_kind_e {
   KVP__IN_EVENT,    /* core event batch */
   KVP__IN_JS_EVENT, /* JetStream event batch; seq is its stream sequence */
-  KVP__IN_MATCH,    /* match request */
-  KVP__IN_STATS,    /* stats request */
   KVP__IN_TIER,     /* the operator's tiering control request */
 } kvp__adv_in_kind_t;
 

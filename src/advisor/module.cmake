@@ -3,7 +3,7 @@
 # figures it reports and the wiring.
 kvp_daemon_lib(advisor
   SOURCES advisor/ingest.c advisor/api.c advisor/conf.c advisor/inbox.c advisor/consumer.c
-          advisor/cap.c advisor/volcheck.c advisor/partset.c advisor/writebehind.c
+          advisor/cap.c advisor/volcheck.c advisor/partset.c advisor/query.c advisor/writebehind.c
           advisor/freshness.c advisor/history.c advisor/metrics.c advisor/figures.c
           advisor/control.c advisor/routerapi.c advisor/routerpath.c
           advisor/routerhttp.c advisor/advisor.c

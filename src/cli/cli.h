@@ -32,6 +32,7 @@ typedef struct kvp__cli_args_s {
   int64_t since_ms, interval_ms;
   const char *mode;
   long workers, limit;
+  long partitions; /* replay: the servers' event partitions (0: none) */
   int count_set;
   kvp_nats_opts_t nats;
   long timeout;
@@ -61,6 +62,24 @@ void kvp__cli_help(const char *name, FILE *f);
  * unless quiet. */
 int kvp__cli_request(const kvp__cli_args_t *a, const char *what, const char *body, long timeout,
                      int quiet, json_t **doc);
+
+/* The stats of every advisor of a's namespace, gathered as `kvplane stats`
+ * does (kvp_client_request_all, until every partition is covered or
+ * timeout ms) and merged by kvp__cli_stats_merge into *doc (NULL when none
+ * answered). Returns as kvp__cli_request. (gathered.c) */
+int kvp__cli_stats_all(const kvp__cli_args_t *a, long timeout, int quiet, json_t **doc);
+
+/* The gathered stats g ({"partitions": C, "missing": [...], "replies":
+ * [...]}, kvp_client_request_all's reply) as one stats object, new
+ * reference, NULL when there is no reply: one unpartitioned advisor's reply
+ * as it is; else the figures of a cover of the partitions (per partition
+ * not yet covered, its freshest advisor with everything it owns, so that a
+ * standby is not counted twice) summed, freshness lags their maximum,
+ * uptime the youngest's, tiering the tiering advisor's, and "gathered":
+ * {"count", "missing", "partitions": [{"partition", "answered":
+ * [{"advisor", "position"}]}], "advisors": [{"advisor", "owned", "ready",
+ * "blocks", "locations", "error"}], "summed": [advisor, ...]}. */
+json_t *kvp__cli_stats_merge(const json_t *g);
 
 /* The database path: --db, the store path of the --config file, or
  * /var/lib/kvplane/advisor.db. Returns 0 or KVP__CLI_EXIT_USAGE (both given,

@@ -125,7 +125,7 @@ int kvp__cli_cmd_db(const kvp__cli_args_t *a) {
       sqlite3_close(db);
       return rc;
     }
-    kvp__cli_request(&live, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &stats);
+    kvp__cli_stats_all(&live, a->timeout_set ? a->timeout : 1000, 1, &stats);
     if ((rc = kvp__cli_live_check(&live, stats)) != 0) {
       json_decref(stats);
       sqlite3_close(db);

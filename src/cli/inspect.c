@@ -249,6 +249,51 @@ static uint64_t stat_u64(const json_t *stats, const char *obj, const char *key) 
   return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
 }
 
+/* Partitioned advisors (kvp__cli_stats_merge's "gathered"): per partition
+ * who answered at which position, and the partitions nobody answered for. */
+static void print_gathered(FILE *f, const json_t *g) {
+  const json_t *missing = json_object_get(g, "missing"), *summed = json_object_get(g, "summed");
+  const json_t *parts = json_object_get(g, "partitions"), *v;
+  size_t i, j;
+  if (g == NULL)
+    return;
+  fprintf(f, "partitions: %" PRIu64 ", %zu advisor(s) answered; the figures above are the sum of",
+          (uint64_t)json_integer_value(json_object_get(g, "count")),
+          json_array_size(json_object_get(g, "advisors")));
+  json_array_foreach(summed, i, v)
+      fprintf(f, "%s %s", i ? "," : "", json_is_string(v) ? json_string_value(v) : "?");
+  fputc('\n', f);
+  json_array_foreach(parts, i, v) {
+    const json_t *ans = json_object_get(v, "answered"), *w;
+    fprintf(f, "  partition %" PRIu64 ":",
+            (uint64_t)json_integer_value(json_object_get(v, "partition")));
+    if (json_array_size(ans) == 0)
+      fputs(" MISSING (no advisor answered)", f);
+    json_array_foreach(ans, j, w)
+        fprintf(f, "%s %s at %" PRIu64, j ? "," : "",
+                json_is_string(json_object_get(w, "advisor"))
+                    ? json_string_value(json_object_get(w, "advisor"))
+                    : "?",
+                (uint64_t)json_integer_value(json_object_get(w, "position")));
+    fputc('\n', f);
+  }
+  if (json_array_size(missing) > 0) {
+    fputs("missing: partition", f);
+    json_array_foreach(missing, i, v)
+        fprintf(f, "%s %" PRIu64, i ? "," : "", (uint64_t)json_integer_value(v));
+    fputs(": their workers are not in the figures\n", f);
+  }
+  json_array_foreach(json_object_get(g, "advisors"), i, v) {
+    const json_t *e = json_object_get(v, "error");
+    if (e != NULL)
+      fprintf(f, "advisor %s answered an error: %s\n",
+              json_is_string(json_object_get(v, "advisor"))
+                  ? json_string_value(json_object_get(v, "advisor"))
+                  : "?",
+              json_is_string(e) ? json_string_value(e) : "?");
+  }
+}
+
 int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, char *err,
                     size_t errlen) {
   static const col_t tiers[] = {{"tier", F_TEXT},  {"volume", F_TEXT},   {"blocks", F_INT},
@@ -313,6 +358,7 @@ int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, c
             stat_u64(stats, "tiering", "evicted"), stat_u64(stats, "tiering", "failed"),
             stat_u64(stats, "tiering", "throttled"));
   }
+  print_gathered(o->f, json_object_get(stats, "gathered"));
   return 0;
 }
 

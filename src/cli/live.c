@@ -77,10 +77,16 @@ void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__c
     fputs(" block-events/s - batches/s - migrations/s -", f);
   fprintf(f,
           " blocks %.0f locations %.0f workers_up %.0f apply_lag_ms %.0f flush_lag_ms %.0f"
-          " pending_ms %.0f\n",
+          " pending_ms %.0f",
           stat(cur, "blocks"), stat(cur, "locations"), stat(cur, "workers_up"),
           stat(cur, "freshness.apply_lag_ms"), stat(cur, "freshness.flush_lag_ms"),
           stat(cur, "freshness.pending_ms"));
+  const json_t *g = json_object_get(cur, "gathered");
+  if (g != NULL) /* partitioned advisors: how complete the sums are */
+    fprintf(f, " partitions %.0f missing %zu advisors %zu", stat(g, "count"),
+            json_array_size(json_object_get(g, "missing")),
+            json_array_size(json_object_get(g, "advisors")));
+  fputc('\n', f);
   fflush(f);
 }
 
@@ -318,7 +324,7 @@ int kvp__cli_cmd_top(const kvp__cli_args_t *a) {
     if (interrupted)
       break;
     uint64_t now = kvp__unix_ms();
-    kvp__cli_request(&live, KVP_API_STATS, "{}", a->timeout_set ? a->timeout : 1000, 1, &cur);
+    kvp__cli_stats_all(&live, a->timeout_set ? a->timeout : 1000, 1, &cur);
     if ((rc = kvp__cli_live_check(&live, cur)) != 0) {
       json_decref(cur);
       break;
@@ -368,6 +374,7 @@ int kvp__cli_cmd_replay(const kvp__cli_args_t *a) {
   o.workers = (int)a->workers;
   o.mode = strcmp(a->mode, "jetstream") == 0 ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
   o.limit = (size_t)a->limit;
+  o.partitions = (uint32_t)a->partitions;
   int rc = kvp__cli_replay(&o, stdout, isatty(STDOUT_FILENO), err, sizeof err);
   if (rc == 0)
     return KVP__CLI_EXIT_OK;

@@ -30,12 +30,16 @@ static const struct cmd_help_s {
      "blocks, locations, workers up, lags), for logs and pipes. Stops after COUNT\n"
      "refreshes, or on Ctrl-C.\n"},
     {"replay",
-     "kvplane replay TRACE [-s URL] [-n NS] [--workers N] [--mode core|jetstream] [--limit N]",
+     "kvplane replay TRACE [-s URL] [-n NS] [--workers N] [--mode core|jetstream] [--limit N]\n"
+     "               [--partitions N]",
      "Replays a Mooncake-format trace (JSONL, plain or gzip; data/ has one)\n"
      "through simulated workers (block manager + publisher each, as kvplane-sim)\n"
      "publishing to NATS, with a progress bar on a terminal. --workers (default\n"
      "4), --mode (default core), --limit (first N requests; default all). Exit 2\n"
-     "when publishing failed or a reused block's bytes were wrong.\n"},
+     "when publishing failed or a reused block's bytes were wrong. --partitions N:\n"
+     "the servers map the event subjects to N partitions (kvplane nats-config N);\n"
+     "in jetstream mode each worker publishes into its partition's stream (made\n"
+     "when absent), not the unpartitioned one, which would take nothing.\n"},
     {"bench", "kvplane bench [SUITE...]",
      "Runs the benchmark suites (kvp-bench; default: all of them, several\n"
      "minutes) and prints one table: each figure with its in-run baseline and\n"

@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <nats/nats.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,44 @@ struct kvp_client_s {
   natsConnection *nc;
   char ns[KVP_SUBJECT_TOKEN_MAX + 1];
   uint32_t grace_ms;
+  /* The gathering calls' reply subscription, on <inbox>.*, made once: a
+   * request is <inbox>.<id>, so the server adds and removes no
+   * subscription per request. One call uses it at a time (rmu); a call
+   * that finds it taken makes its own, as before. */
+  pthread_mutex_t rmu;
+  natsSubscription *rsub;
+  char rinbox[96];
+  uint64_t rid;
 };
+
+int kvp__client_reply_take(kvp_client_t *c, void **sub, char *subject, size_t len) {
+  natsInbox *inbox = NULL;
+  *sub = NULL;
+  if (pthread_mutex_trylock(&c->rmu) != 0)
+    return 0;
+  if (c->rsub == NULL) {
+    char wild[sizeof c->rinbox + 2];
+    if (natsInbox_Create(&inbox) != NATS_OK) {
+      pthread_mutex_unlock(&c->rmu);
+      return 0;
+    }
+    snprintf(c->rinbox, sizeof c->rinbox, "%s", (const char *)inbox);
+    natsInbox_Destroy(inbox);
+    snprintf(wild, sizeof wild, "%s.*", c->rinbox);
+    if (natsConnection_SubscribeSync(&c->rsub, c->nc, wild) != NATS_OK) {
+      c->rsub = NULL;
+      pthread_mutex_unlock(&c->rmu);
+      return 0;
+    }
+  }
+  snprintf(subject, len, "%s.%llu", c->rinbox, (unsigned long long)++c->rid);
+  *sub = c->rsub;
+  return 1;
+}
+
+void kvp__client_reply_give(kvp_client_t *c) {
+  pthread_mutex_unlock(&c->rmu);
+}
 
 void kvp_client_set_grace(kvp_client_t *c, uint32_t grace_ms) {
   c->grace_ms = grace_ms;
@@ -44,10 +82,12 @@ int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **
   if ((c = calloc(1, sizeof *c)) == NULL)
     return kvp__errf(err, errlen, KVP_ENOMEM, "client: out of memory");
   snprintf(c->ns, sizeof c->ns, "%s", ns);
+  pthread_mutex_init(&c->rmu, NULL);
   /* A gathered request is a plain publish: sent at once, not when nats.c's
    * flusher thread gets to it (milliseconds later). */
   kvp__nats_conn_args_t a = {.name = "kvplane-client", .send_asap = 1};
   if ((rc = kvp__nats_connect(nats, &a, &c->nc, buf, sizeof buf)) != 0) {
+    pthread_mutex_destroy(&c->rmu);
     free(c);
     return kvp__errf(err, errlen, rc, "%s", buf);
   }
@@ -210,6 +250,8 @@ int kvp_client_match(kvp_client_t *c, const uint64_t *hashes, size_t n, uint32_t
 void kvp_client_close(kvp_client_t *c) {
   if (c == NULL)
     return;
+  natsSubscription_Destroy(c->rsub);
   natsConnection_Destroy(c->nc);
+  pthread_mutex_destroy(&c->rmu);
   free(c);
 }

@@ -25,4 +25,12 @@ void *kvp__client_conn(kvp_client_t *c);
 const char *kvp__client_ns(const kvp_client_t *c);
 uint32_t kvp__client_grace_ms(const kvp_client_t *c);
 
+/* The client's long-lived reply subscription (a natsSubscription * in
+ * *sub) and a fresh reply subject under it for one request; returns 1, and
+ * the caller gives it back with kvp__client_reply_give. Returns 0 (nothing
+ * to give back) when another call holds it or it cannot be made: the
+ * caller then subscribes on its own inbox. */
+int kvp__client_reply_take(kvp_client_t *c, void **sub, char *subject, size_t len);
+void kvp__client_reply_give(kvp_client_t *c);
+
 #endif

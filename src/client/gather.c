@@ -227,17 +227,21 @@ static int note(gathered_t *g, json_t *doc) {
   return g->ncovered == c;
 }
 
-/* Publishes data on kvplane.api.<ns>.<call> with a reply inbox and takes
- * replies until they cover every partition or timeout_ms. */
+/* Publishes data on kvplane.api.<ns>.<call> with a reply subject and takes
+ * replies until they cover every partition or timeout_ms. The reply
+ * subject is one of the client's long-lived subscription when it is free
+ * (kvp__client_reply_take: replies to earlier requests still arriving
+ * there are dropped by their subject), else an inbox of this call's own. */
 static int gather(kvp_client_t *c, const char *call, const void *data, size_t len,
                   uint32_t timeout_ms, gathered_t **out, char *err, size_t errlen) {
   natsConnection *nc = kvp__client_conn(c);
   natsSubscription *sub = NULL;
-  char subj[KVP_SUBJECT_MAX];
+  char subj[KVP_SUBJECT_MAX], reply[128];
   natsInbox *inbox = NULL;
+  void *shared = NULL;
   gathered_t *g;
-  natsStatus s;
-  int rc = 0, covered = 0;
+  natsStatus s = NATS_OK;
+  int rc = 0, covered = 0, own;
 
   *out = NULL;
   if (kvp_subject_api(subj, sizeof subj, kvp__client_ns(c), call) != 0)
@@ -247,9 +251,17 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
   if ((g = calloc(1, sizeof *g)) == NULL)
     return kvp__errf(err, errlen, KVP_ENOMEM, "%s: out of memory", subj);
   uint64_t t0 = now_us(), deadline = t0 + (uint64_t)timeout_ms * 1000u;
-  if ((s = natsInbox_Create(&inbox)) != NATS_OK ||
-      (s = natsConnection_SubscribeSync(&sub, nc, inbox)) != NATS_OK ||
-      (s = natsConnection_PublishRequest(nc, subj, inbox, data, (int)len)) != NATS_OK) {
+  own = !kvp__client_reply_take(c, &shared, reply, sizeof reply);
+  if (own) {
+    if ((s = natsInbox_Create(&inbox)) == NATS_OK)
+      snprintf(reply, sizeof reply, "%s", (const char *)inbox);
+    if (s == NATS_OK)
+      s = natsConnection_SubscribeSync(&sub, nc, reply);
+  } else {
+    sub = shared;
+  }
+  if (s != NATS_OK ||
+      (s = natsConnection_PublishRequest(nc, subj, reply, data, (int)len)) != NATS_OK) {
     rc = kvp__errf(err, errlen, kvp__nats_status(s), "%s: request failed: %s", subj,
                    natsStatus_GetText(s));
     goto out;
@@ -278,10 +290,17 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
         break;
       continue;
     }
+    if (s == NATS_SLOW_CONSUMER && !own)
+      continue; /* the shared subscription overflowed with late replies to
+                 * earlier requests while nobody gathered; reported once */
     if (s != NATS_OK) {
       rc = kvp__errf(err, errlen, kvp__nats_status(s), "%s: reply failed: %s", subj,
                      natsStatus_GetText(s));
       goto out;
+    }
+    if (!own && strcmp(natsMsg_GetSubject(m), reply) != 0) { /* an earlier request's */
+      natsMsg_Destroy(m);
+      continue;
     }
     if (natsMsg_GetDataLength(m) == 0) { /* a no-responders status: nothing to merge */
       natsMsg_Destroy(m);
@@ -304,8 +323,12 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
     }
   }
 out:
-  natsSubscription_Destroy(sub);
-  natsInbox_Destroy(inbox);
+  if (own) {
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(inbox);
+  } else {
+    kvp__client_reply_give(c);
+  }
   if (rc != 0) {
     gathered_free(g);
     return rc;

@@ -129,6 +129,9 @@ static int apply_args(natsOptions *no, const kvp_nats_opts_t *o, const kvp__nats
     s = natsOptions_SetReconnectedCB(no, a->reconnected, a->closure);
   if (s == NATS_OK && a->closed)
     s = natsOptions_SetClosedCB(no, a->closed, a->closure);
+  if (s == NATS_OK && a->ev_loop)
+    s = natsOptions_SetEventLoop(no, a->ev_loop, a->ev_attach, a->ev_read, a->ev_write,
+                                 a->ev_detach);
   return s == NATS_OK ? 0 : KVP_ENOMEM;
 }
 

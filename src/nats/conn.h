@@ -27,6 +27,14 @@ typedef struct kvp__nats_conn_args_s {
   int send_asap;             /* publish without waiting for nats.c's flusher (requests) */
   natsConnectionHandler disconnected, reconnected, closed; /* may be NULL */
   void *closure;                                           /* passed to the handlers */
+  /* Event-loop mode (natsOptions_SetEventLoop): the connection's socket is
+   * read and written by this loop through these adapter callbacks instead
+   * of nats.c's reader and flusher threads. ev_loop NULL: threads. */
+  void *ev_loop;
+  natsEvLoop_Attach ev_attach;
+  natsEvLoop_ReadAddRemove ev_read;
+  natsEvLoop_WriteAddRemove ev_write;
+  natsEvLoop_Detach ev_detach;
 } kvp__nats_conn_args_t;
 
 /* Connects with o (checked first with kvp_nats_opts_check), reconnecting

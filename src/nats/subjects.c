@@ -96,6 +96,10 @@ int kvp_subject_pevents(char *buf, size_t len, const char *ns, uint32_t p) {
   return build(buf, len, 1, "kvplane.pev.%s.%" PRIu32 ".*", ns, p);
 }
 
+int kvp_subject_pevents_ns(char *buf, size_t len, const char *ns) {
+  return build(buf, len, 1, "kvplane.pev.%s.*.*", ns);
+}
+
 int kvp_subject_pevents_all(char *buf, size_t len, uint32_t p) {
   if (p >= KVP_PARTITIONS_MAX)
     return KVP_EINVAL;

@@ -86,6 +86,9 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
     }
     c->o.pub.mode = strcmp(value, "core") == 0 ? KVP_PUB_CORE : KVP_PUB_JETSTREAM;
     c->o.pub.stream_create = 1;
+  } else if (strcmp(name, "partitions") == 0) {
+    if ((rc = count("--partitions", value, 1, KVP_PARTITIONS_MAX, &v, err, errlen)) == 0)
+      c->o.pub.partitions = (uint32_t)v;
   } else if (strcmp(name, "media") == 0) {
     c->o.media = value;
   } else if (strcmp(name, "block-size") == 0) {

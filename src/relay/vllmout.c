@@ -93,7 +93,8 @@ int kvp__vout_open(const kvp__vout_opts_t *o, kvp__vout_t **out, char *err, size
     snprintf(err, errlen, "no stream: give --worker and --endpoint");
     return KVP_ECONFIG;
   }
-  if (kvp_subject_events_ns(subj, sizeof subj, o->ns) != 0) {
+  if ((o->partitioned ? kvp_subject_pevents_ns(subj, sizeof subj, o->ns)
+                      : kvp_subject_events_ns(subj, sizeof subj, o->ns)) != 0) {
     snprintf(err, errlen, "--ns: '%s' is not a valid namespace", o->ns);
     return KVP_ECONFIG;
   }
@@ -289,8 +290,9 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
 static void on_nats(kvp__vout_t *v, natsMsg *m, uint64_t now) {
   char ns[KVP_SUBJECT_TOKEN_MAX + 1], worker[KVP_SUBJECT_TOKEN_MAX + 1];
   kvp_wire_batch_t *wb = NULL;
+  uint32_t part;
 
-  if (kvp_subject_parse_events(natsMsg_GetSubject(m), ns, worker) != 0)
+  if (kvp_subject_parse_any_events(natsMsg_GetSubject(m), ns, worker, &part) != 0)
     return;
   if (kvp_wire_decode((const uint8_t *)natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), NULL,
                       &wb) != 0) {

@@ -53,6 +53,9 @@ typedef struct kvp__vout_opts_s {
   int format;          /* KVP__VOUT_VLLM (default), _MAP or _ARRAY (vllmenc.h) */
   const char *media;   /* "G<n>=NAME,..." overrides of the medium names, or NULL */
   int no_resync;       /* never ask workers for a resync */
+  int partitioned;     /* the servers partition the event subjects (kvplane nats-config):
+                        * subscribe to kvplane.pev.<ns>.*.*, where they map
+                        * kvplane.ev.<ns>.<worker> to */
 } kvp__vout_opts_t;
 
 typedef struct kvp__vout_s kvp__vout_t;

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 #include "relay/vllmenc.h"
 #include "relay/vllmout.h"
 
@@ -34,6 +35,10 @@ static void usage(FILE *f) {
       "      --nats NAME=VALUE  other NATS option: user, password, token, creds,\n"
       "                         tls_ca, tls_cert, tls_key, connect_timeout_ms\n"
       "  -n, --ns NAME          namespace (default \"default\")\n"
+      "      --partitions N     the servers map the event subjects to N partitions\n"
+      "                         (kvplane nats-config N): take the events where they\n"
+      "                         map them (kvplane.pev.<ns>.*.*); without it nothing\n"
+      "                         arrives from a partitioned deployment\n"
       "      --buffer N         messages kept per stream for replay (default 10000)\n"
       "      --hwm N            ZMQ send high-water mark (default 100000)\n"
       "      --format F         vllm (default: the batch an array [ts, events, dp], the\n"
@@ -89,15 +94,23 @@ static int parse_uint(const char *name, const char *s, unsigned long max, unsign
 }
 
 int kvp__vout_main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"reverse", no_argument, 0, 'R'},      {"endpoint", required_argument, 0, 'e'},
-      {"replay", required_argument, 0, 'r'}, {"worker", required_argument, 0, 'w'},
-      {"dp-ranks", required_argument, 0, 1}, {"topic", required_argument, 0, 't'},
-      {"server", required_argument, 0, 's'}, {"nats", required_argument, 0, 2},
-      {"ns", required_argument, 0, 'n'},     {"buffer", required_argument, 0, 3},
-      {"hwm", required_argument, 0, 4},      {"format", required_argument, 0, 5},
-      {"no-resync", no_argument, 0, 6},      {"media", required_argument, 0, 7},
-      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+  static const struct option opts[] = {{"reverse", no_argument, 0, 'R'},
+                                       {"endpoint", required_argument, 0, 'e'},
+                                       {"replay", required_argument, 0, 'r'},
+                                       {"worker", required_argument, 0, 'w'},
+                                       {"dp-ranks", required_argument, 0, 1},
+                                       {"topic", required_argument, 0, 't'},
+                                       {"server", required_argument, 0, 's'},
+                                       {"nats", required_argument, 0, 2},
+                                       {"ns", required_argument, 0, 'n'},
+                                       {"buffer", required_argument, 0, 3},
+                                       {"hwm", required_argument, 0, 4},
+                                       {"format", required_argument, 0, 5},
+                                       {"no-resync", no_argument, 0, 6},
+                                       {"media", required_argument, 0, 7},
+                                       {"partitions", required_argument, 0, 8},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   kvp__vout_opts_t o;
   const char *ep[KVP_RELAY_MAX_ENDPOINTS] = {0}, *rp[KVP_RELAY_MAX_ENDPOINTS] = {0},
              *wk[KVP_RELAY_MAX_ENDPOINTS] = {0};
@@ -128,7 +141,12 @@ int kvp__vout_main(int argc, char **argv) {
                 c == 'r' ? "replay" : "worker");
         return 1;
       }
-      (c == 'r' ? rp : wk)[nep - 1] = optarg;
+      /* Not (c == 'r' ? rp : wk)[nep - 1]: GCC's UndefinedBehaviorSanitizer
+       * (object-size) took that store for one past a single pointer. */
+      if (c == 'r')
+        rp[nep - 1] = optarg;
+      else
+        wk[nep - 1] = optarg;
       break;
     case 1:
       if (parse_uint("dp-ranks", optarg, 64, &dp_ranks) != 0 || dp_ranks == 0)
@@ -187,6 +205,11 @@ int kvp__vout_main(int argc, char **argv) {
       break;
     case 7:
       o.media = optarg;
+      break;
+    case 8: /* any count: every partition of the namespace is taken */
+      if (parse_uint("partitions", optarg, KVP_PARTITIONS_MAX, &v) != 0 || v == 0)
+        return 1;
+      o.partitioned = 1;
       break;
     case 'h':
       usage(stdout);

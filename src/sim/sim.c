@@ -151,6 +151,7 @@ static int open_worker(kvp__sim_t *s, worker_t *w, char *err, size_t errlen) {
   o.model = "mooncake-replay";
   o.mode = s->o.mode;
   o.stream_create = 1;
+  o.partitions = s->o.partitions;
   o.block_tokens = BLOCK_TOKENS;
   o.block_bytes = kvp_layout_block_stride(&s->layout);
   o.snapshot_tiers = (1u << KVP_TIER_G1) | (1u << KVP_TIER_G2);

@@ -45,6 +45,10 @@ typedef struct kvp__sim_opts_s {
   const char *volume_dir;
   uint64_t g3_capacity;
   const char *plugin_dir;
+  /* The servers map the event subjects to this many partitions (kvplane
+   * nats-config): in JetStream mode each worker's publisher looks up (and
+   * makes) its partition's stream, not the unpartitioned one. 0: none. */
+  uint32_t partitions;
 } kvp__sim_opts_t;
 
 /* Defaults: 4 workers, core mode, 2,048 G1 and 8,192 G2 blocks of 512

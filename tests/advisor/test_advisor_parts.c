@@ -121,10 +121,10 @@ static void inbox_keeps_order_and_counts_drops(void **state) {
   /* Full: a droppable push is refused and counted; an API request is not. */
   assert_int_equal(kvp__adv_inbox_push(&in, KVP__IN_EVENT, msg("c"), 0, 1), KVP_EOVERFLOW);
   assert_int_equal(kvp__adv_inbox_dropped(&in), 1);
-  assert_int_equal(kvp__adv_inbox_push(&in, KVP__IN_MATCH, msg("d"), 0, 0), 0);
+  assert_int_equal(kvp__adv_inbox_push(&in, KVP__IN_TIER, msg("d"), 0, 0), 0);
   kvp__adv_in_t *it = kvp__adv_inbox_take_all(&in);
   const char *want[] = {"a", "b", "d"};
-  int kinds[] = {KVP__IN_EVENT, KVP__IN_JS_EVENT, KVP__IN_MATCH};
+  int kinds[] = {KVP__IN_EVENT, KVP__IN_JS_EVENT, KVP__IN_TIER};
   for (int i = 0; i < 3; i++) {
     assert_non_null(it);
     assert_int_equal(it->kind, kinds[i]);
@@ -136,9 +136,9 @@ static void inbox_keeps_order_and_counts_drops(void **state) {
   assert_null(it);
   assert_null(kvp__adv_inbox_take_all(&in));
   /* Messages left queued are freed by destroy (LeakSanitizer checks). */
-  assert_int_equal(kvp__adv_inbox_push(&in, KVP__IN_STATS, msg("e"), 0, 0), 0);
+  assert_int_equal(kvp__adv_inbox_push(&in, KVP__IN_TIER, msg("e"), 0, 0), 0);
   kvp__adv_inbox_close_wake(&in);
-  assert_int_equal(kvp__adv_inbox_push(&in, KVP__IN_STATS, msg("f"), 0, 0), 0);
+  assert_int_equal(kvp__adv_inbox_push(&in, KVP__IN_TIER, msg("f"), 0, 0), 0);
   kvp__adv_inbox_destroy(&in);
   uv_close((uv_handle_t *)&wake, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);

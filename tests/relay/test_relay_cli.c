@@ -76,6 +76,8 @@ static void options_reach_relay_opts(void **state) {
                             "127.0.0.1:0",
                             "state-dir",
                             "/var/lib/kvplane-relay",
+                            "partitions",
+                            "4",
                             NULL};
   assert_int_equal(set_all(&c, kv), 0);
   assert_int_equal(kvp__relay_cli_finish(&c, err, sizeof err), 0);
@@ -99,6 +101,7 @@ static void options_reach_relay_opts(void **state) {
   assert_int_equal(c.stats_interval, 30);
   assert_string_equal(c.metrics, "127.0.0.1:0");
   assert_string_equal(c.o.state_dir, "/var/lib/kvplane-relay");
+  assert_int_equal(c.o.pub.partitions, 4);
   kvp__relay_cli_cleanup(&c);
 }
 
@@ -165,6 +168,8 @@ static void dp_ranks_expand_ports_and_workers(void **state) {
 static void option_errors(void **state) {
   (void)state;
   set_fails((const char *const[]){"replay", "tcp://a:2", NULL}, "--replay must follow");
+  set_fails((const char *const[]){"partitions", "0", NULL}, "--partitions");
+  set_fails((const char *const[]){"partitions", "1025", NULL}, "--partitions");
   set_fails((const char *const[]){"worker", "w", NULL}, "--worker must follow");
   set_fails((const char *const[]){"endpoint", "tcp://a:1", "worker", "w", "worker", "x", NULL},
             "--worker must follow its --endpoint (one each)");

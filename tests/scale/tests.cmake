@@ -8,3 +8,6 @@ kvp_add_test(scale_cluster scale/test_scale_cluster.c advisor/testworker.c
 # Startup at size: a database of 1.25M locations and a stream backlog.
 kvp_add_test(scale_startup scale/test_scale_startup.c advisor/testworker.c
   LABELS scale nats slow TIMEOUT 300)
+# The tools (status, top, sim, replay, the reverse relay) against one
+# nats-server with the partition mapping and partitioned advisor processes.
+kvp_add_test(scale_tools scale/test_scale_tools.c LABELS scale nats TIMEOUT 180)
