@@ -73,12 +73,13 @@ static int top(heap_t *h, kvp__map64_t *kept, ent_t *out) {
 
 int bench_policy_min(const stream_ev_t *ev, size_t n, size_t capacity, min_result_t *out) {
   uint64_t *next = malloc((n ? n : 1) * sizeof *next);
-  kvp__map64_t last = {0}, kept = {0};
+  kvp__map64_t last = {0}, kept = {0}, live = {0};
   heap_t h = {0};
   int rc = -1;
 
   *out = (min_result_t){0};
-  if (next == NULL || kvp__map64_init(&last, 0) != 0 || kvp__map64_init(&kept, capacity) != 0)
+  if (next == NULL || kvp__map64_init(&last, 0) != 0 || kvp__map64_init(&kept, capacity) != 0 ||
+      kvp__map64_init(&live, 0) != 0)
     goto out;
   /* next[i]: the position of the next reference of ev[i]'s block. */
   for (size_t i = n; i-- > 0;) {
@@ -92,6 +93,14 @@ int bench_policy_min(const stream_ev_t *ev, size_t n, size_t capacity, min_resul
     }
   }
   for (size_t i = 0; i < n; i++) {
+    /* Live: read again later (every read follows the block's write). */
+    if (next[i] == NEVER)
+      kvp__map64_del(&live, ev[i].hash, NULL);
+    else if (kvp__map64_find(&live, ev[i].hash) == NULL &&
+             kvp__map64_put(&live, ev[i].hash, 1) != 0)
+      goto out;
+    if (kvp__map64_count(&live) > out->live_max)
+      out->live_max = kvp__map64_count(&live);
     uint64_t *k = kvp__map64_find(&kept, ev[i].hash);
     int ref = ev[i].kind == STREAM_REF;
     out->refs += ref;
@@ -126,5 +135,6 @@ out:
   free(h.v);
   kvp__map64_free(&last);
   kvp__map64_free(&kept);
+  kvp__map64_free(&live);
   return rc;
 }

@@ -32,7 +32,8 @@
  * on_access / on_move / on_remove, and its own parameters; the table of
  * policies is policy_registry.c, and [tiering] policy picks one by name
  * (docs/tiering.md). The policies: lru (the default, policy_lru.c),
- * s3fifo (policy_s3fifo.c), lfu (policy_lfu.c).
+ * s3fifo (policy_s3fifo.c), lfu (policy_lfu.c), hyperbolic
+ * (policy_hyperbolic.c).
  *
  * Moves come out in priority order: prefetch, then demotion (space), then
  * promotion, then eviction.
@@ -212,5 +213,6 @@ void kvp__tier_pol_remove(kvp__tier_pol_t *p, uint64_t hash, int tier);
 extern const kvp__tier_policy_t kvp__tier_policy_lru;
 extern const kvp__tier_policy_t kvp__tier_policy_s3fifo;
 extern const kvp__tier_policy_t kvp__tier_policy_lfu;
+extern const kvp__tier_policy_t kvp__tier_policy_hyperbolic;
 
 #endif

@@ -164,6 +164,18 @@ static void s3fifo_plans_the_rounds(void **state) {
   assert_int_equal(got[1], 3);
 }
 
+/* hyperbolic through the engine: the index's decayed count reaches the
+ * policy. Block 1 was stored and read again (two uses), the others used
+ * once; at the engine's clock (years after NOW_MS) their ages are alike,
+ * so 1 has half the others' (age + tau) / count and stays, and the least
+ * recently used of the rest, 2 and 3, leave (lru took 1 and 2). */
+static void hyperbolic_plans_the_rounds(void **state) {
+  uint64_t got[2];
+  demoted_blocks(*state, "hyperbolic", got);
+  assert_int_equal(got[0], 2);
+  assert_int_equal(got[1], 3);
+}
+
 /* Reads reported through the engine's hook (what the advisor does for
  * every Accessed event in G3 or G4) reach the policy: lfu keeps blocks 1
  * and 2, read just now, and takes the next least recently used, 3 and 4.
@@ -211,7 +223,7 @@ static void an_unknown_policy_is_named(void **state) {
   assert_int_equal(kvp__tier_engine_open(&f->topts, &f->loop, f->ix, &e, err, sizeof err),
                    KVP_ECONFIG);
   assert_null(e);
-  assert_non_null(strstr(err, "'arc' is not a policy (there are: lru, s3fifo, lfu)"));
+  assert_non_null(strstr(err, "'arc' is not a policy (there are: lru, s3fifo, lfu, hyperbolic)"));
   f->topts.policy = "lfu";
   f->topts.policy_params = "half_life=forever";
   assert_int_equal(kvp__tier_engine_open(&f->topts, &f->loop, f->ix, &e, err, sizeof err),
@@ -221,6 +233,7 @@ static void an_unknown_policy_is_named(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(lru_plans_the_rounds, setup, teardown),
+    cmocka_unit_test_setup_teardown(hyperbolic_plans_the_rounds, setup, teardown),
     cmocka_unit_test_setup_teardown(s3fifo_plans_the_rounds, setup, teardown),
     cmocka_unit_test_setup_teardown(lfu_hears_reads_through_the_engine, setup, teardown),
     cmocka_unit_test_setup_teardown(an_unknown_policy_is_named, setup, teardown),

@@ -70,7 +70,7 @@ static void registry_names_and_params(void **state) {
   assert_null(kvp__tier_policy_find("arc"));
   assert_int_equal(kvp__tier_pol_open("arc", NULL, &p, err, sizeof err), KVP_ECONFIG);
   assert_null(p);
-  assert_non_null(strstr(err, "'arc' is not a policy (there are: lru, s3fifo, lfu)"));
+  assert_non_null(strstr(err, "'arc' is not a policy (there are: lru, s3fifo, lfu, hyperbolic)"));
   assert_int_equal(kvp__tier_pol_open("s3fifo", "small=0.2 tiny=1", &p, err, sizeof err),
                    KVP_ECONFIG);
   assert_non_null(strstr(err, "'tiny' is not a parameter of policy s3fifo (its parameters: "
@@ -87,6 +87,11 @@ static void registry_names_and_params(void **state) {
   assert_true(conf[0] == 120000);
   assert_int_equal(kvp__tier_policy_params("lfu", NULL, conf, err, sizeof err), 0);
   assert_true(conf[0] == 600000); /* the default */
+  assert_int_equal(
+      kvp__tier_policy_params("hyperbolic", "weight=0.5 tau=2s", conf, err, sizeof err), 0);
+  assert_true(conf[0] == 0.5 && conf[1] == 2000);
+  assert_int_equal(kvp__tier_policy_params("hyperbolic", "weight=5", conf, err, sizeof err),
+                   KVP_ECONFIG);
   p = open_pol(NULL, NULL);
   assert_string_equal(p->ops->name, "lru");
   kvp__tier_pol_close(p);
@@ -233,12 +238,99 @@ static void s3fifo_keeps_prefixes_whole(void **state) {
   kvp__tier_pol_close(p);
 }
 
+/* Blocks 1..10 in G3: 1 read 100 s ago, 4 times; 2 read 30 s ago, once;
+ * 3 read 60 s ago, twice; 4..10 read 10 s ago, once each. */
+static void counted(kvp__tier_cand_t *c) {
+  ten(c);
+  for (int i = 0; i < 10; i++) {
+    c[i].last_access_ms = NOW - 10000;
+    c[i].freq = 1;
+  }
+  c[0].last_access_ms = NOW - 100000, c[0].freq = 4;
+  c[1].last_access_ms = NOW - 30000;
+  c[2].last_access_ms = NOW - 60000, c[2].freq = 2;
+}
+
+/* hyperbolic: (age + tau) / count, highest first. With tau 1 s: 2 is at
+ * 31000, 3 at 30500, 1 at 25250, the others at 11000: 2 and 3 leave, where
+ * lru sends 1 and 3 (the least recently read) and weight=0 is lru. */
+static void hyperbolic_decisions(void **state) {
+  (void)state;
+  kvp__tier_pol_t *p = open_pol("hyperbolic", NULL);
+  kvp__tier_cand_t c[10];
+  uint64_t got[8];
+
+  counted(c);
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 2);
+  assert_int_equal(got[1], 3);
+  kvp__tier_pol_close(p);
+  p = open_pol("lru", NULL);
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 1);
+  assert_int_equal(got[1], 3);
+  kvp__tier_pol_close(p);
+  p = open_pol("hyperbolic", "weight=0");
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 1);
+  assert_int_equal(got[1], 3);
+  kvp__tier_pol_close(p);
+
+  /* tau: 4 read now, once (tau / 1), against 5 read 2 s ago, 4 times
+   * ((2000 + tau) / 4) and 6..10, 1..3 as above but read 1 s ago, 8 times
+   * ((1000 + tau) / 8). tau 1 s: 4 at 1000, 5 at 750, the others at 250:
+   * 4 and 5 leave. tau 1 ms: 4 at 1, 5 at 500, the others at 125: 5 leaves,
+   * then the least recently read of the others (1, by hash). */
+  ten(c);
+  for (int i = 0; i < 10; i++)
+    c[i].last_access_ms = NOW - 1000, c[i].freq = 8;
+  c[3].last_access_ms = NOW, c[3].freq = 1;
+  c[4].last_access_ms = NOW - 2000, c[4].freq = 4;
+  p = open_pol("hyperbolic", "tau=1s");
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 4);
+  assert_int_equal(got[1], 5);
+  kvp__tier_pol_close(p);
+  p = open_pol("hyperbolic", "tau=1");
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 5);
+  assert_int_equal(got[1], 1);
+  kvp__tier_pol_close(p);
+}
+
+/* hyperbolic keeps prefixes whole: 1, the coldest (read 100 s ago, once),
+ * is the parent of 2 (read 1 s ago, 5 times): 1 stays and the next
+ * coldest leaves, 3 and 4 (read 10 s ago, once, equal: by hash). With 2
+ * the coldest but one (read 50 s ago, once), 2 leaves and then 1. */
+static void hyperbolic_keeps_prefixes_whole(void **state) {
+  (void)state;
+  kvp__tier_pol_t *p = open_pol("hyperbolic", NULL);
+  kvp__tier_cand_t c[10];
+  uint64_t got[8];
+
+  counted(c);
+  c[0].freq = 1;
+  c[1].parent = 1, c[1].has_parent = 1;
+  c[1].last_access_ms = NOW - 1000, c[1].freq = 5;
+  c[2].last_access_ms = NOW - 10000, c[2].freq = 1;
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 3);
+  assert_int_equal(got[1], 4);
+  c[1].last_access_ms = NOW - 50000, c[1].freq = 1;
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 2);
+  assert_int_equal(got[1], 1);
+  kvp__tier_pol_close(p);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(registry_names_and_params),
     cmocka_unit_test(lru_decisions),
     cmocka_unit_test(lfu_decisions),
     cmocka_unit_test(s3fifo_decisions),
     cmocka_unit_test(s3fifo_keeps_prefixes_whole),
+    cmocka_unit_test(hyperbolic_decisions),
+    cmocka_unit_test(hyperbolic_keeps_prefixes_whole),
 };
 
 KVP_TEST_MAIN("tier_policies", tests)
