@@ -410,8 +410,10 @@ void kvp__index_prefetch(const kvp__index_t *ix, const uint64_t *hashes, size_t 
     __builtin_prefetch(&ix->slots[kvp__index_slot_of(hashes[i], ix->cap)]);
   for (size_t i = 0; i < n; i++) {
     uint32_t nd = kvp__index_candidate(ix, hashes[i]);
-    if (nd)
+    if (nd) {
       __builtin_prefetch(&ix->nodes[nd]);
+      __builtin_prefetch(&ix->meta[nd]); /* an update writes both halves */
+    }
   }
 }
 
