@@ -35,7 +35,7 @@
 
 #define KVP__INDEX_MAX_WORKERS 8191u
 #define KVP__INDEX_MAX_VOLUMES 65535u
-#define KVP__INDEX_MAX_BLOCKS ((1u << 27) - 2) /* record ids share a u32 slot with a tag */
+#define KVP__INDEX_MAX_BLOCKS ((1u << 28) - 2) /* record ids share a u32 slot with a tag */
 #define KVP__INDEX_NO_VOLUME 0xffffu           /* "any volume" in kvp__index_remove */
 /* In-memory last access is kept in seconds since this Unix time (2020-01-01)
  * to keep the node small; the store writes it back as Unix milliseconds. */

@@ -117,7 +117,7 @@ static inline size_t kvp__index_next(size_t s, size_t cap) {
 /* A slot holds a node index in its low IDX_BITS bits and the top bits of
  * the block's hash above them, so probing skips most foreign nodes without
  * loading them. 0 is an empty slot (node 0 is never used). */
-#define IDX_BITS 27
+#define IDX_BITS 28
 #define IDX_MASK ((1u << IDX_BITS) - 1)
 
 static inline uint32_t kvp__index_tag_of(uint64_t h) {
