@@ -129,6 +129,23 @@ static uint64_t minor_faults(void) {
   return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_minflt + (uint64_t)ru.ru_majflt : 0;
 }
 
+/* Times the scheduler took the core away (other processes wanted it). */
+static uint64_t preemptions(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_nivcsw : 0;
+}
+
+static double load_average(void) {
+  double l = 0;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1)
+      l = 0;
+    fclose(f);
+  }
+  return l;
+}
+
 /* Samples over 5 us: stalls (a fault, a huge-page collapse, the host). */
 static size_t stalls(const uint64_t *lat, size_t n) {
   size_t k = 0;
@@ -218,6 +235,8 @@ KVP_BENCH_SUITE(match, "index: 64-block match and single lookups at N locations 
   uint64_t huge_kb = proc_field("/proc/self/smaps_rollup", "AnonHugePages:");
   uint64_t avail_kb = proc_field("/proc/meminfo", "MemAvailable:");
   uint64_t flt0 = minor_faults(), coll0 = proc_field("/proc/vmstat", "thp_collapse_alloc ");
+  uint64_t sw0 = preemptions();
+  uint64_t q0 = kvp_bench_now_ns();
   for (size_t q = 0; q < nq; q++) {
     const uint64_t *h = &chains[(kvp_bi_rnd() % nchains) * CHAIN];
     size_t n = 0;
@@ -250,6 +269,10 @@ KVP_BENCH_SUITE(match, "index: 64-block match and single lookups at N locations 
   }
   uint64_t flt = minor_faults() - flt0,
            coll = proc_field("/proc/vmstat", "thp_collapse_alloc ") - coll0;
+  double qs = (double)(kvp_bench_now_ns() - q0) / 1e9;
+  printf("# load: %.1f (1-minute load average, 2 cores here), %llu preemptions in the"
+         " %.1f s of queries\n",
+         load_average(), (unsigned long long)(preemptions() - sw0), qs);
   printf("# conditions: rss %.2f GiB, %.2f GiB on huge pages, %.2f GiB available before the"
          " queries; during them %llu page faults, %llu huge-page collapses (system-wide);"
          " samples over 5 us: match %zu plain %zu, single %zu plain %zu (of %zu each)\n",
