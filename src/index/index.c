@@ -22,6 +22,10 @@
  * (24.0 B per location), 0.6 1.38-1.44 (23.3 B), 0.7 1.62-1.84 (22.9 B);
  * at 0.8 the p99 doubled (9.0-9.4 us, 2.3-3.4 us plain; 1.25 copies). */
 
+/* The largest figure: 128M locations at one copy per block. */
+_Static_assert(KVP__INDEX_MAX_BLOCKS >= (1u << 27), "2^27 blocks fit the slot's record id");
+_Static_assert(sizeof(node_t) == 16 && sizeof(meta_t) == 24, "DESIGN.md's record bytes");
+
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
   return s <= KVP__INDEX_EPOCH_S ? 0 : (uint32_t)(s - KVP__INDEX_EPOCH_S);
