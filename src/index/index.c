@@ -2,6 +2,9 @@
  * (index.h). Location lists and shapes are in locs.c, worker and volume
  * names in names.c (over intern.c), the change log in changelog.c, the
  * queries in query.c, the memory cap in evict.c.
+ * Why this file is long: the map and the two record arrays change together
+ * in every update (create, free, rehash, resize), and split apart they would
+ * each need the others' invariants.
  * Thread: the advisor's loop thread. */
 #include "index/index.h"
 

@@ -1,5 +1,7 @@
 /* Advisor index: match, LRU, removal, drops, dirty tracking, the memory
- * figure. In memory, no NATS. */
+ * figure. In memory, no NATS.
+ * Why this file is long: one program holds the index's unit tests, each a
+ * short scenario beside the reference checks they share. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
