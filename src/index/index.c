@@ -90,6 +90,8 @@ int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out) {
     goto fail;
   hint_huge(ix->slots, cap * sizeof *ix->slots);
   ix->cap = cap;
+  ix->idx_bits = kvp__index_idx_bits(cap);
+  ix->idx_mask = (1u << ix->idx_bits) - 1;
   ix->nnodes = 1;
   if (grow_nodes(ix, cap_hint + 1) != 0)
     goto fail;
@@ -137,14 +139,18 @@ static int rehash(kvp__index_t *ix, size_t cap) {
   if (slots == NULL)
     return KVP_ENOMEM;
   hint_huge(slots, cap * sizeof *slots);
+  uint32_t old_mask = ix->idx_mask;
+  ix->idx_bits = kvp__index_idx_bits(cap);
+  ix->idx_mask = (1u << ix->idx_bits) - 1;
   for (size_t i = 0; i < ix->cap; i++) {
     uint32_t v = ix->slots[i];
     if (v == 0)
       continue;
-    size_t s = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, cap);
+    uint64_t h = ix->nodes[v & old_mask].hash;
+    size_t s = kvp__index_slot_of(h, cap);
     while (slots[s] != 0)
       s = kvp__index_next(s, cap);
-    slots[s] = v;
+    slots[s] = kvp__index_tag_of(ix, h) | (v & old_mask);
   }
   free(ix->slots);
   ix->slots = slots;
@@ -170,13 +176,14 @@ static size_t dist(size_t from, size_t to, size_t cap) {
 /* Backward-shift deletion keeps linear probing free of tombstones. */
 static void unmap(kvp__index_t *ix, uint64_t h) {
   size_t cap = ix->cap, s = kvp__index_slot_of(h, cap);
-  while (ix->slots[s] == 0 || ix->nodes[ix->slots[s] & IDX_MASK].hash != h)
+  uint32_t mask = ix->idx_mask;
+  while (ix->slots[s] == 0 || ix->nodes[ix->slots[s] & mask].hash != h)
     s = kvp__index_next(s, cap);
   for (size_t j = kvp__index_next(s, cap);; j = kvp__index_next(j, cap)) {
     uint32_t v = ix->slots[j];
     if (v == 0)
       break;
-    size_t home = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, cap);
+    size_t home = kvp__index_slot_of(ix->nodes[v & mask].hash, cap);
     /* Move v back into the hole when its home is not in (s, j]. */
     if (dist(home, j, cap) >= dist(s, j, cap)) {
       ix->slots[s] = v;
@@ -218,7 +225,8 @@ static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out)
   size_t s = kvp__index_slot_of(h, ix->cap);
   while (ix->slots[s] != 0)
     s = kvp__index_next(s, ix->cap);
-  ix->slots[s] = kvp__index_tag_of(h) | n;
+  /* n <= blocks held at most <= cap / 2: within idx_bits (index_impl.h). */
+  ix->slots[s] = kvp__index_tag_of(ix, h) | n;
   ix->blocks++;
   *out = n;
   return 0;

@@ -83,10 +83,12 @@ typedef struct shapes_s {
 } shapes_t;
 
 struct kvp__index_s {
-  uint32_t *slots; /* tag | node index, 0 = empty */
-  size_t cap;      /* any size: slots are picked by multiply-shift */
-  node_t *nodes;   /* [0] unused; the hot half of each record */
-  meta_t *meta;    /* the other half, same ids */
+  uint32_t *slots;   /* tag | node index, 0 = empty */
+  size_t cap;        /* any size: slots are picked by multiply-shift */
+  unsigned idx_bits; /* of a slot, the record id's (the rest is tag) */
+  uint32_t idx_mask;
+  node_t *nodes; /* [0] unused; the hot half of each record */
+  meta_t *meta;  /* the other half, same ids */
   size_t nnodes, node_cap, node_free, blocks;
   uint32_t *slab; /* overflowed location lists; [0] unused */
   size_t slab_n, slab_cap, slab_used;
@@ -114,57 +116,68 @@ static inline size_t kvp__index_next(size_t s, size_t cap) {
 #define LOAD_NUM 1
 #define LOAD_DEN 2
 
-/* A slot holds a node index in its low IDX_BITS bits and the top bits of
- * the block's hash above them, so probing skips most foreign nodes without
- * loading them. 0 is an empty slot (node 0 is never used). */
-#define IDX_BITS 28
-#define IDX_MASK ((1u << IDX_BITS) - 1)
+/* A slot holds a node index in its low idx_bits bits and the top bits of
+ * the block's hash above them (the tag), so probing skips most foreign
+ * nodes without loading them. 0 is an empty slot (node 0 is never used).
+ * The ids take what the map's size needs: a map of cap slots holds at most
+ * cap / 2 blocks, and record ids never pass the most blocks held, so
+ * bit_width(cap / 2) bits (at most 28) hold any id and the rest is tag:
+ * 11 bits at 1M blocks, 4 at 2^27. A rehash, which reads every record's
+ * hash anyway, re-tags the slots. */
+#define IDX_MAX_BITS 28
 
-static inline uint32_t kvp__index_tag_of(uint64_t h) {
-  return (uint32_t)(h >> (64 - (32 - IDX_BITS))) << IDX_BITS;
+static inline unsigned kvp__index_idx_bits(size_t cap) {
+  unsigned b = 1;
+  while (b < IDX_MAX_BITS && (cap / 2) >> b)
+    b++;
+  return b;
+}
+
+static inline uint32_t kvp__index_tag_of(const kvp__index_t *ix, uint64_t h) {
+  return (uint32_t)(h >> (32 + ix->idx_bits)) << ix->idx_bits;
 }
 
 /* The node of hash h, probing from slot s (its home slot), or 0. */
 static inline uint32_t kvp__index_find_at(const kvp__index_t *ix, uint64_t h, size_t s) {
-  uint32_t tag = kvp__index_tag_of(h);
+  uint32_t tag = kvp__index_tag_of(ix, h), mask = ix->idx_mask;
   for (;; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
     if (v == 0)
       return 0;
-    if ((v & ~IDX_MASK) == tag && ix->nodes[v & IDX_MASK].hash == h)
-      return v & IDX_MASK;
+    if ((v & ~mask) == tag && ix->nodes[v & mask].hash == h)
+      return v & mask;
   }
 }
 
 /* The node of hash h, or 0. */
 static inline uint32_t kvp__index_find(const kvp__index_t *ix, uint64_t h) {
-  uint32_t tag = kvp__index_tag_of(h);
+  uint32_t tag = kvp__index_tag_of(ix, h), mask = ix->idx_mask;
   for (size_t s = kvp__index_slot_of(h, ix->cap);; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
     if (v == 0)
       return 0;
-    if ((v & ~IDX_MASK) == tag && ix->nodes[v & IDX_MASK].hash == h)
-      return v & IDX_MASK;
+    if ((v & ~mask) == tag && ix->nodes[v & mask].hash == h)
+      return v & mask;
   }
 }
 
 /* The first node whose tag matches, probing from slot s: right almost
  * always, for prefetching. */
 static inline uint32_t kvp__index_candidate_at(const kvp__index_t *ix, uint64_t h, size_t s) {
-  uint32_t tag = kvp__index_tag_of(h);
+  uint32_t tag = kvp__index_tag_of(ix, h), mask = ix->idx_mask;
   for (;; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
-    if (v == 0 || (v & ~IDX_MASK) == tag)
-      return v & IDX_MASK;
+    if (v == 0 || (v & ~mask) == tag)
+      return v & mask;
   }
 }
 
 static inline uint32_t kvp__index_candidate(const kvp__index_t *ix, uint64_t h) {
-  uint32_t tag = kvp__index_tag_of(h);
+  uint32_t tag = kvp__index_tag_of(ix, h), mask = ix->idx_mask;
   for (size_t s = kvp__index_slot_of(h, ix->cap);; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
-    if (v == 0 || (v & ~IDX_MASK) == tag)
-      return v & IDX_MASK;
+    if (v == 0 || (v & ~mask) == tag)
+      return v & mask;
   }
 }
 
