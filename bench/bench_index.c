@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench.h"
 #include "bench_index.h"
@@ -105,6 +106,54 @@ static void plain_free(plain_t *p) {
 
 /* --- match ------------------------------------------------------------- */
 
+/* The first number after key in a /proc file ("AnonHugePages:", "MemAvailable:"
+ * in kB; "thp_collapse_alloc" a count), or 0. */
+static uint64_t proc_field(const char *path, const char *key) {
+  char line[256];
+  uint64_t v = 0;
+  size_t kl = strlen(key);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 0;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, key, kl) == 0) {
+      v = strtoull(line + kl, NULL, 10);
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
+static uint64_t minor_faults(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_minflt + (uint64_t)ru.ru_majflt : 0;
+}
+
+/* Times the scheduler took the core away (other processes wanted it). */
+static uint64_t preemptions(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_nivcsw : 0;
+}
+
+static double load_average(void) {
+  double l = 0;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1)
+      l = 0;
+    fclose(f);
+  }
+  return l;
+}
+
+/* Samples over 5 us: stalls (a fault, a huge-page collapse, the host). */
+static size_t stalls(const uint64_t *lat, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    k += lat[i] > 5000;
+  return k;
+}
+
 void kvp_bi_label(char *out, size_t len, size_t n) {
   if (n >= (1u << 20) && n % (1u << 20) == 0)
     snprintf(out, len, "%zuM", n >> 20);
@@ -136,6 +185,12 @@ KVP_BENCH_SUITE(match, "index: 64-block match and single lookups at N locations 
 
   if (chains == NULL || lat == NULL || blat == NULL || slat == NULL || sblat == NULL || !w)
     return 1;
+  /* Faulted in now, not between the timed lookups (not 0: malloc and a
+   * zeroing memset may become a calloc that touches nothing). */
+  memset(lat, 0xff, nq * sizeof *lat);
+  memset(blat, 0xff, nq * sizeof *blat);
+  memset(slat, 0xff, nq * sizeof *slat);
+  memset(sblat, 0xff, nq * sizeof *sblat);
   kvp_bi_label(label, sizeof label, want);
   for (size_t c = 0; c < nchains; c++) {
     uint64_t prev = kvp_bi_rnd();
@@ -175,6 +230,13 @@ KVP_BENCH_SUITE(match, "index: 64-block match and single lookups at N locations 
   for (size_t i = 0; i < nblocks; i++)
     plain_put(&plain, chains[i], (uint32_t)i + 1);
 
+  /* What the run's tails depend on: how much of the process is on huge
+   * pages, the memory left, and faults or collapses during the queries. */
+  uint64_t huge_kb = proc_field("/proc/self/smaps_rollup", "AnonHugePages:");
+  uint64_t avail_kb = proc_field("/proc/meminfo", "MemAvailable:");
+  uint64_t flt0 = minor_faults(), coll0 = proc_field("/proc/vmstat", "thp_collapse_alloc ");
+  uint64_t sw0 = preemptions();
+  uint64_t q0 = kvp_bench_now_ns();
   for (size_t q = 0; q < nq; q++) {
     const uint64_t *h = &chains[(kvp_bi_rnd() % nchains) * CHAIN];
     size_t n = 0;
@@ -205,6 +267,18 @@ KVP_BENCH_SUITE(match, "index: 64-block match and single lookups at N locations 
     sblat[q] = kvp_bench_now_ns() - t0;
     kvp_bench_sink(acc);
   }
+  uint64_t flt = minor_faults() - flt0,
+           coll = proc_field("/proc/vmstat", "thp_collapse_alloc ") - coll0;
+  double qs = (double)(kvp_bench_now_ns() - q0) / 1e9;
+  printf("# load: %.1f (1-minute load average, 2 cores here), %llu preemptions in the"
+         " %.1f s of queries\n",
+         load_average(), (unsigned long long)(preemptions() - sw0), qs);
+  printf("# conditions: rss %.2f GiB, %.2f GiB on huge pages, %.2f GiB available before the"
+         " queries; during them %llu page faults, %llu huge-page collapses (system-wide);"
+         " samples over 5 us: match %zu plain %zu, single %zu plain %zu (of %zu each)\n",
+         (double)kvp_bench_rss_bytes() / (1 << 30), (double)huge_kb / (1 << 20),
+         (double)avail_kb / (1 << 20), (unsigned long long)flt, (unsigned long long)coll,
+         stalls(lat, nq), stalls(blat, nq), stalls(slat, nq), stalls(sblat, nq), nq);
   qsort(lat, nq, sizeof *lat, cmp_u64);
   qsort(blat, nq, sizeof *blat, cmp_u64);
   qsort(slat, nq, sizeof *slat, cmp_u64);

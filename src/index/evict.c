@@ -13,7 +13,7 @@
 #define MAP_BYTES_PER_BLOCK (4.0 * LOAD_DEN / LOAD_NUM)
 
 size_t kvp__index_memory_used(const kvp__index_t *ix) {
-  return sizeof *ix + (size_t)((double)ix->blocks * (sizeof(node_t) + MAP_BYTES_PER_BLOCK)) +
+  return sizeof *ix + (size_t)((double)ix->blocks * (RECORD_BYTES + MAP_BYTES_PER_BLOCK)) +
          ix->slab_used * sizeof *ix->slab + kvp__index_changelog_memory(&ix->log) +
          kvp__index_intern_memory(&ix->workers) + kvp__index_intern_memory(&ix->volumes) +
          ix->shapes.cap * (sizeof *ix->shapes.key + sizeof *ix->shapes.ref) +
@@ -21,7 +21,7 @@ size_t kvp__index_memory_used(const kvp__index_t *ix) {
 }
 
 size_t kvp__index_blocks_for(size_t bytes) {
-  return (size_t)((double)bytes / (sizeof(node_t) + MAP_BYTES_PER_BLOCK));
+  return (size_t)((double)bytes / (RECORD_BYTES + MAP_BYTES_PER_BLOCK));
 }
 
 size_t kvp__index_evict(kvp__index_t *ix, unsigned tier_mask, size_t n, kvp__index_evict_fn fn,
@@ -39,9 +39,9 @@ size_t kvp__index_evict(kvp__index_t *ix, unsigned tier_mask, size_t n, kvp__ind
     uint32_t nd = (uint32_t)(keys[i] & 0xffffffffu);
     size_t cnt, before = dropped;
     uint64_t h = ix->nodes[nd].hash;
-    (void)kvp__index_locs(ix, &ix->nodes[nd], &cnt);
+    (void)kvp__index_locs(ix, nd, &cnt);
     for (size_t j = cnt; j-- > 0;) {
-      uint32_t l = kvp__index_locs(ix, &ix->nodes[nd], &cnt)[j];
+      uint32_t l = kvp__index_locs(ix, nd, &cnt)[j];
       if (!(tier_mask & (1u << LOC_TIER(l))))
         continue;
       if (fn)

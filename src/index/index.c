@@ -2,6 +2,9 @@
  * (index.h). Location lists and shapes are in locs.c, worker and volume
  * names in names.c (over intern.c), the change log in changelog.c, the
  * queries in query.c, the memory cap in evict.c.
+ * Why this file is long: the map and the two record arrays change together
+ * in every update (create, free, rehash, resize), and split apart they would
+ * each need the others' invariants.
  * Thread: the advisor's loop thread. */
 #include "index/index.h"
 
@@ -22,6 +25,10 @@
  * (24.0 B per location), 0.6 1.38-1.44 (23.3 B), 0.7 1.62-1.84 (22.9 B);
  * at 0.8 the p99 doubled (9.0-9.4 us, 2.3-3.4 us plain; 1.25 copies). */
 
+/* The largest figure: 128M locations at one copy per block. */
+_Static_assert(KVP__INDEX_MAX_BLOCKS >= (1u << 27), "2^27 blocks fit the slot's record id");
+_Static_assert(sizeof(node_t) == 16 && sizeof(meta_t) == 24, "DESIGN.md's record bytes");
+
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
   return s <= KVP__INDEX_EPOCH_S ? 0 : (uint32_t)(s - KVP__INDEX_EPOCH_S);
@@ -37,17 +44,32 @@ static void hint_huge(void *p, size_t bytes) {
     madvise((void *)start, end - start, MADV_HUGEPAGE);
 }
 
+/* Both halves of the records to cap records. On failure the halves that
+ * were moved stay valid (with their contents) and node_cap is unchanged. */
+static int resize_records(kvp__index_t *ix, size_t cap) {
+  node_t *nodes = realloc(ix->nodes, cap * sizeof *nodes);
+  if (nodes == NULL)
+    return KVP_ENOMEM;
+  ix->nodes = nodes;
+  meta_t *meta = realloc(ix->meta, cap * sizeof *meta);
+  if (meta == NULL)
+    return KVP_ENOMEM;
+  ix->meta = meta;
+  ix->node_cap = cap;
+  hint_huge(ix->nodes, cap * sizeof *nodes);
+  hint_huge(ix->meta, cap * sizeof *meta);
+  return 0;
+}
+
 /* Room for need records. 1.5x: the slack is part of the published memory
  * figure (and pages never touched are not resident). */
 static inline int grow_nodes(kvp__index_t *ix, size_t need) {
   if (need <= ix->node_cap)
     return 0; /* the common case stays inline: no call per new block */
-  size_t old = ix->node_cap;
-  int rc = kvp__array_reserve((void **)&ix->nodes, &ix->node_cap, need, sizeof(node_t),
-                              need > 16 ? need : 16, KVP_ARRAY_HALF);
-  if (rc == 0 && ix->node_cap != old)
-    hint_huge(ix->nodes, ix->node_cap * sizeof(node_t));
-  return rc;
+  size_t cap = ix->node_cap + ix->node_cap / 2;
+  if (cap < need)
+    cap = need > 16 ? need : 16;
+  return resize_records(ix, cap);
 }
 
 static size_t cap_for(size_t blocks) {
@@ -68,6 +90,8 @@ int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out) {
     goto fail;
   hint_huge(ix->slots, cap * sizeof *ix->slots);
   ix->cap = cap;
+  ix->idx_bits = kvp__index_idx_bits(cap);
+  ix->idx_mask = (1u << ix->idx_bits) - 1;
   ix->nnodes = 1;
   if (grow_nodes(ix, cap_hint + 1) != 0)
     goto fail;
@@ -93,6 +117,7 @@ void kvp__index_destroy(kvp__index_t *ix) {
   kvp__index_changelog_free(&ix->log);
   free(ix->slots);
   free(ix->nodes);
+  free(ix->meta);
   free(ix->slab);
   free(ix->shapes.key);
   free(ix->shapes.ref);
@@ -114,14 +139,18 @@ static int rehash(kvp__index_t *ix, size_t cap) {
   if (slots == NULL)
     return KVP_ENOMEM;
   hint_huge(slots, cap * sizeof *slots);
+  uint32_t old_mask = ix->idx_mask;
+  ix->idx_bits = kvp__index_idx_bits(cap);
+  ix->idx_mask = (1u << ix->idx_bits) - 1;
   for (size_t i = 0; i < ix->cap; i++) {
     uint32_t v = ix->slots[i];
     if (v == 0)
       continue;
-    size_t s = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, cap);
+    uint64_t h = ix->nodes[v & old_mask].hash;
+    size_t s = kvp__index_slot_of(h, cap);
     while (slots[s] != 0)
       s = kvp__index_next(s, cap);
-    slots[s] = v;
+    slots[s] = kvp__index_tag_of(ix, h) | (v & old_mask);
   }
   free(ix->slots);
   ix->slots = slots;
@@ -137,13 +166,7 @@ int kvp__index_reserve(kvp__index_t *ix, size_t blocks) {
   if (blocks + 1 <= ix->node_cap)
     return 0;
   /* Exactly what was asked for: a cap reserves its whole budget here. */
-  node_t *p = realloc(ix->nodes, (blocks + 1) * sizeof(node_t));
-  if (p == NULL)
-    return KVP_ENOMEM;
-  ix->nodes = p;
-  ix->node_cap = blocks + 1;
-  hint_huge(ix->nodes, ix->node_cap * sizeof(node_t));
-  return 0;
+  return resize_records(ix, blocks + 1);
 }
 
 static size_t dist(size_t from, size_t to, size_t cap) {
@@ -153,13 +176,14 @@ static size_t dist(size_t from, size_t to, size_t cap) {
 /* Backward-shift deletion keeps linear probing free of tombstones. */
 static void unmap(kvp__index_t *ix, uint64_t h) {
   size_t cap = ix->cap, s = kvp__index_slot_of(h, cap);
-  while (ix->slots[s] == 0 || ix->nodes[ix->slots[s] & IDX_MASK].hash != h)
+  uint32_t mask = ix->idx_mask;
+  while (ix->slots[s] == 0 || ix->nodes[ix->slots[s] & mask].hash != h)
     s = kvp__index_next(s, cap);
   for (size_t j = kvp__index_next(s, cap);; j = kvp__index_next(j, cap)) {
     uint32_t v = ix->slots[j];
     if (v == 0)
       break;
-    size_t home = kvp__index_slot_of(ix->nodes[v & IDX_MASK].hash, cap);
+    size_t home = kvp__index_slot_of(ix->nodes[v & mask].hash, cap);
     /* Move v back into the hole when its home is not in (s, j]. */
     if (dist(home, j, cap) >= dist(s, j, cap)) {
       ix->slots[s] = v;
@@ -170,15 +194,15 @@ static void unmap(kvp__index_t *ix, uint64_t h) {
 }
 
 static void touch_node(kvp__index_t *ix, uint32_t n, uint8_t extra) {
-  node_t *nd = &ix->nodes[n];
+  meta_t *md = &ix->meta[n];
   if (!ix->track_dirty)
     return;
-  nd->flags |= extra;
-  if (nd->flags & NODE_DIRTY)
+  md->flags |= extra;
+  if (md->flags & NODE_DIRTY)
     return;
   /* On ENOMEM the block stays clean in the store until its next change. */
-  if (kvp__index_changelog_mark(&ix->log, nd->hash) == 0)
-    nd->flags |= NODE_DIRTY;
+  if (kvp__index_changelog_mark(&ix->log, ix->nodes[n].hash) == 0)
+    md->flags |= NODE_DIRTY;
 }
 
 /* A new record for hash h of the given shape (whose reference it takes). */
@@ -188,7 +212,7 @@ static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out)
     return KVP_ENOMEM;
   if (ix->node_free) {
     n = (uint32_t)ix->node_free;
-    ix->node_free = (size_t)ix->nodes[n].parent;
+    ix->node_free = (size_t)ix->meta[n].parent;
   } else {
     if (ix->nnodes > KVP__INDEX_MAX_BLOCKS)
       return KVP_ENOSPC;
@@ -196,31 +220,29 @@ static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out)
       return KVP_ENOMEM;
     n = (uint32_t)ix->nnodes++;
   }
-  memset(&ix->nodes[n], 0, sizeof(node_t));
-  ix->nodes[n].hash = h;
-  ix->nodes[n].parent = h;
-  ix->nodes[n].shape = shape;
-  ix->nodes[n].flags = NODE_LIVE;
+  ix->nodes[n] = (node_t){.hash = h};
+  ix->meta[n] = (meta_t){.parent = h, .shape = shape, .flags = NODE_LIVE};
   size_t s = kvp__index_slot_of(h, ix->cap);
   while (ix->slots[s] != 0)
     s = kvp__index_next(s, ix->cap);
-  ix->slots[s] = kvp__index_tag_of(h) | n;
+  /* n <= blocks held at most <= cap / 2: within idx_bits (index_impl.h). */
+  ix->slots[s] = kvp__index_tag_of(ix, h) | n;
   ix->blocks++;
   *out = n;
   return 0;
 }
 
 static void node_free(kvp__index_t *ix, uint32_t n) {
-  node_t *nd = &ix->nodes[n];
-  uint64_t h = nd->hash;
+  meta_t *md = &ix->meta[n];
+  uint64_t h = ix->nodes[n].hash;
   unmap(ix, h);
-  if (ix->track_dirty && !(nd->flags & NODE_DIRTY))
+  if (ix->track_dirty && !(md->flags & NODE_DIRTY))
     kvp__index_changelog_mark(&ix->log, h);
   kvp__index_locs_free(ix, n);
-  kvp__index_shape_put(ix, nd->shape);
-  nd->flags = 0;
-  nd->hash = 0;
-  nd->parent = ix->node_free;
+  kvp__index_shape_put(ix, md->shape);
+  md->flags = 0;
+  ix->nodes[n].hash = 0;
+  md->parent = ix->node_free;
   ix->node_free = n;
   ix->blocks--;
 }
@@ -231,24 +253,24 @@ static int set_shape(kvp__index_t *ix, uint32_t n, uint32_t tokens, uint64_t byt
   uint16_t sh;
   int rc;
   /* The common case, the same size again: no lookup. */
-  if (ix->shapes.key[ix->nodes[n].shape] == kvp__index_shape_key(tokens, bytes))
+  if (ix->shapes.key[ix->meta[n].shape] == kvp__index_shape_key(tokens, bytes))
     return 0;
   if ((rc = kvp__index_shape_get(ix, tokens, bytes, &sh)) != 0)
     return rc;
-  node_t *nd = &ix->nodes[n];
-  uint16_t old = nd->shape;
+  meta_t *md = &ix->meta[n];
+  uint16_t old = md->shape;
   if (sh == old) {
     kvp__index_shape_put(ix, sh);
     return 0;
   }
   uint32_t ob = kvp__index_shape_bytes(ix, old), nb = kvp__index_shape_bytes(ix, sh);
   size_t cnt;
-  const uint32_t *l = kvp__index_locs(ix, nd, &cnt);
+  const uint32_t *l = kvp__index_locs(ix, n, &cnt);
   for (size_t i = 0; i < cnt; i++) {
     int t = LOC_TIER(l[i]);
     ix->tier_bytes[t] = ix->tier_bytes[t] - ob + nb;
   }
-  nd->shape = sh;
+  md->shape = sh;
   kvp__index_shape_put(ix, old);
   return 0;
 }
@@ -259,7 +281,7 @@ static int set_shape(kvp__index_t *ix, uint32_t n, uint32_t tokens, uint64_t byt
  * KVP_ENOMEM. */
 static int loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc) {
   size_t cnt;
-  const uint32_t *l = kvp__index_locs(ix, &ix->nodes[n], &cnt);
+  const uint32_t *l = kvp__index_locs(ix, n, &cnt);
   for (size_t i = 0; i < cnt; i++)
     if (l[i] == loc)
       return 0;
@@ -268,14 +290,14 @@ static int loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc) {
   int t = LOC_TIER(loc);
   ix->locations++;
   ix->tier_locs[t]++;
-  ix->tier_bytes[t] += kvp__index_shape_bytes(ix, ix->nodes[n].shape);
+  ix->tier_bytes[t] += kvp__index_shape_bytes(ix, ix->meta[n].shape);
   return 1;
 }
 
 /* Removes the location at position at of node n, recording it as gone. */
 void kvp__index_loc_remove(kvp__index_t *ix, uint32_t n, size_t at) {
   size_t cnt;
-  uint32_t loc = kvp__index_locs(ix, &ix->nodes[n], &cnt)[at];
+  uint32_t loc = kvp__index_locs(ix, n, &cnt)[at];
   int t = LOC_TIER(loc);
   if (ix->track_dirty) {
     /* On ENOMEM the row stays in the store until the block is deleted. */
@@ -288,13 +310,13 @@ void kvp__index_loc_remove(kvp__index_t *ix, uint32_t n, size_t at) {
   kvp__index_loc_del(ix, n, at);
   ix->locations--;
   ix->tier_locs[t]--;
-  ix->tier_bytes[t] -= kvp__index_shape_bytes(ix, ix->nodes[n].shape);
+  ix->tier_bytes[t] -= kvp__index_shape_bytes(ix, ix->meta[n].shape);
 }
 
 /* After locations of n went: deletes the block when none is left. */
 void kvp__index_settle_node(kvp__index_t *ix, uint32_t n) {
   size_t cnt;
-  (void)kvp__index_locs(ix, &ix->nodes[n], &cnt);
+  (void)kvp__index_locs(ix, n, &cnt);
   if (cnt == 0)
     node_free(ix, n);
   else
@@ -324,10 +346,10 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
   } else if ((rc = set_shape(ix, n, tokens, bytes)) != 0) {
     return rc;
   }
-  node_t *nd = &ix->nodes[n];
+  meta_t *md = &ix->meta[n];
   if (has_parent)
-    nd->parent = parent;
-  nd->last_access_s = secs_of(now_ms);
+    md->parent = parent;
+  md->last_access_s = secs_of(now_ms);
   if ((rc = loc_add(ix, n, LOC_MAKE(worker, tier, volume))) < 0) {
     if (created)
       node_free(ix, n);
@@ -344,10 +366,10 @@ int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier
   if (n == 0)
     return KVP_ENOENT;
   size_t cnt;
-  (void)kvp__index_locs(ix, &ix->nodes[n], &cnt);
+  (void)kvp__index_locs(ix, n, &cnt);
   /* Newest first, as the store has always seen removals. */
   for (size_t i = cnt; i-- > 0;) {
-    uint32_t l = kvp__index_locs(ix, &ix->nodes[n], &cnt)[i];
+    uint32_t l = kvp__index_locs(ix, n, &cnt)[i];
     if (LOC_WT(l) == want && (volume == KVP__INDEX_NO_VOLUME || LOC_VOLUME(l) == volume)) {
       kvp__index_loc_remove(ix, n, i);
       found = 1;
@@ -364,12 +386,12 @@ int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, 
   (void)tier; /* recency is the block's: every tier's LRU order follows it */
   if (n == 0)
     return KVP_ENOENT;
-  node_t *nd = &ix->nodes[n];
+  meta_t *md = &ix->meta[n];
   uint32_t now_s = secs_of(now_ms);
-  double age = now_s > nd->last_access_s ? (double)(now_s - nd->last_access_s) : 0;
-  nd->freq = (float)(nd->freq * exp2(-age / ix->half_life_s) + hits);
-  nd->hits = nd->hits + hits < nd->hits ? UINT32_MAX : nd->hits + hits;
-  nd->last_access_s = now_s;
+  double age = now_s > md->last_access_s ? (double)(now_s - md->last_access_s) : 0;
+  md->freq = (float)(md->freq * exp2(-age / ix->half_life_s) + hits);
+  md->hits = md->hits + hits < md->hits ? UINT32_MAX : md->hits + hits;
+  md->last_access_s = now_s;
   touch_node(ix, n, 0);
   return 0;
 }
@@ -379,12 +401,12 @@ size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask) {
   /* A linear pass over the records: drops are rare (restart, silence,
    * clear). */
   for (size_t n = 1; n < ix->nnodes; n++) {
-    if (!(ix->nodes[n].flags & NODE_LIVE))
+    if (!(ix->meta[n].flags & NODE_LIVE))
       continue;
     size_t cnt, before = dropped;
-    (void)kvp__index_locs(ix, &ix->nodes[n], &cnt);
+    (void)kvp__index_locs(ix, (uint32_t)n, &cnt);
     for (size_t i = cnt; i-- > 0;) {
-      uint32_t l = kvp__index_locs(ix, &ix->nodes[n], &cnt)[i];
+      uint32_t l = kvp__index_locs(ix, (uint32_t)n, &cnt)[i];
       if (LOC_WORKER(l) == worker && (tier_mask & (1u << LOC_TIER(l)))) {
         kvp__index_loc_remove(ix, (uint32_t)n, i);
         dropped++;
@@ -403,8 +425,10 @@ void kvp__index_prefetch(const kvp__index_t *ix, const uint64_t *hashes, size_t 
     __builtin_prefetch(&ix->slots[kvp__index_slot_of(hashes[i], ix->cap)]);
   for (size_t i = 0; i < n; i++) {
     uint32_t nd = kvp__index_candidate(ix, hashes[i]);
-    if (nd)
+    if (nd) {
       __builtin_prefetch(&ix->nodes[nd]);
+      __builtin_prefetch(&ix->meta[nd]); /* an update writes both halves */
+    }
   }
 }
 
@@ -422,11 +446,11 @@ int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b) {
   } else if ((rc = set_shape(ix, n, b->tokens, b->bytes)) != 0) {
     return rc;
   }
-  node_t *nd = &ix->nodes[n];
-  nd->parent = b->parent;
-  nd->last_access_s = secs_of(b->last_access_ms);
-  nd->hits = b->hits;
-  nd->freq = (float)b->freq;
+  meta_t *md = &ix->meta[n];
+  md->parent = b->parent;
+  md->last_access_s = secs_of(b->last_access_ms);
+  md->hits = b->hits;
+  md->freq = (float)b->freq;
   return 0;
 }
 
@@ -450,7 +474,7 @@ void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st) {
     st->tier_locations[t] = ix->tier_locs[t];
     st->tier_bytes[t] = ix->tier_bytes[t];
   }
-  st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * sizeof(node_t) +
+  st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * RECORD_BYTES +
                      kvp__index_locs_memory(ix) + kvp__index_changelog_memory(&ix->log) +
                      kvp__index_intern_memory(&ix->workers) +
                      kvp__index_intern_memory(&ix->volumes);
@@ -468,11 +492,11 @@ static uint32_t settle(void *ctx, uint64_t hash) {
   uint32_t n = kvp__index_find(ix, hash);
   if (n == 0)
     return 0;
-  node_t *nd = &ix->nodes[n];
-  if (!(nd->flags & NODE_DIRTY))
+  meta_t *md = &ix->meta[n];
+  if (!(md->flags & NODE_DIRTY))
     return KVP__INDEX_CH_SKIP; /* listed twice: deleted, then created again */
-  uint32_t what = KVP__INDEX_CH_BLOCK | ((nd->flags & NODE_LOCS) ? KVP__INDEX_CH_LOCS : 0);
-  nd->flags &= (uint8_t) ~(NODE_DIRTY | NODE_LOCS);
+  uint32_t what = KVP__INDEX_CH_BLOCK | ((md->flags & NODE_LOCS) ? KVP__INDEX_CH_LOCS : 0);
+  md->flags &= (uint8_t) ~(NODE_DIRTY | NODE_LOCS);
   return what;
 }
 

@@ -2,11 +2,12 @@
  *
  * A map (open addressing, linear probing, 4-byte tagged slots filled to at
  * most 0.5, any number of slots) from sequence hash to a 40-byte block
- * record in a dense pool: hash, parent hash (the prefix-tree link), last
- * access, hits, decayed hit frequency, an interned size ("shape") and its
- * locations. A location is one (worker, tier, volume) copy of a block in a
- * u32; a record holds two inline, more go to a chunk of a shared slab. No
- * malloc per block or location.
+ * record in a dense pool of two arrays by record id: what a lookup reads
+ * (hash and locations, 16 bytes) and the rest (parent hash, the prefix-tree
+ * link; last access, hits, decayed hit frequency, an interned size
+ * ("shape"), flags). A location is one (worker, tier, volume) copy of a
+ * block in a u32; a record holds two inline, more go to a chunk of a shared
+ * slab. No malloc per block or location.
  *
  * Workers and volumes are interned as u16 ids. A "worker" here is one
  * (worker id, dp rank) pair: every data-parallel rank has its own caches.
@@ -35,7 +36,7 @@
 
 #define KVP__INDEX_MAX_WORKERS 8191u
 #define KVP__INDEX_MAX_VOLUMES 65535u
-#define KVP__INDEX_MAX_BLOCKS ((1u << 27) - 2) /* record ids share a u32 slot with a tag */
+#define KVP__INDEX_MAX_BLOCKS ((1u << 28) - 2) /* record ids share a u32 slot with a tag */
 #define KVP__INDEX_NO_VOLUME 0xffffu           /* "any volume" in kvp__index_remove */
 /* In-memory last access is kept in seconds since this Unix time (2020-01-01)
  * to keep the node small; the store writes it back as Unix milliseconds. */

@@ -18,11 +18,11 @@ enum {
   NODE_LIVE = 1,  /* the record holds a block (else it is on the free list) */
   NODE_DIRTY = 2, /* listed in the change log */
   NODE_LOCS = 4,  /* its locations changed since the last take */
-  NODE_OVF = 8,   /* its locations are in the slab, not inline */
 };
 
 /* A location is one u32: worker << 19 | tier << 16 | volume. Workers fit
- * 13 bits (KVP__INDEX_MAX_WORKERS), tiers 3, volumes 16. */
+ * 13 bits (KVP__INDEX_MAX_WORKERS), tiers 3, volumes 16. No location is 0
+ * (tiers are 1..4), and none has tier 7: the record uses both. */
 #define LOC_MAKE(w, t, v) ((uint32_t)(w) << 19 | (uint32_t)(t) << 16 | (uint32_t)(v))
 #define LOC_WT(l) ((l) >> 16) /* worker << 3 | tier */
 #define LOC_WORKER(l) ((uint16_t)((l) >> 19))
@@ -30,23 +30,46 @@ enum {
 #define LOC_VOLUME(l) ((uint16_t)((l)&0xffff))
 
 /* Slab chunk classes: class c holds 4 << c locations. An overflowed block
- * keeps its chunk's offset in loc[0] and class << 27 | count in loc[1]. */
-#define OVF_COUNT_BITS 27
+ * keeps its chunk's offset in loc[0] and in loc[1] the mark (tier 7), the
+ * class (bits 19-23) and the count (24 bits: 0-15 and 24-31). */
 #define OVF_CLASSES 24
+#define OVF_MARK (7u << 16)
+#define OVF_MAX_COUNT ((1u << 24) - 1)
 
-/* A block record, 40 bytes. The hash and the locations come first: a match
- * reads the first 16 bytes only. parent == hash means no parent. */
+static inline int kvp__index_is_ovf(uint32_t loc1) {
+  return (loc1 & OVF_MARK) == OVF_MARK;
+}
+static inline uint32_t kvp__index_ovf_make(unsigned c, size_t cnt) {
+  return (uint32_t)(cnt >> 16) << 24 | (uint32_t)c << 19 | OVF_MARK | (uint32_t)(cnt & 0xffff);
+}
+static inline unsigned kvp__index_ovf_class(uint32_t loc1) {
+  return (loc1 >> 19) & 31;
+}
+static inline size_t kvp__index_ovf_count(uint32_t loc1) {
+  return (size_t)(loc1 >> 24) << 16 | (loc1 & 0xffff);
+}
+
+/* A block record is split in two arrays indexed by the same record id.
+ * What a lookup reads, 16 bytes (four to a cache line, never across two):
+ * the hash and two inline locations (0 = none), or the slab chunk. */
 typedef struct node_s {
   uint64_t hash;
-  uint32_t loc[2]; /* up to 2 inline locations, or the slab chunk (NODE_OVF) */
+  uint32_t loc[2];
+} node_t;
+
+/* And the rest, 24 bytes, read by updates, kvp__index_get with a block and
+ * the LRU walk. parent == hash means no parent. */
+typedef struct meta_s {
   uint64_t parent; /* free list link when the record is free */
   float freq;
   uint32_t hits;
   uint32_t last_access_s; /* since KVP__INDEX_EPOCH_S */
   uint16_t shape;         /* interned (tokens, bytes) */
   uint8_t flags;
-  uint8_t nloc; /* inline locations (0..2) when not NODE_OVF */
-} node_t;
+  uint8_t spare;
+} meta_t;
+
+#define RECORD_BYTES (sizeof(node_t) + sizeof(meta_t))
 
 /* Interned (tokens, bytes) pairs with reference counts: blocks of one model
  * all have the same size, so a u16 id stands in for 6 bytes per block. */
@@ -60,9 +83,12 @@ typedef struct shapes_s {
 } shapes_t;
 
 struct kvp__index_s {
-  uint32_t *slots; /* tag | node index, 0 = empty */
-  size_t cap;      /* any size: slots are picked by multiply-shift */
-  node_t *nodes;   /* [0] unused */
+  uint32_t *slots;   /* tag | node index, 0 = empty */
+  size_t cap;        /* any size: slots are picked by multiply-shift */
+  unsigned idx_bits; /* of a slot, the record id's (the rest is tag) */
+  uint32_t idx_mask;
+  node_t *nodes; /* [0] unused; the hot half of each record */
+  meta_t *meta;  /* the other half, same ids */
   size_t nnodes, node_cap, node_free, blocks;
   uint32_t *slab; /* overflowed location lists; [0] unused */
   size_t slab_n, slab_cap, slab_used;
@@ -90,69 +116,84 @@ static inline size_t kvp__index_next(size_t s, size_t cap) {
 #define LOAD_NUM 1
 #define LOAD_DEN 2
 
-/* A slot holds a node index in its low IDX_BITS bits and the top bits of
- * the block's hash above them, so probing skips most foreign nodes without
- * loading them. 0 is an empty slot (node 0 is never used). */
-#define IDX_BITS 27
-#define IDX_MASK ((1u << IDX_BITS) - 1)
+/* A slot holds a node index in its low idx_bits bits and the top bits of
+ * the block's hash above them (the tag), so probing skips most foreign
+ * nodes without loading them. 0 is an empty slot (node 0 is never used).
+ * The ids take what the map's size needs: a map of cap slots holds at most
+ * cap / 2 blocks, and record ids never pass the most blocks held, so
+ * bit_width(cap / 2) bits (at most 28) hold any id and the rest is tag:
+ * 11 bits at 1M blocks, 4 at 2^27. A rehash, which reads every record's
+ * hash anyway, re-tags the slots. */
+#define IDX_MAX_BITS 28
 
-static inline uint32_t kvp__index_tag_of(uint64_t h) {
-  return (uint32_t)(h >> (64 - (32 - IDX_BITS))) << IDX_BITS;
+static inline unsigned kvp__index_idx_bits(size_t cap) {
+  unsigned b = 1;
+  while (b < IDX_MAX_BITS && (cap / 2) >> b)
+    b++;
+  return b;
+}
+
+static inline uint32_t kvp__index_tag_of(const kvp__index_t *ix, uint64_t h) {
+  return (uint32_t)(h >> (32 + ix->idx_bits)) << ix->idx_bits;
 }
 
 /* The node of hash h, probing from slot s (its home slot), or 0. */
 static inline uint32_t kvp__index_find_at(const kvp__index_t *ix, uint64_t h, size_t s) {
-  uint32_t tag = kvp__index_tag_of(h);
+  uint32_t tag = kvp__index_tag_of(ix, h), mask = ix->idx_mask;
   for (;; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
     if (v == 0)
       return 0;
-    if ((v & ~IDX_MASK) == tag && ix->nodes[v & IDX_MASK].hash == h)
-      return v & IDX_MASK;
+    if ((v & ~mask) == tag && ix->nodes[v & mask].hash == h)
+      return v & mask;
   }
 }
 
 /* The node of hash h, or 0. */
 static inline uint32_t kvp__index_find(const kvp__index_t *ix, uint64_t h) {
-  uint32_t tag = kvp__index_tag_of(h);
+  uint32_t tag = kvp__index_tag_of(ix, h), mask = ix->idx_mask;
   for (size_t s = kvp__index_slot_of(h, ix->cap);; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
     if (v == 0)
       return 0;
-    if ((v & ~IDX_MASK) == tag && ix->nodes[v & IDX_MASK].hash == h)
-      return v & IDX_MASK;
+    if ((v & ~mask) == tag && ix->nodes[v & mask].hash == h)
+      return v & mask;
   }
 }
 
 /* The first node whose tag matches, probing from slot s: right almost
  * always, for prefetching. */
 static inline uint32_t kvp__index_candidate_at(const kvp__index_t *ix, uint64_t h, size_t s) {
-  uint32_t tag = kvp__index_tag_of(h);
+  uint32_t tag = kvp__index_tag_of(ix, h), mask = ix->idx_mask;
   for (;; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
-    if (v == 0 || (v & ~IDX_MASK) == tag)
-      return v & IDX_MASK;
+    if (v == 0 || (v & ~mask) == tag)
+      return v & mask;
   }
 }
 
 static inline uint32_t kvp__index_candidate(const kvp__index_t *ix, uint64_t h) {
-  uint32_t tag = kvp__index_tag_of(h);
+  uint32_t tag = kvp__index_tag_of(ix, h), mask = ix->idx_mask;
   for (size_t s = kvp__index_slot_of(h, ix->cap);; s = kvp__index_next(s, ix->cap)) {
     uint32_t v = ix->slots[s];
-    if (v == 0 || (v & ~IDX_MASK) == tag)
-      return v & IDX_MASK;
+    if (v == 0 || (v & ~mask) == tag)
+      return v & mask;
   }
 }
 
 /* The locations of a node and their number. */
-static inline const uint32_t *kvp__index_locs(const kvp__index_t *ix, const node_t *nd, size_t *n) {
-  if (nd->flags & NODE_OVF) {
-    *n = nd->loc[1] & ((1u << OVF_COUNT_BITS) - 1);
+static inline const uint32_t *kvp__index_locs(const kvp__index_t *ix, uint32_t n, size_t *cnt) {
+  const node_t *nd = &ix->nodes[n];
+  if (kvp__index_is_ovf(nd->loc[1])) {
+    *cnt = kvp__index_ovf_count(nd->loc[1]);
     return &ix->slab[nd->loc[0]];
   }
-  *n = nd->nloc;
+  *cnt = nd->loc[0] == 0 ? 0 : nd->loc[1] == 0 ? 1 : 2;
   return nd->loc;
 }
+
+/* The block of record n as kvp__index_get gives it (query.c). */
+void kvp__index_fill_block(const kvp__index_t *ix, uint32_t n, kvp__index_block_t *b);
 
 /* locs.c: location lists and shapes. */
 int kvp__index_loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc);

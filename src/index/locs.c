@@ -17,7 +17,6 @@
 #include "kvplane/status.h"
 
 #define CLASS_CAP(c) ((size_t)4 << (c))
-#define OVF_COUNT_MASK ((1u << OVF_COUNT_BITS) - 1)
 
 /* --- slab chunks ---------------------------------------------------------- */
 
@@ -49,9 +48,9 @@ static void chunk_free(kvp__index_t *ix, unsigned c, uint32_t off) {
 /* Appends loc to node n's list. Returns 0 or KVP_ENOMEM (list unchanged). */
 int kvp__index_loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc) {
   node_t *nd = &ix->nodes[n];
-  if (!(nd->flags & NODE_OVF)) {
-    if (nd->nloc < 2) {
-      nd->loc[nd->nloc++] = loc;
+  if (!kvp__index_is_ovf(nd->loc[1])) {
+    if (nd->loc[0] == 0 || nd->loc[1] == 0) {
+      nd->loc[nd->loc[0] != 0] = loc;
       return 0;
     }
     uint32_t off;
@@ -62,14 +61,12 @@ int kvp__index_loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc) {
     ix->slab[off + 1] = nd->loc[1];
     ix->slab[off + 2] = loc;
     nd->loc[0] = off;
-    nd->loc[1] = 3;
-    nd->nloc = 0;
-    nd->flags |= NODE_OVF;
+    nd->loc[1] = kvp__index_ovf_make(0, 3);
     return 0;
   }
-  unsigned c = nd->loc[1] >> OVF_COUNT_BITS;
-  size_t cnt = nd->loc[1] & OVF_COUNT_MASK;
-  if (cnt + 1 > OVF_COUNT_MASK)
+  unsigned c = kvp__index_ovf_class(nd->loc[1]);
+  size_t cnt = kvp__index_ovf_count(nd->loc[1]);
+  if (cnt + 1 > OVF_MAX_COUNT)
     return KVP_ENOMEM;
   if (cnt == CLASS_CAP(c)) {
     uint32_t off;
@@ -82,7 +79,7 @@ int kvp__index_loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc) {
     c++;
   }
   ix->slab[nd->loc[0] + cnt] = loc;
-  nd->loc[1] = (uint32_t)c << OVF_COUNT_BITS | (uint32_t)(cnt + 1);
+  nd->loc[1] = kvp__index_ovf_make(c, cnt + 1);
   return 0;
 }
 
@@ -91,15 +88,14 @@ int kvp__index_loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc) {
  * slab has room, else it stays where it is. */
 void kvp__index_loc_del(kvp__index_t *ix, uint32_t n, size_t at) {
   node_t *nd = &ix->nodes[n];
-  if (!(nd->flags & NODE_OVF)) {
-    if (at == 0 && nd->nloc == 2)
+  if (!kvp__index_is_ovf(nd->loc[1])) {
+    if (at == 0)
       nd->loc[0] = nd->loc[1];
-    nd->nloc--;
-    nd->loc[nd->nloc] = 0;
+    nd->loc[1] = 0;
     return;
   }
-  unsigned c = nd->loc[1] >> OVF_COUNT_BITS;
-  size_t cnt = nd->loc[1] & OVF_COUNT_MASK;
+  unsigned c = kvp__index_ovf_class(nd->loc[1]);
+  size_t cnt = kvp__index_ovf_count(nd->loc[1]);
   uint32_t *l = &ix->slab[nd->loc[0]];
   memmove(&l[at], &l[at + 1], (cnt - at - 1) * sizeof *l);
   cnt--;
@@ -107,8 +103,6 @@ void kvp__index_loc_del(kvp__index_t *ix, uint32_t n, size_t at) {
     uint32_t off = nd->loc[0];
     nd->loc[0] = l[0];
     nd->loc[1] = cnt == 2 ? l[1] : 0;
-    nd->nloc = (uint8_t)cnt;
-    nd->flags &= (uint8_t)~NODE_OVF;
     chunk_free(ix, c, off);
     return;
   }
@@ -122,16 +116,14 @@ void kvp__index_loc_del(kvp__index_t *ix, uint32_t n, size_t at) {
     nd->loc[0] = off;
     c--;
   }
-  nd->loc[1] = (uint32_t)c << OVF_COUNT_BITS | (uint32_t)cnt;
+  nd->loc[1] = kvp__index_ovf_make(c, cnt);
 }
 
 /* Frees node n's chunk, if any; its list is then empty. */
 void kvp__index_locs_free(kvp__index_t *ix, uint32_t n) {
   node_t *nd = &ix->nodes[n];
-  if (nd->flags & NODE_OVF)
-    chunk_free(ix, nd->loc[1] >> OVF_COUNT_BITS, nd->loc[0]);
-  nd->flags &= (uint8_t)~NODE_OVF;
-  nd->nloc = 0;
+  if (kvp__index_is_ovf(nd->loc[1]))
+    chunk_free(ix, kvp__index_ovf_class(nd->loc[1]), nd->loc[0]);
   nd->loc[0] = nd->loc[1] = 0;
 }
 

@@ -30,14 +30,14 @@ int kvp__index_match(const kvp__index_t *ix, const uint64_t *hashes, size_t n,
       __builtin_prefetch(&ix->nodes[kvp__index_candidate_at(ix, hashes[base + i], home[i])]);
     for (size_t i = 0; i < m; i++) {
       nodes[i] = kvp__index_find_at(ix, hashes[base + i], home[i]);
-      if (nodes[i] && (ix->nodes[nodes[i]].flags & NODE_OVF))
+      if (nodes[i] && kvp__index_is_ovf(ix->nodes[nodes[i]].loc[1]))
         __builtin_prefetch(&ix->slab[ix->nodes[nodes[i]].loc[0]]);
     }
     for (size_t i = 0; i < m; i++) {
       size_t pos = base + i, extended = 0, cnt;
       if (nodes[i] == 0)
         goto out;
-      const uint32_t *locs = kvp__index_locs(ix, &ix->nodes[nodes[i]], &cnt);
+      const uint32_t *locs = kvp__index_locs(ix, nodes[i], &cnt);
       /* Newest location first, as the rows have always come. */
       for (size_t k = cnt; k-- > 0;) {
         uint16_t w = LOC_WORKER(locs[k]);
@@ -70,8 +70,9 @@ out:
   return rc;
 }
 
-static void fill_block(const kvp__index_t *ix, const node_t *nd, kvp__index_block_t *b) {
-  b->hash = nd->hash;
+void kvp__index_fill_block(const kvp__index_t *ix, uint32_t n, kvp__index_block_t *b) {
+  const meta_t *nd = &ix->meta[n];
+  b->hash = ix->nodes[n].hash;
   b->parent = nd->parent;
   b->tokens = kvp__index_shape_tokens(ix, nd->shape);
   b->bytes = kvp__index_shape_bytes(ix, nd->shape);
@@ -88,8 +89,8 @@ int kvp__index_get(const kvp__index_t *ix, uint64_t hash, kvp__index_block_t *b,
   if (n == 0)
     return KVP_ENOENT;
   if (b)
-    fill_block(ix, &ix->nodes[n], b);
-  const uint32_t *l = kvp__index_locs(ix, &ix->nodes[n], &cnt);
+    kvp__index_fill_block(ix, n, b);
+  const uint32_t *l = kvp__index_locs(ix, n, &cnt);
   /* Newest first. */
   for (size_t k = 0; k < cnt && k < cap; k++) {
     uint32_t v = l[cnt - 1 - k];
@@ -107,7 +108,7 @@ int kvp__index_get(const kvp__index_t *ix, uint64_t hash, kvp__index_block_t *b,
 /* A key orders by last access (seconds), then by record id (creation
  * order until freed records are reused, then arbitrary). */
 static inline uint64_t lru_key(const kvp__index_t *ix, size_t n) {
-  return (uint64_t)ix->nodes[n].last_access_s << 32 | (uint64_t)n;
+  return (uint64_t)ix->meta[n].last_access_s << 32 | (uint64_t)n;
 }
 
 static int cmp_key(const void *a, const void *b) {
@@ -148,11 +149,10 @@ size_t kvp__index_lru_keys(const kvp__index_t *ix, unsigned tier_mask, uint64_t 
   /* One pass over the records keeps the cap coldest locations in a heap
    * (the caller's array): no per-location LRU links to pay for. */
   for (size_t n = 1; n < ix->nnodes; n++) {
-    const node_t *nd = &ix->nodes[n];
-    if (!(nd->flags & NODE_LIVE))
+    if (!(ix->meta[n].flags & NODE_LIVE))
       continue;
     size_t cnt;
-    const uint32_t *l = kvp__index_locs(ix, nd, &cnt);
+    const uint32_t *l = kvp__index_locs(ix, (uint32_t)n, &cnt);
     for (size_t i = 0; i < cnt; i++) {
       if (!(tier_mask & (1u << LOC_TIER(l[i]))))
         continue;

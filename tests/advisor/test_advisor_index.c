@@ -1,5 +1,7 @@
 /* Advisor index: match, LRU, removal, drops, dirty tracking, the memory
- * figure. In memory, no NATS. */
+ * figure. In memory, no NATS.
+ * Why this file is long: one program holds the index's unit tests, each a
+ * short scenario beside the reference checks they share. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,6 +359,64 @@ static void random_operations_match_a_reference(void **state) {
 /* Blocks held by many (worker, tier, volume) copies: lists move between the
  * record and slab chunks of every size and back, in order, against a
  * reference. */
+/* A block's list past 65,536 locations: the slab chunk's count is kept in
+ * two parts of the record's second location word (bits 0-15 and 24-31,
+ * around the overflow mark), so the 16-bit boundary is where it would break. */
+static void one_block_holds_more_than_65536_locations(void **state) {
+  (void)state;
+  kvp__index_t *ix = mk();
+  enum { W = 6600, V = 4, PER = 2 + 2 * V };
+  static uint16_t ws[W];
+  uint16_t vol[V];
+  char name[16];
+  kvp__index_loc_t got[4];
+  size_t n = 0;
+  for (int v = 0; v < V; v++) {
+    snprintf(name, sizeof name, "v%d", v);
+    assert_int_equal(kvp__index_volume(ix, name, &vol[v]), 0);
+  }
+  for (int i = 0; i < W; i++) {
+    snprintf(name, sizeof name, "w%d", i);
+    uint16_t w = ws[i] = wid(ix, name);
+    for (int k = 0; k < PER; k++) {
+      int t = k < 2 ? KVP_TIER_G1 + k : k < 2 + V ? KVP_TIER_G3 : KVP_TIER_G4;
+      uint16_t v = k < 2 ? 0 : vol[(k - 2) % V];
+      assert_int_equal(kvp__index_store(ix, 77, 0, 0, w, t, v, 16, 1, NOW), 0);
+    }
+  }
+  assert_int_equal(kvp__index_get(ix, 77, NULL, got, 4, &n), 0);
+  assert_int_equal(n, (size_t)W * PER);
+  /* Newest first: the last worker's last G4 copy. */
+  assert_int_equal(got[0].worker, ws[W - 1]);
+  assert_int_equal(got[0].tier, KVP_TIER_G4);
+  assert_int_equal(got[0].volume, vol[V - 1]);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
+  assert_int_equal(st.locations, (size_t)W * PER);
+  assert_int_equal(st.tier_locations[KVP_TIER_G3], (size_t)W * V);
+  /* Back under 65,536: the first 700 workers' G1 and G2 copies go. */
+  for (int i = 0; i < 700; i++) {
+    assert_int_equal(kvp__index_remove(ix, 77, ws[i], KVP_TIER_G1, KVP__INDEX_NO_VOLUME), 0);
+    assert_int_equal(kvp__index_remove(ix, 77, ws[i], KVP_TIER_G2, KVP__INDEX_NO_VOLUME), 0);
+    assert_int_equal(kvp__index_remove(ix, 77, ws[i], KVP_TIER_G1, KVP__INDEX_NO_VOLUME),
+                     KVP_ENOENT);
+  }
+  assert_int_equal(kvp__index_get(ix, 77, NULL, got, 4, &n), 0);
+  assert_int_equal(n, (size_t)W * PER - 1400);
+  assert_true(n < 65536);
+  /* The list kept its order across the moves: still newest first. */
+  assert_int_equal(got[0].worker, ws[W - 1]);
+  assert_int_equal(got[0].tier, KVP_TIER_G4);
+  /* One worker at a time drops everything; the block goes with the last. */
+  for (int i = 0; i < W; i++)
+    assert_int_equal(kvp__index_drop(ix, ws[i], 0x1e), i < 700 ? PER - 2 : PER);
+  assert_int_equal(kvp__index_get(ix, 77, NULL, got, 4, &n), KVP_ENOENT);
+  kvp__index_stats(ix, &st);
+  assert_int_equal(st.blocks, 0);
+  assert_int_equal(st.locations, 0);
+  kvp__index_destroy(ix);
+}
+
 static void many_holders_per_block_match_a_reference(void **state) {
   (void)state;
   kvp__index_t *ix = mk();
@@ -425,6 +485,7 @@ static void many_holders_per_block_match_a_reference(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(many_holders_per_block_match_a_reference),
+    cmocka_unit_test(one_block_holds_more_than_65536_locations),
     cmocka_unit_test(random_operations_match_a_reference),
     cmocka_unit_test(match_longest_prefix_per_worker_and_tier),
     cmocka_unit_test(match_long_query_crosses_batches),
