@@ -1,9 +1,10 @@
 /* Every block of the index with its locations (walk.h).
  *
- * Relies on these internals (index_impl.h): the records ix->nodes[1 ..
- * nnodes) with NODE_LIVE on those that hold a block, kvp__index_locs for a
- * record's location list, LOC_WORKER/LOC_TIER/LOC_VOLUME, and the shape and
- * last-access encodings (as query.c's fill_block reads them). */
+ * Relies on these internals (index_impl.h): the record ids 1 .. nnodes with
+ * NODE_LIVE in ix->meta on those that hold a block, kvp__index_locs for a
+ * record's location list in stored order (oldest first, the order a reload
+ * appends them in), LOC_WORKER/LOC_TIER/LOC_VOLUME, and
+ * kvp__index_fill_block for the rest. */
 #include <stdlib.h>
 
 #include "index/index_impl.h"
@@ -15,11 +16,10 @@ int kvp__index_each(const kvp__index_t *ix, kvp__index_each_fn fn, void *ctx) {
   size_t cap = sizeof small / sizeof small[0];
   int rc = 0;
   for (size_t i = 1; i < ix->nnodes && rc == 0; i++) {
-    const node_t *nd = &ix->nodes[i];
-    if (!(nd->flags & NODE_LIVE))
+    if (!(ix->meta[i].flags & NODE_LIVE))
       continue;
     size_t n;
-    const uint32_t *l = kvp__index_locs(ix, nd, &n);
+    const uint32_t *l = kvp__index_locs(ix, (uint32_t)i, &n);
     if (n > cap) {
       kvp__index_loc_t *p = malloc(n * sizeof *p);
       if (p == NULL) {
@@ -36,16 +36,8 @@ int kvp__index_each(const kvp__index_t *ix, kvp__index_each_fn fn, void *ctx) {
       locs[k].tier = (uint8_t)LOC_TIER(l[k]);
       locs[k].volume = LOC_VOLUME(l[k]);
     }
-    kvp__index_block_t b = {
-        .hash = nd->hash,
-        .parent = nd->parent,
-        .tokens = kvp__index_shape_tokens(ix, nd->shape),
-        .bytes = kvp__index_shape_bytes(ix, nd->shape),
-        .last_access_ms =
-            nd->last_access_s ? ((uint64_t)nd->last_access_s + KVP__INDEX_EPOCH_S) * 1000 : 0,
-        .hits = nd->hits,
-        .freq = nd->freq,
-    };
+    kvp__index_block_t b;
+    kvp__index_fill_block(ix, (uint32_t)i, &b);
     rc = fn(ctx, &b, locs, n);
   }
   if (locs != small)
