@@ -400,8 +400,13 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   /* Volumes and unfinished moves before any event: a volume that does not
    * open stops the advisor here, naming it. */
   kvp__tier_opts_t topts;
-  if (cfg->tiering && (rc = kvp__tier_engine_open(kvp__adv_tier_opts(&adv->cfg, &topts), &adv->loop,
-                                                  adv->ix, &adv->tier, err, errlen)) != 0)
+  kvp__adv_tier_opts(&adv->cfg, &topts);
+  /* Partitioned: the engine tiers the owned partitions only (tier/parts.c). */
+  topts.partitions = adv->parts.count;
+  topts.owned = adv->parts.p;
+  topts.nowned = adv->parts.count ? (size_t)adv->parts.n : 0;
+  if (cfg->tiering &&
+      (rc = kvp__tier_engine_open(&topts, &adv->loop, adv->ix, &adv->tier, err, errlen)) != 0)
     goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, &adv->parts, adv->applied_pos, adv->db_id, err,
                                     errlen)) != 0)

@@ -339,8 +339,9 @@ static int subscribe(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps, const
   if ((rc = subscribe_api(c, KVP_API_MATCH, on_match_msg, &c->match_sub, err, errlen)) != 0 ||
       (rc = subscribe_api(c, KVP_API_STATS, on_stats_msg, &c->stats_sub, err, errlen)) != 0)
     return rc;
-  /* The operator's tiering controls go to the advisor that tiers (with
-   * partitions, only one may: the first reply must not be another's "off"). */
+  /* The operator's tiering controls go to the advisors that tier (not to
+   * one that would answer "off"). With partitions, each tiering advisor
+   * acts on the blocks of its own partitions (tier/parts.c). */
   if (c->cfg->tiering &&
       (rc = subscribe_api(c, KVP_API_TIER, on_tier_msg, &c->tier_sub, err, errlen)) != 0)
     return rc;

@@ -8,3 +8,6 @@ kvp_add_test(scale_cluster scale/test_scale_cluster.c advisor/testworker.c
 # Startup at size: a database of 1.25M locations and a stream backlog.
 kvp_add_test(scale_startup scale/test_scale_startup.c advisor/testworker.c
   LABELS scale nats slow TIMEOUT 300)
+# Tiering across partitions: two advisors, one shared G4, one nats-server.
+kvp_add_test(scale_tier scale/test_scale_tier.c LABELS scale nats tier TIMEOUT 120)
+target_compile_definitions(test_scale_tier PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
