@@ -35,6 +35,9 @@ extern "C" {
 #define KVP_API_MATCH "match"
 #define KVP_API_STATS "stats"
 #define KVP_API_TIER "tier" /* the operator's pins, moves and deletes (kvplane pin, ...) */
+/* Live rebalancing, addressed to one advisor (kvp_subject_api_advisor;
+ * kvplane partitions): add or drop partitions on a running advisor. */
+#define KVP_API_PARTITIONS "partitions"
 
 /* True when s is a valid token (namespace or worker id): 1..64 characters
  * of [A-Za-z0-9_-]. */
@@ -51,6 +54,11 @@ int kvp_subject_resync(char *buf, size_t len, const char *ns, const char *worker
 
 /* kvplane.api.<ns>.<call>; call is a token too (KVP_API_MATCH, ...). */
 int kvp_subject_api(char *buf, size_t len, const char *ns, const char *call);
+
+/* kvplane.api.<ns>.<call>.<advisor>: a call addressed to one advisor,
+ * advisor its [jetstream] consumer name (a token). */
+int kvp_subject_api_advisor(char *buf, size_t len, const char *ns, const char *call,
+                            const char *advisor);
 
 /* Reads kvplane.ev.<ns>.<worker>: copies the tokens into ns and worker
  * (each KVP_SUBJECT_TOKEN_MAX + 1 bytes) and returns 0, or KVP_EPROTO when

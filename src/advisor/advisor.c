@@ -8,6 +8,7 @@
  *   store_sqlite.c the database
  *   api.c          match and stats replies
  *   metrics.c      Prometheus /metrics, /healthz, /readyz ([metrics] listen)
+ *   rebalance.c    partitions added or dropped on a running advisor
  *   routerhttp.c   the routers' indexer API over HTTP ([http]; routerapi.c)
  *   figures.c      the stats reply's, metrics snapshot's and tier_history's
  *                  figures from the parts' state (advisor_impl.h: the struct)
@@ -95,10 +96,14 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
     if (json != NULL)
       answer(adv, it->msg, json);
     break;
+  case KVP__IN_PARTS:
+    kvp__adv_parts_request(adv, it->msg);
+    it->msg = NULL;
+    break;
   }
 }
 
-static void drain(kvp_advisor_t *adv) {
+void kvp__adv_drain(kvp_advisor_t *adv) {
   kvp__adv_in_t *it = kvp__adv_inbox_take_all(&adv->inbox);
   while (it) {
     kvp__adv_in_t *next = it->next;
@@ -150,7 +155,7 @@ static void shutdown_loop(kvp_advisor_t *adv) {
   adv->http = NULL;
   kvp__adv_inbox_close_wake(&adv->inbox);
   kvp__adv_consumer_stop(adv->consumer);
-  drain(adv);
+  kvp__adv_drain(adv);
   if (adv->tier != NULL) {
     kvp__tier_engine_stop(adv->tier, shutdown_flush, adv);
     return;
@@ -174,11 +179,12 @@ static void on_wake(uv_async_t *h) {
     shutdown_loop(adv);
     return;
   }
-  drain(adv);
+  kvp__adv_drain(adv);
 }
 
 static void on_flush_timer(uv_timer_t *h) {
   kvp_advisor_t *adv = h->data;
+  kvp__adv_parts_poll(adv); /* a rebalance waiting for an idle moment */
   if (!adv->stopped)
     kvp__adv_wb_start(&adv->wb, adv->applied_seq);
   kvp__adv_publish_metrics(adv);
@@ -476,6 +482,7 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   }
   if (adv->inbox_ready)
     kvp__adv_inbox_destroy(&adv->inbox);
+  natsMsg_Destroy(adv->parts_req);
   kvp__adv_wb_destroy(&adv->wb);
   kvp__store_close(adv->store);
   kvp__adv_ingest_destroy(adv->ing);

@@ -24,6 +24,7 @@ typedef enum kvp__adv_in_kind_e {
   KVP__IN_MATCH,    /* match request */
   KVP__IN_STATS,    /* stats request */
   KVP__IN_TIER,     /* the operator's tiering control request */
+  KVP__IN_PARTS,    /* a live rebalance request (advisor/rebalance.c) */
 } kvp__adv_in_kind_t;
 
 typedef struct kvp__adv_in_s {

@@ -65,6 +65,7 @@ typedef struct vol_s {
   char name[64];
   int tier;
   uint64_t capacity;
+  uint64_t capacity_whole;   /* partitioned, G4: the volume's, of which capacity is the share */
   uint16_t id;               /* the index's volume id */
   uint64_t backoff_until_ms; /* no moves into it before */
   uint64_t out_until_ms;     /* no moves out of it before (its reads failed) */
@@ -92,6 +93,7 @@ typedef struct part_s {
   char worker[64];
   uint16_t worker_id;
   kvp_publisher_t *pub; /* NULL: moves are not announced */
+  int retired;          /* dropped by a live rebalance: its objects are the next owner's */
 } part_t;
 
 /* One unit of work for the job, and its outcome. */
@@ -147,8 +149,11 @@ struct kvp__tier_engine_s {
   size_t nvols;
   part_t *parts; /* the partitions tiered (parts.c); nparts >= 1 once open */
   size_t nparts;
-  uint32_t partitions; /* the deployment's count; 0: not partitioned */
-  int32_t *wpart;      /* index worker id -> part + 1, -1 not tiered here, 0 not looked up yet */
+  uint32_t partitions;             /* the deployment's count; 0: not partitioned */
+  const kvp_nats_opts_t *pub_nats; /* borrowed: the publishers of parts added later */
+  int pub_js;
+  char pub_stream[96];
+  int32_t *wpart; /* index worker id -> part + 1, -1 not tiered here, 0 not looked up yet */
   size_t wpart_cap;
   uint64_t published, publish_errors;
   kvp__journal_t *db; /* the journal's connection: the job's, or the loop's before start */

@@ -33,21 +33,20 @@
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
 
-static int open_publisher(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, part_t *pt, char *err,
-                          size_t errlen) {
+static int open_publisher(kvp__tier_engine_t *e, part_t *pt, char *err, size_t errlen) {
   kvp_publisher_opts_t po;
   char why[512];
   int rc;
 
-  if (o->nats == NULL || o->nats->servers[0] == '\0')
+  if (e->pub_nats == NULL || e->pub_nats->servers[0] == '\0')
     return 0;
   kvp_publisher_opts_init(&po);
-  po.nats = *o->nats;
-  po.ns = o->ns;
+  po.nats = *e->pub_nats;
+  po.ns = e->ns;
   po.worker_id = pt->worker;
   po.model = "kvplane-advisor";
-  po.mode = o->jetstream ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
-  po.stream = o->stream;
+  po.mode = e->pub_js ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
+  po.stream = e->pub_stream[0] ? e->pub_stream : NULL;
   po.partitions = e->partitions;
   po.overflow = KVP_OVERFLOW_DROP;
   po.snapshot_tiers = 0;
@@ -56,55 +55,110 @@ static int open_publisher(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, part
   return rc;
 }
 
+/* Appends the part of partition p (not partitioned: the one part). */
+static int add_part(kvp__tier_engine_t *e, uint32_t p, char *err, size_t errlen) {
+  part_t *grown = realloc(e->parts, (e->nparts + 1) * sizeof *e->parts);
+  int rc;
+  if (grown == NULL)
+    return KVP_ENOMEM;
+  e->parts = grown;
+  part_t *pt = &e->parts[e->nparts];
+  memset(pt, 0, sizeof *pt);
+  if (e->partitions == 0) {
+    snprintf(pt->ns, sizeof pt->ns, "%s", e->ns);
+    snprintf(pt->worker, sizeof pt->worker, "%s", ADVISOR_WORKER);
+  } else {
+    pt->p = p;
+    if ((rc = kvp_partition_volume_ns(pt->ns, sizeof pt->ns, e->ns, p)) != 0 ||
+        (rc = kvp_partition_advisor_worker(pt->worker, sizeof pt->worker, p, e->partitions)) != 0) {
+      snprintf(err, errlen,
+               "tiering: partition %" PRIu32 " of namespace %s: no key namespace or advisor "
+               "worker: %s",
+               p, e->ns, kvp_strerror(rc));
+      return rc;
+    }
+  }
+  if ((rc = kvp__index_worker(e->ix, pt->worker, 0, &pt->worker_id)) != 0) {
+    snprintf(err, errlen, "tiering: cannot register worker %s: %s", pt->worker, kvp_strerror(rc));
+    return rc;
+  }
+  e->nparts++;
+  return open_publisher(e, pt, err, errlen);
+}
+
+/* A G4 volume is shared by the advisors of every partition: this one
+ * fills its share, capacity * (partitions tiered here) / count. */
+static void share(kvp__tier_engine_t *e) {
+  size_t n = 0;
+  if (e->partitions == 0)
+    return;
+  for (size_t i = 0; i < e->nparts; i++)
+    n += !e->parts[i].retired;
+  for (size_t v = 0; v < e->nvols; v++) {
+    vol_t *vol = &e->vols[v];
+    if (vol->tier != 4 || vol->capacity_whole == 0)
+      continue;
+    vol->capacity = (uint64_t)((unsigned __int128)vol->capacity_whole * n / e->partitions);
+    vol->st.capacity = vol->capacity;
+    kvp_log_info("tiering: volume %s is shared by %" PRIu32 " partitions: this advisor's %zu take "
+                 "%" PRIu64 " of its %" PRIu64 " bytes",
+                 vol->name, e->partitions, n, vol->capacity, vol->capacity_whole);
+  }
+}
+
 int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char *err,
                          size_t errlen) {
   size_t n = o->partitions > 0 ? o->nowned : 1;
   int rc;
 
-  if (n == 0 || (e->parts = calloc(n, sizeof *e->parts)) == NULL)
-    return n == 0 ? KVP_EINVAL : KVP_ENOMEM;
+  if (n == 0)
+    return KVP_EINVAL;
   e->partitions = o->partitions;
-  for (size_t i = 0; i < n; i++) {
-    part_t *pt = &e->parts[i];
-    if (o->partitions == 0) {
-      snprintf(pt->ns, sizeof pt->ns, "%s", o->ns);
-      snprintf(pt->worker, sizeof pt->worker, "%s", ADVISOR_WORKER);
-    } else {
-      pt->p = o->owned[i];
-      if ((rc = kvp_partition_volume_ns(pt->ns, sizeof pt->ns, o->ns, pt->p)) != 0 ||
-          (rc = kvp_partition_advisor_worker(pt->worker, sizeof pt->worker, pt->p,
-                                             o->partitions)) != 0) {
-        snprintf(err, errlen,
-                 "tiering: partition %" PRIu32 " of namespace %s: no key namespace "
-                 "or advisor worker: %s",
-                 pt->p, o->ns, kvp_strerror(rc));
-        return rc;
-      }
-    }
-    e->nparts++;
-    if ((rc = kvp__index_worker(e->ix, pt->worker, 0, &pt->worker_id)) != 0) {
-      snprintf(err, errlen, "tiering: cannot register worker %s: %s", pt->worker, kvp_strerror(rc));
+  e->pub_nats = o->nats;
+  e->pub_js = o->jetstream;
+  snprintf(e->pub_stream, sizeof e->pub_stream, "%s", o->stream ? o->stream : "");
+  for (size_t v = 0; v < e->nvols; v++)
+    e->vols[v].capacity_whole = e->vols[v].capacity;
+  for (size_t i = 0; i < n; i++)
+    if ((rc = add_part(e, o->partitions ? o->owned[i] : 0, err, errlen)) != 0)
       return rc;
-    }
-    if ((rc = open_publisher(e, o, pt, err, errlen)) != 0)
-      return rc;
-  }
-  if (o->partitions == 0)
-    return 0;
-  /* A G4 volume is shared by the advisors of every partition: this one
-   * fills its share. */
-  for (size_t v = 0; v < e->nvols; v++) {
-    vol_t *vol = &e->vols[v];
-    if (vol->tier != 4 || vol->capacity == 0)
-      continue;
-    uint64_t whole = vol->capacity;
-    vol->capacity = (uint64_t)((unsigned __int128)whole * n / o->partitions);
-    vol->st.capacity = vol->capacity;
-    kvp_log_info("tiering: volume %s is shared by %" PRIu32 " partitions: this advisor's %zu take "
-                 "%" PRIu64 " of its %" PRIu64 " bytes",
-                 vol->name, o->partitions, n, vol->capacity, whole);
-  }
+  share(e);
   return 0;
+}
+
+int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char *err,
+                               size_t errlen) {
+  size_t k = 0;
+  int rc = 0;
+  if (e->partitions == 0 || p >= e->partitions) {
+    snprintf(err, errlen, "tiering: partition %" PRIu32 ": not a partition of this advisor", p);
+    return KVP_EINVAL;
+  }
+  if (kvp__tier_engine_busy(e)) {
+    snprintf(err, errlen, "tiering: a job or scrub runs");
+    return KVP_EBUSY;
+  }
+  while (k < e->nparts && e->parts[k].p != p)
+    k++;
+  if (add && k < e->nparts) {
+    e->parts[k].retired = 0;
+  } else if (add) {
+    rc = add_part(e, p, err, errlen);
+  } else if (k < e->nparts) {
+    e->parts[k].retired = 1;
+    /* Sources waiting for their grace period stay: the next owner sees
+     * both copies in the stream and keeps one. */
+    for (size_t i = 0; i < e->npend; i++)
+      if (e->pend[i].part == k)
+        e->pend[i].done = 1;
+    kvp__tier_pend_compact(e);
+  }
+  if (e->wpart_cap)
+    memset(e->wpart, 0, e->wpart_cap * sizeof *e->wpart); /* looked up again */
+  share(e);
+  kvp_log_info("tiering: partition %" PRIu32 " %s", p,
+               add ? "is tiered here from now on" : "is no longer tiered here");
+  return rc;
 }
 
 void kvp__tier_parts_close(kvp__tier_engine_t *e) {
@@ -136,7 +190,8 @@ int kvp__tier_part_of(kvp__tier_engine_t *e, uint16_t worker) {
     int advisor = strncmp(name, ADVISOR_WORKER, strlen(ADVISOR_WORKER)) == 0;
     uint32_t p = kvp_partition_of(name, e->partitions);
     for (size_t i = 0; i < e->nparts && part < 0; i++)
-      if (advisor ? strcmp(name, e->parts[i].worker) == 0 : e->parts[i].p == p)
+      if (!e->parts[i].retired &&
+          (advisor ? strcmp(name, e->parts[i].worker) == 0 : e->parts[i].p == p))
         part = (int)i;
   }
   e->wpart[worker] = part >= 0 ? part + 1 : -1;

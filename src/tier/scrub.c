@@ -60,7 +60,7 @@ int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v, int 
  * between G3 and G4, per partition: parts.c). */
 static int wanted(kvp__tier_engine_t *e, uint64_t hash, int part) {
   size_t n = 0;
-  int held = e->nparts == 1;
+  int held = e->partitions == 0;
   if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
     return 0;
   for (size_t i = 0; i < n; i++) {
@@ -202,8 +202,8 @@ static void start_pass(kvp__tier_engine_t *e, uint64_t now) {
   size_t total = e->nvols * e->nparts;
   for (size_t k = 0; k < total; k++) {
     size_t at = (e->scrub_next + k) % total, v = at / e->nparts;
-    if (e->vols[v].offline)
-      continue;
+    if (e->vols[v].offline || e->parts[at % e->nparts].retired)
+      continue; /* a retired part's objects are the next owner's (parts.c) */
     e->scrub_vol = (uint32_t)v;
     e->scrub_part = (uint16_t)(at % e->nparts);
     e->scrub_next = (at + 1) % total;
@@ -240,8 +240,9 @@ void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now) {
     uint64_t hash = e->orphq[i];
     uint32_t v = (uint32_t)(e->orphq[i + 1] & 0xffff);
     uint16_t part = (uint16_t)(e->orphq[i + 1] >> 16);
-    if (e->vols[v].offline || kvp__tier_located(e, hash, &e->vols[v], part))
-      continue; /* a location came meanwhile: not an orphan any more */
+    if (e->vols[v].offline || e->parts[part].retired ||
+        kvp__tier_located(e, hash, &e->vols[v], part))
+      continue; /* a location came meanwhile (or the partition left): not an orphan */
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       break;
     e->ops[e->nops++] = (op_t){.kind = OP_ORPHAN,
@@ -255,7 +256,8 @@ void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now) {
   for (size_t i = 0; i + 1 < e->nbadq; i += 2) {
     uint32_t v = (uint32_t)(e->badq[i + 1] & 0xffff);
     uint16_t part = (uint16_t)(e->badq[i + 1] >> 16);
-    if (e->vols[v].offline || KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+    if (e->vols[v].offline || e->parts[part].retired ||
+        KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       continue; /* offline: its next pass finds it again */
     op_t *o = &e->ops[e->nops++];
     *o =
