@@ -63,6 +63,11 @@ struct kvp_advisor_s {
   uint64_t history_ms; /* when tier occupancy was last sampled */
   char db_id[KVP__STORE_DB_ID_LEN + 1];
   natsMsg *parts_req; /* a live rebalance request waiting for idle (rebalance.c) */
+  /* Partitions added live that the tiering engine takes once they caught
+   * up (rebalance.c): before, their locations in G3/G4 are not all known,
+   * and a scrub would take their objects for orphans. */
+  uint32_t tier_wait[KVP__ADV_MAX_OWNED];
+  int ntier_wait;
 };
 
 /* advisor.c: applies everything in the inbox now. */

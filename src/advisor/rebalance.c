@@ -28,7 +28,9 @@
  *     the stream's start, the case after a drop); until it caught up with
  *     the stream as it stood then, replies list p under "catching_up" and
  *     not under "owned", so a gathering client takes p from another
- *     advisor or reports it missing, never an incomplete answer as whole. */
+ *     advisor or reports it missing, never an incomplete answer as whole;
+ *     the tiering engine takes it then too (before, a scrub would find
+ *     its objects in G4 without the locations the stream still brings). */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -85,6 +87,9 @@ static void drop_one(kvp_advisor_t *adv, int slot) {
                  "they go at the next start",
                  p, kvp_strerror(rc));
   size_t forgot = kvp__adv_ingest_forget(adv->ing, keep_not_in, &g);
+  for (int k = 0; k < adv->ntier_wait; k++)
+    if (adv->tier_wait[k] == p) /* added and dropped before it caught up */
+      adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
   if (adv->tier != NULL && (rc = kvp__tier_engine_partition(adv->tier, p, 0, err, sizeof err)))
     kvp_log_warn("advisor: rebalance: %s", err);
   kvp__adv_consumer_remove(adv->consumer, slot);
@@ -119,9 +124,14 @@ static int add_one(kvp_advisor_t *adv, uint32_t p, char *err, size_t errlen) {
   ps->p[slot] = p;
   adv->applied_pos[slot] = pos;
   ps->n++;
-  if (adv->tier != NULL && (rc = kvp__tier_engine_partition(adv->tier, p, 1, err, errlen)) != 0)
-    kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s", p,
-                 err);
+  /* Tiered once caught up (kvp__adv_parts_poll). */
+  if (adv->tier != NULL) {
+    int k = 0;
+    while (k < adv->ntier_wait && adv->tier_wait[k] != p)
+      k++;
+    if (k == adv->ntier_wait && adv->ntier_wait < KVP__ADV_MAX_OWNED)
+      adv->tier_wait[adv->ntier_wait++] = p;
+  }
   kvp_log_info("advisor: rebalance: partition %" PRIu32 " added, consumed after stream sequence "
                "%" PRIu64,
                p, pos);
@@ -267,9 +277,27 @@ void kvp__adv_parts_request(kvp_advisor_t *adv, natsMsg *msg) {
   kvp__adv_parts_poll(adv);
 }
 
+/* Partitions added live that caught up start being tiered. */
+static void tier_caught_up(kvp_advisor_t *adv) {
+  char err[256];
+  for (int k = 0; k < adv->ntier_wait; k++) {
+    int slot = kvp__adv_partset_slot(&adv->parts, adv->tier_wait[k]);
+    if (slot >= 0 &&
+        !kvp__adv_consumer_slot_ready(adv->consumer, slot, adv->applied_pos[slot], NULL))
+      continue;
+    if (slot >= 0 && kvp__tier_engine_partition(adv->tier, adv->tier_wait[k], 1, err, sizeof err))
+      kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s",
+                   adv->tier_wait[k], err);
+    adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
+  }
+}
+
 void kvp__adv_parts_poll(kvp_advisor_t *adv) {
   char err[512] = "";
   natsMsg *msg = adv->parts_req;
+  if (adv->ntier_wait > 0 && !adv->stopped && adv->tier != NULL &&
+      !kvp__tier_engine_busy(adv->tier))
+    tier_caught_up(adv);
   if (msg == NULL || adv->stopped || kvp__adv_wb_busy(&adv->wb) ||
       (adv->tier != NULL && kvp__tier_engine_busy(adv->tier)))
     return; /* the next flush tick looks again */

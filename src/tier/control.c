@@ -313,6 +313,8 @@ void kvp__tier_control_take(kvp__tier_engine_t *e) {
   size_t keep = 0;
   for (size_t i = 0; i < e->nopq; i++) {
     const op_t *o = &e->opq[i];
+    if (e->parts[o->part].retired)
+      continue; /* its partition left this advisor (parts.c): dropped */
     /* A volume gone offline meanwhile: the op waits for it. */
     if (e->vols[o->from].offline || (kvp__tier_is_copy(o->kind) && e->vols[o->to].offline) ||
         KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0) {

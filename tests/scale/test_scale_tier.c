@@ -30,6 +30,7 @@
 #include "kvplane/subjects.h"
 #include "kvplane/volume.h"
 #include "natsd.h"
+#include <nats/nats.h>
 
 #define NPART 4
 #define NS "t"
@@ -62,6 +63,7 @@ typedef struct fx_s {
   uint64_t h[NPART][CHAIN];
   kvp_volume_t *g3[NPART], *g4;
   adv_t a[2];
+  int owner[NPART]; /* the advisor of each partition */
 } fx_t;
 
 static void sleep_ms(int ms) {
@@ -100,8 +102,8 @@ static void add_volume(kvp_advisor_config_t *cfg, const char *name, int tier, co
   snprintf(v->params, sizeof v->params, "path=%s\nfsync=off\n", path);
 }
 
-/* Advisor i owns partitions {2i, 2i+1}, with its workers' G3 volumes and
- * the shared G4. */
+/* Advisor i owns partitions {2i, 2i+1}, with every worker's G3 volume (a
+ * partition may move to it) and the shared G4. */
 static void adv_start(fx_t *f, int i) {
   adv_t *a = &f->a[i];
   kvp_advisor_config_t *c = &a->cfg;
@@ -128,7 +130,7 @@ static void adv_start(fx_t *f, int i) {
   c->tier_scrub_ms = 100;
   c->tier_high = 0.9;
   c->tier_low = 0.5;
-  for (int p = 2 * i; p <= 2 * i + 1; p++) {
+  for (int p = 0; p < NPART; p++) {
     char name[16];
     snprintf(name, sizeof name, "g3w%d", p);
     add_volume(c, name, 3, f->g3path[p], G3_BLOCKS * FR);
@@ -157,6 +159,8 @@ static int setup(void **state) {
   if (kvp_natsd_start(&f->natsd, &o) != 0)
     return -1;
   f->natsd_up = 1;
+  for (int p = 0; p < NPART; p++)
+    f->owner[p] = p / 2;
   snprintf(f->g4path, sizeof f->g4path, "%s/g4", f->dir);
   kvp_volume_param_t p4[2] = {{"path", f->g4path}, {"fsync", "off"}};
   if (kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "posix", "g4", NS, p4, 2, &f->g4, err, sizeof err) !=
@@ -281,7 +285,7 @@ static int db_g4(fx_t *f, int i, listing_t *l, int *foreign) {
     const char *w = (const char *)sqlite3_column_text(s, 1);
     uint32_t p = kvp_partition_of(w, NPART);
     char want[64];
-    if ((int)p / 2 != i || kvp_partition_advisor_worker(want, sizeof want, p, NPART) != 0 ||
+    if (f->owner[p] != i || kvp_partition_advisor_worker(want, sizeof want, p, NPART) != 0 ||
         strcmp(w, want) != 0)
       (*foreign)++;
     if (l->n < MAXOBJ)
@@ -335,8 +339,10 @@ static int union_equals_volume(fx_t *f, listing_t *vol, char *why, size_t whylen
 
 /* Every block of every worker is in the worker's G3 (object and location
  * in its advisor's database, both or neither) or in the shared G4 under
- * its partition's namespace. Returns 0, or -1 with why. */
-static int blocks_kept(fx_t *f, const listing_t *vol, char *why, size_t whylen) {
+ * its partition's namespace; with evictions, a block may be in neither (an
+ * advisor whose share shrank evicts from G4, the last tier). Returns 0, or
+ * -1 with why. */
+static int blocks_kept(fx_t *f, const listing_t *vol, int evictions, char *why, size_t whylen) {
   for (uint32_t p = 0; p < NPART; p++) {
     char ns[KVP_PARTITION_NS_MAX + 1], sql[200];
     kvp_partition_volume_ns(ns, sizeof ns, NS, p);
@@ -348,9 +354,9 @@ static int blocks_kept(fx_t *f, const listing_t *vol, char *why, size_t whylen) 
                "SELECT count(*) FROM block_locations WHERE worker = '%s' AND tier = 3 AND "
                "hash = %lld",
                f->w[p], (long long)h);
-      long long g3loc = db_count(f, (int)p / 2, sql);
+      long long g3loc = db_count(f, f->owner[p], sql);
       int g4 = vol->n && bsearch(&want, vol->o, vol->n, sizeof want, cmp_obj) != NULL;
-      if (g3obj != (g3loc == 1) || !(g3obj || g4)) {
+      if (g3obj != (g3loc == 1) || !(g3obj || g4 || evictions)) {
         snprintf(why, whylen,
                  "worker %s block %016llx: G3 object %d, G3 location %lld, G4 object %d", f->w[p],
                  (unsigned long long)h, g3obj, g3loc, g4);
@@ -361,11 +367,38 @@ static int blocks_kept(fx_t *f, const listing_t *vol, char *why, size_t whylen) 
   return 0;
 }
 
-static size_t objects_of(const listing_t *l, int i) {
+static size_t objects_of(const fx_t *f, const listing_t *l, int i) {
   size_t n = 0;
   for (size_t k = 0; k < l->n; k++)
-    n += (int)l->o[k].part / 2 == i;
+    n += f->owner[l->o[k].part] == i;
   return n;
+}
+
+/* Waits until the volume equals the union of the databases and every
+ * block is kept, and stays so for 1.5 s, with at least min objects of
+ * each advisor. */
+static void settle(fx_t *f, listing_t *vol, size_t min, int evictions, const char *when) {
+  char why[256] = "";
+  uint64_t end = now_ms() + 30000, stable_since = 0;
+  size_t last = SIZE_MAX;
+  while (now_ms() < end) {
+    if (union_equals_volume(f, vol, why, sizeof why) == 0 &&
+        blocks_kept(f, vol, evictions, why, sizeof why) == 0) {
+      if (vol->n != last) {
+        last = vol->n;
+        stable_since = now_ms();
+      } else if (now_ms() - stable_since > 1500 && objects_of(f, vol, 0) >= min &&
+                 objects_of(f, vol, 1) >= min) {
+        return;
+      }
+    }
+    sleep_ms(100);
+  }
+  if (union_equals_volume(f, vol, why, sizeof why) != 0 ||
+      blocks_kept(f, vol, evictions, why, sizeof why) != 0)
+    fail_msg("%s: the shared G4, the G3s and the advisors' databases differ: %s", when, why);
+  fail_msg("%s: not settled after 30 s (%zu and %zu objects)", when, objects_of(f, vol, 0),
+           objects_of(f, vol, 1));
 }
 
 static void two_advisors_tier_their_partitions_on_one_g4(void **state) {
@@ -378,31 +411,13 @@ static void two_advisors_tier_their_partitions_on_one_g4(void **state) {
     worker_offloads(f, p);
 
   /* Each advisor demotes its workers' G3 below the low watermark, as far
-   * as its share of G4 (8 blocks of 16) lets it: settled when the volume
-   * equals the union of the databases and stays so for a second. */
-  uint64_t end = now_ms() + 30000, stable_since = 0;
-  size_t last = SIZE_MAX;
-  while (now_ms() < end) {
-    if (union_equals_volume(f, &vol, why, sizeof why) == 0 &&
-        blocks_kept(f, &vol, why, sizeof why) == 0) {
-      if (vol.n != last) {
-        last = vol.n;
-        stable_since = now_ms();
-      } else if (now_ms() - stable_since > 1500 && objects_of(&vol, 0) >= 4 &&
-                 objects_of(&vol, 1) >= 4) {
-        break;
-      }
-    }
-    sleep_ms(100);
-  }
-  if (union_equals_volume(f, &vol, why, sizeof why) != 0 ||
-      blocks_kept(f, &vol, why, sizeof why) != 0)
-    fail_msg("the shared G4, the G3s and the advisors' databases differ: %s", why);
+   * as its share of G4 (8 blocks of 16) lets it. */
+  settle(f, &vol, 4, 0, "first moves");
   printf("shared G4: %zu objects, %zu of partitions 0-1 (advisor 0), %zu of 2-3 (advisor 1)\n",
-         vol.n, objects_of(&vol, 0), objects_of(&vol, 1));
+         vol.n, objects_of(f, &vol, 0), objects_of(f, &vol, 1));
   /* Shares: 8 blocks each of the 16 the volume holds. */
-  assert_true(objects_of(&vol, 0) >= 4 && objects_of(&vol, 0) <= G4_BLOCKS / 2);
-  assert_true(objects_of(&vol, 1) >= 4 && objects_of(&vol, 1) <= G4_BLOCKS / 2);
+  assert_true(objects_of(f, &vol, 0) >= 4 && objects_of(f, &vol, 0) <= G4_BLOCKS / 2);
+  assert_true(objects_of(f, &vol, 1) >= 4 && objects_of(f, &vol, 1) <= G4_BLOCKS / 2);
   /* A shared prefix block demoted by both is two objects, one per
    * partition (counted for the reader: which blocks go first is the
    * policy's). */
@@ -417,16 +432,16 @@ static void two_advisors_tier_their_partitions_on_one_g4(void **state) {
    * pass): nothing of the other's is touched. */
   long long d0 = db_count(f, 0, "SELECT count(*) FROM scrubs WHERE state = 'done'");
   long long d1 = db_count(f, 1, "SELECT count(*) FROM scrubs WHERE state = 'done'");
-  end = now_ms() + 30000;
+  uint64_t end = now_ms() + 30000;
   while (now_ms() < end &&
-         (db_count(f, 0, "SELECT count(*) FROM scrubs WHERE state = 'done'") < d0 + 16 ||
-          db_count(f, 1, "SELECT count(*) FROM scrubs WHERE state = 'done'") < d1 + 16))
+         (db_count(f, 0, "SELECT count(*) FROM scrubs WHERE state = 'done'") < d0 + 24 ||
+          db_count(f, 1, "SELECT count(*) FROM scrubs WHERE state = 'done'") < d1 + 24))
     sleep_ms(100);
   assert_true(db_count(f, 0,
                        "SELECT count(*) FROM scrubs WHERE state = 'done' AND "
                        "volume = 'g4'") >= 4);
   if (union_equals_volume(f, &later, why, sizeof why) != 0 ||
-      blocks_kept(f, &later, why, sizeof why) != 0)
+      blocks_kept(f, &later, 0, why, sizeof why) != 0)
     fail_msg("after the scrubs: %s", why);
   assert_int_equal(later.n, vol.n);
   assert_memory_equal(later.o, vol.o, vol.n * sizeof *vol.o);
@@ -437,10 +452,75 @@ static void two_advisors_tier_their_partitions_on_one_g4(void **state) {
                      0);
 }
 
+/* A live rebalance request to advisor i; the reply's JSON text into out. */
+static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
+  char subj[KVP_SUBJECT_MAX], name[16];
+  natsConnection *nc = NULL;
+  natsMsg *reply = NULL;
+  snprintf(name, sizeof name, "adv%d", i);
+  assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, name), 0);
+  assert_int_equal(natsConnection_ConnectTo(&nc, f->natsd.url), NATS_OK);
+  assert_int_equal(natsConnection_RequestString(&reply, nc, subj, body, 30000), NATS_OK);
+  snprintf(out, outlen, "%.*s", natsMsg_GetDataLength(reply), natsMsg_GetData(reply));
+  natsMsg_Destroy(reply);
+  natsConnection_Destroy(nc);
+}
+
+/* Partition 1, tiered by advisor 0, moves live to advisor 1: advisor 1
+ * learns its G4 locations from the partition's stream (its advisor
+ * worker's events) and tiers it from then on, advisor 0 leaves its
+ * objects alone; the shares follow (4 and 12 blocks of 16). */
+static void a_tiered_partition_moves_live(void **state) {
+  fx_t *f = *state;
+  listing_t vol, after;
+  char reply[1024];
+  adv_start(f, 0);
+  adv_start(f, 1);
+  for (uint32_t p = 0; p < NPART; p++)
+    worker_offloads(f, p);
+  settle(f, &vol, 4, 0, "before the move");
+  size_t p1 = 0;
+  for (size_t k = 0; k < vol.n; k++)
+    p1 += vol.o[k].part == 1;
+  assert_true(p1 > 0);
+
+  ask_partitions(f, 1, "{\"add\": [1]}", reply, sizeof reply);
+  assert_null(strstr(reply, "error"));
+  uint64_t end = now_ms() + 30000;
+  while (strstr(reply, "\"catching_up\":[]") == NULL && now_ms() < end) {
+    sleep_ms(100);
+    ask_partitions(f, 1, "{}", reply, sizeof reply);
+  }
+  assert_non_null(strstr(reply, "\"ready\":[1,2,3]"));
+  ask_partitions(f, 0, "{\"drop\": [1]}", reply, sizeof reply);
+  assert_non_null(strstr(reply, "\"owned\":[0]"));
+  f->owner[1] = 1;
+
+  /* Settled again: every object of the volume is in one database, the one
+   * of its partition's advisor now, and nothing was taken for an orphan. */
+  settle(f, &after, 1, 1, "after the move");
+  printf("live move: partition 1's %zu objects in G4 before; after, %zu objects of advisor 0, "
+         "%zu of advisor 1\n",
+         p1, objects_of(f, &after, 0), objects_of(f, &after, 1));
+  assert_true(objects_of(f, &after, 0) <= G4_BLOCKS / 4);
+  assert_true(objects_of(f, &after, 1) <= 3 * G4_BLOCKS / 4);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(db_count(f, i,
+                              "SELECT count(*) FROM migrations WHERE state IN "
+                              "('orphan_deleted', 'adopted')"),
+                     0);
+  /* Advisor 0 holds no row of partition 1 any more (one transaction). */
+  assert_int_equal(db_count(f, 0,
+                            "SELECT count(*) FROM block_locations l JOIN workers w USING "
+                            "(worker) WHERE w.worker LIKE '_advisor-p1-%'"),
+                   0);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(two_advisors_tier_their_partitions_on_one_g4, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_tiered_partition_moves_live, setup, teardown),
   };
   return kvp_test_run("scale_tier", tests, sizeof tests / sizeof tests[0], argc, argv);
 }
