@@ -37,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "advisor/rebalance.h"
+
 #include "advisor/advisor_impl.h"
 #include "common/log.h"
 #include "kvplane/status.h"
@@ -138,6 +140,34 @@ static int add_one(kvp_advisor_t *adv, uint32_t p, char *err, size_t errlen) {
   return 0;
 }
 
+int kvp__adv_parts_parse(const void *data, size_t len, uint32_t count, uint32_t *add, int *nadd,
+                         uint32_t *drop, int *ndrop, char *err, size_t errlen) {
+  json_t *doc = json_loadb(data, len, 0, NULL);
+  int rc;
+
+  *nadd = *ndrop = 0;
+  if (!json_is_object(doc)) {
+    json_decref(doc);
+    snprintf(err, errlen, "the request is not a JSON object");
+    return KVP_EINVAL;
+  }
+  rc = read_list(doc, "add", count, add, nadd, err, errlen);
+  if (rc == 0)
+    rc = read_list(doc, "drop", count, drop, ndrop, err, errlen);
+  json_decref(doc);
+  for (int i = 0; rc == 0 && i < *nadd + *ndrop; i++) {
+    uint32_t p = i < *nadd ? add[i] : drop[i - *nadd];
+    for (int k = 0; rc == 0 && k < i; k++)
+      if ((k < *nadd ? add[k] : drop[k - *nadd]) == p) {
+        snprintf(err, errlen, "partition %" PRIu32 " is named twice", p);
+        rc = KVP_EINVAL;
+      }
+  }
+  if (rc != 0)
+    *nadd = *ndrop = 0;
+  return rc;
+}
+
 /* Applies the request; returns 0 or an error with err (nothing changed
  * when the request itself is wrong). */
 static int apply_request(kvp_advisor_t *adv, const char *data, size_t len, char *err,
@@ -145,43 +175,18 @@ static int apply_request(kvp_advisor_t *adv, const char *data, size_t len, char 
   kvp__adv_partset_t *ps = &adv->parts;
   uint32_t add[KVP__ADV_MAX_OWNED], drop[KVP__ADV_MAX_OWNED];
   int nadd = 0, ndrop = 0, rc;
-  json_t *doc = json_loadb(data, len, 0, NULL);
 
   if (ps->count == 0) {
-    json_decref(doc);
     snprintf(err, errlen, "this advisor is not partitioned");
     return KVP_EINVAL;
   }
-  if (!json_is_object(doc)) {
-    json_decref(doc);
-    snprintf(err, errlen, "the request is not a JSON object");
-    return KVP_EINVAL;
-  }
-  rc = read_list(doc, "add", ps->count, add, &nadd, err, errlen);
-  if (rc == 0)
-    rc = read_list(doc, "drop", ps->count, drop, &ndrop, err, errlen);
-  json_decref(doc);
-  if (rc != 0)
+  if ((rc = kvp__adv_parts_parse(data, len, ps->count, add, &nadd, drop, &ndrop, err, errlen)) != 0)
     return rc;
   int n = ps->n;
-  for (int i = 0; i < nadd; i++) {
-    if (kvp__adv_partset_slot(ps, add[i]) >= 0)
-      continue; /* owned already: nothing to do */
-    for (int k = 0; k < i; k++)
-      if (add[k] == add[i]) {
-        snprintf(err, errlen, "partition %" PRIu32 " is added twice", add[i]);
-        return KVP_EINVAL;
-      }
-    n++;
-  }
-  for (int i = 0; i < ndrop; i++) {
-    for (int k = 0; k < nadd; k++)
-      if (add[k] == drop[i]) {
-        snprintf(err, errlen, "partition %" PRIu32 " is both added and dropped", drop[i]);
-        return KVP_EINVAL;
-      }
+  for (int i = 0; i < nadd; i++)
+    n += kvp__adv_partset_slot(ps, add[i]) < 0; /* owned already: nothing to do */
+  for (int i = 0; i < ndrop; i++)
     n -= kvp__adv_partset_slot(ps, drop[i]) >= 0;
-  }
   if (n < 1 || n > KVP__ADV_MAX_OWNED) {
     snprintf(err, errlen, "an advisor owns 1..%d partitions; this request leaves %d",
              KVP__ADV_MAX_OWNED, n);
