@@ -318,16 +318,25 @@ static void drop_missing(kvp__tier_engine_t *e, vol_t *v) {
 }
 
 /* Orphans: counted when first found, queued for the next job when found
- * again. */
+ * again by the next pass of the same volume and part. v->orphans maps
+ * each hash to the bit mask of the parts whose last pass found it (a
+ * volume's passes alternate between the parts, parts.c). */
 static void find_orphans(kvp__tier_engine_t *e, vol_t *v) {
+  uint64_t bit = 1ull << (e->scrub_part & 63), h, m;
   kvp__map64_t now_orphans;
+  size_t it = 0;
   kvp__map64_init(&now_orphans, 0);
+  /* The other parts' findings stay for their own next passes. */
+  while (kvp__map64_next(&v->orphans, &it, &h, &m))
+    if ((m & ~bit) != 0 && kvp__map64_put(&now_orphans, h, m & ~bit) != 0)
+      break;
   for (size_t i = 0; i < e->nkeys; i++) {
-    uint64_t h = e->keys[i];
+    h = e->keys[i];
     if (kvp__tier_located(e, h, v, e->scrub_part) ||
         (e->nbad > 0 && bsearch(&h, e->bad, e->nbad, sizeof *e->bad, cmp_u64)))
       continue;
-    if (kvp__map64_find(&v->orphans, h) != NULL) {
+    const uint64_t *was = kvp__map64_find(&v->orphans, h);
+    if (was != NULL && (*was & bit)) {
       if (KVP_ARRAY_RESERVE(e->orphq, e->orphq_cap, e->norphq + 2, 64) == 0) {
         e->orphq[e->norphq++] = h;
         e->orphq[e->norphq++] = (uint64_t)(v - e->vols) | (uint64_t)e->scrub_part << 16;
@@ -337,7 +346,10 @@ static void find_orphans(kvp__tier_engine_t *e, vol_t *v) {
     }
     e->st.scrub_orphans++;
     e->scrub_orphans_pass++;
-    if (kvp__map64_put(&now_orphans, h, 1) != 0)
+    uint64_t *now = kvp__map64_find(&now_orphans, h);
+    if (now != NULL)
+      *now |= bit;
+    else if (kvp__map64_put(&now_orphans, h, bit) != 0)
       break;
   }
   kvp__map64_free(&v->orphans);

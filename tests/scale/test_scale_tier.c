@@ -12,8 +12,9 @@
  *   - every worker's block is in its G3 (object and location agreeing) or
  *     in G4 under its partition's namespace;
  *   - after many scrub passes of both advisors over the shared volume,
- *     no object was deleted: an advisor takes no other partition's object
- *     for an orphan (no orphan_deleted row in either journal).
+ *     each deleted the orphan planted under one of its partitions'
+ *     namespaces and nothing else: an advisor takes no other partition's
+ *     object for an orphan.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -427,9 +428,20 @@ static void two_advisors_tier_their_partitions_on_one_g4(void **state) {
       twice += vol.o[k].hash == vol.o[j].hash;
   printf("shared G4: %zu hashes stored under two partitions' namespaces\n", twice);
 
+  /* An object of partition 0 and one of partition 2 that no location
+   * names (orphans): each is its partition's advisor's to delete. */
+  for (uint32_t p = 0; p < NPART; p += 2) {
+    char ns[KVP_PARTITION_NS_MAX + 1], err[256];
+    static uint8_t payload[BLK];
+    kvp_frame_t m = {.hash = 0xdead000000000000ull + p, .payload_len = BLK};
+    kvp_partition_volume_ns(ns, sizeof ns, NS, p);
+    if (kvp_volume_put_block(f->g4, ns, &m, payload, err, sizeof err) != 0)
+      fail_msg("orphan: %s", err);
+  }
+
   /* Both scrub the shared volume over and over (one volume and partition
    * every 100 ms; an object no location names is deleted at its second
-   * pass): nothing of the other's is touched. */
+   * pass): each deletes its own orphan and nothing of the other's. */
   long long d0 = db_count(f, 0, "SELECT count(*) FROM scrubs WHERE state = 'done'");
   long long d1 = db_count(f, 1, "SELECT count(*) FROM scrubs WHERE state = 'done'");
   uint64_t end = now_ms() + 30000;
@@ -445,11 +457,17 @@ static void two_advisors_tier_their_partitions_on_one_g4(void **state) {
     fail_msg("after the scrubs: %s", why);
   assert_int_equal(later.n, vol.n);
   assert_memory_equal(later.o, vol.o, vol.n * sizeof *vol.o);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM migrations WHERE state = 'orphan_deleted' AND hash = %lld",
+             (long long)(0xdead000000000000ull + 2u * (unsigned)i));
+    assert_int_equal(db_count(f, i, sql), 1);
     assert_int_equal(db_count(f, i,
                               "SELECT count(*) FROM migrations WHERE state IN "
                               "('orphan_deleted', 'adopted')"),
-                     0);
+                     1);
+  }
 }
 
 /* A live rebalance request to advisor i; the reply's JSON text into out. */
