@@ -73,11 +73,11 @@ struct kvp_advisor_s {
 /* advisor.c: applies everything in the inbox now. */
 void kvp__adv_drain(kvp_advisor_t *adv);
 
-/* rebalance.c: a live rebalance request (taken) is applied once the
- * write-behind and the tiering engine are idle (poll looks again, on the
- * flush timer), and answered. parts_view lists the owned partitions that
- * answer (caught up) with their positions, and the ones still catching up
- * with the messages they wait for; returns how many answer. */
+/* rebalance.c: a live rebalance request (taken) is kept by request and
+ * applied by poll, on the flush timer (never inside a drain), once the
+ * write-behind and the tiering engine are idle, and answered. parts_view lists the owned partitions
+ * that answer (caught up) with their positions, and the ones still catching up with the messages
+ * they wait for; returns how many answer. */
 void kvp__adv_parts_request(kvp_advisor_t *adv, natsMsg *msg);
 void kvp__adv_parts_poll(kvp_advisor_t *adv);
 int kvp__adv_parts_view(kvp_advisor_t *adv, uint32_t *owned, uint64_t *pos, uint32_t *catching,

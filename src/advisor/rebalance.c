@@ -278,8 +278,11 @@ void kvp__adv_parts_request(kvp_advisor_t *adv, natsMsg *msg) {
     natsMsg_Destroy(msg);
     return;
   }
+  /* Applied on the flush timer, never from inside a drain: the change
+   * drains the inbox itself, and a nested drain would apply newer
+   * messages before the older ones the outer drain still holds (which
+   * would then look like redeliveries and be dropped). */
   adv->parts_req = msg;
-  kvp__adv_parts_poll(adv);
 }
 
 /* Partitions added live that caught up start being tiered. */
