@@ -250,6 +250,8 @@ int main(int argc, char **argv) {
   else if (strcmp(a.cmd, "pin") == 0 || strcmp(a.cmd, "unpin") == 0 || strcmp(a.cmd, "move") == 0 ||
            strcmp(a.cmd, "delete") == 0)
     rc = kvp__cli_cmd_control(&a);
+  else if (strcmp(a.cmd, "partitions") == 0)
+    rc = kvp__cli_cmd_partitions(&a);
   else if (strcmp(a.cmd, "nats-config") == 0)
     rc = kvp__cli_cmd_nats_config(&a);
   else

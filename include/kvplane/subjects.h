@@ -35,6 +35,9 @@ extern "C" {
 #define KVP_API_MATCH "match"
 #define KVP_API_STATS "stats"
 #define KVP_API_TIER "tier" /* the operator's pins, moves and deletes (kvplane pin, ...) */
+/* Live rebalancing, addressed to one advisor (kvp_subject_api_advisor;
+ * kvplane partitions): add or drop partitions on a running advisor. */
+#define KVP_API_PARTITIONS "partitions"
 
 /* True when s is a valid token (namespace or worker id): 1..64 characters
  * of [A-Za-z0-9_-]. */
@@ -51,6 +54,11 @@ int kvp_subject_resync(char *buf, size_t len, const char *ns, const char *worker
 
 /* kvplane.api.<ns>.<call>; call is a token too (KVP_API_MATCH, ...). */
 int kvp_subject_api(char *buf, size_t len, const char *ns, const char *call);
+
+/* kvplane.api.<ns>.<call>.<advisor>: a call addressed to one advisor,
+ * advisor its [jetstream] consumer name (a token). */
+int kvp_subject_api_advisor(char *buf, size_t len, const char *ns, const char *call,
+                            const char *advisor);
 
 /* Reads kvplane.ev.<ns>.<worker>: copies the tokens into ns and worker
  * (each KVP_SUBJECT_TOKEN_MAX + 1 bytes) and returns 0, or KVP_EPROTO when
@@ -72,6 +80,24 @@ int kvp_subject_parse_events(const char *subject, char ns[KVP_SUBJECT_TOKEN_MAX 
  * FNV-1a 32 of the token's bytes mod count, the value nats-server's
  * {{partition(count,2)}} mapping gives kvplane.ev.<ns>.<worker>. */
 uint32_t kvp_partition_of(const char *worker, uint32_t count);
+
+/* Partitioned tiering (docs/SCALE.md, "Tiering across partitions"): the
+ * objects of partition p's blocks are kept, in every volume, under the key
+ * namespace <ns>-p<p> (at most KVP_PARTITION_NS_MAX bytes, a volume
+ * namespace's limit), so that advisors of different partitions sharing a
+ * G4 volume never touch each other's objects. A worker of such a
+ * deployment uses it as its volume namespace (kvp_blockmgr_opts_t
+ * volume_ns). Returns 0, KVP_EINVAL (p out of range) or KVP_ETOOBIG. */
+#define KVP_PARTITION_NS_MAX 64
+int kvp_partition_volume_ns(char *buf, size_t len, const char *ns, uint32_t p);
+
+/* The worker name under which the advisor tiering partition p of count
+ * announces its moves: "_advisor-p<p>-<k>" with the smallest k whose
+ * kvp_partition_of is p, so its events land in partition p's stream and
+ * whoever consumes p (the owner, its standby, a new owner after a move)
+ * learns the G3/G4 locations of p's blocks. Returns 0, KVP_EINVAL,
+ * KVP_ETOOBIG (len too small) or KVP_ENOENT (no such name: not seen). */
+int kvp_partition_advisor_worker(char *buf, size_t len, uint32_t p, uint32_t count);
 
 /* kvplane.pev.<ns>.<p>.* : partition p of one namespace (a consumer's
  * filter). */

@@ -10,6 +10,7 @@
  *   query.c        the query connection: match and stats requests read and
  *                  answered on the loop thread (one wake-up per request)
  *   metrics.c      Prometheus /metrics, /healthz, /readyz ([metrics] listen)
+ *   rebalance.c    partitions added or dropped on a running advisor
  *   routerhttp.c   the routers' indexer API over HTTP ([http]; routerapi.c)
  *   figures.c      the stats reply's, metrics snapshot's and tier_history's
  *                  figures from the parts' state (advisor_impl.h: the struct)
@@ -90,6 +91,10 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
     if (json != NULL)
       answer(adv, it->msg, json);
     break;
+  case KVP__IN_PARTS:
+    kvp__adv_parts_request(adv, it->msg);
+    it->msg = NULL;
+    break;
   }
 }
 
@@ -103,7 +108,7 @@ static char *answer_query(void *ctx, int stats, const void *data, size_t len) {
   return kvp__adv_match_json(adv, data, len, &json) == 0 ? json : NULL;
 }
 
-static void drain(kvp_advisor_t *adv) {
+void kvp__adv_drain(kvp_advisor_t *adv) {
   kvp__adv_in_t *it = kvp__adv_inbox_take_all(&adv->inbox);
   while (it) {
     kvp__adv_in_t *next = it->next;
@@ -163,7 +168,7 @@ static void shutdown_loop(kvp_advisor_t *adv) {
   kvp__adv_query_stop(adv->query);
   kvp__adv_inbox_close_wake(&adv->inbox);
   kvp__adv_consumer_stop(adv->consumer);
-  drain(adv);
+  kvp__adv_drain(adv);
   if (adv->tier != NULL) {
     kvp__tier_engine_stop(adv->tier, shutdown_flush, adv);
     return;
@@ -187,11 +192,12 @@ static void on_wake(uv_async_t *h) {
     shutdown_loop(adv);
     return;
   }
-  drain(adv);
+  kvp__adv_drain(adv);
 }
 
 static void on_flush_timer(uv_timer_t *h) {
   kvp_advisor_t *adv = h->data;
+  kvp__adv_parts_poll(adv); /* a rebalance waiting for an idle moment */
   if (!adv->stopped)
     kvp__adv_wb_start(&adv->wb, adv->applied_seq);
   kvp__adv_publish_metrics(adv);
@@ -414,8 +420,13 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   /* Volumes and unfinished moves before any event: a volume that does not
    * open stops the advisor here, naming it. */
   kvp__tier_opts_t topts;
-  if (cfg->tiering && (rc = kvp__tier_engine_open(kvp__adv_tier_opts(&adv->cfg, &topts), &adv->loop,
-                                                  adv->ix, &adv->tier, err, errlen)) != 0)
+  kvp__adv_tier_opts(&adv->cfg, &topts);
+  /* Partitioned: the engine tiers the owned partitions only (tier/parts.c). */
+  topts.partitions = adv->parts.count;
+  topts.owned = adv->parts.p;
+  topts.nowned = adv->parts.count ? (size_t)adv->parts.n : 0;
+  if (cfg->tiering &&
+      (rc = kvp__tier_engine_open(&topts, &adv->loop, adv->ix, &adv->tier, err, errlen)) != 0)
     goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, &adv->parts, adv->applied_pos, adv->db_id, err,
                                     errlen)) != 0 ||
@@ -491,6 +502,7 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   kvp__adv_query_destroy(adv->query);
   if (adv->inbox_ready)
     kvp__adv_inbox_destroy(&adv->inbox);
+  natsMsg_Destroy(adv->parts_req);
   kvp__adv_wb_destroy(&adv->wb);
   kvp__store_close(adv->store);
   kvp__adv_ingest_destroy(adv->ing);

@@ -64,7 +64,26 @@ struct kvp_advisor_s {
   uint64_t start_ms;
   uint64_t history_ms; /* when tier occupancy was last sampled */
   char db_id[KVP__STORE_DB_ID_LEN + 1];
+  natsMsg *parts_req; /* a live rebalance request waiting for idle (rebalance.c) */
+  /* Partitions added live that the tiering engine takes once they caught
+   * up (rebalance.c): before, their locations in G3/G4 are not all known,
+   * and a scrub would take their objects for orphans. */
+  uint32_t tier_wait[KVP__ADV_MAX_OWNED];
+  int ntier_wait;
 };
+
+/* advisor.c: applies everything in the inbox now. */
+void kvp__adv_drain(kvp_advisor_t *adv);
+
+/* rebalance.c: a live rebalance request (taken) is kept by request and
+ * applied by poll, on the flush timer (never inside a drain), once the
+ * write-behind and the tiering engine are idle, and answered. parts_view lists the owned partitions
+ * that answer (caught up) with their positions, and the ones still catching up with the messages
+ * they wait for; returns how many answer. */
+void kvp__adv_parts_request(kvp_advisor_t *adv, natsMsg *msg);
+void kvp__adv_parts_poll(kvp_advisor_t *adv);
+int kvp__adv_parts_view(kvp_advisor_t *adv, uint32_t *owned, uint64_t *pos, uint32_t *catching,
+                        uint64_t *behind, int *ncatching);
 
 /* figures.c */
 

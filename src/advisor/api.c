@@ -124,10 +124,16 @@ void kvp__adv_api_add_where(void *obj, const kvp__adv_api_where_t *w) {
     json_array_append_new(owned, json_integer((json_int_t)w->owned[i]));
     json_array_append_new(pos, json_integer((json_int_t)w->positions[i]));
   }
-  json_object_set_new(o, "partitions",
-                      json_pack("{s:I, s:o, s:o}", "count", (json_int_t)w->count, "owned",
-                                owned ? owned : json_array(), "positions",
-                                pos ? pos : json_array()));
+  json_t *parts = json_pack("{s:I, s:o, s:o}", "count", (json_int_t)w->count, "owned",
+                            owned ? owned : json_array(), "positions", pos ? pos : json_array());
+  if (parts != NULL && w->ncatching > 0) {
+    json_t *c = json_array();
+    for (int i = 0; c && i < w->ncatching; i++)
+      json_array_append_new(c, json_pack("{s:I, s:I}", "partition", (json_int_t)w->catching[i],
+                                         "behind", (json_int_t)w->behind[i]));
+    json_object_set_new(parts, "catching_up", c ? c : json_array());
+  }
+  json_object_set_new(o, "partitions", parts);
   if (w->advisor != NULL)
     json_object_set_new(o, "advisor", json_string(w->advisor));
   json_object_set_new(o, "ready", json_boolean(w->ready));

@@ -27,7 +27,13 @@ typedef struct kvp__adv_api_where_s {
   const uint64_t *positions; /* n: last applied stream sequence per owned partition */
   const char *advisor;       /* the answering advisor's consumer name */
   int ready;                 /* caught up with the streams since start */
-  uint64_t ready_ms;         /* how long that took, ms after start */
+  /* Partitions added by a live rebalance and still catching up: not in
+   * owned (the answer does not cover them yet), listed as "catching_up"
+   * in "partitions" with the messages they wait for. */
+  const uint32_t *catching;
+  const uint64_t *behind;
+  int ncatching;
+  uint64_t ready_ms; /* how long that took, ms after start */
 } kvp__adv_api_where_t;
 
 /* Adds "partitions" (and "advisor") to the reply object o; no-op when w

@@ -1,4 +1,8 @@
-/* The advisor's NATS side; see consumer.h. */
+/* The advisor's NATS side; see consumer.h.
+ *
+ * Why this file is long: the inputs' life (made, fetched from, reset after
+ * a loss, paused, removed and inserted by a live rebalance) shares the
+ * fetch thread's state, and reads best beside it. */
 #include "advisor/consumer.h"
 
 #include <inttypes.h>
@@ -29,6 +33,13 @@ static void on_tier_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
   kvp__adv_inbox_push(c->inbox, KVP__IN_TIER, msg, 0, 0);
 }
 
+static void on_parts_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
+  kvp__adv_consumer_t *c = closure;
+  (void)nc;
+  (void)sub;
+  kvp__adv_inbox_push(c->inbox, KVP__IN_PARTS, msg, 0, 0);
+}
+
 static int make_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, uint64_t resume_after,
                          char *err, size_t errlen);
 
@@ -54,7 +65,8 @@ static void *fetch_main(void *arg) {
   uint64_t last_err_log = 0;
   int need_reset = 0;
 
-  while (kvp__adv_inbox_wait_room(c->inbox, &c->stopping) == 0) {
+  /* halt: the consumer stops, or a live rebalance pauses the inputs. */
+  while (!atomic_load(&f->halt) && kvp__adv_inbox_wait_room(c->inbox, &f->halt) == 0) {
     natsMsgList list = {0};
     jsErrCode jerr = 0;
     natsStatus s;
@@ -209,9 +221,19 @@ static int make_consumer(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, uint64_t r
 
 /* Creates slot's stream if needed and its durable consumer at resume_after
  * + 1, and starts its fetch thread. */
+static int start_fetch(kvp__adv_fetch_t *f, char *err, size_t errlen) {
+  atomic_store(&f->halt, 0);
+  if (pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
+    snprintf(err, errlen, "cannot start the fetch thread");
+    return KVP_ENOMEM;
+  }
+  f->started = 1;
+  return 0;
+}
+
 static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *stream_subject,
-                       const char *filter, uint64_t resume_after, const char *db_id, char *err,
-                       size_t errlen) {
+                       const char *filter, uint64_t resume_after, const char *db_id, int start,
+                       char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = c->cfg;
   int rc, created = 0;
 
@@ -246,12 +268,23 @@ static int setup_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *
   kvp_log_info("advisor: consumer %s on %s resumes after stream sequence %" PRIu64 " (%" PRIu64
                " messages to catch up with)",
                f->name, f->stream, resume_after, (uint64_t)atomic_load(&f->pending));
-  if (pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
-    snprintf(err, errlen, "cannot start the fetch thread");
-    return KVP_ENOMEM;
+  return start ? start_fetch(f, err, errlen) : 0;
+}
+
+/* Names slot f's stream, durable consumer and filter for partition p (or
+ * the one stream when not partitioned). */
+static int name_fetch(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, uint32_t count, uint32_t p,
+                      char *filter, char *subject) {
+  const kvp_advisor_config_t *cfg = c->cfg;
+  if (count == 0) {
+    snprintf(f->stream, sizeof f->stream, "%s", cfg->stream);
+    snprintf(f->name, sizeof f->name, "%s", c->name);
+    return kvp_subject_events_ns(filter, KVP_SUBJECT_MAX, cfg->ns);
   }
-  f->started = 1;
-  return 0;
+  snprintf(f->stream, sizeof f->stream, "%s_P%" PRIu32, cfg->stream, p);
+  snprintf(f->name, sizeof f->name, "%s-p%" PRIu32, c->name, p);
+  int rc = kvp_subject_pevents(filter, KVP_SUBJECT_MAX, cfg->ns, p);
+  return rc == 0 ? kvp_subject_pevents_all(subject, KVP_SUBJECT_MAX, p) : rc;
 }
 
 static int setup_jetstream(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps,
@@ -268,26 +301,94 @@ static int setup_jetstream(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps,
     f->c = c;
     f->slot = i;
     c->nfetch = i + 1;
-    if (ps->count == 0) {
-      snprintf(f->stream, sizeof f->stream, "%s", cfg->stream);
-      snprintf(f->name, sizeof f->name, "%s", c->name);
-      rc = kvp_subject_events_ns(filter, sizeof filter, cfg->ns);
-    } else {
-      snprintf(f->stream, sizeof f->stream, "%s_P%" PRIu32, cfg->stream, ps->p[i]);
-      snprintf(f->name, sizeof f->name, "%s-p%" PRIu32, c->name, ps->p[i]);
-      rc = kvp_subject_pevents(filter, sizeof filter, cfg->ns, ps->p[i]);
-      if (rc == 0)
-        rc = kvp_subject_pevents_all(subject, sizeof subject, ps->p[i]);
-    }
-    if (rc != 0) {
+    if (name_fetch(c, f, ps->count, ps->p[i], filter, subject) != 0) {
       snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", cfg->ns);
       return KVP_ECONFIG;
     }
-    if ((rc = setup_fetch(c, f, ps->count ? subject : NULL, filter, resume[i], db_id, err,
+    if ((rc = setup_fetch(c, f, ps->count ? subject : NULL, filter, resume[i], db_id, 1, err,
                           errlen)) != 0)
       return rc;
   }
   return 0;
+}
+
+/* --- live rebalancing (advisor/rebalance.c) ------------------------------------ */
+
+void kvp__adv_consumer_pause(kvp__adv_consumer_t *c) {
+  for (int i = 0; i < c->nfetch; i++)
+    atomic_store(&c->fetch[i].halt, 1);
+  for (int i = 0; i < c->nfetch; i++)
+    if (c->fetch[i].started) {
+      pthread_join(c->fetch[i].thread, NULL);
+      c->fetch[i].started = 0;
+    }
+}
+
+int kvp__adv_consumer_resume(kvp__adv_consumer_t *c, char *err, size_t errlen) {
+  for (int i = 0; i < c->nfetch; i++) {
+    int rc;
+    c->fetch[i].slot = i;
+    if (!c->fetch[i].started && (rc = start_fetch(&c->fetch[i], err, errlen)) != 0)
+      return rc;
+  }
+  return 0;
+}
+
+void kvp__adv_consumer_remove(kvp__adv_consumer_t *c, int slot) {
+  kvp__adv_fetch_t *f = &c->fetch[slot];
+  jsErrCode jerr = 0;
+  natsSubscription_Unsubscribe(f->sub);
+  natsSubscription_Destroy(f->sub);
+  f->sub = NULL;
+  /* Its durable consumer goes: the next owner makes its own, and this
+   * advisor, should the partition come back, makes it again. */
+  natsStatus s = js_DeleteConsumer(c->js, f->stream, f->name, NULL, &jerr);
+  if (s != NATS_OK && s != NATS_NOT_FOUND)
+    kvp_log_warn("advisor: consumer %s on %s not deleted (%s); it is replaced if the partition "
+                 "comes back",
+                 f->name, f->stream, natsStatus_GetText(s));
+  memmove(&c->fetch[slot], &c->fetch[slot + 1], (size_t)(c->nfetch - slot - 1) * sizeof *f);
+  c->nfetch--;
+  memset(&c->fetch[c->nfetch], 0, sizeof *f);
+}
+
+int kvp__adv_consumer_insert(kvp__adv_consumer_t *c, int slot, uint32_t count, uint32_t p,
+                             uint64_t resume_after, const char *db_id, char *err, size_t errlen) {
+  char filter[KVP_SUBJECT_MAX], subject[KVP_SUBJECT_MAX];
+  if (c->nfetch == KVP__ADV_MAX_OWNED) {
+    snprintf(err, errlen, "more than %d partitions", KVP__ADV_MAX_OWNED);
+    return KVP_EINVAL;
+  }
+  memmove(&c->fetch[slot + 1], &c->fetch[slot], (size_t)(c->nfetch - slot) * sizeof c->fetch[0]);
+  c->nfetch++;
+  kvp__adv_fetch_t *f = &c->fetch[slot];
+  memset(f, 0, sizeof *f);
+  f->c = c;
+  f->slot = slot;
+  atomic_init(&f->caught, 0);
+  atomic_init(&f->caught_seq, 0);
+  atomic_init(&f->pending, 1);
+  atomic_init(&f->halt, 1);
+  int rc = name_fetch(c, f, count, p, filter, subject);
+  if (rc == 0)
+    rc = setup_fetch(c, f, subject, filter, resume_after, db_id, 0, err, errlen);
+  else
+    snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", c->cfg->ns);
+  if (rc != 0) {
+    natsSubscription_Destroy(f->sub);
+    memmove(&c->fetch[slot], &c->fetch[slot + 1], (size_t)(c->nfetch - slot - 1) * sizeof *f);
+    c->nfetch--;
+    memset(&c->fetch[c->nfetch], 0, sizeof *f);
+  }
+  return rc;
+}
+
+int kvp__adv_consumer_slot_ready(kvp__adv_consumer_t *c, int slot, uint64_t pos, uint64_t *behind) {
+  kvp__adv_fetch_t *f = &c->fetch[slot];
+  int ok = atomic_load(&f->caught) && pos >= atomic_load(&f->caught_seq);
+  if (behind)
+    *behind = ok ? 0 : atomic_load(&f->pending);
+  return ok;
 }
 
 static int subscribe_api(kvp__adv_consumer_t *c, const char *call, natsMsgHandler cb,
@@ -323,11 +424,21 @@ static int subscribe(kvp__adv_consumer_t *c, const kvp__adv_partset_t *ps, const
     natsSubscription_SetPendingLimits(c->ev_sub, (int)c->cfg->queue_max, 1 << 30);
   }
   /* Match and stats requests come on the query connection (query.h). The
-   * operator's tiering controls go to the advisor that tiers (with
-   * partitions, only one may: the first reply must not be another's "off"). */
+   * operator's tiering controls go to the advisors that tier (not to one
+   * that would answer "off"). With partitions, each tiering advisor acts on
+   * the blocks of its own partitions (tier/parts.c). */
   if (c->cfg->tiering &&
       (rc = subscribe_api(c, KVP_API_TIER, on_tier_msg, &c->tier_sub, err, errlen)) != 0)
     return rc;
+  /* Live rebalancing, addressed to this advisor by its consumer name. */
+  if (ps->count > 0) {
+    if (kvp_subject_api_advisor(subj, sizeof subj, c->cfg->ns, KVP_API_PARTITIONS, c->name) != 0) {
+      snprintf(err, errlen, "[jetstream] consumer: '%s' makes no subject", c->name);
+      return KVP_ECONFIG;
+    }
+    if ((s = natsConnection_Subscribe(&c->parts_sub, c->nc, subj, on_parts_msg, c)) != NATS_OK)
+      return fail(s, 0, subj, err, errlen);
+  }
   if ((s = natsConnection_Flush(c->nc)) != NATS_OK)
     return fail(s, 0, "subscribe", err, errlen);
   return 0;
@@ -394,6 +505,8 @@ void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t l
 void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {
   atomic_store(&c->stopping, 1);
   for (int i = 0; i < c->nfetch; i++)
+    atomic_store(&c->fetch[i].halt, 1);
+  for (int i = 0; i < c->nfetch; i++)
     if (c->fetch[i].started) {
       pthread_join(c->fetch[i].thread, NULL);
       c->fetch[i].started = 0;
@@ -405,12 +518,16 @@ void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {
     natsSubscription_Unsubscribe(c->ev_sub);
   if (c->tier_sub)
     natsSubscription_Unsubscribe(c->tier_sub);
+  if (c->parts_sub)
+    natsSubscription_Unsubscribe(c->parts_sub);
 }
 
 void kvp__adv_consumer_close(kvp__adv_consumer_t *c) {
   if (c == NULL)
     return;
   atomic_store(&c->stopping, 1);
+  for (int i = 0; i < c->nfetch; i++)
+    atomic_store(&c->fetch[i].halt, 1);
   for (int i = 0; i < c->nfetch; i++) {
     if (c->fetch[i].started)
       pthread_join(c->fetch[i].thread, NULL);
@@ -418,6 +535,7 @@ void kvp__adv_consumer_close(kvp__adv_consumer_t *c) {
   }
   natsSubscription_Destroy(c->ev_sub);
   natsSubscription_Destroy(c->tier_sub);
+  natsSubscription_Destroy(c->parts_sub);
   jsCtx_Destroy(c->js);
   natsConnection_Destroy(c->nc);
   free(c);

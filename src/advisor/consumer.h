@@ -54,6 +54,7 @@ typedef struct kvp__adv_fetch_s {
    * pushed by then; pending is the last count of messages still to come. */
   atomic_int caught;
   _Atomic uint64_t caught_seq, pending;
+  atomic_int halt; /* set: the fetch thread ends (stop, or a live rebalance's pause) */
 } kvp__adv_fetch_t;
 
 typedef struct kvp__adv_consumer_s {
@@ -62,6 +63,7 @@ typedef struct kvp__adv_consumer_s {
   natsConnection *nc;
   jsCtx *js;
   natsSubscription *ev_sub, *tier_sub; /* ev_sub: core mode */
+  natsSubscription *parts_sub;         /* partitioned: kvplane.api.<ns>.partitions.<name> */
   kvp__adv_fetch_t fetch[KVP__ADV_MAX_OWNED];
   int nfetch;
   atomic_int stopping;
@@ -103,6 +105,26 @@ void kvp__adv_consumer_close(kvp__adv_consumer_t *c);
  * last sequence pushed by then; *behind (may be NULL) gets the messages
  * still pending. Loop thread. */
 int kvp__adv_consumer_caught_up(kvp__adv_consumer_t *c, const uint64_t *pos, uint64_t *behind);
+
+/* Live rebalancing (advisor/rebalance.c), loop thread. pause ends every
+ * fetch thread (joined; a fetch in flight finishes first, up to its 500 ms
+ * wait) and keeps the consumers; nothing new reaches the inbox after it.
+ * resume starts them again, each with its (new) slot. While paused:
+ * remove drops slot's input (its subscription, and its durable consumer
+ * on the server), the slots after it moving down one; insert makes the
+ * input of partition p (of count) at slot, the ones from slot moving up,
+ * its durable consumer resuming after resume_after (0: the stream's
+ * start), its thread started by resume. insert returns 0, or
+ * KVP_EINVAL, KVP_ECONFIG, KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err (the
+ * slots then as before). slot_ready: 1 once slot's input caught up with
+ * its stream as it stood when the consumer was made and pos (its applied
+ * position) reached it; *behind (may be NULL) the messages it waits for. */
+void kvp__adv_consumer_pause(kvp__adv_consumer_t *c);
+int kvp__adv_consumer_resume(kvp__adv_consumer_t *c, char *err, size_t errlen);
+void kvp__adv_consumer_remove(kvp__adv_consumer_t *c, int slot);
+int kvp__adv_consumer_insert(kvp__adv_consumer_t *c, int slot, uint32_t count, uint32_t p,
+                             uint64_t resume_after, const char *db_id, char *err, size_t errlen);
+int kvp__adv_consumer_slot_ready(kvp__adv_consumer_t *c, int slot, uint64_t pos, uint64_t *behind);
 
 /* Publishes a resync request to the worker (no reply expected); a failed
  * publish is logged and left to the ingest's retry timer. */

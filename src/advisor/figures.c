@@ -97,14 +97,20 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
   }
   char name[128];
   kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
+  uint32_t owned[KVP__ADV_MAX_OWNED], catching[KVP__ADV_MAX_OWNED];
+  uint64_t pos[KVP__ADV_MAX_OWNED], behind[KVP__ADV_MAX_OWNED];
+  int nc = 0, n = kvp__adv_parts_view(adv, owned, pos, catching, behind, &nc);
   kvp__adv_api_where_t w = {
       .count = adv->parts.count,
-      .n = adv->parts.n,
-      .owned = adv->parts.p,
-      .positions = adv->applied_pos,
+      .n = n,
+      .owned = owned,
+      .positions = pos,
       .advisor = name,
       .ready = kvp__adv_check_ready(adv),
       .ready_ms = adv->ready_ms,
+      .catching = catching,
+      .behind = behind,
+      .ncatching = nc,
   };
   x.where = &w;
   char *json = NULL;
@@ -154,14 +160,22 @@ int kvp__adv_match_json(kvp_advisor_t *adv, const void *data, size_t len, char *
     return *json ? 0 : KVP_ENOMEM;
   }
   kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
+  /* A partition added by a live rebalance is answered for once caught
+   * up; until then it is listed as catching up, not owned. */
+  uint32_t owned[KVP__ADV_MAX_OWNED], catching[KVP__ADV_MAX_OWNED];
+  uint64_t pos[KVP__ADV_MAX_OWNED], lag[KVP__ADV_MAX_OWNED];
+  int nc = 0, n = kvp__adv_parts_view(adv, owned, pos, catching, lag, &nc);
   kvp__adv_api_where_t w = {
       .count = adv->parts.count,
-      .n = adv->parts.n,
-      .owned = adv->parts.p,
-      .positions = adv->applied_pos,
+      .n = n,
+      .owned = owned,
+      .positions = pos,
       .advisor = name,
       .ready = 1,
       .ready_ms = adv->ready_ms,
+      .catching = catching,
+      .behind = lag,
+      .ncatching = nc,
   };
   return kvp__adv_api_match_at(adv->ix, &w, data, len, json);
 }

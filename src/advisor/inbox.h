@@ -22,6 +22,7 @@ typedef enum kvp__adv_in_kind_e {
   KVP__IN_EVENT,    /* core event batch */
   KVP__IN_JS_EVENT, /* JetStream event batch; seq is its stream sequence */
   KVP__IN_TIER,     /* the operator's tiering control request */
+  KVP__IN_PARTS,    /* a live rebalance request (advisor/rebalance.c) */
 } kvp__adv_in_kind_t;
 
 typedef struct kvp__adv_in_s {

@@ -91,6 +91,13 @@ typedef struct kvp__adv_worker_state_s {
   uint64_t locations_dropped;
 } kvp__adv_worker_state_t;
 
+/* Live rebalancing: every worker for which keep(ctx, name) returns 0
+ * leaves the index (all its locations, as changes the next flush writes)
+ * and the ingest's state. Returns the number of workers with state that
+ * were forgotten. */
+size_t kvp__adv_ingest_forget(kvp__adv_ingest_t *ing, int (*keep)(void *ctx, const char *worker),
+                              void *ctx);
+
 /* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or
  * KVP_ENOMEM. */
 int kvp__adv_ingest_create(kvp__index_t *ix, const kvp__adv_ingest_opts_t *opts,

@@ -93,18 +93,18 @@ int kvp__adv_partset_check(const kvp_advisor_config_t *cfg, char *err, size_t er
     snprintf(err, errlen, "[partitions] count: partitions need [nats] mode = jetstream");
     return KVP_ECONFIG;
   }
-  /* The shared-G4 rule (docs/SCALE.md): a volume is managed by one advisor
-   * that sees every location in it. An advisor of some partitions would
-   * take the objects of the others' blocks for orphans (the scrub deletes
-   * them) and evict without knowing who else holds a block, and two would
-   * move the same (namespace, hash) object. */
-  if (cfg->partitions > 0 && cfg->tiering && ps.n != (int)cfg->partitions) {
-    snprintf(err, errlen,
-             "[tiering] enabled: this advisor owns %d of %d partitions; tiering runs on an "
-             "advisor that owns every partition (owned empty), the volumes' one manager "
-             "(docs/SCALE.md, shared volumes)",
-             ps.n, (int)cfg->partitions);
-    return KVP_ECONFIG;
+  /* Tiering across partitions (docs/SCALE.md, src/tier/parts.c): each
+   * partition's objects live under <ns>-p<p> in every volume, which must
+   * be a volume namespace (at most 64 bytes). */
+  if (cfg->partitions > 0 && cfg->tiering) {
+    char kns[KVP_PARTITION_NS_MAX + 8];
+    if (kvp_partition_volume_ns(kns, sizeof kns, cfg->ns, (uint32_t)cfg->partitions - 1) != 0) {
+      snprintf(err, errlen,
+               "[tiering] enabled: namespace '%s' with %d partitions makes key namespaces "
+               "longer than %d bytes (%s-p<partition>)",
+               cfg->ns, (int)cfg->partitions, KVP_PARTITION_NS_MAX, cfg->ns);
+      return KVP_ECONFIG;
+    }
   }
   return 0;
 }

@@ -30,8 +30,9 @@ typedef struct kvp__adv_partset_s {
 int kvp__adv_partset_parse(kvp__adv_partset_t *ps, uint32_t count, const char *owned, char *err,
                            size_t errlen);
 
-/* Checks cfg's [partitions] keys (parse, and partitions need JetStream
- * mode). Returns 0 or KVP_ECONFIG. */
+/* Checks cfg's [partitions] keys (parse, partitions need JetStream mode,
+ * and with tiering the partitions' key namespaces fit). Returns 0 or
+ * KVP_ECONFIG. */
 int kvp__adv_partset_check(const kvp_advisor_config_t *cfg, char *err, size_t errlen);
 
 /* Before the index loads (partitioned only): drops from the database the

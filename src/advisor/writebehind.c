@@ -111,6 +111,19 @@ void kvp__adv_wb_set_parts(kvp__adv_wb_t *wb, const kvp__adv_partset_t *parts,
     wb->committed_pos[i] = committed[i];
 }
 
+void kvp__adv_wb_slot_moved(kvp__adv_wb_t *wb, int slot, int n, int insert, uint64_t committed) {
+  /* Idle and synced: every ack state machine is IDLE, so moving them
+   * moves nothing but their callbacks. */
+  if (insert) {
+    memmove(&wb->committed_pos[slot + 1], &wb->committed_pos[slot],
+            (size_t)(n - slot) * sizeof *wb->committed_pos);
+    wb->committed_pos[slot] = committed;
+  } else {
+    memmove(&wb->committed_pos[slot], &wb->committed_pos[slot + 1],
+            (size_t)(n - slot - 1) * sizeof *wb->committed_pos);
+  }
+}
+
 /* Slots with acks: every owned partition, or the one stream. */
 static int nslots(const kvp__adv_wb_t *wb) {
   return wb->parts != NULL ? wb->parts->n : 1;

@@ -113,6 +113,11 @@ void kvp__adv_wb_init(kvp__adv_wb_t *wb, uv_loop_t *loop, kvp__store_t *st, kvp_
 void kvp__adv_wb_set_parts(kvp__adv_wb_t *wb, const kvp__adv_partset_t *parts,
                            const uint64_t *applied, const uint64_t *committed);
 
+/* Live rebalancing: a slot was inserted (insert 1, its database position
+ * committed) or removed at slot, among n slots before the change. The
+ * write-behind must be idle and just synced (every ack IDLE). */
+void kvp__adv_wb_slot_moved(kvp__adv_wb_t *wb, int slot, int n, int insert, uint64_t committed);
+
 /* A JetStream message (a natsMsg, taken) of slot (0 when not partitioned)
  * was applied. */
 void kvp__adv_wb_applied(kvp__adv_wb_t *wb, int slot, void *msg);

@@ -108,6 +108,7 @@ int kvp__cli_hashes(const kvp__cli_args_t *a, json_t *arr);
 int kvp__cli_cmd_match(const kvp__cli_args_t *a); /* query.c */
 /* pin, unpin, move, delete (control.c). */
 int kvp__cli_cmd_control(const kvp__cli_args_t *a);
+int kvp__cli_cmd_partitions(const kvp__cli_args_t *a);  /* partitions.c */
 int kvp__cli_cmd_stats(const kvp__cli_args_t *a);       /* query.c */
 int kvp__cli_cmd_nats_config(const kvp__cli_args_t *a); /* query.c */
 int kvp__cli_cmd_db(const kvp__cli_args_t *a);          /* database.c: status, workers, blocks,

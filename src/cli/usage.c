@@ -77,6 +77,15 @@ static const struct cmd_help_s {
      "(kvplane.pev.<ns>.<p>.<worker>, p = FNV-1a of the worker mod PARTITIONS).\n"
      "Every server of the cluster carries the same block; advisors take\n"
      "[partitions] count = PARTITIONS and the partitions they own (docs/SCALE.md).\n"},
+    {"partitions",
+     "kvplane partitions [NATS options] ADVISOR [add P[,P...]] [drop P[,P...]] [wait]",
+     "Adds partitions to, or drops them from, the running partitioned advisor whose\n"
+     "[jetstream] consumer name is ADVISOR (live rebalancing, docs/SCALE.md), and\n"
+     "prints its reply: owned, ready and catching_up partitions (JSON). A dropped\n"
+     "partition's rows leave its database in one transaction; an added one is read\n"
+     "from its stream and answered for once caught up. With wait, asks again until\n"
+     "no partition is catching up (within --timeout). Without add or drop: the\n"
+     "state. Change [partitions] owned in its configuration too: a restart reads it.\n"},
     {"pin", "kvplane pin [NATS options] [--note TEXT] HASH... | --tokens FILE --block-size N",
      "Pins blocks in the advisor's tiering engine: a pinned block and its ancestors\n"
      "(the whole prefix) are never demoted or evicted. The pins are kept in the\n"
@@ -106,8 +115,8 @@ void kvp__cli_usage(FILE *f) {
         "                       (status, top: its namespace and NATS options too)\n"
         "      --json           print JSON (sizes in bytes, times in Unix ms) instead of tables\n"
         "\n"
-        "NATS options (status, top, match, stats, pin, unpin, move, delete; replay takes -s\n"
-        "and -n):\n"
+        "NATS options (status, top, match, stats, pin, unpin, move, delete, partitions;\n"
+        "replay takes -s and -n):\n"
         "  -s, --server URL     NATS server (default nats://127.0.0.1:4222)\n"
         "  -n, --ns NS          namespace (default: default; status, top: the -c\n"
         "                       configuration's, else the database's; one that is not\n"

@@ -60,6 +60,11 @@ int kvp_subject_api(char *buf, size_t len, const char *ns, const char *call) {
   return build(buf, len, 2, "kvplane.api.%s.%s", ns, call);
 }
 
+int kvp_subject_api_advisor(char *buf, size_t len, const char *ns, const char *call,
+                            const char *advisor) {
+  return build(buf, len, 3, "kvplane.api.%s.%s.%s", ns, call, advisor);
+}
+
 /* Copies the token at s up to the next '.' (or the end) into out; returns
  * its length, or 0 when it is not a valid token. */
 static size_t token(const char *s, char out[KVP_SUBJECT_TOKEN_MAX + 1]) {

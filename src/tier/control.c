@@ -212,7 +212,7 @@ int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t 
     kvp__index_block_t b;
     size_t nl = 0;
     long from = -1;
-    int there = 0;
+    int there = 0, part = -1;
     if (kvp__map64_find(&e->opset, hashes[i]) != NULL ||
         kvp__tier_get_block(e, hashes[i], &b, &nl) != 0) {
       (*skipped)++;
@@ -220,16 +220,22 @@ int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t 
     }
     for (size_t k = 0; k < nl; k++) {
       long v = kvp__tier_vol_of(e, e->locs[k].tier, e->locs[k].volume);
-      if (v >= 0 && e->vols[v].tier == tier)
+      int pk = v >= 0 ? kvp__tier_part_of(e, e->locs[k].worker) : -1;
+      if (pk < 0)
+        continue; /* not in a volume of the engine, or another advisor's partition */
+      if (e->vols[v].tier == tier)
         there = 1;
-      else if (v >= 0 && from < 0)
+      else if (from < 0) {
         from = v;
+        part = pk;
+      }
     }
     if (there || from < 0) {
       (*skipped)++; /* already there, or in no volume of the engine (G1/G2 only) */
       continue;
     }
     op_t o = {.kind = tier == 4 ? KVP__TIER_DEMOTE : KVP__TIER_PROMOTE,
+              .part = (uint16_t)part,
               .hash = b.hash,
               .parent = b.parent,
               .has_parent = b.parent != b.hash,
@@ -270,14 +276,19 @@ int kvp__tier_engine_drop(kvp__tier_engine_t *e, const uint64_t *hashes, size_t 
       continue;
     }
     uint32_t vols[KVP__TIER_MAX_VOLUMES];
+    uint16_t parts[KVP__TIER_MAX_VOLUMES];
     size_t nv = 0;
     for (size_t k = 0; k < nl && nv < KVP__TIER_MAX_VOLUMES; k++) {
       long v = kvp__tier_vol_of(e, e->locs[k].tier, e->locs[k].volume);
-      if (v >= 0 && (tier == 0 || e->vols[v].tier == tier))
+      int pk = v >= 0 ? kvp__tier_part_of(e, e->locs[k].worker) : -1;
+      if (pk >= 0 && (tier == 0 || e->vols[v].tier == tier)) {
+        parts[nv] = (uint16_t)pk;
         vols[nv++] = (uint32_t)v;
+      }
     }
     for (size_t k = 0; k < nv; k++) {
       op_t o = {.kind = KVP__TIER_EVICT,
+                .part = parts[k],
                 .hash = b.hash,
                 .parent = b.parent,
                 .has_parent = b.parent != b.hash,
@@ -302,6 +313,8 @@ void kvp__tier_control_take(kvp__tier_engine_t *e) {
   size_t keep = 0;
   for (size_t i = 0; i < e->nopq; i++) {
     const op_t *o = &e->opq[i];
+    if (e->parts[o->part].retired)
+      continue; /* its partition left this advisor (parts.c): dropped */
     /* A volume gone offline meanwhile: the op waits for it. */
     if (e->vols[o->from].offline || (kvp__tier_is_copy(o->kind) && e->vols[o->to].offline) ||
         KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0) {

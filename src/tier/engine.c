@@ -34,13 +34,16 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The G4 volume + 1 of a copy of hash that can stand for its G3 one (in
- * an online G4 volume, not a moved block's source, reads not backing off),
- * or 0. */
+/* The G4 volume + 1 of a copy of hash that can stand for its G3 one of
+ * part (in an online G4 volume, of the same part: under the key namespace
+ * the G3 copy's worker reads, not a moved block's source, reads not
+ * backing off), or 0. */
 static uint32_t g4_copy(kvp__tier_engine_t *e, uint64_t hash, const kvp__index_loc_t *locs,
-                        size_t nl, uint64_t now) {
+                        size_t nl, int part, uint64_t now) {
   for (size_t k = 0; k < nl; k++) {
     long v = locs[k].tier == 4 ? kvp__tier_vol_of(e, 4, locs[k].volume) : -1;
+    if (v >= 0 && kvp__tier_part_of(e, locs[k].worker) != part)
+      continue;
     if (v >= 0 && !e->vols[v].offline && e->vols[v].out_until_ms <= now && !pending(e, hash, v))
       return (uint32_t)v + 1;
   }
@@ -77,12 +80,17 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used,
       const kvp__index_loc_t *locs = e->locs;
       for (size_t k = 0; k < nl; k++) {
         long v = locs[k].tier == tier ? kvp__tier_vol_of(e, tier, locs[k].volume) : -1;
-        if (v < 0)
+        /* The partition filter (parts.c): a location of a worker of a
+         * partition this engine does not tier is another advisor's. */
+        int part = v >= 0 ? kvp__tier_part_of(e, locs[k].worker) : -1;
+        if (part < 0)
           continue;
         if (KVP_ARRAY_RESERVE(e->cands, e->cands_cap, e->ncands + 1, 1024) != 0 ||
             KVP_ARRAY_RESERVE(e->tokens, e->tokens_cap, e->ncands + 1, 1024) != 0 ||
-            KVP_ARRAY_RESERVE(e->dup, e->dup_cap, e->ncands + 1, 1024) != 0)
+            KVP_ARRAY_RESERVE(e->dup, e->dup_cap, e->ncands + 1, 1024) != 0 ||
+            KVP_ARRAY_RESERVE(e->cpart, e->cpart_cap, e->ncands + 1, 1024) != 0)
           return KVP_ENOMEM;
+        e->cpart[e->ncands] = (uint16_t)part;
         /* A moved block's source no longer counts in its volume's fill:
          * it goes once the grace period is over. */
         int moved = pending(e, b.hash, v);
@@ -90,7 +98,7 @@ static int build_candidates(kvp__tier_engine_t *e, uint64_t now, uint64_t *used,
          * off. */
         int stuck = e->vols[v].offline || e->vols[v].out_until_ms > now;
         e->tokens[e->ncands] = b.tokens;
-        e->dup[e->ncands] = tier == 3 ? g4_copy(e, b.hash, locs, nl, now) : 0;
+        e->dup[e->ncands] = tier == 3 ? g4_copy(e, b.hash, locs, nl, part, now) : 0;
         /* Pinned, or an operator's move or delete waits: the plan leaves
          * it alone (control.c). */
         int held = kvp__map64_find(&e->pinned, b.hash) != NULL ||
@@ -139,6 +147,7 @@ static void take_moves(kvp__tier_engine_t *e, const kvp__tier_move_t *moves, siz
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       return;
     e->ops[e->nops++] = (op_t){.kind = m->kind,
+                               .part = e->cpart[c],
                                .hash = m->hash,
                                .parent = e->cands[c].parent,
                                .has_parent = e->cands[c].has_parent,
@@ -201,6 +210,7 @@ static void plan_one_copy(kvp__tier_engine_t *e, uint64_t *used, uint64_t *block
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       break;
     e->ops[e->nops++] = (op_t){.kind = KVP__TIER_EVICT,
+                               .part = e->cpart[i],
                                .hash = c->hash,
                                .parent = c->parent,
                                .has_parent = c->has_parent,
@@ -333,6 +343,7 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       break;
     e->ops[e->nops++] = (op_t){.kind = -1,
+                               .part = e->pend[i].part,
                                .hash = e->pend[i].hash,
                                .from = e->pend[i].from,
                                .journal_id = e->pend[i].journal_id,
@@ -478,7 +489,7 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   if (e == NULL)
     return;
   kvp__tier_scrub_stop(e);
-  kvp_publisher_close(e->pub); /* flushes what is queued, within its close timeout */
+  kvp__tier_parts_close(e); /* the publishers flush what is queued, within their close timeout */
   for (size_t v = 0; v < e->nvols; v++) {
     kvp_volume_close(e->vols[v].v);
     kvp__map64_free(&e->vols[v].orphans);
@@ -501,6 +512,7 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   free(e->cands);
   free(e->tokens);
   free(e->dup);
+  free(e->cpart);
   free(e->keys);
   free(e->orphq);
   free(e->lru);

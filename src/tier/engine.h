@@ -192,6 +192,16 @@ int kvp__tier_engine_drop(kvp__tier_engine_t *e, const uint64_t *hashes, size_t 
 /* 1 when hash is pinned (itself or as an ancestor of a pin). */
 int kvp__tier_engine_pinned(const kvp__tier_engine_t *e, uint64_t hash);
 
+/* Live rebalancing (parts.c): the engine starts (add 1) or stops (add 0)
+ * tiering partition p of a partitioned advisor. Stopping leaves p's
+ * objects alone (the next owner's; its pending source deletes are
+ * forgotten) and its scrub skips p's key namespace; starting opens p's
+ * advisor worker's publisher. Either changes the shares of G4 volumes.
+ * The engine must be idle (kvp__tier_engine_busy 0). Returns 0, KVP_EBUSY,
+ * KVP_EINVAL (not partitioned), or a publisher's error with err. */
+int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char *err,
+                               size_t errlen);
+
 /* Closes the volumes; the engine must be stopped and idle. NULL is accepted. */
 void kvp__tier_engine_close(kvp__tier_engine_t *e);
 

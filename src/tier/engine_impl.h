@@ -15,7 +15,11 @@
  *                  (loop); its deletes, adoptions and quarantines go to
  *                  the job as ops;
  *   compact.c      compaction of volumes whose plugin reports dead bytes;
- *   control.c      the operator's pins, moves and deletes.
+ *   control.c      the operator's pins, moves and deletes;
+ *   parts.c        partitioned tiering: the partitions the engine tiers,
+ *                  each with its key namespace, advisor worker and
+ *                  publisher, and the filter from a location's worker to
+ *                  its partition.
  * Calls go one way: engine.c queues the job of engine_job.c; all three
  * call locations.c; engine_job.c and engine_open.c call nothing in
  * engine.c (the job reports back through on_idle). */
@@ -28,6 +32,7 @@
 #include "common/map64.h"
 #include "index/index.h"
 #include "kvplane/publisher.h"
+#include "kvplane/subjects.h"
 #include "kvplane/volume.h"
 #include "store/journal.h"
 #include "tier/engine.h"
@@ -60,6 +65,7 @@ typedef struct vol_s {
   char name[64];
   int tier;
   uint64_t capacity;
+  uint64_t capacity_whole;   /* partitioned, G4: the volume's, of which capacity is the share */
   uint16_t id;               /* the index's volume id */
   uint64_t backoff_until_ms; /* no moves into it before */
   uint64_t out_until_ms;     /* no moves out of it before (its reads failed) */
@@ -76,9 +82,24 @@ typedef struct vol_s {
   uint64_t compact_due_ms;   /* its garbage is looked at next then */
 } vol_t;
 
+/* A partition the engine tiers (parts.c). Not partitioned: one part, the
+ * engine's namespace and worker _advisor. Partitioned: one per owned
+ * partition p, its objects under key namespace <ns>-p<p> in every volume
+ * and its moves announced (and held in the index) as its advisor worker
+ * _advisor-p<p>-<k>, whose events land in p's stream. */
+typedef struct part_s {
+  uint32_t p;
+  char ns[KVP_PARTITION_NS_MAX + 1];
+  char worker[64];
+  uint16_t worker_id;
+  kvp_publisher_t *pub; /* NULL: moves are not announced */
+  int retired;          /* dropped by a live rebalance: its objects are the next owner's */
+} part_t;
+
 /* One unit of work for the job, and its outcome. */
 typedef struct op_s {
-  int kind; /* kvp__tier_kind_t, or OP_* */
+  int kind;      /* kvp__tier_kind_t, or OP_* */
+  uint16_t part; /* the part (e->parts) of the location moved: its key namespace */
   uint64_t hash, parent, bytes;
   uint32_t tokens;
   int has_parent;
@@ -101,8 +122,9 @@ typedef struct op_s {
 typedef struct pend_s {
   uint64_t hash, due_ms;
   uint32_t from;
-  int deleting; /* handed to the running job */
-  int done;     /* its delete succeeded: removed at the end of the job's completion */
+  uint16_t part; /* its part: the key namespace */
+  int deleting;  /* handed to the running job */
+  int done;      /* its delete succeeded: removed at the end of the job's completion */
   int64_t journal_id;
 } pend_t;
 
@@ -125,8 +147,14 @@ struct kvp__tier_engine_s {
   uint64_t round_ms;  /* when the last round ran */
   vol_t *vols;
   size_t nvols;
-  uint16_t advisor_worker;
-  kvp_publisher_t *pub; /* the moves as events of worker _advisor; NULL: not published */
+  part_t *parts; /* the partitions tiered (parts.c); nparts >= 1 once open */
+  size_t nparts;
+  uint32_t partitions;             /* the deployment's count; 0: not partitioned */
+  const kvp_nats_opts_t *pub_nats; /* borrowed: the publishers of parts added later */
+  int pub_js;
+  char pub_stream[96];
+  int32_t *wpart; /* index worker id -> part + 1, -1 not tiered here, 0 not looked up yet */
+  size_t wpart_cap;
   uint64_t published, publish_errors;
   kvp__journal_t *db; /* the journal's connection: the job's, or the loop's before start */
   uv_timer_t timer;
@@ -153,11 +181,12 @@ struct kvp__tier_engine_s {
   uint64_t scrub_ms, scrub_due_ms, scrub_t0;
   uint64_t scrub_files_per_s, scrub_bytes_per_s; /* 0: no limit */
   int scrub_verify;
-  size_t scrub_next;  /* the volume scrubbed next */
-  uint32_t scrub_vol; /* the volume of the pass running */
-  int scrub_running;  /* loop: a pass's thread runs, or its outcome waits for the loop */
-  int scrub_stop;     /* atomic: the thread stops at its next object */
-  int scrub_done;     /* atomic: the thread is finished (then uv_async_send) */
+  size_t scrub_next;   /* the (volume, part) scrubbed next: volume * nparts + part */
+  uint32_t scrub_vol;  /* the volume of the pass running */
+  uint16_t scrub_part; /* ... and the part whose key namespace it lists */
+  int scrub_running;   /* loop: a pass's thread runs, or its outcome waits for the loop */
+  int scrub_stop;      /* atomic: the thread stops at its next object */
+  int scrub_done;      /* atomic: the thread is finished (then uv_async_send) */
   uv_thread_t scrub_thread;
   int scrub_rc;
   char scrub_err[256];
@@ -197,6 +226,8 @@ struct kvp__tier_engine_s {
   size_t tokens_cap;
   uint32_t *dup; /* a G3 candidate's G4 volume + 1 when G4 holds the block too, else 0 */
   size_t dup_cap;
+  uint16_t *cpart; /* a candidate's part */
+  size_t cpart_cap;
   uint64_t *lru;
   size_t lru_cap;
   kvp__index_loc_t *locs; /* one block's locations (get_block) */
@@ -218,7 +249,7 @@ void kvp__tier_job_progress(uv_async_t *h);
 /* Adds a moved block's source, deleted after the grace period, to pend and
  * pendset. Returns 0 or KVP_ENOMEM (the source then stays). (locations.c) */
 int kvp__tier_pend_add(kvp__tier_engine_t *e, uint64_t hash, uint64_t due_ms, uint32_t from,
-                       int64_t journal_id);
+                       uint16_t part, int64_t journal_id);
 
 /* Removes the entries marked done from pend and pendset, in one pass.
  * (locations.c) */
@@ -252,8 +283,9 @@ void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o);
 /* A move committed hash into volume v: a running pass of v does not take
  * it for missing. */
 void kvp__tier_scrub_touched(kvp__tier_engine_t *e, uint64_t hash, uint32_t v);
-/* Whether the index places hash in volume v. */
-int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v);
+/* Whether the index places hash in volume v, held by a worker of part
+ * (-1: any part). */
+int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v, int part);
 
 /* Compaction (compact.c): queue adds an OP_COMPACT per compactable volume
  * due (loop); run is the job's part; apply counts and logs (loop). */
@@ -274,8 +306,24 @@ void kvp__tier_control_done(kvp__tier_engine_t *e);
  * (locations.c) */
 long kvp__tier_vol_of(const kvp__tier_engine_t *e, int tier, uint16_t id);
 
-/* Removes every location of hash in (tier, volume) v, whoever holds it.
- * (locations.c) */
-void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v);
+/* Removes every location of hash in (tier, volume) v held by a worker of
+ * part (-1: whoever holds it). (locations.c) */
+void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v, int part);
+
+/* Partitioned tiering (parts.c). open builds e->parts from o (registers
+ * the advisor workers, opens their publishers on o->nats) and takes each
+ * G4 volume's share of its capacity; close closes the publishers. part_of
+ * is the partition filter: the part of an index worker, or -1 when the
+ * worker is of no partition this engine tiers (its locations are left
+ * alone). ns is a part's key namespace. recover_part guesses the part of
+ * a journal row (which does not record it) by where the object is. */
+int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char *err,
+                         size_t errlen);
+void kvp__tier_parts_close(kvp__tier_engine_t *e);
+int kvp__tier_part_of(kvp__tier_engine_t *e, uint16_t worker);
+static inline const char *kvp__tier_ns(const kvp__tier_engine_t *e, uint16_t part) {
+  return e->parts[part].ns;
+}
+uint16_t kvp__tier_recover_part(kvp__tier_engine_t *e, uint64_t hash, long from, long to);
 
 #endif

@@ -56,7 +56,8 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
   if (o->kind == OP_ORPHAN && o->adopt) {
     /* Adopted only with a valid frame; a bad one is deleted like any
      * orphan. */
-    o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
+    o->rc =
+        read_block(from->v, kvp__tier_ns(e, o->part), o->hash, a, acap, &m, o->err, sizeof o->err);
     if (o->rc == 0) {
       o->adopted = 1;
       o->bytes = m.payload_len + KVP_FRAME_HEADER;
@@ -75,7 +76,7 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
      * (gone already: a move quarantined it meanwhile). */
     char del[256], why[256];
     snprintf(why, sizeof why, "%s", o->err);
-    int drc = kvp_volume_delete(from->v, e->ns, o->hash, del, sizeof del);
+    int drc = kvp_volume_delete(from->v, kvp__tier_ns(e, o->part), o->hash, del, sizeof del);
     if (drc == KVP_EOFFLINE)
       __atomic_store_n(&from->offline_job, 1, __ATOMIC_RELAXED);
     o->rc = drc == 0 ? KVP_ECORRUPT : drc;
@@ -94,21 +95,22 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     return;
   }
   if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
-    o->rc = kvp_volume_delete(from->v, e->ns, o->hash, o->err, sizeof o->err);
+    o->rc = kvp_volume_delete(from->v, kvp__tier_ns(e, o->part), o->hash, o->err, sizeof o->err);
     if (o->rc == KVP_ENOENT)
       o->rc = 0; /* gone already: the goal */
     if (o->rc == KVP_EOFFLINE)
       __atomic_store_n(&from->offline_job, 1, __ATOMIC_RELAXED);
     return;
   }
-  o->rc = read_block(from->v, e->ns, o->hash, a, acap, &m, o->err, sizeof o->err);
+  o->rc =
+      read_block(from->v, kvp__tier_ns(e, o->part), o->hash, a, acap, &m, o->err, sizeof o->err);
   o->src_missing = o->rc == KVP_ENOENT;
   if (o->rc == KVP_ECORRUPT) {
     /* Quarantine, once: the bad copy goes, so that nothing serves or plans
      * it again (the loop drops its location). */
     char why[256], del[256];
     snprintf(why, sizeof why, "%s", o->err);
-    int drc = kvp_volume_delete(from->v, e->ns, o->hash, del, sizeof del);
+    int drc = kvp_volume_delete(from->v, kvp__tier_ns(e, o->part), o->hash, del, sizeof del);
     snprintf(o->err, sizeof o->err, "quarantined: %.160s%s%.60s", why,
              drc != 0 && drc != KVP_ENOENT ? "; its delete failed: " : "",
              drc != 0 && drc != KVP_ENOENT ? del : "");
@@ -117,11 +119,12 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
   }
   if (o->rc == 0) {
     o->blame = o->to;
-    o->rc = kvp_volume_put_block(to->v, e->ns, &m, *a, o->err, sizeof o->err);
+    o->rc = kvp_volume_put_block(to->v, kvp__tier_ns(e, o->part), &m, *a, o->err, sizeof o->err);
   }
   /* Committed means the destination's frame was read back and verified. */
   if (o->rc == 0)
-    o->rc = read_block(to->v, e->ns, o->hash, b, bcap, &back, o->err, sizeof o->err);
+    o->rc =
+        read_block(to->v, kvp__tier_ns(e, o->part), o->hash, b, bcap, &back, o->err, sizeof o->err);
   if (o->rc == 0 && back.checksum != m.checksum) {
     snprintf(o->err, sizeof o->err, "volume %s: block %016" PRIx64 " read back differs", to->name,
              o->hash);
@@ -133,7 +136,8 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     o->bytes = m.payload_len;
   } else if (o->rc != KVP_ENOENT && o->blame == o->to) {
     char ignore[256];
-    kvp_volume_delete(to->v, e->ns, o->hash, ignore, sizeof ignore); /* a partial copy */
+    kvp_volume_delete(to->v, kvp__tier_ns(e, o->part), o->hash, ignore,
+                      sizeof ignore); /* a partial copy */
   }
 }
 
@@ -339,12 +343,13 @@ void kvp__tier_job_work(uv_work_t *req) {
  * thread-safe and drops rather than blocks the loop when its queue is full
  * (counted). */
 void kvp__tier_publish(kvp__tier_engine_t *e, int type, const vol_t *v, const op_t *o) {
-  if (e->pub == NULL)
+  kvp_publisher_t *pub = e->parts[o->part].pub; /* the worker of the block's partition */
+  if (pub == NULL)
     return;
   int rc = type == KVP_EV_STORED
-               ? kvp_publisher_stored(e->pub, v->tier, v->name, o->has_parent ? &o->parent : NULL,
+               ? kvp_publisher_stored(pub, v->tier, v->name, o->has_parent ? &o->parent : NULL,
                                       &o->hash, 1, o->tokens, o->bytes, 0)
-               : kvp_publisher_removed(e->pub, v->tier, v->name, &o->hash, 1);
+               : kvp_publisher_removed(pub, v->tier, v->name, &o->hash, 1);
   if (rc == 0)
     e->published++;
   else
@@ -414,9 +419,9 @@ static void quarantine(kvp__tier_engine_t *e, const op_t *o) {
 
   /* A corrupt copy the scrub found may be an orphan: no location to drop,
    * no block lost. */
-  int had = o->kind != OP_SCRUB_BAD || kvp__tier_located(e, o->hash, from);
+  int had = o->kind != OP_SCRUB_BAD || kvp__tier_located(e, o->hash, from, o->part);
   if (had) {
-    kvp__tier_drop_locations(e, o->hash, from);
+    kvp__tier_drop_locations(e, o->hash, from, o->part);
     kvp__tier_publish(e, KVP_EV_REMOVED, from, o);
   }
   e->st.quarantined++;
@@ -456,7 +461,7 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
       /* The index placed a block where it is not (a location replayed
        * after a crash, a block deleted behind the advisor's back): the
        * location goes, so the index heals where the engine looks. */
-      kvp__tier_drop_locations(e, o->hash, from);
+      kvp__tier_drop_locations(e, o->hash, from, o->part);
       e->st.failed++;
       from->st.missing++;
       kvp_log_warn("tiering: block %016" PRIx64 " is not in %s: its location there is dropped",
@@ -475,7 +480,7 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
     if (kvp__tier_is_copy(o->kind))
       e->vols[o->to].fails = 0;
     if (o->kind < 0 || o->kind == KVP__TIER_EVICT) {
-      kvp__tier_drop_locations(e, o->hash, from);
+      kvp__tier_drop_locations(e, o->hash, from, o->part);
       if (o->kind < 0)
         e->st.sources_deleted++;
       else {
@@ -490,8 +495,8 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
       vol_t *to = &e->vols[o->to];
       kvp__tier_publish(e, KVP_EV_STORED, to, o);
       kvp__tier_scrub_touched(e, o->hash, o->to);
-      kvp__index_store(e->ix, o->hash, o->has_parent, o->parent, e->advisor_worker, to->tier,
-                       to->id, o->tokens, o->bytes, now);
+      kvp__index_store(e->ix, o->hash, o->has_parent, o->parent, e->parts[o->part].worker_id,
+                       to->tier, to->id, o->tokens, o->bytes, now);
       if (o->kind == KVP__TIER_DEMOTE)
         e->st.demoted++;
       else
@@ -504,7 +509,7 @@ static void apply(kvp__tier_engine_t *e, size_t upto) {
       to->st.bytes_in += o->bytes;
       e->st.bytes_moved += o->bytes;
       e->st.bytes_tiers[from->tier][to->tier] += o->bytes; /* volumes are G3 or G4 (conf.c) */
-      kvp__tier_pend_add(e, o->hash, now + e->grace_ms, o->from, o->journal_id);
+      kvp__tier_pend_add(e, o->hash, now + e->grace_ms, o->from, o->part, o->journal_id);
     }
   }
 }

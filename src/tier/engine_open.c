@@ -71,22 +71,24 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
     kvp_log_info("tiering: compaction %" PRId64 " of %s interrupted by a restart", id, fv);
     return;
   }
+  uint16_t part = kvp__tier_recover_part(e, hash, from, to);
   if (strcmp(state, "committed") != 0 && (tv == NULL || tv[0] == '\0') && from >= 0) {
-    int gone = kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0;
+    int gone = kvp_volume_exists(e->vols[from].v, kvp__tier_ns(e, part), hash) == 0;
     if (gone)
-      kvp__tier_drop_locations(e, hash, &e->vols[from]);
+      kvp__tier_drop_locations(e, hash, &e->vols[from], e->nparts > 1 ? part : -1);
     kvp__journal_set(e->db, id, gone ? "source_deleted" : "failed",
                      gone ? NULL : "interrupted by a restart; the block stays");
   } else if (strcmp(state, "committed") != 0) {
     if (to >= 0)
-      kvp_volume_delete(e->vols[to].v, e->ns, hash, err, sizeof err); /* a partial copy */
+      kvp_volume_delete(e->vols[to].v, kvp__tier_ns(e, part), hash, err,
+                        sizeof err); /* a partial copy */
     kvp__journal_set(e->db, id, "failed", "interrupted by a restart before it committed");
     kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " interrupted; the source stays", id,
                  hash);
   } else if (from >= 0 && to >= 0 && kvp__index_get(e->ix, hash, &b, NULL, 0, NULL) == 0) {
-    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker, e->vols[to].tier,
-                     e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
-    kvp__tier_pend_add(e, hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, id);
+    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->parts[part].worker_id,
+                     e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, kvp__unix_ms());
+    kvp__tier_pend_add(e, hash, kvp__unix_ms() + e->grace_ms, (uint32_t)from, part, id);
     kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " committed before a restart; its "
                  "source is deleted after the grace period",
                  id, hash);
@@ -117,11 +119,13 @@ static void reconcile_row(void *ctx, int64_t id, uint64_t hash, const char *fv, 
   }
   if (kvp__index_get(e->ix, hash, &b, NULL, 0, NULL) != 0)
     return; /* the block left the index (a clear, a worker down): nothing to fix */
-  if (to >= 0 && kvp_volume_exists(e->vols[to].v, e->ns, hash) == 1)
-    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->advisor_worker, e->vols[to].tier,
-                     e->vols[to].id, b.tokens, b.bytes, b.last_access_ms);
-  if (from >= 0 && kvp_volume_exists(e->vols[from].v, e->ns, hash) == 0)
-    kvp__tier_drop_locations(e, hash, &e->vols[from]);
+  uint16_t part = kvp__tier_recover_part(e, hash, to, from);
+  const char *ns = kvp__tier_ns(e, part);
+  if (to >= 0 && kvp_volume_exists(e->vols[to].v, ns, hash) == 1)
+    kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->parts[part].worker_id,
+                     e->vols[to].tier, e->vols[to].id, b.tokens, b.bytes, b.last_access_ms);
+  if (from >= 0 && kvp_volume_exists(e->vols[from].v, ns, hash) == 0)
+    kvp__tier_drop_locations(e, hash, &e->vols[from], e->nparts > 1 ? part : -1);
 }
 
 /* Margin of kvp__journal_recent: a job's final journal commit and its
@@ -178,31 +182,13 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
       goto fail;
     e->nvols++;
   }
-  if ((rc = kvp__index_worker(ix, ADVISOR_WORKER, 0, &e->advisor_worker)) != 0) {
-    snprintf(err, errlen, "tiering: cannot register worker %s: %s", ADVISOR_WORKER,
-             kvp_strerror(rc));
+  /* The partitions tiered, their advisor workers and publishers, and the
+   * shares of shared volumes (parts.c). */
+  if ((rc = kvp__tier_parts_open(e, o, err, errlen)) != 0)
     goto fail;
-  }
   if ((rc = kvp__journal_open(o->db_path, &e->db, err, errlen)) != 0 ||
       (rc = kvp__journal_open(o->db_path, &e->sdb, err, errlen)) != 0)
     goto fail;
-  if (o->nats != NULL && o->nats->servers[0] != '\0') {
-    kvp_publisher_opts_t po;
-    char why[512];
-    kvp_publisher_opts_init(&po);
-    po.nats = *o->nats;
-    po.ns = o->ns;
-    po.worker_id = ADVISOR_WORKER;
-    po.model = "kvplane-advisor";
-    po.mode = o->jetstream ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
-    po.stream = o->stream;
-    po.overflow = KVP_OVERFLOW_DROP;
-    po.snapshot_tiers = 0;
-    if ((rc = kvp_publisher_open(&po, &e->pub, why, sizeof why)) != 0) {
-      snprintf(err, errlen, "tiering: the publisher of worker %s: %s", ADVISOR_WORKER, why);
-      goto fail;
-    }
-  }
   for (size_t v = 0; v < e->nvols && rc == 0; v++)
     rc = kvp__journal_volume(e->db, e->vols[v].name, e->vols[v].tier, e->vols[v].capacity,
                              kvp__unix_ms());
@@ -218,7 +204,7 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
     uint64_t t = kvp__journal_scrub_last(e->sdb, e->vols[v].name);
     if (t < oldest) {
       oldest = t;
-      e->scrub_next = v;
+      e->scrub_next = v * e->nparts;
     }
   }
   if (rc == 0 && (rc = kvp__journal_open(o->db_path, &e->ctl_db, err, errlen)) == 0 &&

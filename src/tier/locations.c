@@ -25,15 +25,17 @@ int kvp__tier_get_block(kvp__tier_engine_t *e, uint64_t hash, kvp__index_block_t
   return rc;
 }
 
-/* Removes every location of hash in (tier, volume), whoever holds it. */
-void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
+/* Removes every location of hash in (tier, volume) held by a worker of
+ * part (-1: whoever holds it). */
+void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v, int part) {
   size_t n = 0;
   if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
     return;
   /* Backwards: a removal does not move the locations before it in e->locs
    * (the copy), and the index is asked for each one by its key. */
   for (size_t i = n; i-- > 0;)
-    if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id)
+    if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id &&
+        (part < 0 || kvp__tier_part_of(e, e->locs[i].worker) == part))
       kvp__index_remove(e->ix, hash, e->locs[i].worker, v->tier, v->id);
 }
 
@@ -57,7 +59,7 @@ void kvp__tier_vol_warn(vol_t *v, uint64_t now, const char *fmt, ...) {
 }
 
 int kvp__tier_pend_add(kvp__tier_engine_t *e, uint64_t hash, uint64_t due_ms, uint32_t from,
-                       int64_t journal_id) {
+                       uint16_t part, int64_t journal_id) {
   uint64_t *mask = kvp__map64_find(&e->pendset, hash);
   if (KVP_ARRAY_RESERVE(e->pend, e->pend_cap, e->npend + 1, 64) != 0)
     return KVP_ENOMEM;
@@ -65,8 +67,8 @@ int kvp__tier_pend_add(kvp__tier_engine_t *e, uint64_t hash, uint64_t due_ms, ui
     *mask |= 1ull << from; /* volumes are at most KVP__TIER_MAX_VOLUMES, 64 */
   else if (kvp__map64_put(&e->pendset, hash, 1ull << from) != 0)
     return KVP_ENOMEM;
-  e->pend[e->npend++] =
-      (pend_t){.hash = hash, .due_ms = due_ms, .from = from, .journal_id = journal_id};
+  e->pend[e->npend++] = (pend_t){
+      .hash = hash, .due_ms = due_ms, .from = from, .part = part, .journal_id = journal_id};
   return 0;
 }
 

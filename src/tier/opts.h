@@ -49,6 +49,16 @@ typedef struct kvp__tier_opts_s {
   double compact_ratio;      /* compacted from this share of dead bytes; 0: never */
   const kvp__tier_volume_conf_t *volumes;
   int nvolumes;
+  /* Partitioned tiering (parts.c, docs/SCALE.md): the deployment's
+   * partition count (0: not partitioned) and the partitions this advisor
+   * owns. The engine then moves only locations of workers of owned
+   * partitions, keeps each partition's objects under its own key
+   * namespace (kvp_partition_volume_ns), announces them as that
+   * partition's advisor worker, scrubs only those namespaces, and takes
+   * of each G4 volume the share capacity * nowned / partitions. */
+  uint32_t partitions;
+  const uint32_t *owned;
+  size_t nowned;
 } kvp__tier_opts_t;
 
 #endif

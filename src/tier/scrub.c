@@ -44,26 +44,33 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v) {
+int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v, int part) {
   size_t n = 0;
   if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
     return 0;
   for (size_t i = 0; i < n; i++)
-    if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id)
+    if (e->locs[i].tier == v->tier && e->locs[i].volume == v->id &&
+        (part < 0 || kvp__tier_part_of(e, e->locs[i].worker) == part))
       return 1;
   return 0;
 }
 
-/* Whether the index wants hash adopted: it knows the block and has no G3
- * or G4 copy of it (one copy between G3 and G4). */
-static int wanted(kvp__tier_engine_t *e, uint64_t hash) {
+/* Whether the index wants hash adopted by part: it knows the block, a
+ * worker of part holds it, and no G3 or G4 copy of it is part's (one copy
+ * between G3 and G4, per partition: parts.c). */
+static int wanted(kvp__tier_engine_t *e, uint64_t hash, int part) {
   size_t n = 0;
+  int held = e->partitions == 0;
   if (kvp__tier_get_block(e, hash, NULL, &n) != 0)
     return 0;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
+    if (kvp__tier_part_of(e, e->locs[i].worker) != part)
+      continue;
+    held = 1;
     if (e->locs[i].tier == 3 || e->locs[i].tier == 4)
       return 0;
-  return 1;
+  }
+  return held;
 }
 
 /* --- the pass's thread ----------------------------------------------------------- */
@@ -95,7 +102,9 @@ typedef struct pass_s {
 static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   pass_t *p = ctx;
   kvp__tier_engine_t *e = p->e;
-  if (strcmp(ns, e->ns) != 0)
+  /* Only the key namespace of the pass's part: the objects of partitions
+   * this engine does not tier are other advisors' (parts.c). */
+  if (strcmp(ns, kvp__tier_ns(e, e->scrub_part)) != 0)
     return 0;
   if (e->nkeys >= SCRUB_MAX_KEYS ||
       KVP_ARRAY_RESERVE(e->keys, e->keys_cap, e->nkeys + 1, 1024) != 0) {
@@ -118,7 +127,8 @@ static int verify(kvp__tier_engine_t *e, vol_t *v, pass_t *p) {
 
   for (size_t i = 0; i < e->nkeys && rc == 0; i++) {
     kvp_frame_t m;
-    int r = kvp_volume_get_block(v->v, e->ns, e->keys[i], &m, buf, cap, err, sizeof err);
+    int r = kvp_volume_get_block(v->v, kvp__tier_ns(e, e->scrub_part), e->keys[i], &m, buf, cap,
+                                 err, sizeof err);
     if (r == KVP_ETOOBIG) {
       void *nb = realloc(buf, (size_t)m.payload_len);
       if (nb == NULL) {
@@ -127,7 +137,8 @@ static int verify(kvp__tier_engine_t *e, vol_t *v, pass_t *p) {
       }
       buf = nb;
       cap = (size_t)m.payload_len;
-      r = kvp_volume_get_block(v->v, e->ns, e->keys[i], &m, buf, cap, err, sizeof err);
+      r = kvp_volume_get_block(v->v, kvp__tier_ns(e, e->scrub_part), e->keys[i], &m, buf, cap, err,
+                               sizeof err);
     }
     uint64_t got = r == 0 ? m.payload_len + KVP_FRAME_HEADER : 0;
     if (r == KVP_ECORRUPT) {
@@ -185,14 +196,17 @@ static kvp__journal_scrub_t figures(const kvp__tier_engine_t *e) {
       .corrupt = __atomic_load_n(&e->scrub_done, __ATOMIC_ACQUIRE) ? e->nbad : 0};
 }
 
-/* Starts the pass of the next online volume. */
+/* Starts the pass of the next online volume, for one part's key namespace
+ * (each volume once per part, in turn). */
 static void start_pass(kvp__tier_engine_t *e, uint64_t now) {
-  for (size_t k = 0; k < e->nvols; k++) {
-    size_t v = (e->scrub_next + k) % e->nvols;
-    if (e->vols[v].offline)
-      continue;
+  size_t total = e->nvols * e->nparts;
+  for (size_t k = 0; k < total; k++) {
+    size_t at = (e->scrub_next + k) % total, v = at / e->nparts;
+    if (e->vols[v].offline || e->parts[at % e->nparts].retired)
+      continue; /* a retired part's objects are the next owner's (parts.c) */
     e->scrub_vol = (uint32_t)v;
-    e->scrub_next = (v + 1) % e->nvols;
+    e->scrub_part = (uint16_t)(at % e->nparts);
+    e->scrub_next = (at + 1) % total;
     e->scrub_t0 = now;
     e->nkeys = e->nbad = 0;
     e->keys_truncated = 0;
@@ -224,21 +238,30 @@ void kvp__tier_scrub_queue(kvp__tier_engine_t *e, uint64_t now) {
   size_t first = e->nops;
   for (size_t i = 0; i + 1 < e->norphq; i += 2) {
     uint64_t hash = e->orphq[i];
-    uint32_t v = (uint32_t)e->orphq[i + 1];
-    if (e->vols[v].offline || kvp__tier_located(e, hash, &e->vols[v]))
-      continue; /* a location came meanwhile: not an orphan any more */
+    uint32_t v = (uint32_t)(e->orphq[i + 1] & 0xffff);
+    uint16_t part = (uint16_t)(e->orphq[i + 1] >> 16);
+    if (e->vols[v].offline || e->parts[part].retired ||
+        kvp__tier_located(e, hash, &e->vols[v], part))
+      continue; /* a location came meanwhile (or the partition left): not an orphan */
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       break;
-    e->ops[e->nops++] = (op_t){
-        .kind = OP_ORPHAN, .hash = hash, .from = v, .journal_id = -1, .adopt = wanted(e, hash)};
+    e->ops[e->nops++] = (op_t){.kind = OP_ORPHAN,
+                               .part = part,
+                               .hash = hash,
+                               .from = v,
+                               .journal_id = -1,
+                               .adopt = wanted(e, hash, part)};
   }
   e->norphq = 0;
   for (size_t i = 0; i + 1 < e->nbadq; i += 2) {
-    uint32_t v = (uint32_t)e->badq[i + 1];
-    if (e->vols[v].offline || KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
+    uint32_t v = (uint32_t)(e->badq[i + 1] & 0xffff);
+    uint16_t part = (uint16_t)(e->badq[i + 1] >> 16);
+    if (e->vols[v].offline || e->parts[part].retired ||
+        KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       continue; /* offline: its next pass finds it again */
     op_t *o = &e->ops[e->nops++];
-    *o = (op_t){.kind = OP_SCRUB_BAD, .hash = e->badq[i], .from = v, .journal_id = -1};
+    *o =
+        (op_t){.kind = OP_SCRUB_BAD, .part = part, .hash = e->badq[i], .from = v, .journal_id = -1};
     snprintf(o->err, sizeof o->err, "%s", e->bad_err);
   }
   e->nbadq = 0;
@@ -278,10 +301,11 @@ static void drop_missing(kvp__tier_engine_t *e, vol_t *v) {
     const uint64_t *mask = kvp__map64_find(&e->pendset, h);
     if (mask != NULL && (*mask >> (v - e->vols) & 1))
       continue;
-    if (!kvp__tier_located(e, h, v))
-      continue;
-    op_t o = {.hash = h, .parent = b.parent, .has_parent = b.parent != b.hash};
-    kvp__tier_drop_locations(e, h, v);
+    if (!kvp__tier_located(e, h, v, e->scrub_part))
+      continue; /* not there, or another part's location (its own pass looks) */
+    op_t o = {
+        .hash = h, .part = e->scrub_part, .parent = b.parent, .has_parent = b.parent != b.hash};
+    kvp__tier_drop_locations(e, h, v, e->scrub_part);
     kvp__tier_publish(e, KVP_EV_REMOVED, v, &o);
     e->st.scrub_missing++;
     e->scrub_missing_pass++;
@@ -294,26 +318,38 @@ static void drop_missing(kvp__tier_engine_t *e, vol_t *v) {
 }
 
 /* Orphans: counted when first found, queued for the next job when found
- * again. */
+ * again by the next pass of the same volume and part. v->orphans maps
+ * each hash to the bit mask of the parts whose last pass found it (a
+ * volume's passes alternate between the parts, parts.c). */
 static void find_orphans(kvp__tier_engine_t *e, vol_t *v) {
+  uint64_t bit = 1ull << (e->scrub_part & 63), h, m;
   kvp__map64_t now_orphans;
+  size_t it = 0;
   kvp__map64_init(&now_orphans, 0);
+  /* The other parts' findings stay for their own next passes. */
+  while (kvp__map64_next(&v->orphans, &it, &h, &m))
+    if ((m & ~bit) != 0 && kvp__map64_put(&now_orphans, h, m & ~bit) != 0)
+      break;
   for (size_t i = 0; i < e->nkeys; i++) {
-    uint64_t h = e->keys[i];
-    if (kvp__tier_located(e, h, v) ||
+    h = e->keys[i];
+    if (kvp__tier_located(e, h, v, e->scrub_part) ||
         (e->nbad > 0 && bsearch(&h, e->bad, e->nbad, sizeof *e->bad, cmp_u64)))
       continue;
-    if (kvp__map64_find(&v->orphans, h) != NULL) {
+    const uint64_t *was = kvp__map64_find(&v->orphans, h);
+    if (was != NULL && (*was & bit)) {
       if (KVP_ARRAY_RESERVE(e->orphq, e->orphq_cap, e->norphq + 2, 64) == 0) {
         e->orphq[e->norphq++] = h;
-        e->orphq[e->norphq++] = (uint64_t)(v - e->vols);
+        e->orphq[e->norphq++] = (uint64_t)(v - e->vols) | (uint64_t)e->scrub_part << 16;
         e->scrub_confirmed_pass++;
       }
       continue;
     }
     e->st.scrub_orphans++;
     e->scrub_orphans_pass++;
-    if (kvp__map64_put(&now_orphans, h, 1) != 0)
+    uint64_t *now = kvp__map64_find(&now_orphans, h);
+    if (now != NULL)
+      *now |= bit;
+    else if (kvp__map64_put(&now_orphans, h, bit) != 0)
       break;
   }
   kvp__map64_free(&v->orphans);
@@ -354,7 +390,7 @@ void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
     for (size_t i = 0; i < e->nbad; i++)
       if (KVP_ARRAY_RESERVE(e->badq, e->badq_cap, e->nbadq + 2, 64) == 0) {
         e->badq[e->nbadq++] = e->bad[i];
-        e->badq[e->nbadq++] = e->scrub_vol;
+        e->badq[e->nbadq++] = e->scrub_vol | (uint64_t)e->scrub_part << 16;
       }
     e->st.scrub_corrupt += e->nbad;
   }
@@ -397,10 +433,10 @@ void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o) {
 
   if (o->adopted) {
     /* Still wanted and still not placed here (the job ran meanwhile). */
-    if (!wanted(e, o->hash) || kvp__tier_get_block(e, o->hash, &b, &n) != 0)
+    if (!wanted(e, o->hash, o->part) || kvp__tier_get_block(e, o->hash, &b, &n) != 0)
       return;
-    kvp__index_store(e->ix, o->hash, b.parent != b.hash, b.parent, e->advisor_worker, v->tier,
-                     v->id, b.tokens, b.bytes, b.last_access_ms);
+    kvp__index_store(e->ix, o->hash, b.parent != b.hash, b.parent, e->parts[o->part].worker_id,
+                     v->tier, v->id, b.tokens, b.bytes, b.last_access_ms);
     o->tokens = b.tokens;
     o->parent = b.parent;
     o->has_parent = b.parent != b.hash;

@@ -178,23 +178,40 @@ static void owned_partitions_parse(void **state) {
   assert_int_equal(kvp__adv_partset_parse(&ps, 0, "1", err, sizeof err), KVP_ECONFIG);
 }
 
-/* Shared volumes have one manager: tiering only where every partition is
- * owned; partitions only in JetStream mode. */
-static void tiering_needs_every_partition(void **state) {
+/* An advisor of some partitions may tier (each partition's objects under
+ * its own key namespace, tier/parts.c), when those namespaces fit;
+ * partitions only in JetStream mode. The key namespaces and the advisor
+ * workers: <ns>-p<p>, and a name in partition p. */
+static void tiering_per_partition_config_and_names(void **state) {
   (void)state;
   kvp_advisor_config_t cfg;
-  char err[256];
+  char err[256], buf[80];
   kvp_advisor_config_defaults(&cfg);
   cfg.partitions = 4;
   snprintf(cfg.owned, sizeof cfg.owned, "0,1");
   assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), 0);
   cfg.tiering = 1;
+  assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), 0);
+  memset(cfg.ns, 'n', 62);
+  cfg.ns[62] = '\0'; /* 62 + "-p3" > 64 */
   assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), KVP_ECONFIG);
-  assert_non_null(strstr(err, "owns 2 of 4"));
+  assert_non_null(strstr(err, "key namespaces"));
+  snprintf(cfg.ns, sizeof cfg.ns, "default");
   cfg.owned[0] = '\0';
   assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), 0);
   cfg.mode = KVP_ADVISOR_CORE;
   assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), KVP_ECONFIG);
+
+  assert_int_equal(kvp_partition_volume_ns(buf, sizeof buf, "prod", 12), 0);
+  assert_string_equal(buf, "prod-p12");
+  assert_int_equal(kvp_partition_volume_ns(buf, 6, "prod", 12), KVP_ETOOBIG);
+  for (uint32_t n = 1; n <= 64; n *= 2)
+    for (uint32_t p = 0; p < n; p++) {
+      assert_int_equal(kvp_partition_advisor_worker(buf, sizeof buf, p, n), 0);
+      assert_int_equal(kvp_partition_of(buf, n), p);
+      assert_int_equal(strncmp(buf, "_advisor-p", 10), 0);
+    }
+  assert_int_equal(kvp_partition_advisor_worker(buf, sizeof buf, 4, 4), KVP_EINVAL);
 }
 
 /* A worker name in partition p of n. */
@@ -285,7 +302,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(server_mapping_matches_partition_of),
       cmocka_unit_test(partitioned_publisher_uses_its_partition_stream),
       cmocka_unit_test(owned_partitions_parse),
-      cmocka_unit_test(tiering_needs_every_partition),
+      cmocka_unit_test(tiering_per_partition_config_and_names),
       cmocka_unit_test(merge_prefers_the_freshest_and_reports_missing),
   };
   return kvp_test_run("scale", tests, sizeof tests / sizeof tests[0], argc, argv);

@@ -419,6 +419,127 @@ static void partition_moves_to_the_other_advisor(void **state) {
   wait_equal(f, 60000, "after partition 2 moved from a to b");
 }
 
+/* Runs `kvplane partitions ARGS` against the cluster; the reply's JSON
+ * (or NULL) and the exit status in *status. */
+static json_t *cli_partitions(fx_t *f, const char *args, int *status) {
+  char cmd[1024], out[4096] = "";
+  snprintf(cmd, sizeof cmd, "%s/tools/kvplane partitions -s '%s' -n " NS " -w 60000 %s",
+           getenv("KVP_TEST_BINDIR"), f->cl.urls, args);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return json_loads(out, 0, NULL);
+}
+
+static int in_list(json_t *a, uint32_t p) {
+  for (size_t i = 0; i < json_array_size(a); i++)
+    if (json_integer_value(json_array_get(a, i)) == (json_int_t)p)
+      return (int)i;
+  return -1;
+}
+
+/* One gathered stats round during a live move of partition p to advisor
+ * to: p is answered for (or reported missing), and an answer of to's for
+ * p is never from before min_pos (it caught up first). Returns 1 when to
+ * answers for p. */
+static int move_check(fx_t *f, uint32_t p, const char *to, uint64_t min_pos, int *missing) {
+  char *reply = NULL, err[256];
+  int covered = 0, to_answers = 0;
+  if (kvp_client_request_all(f->client, KVP_API_STATS, "{}", 1000, &reply, err, sizeof err) != 0)
+    fail_msg("stats gather: %s", err);
+  json_t *doc = json_loads(reply, 0, NULL), *reps = json_object_get(doc, "replies");
+  kvp_client_reply_free(reply);
+  *missing += in_list(json_object_get(doc, "missing"), p) >= 0;
+  for (size_t i = 0; i < json_array_size(reps); i++) {
+    json_t *r = json_array_get(reps, i), *parts = json_object_get(r, "partitions");
+    const char *who = json_string_value(json_object_get(r, "advisor"));
+    int k = in_list(json_object_get(parts, "owned"), p);
+    if (k < 0)
+      continue;
+    covered = 1;
+    uint64_t pos =
+        (uint64_t)json_integer_value(json_array_get(json_object_get(parts, "positions"), k));
+    if (who && strcmp(who, to) == 0) {
+      to_answers = 1;
+      if (pos < min_pos)
+        fail_msg("%s answered for partition %u at position %llu, before it caught up with %llu", to,
+                 p, (unsigned long long)pos, (unsigned long long)min_pos);
+    }
+  }
+  if (!covered && in_list(json_object_get(doc, "missing"), p) < 0)
+    fail_msg("partition %u is neither answered for nor reported missing", p);
+  json_decref(doc);
+  return to_answers;
+}
+
+/* Live rebalancing: partition 2 moves from a to b while both run and the
+ * workers publish: b adds it (kvplane partitions b add 2), answers for it
+ * only once caught up with its stream, then a drops it (its rows leave
+ * a's database); no gathered answer in between misses it silently. */
+static void partition_moves_live_between_running_advisors(void **state) {
+  fx_t *f = *state;
+  adv_t *a = adv_add(f, "a", "0,1,2"), *b = adv_add(f, "b", "3");
+  int status = 0, missing = 0, rounds = 0;
+  wait_answering(f, a, 30000);
+  wait_answering(f, b, 30000);
+  wait_streams(f);
+  pub_start(f, 300);
+  pub_join(f);
+  wait_equal(f, 30000, "before the move");
+
+  pub_start(f, 600);
+  pub_wait(f, 350);
+  jsStreamInfo *si = NULL;
+  assert_int_equal(js_GetStreamInfo(&si, f->js, "KVPLANE_EVENTS_P2", NULL, NULL), NATS_OK);
+  uint64_t before = si->State.LastSeq;
+  jsStreamInfo_Destroy(si);
+  json_t *r = cli_partitions(f, "b add 2", &status);
+  assert_int_equal(status, 0);
+  assert_non_null(r);
+  assert_true(in_list(json_object_get(r, "owned"), 2) >= 0);
+  /* Its reply comes before the first fetch: 2 is catching up, not ready. */
+  assert_int_equal(in_list(json_object_get(r, "ready"), 2), -1);
+  json_t *cu = json_array_get(json_object_get(r, "catching_up"), 0);
+  assert_int_equal(json_integer_value(json_object_get(cu, "partition")), 2);
+  assert_true(json_integer_value(json_object_get(cu, "behind")) > 0);
+  json_decref(r);
+  /* Until b caught up, a answers for 2; b never answers from before. */
+  uint64_t end = now_ms() + 60000;
+  int b_ready = 0;
+  while (!b_ready && now_ms() < end) {
+    b_ready = move_check(f, 2, "b", before, &missing);
+    rounds++;
+    sleep_ms(10);
+  }
+  assert_true(b_ready);
+  r = cli_partitions(f, "a drop 2", &status);
+  assert_int_equal(status, 0);
+  assert_non_null(r);
+  assert_int_equal(in_list(json_object_get(r, "owned"), 2), -1);
+  json_decref(r);
+  for (int i = 0; i < 20; i++, rounds++)
+    assert_true(move_check(f, 2, "b", before, &missing));
+  printf("live move: %d gathered rounds, partition 2 reported missing in %d\n", rounds, missing);
+  assert_int_equal(missing, 0); /* added before it was dropped: always covered */
+  pub_join(f);
+  snprintf(a->owned, sizeof a->owned, "0,1");
+  snprintf(b->owned, sizeof b->owned, "2,3");
+  wait_equal(f, 60000, "after partition 2 moved live from a to b");
+  /* The state only, and a request the advisor refuses. */
+  r = cli_partitions(f, "b wait", &status);
+  assert_int_equal(status, 0);
+  assert_int_equal(json_array_size(json_object_get(r, "catching_up")), 0);
+  assert_int_equal(json_array_size(json_object_get(r, "ready")), 2);
+  json_decref(r);
+  r = cli_partitions(f, "a drop 0,1", &status);
+  assert_int_equal(status, 3);
+  assert_non_null(strstr(json_string_value(json_object_get(r, "error")), "1.."));
+  json_decref(r);
+}
+
 /* match queries: for each worker, the first hashes of each tier. */
 static size_t queries(fx_t *f, uint64_t q[][8], size_t *qn) {
   size_t n = 0;
@@ -600,6 +721,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(partitioned_advisors_survive_server_and_advisor_loss, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(partition_moves_to_the_other_advisor, setup, teardown),
+      cmocka_unit_test_setup_teardown(partition_moves_live_between_running_advisors, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(gather_equals_one_advisor_names_down_parts, setup, teardown),
       cmocka_unit_test_setup_teardown(standby_answers_after_the_other_is_killed, setup, teardown),
   };

@@ -11,3 +11,6 @@ kvp_add_test(scale_startup scale/test_scale_startup.c advisor/testworker.c
 # The tools (status, top, sim, replay, the reverse relay) against one
 # nats-server with the partition mapping and partitioned advisor processes.
 kvp_add_test(scale_tools scale/test_scale_tools.c LABELS scale nats TIMEOUT 180)
+# Tiering across partitions: two advisors, one shared G4, one nats-server.
+kvp_add_test(scale_tier scale/test_scale_tier.c LABELS scale nats tier TIMEOUT 120)
+target_compile_definitions(test_scale_tier PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")

@@ -1,0 +1,319 @@
+/* Live rebalancing (docs/SCALE.md, "Moving a partition"): a running
+ * partitioned advisor adds or drops partitions on a request addressed to
+ * it, kvplane.api.<ns>.partitions.<consumer name> (kvplane partitions):
+ *
+ *   request  {"add": [p, ...], "drop": [p, ...]}   (either, both, or {}:
+ *            the state only)
+ *   reply    {"advisor": name, "count": C, "owned": [...], "ready": [...],
+ *             "catching_up": [{"partition": p, "behind": N}, ...]}
+ *            or {"error": "..."} with nothing changed
+ *
+ * Why a request and not a configuration reload on SIGHUP: moving a
+ * partition is a step between two advisors, usually on two machines, that
+ * one operator (or tool) drives in order (add on the new owner, wait until
+ * it is ready, drop on the old one); the request says when each step is
+ * done and how far the new owner is behind, which a signal cannot. The
+ * configuration stays the start-up truth: change [partitions] owned there
+ * too, or the next start goes back to it.
+ *
+ * Both run on the loop thread once the write-behind and the tiering
+ * engine are idle (a request waits for that, kvp__adv_parts_poll), with
+ * the fetch threads paused and the inbox drained:
+ *   - drop p: what was applied is flushed (acked), then in one transaction
+ *     the rows of p's workers, the blocks no one else holds and p's
+ *     position leave the database; the workers leave the index and the
+ *     ingest; the engine stops tiering p (its objects are left to the next
+ *     owner); p's durable consumer is deleted;
+ *   - add p: p's consumer is made after the database's position for p (0:
+ *     the stream's start, the case after a drop); until it caught up with
+ *     the stream as it stood then, replies list p under "catching_up" and
+ *     not under "owned", so a gathering client takes p from another
+ *     advisor or reports it missing, never an incomplete answer as whole;
+ *     the tiering engine takes it then too (before, a scrub would find
+ *     its objects in G4 without the locations the stream still brings). */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "advisor/rebalance.h"
+
+#include "advisor/advisor_impl.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+#include "kvplane/subjects.h"
+
+typedef struct gone_s {
+  uint32_t p, count;
+} gone_t;
+
+static int keep_not_in(void *ctx, const char *worker) {
+  const gone_t *g = ctx;
+  return strcmp(worker, "_advisor") == 0 || kvp_partition_of(worker, g->count) != g->p;
+}
+
+/* Reads a list of partitions (absent: none) into out. */
+static int read_list(json_t *doc, const char *key, uint32_t count, uint32_t *out, int *n, char *err,
+                     size_t errlen) {
+  json_t *a = json_object_get(doc, key), *v;
+  size_t i;
+  *n = 0;
+  if (a == NULL)
+    return 0;
+  if (!json_is_array(a) || json_array_size(a) > KVP__ADV_MAX_OWNED) {
+    snprintf(err, errlen, "\"%s\" is not a list of at most %d partitions", key, KVP__ADV_MAX_OWNED);
+    return KVP_EINVAL;
+  }
+  json_array_foreach(a, i, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) >= (json_int_t)count) {
+      snprintf(err, errlen, "\"%s\": a partition is not an integer in 0..%" PRIu32, key, count - 1);
+      return KVP_EINVAL;
+    }
+    out[(*n)++] = (uint32_t)json_integer_value(v);
+  }
+  return 0;
+}
+
+static void drop_one(kvp_advisor_t *adv, int slot) {
+  kvp__adv_partset_t *ps = &adv->parts;
+  uint32_t p = ps->p[slot];
+  gone_t g = {p, ps->count};
+  size_t dropped = 0;
+  char err[256];
+  int rc;
+
+  if ((rc = kvp__store_drop_workers(adv->store, keep_not_in, &g, &p, 1, &dropped)) != 0)
+    kvp_log_warn("advisor: rebalance: the rows of partition %" PRIu32 " were not dropped (%s); "
+                 "they go at the next start",
+                 p, kvp_strerror(rc));
+  size_t forgot = kvp__adv_ingest_forget(adv->ing, keep_not_in, &g);
+  for (int k = 0; k < adv->ntier_wait; k++)
+    if (adv->tier_wait[k] == p) /* added and dropped before it caught up */
+      adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
+  if (adv->tier != NULL && (rc = kvp__tier_engine_partition(adv->tier, p, 0, err, sizeof err)))
+    kvp_log_warn("advisor: rebalance: %s", err);
+  kvp__adv_consumer_remove(adv->consumer, slot);
+  kvp__adv_wb_slot_moved(&adv->wb, slot, ps->n, 0, 0);
+  memmove(&ps->p[slot], &ps->p[slot + 1], (size_t)(ps->n - slot - 1) * sizeof *ps->p);
+  memmove(&adv->applied_pos[slot], &adv->applied_pos[slot + 1],
+          (size_t)(ps->n - slot - 1) * sizeof *adv->applied_pos);
+  ps->n--;
+  kvp_log_info("advisor: rebalance: partition %" PRIu32 " dropped (%zu workers' rows, %zu in "
+               "the index)",
+               p, dropped, forgot);
+}
+
+static int add_one(kvp_advisor_t *adv, uint32_t p, char *err, size_t errlen) {
+  kvp__adv_partset_t *ps = &adv->parts;
+  uint64_t pos = 0;
+  int slot = 0, rc;
+
+  while (slot < ps->n && ps->p[slot] < p)
+    slot++;
+  if ((rc = kvp__store_position(adv->store, p, &pos)) != 0) {
+    snprintf(err, errlen, "partition %" PRIu32 ": its position cannot be read", p);
+    return rc;
+  }
+  if ((rc = kvp__adv_consumer_insert(adv->consumer, slot, ps->count, p, pos, adv->db_id, err,
+                                     errlen)) != 0)
+    return rc;
+  kvp__adv_wb_slot_moved(&adv->wb, slot, ps->n, 1, pos);
+  memmove(&ps->p[slot + 1], &ps->p[slot], (size_t)(ps->n - slot) * sizeof *ps->p);
+  memmove(&adv->applied_pos[slot + 1], &adv->applied_pos[slot],
+          (size_t)(ps->n - slot) * sizeof *adv->applied_pos);
+  ps->p[slot] = p;
+  adv->applied_pos[slot] = pos;
+  ps->n++;
+  /* Tiered once caught up (kvp__adv_parts_poll). */
+  if (adv->tier != NULL) {
+    int k = 0;
+    while (k < adv->ntier_wait && adv->tier_wait[k] != p)
+      k++;
+    if (k == adv->ntier_wait && adv->ntier_wait < KVP__ADV_MAX_OWNED)
+      adv->tier_wait[adv->ntier_wait++] = p;
+  }
+  kvp_log_info("advisor: rebalance: partition %" PRIu32 " added, consumed after stream sequence "
+               "%" PRIu64,
+               p, pos);
+  return 0;
+}
+
+int kvp__adv_parts_parse(const void *data, size_t len, uint32_t count, uint32_t *add, int *nadd,
+                         uint32_t *drop, int *ndrop, char *err, size_t errlen) {
+  json_t *doc = json_loadb(data, len, 0, NULL);
+  int rc;
+
+  *nadd = *ndrop = 0;
+  if (!json_is_object(doc)) {
+    json_decref(doc);
+    snprintf(err, errlen, "the request is not a JSON object");
+    return KVP_EINVAL;
+  }
+  rc = read_list(doc, "add", count, add, nadd, err, errlen);
+  if (rc == 0)
+    rc = read_list(doc, "drop", count, drop, ndrop, err, errlen);
+  json_decref(doc);
+  for (int i = 0; rc == 0 && i < *nadd + *ndrop; i++) {
+    uint32_t p = i < *nadd ? add[i] : drop[i - *nadd];
+    for (int k = 0; rc == 0 && k < i; k++)
+      if ((k < *nadd ? add[k] : drop[k - *nadd]) == p) {
+        snprintf(err, errlen, "partition %" PRIu32 " is named twice", p);
+        rc = KVP_EINVAL;
+      }
+  }
+  if (rc != 0)
+    *nadd = *ndrop = 0;
+  return rc;
+}
+
+/* Applies the request; returns 0 or an error with err (nothing changed
+ * when the request itself is wrong). */
+static int apply_request(kvp_advisor_t *adv, const char *data, size_t len, char *err,
+                         size_t errlen) {
+  kvp__adv_partset_t *ps = &adv->parts;
+  uint32_t add[KVP__ADV_MAX_OWNED], drop[KVP__ADV_MAX_OWNED];
+  int nadd = 0, ndrop = 0, rc;
+
+  if (ps->count == 0) {
+    snprintf(err, errlen, "this advisor is not partitioned");
+    return KVP_EINVAL;
+  }
+  if ((rc = kvp__adv_parts_parse(data, len, ps->count, add, &nadd, drop, &ndrop, err, errlen)) != 0)
+    return rc;
+  int n = ps->n;
+  for (int i = 0; i < nadd; i++)
+    n += kvp__adv_partset_slot(ps, add[i]) < 0; /* owned already: nothing to do */
+  for (int i = 0; i < ndrop; i++)
+    n -= kvp__adv_partset_slot(ps, drop[i]) >= 0;
+  if (n < 1 || n > KVP__ADV_MAX_OWNED) {
+    snprintf(err, errlen, "an advisor owns 1..%d partitions; this request leaves %d",
+             KVP__ADV_MAX_OWNED, n);
+    return KVP_EINVAL;
+  }
+  if (nadd == 0 && ndrop == 0)
+    return 0;
+
+  /* Quiet: no fetch thread pushes, everything pushed is applied and
+   * committed (acked), so the slots can move. */
+  kvp__adv_consumer_pause(adv->consumer);
+  kvp__adv_drain(adv);
+  if ((rc = kvp__adv_wb_sync(&adv->wb, adv->applied_seq)) != 0) {
+    snprintf(err, errlen, "the flush before the change failed: %s", kvp_strerror(rc));
+  } else {
+    for (int i = 0; i < ndrop; i++) {
+      int slot = kvp__adv_partset_slot(ps, drop[i]);
+      if (slot >= 0)
+        drop_one(adv, slot);
+    }
+    for (int i = 0; i < nadd && rc == 0; i++)
+      if (kvp__adv_partset_slot(ps, add[i]) < 0)
+        rc = add_one(adv, add[i], err, errlen);
+  }
+  adv->applied_seq = 0;
+  for (int i = 0; i < ps->n; i++)
+    adv->applied_seq += adv->applied_pos[i];
+  char rerr[256];
+  int rrc = kvp__adv_consumer_resume(adv->consumer, rerr, sizeof rerr);
+  if (rrc != 0) {
+    kvp_log_error("advisor: rebalance: the fetch threads do not start again: %s", rerr);
+    if (rc == 0) {
+      snprintf(err, errlen, "%s", rerr);
+      rc = rrc;
+    }
+  }
+  return rc;
+}
+
+int kvp__adv_parts_view(kvp_advisor_t *adv, uint32_t *owned, uint64_t *pos, uint32_t *catching,
+                        uint64_t *behind, int *ncatching) {
+  int n = 0;
+  *ncatching = 0;
+  for (int i = 0; i < adv->parts.n; i++) {
+    uint64_t b = 0;
+    if (adv->parts.count == 0 ||
+        kvp__adv_consumer_slot_ready(adv->consumer, i, adv->applied_pos[i], &b)) {
+      owned[n] = adv->parts.p[i];
+      pos[n++] = adv->applied_pos[i];
+    } else {
+      catching[*ncatching] = adv->parts.p[i];
+      behind[(*ncatching)++] = b;
+    }
+  }
+  return n;
+}
+
+static void reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *err) {
+  uint32_t owned[KVP__ADV_MAX_OWNED], catching[KVP__ADV_MAX_OWNED];
+  uint64_t pos[KVP__ADV_MAX_OWNED], behind[KVP__ADV_MAX_OWNED];
+  char name[128];
+  int nc = 0, n = kvp__adv_parts_view(adv, owned, pos, catching, behind, &nc);
+  json_t *o = json_object(), *all = json_array(), *ready = json_array(), *cu = json_array();
+
+  kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
+  for (int i = 0; i < adv->parts.n; i++)
+    json_array_append_new(all, json_integer(adv->parts.p[i]));
+  for (int i = 0; i < n; i++)
+    json_array_append_new(ready, json_integer(owned[i]));
+  for (int i = 0; i < nc; i++)
+    json_array_append_new(cu, json_pack("{s:I, s:I}", "partition", (json_int_t)catching[i],
+                                        "behind", (json_int_t)behind[i]));
+  json_object_set_new(o, "advisor", json_string(name));
+  json_object_set_new(o, "count", json_integer(adv->parts.count));
+  json_object_set_new(o, "owned", all);
+  json_object_set_new(o, "ready", ready);
+  json_object_set_new(o, "catching_up", cu);
+  if (rc != 0)
+    json_object_set_new(o, "error", json_string(err));
+  char *text = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  kvp__adv_consumer_reply(adv->consumer, msg, text ? text : "{\"error\": \"out of memory\"}");
+  free(text);
+}
+
+void kvp__adv_parts_request(kvp_advisor_t *adv, natsMsg *msg) {
+  if (adv->parts_req != NULL) {
+    reply(adv, msg, KVP_EBUSY, "another rebalance request is being applied; ask again");
+    natsMsg_Destroy(msg);
+    return;
+  }
+  /* Applied on the flush timer, never from inside a drain: the change
+   * drains the inbox itself, and a nested drain would apply newer
+   * messages before the older ones the outer drain still holds (which
+   * would then look like redeliveries and be dropped). */
+  adv->parts_req = msg;
+}
+
+/* Partitions added live that caught up start being tiered. */
+static void tier_caught_up(kvp_advisor_t *adv) {
+  char err[256];
+  for (int k = 0; k < adv->ntier_wait; k++) {
+    int slot = kvp__adv_partset_slot(&adv->parts, adv->tier_wait[k]);
+    if (slot >= 0 &&
+        !kvp__adv_consumer_slot_ready(adv->consumer, slot, adv->applied_pos[slot], NULL))
+      continue;
+    if (slot >= 0 && kvp__tier_engine_partition(adv->tier, adv->tier_wait[k], 1, err, sizeof err))
+      kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s",
+                   adv->tier_wait[k], err);
+    adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
+  }
+}
+
+void kvp__adv_parts_poll(kvp_advisor_t *adv) {
+  char err[512] = "";
+  natsMsg *msg = adv->parts_req;
+  if (adv->ntier_wait > 0 && !adv->stopped && adv->tier != NULL &&
+      !kvp__tier_engine_busy(adv->tier))
+    tier_caught_up(adv);
+  if (msg == NULL || adv->stopped || kvp__adv_wb_busy(&adv->wb) ||
+      (adv->tier != NULL && kvp__tier_engine_busy(adv->tier)))
+    return; /* the next flush tick looks again */
+  adv->parts_req = NULL;
+  int rc =
+      apply_request(adv, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg), err, sizeof err);
+  if (rc != 0)
+    kvp_log_warn("advisor: rebalance request refused or failed: %s", err);
+  reply(adv, msg, rc, err);
+  natsMsg_Destroy(msg);
+}

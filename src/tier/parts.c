@@ -1,0 +1,216 @@
+/* Partitioned tiering (engine_impl.h; docs/SCALE.md, "Tiering across
+ * partitions"): the partitions the engine tiers and the filter from a
+ * location to its partition.
+ *
+ * Several advisors, each owning some partitions, may tier at once over
+ * the same G4 volumes, and none manages another's objects:
+ *   - an advisor's index holds only the workers of its partitions (its
+ *     consumers read only those streams), and the engine moves a location
+ *     only when its worker's partition is one it tiers (kvp__tier_part_of;
+ *     a G3 volume is a worker's, so its moves are its partition's);
+ *   - the objects of partition p's blocks are kept under the key namespace
+ *     <ns>-p<p> in every volume (kvp_partition_volume_ns): a block held by
+ *     workers of two partitions is two objects, one per partition, each
+ *     managed (moved, evicted, scrubbed) by its partition's advisor alone;
+ *     a scrub lists one part's namespace at a time, so the objects of
+ *     partitions it does not tier are never orphans to it;
+ *   - the G4 locations of p's blocks are held and announced by the
+ *     partition's advisor worker (kvp_partition_advisor_worker), named so
+ *     that its events land in p's stream: p's standby and p's next owner
+ *     learn them from the stream like any worker's;
+ *   - each advisor counts a G4 volume's fill against its share of the
+ *     capacity, capacity * owned / count (the index places only its own
+ *     partitions' bytes there).
+ * Not partitioned: one part, the engine's namespace, worker _advisor.
+ * Loop thread. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/array.h"
+#include "common/log.h"
+#include "kvplane/status.h"
+#include "tier/engine_impl.h"
+
+static int open_publisher(kvp__tier_engine_t *e, part_t *pt, char *err, size_t errlen) {
+  kvp_publisher_opts_t po;
+  char why[512];
+  int rc;
+
+  if (e->pub_nats == NULL || e->pub_nats->servers[0] == '\0')
+    return 0;
+  kvp_publisher_opts_init(&po);
+  po.nats = *e->pub_nats;
+  po.ns = e->ns;
+  po.worker_id = pt->worker;
+  po.model = "kvplane-advisor";
+  po.mode = e->pub_js ? KVP_PUB_JETSTREAM : KVP_PUB_CORE;
+  po.stream = e->pub_stream[0] ? e->pub_stream : NULL;
+  po.partitions = e->partitions;
+  po.overflow = KVP_OVERFLOW_DROP;
+  po.snapshot_tiers = 0;
+  if ((rc = kvp_publisher_open(&po, &pt->pub, why, sizeof why)) != 0)
+    snprintf(err, errlen, "tiering: the publisher of worker %s: %s", pt->worker, why);
+  return rc;
+}
+
+/* Appends the part of partition p (not partitioned: the one part). */
+static int add_part(kvp__tier_engine_t *e, uint32_t p, char *err, size_t errlen) {
+  part_t *grown = realloc(e->parts, (e->nparts + 1) * sizeof *e->parts);
+  int rc;
+  if (grown == NULL)
+    return KVP_ENOMEM;
+  e->parts = grown;
+  part_t *pt = &e->parts[e->nparts];
+  memset(pt, 0, sizeof *pt);
+  if (e->partitions == 0) {
+    snprintf(pt->ns, sizeof pt->ns, "%s", e->ns);
+    snprintf(pt->worker, sizeof pt->worker, "%s", ADVISOR_WORKER);
+  } else {
+    pt->p = p;
+    if ((rc = kvp_partition_volume_ns(pt->ns, sizeof pt->ns, e->ns, p)) != 0 ||
+        (rc = kvp_partition_advisor_worker(pt->worker, sizeof pt->worker, p, e->partitions)) != 0) {
+      snprintf(err, errlen,
+               "tiering: partition %" PRIu32 " of namespace %s: no key namespace or advisor "
+               "worker: %s",
+               p, e->ns, kvp_strerror(rc));
+      return rc;
+    }
+  }
+  if ((rc = kvp__index_worker(e->ix, pt->worker, 0, &pt->worker_id)) != 0) {
+    snprintf(err, errlen, "tiering: cannot register worker %s: %s", pt->worker, kvp_strerror(rc));
+    return rc;
+  }
+  e->nparts++;
+  return open_publisher(e, pt, err, errlen);
+}
+
+/* A G4 volume is shared by the advisors of every partition: this one
+ * fills its share, capacity * (partitions tiered here) / count. */
+static void share(kvp__tier_engine_t *e) {
+  size_t n = 0;
+  if (e->partitions == 0)
+    return;
+  for (size_t i = 0; i < e->nparts; i++)
+    n += !e->parts[i].retired;
+  for (size_t v = 0; v < e->nvols; v++) {
+    vol_t *vol = &e->vols[v];
+    if (vol->tier != 4 || vol->capacity_whole == 0)
+      continue;
+    vol->capacity = (uint64_t)((unsigned __int128)vol->capacity_whole * n / e->partitions);
+    vol->st.capacity = vol->capacity;
+    kvp_log_info("tiering: volume %s is shared by %" PRIu32 " partitions: this advisor's %zu take "
+                 "%" PRIu64 " of its %" PRIu64 " bytes",
+                 vol->name, e->partitions, n, vol->capacity, vol->capacity_whole);
+  }
+}
+
+int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char *err,
+                         size_t errlen) {
+  size_t n = o->partitions > 0 ? o->nowned : 1;
+  int rc;
+
+  if (n == 0)
+    return KVP_EINVAL;
+  e->partitions = o->partitions;
+  e->pub_nats = o->nats;
+  e->pub_js = o->jetstream;
+  snprintf(e->pub_stream, sizeof e->pub_stream, "%s", o->stream ? o->stream : "");
+  for (size_t v = 0; v < e->nvols; v++)
+    e->vols[v].capacity_whole = e->vols[v].capacity;
+  for (size_t i = 0; i < n; i++)
+    if ((rc = add_part(e, o->partitions ? o->owned[i] : 0, err, errlen)) != 0)
+      return rc;
+  share(e);
+  return 0;
+}
+
+int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char *err,
+                               size_t errlen) {
+  size_t k = 0;
+  int rc = 0;
+  if (e->partitions == 0 || p >= e->partitions) {
+    snprintf(err, errlen, "tiering: partition %" PRIu32 ": not a partition of this advisor", p);
+    return KVP_EINVAL;
+  }
+  if (kvp__tier_engine_busy(e)) {
+    snprintf(err, errlen, "tiering: a job or scrub runs");
+    return KVP_EBUSY;
+  }
+  while (k < e->nparts && e->parts[k].p != p)
+    k++;
+  if (add && k < e->nparts) {
+    e->parts[k].retired = 0;
+  } else if (add) {
+    rc = add_part(e, p, err, errlen);
+  } else if (k < e->nparts) {
+    e->parts[k].retired = 1;
+    /* Sources waiting for their grace period stay: the next owner sees
+     * both copies in the stream and keeps one. */
+    for (size_t i = 0; i < e->npend; i++)
+      if (e->pend[i].part == k)
+        e->pend[i].done = 1;
+    kvp__tier_pend_compact(e);
+  }
+  if (e->wpart_cap)
+    memset(e->wpart, 0, e->wpart_cap * sizeof *e->wpart); /* looked up again */
+  share(e);
+  kvp_log_info("tiering: partition %" PRIu32 " %s", p,
+               add ? "is tiered here from now on" : "is no longer tiered here");
+  return rc;
+}
+
+void kvp__tier_parts_close(kvp__tier_engine_t *e) {
+  for (size_t i = 0; i < e->nparts; i++)
+    kvp_publisher_close(e->parts[i].pub); /* flushes what is queued, within its close timeout */
+  free(e->parts);
+  e->parts = NULL;
+  e->nparts = 0;
+  free(e->wpart);
+  e->wpart = NULL;
+}
+
+int kvp__tier_part_of(kvp__tier_engine_t *e, uint16_t worker) {
+  if (e->partitions == 0)
+    return 0;
+  if (worker >= e->wpart_cap) {
+    size_t old = e->wpart_cap;
+    if (KVP_ARRAY_RESERVE(e->wpart, e->wpart_cap, (size_t)worker + 1, 64) != 0)
+      return -1; /* no memory: left alone this round */
+    memset(e->wpart + old, 0, (e->wpart_cap - old) * sizeof *e->wpart);
+  }
+  if (e->wpart[worker] != 0)
+    return e->wpart[worker] > 0 ? e->wpart[worker] - 1 : -1;
+  const char *name = kvp__index_worker_name(e->ix, worker, NULL);
+  int part = -1;
+  if (name != NULL) {
+    /* An advisor worker is ours only by its exact name: another advisor's
+     * (or an unpartitioned one's _advisor) is left alone. */
+    int advisor = strncmp(name, ADVISOR_WORKER, strlen(ADVISOR_WORKER)) == 0;
+    uint32_t p = kvp_partition_of(name, e->partitions);
+    for (size_t i = 0; i < e->nparts && part < 0; i++)
+      if (!e->parts[i].retired &&
+          (advisor ? strcmp(name, e->parts[i].worker) == 0 : e->parts[i].p == p))
+        part = (int)i;
+  }
+  e->wpart[worker] = part >= 0 ? part + 1 : -1;
+  return part;
+}
+
+uint16_t kvp__tier_recover_part(kvp__tier_engine_t *e, uint64_t hash, long from, long to) {
+  if (e->nparts == 1)
+    return 0;
+  /* The journal does not record the key namespace: the part whose
+   * namespace holds the object where the move began (or ended). A block
+   * of two parts with an interrupted move in each takes the first. */
+  for (int pass = 0; pass < 2; pass++) {
+    long v = pass == 0 ? from : to;
+    if (v < 0)
+      continue;
+    for (size_t i = 0; i < e->nparts; i++)
+      if (kvp_volume_exists(e->vols[v].v, e->parts[i].ns, hash) == 1)
+        return (uint16_t)i;
+  }
+  return 0;
+}

@@ -1,0 +1,544 @@
+/* Tiering across partitions (docs/SCALE.md): two real advisors, each
+ * owning 2 of 4 partitions and tiering them at once, over real posix
+ * volumes (a G3 per worker, one G4 shared by both) and a real nats-server
+ * (JetStream, the partition mapping). Four workers, one per partition,
+ * each with a chain of blocks in its G3, the first blocks of every chain
+ * the same hashes (a prefix shared across partitions). Checked:
+ *   - what is on the shared G4 equals the union of what the advisors'
+ *     databases place there, each object under its partition's key
+ *     namespace and held by that partition's advisor worker;
+ *   - each advisor's bytes there stay within its share (capacity * 2/4),
+ *     though the volume has room for more;
+ *   - every worker's block is in its G3 (object and location agreeing) or
+ *     in G4 under its partition's namespace;
+ *   - after many scrub passes of both advisors over the shared volume,
+ *     each deleted the orphan planted under one of its partitions'
+ *     namespaces and nothing else: an advisor takes no other partition's
+ *     object for an orphan.
+ * Loopback only; bounded by the waits below. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "advisor/advisor.h"
+#include "harness.h"
+#include "kvplane/publisher.h"
+#include "kvplane/status.h"
+#include "kvplane/subjects.h"
+#include "kvplane/volume.h"
+#include "natsd.h"
+#include <nats/nats.h>
+
+#define NPART 4
+#define NS "t"
+#define BLK 1000
+#define FR (BLK + KVP_FRAME_HEADER)
+#define CHAIN 8
+#define SHARED 3 /* the first SHARED blocks of every chain have the same hashes */
+#define G3_BLOCKS 4
+#define G4_BLOCKS 16 /* the whole shared volume; each advisor's share: 8 */
+#define MAXOBJ 256
+
+typedef struct adv_s {
+  kvp_advisor_config_t cfg;
+  kvp_advisor_t *adv;
+  pthread_t thread;
+  int running;
+  char db[320];
+} adv_t;
+
+typedef struct obj_s {
+  uint32_t part;
+  uint64_t hash;
+} obj_t;
+
+typedef struct fx_s {
+  char dir[256], conf[320], g4path[320], g3path[NPART][320];
+  kvp_natsd_t natsd;
+  int natsd_up;
+  char w[NPART][16];
+  uint64_t h[NPART][CHAIN];
+  kvp_volume_t *g3[NPART], *g4;
+  adv_t a[2];
+  int owner[NPART]; /* the advisor of each partition */
+} fx_t;
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void *run_main(void *arg) {
+  adv_t *a = arg;
+  kvp_advisor_run(a->adv);
+  return NULL;
+}
+
+static void adv_stop(adv_t *a) {
+  if (!a->running)
+    return;
+  kvp_advisor_stop(a->adv);
+  pthread_join(a->thread, NULL);
+  kvp_advisor_close(a->adv);
+  a->running = 0;
+}
+
+static void add_volume(kvp_advisor_config_t *cfg, const char *name, int tier, const char *path,
+                       int64_t capacity) {
+  kvp_advisor_volume_t *v = &cfg->volumes[cfg->nvolumes++];
+  snprintf(v->name, sizeof v->name, "%s", name);
+  v->tier = tier;
+  snprintf(v->plugin, sizeof v->plugin, "posix");
+  v->capacity = capacity;
+  snprintf(v->params, sizeof v->params, "path=%s\nfsync=off\n", path);
+}
+
+/* Advisor i owns partitions {2i, 2i+1}, with every worker's G3 volume (a
+ * partition may move to it) and the shared G4. */
+static void adv_start(fx_t *f, int i) {
+  adv_t *a = &f->a[i];
+  kvp_advisor_config_t *c = &a->cfg;
+  char err[512], dir[256], url[64];
+  kvp_advisor_config_defaults(c);
+  memcpy(dir, f->dir, sizeof dir); /* copies: gcc sees the fixture's fields overlap */
+  memcpy(url, f->natsd.url, sizeof url);
+  snprintf(a->db, sizeof a->db, "%s/adv%d.db", dir, i);
+  snprintf(c->db_path, sizeof c->db_path, "%s/adv%d.db", dir, i);
+  snprintf(c->nats.servers, sizeof c->nats.servers, "%s", url);
+  snprintf(c->ns, sizeof c->ns, NS);
+  snprintf(c->consumer, sizeof c->consumer, "adv%d", i);
+  snprintf(c->owned, sizeof c->owned, "%d,%d", 2 * i, 2 * i + 1);
+  snprintf(c->plugin_dir, sizeof c->plugin_dir, "%s", KVP_BUILD_PLUGIN_DIR);
+  c->mode = KVP_ADVISOR_JETSTREAM;
+  c->partitions = NPART;
+  c->flush_interval_ms = 50;
+  c->heartbeat_timeout_ms = 0;
+  c->log_level = 1;
+  c->tiering = 1;
+  c->tier_interval_ms = 100;
+  c->tier_residence_ms = 0;
+  c->tier_grace_ms = 0;
+  c->tier_scrub_ms = 100;
+  c->tier_high = 0.9;
+  c->tier_low = 0.5;
+  for (int p = 0; p < NPART; p++) {
+    char name[16];
+    snprintf(name, sizeof name, "g3w%d", p);
+    add_volume(c, name, 3, f->g3path[p], G3_BLOCKS * FR);
+  }
+  add_volume(c, "g4", 4, f->g4path, (int64_t)G4_BLOCKS * FR);
+  if (kvp_advisor_open(c, &a->adv, err, sizeof err) != 0)
+    fail_msg("advisor %d: %s", i, err);
+  assert_int_equal(pthread_create(&a->thread, NULL, run_main, a), 0);
+  a->running = 1;
+}
+
+static int setup(void **state) {
+  fx_t *f = calloc(1, sizeof *f);
+  char map[1024], err[256];
+  *state = f;
+  if (kvp_test_tmpdir(f->dir, sizeof f->dir) == NULL ||
+      kvp_partition_mapping_conf(map, sizeof map, NPART) != 0)
+    return -1;
+  snprintf(f->conf, sizeof f->conf, "%s/map.conf", f->dir);
+  FILE *out = fopen(f->conf, "w");
+  if (out == NULL)
+    return -1;
+  fputs(map, out);
+  fclose(out);
+  kvp_natsd_opts_t o = {.jetstream = 1, .config = f->conf};
+  if (kvp_natsd_start(&f->natsd, &o) != 0)
+    return -1;
+  f->natsd_up = 1;
+  for (int p = 0; p < NPART; p++)
+    f->owner[p] = p / 2;
+  snprintf(f->g4path, sizeof f->g4path, "%s/g4", f->dir);
+  kvp_volume_param_t p4[2] = {{"path", f->g4path}, {"fsync", "off"}};
+  if (kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "posix", "g4", NS, p4, 2, &f->g4, err, sizeof err) !=
+      0)
+    return -1;
+  for (uint32_t p = 0, i = 0; p < NPART; i++) {
+    snprintf(f->w[p], sizeof f->w[p], "w%u", i);
+    if (kvp_partition_of(f->w[p], NPART) != p)
+      continue;
+    char name[16];
+    snprintf(name, sizeof name, "g3w%u", p);
+    char dir[256];
+    memcpy(dir, f->dir, sizeof dir);
+    snprintf(f->g3path[p], sizeof f->g3path[p], "%s/g3w%u", dir, p);
+    kvp_volume_param_t p3[2] = {{"path", f->g3path[p]}, {"fsync", "off"}};
+    if (kvp_volume_open_ns(KVP_BUILD_PLUGIN_DIR, "posix", name, NS, p3, 2, &f->g3[p], err,
+                           sizeof err) != 0)
+      return -1;
+    for (int k = 0; k < CHAIN; k++)
+      f->h[p][k] = k < SHARED ? 0x5a5a000000000000ull + (uint64_t)k
+                              : 0x1000000000000000ull * (p + 1) + (uint64_t)k;
+    p++;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *f = *state;
+  for (int i = 0; i < 2; i++)
+    adv_stop(&f->a[i]);
+  for (int p = 0; p < NPART; p++)
+    kvp_volume_close(f->g3[p]);
+  kvp_volume_close(f->g4);
+  if (f->natsd_up)
+    kvp_natsd_stop(&f->natsd);
+  if (f->dir[0])
+    kvp_test_rmtree(f->dir);
+  free(f);
+  return 0;
+}
+
+/* Worker p: its chain's frames in its G3 under its partition's key
+ * namespace, then Stored G3 for the chain on its partition's stream. */
+static void worker_offloads(fx_t *f, uint32_t p) {
+  char ns[KVP_PARTITION_NS_MAX + 1], err[256], vol[16];
+  static uint8_t payload[BLK];
+  assert_int_equal(kvp_partition_volume_ns(ns, sizeof ns, NS, p), 0);
+  for (int k = 0; k < CHAIN; k++) {
+    kvp_frame_t m = {.hash = f->h[p][k],
+                     .parent = k ? f->h[p][k - 1] : 0,
+                     .has_parent = k > 0,
+                     .payload_len = BLK};
+    memset(payload, (int)(f->h[p][k] & 0xff), sizeof payload);
+    if (kvp_volume_put_block(f->g3[p], ns, &m, payload, err, sizeof err) != 0)
+      fail_msg("worker %s: put: %s", f->w[p], err);
+  }
+  kvp_publisher_opts_t po;
+  kvp_publisher_t *pub = NULL;
+  kvp_publisher_opts_init(&po);
+  snprintf(po.nats.servers, sizeof po.nats.servers, "%s", f->natsd.url);
+  po.ns = NS;
+  po.worker_id = f->w[p];
+  po.mode = KVP_PUB_JETSTREAM;
+  po.partitions = NPART;
+  po.max_delay_ms = 1;
+  assert_int_equal(kvp_publisher_open(&po, &pub, err, sizeof err), 0);
+  snprintf(vol, sizeof vol, "g3w%u", p);
+  assert_int_equal(kvp_publisher_stored(pub, KVP_TIER_G3, vol, NULL, f->h[p], CHAIN, 16, FR, 0), 0);
+  assert_int_equal(kvp_publisher_flush(pub, 5000), 0);
+  kvp_publisher_close(pub);
+}
+
+typedef struct listing_s {
+  obj_t o[MAXOBJ];
+  size_t n;
+  int bad_ns;
+} listing_t;
+
+static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
+  listing_t *l = ctx;
+  unsigned p;
+  char tail;
+  (void)bytes;
+  if (sscanf(ns, NS "-p%u%c", &p, &tail) != 1 || p >= NPART) {
+    l->bad_ns++;
+    return 0;
+  }
+  if (l->n < MAXOBJ)
+    l->o[l->n++] = (obj_t){p, hash};
+  return 0;
+}
+
+static int cmp_obj(const void *a, const void *b) {
+  const obj_t *x = a, *y = b;
+  if (x->part != y->part)
+    return x->part < y->part ? -1 : 1;
+  return x->hash < y->hash ? -1 : x->hash > y->hash;
+}
+
+static void list_g4(fx_t *f, listing_t *l) {
+  char err[256];
+  memset(l, 0, sizeof *l);
+  assert_int_equal(kvp_volume_iterate(f->g4, on_key, l, err, sizeof err), 0);
+  qsort(l->o, l->n, sizeof *l->o, cmp_obj);
+}
+
+/* What advisor i's database places in G4, as (partition of the holder,
+ * hash); a holder that is not one of its partitions' advisor workers
+ * counts in *foreign. Returns -1 when the database cannot be read. */
+static int db_g4(fx_t *f, int i, listing_t *l, int *foreign) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int rc = -1;
+  if (sqlite3_open_v2(f->a[i].db, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_busy_timeout(db, 2000);
+  if (sqlite3_prepare_v2(db, "SELECT hash, worker FROM block_locations WHERE tier = 4", -1, &s,
+                         NULL) != SQLITE_OK)
+    goto out;
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    uint64_t h = (uint64_t)sqlite3_column_int64(s, 0);
+    const char *w = (const char *)sqlite3_column_text(s, 1);
+    uint32_t p = kvp_partition_of(w, NPART);
+    char want[64];
+    if (f->owner[p] != i || kvp_partition_advisor_worker(want, sizeof want, p, NPART) != 0 ||
+        strcmp(w, want) != 0)
+      (*foreign)++;
+    if (l->n < MAXOBJ)
+      l->o[l->n++] = (obj_t){p, h};
+  }
+  rc = 0;
+out:
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return rc;
+}
+
+static long long db_count(fx_t *f, int i, const char *sql) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  long long n = -1;
+  if (sqlite3_open_v2(f->a[i].db, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 2000);
+    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+      n = sqlite3_column_int64(s, 0);
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return n;
+}
+
+/* The volume equals the union of the databases (and nothing is foreign).
+ * Returns 0, or -1 with why. */
+static int union_equals_volume(fx_t *f, listing_t *vol, char *why, size_t whylen) {
+  listing_t u;
+  int foreign = 0;
+  memset(&u, 0, sizeof u);
+  list_g4(f, vol);
+  if (db_g4(f, 0, &u, &foreign) != 0 || db_g4(f, 1, &u, &foreign) != 0) {
+    snprintf(why, whylen, "a database cannot be read");
+    return -1;
+  }
+  qsort(u.o, u.n, sizeof *u.o, cmp_obj);
+  if (vol->bad_ns || foreign) {
+    snprintf(why, whylen, "%d objects outside the partitions' namespaces, %d foreign holders",
+             vol->bad_ns, foreign);
+    return -1;
+  }
+  if (u.n != vol->n || (u.n && memcmp(u.o, vol->o, u.n * sizeof *u.o) != 0)) {
+    snprintf(why, whylen, "the databases place %zu objects in G4, the volume holds %zu", u.n,
+             vol->n);
+    return -1;
+  }
+  return 0;
+}
+
+/* Every block of every worker is in the worker's G3 (object and location
+ * in its advisor's database, both or neither) or in the shared G4 under
+ * its partition's namespace; with evictions, a block may be in neither (an
+ * advisor whose share shrank evicts from G4, the last tier). Returns 0, or
+ * -1 with why. */
+static int blocks_kept(fx_t *f, const listing_t *vol, int evictions, char *why, size_t whylen) {
+  for (uint32_t p = 0; p < NPART; p++) {
+    char ns[KVP_PARTITION_NS_MAX + 1], sql[200];
+    kvp_partition_volume_ns(ns, sizeof ns, NS, p);
+    for (int k = 0; k < CHAIN; k++) {
+      uint64_t h = f->h[p][k];
+      obj_t want = {p, h};
+      int g3obj = kvp_volume_exists(f->g3[p], ns, h) == 1;
+      snprintf(sql, sizeof sql,
+               "SELECT count(*) FROM block_locations WHERE worker = '%s' AND tier = 3 AND "
+               "hash = %lld",
+               f->w[p], (long long)h);
+      long long g3loc = db_count(f, f->owner[p], sql);
+      int g4 = vol->n && bsearch(&want, vol->o, vol->n, sizeof want, cmp_obj) != NULL;
+      if (g3obj != (g3loc == 1) || !(g3obj || g4 || evictions)) {
+        snprintf(why, whylen,
+                 "worker %s block %016llx: G3 object %d, G3 location %lld, G4 object %d", f->w[p],
+                 (unsigned long long)h, g3obj, g3loc, g4);
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+static size_t objects_of(const fx_t *f, const listing_t *l, int i) {
+  size_t n = 0;
+  for (size_t k = 0; k < l->n; k++)
+    n += f->owner[l->o[k].part] == i;
+  return n;
+}
+
+/* Waits until the volume equals the union of the databases and every
+ * block is kept, and stays so for 1.5 s, with at least min objects of
+ * each advisor. */
+static void settle(fx_t *f, listing_t *vol, size_t min, int evictions, const char *when) {
+  char why[256] = "";
+  uint64_t end = now_ms() + 30000, stable_since = 0;
+  size_t last = SIZE_MAX;
+  while (now_ms() < end) {
+    if (union_equals_volume(f, vol, why, sizeof why) == 0 &&
+        blocks_kept(f, vol, evictions, why, sizeof why) == 0) {
+      if (vol->n != last) {
+        last = vol->n;
+        stable_since = now_ms();
+      } else if (now_ms() - stable_since > 1500 && objects_of(f, vol, 0) >= min &&
+                 objects_of(f, vol, 1) >= min) {
+        return;
+      }
+    }
+    sleep_ms(100);
+  }
+  if (union_equals_volume(f, vol, why, sizeof why) != 0 ||
+      blocks_kept(f, vol, evictions, why, sizeof why) != 0)
+    fail_msg("%s: the shared G4, the G3s and the advisors' databases differ: %s", when, why);
+  fail_msg("%s: not settled after 30 s (%zu and %zu objects)", when, objects_of(f, vol, 0),
+           objects_of(f, vol, 1));
+}
+
+static void two_advisors_tier_their_partitions_on_one_g4(void **state) {
+  fx_t *f = *state;
+  listing_t vol, later;
+  char why[256] = "";
+  adv_start(f, 0);
+  adv_start(f, 1);
+  for (uint32_t p = 0; p < NPART; p++)
+    worker_offloads(f, p);
+
+  /* Each advisor demotes its workers' G3 below the low watermark, as far
+   * as its share of G4 (8 blocks of 16) lets it. */
+  settle(f, &vol, 4, 0, "first moves");
+  printf("shared G4: %zu objects, %zu of partitions 0-1 (advisor 0), %zu of 2-3 (advisor 1)\n",
+         vol.n, objects_of(f, &vol, 0), objects_of(f, &vol, 1));
+  /* Shares: 8 blocks each of the 16 the volume holds. */
+  assert_true(objects_of(f, &vol, 0) >= 4 && objects_of(f, &vol, 0) <= G4_BLOCKS / 2);
+  assert_true(objects_of(f, &vol, 1) >= 4 && objects_of(f, &vol, 1) <= G4_BLOCKS / 2);
+  /* A shared prefix block demoted by both is two objects, one per
+   * partition (counted for the reader: which blocks go first is the
+   * policy's). */
+  size_t twice = 0;
+  for (size_t k = 0; k + 1 < vol.n; k++)
+    for (size_t j = k + 1; j < vol.n; j++)
+      twice += vol.o[k].hash == vol.o[j].hash;
+  printf("shared G4: %zu hashes stored under two partitions' namespaces\n", twice);
+
+  /* An object of partition 0 and one of partition 2 that no location
+   * names (orphans): each is its partition's advisor's to delete. */
+  for (uint32_t p = 0; p < NPART; p += 2) {
+    char ns[KVP_PARTITION_NS_MAX + 1], err[256];
+    static uint8_t payload[BLK];
+    kvp_frame_t m = {.hash = 0xdead000000000000ull + p, .payload_len = BLK};
+    kvp_partition_volume_ns(ns, sizeof ns, NS, p);
+    if (kvp_volume_put_block(f->g4, ns, &m, payload, err, sizeof err) != 0)
+      fail_msg("orphan: %s", err);
+  }
+
+  /* Both scrub the shared volume over and over (one volume and partition
+   * every 100 ms; an object no location names is deleted at its second
+   * pass): each deletes its own orphan and nothing of the other's. */
+  long long d0 = db_count(f, 0, "SELECT count(*) FROM scrubs WHERE state = 'done'");
+  long long d1 = db_count(f, 1, "SELECT count(*) FROM scrubs WHERE state = 'done'");
+  uint64_t end = now_ms() + 30000;
+  while (now_ms() < end &&
+         (db_count(f, 0, "SELECT count(*) FROM scrubs WHERE state = 'done'") < d0 + 24 ||
+          db_count(f, 1, "SELECT count(*) FROM scrubs WHERE state = 'done'") < d1 + 24))
+    sleep_ms(100);
+  assert_true(db_count(f, 0,
+                       "SELECT count(*) FROM scrubs WHERE state = 'done' AND "
+                       "volume = 'g4'") >= 4);
+  if (union_equals_volume(f, &later, why, sizeof why) != 0 ||
+      blocks_kept(f, &later, 0, why, sizeof why) != 0)
+    fail_msg("after the scrubs: %s", why);
+  assert_int_equal(later.n, vol.n);
+  assert_memory_equal(later.o, vol.o, vol.n * sizeof *vol.o);
+  for (int i = 0; i < 2; i++) {
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM migrations WHERE state = 'orphan_deleted' AND hash = %lld",
+             (long long)(0xdead000000000000ull + 2u * (unsigned)i));
+    assert_int_equal(db_count(f, i, sql), 1);
+    assert_int_equal(db_count(f, i,
+                              "SELECT count(*) FROM migrations WHERE state IN "
+                              "('orphan_deleted', 'adopted')"),
+                     1);
+  }
+}
+
+/* A live rebalance request to advisor i; the reply's JSON text into out. */
+static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
+  char subj[KVP_SUBJECT_MAX], name[16];
+  natsConnection *nc = NULL;
+  natsMsg *reply = NULL;
+  snprintf(name, sizeof name, "adv%d", i);
+  assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, name), 0);
+  assert_int_equal(natsConnection_ConnectTo(&nc, f->natsd.url), NATS_OK);
+  assert_int_equal(natsConnection_RequestString(&reply, nc, subj, body, 30000), NATS_OK);
+  snprintf(out, outlen, "%.*s", natsMsg_GetDataLength(reply), natsMsg_GetData(reply));
+  natsMsg_Destroy(reply);
+  natsConnection_Destroy(nc);
+}
+
+/* Partition 1, tiered by advisor 0, moves live to advisor 1: advisor 1
+ * learns its G4 locations from the partition's stream (its advisor
+ * worker's events) and tiers it from then on, advisor 0 leaves its
+ * objects alone; the shares follow (4 and 12 blocks of 16). */
+static void a_tiered_partition_moves_live(void **state) {
+  fx_t *f = *state;
+  listing_t vol, after;
+  char reply[1024];
+  adv_start(f, 0);
+  adv_start(f, 1);
+  for (uint32_t p = 0; p < NPART; p++)
+    worker_offloads(f, p);
+  settle(f, &vol, 4, 0, "before the move");
+  size_t p1 = 0;
+  for (size_t k = 0; k < vol.n; k++)
+    p1 += vol.o[k].part == 1;
+  assert_true(p1 > 0);
+
+  ask_partitions(f, 1, "{\"add\": [1]}", reply, sizeof reply);
+  assert_null(strstr(reply, "error"));
+  uint64_t end = now_ms() + 30000;
+  while (strstr(reply, "\"catching_up\":[]") == NULL && now_ms() < end) {
+    sleep_ms(100);
+    ask_partitions(f, 1, "{}", reply, sizeof reply);
+  }
+  assert_non_null(strstr(reply, "\"ready\":[1,2,3]"));
+  ask_partitions(f, 0, "{\"drop\": [1]}", reply, sizeof reply);
+  assert_non_null(strstr(reply, "\"owned\":[0]"));
+  f->owner[1] = 1;
+
+  /* Settled again: every object of the volume is in one database, the one
+   * of its partition's advisor now, and nothing was taken for an orphan. */
+  settle(f, &after, 1, 1, "after the move");
+  printf("live move: partition 1's %zu objects in G4 before; after, %zu objects of advisor 0, "
+         "%zu of advisor 1\n",
+         p1, objects_of(f, &after, 0), objects_of(f, &after, 1));
+  assert_true(objects_of(f, &after, 0) <= G4_BLOCKS / 4);
+  assert_true(objects_of(f, &after, 1) <= 3 * G4_BLOCKS / 4);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(db_count(f, i,
+                              "SELECT count(*) FROM migrations WHERE state IN "
+                              "('orphan_deleted', 'adopted')"),
+                     0);
+  /* Advisor 0 holds no row of partition 1 any more (one transaction). */
+  assert_int_equal(db_count(f, 0,
+                            "SELECT count(*) FROM block_locations l JOIN workers w USING "
+                            "(worker) WHERE w.worker LIKE '_advisor-p1-%'"),
+                   0);
+}
+
+int main(int argc, char **argv) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(two_advisors_tier_their_partitions_on_one_g4, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_tiered_partition_moves_live, setup, teardown),
+  };
+  return kvp_test_run("scale_tier", tests, sizeof tests / sizeof tests[0], argc, argv);
+}
