@@ -36,8 +36,8 @@
  * - Each opener's index holds the newest record of every key on disk,
  *   tombstones included (a tombstone's entry shadows older records seen
  *   later). Its own writes enter when written; other openers' records enter
- *   by a refresh: when a lookup misses (and the change counters moved), at
- *   stat, iterate, garbage and before a compaction. A refresh lists the
+ *   by a refresh before every lookup, stat, iterate, garbage and compaction
+ *   (one atomic load of the change counters when nothing changed). A refresh lists the
  *   directory when segments came or went, then reads only the bytes
  *   appended since its last look at each unsealed segment (records are
  *   self-delimiting and checked). In a segment whose writer holds its lock
@@ -938,33 +938,29 @@ int pk_put(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
 int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *time_ns,
             int fresh) {
   char err[256];
-  for (int pass = 0;; pass++) {
-    pthread_mutex_lock(&p->mu);
-    ent_t *e = find_put(p->pack, ns, hash);
-    if (e != NULL && len)
-      *len = e->len;
-    if (e != NULL && time_ns)
-      *time_ns = e->time_ns;
-    pthread_mutex_unlock(&p->mu);
-    if (e != NULL || !fresh || pass == 1 || refresh(p, 0, err, sizeof err) != 0)
-      return e != NULL;
-  }
+  if (fresh && refresh(p, 0, err, sizeof err) != 0)
+    return 0;
+  pthread_mutex_lock(&p->mu);
+  ent_t *e = find_put(p->pack, ns, hash);
+  if (e != NULL && len)
+    *len = e->len;
+  if (e != NULL && time_ns)
+    *time_ns = e->time_ns;
+  pthread_mutex_unlock(&p->mu);
+  return e != NULL;
 }
 
 int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, int iovcnt,
            size_t *len, char *err, size_t errlen) {
-  ent_t *e = NULL;
-  int rc;
-  for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1 && (rc = refresh(p, 0, err, errlen)) != 0)
-      return rc;
-    pthread_mutex_lock(&p->mu);
-    if ((e = find_put(p->pack, ns, hash)) != NULL)
-      break;
+  int rc = refresh(p, 0, err, errlen);
+  if (rc != 0)
+    return rc;
+  pthread_mutex_lock(&p->mu);
+  ent_t *e = find_put(p->pack, ns, hash);
+  if (e == NULL) {
     pthread_mutex_unlock(&p->mu);
-  }
-  if (e == NULL)
     return 1;
+  }
   seg_t *s = e->seg;
   uint64_t off = e->off + sizeof(rec_t) + strlen(ns);
   size_t want = e->len, room = 0;
@@ -974,7 +970,6 @@ int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
   *len = want;
   for (int i = 0; i < iovcnt; i++)
     room += iov[i].iov_len;
-  rc = 0;
   if (want > room) {
     snprintf(err, errlen, "%s/%016" PRIx64 ": %zu bytes, more than the %zu-byte buffer", ns, hash,
              want, room);

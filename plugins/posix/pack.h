@@ -28,8 +28,9 @@ void pk_close(posix_t *p);
 int pk_put(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, int iovcnt,
            size_t len, char *err, size_t errlen);
 /* 1 when (ns, hash) is packed, with *len (may be NULL) and *time_ns (may be
- * NULL: when its record was written); 0 when not. With fresh set, a miss
- * first reads what other processes appended since the last look. */
+ * NULL: when its record was written); 0 when not. With fresh set, what
+ * other processes appended or compacted since the last look is read first
+ * (so a delete they acknowledged is seen). */
 int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *time_ns,
             int fresh);
 /* Reads what other processes appended or compacted since the last look
