@@ -65,7 +65,8 @@
  * A crash of any opener at any moment leaves at worst: a torn record
  * (dead, skipped), a segment with copies of records of a victim that was
  * not unlinked (the copies outrank the originals), a temporary segment
- * (removed by the next open). A put is acknowledged after its record is
+ * named with its creator's pid (removed by an open once that process is
+ * gone). A put is acknowledged after its record is
  * written (and fdatasync'ed with fsync=on), a delete after its tombstone
  * is. Concurrent puts and deletes of one key from two processes end as the
  * higher version says.
@@ -82,6 +83,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -633,12 +635,18 @@ static int list_segs(const char *dir, int clean, uint64_t **out, size_t *n, char
     return px_fail(px_errno_code(errno), err, errlen, "%s: %s", dir, errno);
   while ((de = readdir(d)) != NULL) {
     char *end;
-    if (clean && strstr(de->d_name, ".seg.tmp.") != NULL) {
+    const char *tmp = strstr(de->d_name, ".seg.tmp.");
+    if (clean && tmp != NULL) {
+      /* Its creator died before naming it: a process that is gone (a live
+       * one may not have taken its lock yet) and no lock on it. */
       char path[3600];
+      long pid = strtol(tmp + 9, NULL, 10);
       snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-      int fd = open(path, O_RDONLY | O_CLOEXEC);
+      int fd = pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH
+                   ? open(path, O_RDONLY | O_CLOEXEC)
+                   : -1;
       if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
-        unlink(path); /* its creator died before naming it */
+        unlink(path);
       if (fd >= 0)
         close(fd);
       continue;
