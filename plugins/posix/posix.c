@@ -18,7 +18,7 @@
  *   layout    files (default): one file per object | packed: objects of at
  *             most pack_max bytes are records in segment files (pack.c),
  *             larger ones files; deletes leave dead bytes that compact
- *             reclaims
+ *             reclaims; several processes may open it at once
  *   pack_max  packed: the largest object packed (default 256K)
  *   segment_size  packed: a segment's size before the next one begins
  *             (default 64M)
