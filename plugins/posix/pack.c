@@ -165,9 +165,9 @@ struct pack_s {
   shared_t *sh;
   int state_fd, lock_fd, compact_fd;
   uint64_t seen_records, seen_segments; /* the counters the last refresh saw */
-  int blocked; /* the last refresh stopped at a write in flight */
-  pthread_mutex_t refreshing; /* one refresh at a time; before p->mu */
-  pthread_mutex_t compacting; /* one compaction at a time; before refreshing */
+  int blocked;                          /* the last refresh stopped at a write in flight */
+  pthread_mutex_t refreshing;           /* one refresh at a time; before p->mu */
+  pthread_mutex_t compacting;           /* one compaction at a time; before refreshing */
 };
 
 static size_t rec_size(size_t nslen, size_t len) {
@@ -454,13 +454,8 @@ static int seg_new(posix_t *p, char *err, size_t errlen) {
   }
   seg_t *s = calloc(1, sizeof *s);
   if (s != NULL)
-    *s = (seg_t){.no = no,
-                 .fd = fd,
-                 .dead_min = NONE,
-                 .refs = 1,
-                 .own = 1,
-                 .locked = 1,
-                 .listed = 1};
+    *s = (seg_t){
+        .no = no, .fd = fd, .dead_min = NONE, .refs = 1, .own = 1, .locked = 1, .listed = 1};
   if (s == NULL || seg_insert(k, s) != 0) {
     free(s);
     unlink(path);
@@ -743,8 +738,7 @@ static int read_new(posix_t *p, int *blocked, char *err, size_t errlen) {
       int64_t got = scan(p, s, s->size, (uint64_t)sb.st_size, sealed);
       if (got < 0) {
         rc = (int)got;
-        snprintf(err, errlen, "%s: reading segment %016" PRIx64 " failed (%d)", k->dir, s->no,
-                 rc);
+        snprintf(err, errlen, "%s: reading segment %016" PRIx64 " failed (%d)", k->dir, s->no, rc);
       } else {
         s->size = (uint64_t)got;
         if (sealed && s->size >= (uint64_t)sb.st_size)
@@ -782,8 +776,13 @@ static int refresh(posix_t *p, int force, char *err, size_t errlen) {
   if (rc == 0)
     rc = read_new(p, &blocked, err, errlen);
   /* A segment that left the directory was compacted: its live records'
-   * copies were written before it went and are read now. */
-  if (rc == 0 && relisted) {
+   * copies were written before it went and are read now, unless they went
+   * into a segment created after the listing began (its creator raised the
+   * counter before writing into it): then it goes at the next refresh. */
+  uint64_t segs_after = atomic_load(&k->sh->segments);
+  if (rc == 0 && relisted && segs_after != segs)
+    segs = k->seen_segments; /* the listing is relisted next time */
+  else if (rc == 0 && relisted) {
     pthread_mutex_lock(&p->mu);
     for (size_t i = 0; i < k->nsegs;) {
       seg_t *s = k->segs[i];
@@ -916,8 +915,8 @@ static int append(posix_t *p, int kind, const char *ns, uint64_t hash, const str
   pthread_mutex_lock(&p->mu);
   if ((id = ns_id(k, ns, 1)) < 0) {
     pthread_mutex_unlock(&p->mu);
-    snprintf(err, errlen, "%s: namespace %s: more than %d namespaces, or out of memory", k->dir,
-             ns, MAX_NS);
+    snprintf(err, errlen, "%s: namespace %s: more than %d namespaces, or out of memory", k->dir, ns,
+             MAX_NS);
     return KVP_ENOMEM;
   }
   if ((rc = reserve(p, size, &s, &off, err, errlen)) != 0) {
@@ -943,8 +942,7 @@ int pk_put(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
   return append(p, REC_PUT, ns, hash, iov, iovcnt, len, err, errlen);
 }
 
-int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *time_ns,
-            int fresh) {
+int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *time_ns, int fresh) {
   char err[256];
   if (fresh && refresh(p, 0, err, sizeof err) != 0)
     return 0;
@@ -1069,11 +1067,11 @@ int pk_garbage(posix_t *p, uint64_t *dead, uint64_t *total, char *err, size_t er
 /* --- compaction ---------------------------------------------------------------- */
 
 typedef struct carry_s {
-  seg_t *v;                /* the victim, locked exclusively */
-  const unsigned char *m;  /* its bytes */
-  uint64_t oldest_dead;    /* the lowest version of a dead put outside v */
-  int blocked;             /* a refresh stopped at a write in flight */
-  seg_t *to;               /* the own segment copied into last (referenced) */
+  seg_t *v;               /* the victim, locked exclusively */
+  const unsigned char *m; /* its bytes */
+  uint64_t oldest_dead;   /* the lowest version of a dead put outside v */
+  int blocked;            /* a refresh stopped at a write in flight */
+  seg_t *to;              /* the own segment copied into last (referenced) */
 } carry_t;
 
 /* The sealed segment with the largest share of reclaimable bytes whose

@@ -31,8 +31,7 @@ int pk_put(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
  * NULL: when its record was written); 0 when not. With fresh set, what
  * other processes appended or compacted since the last look is read first
  * (so a delete they acknowledged is seen). */
-int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *time_ns,
-            int fresh);
+int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *time_ns, int fresh);
 /* Reads what other processes appended or compacted since the last look
  * (cheap when nothing changed): p->used and p->blocks are the volume's. */
 int pk_refresh(posix_t *p, char *err, size_t errlen);

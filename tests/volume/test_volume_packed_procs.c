@@ -201,8 +201,9 @@ static int deleter(int n) {
         char err[512];
         int gen;
         idle = 0;
-        if (do_get(v, w, r.key, &gen) != 0) {
-          fprintf(stderr, "deleter: %u/%u, done by its writer, not there (%d)\n", w, r.key, do_get(v, w, r.key, &gen));
+        int rc = do_get(v, w, r.key, &gen);
+        if (rc != 0) {
+          fprintf(stderr, "deleter: %u/%u, done by its writer, not there (%d)\n", w, r.key, rc);
           return 4;
         }
         log_op(fd, w, r.key, OP_DEL, BEGIN);
