@@ -13,14 +13,21 @@
  * so every segment is half dead) and the volume compacted to the end:
  * the seconds it took, MB/s of live bytes rewritten, and the bytes on disk
  * before and after (the dead bytes' share reclaimed, as a ratio to the
- * dead bytes reported before). Default directory: a temporary one under
- * /tmp; give --dir on the device to measure. */
+ * dead bytes reported before). Then the same puts and gets from two
+ * processes at once into one volume of each layout (each process puts a
+ * quarter of the blocks per round, A B B A, and reads the blocks the other
+ * one put): the packed layout's segments of one writer each against files.
+ * Default directory: a temporary one under /tmp, removed at the end and on
+ * SIGINT or SIGTERM; give --dir on the device to measure. */
 #include <dirent.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -168,6 +175,109 @@ out:
   return rc;
 }
 
+/* Two processes at once: each opens root, waits for the go byte on a
+ * pipe, then puts its share of [first, first + n) (even or odd blocks) or,
+ * with get set, reads the other one's share. Seconds from the go to both
+ * done, or -1. */
+static double two_procs(const char *root, int packed, const char *fsync_mode, size_t size,
+                        size_t first, size_t n, int get) {
+  int go[2], ready[2];
+  pid_t pid[2];
+  if (pipe(go) != 0 || pipe(ready) != 0)
+    return -1;
+  for (int c = 0; c < 2; c++) {
+    pid_t parent = getpid();
+    if ((pid[c] = fork()) == 0) {
+      kvp_volume_t *v;
+      uint8_t *buf = malloc(size);
+      char b;
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent || buf == NULL || open_vol(root, packed, fsync_mode, &v) != 0)
+        _exit(2);
+      for (size_t i = 0; i < size; i++)
+        buf[i] = (uint8_t)(i * 131 + (i >> 9));
+      if (write(ready[1], "r", 1) != 1 || read(go[0], &b, 1) != 1)
+        _exit(3);
+      int bad = 0;
+      /* Process c puts blocks of parity c and reads those of the other. */
+      size_t from = first + (size_t)(get ? 1 - c : c);
+      if (get)
+        bad = get_range(v, buf, size, from, first + n, 2) < 0;
+      else
+        for (size_t i = from; i < first + n && !bad; i += 2)
+          bad = put_range(v, buf, size, i, 1) < 0;
+      kvp_volume_close(v);
+      _exit(bad ? 4 : 0);
+    }
+  }
+  char b;
+  int ok = 1;
+  for (int c = 0; c < 2; c++)
+    ok &= read(ready[0], &b, 1) == 1;
+  uint64_t t0 = kvp_bench_now_ns();
+  ok &= write(go[1], "gg", 2) == 2;
+  for (int c = 0; c < 2; c++) {
+    int st = 0;
+    ok &= waitpid(pid[c], &st, 0) == pid[c] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  double secs = (double)(kvp_bench_now_ns() - t0) / 1e9;
+  close(go[0]);
+  close(go[1]);
+  close(ready[0]);
+  close(ready[1]);
+  return ok ? secs : -1;
+}
+
+/* Puts and gets from two processes at once, packed against files. */
+static int run_two(const char *dir, size_t size, size_t total, const char *fsync_mode) {
+  char rf[1100], rp[1100], fig[128];
+  size_t n = total / size, half = n / 2;
+  kvp_volume_t *v;
+  const char *kib = size == 16384 ? "16k" : "64k";
+
+  snprintf(rf, sizeof rf, "%s/files2-%zu", dir, size);
+  snprintf(rp, sizeof rp, "%s/packed2-%zu", dir, size);
+  /* Created here, so that the two processes only open them. */
+  if (open_vol(rf, 0, fsync_mode, &v) != 0)
+    return -1;
+  kvp_volume_close(v);
+  if (open_vol(rp, 1, fsync_mode, &v) != 0)
+    return -1;
+  kvp_volume_close(v);
+  double tf = two_procs(rf, 0, fsync_mode, size, 0, half, 0);
+  double tp = two_procs(rp, 1, fsync_mode, size, 0, half, 0);
+  double tp2 = two_procs(rp, 1, fsync_mode, size, half, n - half, 0);
+  double tf2 = two_procs(rf, 0, fsync_mode, size, half, n - half, 0);
+  if (tf < 0 || tp < 0 || tp2 < 0 || tf2 < 0) {
+    fprintf(stderr, "kvp-bench pack: a put process failed\n");
+    return -1;
+  }
+  double mb = (double)(n * size) / 1e6;
+  snprintf(fig, sizeof fig, "pack.%s.put_2procs_mb_per_s", kib);
+  kvp_bench_report(fig, mb / (tp + tp2), "MB/s", "files", mb / (tf + tf2));
+  double gf = two_procs(rf, 0, fsync_mode, size, 0, n, 1);
+  double gp = two_procs(rp, 1, fsync_mode, size, 0, n, 1);
+  double gp2 = two_procs(rp, 1, fsync_mode, size, 0, n, 1);
+  double gf2 = two_procs(rf, 0, fsync_mode, size, 0, n, 1);
+  if (gf < 0 || gp < 0 || gp2 < 0 || gf2 < 0) {
+    fprintf(stderr, "kvp-bench pack: a get process failed\n");
+    return -1;
+  }
+  snprintf(fig, sizeof fig, "pack.%s.get_2procs_mb_per_s", kib);
+  kvp_bench_report(fig, 2 * mb / (gp + gp2), "MB/s", "files", 2 * mb / (gf + gf2));
+  return 0;
+}
+
+static char g_tmp[512];
+
+/* An interrupted run leaves nothing behind. */
+static void on_signal(int sig) {
+  if (g_tmp[0])
+    kvp_test_rmtree(g_tmp);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 KVP_BENCH_SUITE(pack, "posix packed layout vs one file per block (16/64 KiB), and compaction") {
   char tmp[512] = "", dir[512];
   const char *fsync_mode = "on";
@@ -190,12 +300,20 @@ KVP_BENCH_SUITE(pack, "posix packed layout vs one file per block (16/64 KiB), an
     if (kvp_test_tmpdir(tmp, sizeof tmp) == NULL)
       return -1;
     snprintf(dir, sizeof dir, "%s", tmp);
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmp);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
   }
   printf("# pack: %zu MiB per size in %s, fsync %s\n", total >> 20, dir, fsync_mode);
   int rc = run_size(dir, 16384, total, fsync_mode);
   if (rc == 0)
     rc = run_size(dir, 65536, total, fsync_mode);
+  if (rc == 0)
+    rc = run_two(dir, 16384, total, fsync_mode);
+  if (rc == 0)
+    rc = run_two(dir, 65536, total, fsync_mode);
   if (tmp[0])
     kvp_test_rmtree(tmp);
+  g_tmp[0] = '\0';
   return rc;
 }

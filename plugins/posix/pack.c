@@ -1,54 +1,90 @@
 /* The posix plugin's packed layout (pack.h; docs/volumes.md, "posix").
  *
- * Why this file is long: the segment format, its loader (with the resync
- * over torn writes), the in-memory index, put/get/delete and compaction
- * share one set of invariants about versions, dead bytes and segment
- * lifetimes; split, each half would have to restate them.
+ * Why this file is long: the record format, the scanner (with its resync
+ * over torn writes), the in-memory index, the sharing between processes,
+ * put/get/delete and compaction share one set of invariants about versions,
+ * copies, dead bytes and segment ownership; split, each part would have to
+ * restate them.
  *
- * On disk: <root>/.packed/<16 hex digits>.seg, numbered in creation order.
- * A segment is a run of records, each 8-byte aligned:
+ * On disk: <root>/.packed/<16 hex digits>.seg, numbered from a counter the
+ * openers share. A segment is a run of records, each 8-byte aligned:
  *
  *   magic "KVPR" u32 | kind u8 (1 put, 2 tombstone) | ns length u8 | 0 u16
- *   | payload length u32 | 0 u32 | version u64 | hash u64 | time_ns u64
+ *   | payload length u32 | copy u32 | version u64 | hash u64 | time_ns u64
  *   | XXH3-64 of the record with this field zero, u64 | ns | payload | pad
  *
  * in the host's byte order (a packed volume is not moved between machines
- * of different endianness). Every record carries a version, one counter
- * per volume: of an object's records the one with the highest version is
- * the object (a tombstone: none), whatever segment it sits in. So a
- * compaction copies records forward keeping their versions, and a crash
- * at any point of it leaves at worst two copies of a record, the same.
+ * of different endianness). Every record carries a version from one counter
+ * per volume; of a key's records the one with the highest (version, copy)
+ * is the key's (a tombstone: none). Compaction copies a record keeping its
+ * version and raising copy by one, so a copy outranks its original and a
+ * crash at any point of a compaction leaves each object once.
  *
- * Writes reserve their place at the end of the active segment under the
- * lock, then write outside it, so puts run in parallel; a crash or an I/O
- * error can leave a reserved place unwritten or half written. The loader
- * therefore checks every record's XXH3 and, past a bad one, looks for the
- * next magic at the next 8-byte boundary: a torn record costs its own
- * bytes only. A put is acknowledged after its record is written (and
- * fdatasync'ed with fsync=on), and enters the index only then.
+ * Several processes (workers' block managers, the advisor) open a packed
+ * volume at once. What they share:
  *
- * Dead bytes: a record replaced, deleted or torn. Tombstones own nothing
- * but shadow older records: one is dropped when it is compacted out of
- * the oldest segment (no older record it could shadow is left) or when a
- * newer record of its key exists; otherwise compaction carries it forward.
- * So a segment's tombstones count towards choosing it for compaction only
- * when it is the oldest: a segment dead only by its tombstones would
- * otherwise be rewritten again and again, its tombstones carried each time.
+ * - .packed/STATE, a page every opener maps (MAP_SHARED): the next version,
+ *   the next segment number, and two change counters (records written,
+ *   segments created or removed). Open raises the first two past what it
+ *   loaded, so a page lost with a power cut is rebuilt from the segments.
+ * - Segments have one writer each: an opener appends only to segments it
+ *   created. It creates one under a temporary name, takes an exclusive
+ *   flock on it, then links it to its final name: a segment that can be
+ *   seen is locked until its writer seals it (rolls to the next one with no
+ *   write in flight, or after a failed write) or dies. Nobody appends to a
+ *   segment after a reopen; a new open starts its own.
+ * - Each opener's index holds the newest record of every key on disk,
+ *   tombstones included (a tombstone's entry shadows older records seen
+ *   later). Its own writes enter when written; other openers' records enter
+ *   by a refresh before every lookup, stat, iterate, garbage and compaction
+ *   (one atomic load of the change counters when nothing changed). A refresh lists the
+ *   directory when segments came or went, then reads only the bytes
+ *   appended since its last look at each unsealed segment (records are
+ *   self-delimiting and checked). In a segment whose writer holds its lock
+ *   it stops at the first record that does not check (a write in flight)
+ *   and looks again next time; in a sealed one it resyncs past torn bytes
+ *   at the next 8-byte boundary (a crashed writer's) and marks the segment
+ *   done. A segment that left the listing was compacted: its live records
+ *   were copied before it went, and the refresh has read the copies.
+ * - A delete appends a tombstone to the deleter's own segment.
+ * - Compaction: one opener at a time (an exclusive flock on .packed/COMPACT)
+ *   rewrites a segment it holds an exclusive flock on (so a sealed one: no
+ *   writer can hold it). It refreshes first, reads the victim to its end,
+ *   copies the live records into its own segment, makes them durable, then
+ *   unlinks the victim. Readers need no lock: an opener keeps a descriptor
+ *   on every segment it knows, and an unlinked segment's bytes stay readable
+ *   through it until the refresh that sees it gone closes it.
+ * - A tombstone is carried forward by compaction while an older record of
+ *   any key may still be somewhere: it is dropped only when no other
+ *   segment holds a dead put older than it (each segment's lowest dead put
+ *   version is kept) and no refresh stopped at a write in flight.
+ * - .packed/LOCK is held shared by every opener: a process of the earlier
+ *   one-process layout (which took it exclusively) and this one exclude each
+ *   other.
  *
- * One process: the in-memory index is this process's, so a second process
- * appending or compacting would corrupt it. Open takes an exclusive lock
- * (flock) on <root>/.packed/LOCK and refuses a volume another process (or
- * another open in this one) holds: KVP_EBUSY. Packed suits a volume one
- * process opens, e.g. a G4 volume only the advisor reads and writes.
+ * A crash of any opener at any moment leaves at worst: a torn record
+ * (dead, skipped), a segment with copies of records of a victim that was
+ * not unlinked (the copies outrank the originals), a temporary segment
+ * named with its creator's pid (removed by an open once that process is
+ * gone). A put is acknowledged after its record is
+ * written (and fdatasync'ed with fsync=on), a delete after its tombstone
+ * is. Concurrent puts and deletes of one key from two processes end as the
+ * higher version says.
+ *
+ * Dead bytes: records replaced, deleted, shadowed or torn. Tombstones that
+ * are their key's newest record count apart (tomb) and towards choosing a
+ * segment for compaction only when they could be dropped.
  *
  * Segment lifetimes: a get pins the segment it reads (refs) and reads
- * outside the lock; compaction unlinks a segment once its live records are
- * copied and closes its descriptor when the last reader is done. */
+ * outside the lock; a segment that went is closed when its last reader is
+ * done. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,47 +105,69 @@
 #define REC_PUT 1
 #define REC_DEL 2
 #define MAX_NS 4096 /* namespaces one packed volume knows */
+#define NONE UINT64_MAX
+#define STATE_SIZE 4096
 
 typedef struct rec_s {
   uint32_t magic;
   uint8_t kind, nslen;
   uint16_t zero;
-  uint32_t len, zero2;
+  uint32_t len, copy; /* copy: 0 as written, +1 each time compaction copies it */
   uint64_t version, hash, time_ns, sum;
 } rec_t;
 _Static_assert(sizeof(rec_t) == 48, "the record header is 48 bytes");
 
+/* .packed/STATE, mapped shared by every opener. */
+typedef struct shared_s {
+  _Atomic uint64_t version;  /* the next record version */
+  _Atomic uint64_t segno;    /* the next segment number */
+  _Atomic uint64_t records;  /* raised after every record written */
+  _Atomic uint64_t segments; /* raised when a segment is created or removed */
+} shared_t;
+
 typedef struct seg_s {
   uint64_t no;
   int fd;
-  uint64_t size; /* bytes appended or reserved */
-  uint64_t dead; /* bytes of records no object owns (replaced, deleted, torn) */
-  uint64_t tomb; /* bytes of its tombstones: reclaimable once no older
-                    record needs shadowing (see compaction) */
-  int refs;      /* readers and a compaction in flight */
-  int retired;   /* unlinked: closed and freed when refs drops to 0 */
+  uint64_t size;     /* own: bytes appended or reserved; others': bytes read */
+  uint64_t dead;     /* bytes of records no key owns (replaced, deleted, torn) */
+  uint64_t tomb;     /* bytes of tombstones that are their key's newest */
+  uint64_t dead_min; /* the lowest version of a dead put in it (NONE: none) */
+  uint64_t tomb_max; /* the highest version of a tombstone in it */
+  uint64_t live;     /* index entries pointing into it */
+  int refs;          /* the list's, readers', a compaction's */
+  int writers;       /* own: writes in flight */
+  uint8_t own;       /* created by this open: appended to only by it */
+  uint8_t locked;    /* own: this open holds its exclusive flock (not sealed) */
+  uint8_t done;      /* another's: sealed and read to its end */
+  uint8_t retired;   /* out of the list: closed and freed when refs drops to 0 */
+  uint8_t listed;    /* seen by the last listing */
 } seg_t;
 
 typedef struct ent_s {
   uint64_t hash, version, off, time_ns;
   seg_t *seg; /* NULL: an empty slot */
-  uint32_t len;
+  uint32_t len, copy;
   uint16_t ns;
-  uint8_t kind; /* REC_DEL only while loading */
+  uint8_t kind; /* REC_PUT, or REC_DEL: the key's newest record is a tombstone */
 } ent_t;
 
 struct pack_s {
   char dir[3300];
   uint64_t seg_max;
-  seg_t **segs; /* by number; the last is the active one */
+  seg_t **segs; /* by number */
   size_t nsegs, segs_cap;
-  ent_t *tab; /* open addressing, linear probing, power-of-two size */
+  seg_t *active; /* the own segment appended to; NULL until a write needs one */
+  ent_t *tab;    /* open addressing, linear probing, power-of-two size */
   size_t tab_cap, tab_n;
   char *nss[MAX_NS];
   size_t nns;
-  uint64_t version;
-  int lock_fd;                /* holds the exclusive flock on LOCK */
-  pthread_mutex_t compacting; /* one compaction at a time */
+  uint64_t top_version; /* the highest version read */
+  shared_t *sh;
+  int state_fd, lock_fd, compact_fd;
+  uint64_t seen_records, seen_segments; /* the counters the last refresh saw */
+  int blocked;                          /* the last refresh stopped at a write in flight */
+  pthread_mutex_t refreshing;           /* one refresh at a time; before p->mu */
+  pthread_mutex_t compacting;           /* one compaction at a time; before refreshing */
 };
 
 static size_t rec_size(size_t nslen, size_t len) {
@@ -120,6 +178,12 @@ static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void raise_to(_Atomic uint64_t *a, uint64_t v) {
+  uint64_t cur = atomic_load(a);
+  while (cur < v && !atomic_compare_exchange_weak(a, &cur, v))
+    ;
 }
 
 /* --- the index ---------------------------------------------------------------- */
@@ -141,6 +205,9 @@ static ent_t *find(pack_t *k, uint16_t ns, uint64_t hash) {
   }
 }
 
+/* The entry of a live object (ns, hash): NULL when absent or deleted. */
+static ent_t *find_put(pack_t *k, const char *ns, uint64_t hash);
+
 static int grow(pack_t *k) {
   size_t cap = k->tab_cap ? k->tab_cap * 2 : 1024;
   ent_t *t = calloc(cap, sizeof *t);
@@ -160,12 +227,9 @@ static int grow(pack_t *k) {
   return 0;
 }
 
-/* The slot for (ns, hash): the existing entry, or a new empty one (seg
- * NULL) the caller fills. NULL when out of memory. */
-static ent_t *slot(pack_t *k, uint16_t ns, uint64_t hash) {
-  ent_t *e = find(k, ns, hash);
-  if (e != NULL)
-    return e;
+/* A new empty entry for (ns, hash), which is not in the table (seg NULL:
+ * the caller fills it). NULL when out of memory. */
+static ent_t *slot_new(pack_t *k, uint16_t ns, uint64_t hash) {
   if ((k->tab_n + 1) * 10 > k->tab_cap * 7 && grow(k) != 0)
     return NULL;
   size_t i = slot_of(hash, ns, k->tab_cap);
@@ -179,6 +243,7 @@ static ent_t *slot(pack_t *k, uint16_t ns, uint64_t hash) {
 /* Removes e, shifting back the entries of its probe run. */
 static void erase(pack_t *k, ent_t *e) {
   size_t i = (size_t)(e - k->tab), m = k->tab_cap - 1;
+  e->seg->live--;
   k->tab[i].seg = NULL;
   k->tab_n--;
   for (size_t j = (i + 1) & m; k->tab[j].seg != NULL; j = (j + 1) & m) {
@@ -203,6 +268,95 @@ static int ns_id(pack_t *k, const char *ns, int add) {
   return (int)k->nns++;
 }
 
+static ent_t *find_put(pack_t *k, const char *ns, uint64_t hash) {
+  int id = ns_id(k, ns, 0);
+  ent_t *e = id < 0 ? NULL : find(k, (uint16_t)id, hash);
+  return e != NULL && e->kind == REC_PUT ? e : NULL;
+}
+
+static uint64_t ent_size(const pack_t *k, const ent_t *e) {
+  return rec_size(strlen(k->nss[e->ns]), e->len);
+}
+
+/* A put record of version at s died (replaced, deleted, an older copy). */
+static void put_died(seg_t *s, uint64_t size, uint64_t version) {
+  s->dead += size;
+  if (version < s->dead_min)
+    s->dead_min = version;
+}
+
+/* Applies the record at (s, off), header h, namespace id: the index keeps
+ * each key's newest record (highest version, then highest copy); the other
+ * one's bytes die, and the usage follows. Under p->mu. */
+static void apply(posix_t *p, seg_t *s, uint64_t off, const rec_t *h, int id) {
+  pack_t *k = p->pack;
+  uint64_t size = rec_size(h->nslen, h->len);
+  ent_t *e = find(k, (uint16_t)id, h->hash);
+
+  if (h->version >= k->top_version)
+    k->top_version = h->version;
+  if (e != NULL && (e->version > h->version || (e->version == h->version && e->copy >= h->copy))) {
+    if (h->kind == REC_PUT)
+      put_died(s, size, h->version);
+    else
+      s->dead += size; /* a tombstone shadowed by a newer record */
+    return;
+  }
+  if (e == NULL && (e = slot_new(k, (uint16_t)id, h->hash)) == NULL) {
+    s->dead += size; /* out of memory: as if lost */
+    return;
+  }
+  if (e->seg != NULL) {
+    seg_t *o = e->seg;
+    uint64_t osize = ent_size(k, e);
+    o->live--;
+    if (e->kind == REC_PUT) {
+      put_died(o, osize, e->version);
+      p->used -= e->len < p->used ? e->len : p->used;
+      p->blocks -= p->blocks ? 1 : 0;
+    } else {
+      o->tomb -= osize < o->tomb ? osize : o->tomb;
+      o->dead += osize;
+    }
+  }
+  *e = (ent_t){.hash = h->hash,
+               .version = h->version,
+               .off = off,
+               .time_ns = h->time_ns,
+               .seg = s,
+               .len = h->len,
+               .copy = h->copy,
+               .ns = (uint16_t)id,
+               .kind = h->kind};
+  s->live++;
+  if (h->kind == REC_PUT) {
+    p->used += h->len;
+    p->blocks++;
+  } else {
+    s->tomb += size;
+    if (h->version > s->tomb_max)
+      s->tomb_max = h->version;
+  }
+}
+
+/* Forgets every entry still pointing into s (a segment that went). Under
+ * p->mu. */
+static void sweep(posix_t *p, seg_t *s) {
+  pack_t *k = p->pack;
+  for (size_t i = 0; s->live > 0 && i < k->tab_cap;) {
+    ent_t *e = &k->tab[i];
+    if (e->seg != s) {
+      i++;
+      continue;
+    }
+    if (e->kind == REC_PUT) {
+      p->used -= e->len < p->used ? e->len : p->used;
+      p->blocks -= p->blocks ? 1 : 0;
+    }
+    erase(k, e); /* a later entry may move into i: looked at again */
+  }
+}
+
 /* --- segments ------------------------------------------------------------------ */
 
 static void seg_path(const pack_t *k, uint64_t no, char *out, size_t n) {
@@ -211,60 +365,152 @@ static void seg_path(const pack_t *k, uint64_t no, char *out, size_t n) {
 
 static void seg_unref(seg_t *s) {
   if (--s->refs == 0 && s->retired) {
-    close(s->fd);
+    close(s->fd); /* releases its flock, if this open held one */
     free(s);
   }
 }
 
-/* A new empty segment after the last one: the active segment. */
+/* The place of segment no in the list (where it is or would go). */
+static size_t seg_at(const pack_t *k, uint64_t no) {
+  size_t lo = 0, hi = k->nsegs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (k->segs[mid]->no < no)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static int seg_insert(pack_t *k, seg_t *s) {
+  if (k->nsegs == k->segs_cap && KVP_PLUGIN_GROW(k->segs, k->segs_cap) != 0)
+    return KVP_ENOMEM;
+  size_t i = seg_at(k, s->no);
+  memmove(k->segs + i + 1, k->segs + i, (k->nsegs - i) * sizeof *k->segs);
+  k->segs[i] = s;
+  k->nsegs++;
+  return 0;
+}
+
+/* Takes s out of the list, forgets what still points into it and drops
+ * the list's reference. Under p->mu. */
+static void seg_retire(posix_t *p, seg_t *s) {
+  pack_t *k = p->pack;
+  size_t i = seg_at(k, s->no);
+  if (i < k->nsegs && k->segs[i] == s) {
+    memmove(k->segs + i, k->segs + i + 1, (k->nsegs - i - 1) * sizeof *k->segs);
+    k->nsegs--;
+  }
+  sweep(p, s);
+  s->retired = 1;
+  seg_unref(s);
+}
+
+/* An own segment no longer appended to, with no write in flight, is
+ * sealed: its writer's lock goes, so that a compaction may take it and
+ * others read it to its end. Under p->mu. */
+static void seg_seal(pack_t *k, seg_t *s) {
+  if (s->own && s->locked && s != k->active && s->writers == 0) {
+    flock(s->fd, LOCK_UN);
+    s->locked = 0;
+  }
+}
+
+/* A new own segment, locked before it has its name: the active one. Under
+ * p->mu. */
 static int seg_new(posix_t *p, char *err, size_t errlen) {
   pack_t *k = p->pack;
-  char path[3400];
-  uint64_t no = k->nsegs ? k->segs[k->nsegs - 1]->no + 1 : 1;
-  seg_t *s = calloc(1, sizeof *s);
+  char path[3400], tmp[3500];
+  uint64_t no = 0;
+  int fd = -1, e = 0;
 
-  if (s == NULL || (k->nsegs == k->segs_cap && KVP_PLUGIN_GROW(k->segs, k->segs_cap) != 0)) {
+  for (int tries = 0; tries < 64; tries++) {
+    no = atomic_fetch_add(&k->sh->segno, 1);
+    seg_path(k, no, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if ((fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+      if ((e = errno) == EEXIST)
+        continue;
+      return px_fail(px_errno_code(e), err, errlen, "%s: %s", tmp, e);
+    }
+    /* link, not rename: a number reused after a lost STATE page must not
+     * replace a segment. */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || link(tmp, path) != 0) {
+      e = errno;
+      unlink(tmp);
+      close(fd);
+      fd = -1;
+      if (e == EEXIST)
+        continue;
+      return px_fail(px_errno_code(e), err, errlen, "%s: %s", path, e);
+    }
+    unlink(tmp);
+    break;
+  }
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: no free segment number", k->dir);
+    return KVP_EIO;
+  }
+  seg_t *s = calloc(1, sizeof *s);
+  if (s != NULL)
+    *s = (seg_t){
+        .no = no, .fd = fd, .dead_min = NONE, .refs = 1, .own = 1, .locked = 1, .listed = 1};
+  if (s == NULL || seg_insert(k, s) != 0) {
     free(s);
+    unlink(path);
+    close(fd);
     snprintf(err, errlen, "%s: out of memory", k->dir);
     return KVP_ENOMEM;
   }
-  seg_path(k, no, path, sizeof path);
-  if ((s->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
-    int e = errno;
-    free(s);
-    return px_fail(px_errno_code(e), err, errlen, "%s: %s", path, e);
-  }
+  seg_t *old = k->active;
+  k->active = s;
+  if (old != NULL)
+    seg_seal(k, old);
+  atomic_fetch_add(&k->sh->segments, 1);
   if (p->fsync)
     px_sync_dir(k->dir);
-  s->no = no;
-  s->refs = 1; /* the segment list's */
-  k->segs[k->nsegs++] = s;
   return 0;
 }
 
 /* Reserves n bytes at the end of the active segment, rolling to a new one
  * when it would pass the segment size (a record larger than that gets a
- * segment of its own). Under the lock. */
+ * segment of its own). Under p->mu; the caller ends with wrote(). */
 static int reserve(posix_t *p, size_t n, seg_t **seg, uint64_t *off, char *err, size_t errlen) {
   pack_t *k = p->pack;
-  seg_t *a = k->nsegs ? k->segs[k->nsegs - 1] : NULL;
+  seg_t *a = k->active;
   int rc;
   if (a == NULL || (a->size > 0 && a->size + n > k->seg_max)) {
     if ((rc = seg_new(p, err, errlen)) != 0)
       return rc;
-    a = k->segs[k->nsegs - 1];
+    a = k->active;
   }
   *seg = a;
   *off = a->size;
   a->size += n;
   a->refs++;
+  a->writers++;
   return 0;
 }
 
+/* The end of a write reserve() placed in s. A failed one leaves its place
+ * dead and seals the segment, so that other openers read past it. Under
+ * p->mu. */
+static void wrote(pack_t *k, seg_t *s, size_t size, int failed) {
+  s->writers--;
+  if (failed) {
+    s->dead += size;
+    if (k->active == s)
+      k->active = NULL;
+  }
+  seg_seal(k, s);
+  seg_unref(s);
+}
+
 /* Writes a record whose header is h (sum filled here) with ns and the
- * payload iov at off in s; fdatasync with fsync=on. 0 or errno. */
-static int write_rec(posix_t *p, seg_t *s, uint64_t off, rec_t *h, const char *ns,
-                     const struct iovec *iov, int iovcnt) {
+ * payload iov at off in s; fdatasync when sync is set. 0 or errno. */
+static int write_rec(seg_t *s, uint64_t off, rec_t *h, const char *ns, const struct iovec *iov,
+                     int iovcnt, int sync) {
   static const char zeros[8];
   struct iovec v[PX_IOV_MAX];
   size_t total = rec_size(h->nslen, h->len);
@@ -289,14 +535,15 @@ static int write_rec(posix_t *p, seg_t *s, uint64_t off, rec_t *h, const char *n
   int e = px_pwrite_all(s->fd, v, n, off);
   if (e != 0)
     return e;
-  if (p->fsync && fdatasync(s->fd) != 0)
+  if (sync && fdatasync(s->fd) != 0)
     return errno;
   return 0;
 }
 
-/* The record at off of a mapped segment of size bytes: its header into h
- * and 1 when whole and its checksum right, else 0. */
-static int rec_at(const unsigned char *m, uint64_t size, uint64_t off, rec_t *h) {
+/* The record at off of a mapping of size bytes: its header into h, its
+ * namespace into ns (65 bytes), and 1 when whole, its checksum right and
+ * its namespace a namespace; else 0. */
+static int rec_at(const unsigned char *m, uint64_t size, uint64_t off, rec_t *h, char *ns) {
   if (off + sizeof *h > size)
     return 0;
   memcpy(h, m + off, sizeof *h);
@@ -310,84 +557,59 @@ static int rec_at(const unsigned char *m, uint64_t size, uint64_t off, rec_t *h)
   XXH3_64bits_reset(&st);
   XXH3_64bits_update(&st, &z, sizeof z);
   XXH3_64bits_update(&st, m + off + sizeof *h, (size_t)h->nslen + h->len);
-  return XXH3_64bits_digest(&st) == h->sum;
+  if (XXH3_64bits_digest(&st) != h->sum)
+    return 0;
+  memcpy(ns, m + off + sizeof *h, h->nslen);
+  ns[h->nslen] = '\0';
+  return kvp_plugin_ns_ok(ns);
 }
 
-/* --- loading ------------------------------------------------------------------- */
+/* --- reading what others wrote -------------------------------------------------- */
 
-/* Applies one record found at (s, off) while loading: the newest version
- * of each key stays; everything else is dead. */
-static int load_rec(posix_t *p, seg_t *s, uint64_t off, const rec_t *h, const char *ns) {
+/* Reads the records of s in [from, to) into the index. Stops at the first
+ * one that does not check unless resync is set (a sealed segment: past it
+ * at the next 8-byte boundary, its bytes dead). The offset it got to, or
+ * a negative code. */
+static int64_t scan(posix_t *p, seg_t *s, uint64_t from, uint64_t to, int resync) {
   pack_t *k = p->pack;
-  uint64_t size = rec_size(h->nslen, h->len);
-  int id = ns_id(k, ns, 1);
-  if (id < 0)
-    return KVP_ENOMEM;
-  if (h->version >= k->version)
-    k->version = h->version + 1;
-  if (h->kind == REC_DEL)
-    s->tomb += size;
-  ent_t *e = slot(k, (uint16_t)id, h->hash);
-  if (e == NULL)
-    return KVP_ENOMEM;
-  if (e->seg != NULL && e->version >= h->version) {
-    if (h->kind == REC_PUT)
-      s->dead += size; /* an older record, or a second copy of one */
-    return 0;
-  }
-  if (e->seg != NULL && e->kind == REC_PUT)
-    e->seg->dead += rec_size(strlen(k->nss[e->ns]), e->len);
-  *e = (ent_t){.hash = h->hash,
-               .version = h->version,
-               .off = off,
-               .time_ns = h->time_ns,
-               .seg = s,
-               .len = h->len,
-               .ns = (uint16_t)id,
-               .kind = h->kind};
-  return 0;
-}
-
-/* Scans one segment; torn or foreign bytes are skipped (dead) up to the
- * next record that checks. *end: the end of its last good record. */
-static int load_seg(posix_t *p, seg_t *s, uint64_t *end, char *err, size_t errlen) {
-  struct stat sb;
-  char ns[65];
-  rec_t h;
-  int rc = 0;
-
-  *end = 0;
-  if (fstat(s->fd, &sb) != 0)
-    return px_fail(px_errno_code(errno), err, errlen, "%s: %s", p->pack->dir, errno);
-  s->size = (uint64_t)sb.st_size;
-  if (s->size == 0)
-    return 0;
-  unsigned char *m = mmap(NULL, s->size, PROT_READ, MAP_PRIVATE, s->fd, 0);
+  uint64_t base = from & ~(uint64_t)(sysconf(_SC_PAGESIZE) - 1), off = from, torn = 0;
+  if (to <= from)
+    return (int64_t)from;
+  unsigned char *m = mmap(NULL, to - base, PROT_READ, MAP_SHARED, s->fd, (off_t)base);
   if (m == MAP_FAILED)
-    return px_fail(px_errno_code(errno), err, errlen, "%s: mmap: %s", p->pack->dir, errno);
-  for (uint64_t off = 0; off < s->size && rc == 0;) {
-    if (!rec_at(m, s->size, off, &h)) {
-      uint64_t next = off + 8;
-      while (next < s->size && !rec_at(m, s->size, next, &h))
-        next += 8;
-      s->dead += (next < s->size ? next : s->size) - off;
-      off = next;
+    return px_errno_code(errno);
+  rec_t h;
+  char ns[65];
+  while (off < to) {
+    if (!rec_at(m, to - base, off - base, &h, ns)) {
+      if (!resync)
+        break;
+      off += 8;
+      torn += 8;
       continue;
     }
-    memcpy(ns, m + off + sizeof h, h.nslen);
-    ns[h.nslen] = '\0';
-    if (!kvp_plugin_ns_ok(ns)) {
+    pthread_mutex_lock(&p->mu);
+    int id = ns_id(k, ns, 1);
+    if (id >= 0)
+      apply(p, s, off, &h, id);
+    else
       s->dead += rec_size(h.nslen, h.len);
-    } else {
-      rc = load_rec(p, s, off, &h, ns);
-    }
+    s->dead += torn;
+    torn = 0;
+    pthread_mutex_unlock(&p->mu);
     off += rec_size(h.nslen, h.len);
-    *end = off;
   }
-  munmap(m, s->size);
-  if (rc != 0)
-    snprintf(err, errlen, "%s: out of memory loading the packed index", p->pack->dir);
-  return rc;
+  if (off > to) {
+    torn -= off - to < torn ? off - to : torn;
+    off = to;
+  }
+  if (torn) {
+    pthread_mutex_lock(&p->mu);
+    s->dead += torn;
+    pthread_mutex_unlock(&p->mu);
+  }
+  munmap(m, to - base);
+  return (int64_t)off;
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -395,8 +617,10 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The numbers of the segment files in dir, sorted. */
-static int list_segs(const char *dir, uint64_t **out, size_t *n, char *err, size_t errlen) {
+/* The numbers of the segment files in dir, sorted; with clean set,
+ * temporary segments no process holds are removed. */
+static int list_segs(const char *dir, int clean, uint64_t **out, size_t *n, char *err,
+                     size_t errlen) {
   DIR *d = opendir(dir);
   struct dirent *de;
   size_t cap = 0;
@@ -406,6 +630,22 @@ static int list_segs(const char *dir, uint64_t **out, size_t *n, char *err, size
     return px_fail(px_errno_code(errno), err, errlen, "%s: %s", dir, errno);
   while ((de = readdir(d)) != NULL) {
     char *end;
+    const char *tmp = strstr(de->d_name, ".seg.tmp.");
+    if (clean && tmp != NULL) {
+      /* Its creator died before naming it: a process that is gone (a live
+       * one may not have taken its lock yet) and no lock on it. */
+      char path[3600];
+      long pid = strtol(tmp + 9, NULL, 10);
+      snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+      int fd = pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH
+                   ? open(path, O_RDONLY | O_CLOEXEC)
+                   : -1;
+      if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+        unlink(path);
+      if (fd >= 0)
+        close(fd);
+      continue;
+    }
     if (strlen(de->d_name) != 20 || strcmp(de->d_name + 16, ".seg") != 0)
       continue;
     uint64_t no = strtoull(de->d_name, &end, 16);
@@ -424,86 +664,198 @@ static int list_segs(const char *dir, uint64_t **out, size_t *n, char *err, size
   return 0;
 }
 
+/* Adds the segments the directory has and the list lacks, and marks which
+ * of the list's the directory still has. Under refreshing. */
+static int relist(posix_t *p, int clean, char *err, size_t errlen) {
+  pack_t *k = p->pack;
+  uint64_t *nos;
+  size_t n;
+  int rc = list_segs(k->dir, clean, &nos, &n, err, errlen);
+  if (rc != 0)
+    return rc;
+  pthread_mutex_lock(&p->mu);
+  for (size_t i = 0; i < k->nsegs; i++)
+    k->segs[i]->listed = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    size_t at = seg_at(k, nos[i]);
+    if (at < k->nsegs && k->segs[at]->no == nos[i]) {
+      k->segs[at]->listed = 1;
+      continue;
+    }
+    char path[3400];
+    seg_path(k, nos[i], path, sizeof path);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT)
+        continue; /* compacted since the listing */
+      rc = px_fail(px_errno_code(errno), err, errlen, "%s: %s", path, errno);
+      break;
+    }
+    seg_t *s = calloc(1, sizeof *s);
+    if (s != NULL)
+      *s = (seg_t){.no = nos[i], .fd = fd, .dead_min = NONE, .refs = 1, .listed = 1};
+    if (s == NULL || seg_insert(k, s) != 0) {
+      free(s);
+      close(fd);
+      snprintf(err, errlen, "%s: out of memory", k->dir);
+      rc = KVP_ENOMEM;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  free(nos);
+  return rc;
+}
+
+/* Reads what was appended to the segments of others since the last look;
+ * *blocked is set when one stopped at a write in flight. Under refreshing. */
+static int read_new(posix_t *p, int *blocked, char *err, size_t errlen) {
+  pack_t *k = p->pack;
+  seg_t **todo;
+  size_t n = 0;
+  int rc = 0;
+
+  pthread_mutex_lock(&p->mu);
+  if ((todo = malloc((k->nsegs + 1) * sizeof *todo)) == NULL) {
+    pthread_mutex_unlock(&p->mu);
+    return KVP_ENOMEM;
+  }
+  for (size_t i = 0; i < k->nsegs; i++)
+    if (!k->segs[i]->own && !k->segs[i]->done && k->segs[i]->listed) {
+      todo[n++] = k->segs[i];
+      k->segs[i]->refs++;
+    }
+  pthread_mutex_unlock(&p->mu);
+  for (size_t i = 0; i < n; i++) {
+    seg_t *s = todo[i];
+    struct stat sb;
+    /* No exclusive holder: sealed (or its writer died), nothing more will
+     * be appended, torn bytes are for good. */
+    int sealed = flock(s->fd, LOCK_SH | LOCK_NB) == 0;
+    if (rc == 0 && fstat(s->fd, &sb) != 0)
+      rc = px_fail(px_errno_code(errno), err, errlen, "%s: fstat: %s", k->dir, errno);
+    if (rc == 0) {
+      int64_t got = scan(p, s, s->size, (uint64_t)sb.st_size, sealed);
+      if (got < 0) {
+        rc = (int)got;
+        snprintf(err, errlen, "%s: reading segment %016" PRIx64 " failed (%d)", k->dir, s->no, rc);
+      } else {
+        s->size = (uint64_t)got;
+        if (sealed && s->size >= (uint64_t)sb.st_size)
+          s->done = 1;
+        else if (!sealed && s->size < (uint64_t)sb.st_size)
+          *blocked = 1;
+      }
+    }
+    if (sealed)
+      flock(s->fd, LOCK_UN);
+  }
+  pthread_mutex_lock(&p->mu);
+  for (size_t i = 0; i < n; i++)
+    seg_unref(todo[i]);
+  pthread_mutex_unlock(&p->mu);
+  free(todo);
+  return rc;
+}
+
+/* Brings the index up to what the segments hold: at once when force is
+ * set, else only when another opener wrote since the last look. */
+static int refresh(posix_t *p, int force, char *err, size_t errlen) {
+  pack_t *k = p->pack;
+  int rc = 0, blocked = 0;
+
+  pthread_mutex_lock(&k->refreshing);
+  uint64_t recs = atomic_load(&k->sh->records), segs = atomic_load(&k->sh->segments);
+  if (!force && !k->blocked && recs == k->seen_records && segs == k->seen_segments) {
+    pthread_mutex_unlock(&k->refreshing);
+    return 0;
+  }
+  int relisted = force || segs != k->seen_segments;
+  if (relisted)
+    rc = relist(p, k->nsegs == 0, err, errlen);
+  if (rc == 0)
+    rc = read_new(p, &blocked, err, errlen);
+  /* A segment that left the directory was compacted: its live records'
+   * copies were written before it went and are read now, unless they went
+   * into a segment created after the listing began (its creator raised the
+   * counter before writing into it): then it goes at the next refresh. */
+  uint64_t segs_after = atomic_load(&k->sh->segments);
+  if (rc == 0 && relisted && segs_after != segs)
+    segs = k->seen_segments; /* the listing is relisted next time */
+  else if (rc == 0 && relisted) {
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < k->nsegs;) {
+      seg_t *s = k->segs[i];
+      if (!s->listed && !(s->own && s->locked))
+        seg_retire(p, s);
+      else
+        i++;
+    }
+    pthread_mutex_unlock(&p->mu);
+  }
+  if (rc == 0) {
+    k->seen_records = recs;
+    k->seen_segments = segs;
+    k->blocked = blocked;
+  }
+  pthread_mutex_unlock(&k->refreshing);
+  return rc;
+}
+
+/* --- open and close ------------------------------------------------------------ */
+
+static int open_file(pack_t *k, const char *name, int *fd, char *err, size_t errlen) {
+  char path[3400];
+  snprintf(path, sizeof path, "%s/%s", k->dir, name);
+  if ((*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+    return px_fail(px_errno_code(errno), err, errlen, "%s: %s", path, errno);
+  return 0;
+}
+
 int pk_open(posix_t *p, uint64_t segment_size, uint64_t pack_max, char *err, size_t errlen) {
   pack_t *k = calloc(1, sizeof *k);
-  uint64_t *nos = NULL, end = 0;
-  size_t n = 0;
+  struct stat sb;
   int rc;
 
   if (k == NULL)
     return KVP_ENOMEM;
   p->pack = k;
-  k->lock_fd = -1;
+  k->lock_fd = k->state_fd = k->compact_fd = -1;
   p->pack_max = pack_max;
   k->seg_max = segment_size;
-  k->version = 1;
+  pthread_mutex_init(&k->refreshing, NULL);
   pthread_mutex_init(&k->compacting, NULL);
   snprintf(k->dir, sizeof k->dir, "%s/%s", p->root, PACK_DIR);
   if (mkdir(k->dir, 0700) != 0 && errno != EEXIST)
     return px_fail(px_errno_code(errno), err, errlen, "%s: %s", k->dir, errno);
-  char lock[3400];
-  snprintf(lock, sizeof lock, "%s/LOCK", k->dir);
-  if ((k->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
-    return px_fail(px_errno_code(errno), err, errlen, "%s: %s", lock, errno);
-  if (flock(k->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+  if ((rc = open_file(k, "LOCK", &k->lock_fd, err, errlen)) != 0 ||
+      (rc = open_file(k, "COMPACT", &k->compact_fd, err, errlen)) != 0 ||
+      (rc = open_file(k, "STATE", &k->state_fd, err, errlen)) != 0)
+    return rc;
+  if (flock(k->lock_fd, LOCK_SH | LOCK_NB) != 0) {
     int e = errno;
     if (e == EWOULDBLOCK) {
       snprintf(err, errlen,
-               "%s: the packed volume is open in another process (or open already): "
-               "layout=packed allows one",
+               "%s: the packed volume is held by a process of an earlier kvplane, whose "
+               "layout=packed allowed one process",
                p->root);
       return KVP_EBUSY;
     }
-    return px_fail(px_errno_code(e), err, errlen, "%s: flock: %s", lock, e);
+    return px_fail(px_errno_code(e), err, errlen, "%s: flock: %s", k->dir, e);
   }
-  if ((rc = list_segs(k->dir, &nos, &n, err, errlen)) != 0)
+  if (fstat(k->state_fd, &sb) != 0 ||
+      (sb.st_size < STATE_SIZE && ftruncate(k->state_fd, STATE_SIZE) != 0))
+    return px_fail(px_errno_code(errno), err, errlen, "%s/STATE: %s", k->dir, errno);
+  void *m = mmap(NULL, STATE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, k->state_fd, 0);
+  if (m == MAP_FAILED)
+    return px_fail(px_errno_code(errno), err, errlen, "%s/STATE: mmap: %s", k->dir, errno);
+  k->sh = m;
+  if ((rc = refresh(p, 1, err, errlen)) != 0)
     return rc;
-  for (size_t i = 0; i < n; i++) {
-    char path[3400];
-    seg_t *s = calloc(1, sizeof *s);
-    if (s == NULL || (k->nsegs == k->segs_cap && KVP_PLUGIN_GROW(k->segs, k->segs_cap) != 0)) {
-      free(s);
-      rc = KVP_ENOMEM;
-      snprintf(err, errlen, "%s: out of memory", k->dir);
-      break;
-    }
-    seg_path(k, nos[i], path, sizeof path);
-    if ((s->fd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
-      rc = px_fail(px_errno_code(errno), err, errlen, "%s: %s", path, errno);
-      free(s);
-      break;
-    }
-    s->no = nos[i];
-    s->refs = 1;
-    k->segs[k->nsegs++] = s;
-    if ((rc = load_seg(p, s, &end, err, errlen)) != 0)
-      break;
-  }
-  free(nos);
-  if (rc != 0)
-    return rc;
-  /* The active segment's torn tail goes, so appends follow good records. */
-  if (k->nsegs > 0) {
-    seg_t *a = k->segs[k->nsegs - 1];
-    if (end < a->size && ftruncate(a->fd, (off_t)end) == 0) {
-      a->dead -= a->size - end < a->dead ? a->size - end : a->dead;
-      a->size = end;
-    }
-  }
-  /* Tombstones were needed only to shadow older records while loading.
-   * An erase may shift a later entry into i: i is looked at again. Every
-   * entry shifted into a place already passed was passed itself. */
-  for (size_t i = 0; i < k->tab_cap;) {
-    if (k->tab[i].seg != NULL && k->tab[i].kind == REC_DEL)
-      erase(k, &k->tab[i]);
-    else
-      i++;
-  }
-  for (size_t i = 0; i < k->tab_cap; i++)
-    if (k->tab[i].seg != NULL) {
-      p->used += k->tab[i].len;
-      p->blocks++;
-    }
+  /* The shared counters past everything on disk (a new STATE, or one whose
+   * page a power cut lost). */
+  raise_to(&k->sh->version, k->top_version + 1);
+  raise_to(&k->sh->segno, k->nsegs ? k->segs[k->nsegs - 1]->no + 1 : 1);
   return 0;
 }
 
@@ -512,66 +864,38 @@ void pk_close(posix_t *p) {
   if (k == NULL)
     return;
   for (size_t i = 0; i < k->nsegs; i++) {
-    close(k->segs[i]->fd);
+    close(k->segs[i]->fd); /* releases the writer's lock */
     free(k->segs[i]);
   }
   for (size_t i = 0; i < k->nns; i++)
     free(k->nss[i]);
   free(k->segs);
   free(k->tab);
+  if (k->sh != NULL)
+    munmap(k->sh, STATE_SIZE);
+  if (k->state_fd >= 0)
+    close(k->state_fd);
+  if (k->compact_fd >= 0)
+    close(k->compact_fd);
   if (k->lock_fd >= 0)
-    close(k->lock_fd); /* releases the lock */
+    close(k->lock_fd);
+  pthread_mutex_destroy(&k->refreshing);
   pthread_mutex_destroy(&k->compacting);
   free(k);
   p->pack = NULL;
 }
 
-/* --- operations ---------------------------------------------------------------- */
-
-/* Makes the record at (s, off) the newest of its key if its version is the
- * highest: the usage changes and the old record's bytes die. Under the
- * lock. A record that lost to a newer one is dead itself. */
-static void install(posix_t *p, int id, const rec_t *h, seg_t *s, uint64_t off) {
-  pack_t *k = p->pack;
-  ent_t *e = find(k, (uint16_t)id, h->hash);
-  if (e != NULL && e->version > h->version) {
-    *(h->kind == REC_DEL ? &s->tomb : &s->dead) += rec_size(h->nslen, h->len);
-    return;
-  }
-  if (h->kind == REC_DEL) {
-    s->tomb += rec_size(h->nslen, h->len);
-    if (e != NULL) {
-      e->seg->dead += rec_size(strlen(k->nss[e->ns]), e->len);
-      p->used -= e->len < p->used ? e->len : p->used;
-      p->blocks -= p->blocks ? 1 : 0;
-      erase(k, e);
-    }
-    return;
-  }
-  if (e == NULL && (e = slot(k, (uint16_t)id, h->hash)) == NULL) {
-    s->dead += rec_size(h->nslen, h->len); /* out of memory: as if lost */
-    return;
-  }
-  if (e->seg != NULL) {
-    e->seg->dead += rec_size(strlen(k->nss[e->ns]), e->len);
-    p->used -= e->len < p->used ? e->len : p->used;
-  } else {
-    p->blocks++;
-  }
-  p->used += h->len;
-  *e = (ent_t){.hash = h->hash,
-               .version = h->version,
-               .off = off,
-               .time_ns = h->time_ns,
-               .seg = s,
-               .len = h->len,
-               .ns = (uint16_t)id,
-               .kind = REC_PUT};
+int pk_refresh(posix_t *p, char *err, size_t errlen) {
+  return p->pack ? refresh(p, 0, err, errlen) : 0;
 }
 
-/* Appends a record (a put with iov, or a tombstone) and installs it. */
+/* --- operations ---------------------------------------------------------------- */
+
+/* Appends a record (a put with iov, or a tombstone) to the own active
+ * segment and applies it once written. */
 static int append(posix_t *p, int kind, const char *ns, uint64_t hash, const struct iovec *iov,
                   int iovcnt, size_t len, char *err, size_t errlen) {
+  pack_t *k = p->pack;
   size_t nslen = strlen(ns), size = rec_size(nslen, len);
   rec_t h = {.magic = REC_MAGIC,
              .kind = (uint8_t)kind,
@@ -589,28 +913,27 @@ static int append(posix_t *p, int kind, const char *ns, uint64_t hash, const str
     return KVP_ETOOBIG;
   }
   pthread_mutex_lock(&p->mu);
-  if ((id = ns_id(p->pack, ns, 1)) < 0) {
+  if ((id = ns_id(k, ns, 1)) < 0) {
     pthread_mutex_unlock(&p->mu);
-    snprintf(err, errlen, "%s: namespace %s: more than %d namespaces, or out of memory",
-             p->pack->dir, ns, MAX_NS);
+    snprintf(err, errlen, "%s: namespace %s: more than %d namespaces, or out of memory", k->dir, ns,
+             MAX_NS);
     return KVP_ENOMEM;
   }
   if ((rc = reserve(p, size, &s, &off, err, errlen)) != 0) {
     pthread_mutex_unlock(&p->mu);
     return rc;
   }
-  h.version = p->pack->version++;
+  h.version = atomic_fetch_add(&k->sh->version, 1);
   pthread_mutex_unlock(&p->mu);
-  e = write_rec(p, s, off, &h, ns, iov, iovcnt);
+  e = write_rec(s, off, &h, ns, iov, iovcnt, p->fsync);
   pthread_mutex_lock(&p->mu);
-  if (e != 0)
-    s->dead += size; /* reserved, not (wholly) written: the loader skips it */
-  else
-    install(p, id, &h, s, off);
-  seg_unref(s);
+  if (e == 0)
+    apply(p, s, off, &h, id);
+  wrote(k, s, size, e != 0);
   pthread_mutex_unlock(&p->mu);
+  atomic_fetch_add(&k->sh->records, 1);
   if (e != 0)
-    return px_fail(px_errno_code(e), err, errlen, "%s: append: %s", p->pack->dir, e);
+    return px_fail(px_errno_code(e), err, errlen, "%s: append: %s", k->dir, e);
   return 0;
 }
 
@@ -619,10 +942,12 @@ int pk_put(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
   return append(p, REC_PUT, ns, hash, iov, iovcnt, len, err, errlen);
 }
 
-int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *time_ns) {
+int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *time_ns, int fresh) {
+  char err[256];
+  if (fresh && refresh(p, 0, err, sizeof err) != 0)
+    return 0;
   pthread_mutex_lock(&p->mu);
-  int id = ns_id(p->pack, ns, 0);
-  ent_t *e = id < 0 ? NULL : find(p->pack, (uint16_t)id, hash);
+  ent_t *e = find_put(p->pack, ns, hash);
   if (e != NULL && len)
     *len = e->len;
   if (e != NULL && time_ns)
@@ -633,9 +958,11 @@ int pk_find(posix_t *p, const char *ns, uint64_t hash, size_t *len, uint64_t *ti
 
 int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, int iovcnt,
            size_t *len, char *err, size_t errlen) {
+  int rc = refresh(p, 0, err, errlen);
+  if (rc != 0)
+    return rc;
   pthread_mutex_lock(&p->mu);
-  int id = ns_id(p->pack, ns, 0);
-  ent_t *e = id < 0 ? NULL : find(p->pack, (uint16_t)id, hash);
+  ent_t *e = find_put(p->pack, ns, hash);
   if (e == NULL) {
     pthread_mutex_unlock(&p->mu);
     return 1;
@@ -649,7 +976,6 @@ int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
   *len = want;
   for (int i = 0; i < iovcnt; i++)
     room += iov[i].iov_len;
-  int rc = 0;
   if (want > room) {
     snprintf(err, errlen, "%s/%016" PRIx64 ": %zu bytes, more than the %zu-byte buffer", ns, hash,
              want, room);
@@ -678,17 +1004,16 @@ int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
 }
 
 int pk_del(posix_t *p, const char *ns, uint64_t hash, char *err, size_t errlen) {
-  if (!pk_find(p, ns, hash, NULL, NULL))
+  if (!pk_find(p, ns, hash, NULL, NULL, 1))
     return 1;
   return append(p, REC_DEL, ns, hash, NULL, 0, 0, err, errlen);
 }
 
 void pk_forget(posix_t *p, const char *ns, uint64_t hash) {
   pthread_mutex_lock(&p->mu);
-  int id = ns_id(p->pack, ns, 0);
-  ent_t *e = id < 0 ? NULL : find(p->pack, (uint16_t)id, hash);
+  ent_t *e = find_put(p->pack, ns, hash);
   if (e != NULL) {
-    e->seg->dead += rec_size(strlen(ns), e->len);
+    put_died(e->seg, ent_size(p->pack, e), e->version);
     p->used -= e->len < p->used ? e->len : p->used;
     p->blocks -= p->blocks ? 1 : 0;
     erase(p->pack, e);
@@ -704,15 +1029,18 @@ int pk_iterate(posix_t *p, px_visit_fn fn, void *ctx) {
   pack_t *k = p->pack;
   item_t *items;
   size_t n = 0;
-  int rc = 0;
+  char err[256];
+  int rc = refresh(p, 0, err, sizeof err);
 
+  if (rc != 0)
+    return rc;
   pthread_mutex_lock(&p->mu);
   if ((items = malloc((k->tab_n + 1) * sizeof *items)) == NULL) {
     pthread_mutex_unlock(&p->mu);
     return KVP_ENOMEM;
   }
   for (size_t i = 0; i < k->tab_cap; i++)
-    if (k->tab[i].seg != NULL)
+    if (k->tab[i].seg != NULL && k->tab[i].kind == REC_PUT)
       items[n++] = (item_t){k->tab[i].hash, k->tab[i].len, k->tab[i].ns};
   pthread_mutex_unlock(&p->mu);
   /* Namespace strings live until close: safe to read unlocked. */
@@ -722,141 +1050,235 @@ int pk_iterate(posix_t *p, px_visit_fn fn, void *ctx) {
   return rc;
 }
 
-void pk_garbage(posix_t *p, uint64_t *dead, uint64_t *total) {
+int pk_garbage(posix_t *p, uint64_t *dead, uint64_t *total, char *err, size_t errlen) {
+  int rc = refresh(p, 0, err, errlen);
   *dead = *total = 0;
+  if (rc != 0)
+    return rc;
   pthread_mutex_lock(&p->mu);
   for (size_t i = 0; i < p->pack->nsegs; i++) {
     *dead += p->pack->segs[i]->dead + p->pack->segs[i]->tomb;
     *total += p->pack->segs[i]->size;
   }
   pthread_mutex_unlock(&p->mu);
+  return 0;
 }
 
 /* --- compaction ---------------------------------------------------------------- */
 
-/* Copies the record at (v, off) with header h forward when it is still its
- * key's newest (a put) or still shadows something (a tombstone). */
-static int carry(posix_t *p, seg_t *v, const unsigned char *m, uint64_t off, const rec_t *h,
-                 int oldest, char *err, size_t errlen) {
+typedef struct carry_s {
+  seg_t *v;               /* the victim, locked exclusively */
+  const unsigned char *m; /* its bytes */
+  uint64_t oldest_dead;   /* the lowest version of a dead put outside v */
+  int blocked;            /* a refresh stopped at a write in flight */
+  seg_t *to;              /* the own segment copied into last (referenced) */
+} carry_t;
+
+/* The sealed segment with the largest share of reclaimable bytes whose
+ * exclusive flock this open gets (a writer's segment, or one another
+ * process reads while testing its seal, is passed over); referenced.
+ * Tombstones count only when compaction would drop them all. Under
+ * refreshing. */
+static seg_t *pick(posix_t *p) {
+  typedef struct {
+    seg_t *s;
+    double share;
+  } cand_t;
   pack_t *k = p->pack;
-  char ns[65];
-  seg_t *s;
+  seg_t *v = NULL, *arg = NULL;
+  uint64_t min1 = NONE, min2 = NONE;
+  size_t n = 0;
+
+  pthread_mutex_lock(&p->mu);
+  cand_t *c = malloc((k->nsegs + 1) * sizeof *c);
+  if (c == NULL) {
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+  }
+  for (size_t i = 0; i < k->nsegs; i++) {
+    seg_t *s = k->segs[i];
+    if (s->dead_min < min1) {
+      min2 = min1;
+      min1 = s->dead_min;
+      arg = s;
+    } else if (s->dead_min < min2) {
+      min2 = s->dead_min;
+    }
+  }
+  for (size_t i = 0; i < k->nsegs; i++) {
+    seg_t *s = k->segs[i];
+    if (s == k->active || (s->own && s->locked) || s->size == 0)
+      continue;
+    uint64_t others = s == arg ? min2 : min1;
+    uint64_t gone = s->dead + (!k->blocked && s->tomb_max < others ? s->tomb : 0);
+    if (gone > 0)
+      c[n++] = (cand_t){s, (double)gone / (double)s->size};
+  }
+  /* Largest share first: a few candidates, a simple sort. */
+  for (size_t i = 1; i < n; i++)
+    for (size_t j = i; j > 0 && c[j].share > c[j - 1].share; j--) {
+      cand_t t = c[j];
+      c[j] = c[j - 1];
+      c[j - 1] = t;
+    }
+  for (size_t i = 0; i < n && v == NULL; i++)
+    if (flock(c[i].s->fd, LOCK_EX | LOCK_NB) == 0) {
+      v = c[i].s;
+      v->refs++;
+    }
+  pthread_mutex_unlock(&p->mu);
+  free(c);
+  return v;
+}
+
+/* Copies the record at off of the victim (header h) into the own active
+ * segment when it is its key's newest: a put, or a tombstone that may
+ * still shadow an older record somewhere. The copy keeps the version and
+ * raises copy, so it outranks the original. */
+static int carry(posix_t *p, carry_t *c, uint64_t off, const rec_t *h, const char *ns, char *err,
+                 size_t errlen) {
+  pack_t *k = p->pack;
+  size_t size = rec_size(h->nslen, h->len);
+  seg_t *s, *prev = NULL;
   uint64_t to;
   int rc;
 
-  memcpy(ns, m + off + sizeof *h, h->nslen);
-  ns[h->nslen] = '\0';
   pthread_mutex_lock(&p->mu);
   int id = ns_id(k, ns, 0);
   ent_t *e = id < 0 ? NULL : find(k, (uint16_t)id, h->hash);
-  int keep = h->kind == REC_PUT ? e != NULL && e->seg == v && e->off == off
-                                : !oldest && (e == NULL || e->version < h->version);
-  if (!keep) {
+  if (e == NULL || e->seg != c->v || e->off != off) {
+    pthread_mutex_unlock(&p->mu);
+    return 0; /* not its key's newest: dead */
+  }
+  if (h->kind == REC_DEL && !c->blocked && c->oldest_dead > h->version) {
+    erase(k, e); /* no older put is left anywhere: the tombstone goes */
     pthread_mutex_unlock(&p->mu);
     return 0;
   }
-  size_t size = rec_size(h->nslen, h->len);
   if ((rc = reserve(p, size, &s, &to, err, errlen)) != 0) {
     pthread_mutex_unlock(&p->mu);
     return rc;
   }
+  if (c->to != s) {
+    prev = c->to;
+    c->to = s;
+    s->refs++;
+  }
   pthread_mutex_unlock(&p->mu);
-  /* The record's bytes as they are: same version, same checksum. */
-  struct iovec rec = {(void *)(m + off), size};
-  int werr = px_pwrite_all(s->fd, &rec, 1, to);
-  pthread_mutex_lock(&p->mu);
-  if (werr != 0) {
-    s->dead += size;
-  } else if (h->kind == REC_DEL) {
-    s->tomb += size;
-  } else {
-    e = find(k, (uint16_t)id, h->hash); /* the table may have moved */
-    if (e != NULL && e->seg == v && e->off == off) {
-      e->seg = s;
-      e->off = to;
-    } else {
-      s->dead += size; /* replaced or deleted meanwhile */
+  if (prev != NULL) { /* rolled: the last segment's copies made durable */
+    int e2 = p->fsync && fdatasync(prev->fd) != 0 ? errno : 0;
+    pthread_mutex_lock(&p->mu);
+    seg_unref(prev);
+    pthread_mutex_unlock(&p->mu);
+    if (e2 != 0) {
+      pthread_mutex_lock(&p->mu);
+      wrote(k, s, size, 1);
+      pthread_mutex_unlock(&p->mu);
+      return px_fail(px_errno_code(e2), err, errlen, "%s: fdatasync: %s", k->dir, e2);
     }
   }
-  seg_unref(s);
+  rec_t cp = *h;
+  cp.copy = h->copy + 1;
+  struct iovec pl = {(void *)(c->m + off + sizeof *h + h->nslen), h->len};
+  int werr = write_rec(s, to, &cp, ns, &pl, h->len ? 1 : 0, 0);
+  pthread_mutex_lock(&p->mu);
+  if (werr == 0)
+    apply(p, s, to, &cp, id);
+  wrote(k, s, size, werr != 0);
   pthread_mutex_unlock(&p->mu);
   return werr ? px_fail(px_errno_code(werr), err, errlen, "%s: compaction: %s", k->dir, werr) : 0;
 }
 
 int pk_compact(posix_t *p, char *err, size_t errlen) {
   pack_t *k = p->pack;
-  seg_t *v = NULL;
+  carry_t c = {.oldest_dead = NONE};
+  uint64_t size = 0;
   char path[3400];
-  int rc = 0, oldest;
+  int rc;
 
   if (k == NULL)
     return 0;
   pthread_mutex_lock(&k->compacting);
-  pthread_mutex_lock(&p->mu);
-  /* The sealed segment with the largest share of reclaimable bytes. */
-  double best = 0;
-  for (size_t i = 0; i + 1 < k->nsegs; i++) {
-    seg_t *s = k->segs[i];
-    uint64_t gone = s->dead + (i == 0 ? s->tomb : 0);
-    if (gone > 0 && (double)gone / (double)s->size > best) {
-      best = (double)gone / (double)s->size;
-      v = s;
-    }
-  }
-  if (v == NULL) {
-    pthread_mutex_unlock(&p->mu);
+  if (flock(k->compact_fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
     pthread_mutex_unlock(&k->compacting);
-    return 0;
+    if (e == EWOULDBLOCK)
+      return 0; /* another opener is compacting: nothing for this one */
+    return px_fail(px_errno_code(e), err, errlen, "%s/COMPACT: flock: %s", k->dir, e);
   }
-  oldest = v == k->segs[0];
-  v->refs++;
-  uint64_t size = v->size;
-  pthread_mutex_unlock(&p->mu);
+  if ((rc = refresh(p, 1, err, errlen)) != 0)
+    goto out;
+  pthread_mutex_lock(&k->refreshing);
+  if ((c.v = pick(p)) != NULL) {
+    struct stat sb;
+    /* Sealed now that this open holds it: read to its end. */
+    if (!c.v->own && !c.v->done && fstat(c.v->fd, &sb) == 0) {
+      int64_t got = scan(p, c.v, c.v->size, (uint64_t)sb.st_size, 1);
+      if (got >= 0)
+        c.v->size = (uint64_t)got;
+    }
+    c.v->done = 1;
+    size = c.v->size;
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < k->nsegs; i++)
+      if (k->segs[i] != c.v && k->segs[i]->dead_min < c.oldest_dead)
+        c.oldest_dead = k->segs[i]->dead_min;
+    c.blocked = k->blocked;
+    pthread_mutex_unlock(&p->mu);
+  }
+  pthread_mutex_unlock(&k->refreshing);
+  if (c.v == NULL)
+    goto out;
 
-  unsigned char *m = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, v->fd, 0) : NULL;
+  unsigned char *m = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, c.v->fd, 0) : NULL;
   if (size && m == MAP_FAILED) {
     rc = px_fail(px_errno_code(errno), err, errlen, "%s: mmap: %s", k->dir, errno);
     m = NULL;
   }
+  c.m = m;
   rec_t h;
+  char ns[65];
   for (uint64_t off = 0; rc == 0 && off < size;) {
-    if (!rec_at(m, size, off, &h)) {
+    if (!rec_at(m, size, off, &h, ns)) {
       off += 8;
       continue;
     }
-    rc = carry(p, v, m, off, &h, oldest, err, errlen);
+    rc = carry(p, &c, off, &h, ns, err, errlen);
     off += rec_size(h.nslen, h.len);
   }
   if (m != NULL)
     munmap(m, size);
-  /* The copies are durable before the segment goes. */
-  pthread_mutex_lock(&p->mu);
-  seg_t *a = k->segs[k->nsegs - 1];
-  a->refs++;
-  pthread_mutex_unlock(&p->mu);
-  if (rc == 0 && p->fsync && a != v && fdatasync(a->fd) != 0)
-    rc = px_fail(px_errno_code(errno), err, errlen, "%s: fdatasync: %s", k->dir, errno);
-  pthread_mutex_lock(&p->mu);
-  seg_unref(a);
+  /* The copies are durable before the victim goes. */
+  if (c.to != NULL) {
+    if (rc == 0 && p->fsync && fdatasync(c.to->fd) != 0)
+      rc = px_fail(px_errno_code(errno), err, errlen, "%s: fdatasync: %s", k->dir, errno);
+    pthread_mutex_lock(&p->mu);
+    seg_unref(c.to);
+    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&k->sh->records, 1);
+  }
   if (rc == 0) {
-    seg_path(k, v->no, path, sizeof path);
+    pthread_mutex_lock(&k->refreshing);
+    seg_path(k, c.v->no, path, sizeof path);
     if (unlink(path) != 0) {
       rc = px_fail(px_errno_code(errno), err, errlen, "%s: %s", path, errno);
     } else {
-      for (size_t i = 0; i < k->nsegs; i++)
-        if (k->segs[i] == v) {
-          memmove(k->segs + i, k->segs + i + 1, (k->nsegs - i - 1) * sizeof *k->segs);
-          k->nsegs--;
-          break;
-        }
-      v->retired = 1;
-      v->refs--; /* the segment list's; ours below is the last but readers' */
+      pthread_mutex_lock(&p->mu);
+      seg_retire(p, c.v);
+      pthread_mutex_unlock(&p->mu);
+      atomic_fetch_add(&k->sh->segments, 1);
     }
+    pthread_mutex_unlock(&k->refreshing);
+    if (rc == 0 && p->fsync)
+      px_sync_dir(k->dir);
   }
-  seg_unref(v);
+  pthread_mutex_lock(&p->mu);
+  if (rc != 0)
+    flock(c.v->fd, LOCK_UN);
+  seg_unref(c.v);
   pthread_mutex_unlock(&p->mu);
-  if (rc == 0 && p->fsync)
-    px_sync_dir(k->dir);
+out:
+  flock(k->compact_fd, LOCK_UN);
   pthread_mutex_unlock(&k->compacting);
-  return rc == 0 ? 1 : rc;
+  return rc != 0 ? rc : c.v != NULL;
 }

@@ -18,7 +18,7 @@
  *   layout    files (default): one file per object | packed: objects of at
  *             most pack_max bytes are records in segment files (pack.c),
  *             larger ones files; deletes leave dead bytes that compact
- *             reclaims
+ *             reclaims; several processes may open it at once
  *   pack_max  packed: the largest object packed (default 256K)
  *   segment_size  packed: a segment's size before the next one begins
  *             (default 64M)
@@ -71,7 +71,7 @@
 static int count(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   posix_t *p = ctx;
   uint64_t t;
-  if (p->pack && pk_find(p, ns, hash, NULL, &t)) {
+  if (p->pack && pk_find(p, ns, hash, NULL, &t, 0)) {
     char dir[3200], file[3300];
     struct stat sb;
     px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
@@ -269,7 +269,7 @@ static int px_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   if (stat(file, &sb) == 0)
     old = (uint64_t)sb.st_size;
   size_t packed_len = 0;
-  if (p->pack && pk_find(p, ns, hash, &packed_len, NULL))
+  if (p->pack && pk_find(p, ns, hash, &packed_len, NULL, p->capacity != 0))
     old += packed_len;
   pthread_mutex_lock(&p->mu);
   if (p->capacity && p->used + p->reserved + len > p->capacity + old) {
@@ -450,7 +450,7 @@ static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
 
   if (!kvp_plugin_ns_ok(ns))
     return KVP_EINVAL;
-  if (p->pack && pk_find(p, ns, hash, len, NULL))
+  if (p->pack && pk_find(p, ns, hash, len, NULL, 1))
     return 1;
   px_paths(p, ns, hash, dir, sizeof dir, file, sizeof file);
   if (stat(file, &sb) != 0) {
@@ -466,6 +466,8 @@ static int px_exists(void *vol, const char *ns, uint64_t hash, size_t *len) {
 static int px_stat(void *vol, kvp_volume_stat_t *st, char *err, size_t errlen) {
   posix_t *p = vol;
   int rc = px_identity(p, err, errlen);
+  if (rc == 0)
+    rc = pk_refresh(p, err, errlen);
   if (rc != 0)
     return rc;
   pthread_mutex_lock(&p->mu);
@@ -503,7 +505,8 @@ static int px_garbage(void *vol, uint64_t *dead, uint64_t *total, char *err, siz
   int rc = px_identity(p, err, errlen);
   if (rc != 0)
     return rc;
-  pk_garbage(p, dead, &segs);
+  if ((rc = pk_garbage(p, dead, &segs, err, errlen)) != 0)
+    return rc;
   pthread_mutex_lock(&p->mu);
   *total = p->used + *dead;
   pthread_mutex_unlock(&p->mu);

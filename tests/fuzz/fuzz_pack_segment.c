@@ -1,10 +1,12 @@
 /* libFuzzer target: a segment file of the posix plugin's packed layout
  * (plugins/posix/pack.c; outside bytes: what a crash, a bad disk or
- * another program left on the volume), loaded by the plugin's open. Errors
+ * another process left on the volume), loaded by the plugin's open. Errors
  * are expected; crashes and overruns are not, and neither is a volume
  * whose objects change across a compaction and a reopen: what loads is
  * read back whole, compacted, and must load again the same (count and
- * bytes). */
+ * bytes). The compaction is a second open's, as another process's would
+ * be, while the first stays open: the first must see the same objects
+ * after it (its refresh reads the copies and drops the removed segment). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,8 +90,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fclose(f);
   if (load(o, &vol, &a) != 0)
     abort(); /* a segment's bytes never make the open fail */
-  while (o->compact(vol, err, sizeof err) == 1)
+  void *other = NULL;
+  if (load(o, &other, &b) != 0 || a.n != b.n || a.bytes != b.bytes)
+    abort();
+  while (o->compact(other, err, sizeof err) == 1)
     ;
+  b = (tally_t){.o = o, .vol = vol};
+  if (o->iterate(vol, visit, &b, err, sizeof err) != 0 || a.n != b.n || a.bytes != b.bytes)
+    abort(); /* the first open, after the second one's compaction */
+  o->close(other);
   o->close(vol);
   if (load(o, &vol, &b) != 0 || a.n != b.n || a.bytes != b.bytes)
     abort();

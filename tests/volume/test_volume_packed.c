@@ -2,8 +2,8 @@
  * filesystem: dead bytes counted and reclaimed by compaction with every
  * object intact, tombstones that keep a deleted object deleted across
  * compactions and reopens, torn writes and a crash mid-compaction
- * survived, an object that changes form (record or file) kept once, and a
- * packed volume refused under layout=files. The contract every plugin
+ * survived, an object that changes form (record or file) kept once, a
+ * packed volume refused under layout=files, and two opens sharing one. The contract every plugin
  * keeps is the conformance suite's (conformance_posix_packed.*). */
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -298,7 +299,7 @@ static void torn_records_cost_only_their_bytes(void **state) {
     if (i != 2)
       expect(f, i, 0, 1000);
   assert_int_equal(stat(seg, &sb), 0);
-  put(f, 9, 0, 1000); /* appended after the last good record */
+  put(f, 9, 0, 1000); /* into a new segment: a reopen never appends to an old one */
   assert_int_equal(reopen(f, "packed"), 0);
   expect(f, 9, 0, 1000);
   stat_is(f, 5, 5 * 1000);
@@ -345,20 +346,79 @@ static void a_packed_volume_is_refused_as_files(void **state) {
   expect(f, 1, 0, 100);
 }
 
-/* The in-memory index is one process's: a second open is refused, naming
- * the volume, and the first handle keeps working. */
-static void a_second_open_is_refused(void **state) {
+/* A second open (here in the same process: flock treats two opens like two
+ * processes) shares the volume: each sees what the other put, deleted and
+ * compacted, with the usage of the whole volume. Before several processes
+ * could open a packed volume this test was a_second_open_is_refused
+ * (KVP_EBUSY); what is refused now is an earlier one-process opener (below). */
+static void a_second_open_shares_the_volume(void **state) {
   fx_t *f = *state;
-  char err[512] = "";
+  fx_t g = *f;
+
+  g.v = NULL;
+  assert_int_equal(reopen(&g, "packed"), 0);
+  for (uint64_t i = 0; i < 24; i++)
+    put(f, i, 0, 1000); /* three sealed segments and an active one, f's */
+  for (uint64_t i = 0; i < 24; i++)
+    expect(&g, i, 0, 1000);
+  stat_is(&g, 24, 24 * 1000);
+  for (uint64_t i = 0; i < 24; i += 2)
+    del(&g, i); /* tombstones in g's segment */
+  for (uint64_t i = 100; i < 110; i++)
+    put(&g, i, 1, 900);
+  for (uint64_t i = 0; i < 24; i++) {
+    if (i % 2 == 0)
+      expect_gone(f, i);
+    else
+      expect(f, i, 0, 1000);
+  }
+  for (uint64_t i = 100; i < 110; i++)
+    expect(f, i, 1, 900);
+  stat_is(f, 22, 12 * 1000 + 10 * 900);
+  /* g compacts f's sealed segments; f reads on, from the copies. */
+  compact_all(&g);
+  uint64_t dead, total;
+  garbage(&g, &dead, &total);
+  for (uint64_t i = 1; i < 24; i += 2)
+    expect(f, i, 0, 1000);
+  put(f, 5, 2, 700);
+  expect(&g, 5, 2, 700);
+  stat_is(f, 22, 11 * 1000 + 700 + 10 * 900);
+  stat_is(&g, 22, 11 * 1000 + 700 + 10 * 900);
+  compact_all(f);
+  kvp_volume_close(g.v);
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 22, 11 * 1000 + 700 + 10 * 900);
+  for (uint64_t i = 0; i < 24; i++) {
+    if (i % 2 == 0)
+      expect_gone(f, i);
+    else
+      expect(f, i, i == 5 ? 2 : 0, i == 5 ? 700 : 1000);
+  }
+}
+
+/* A process of the earlier one-process layout held .packed/LOCK
+ * exclusively: while one does, open is refused naming the volume. */
+static void an_exclusive_holder_of_the_old_lock_is_refused(void **state) {
+  fx_t *f = *state;
+  char err[512] = "", lock[400];
   kvp_volume_t *v = NULL;
   kvp_volume_param_t p[] = {{"path", f->root}, {"layout", "packed"}};
 
   put(f, 1, 0, 100);
+  kvp_volume_close(f->v);
+  f->v = NULL;
+  snprintf(lock, sizeof lock, "%s/LOCK", f->segs);
+  int fd = open(lock, O_RDWR);
+  assert_true(fd >= 0);
+  assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
   assert_int_equal(
       kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g3-again", p, 2, &v, err, sizeof err),
       KVP_EBUSY);
   assert_non_null(strstr(err, f->root));
-  assert_non_null(strstr(err, "another process"));
+  assert_non_null(strstr(err, "earlier"));
+  close(fd);
+  assert_int_equal(reopen(f, "packed"), 0);
   expect(f, 1, 0, 100);
 }
 
@@ -371,7 +431,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(torn_records_cost_only_their_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(an_object_changing_form_is_one_object, setup, teardown),
       cmocka_unit_test_setup_teardown(a_packed_volume_is_refused_as_files, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_second_open_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_second_open_shares_the_volume, setup, teardown),
+      cmocka_unit_test_setup_teardown(an_exclusive_holder_of_the_old_lock_is_refused, setup,
+                                      teardown),
   };
   return kvp_test_run("volume_packed", tests, sizeof tests / sizeof tests[0], argc, argv);
 }

@@ -157,6 +157,11 @@ kvp_add_test(volume_packed volume/test_volume_packed.c LABELS volume)
 target_compile_definitions(test_volume_packed PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_volume_packed kvplane-volume-posix)
+# The packed layout opened by several processes at once, with kill -9s.
+kvp_add_test(volume_packed_procs volume/test_volume_packed_procs.c LABELS volume TIMEOUT 120)
+target_compile_definitions(test_volume_packed_procs PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_volume_packed_procs kvplane-volume-posix)
 # s3 against radosgw (the cluster of the rgw fixture above): {rgw} is its
 # endpoint, {unique} a prefix part no other test process uses.
 kvp_add_conformance(s3 RGW AS s3_rgw LABELS s3 rgw slow PARAMS endpoint={rgw} bucket=kvb
