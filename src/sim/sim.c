@@ -17,6 +17,7 @@
 #include "kvplane/hash.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 #include "kvplane/volume.h"
 #include "sim/trace.h"
 
@@ -39,7 +40,8 @@ typedef struct worker_s {
   kvp_blockmgr_t *bm;
   kvp_publisher_t *pub;
   kvp_volume_t *g3, *g4;
-  kvp_seq_t *live[KVP_SIM_MAX_BATCH]; /* running sequences, oldest at head */
+  char volume_ns[KVP_PARTITION_NS_MAX + 1]; /* <ns>, or <ns>-p<p> when partitioned */
+  kvp_seq_t *live[KVP_SIM_MAX_BATCH];       /* running sequences, oldest at head */
   size_t head, nlive;
   uint64_t skipped, corrupt, decode_stops;
   int rc;
@@ -177,7 +179,22 @@ static int open_worker(kvp__sim_t *s, worker_t *w, char *err, size_t errlen) {
   bo.sink = kvp_publisher_sink(w->pub);
   bo.g3 = w->g3;
   bo.g4 = w->g4;
-  bo.volume_ns = s->o.ns;
+  /* A partitioned deployment keeps partition p's objects under <ns>-p<p>
+   * (docs/SCALE.md, "Tiering across partitions"): the worker puts and reads
+   * where its partition's advisor moves, evicts and scrubs. */
+  if (s->o.partitions > 0)
+    rc = kvp_partition_volume_ns(w->volume_ns, sizeof w->volume_ns, s->o.ns,
+                                 kvp_partition_of(w->id, s->o.partitions));
+  else
+    rc = snprintf(w->volume_ns, sizeof w->volume_ns, "%s", s->o.ns) < (int)sizeof w->volume_ns
+             ? 0
+             : KVP_ETOOBIG;
+  if (rc != 0) {
+    snprintf(err, errlen, "worker %s: namespace '%s' makes no volume namespace: %s", w->id, s->o.ns,
+             kvp_strerror(rc));
+    return rc;
+  }
+  bo.volume_ns = w->volume_ns;
   /* The replay runs an hour of trace in seconds: the scheduler waits for
    * the G3 puts rather than dropping them, so G3 holds what it would in
    * real time. */

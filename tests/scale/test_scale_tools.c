@@ -8,6 +8,9 @@
  *   partition streams (made by them when no advisor made them yet); without
  *   it their JetStream publishes are never acked (the unpartitioned stream
  *   they make takes nothing: the server maps the subjects first);
+ * - kvplane-sim with --partitions and --volumes keeps each worker's G3
+ *   objects under its partition's key namespace <ns>-p<p>, where that
+ *   partition's advisor moves, evicts and scrubs them;
  * - kvplane-relay --reverse with --partitions takes the events where the
  *   server maps them; without it nothing arrives.
  * Loopback only; every wait is bounded. */
@@ -223,6 +226,58 @@ static void sim_needs_partitions_to_publish(void **state) {
   assert_int_equal(streams(f), 4);
 }
 
+/* kvplane-sim --partitions 4 --volumes: each worker's G3 objects are under
+ * <ns>-p<its partition> (docs/SCALE.md, "Tiering across partitions"), and
+ * under no other namespace; without --partitions, under <ns>. */
+static void sim_keeps_objects_under_the_partition_namespace(void **state) {
+  fx_t *f = *state;
+  char cmd[2048], path[700], trace[400];
+  struct stat st;
+  /* Two prefix families of 12 blocks taking turns, each request with 4
+   * blocks of its own: with G1 16 and G2 8 a family's blocks, hit on its
+   * second turn, leave G2 while the other family runs, and go to G3. */
+  snprintf(trace, sizeof trace, "%s/families.jsonl", f->dir);
+  FILE *t = fopen(trace, "w");
+  assert_non_null(t);
+  for (int r = 0; r < 48; r++) {
+    fprintf(t, "{\"timestamp\": %d, \"input_length\": 8192, \"output_length\": 1, \"hash_ids\": [",
+            r * 10);
+    for (int b = 0; b < 12; b++)
+      fprintf(t, "%d, ", (r / 4) % 2 * 100 + b); /* r % 4: the worker */
+    for (int b = 0; b < 4; b++)
+      fprintf(t, "%d%s", 1000 + r * 4 + b, b < 3 ? ", " : "]}\n");
+  }
+  fclose(t);
+  for (int parted = 0; parted < 2; parted++) {
+    snprintf(cmd, sizeof cmd,
+             "timeout 60 %s/tools/kvplane-sim -t %s -s %s -n " NS " -w 4 --g1-blocks 16 "
+             "--g2-blocks 8 --no-decode --volumes %s/vol%d --plugin-dir %s/plugins%s",
+             bindir(), trace, f->d.url, f->dir, parted, bindir(), parted ? " --partitions 4" : "");
+    if (run(f, cmd) != 0)
+      fail_msg("kvplane-sim:\n%s", f->out);
+    int found = 0;
+    for (int w = 0; w < 4; w++) {
+      char id[16], vns[KVP_PARTITION_NS_MAX + 1];
+      snprintf(id, sizeof id, "sim-%d", w);
+      uint32_t mine = kvp_partition_of(id, 4);
+      for (uint32_t p = 0; p <= 4; p++) { /* p == 4: the plain <ns> */
+        if (p < 4)
+          assert_int_equal(kvp_partition_volume_ns(vns, sizeof vns, NS, p), 0);
+        else
+          snprintf(vns, sizeof vns, "%s", NS);
+        snprintf(path, sizeof path, "%s/vol%d/g3/%s/%s", f->dir, parted, id, vns);
+        int there = stat(path, &st) == 0;
+        int want = parted ? p == mine : p == 4;
+        if (there && !want)
+          fail_msg("%s: objects under %s (partition of %s is %u)", path, vns, id, mine);
+        found += there;
+      }
+    }
+    if (found == 0)
+      fail_msg("no worker offloaded to G3 (the test's capacities are too large?):\n%s", f->out);
+  }
+}
+
 /* kvplane-relay --reverse: the events of worker sim-0 reach it with
  * --partitions, and not without. */
 static void reverse_relay_takes_partitioned_events(void **state) {
@@ -339,6 +394,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(stats_merge_counts_a_standby_once),
       cmocka_unit_test_setup_teardown(status_and_top_gather_across_partitions, setup, teardown),
       cmocka_unit_test_setup_teardown(sim_needs_partitions_to_publish, setup, teardown),
+      cmocka_unit_test_setup_teardown(sim_keeps_objects_under_the_partition_namespace, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(reverse_relay_takes_partitioned_events, setup, teardown),
   };
   return kvp_test_run("scale_tools", tests, sizeof tests / sizeof tests[0], argc, argv);
