@@ -61,7 +61,7 @@ static const kvp_conf_key_t keys[] = {
      NULL},
     {"partitions", "count", KVP_CONF_INT, OFF(partitions), 0, KVP_PARTITIONS_MAX, NULL,
      "event partitions of the deployment, as in the servers' subject mapping (kvplane "
-     "nats-config --partitions N prints it); 0: not partitioned. Each partition p is the "
+     "nats-config N prints it); 0: not partitioned. Each partition p is the "
      "stream <stream>_P<p>",
      NULL},
     {"partitions", "owned", KVP_CONF_STR, OFF(owned), 0, CAP(owned), NULL,
