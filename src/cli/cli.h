@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kvplane/client.h"
 #include "kvplane/nats.h"
 
 /* Exit statuses, as `kvplane --help` documents them. */
@@ -53,6 +54,11 @@ int kvp__cli_known(const char *name);
 
 /* The --help text of the command name (kvp__cli_known) on f. */
 void kvp__cli_help(const char *name, FILE *f);
+
+/* Checks --ns and the NATS options and opens a client (*c, closed by the
+ * caller). Returns KVP__CLI_EXIT_OK, _USAGE (bad options, said on stderr)
+ * or _UNREACHABLE (said unless quiet). (query.c) */
+int kvp__cli_client_open(const kvp__cli_args_t *a, int quiet, kvp_client_t **c);
 
 /* Sends body to kvplane.api.<ns>.<what> through the advisor client
  * (kvplane/client.h), waiting timeout ms; *doc gets the reply (NULL when

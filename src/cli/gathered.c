@@ -160,19 +160,10 @@ int kvp__cli_stats_all(const kvp__cli_args_t *a, long timeout, int quiet, json_t
   int rc;
 
   *doc = NULL;
-  if (!kvp_subject_token_valid(a->ns)) {
-    fprintf(stderr, "kvplane: --ns: '%s' must be 1..64 of [A-Za-z0-9_-]\n", a->ns);
-    return KVP__CLI_EXIT_USAGE;
-  }
-  if (kvp_nats_opts_check(&a->nats, "--", err, sizeof err) != 0) {
-    fprintf(stderr, "kvplane: %s\n", err);
-    return KVP__CLI_EXIT_USAGE;
-  }
-  rc = kvp_client_open(&a->nats, a->ns, &c, err, sizeof err);
-  if (rc == 0) /* standbys answering just after the cover are listed too */
-    kvp_client_set_grace(c, 100);
-  if (rc == 0)
-    rc = kvp_client_request_all(c, KVP_API_STATS, "{}", (uint32_t)timeout, &reply, err, sizeof err);
+  if ((rc = kvp__cli_client_open(a, quiet, &c)) != KVP__CLI_EXIT_OK)
+    return rc;
+  kvp_client_set_grace(c, 100); /* standbys answering just after the cover are listed too */
+  rc = kvp_client_request_all(c, KVP_API_STATS, "{}", (uint32_t)timeout, &reply, err, sizeof err);
   kvp_client_close(c);
   if (rc != 0) {
     if (!quiet)

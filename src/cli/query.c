@@ -13,14 +13,9 @@
 #include "kvplane/hash.h"
 #include "kvplane/subjects.h"
 
-int kvp__cli_request(const kvp__cli_args_t *a, const char *what, const char *body, long timeout,
-                     int quiet, json_t **doc) {
+int kvp__cli_client_open(const kvp__cli_args_t *a, int quiet, kvp_client_t **c) {
   char err[512];
-  kvp_client_t *c = NULL;
-  char *reply = NULL;
-  int rc;
-
-  *doc = NULL;
+  *c = NULL;
   if (!kvp_subject_token_valid(a->ns)) {
     fprintf(stderr, "kvplane: --ns: '%s' must be 1..64 of [A-Za-z0-9_-]\n", a->ns);
     return KVP__CLI_EXIT_USAGE;
@@ -29,9 +24,25 @@ int kvp__cli_request(const kvp__cli_args_t *a, const char *what, const char *bod
     fprintf(stderr, "kvplane: %s\n", err);
     return KVP__CLI_EXIT_USAGE;
   }
-  rc = kvp_client_open(&a->nats, a->ns, &c, err, sizeof err);
-  if (rc == 0)
-    rc = kvp_client_request(c, what, body, (uint32_t)timeout, &reply, err, sizeof err);
+  if (kvp_client_open(&a->nats, a->ns, c, err, sizeof err) != 0) {
+    if (!quiet)
+      fprintf(stderr, "kvplane: %s\n", err);
+    return KVP__CLI_EXIT_UNREACHABLE;
+  }
+  return KVP__CLI_EXIT_OK;
+}
+
+int kvp__cli_request(const kvp__cli_args_t *a, const char *what, const char *body, long timeout,
+                     int quiet, json_t **doc) {
+  char err[512];
+  kvp_client_t *c = NULL;
+  char *reply = NULL;
+  int rc;
+
+  *doc = NULL;
+  if ((rc = kvp__cli_client_open(a, quiet, &c)) != KVP__CLI_EXIT_OK)
+    return rc;
+  rc = kvp_client_request(c, what, body, (uint32_t)timeout, &reply, err, sizeof err);
   kvp_client_close(c);
   if (rc != 0) {
     if (!quiet)
