@@ -102,7 +102,6 @@ typedef struct blk_s {
   uint64_t hash, parent, last_ms, freq_ms;
   double freq;
   uint32_t pos3;                        /* its place in the G3 list */
-  uint32_t children;                    /* blocks seen with it as their parent */
   uint8_t has_parent, in3, in4, listed; /* listed: in the hot list */
 } blk_t;
 
@@ -342,8 +341,6 @@ static blk_t *blk_get(replay_t *r, uint64_t hash, uint64_t parent, int has_paren
   if (kvp__map64_put(&r->at, hash, r->nblk) != 0)
     abort();
   r->blk[r->nblk] = (blk_t){.hash = hash, .parent = parent, .has_parent = (uint8_t)has_parent};
-  if (has_parent && kvp__map64_get(&r->at, parent, &i) == 0)
-    r->blk[i].children++;
   return &r->blk[r->nblk++];
 }
 
@@ -381,8 +378,7 @@ static int round_once(replay_t *r, uint64_t now) {
                                        .bytes = 1,
                                        .last_access_ms = b->last_ms,
                                        .freq = f,
-                                       .since_ms = b->last_ms,
-                                       .leaf = b->children == 0};
+                                       .since_ms = b->last_ms};
   }
   kvp__tier_vol_t v[2] = {{.tier = 3, .capacity = r->capacity, .used = r->n3},
                           {.tier = 4, .used = r->n4}};

@@ -80,7 +80,6 @@ typedef struct kvp__tier_cand_s {
   uint64_t last_access_ms;
   double freq;       /* decayed hit frequency, at the plan's now */
   uint64_t since_ms; /* residence counts from here: the engine sets its last access */
-  uint8_t leaf;      /* 1: no block is known to have it as its parent; 0: one is, or unknown */
 } kvp__tier_cand_t;
 
 typedef enum kvp__tier_kind_e {

@@ -32,11 +32,10 @@
 static const kvp__tier_policy_key_t keys[] = {
     {"weight", 0, 1.0, 0, 4, "exponent of the hit count in the priority (0: lru)"},
     {"tau", 1, 1000, 1, 86400000, "added to every block's age"},
-    {"leaf_weight", 0, 1.0, 1, 1e12, "a leaf's (no known child) coldness times this (1: off)"},
 };
 
 typedef struct hyp_s {
-  double weight, tau_ms, leaf_weight;
+  double weight, tau_ms;
 } hyp_t;
 
 /* The priority's inverse, so that higher leaves first: (age + tau) /
@@ -45,8 +44,7 @@ typedef struct hyp_s {
 static double coldness(const hyp_t *s, const kvp__tier_cand_t *c, uint64_t now) {
   double age = now > c->last_access_ms ? (double)(now - c->last_access_ms) : 0;
   double f = c->freq > 1e-6 ? c->freq : 1e-6;
-  double cold = (age + s->tau_ms) / (s->weight == 1.0 ? f : pow(f, s->weight));
-  return c->leaf ? cold * s->leaf_weight : cold;
+  return (age + s->tau_ms) / (s->weight == 1.0 ? f : pow(f, s->weight));
 }
 
 static int hyp_colder(const void *ctx, const kvp__tier_cand_t *a, const kvp__tier_cand_t *b,
@@ -63,7 +61,7 @@ static int hyp_open(const double *conf, void **state) {
   hyp_t *s = malloc(sizeof *s);
   if (s == NULL)
     return KVP_ENOMEM;
-  *s = (hyp_t){.weight = conf[0], .tau_ms = conf[1], .leaf_weight = conf[2]};
+  *s = (hyp_t){.weight = conf[0], .tau_ms = conf[1]};
   *state = s;
   return 0;
 }
