@@ -62,8 +62,12 @@
  * all of the few blocks admitted, while the worker recomputes the rest.
  *
  *   kvp-bench policy [requests=N] [g1=BLOCKS] [g2=BLOCKS] [blockb=BYTES]
+ *                    [pct=P] [policy=NAME [params="k=v ..."]] [admission=0|1]
  *
- * requests= replays the first N requests only (default: all 12,031). */
+ * requests= replays the first N requests only (default: all 12,031);
+ * pct= runs the capacity P% only (one of 5, 10, 25), policy= that policy
+ * only, with its policy_params params=, and admission=0 skips admission
+ * (while trying a policy out). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -403,7 +407,7 @@ static int round_once(replay_t *r, uint64_t now) {
 /* Replays the recorded stream (ev, at) of trace t with policy and a G3 of
  * capacity blocks. */
 static int replay(const trace_t *t, const rec_t *ev, const size_t *at, const char *policy,
-                  size_t capacity, result_t *res) {
+                  const char *params, size_t capacity, result_t *res) {
   replay_t r = {.capacity = capacity, .res = res};
   char err[512];
   int rc = -1;
@@ -414,7 +418,7 @@ static int replay(const trace_t *t, const rec_t *ev, const size_t *at, const cha
   r.prm.low_watermark = 1.0 - 0.5 / (double)(capacity ? capacity : 1);
   r.prm.min_residence_ms = 0;
   kvp__map64_init(&r.at, t->distinct);
-  if (kvp__tier_pol_open(policy, NULL, &r.pol, err, sizeof err) != 0) {
+  if (kvp__tier_pol_open(policy, params, &r.pol, err, sizeof err) != 0) {
     fprintf(stderr, "bench policy: %s\n", err);
     goto out;
   }
@@ -489,7 +493,8 @@ static double ratio(uint64_t a, uint64_t b) {
 
 KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the Mooncake trace") {
   static const int pcts[] = {5, 10, 25};
-  long requests = 1 << 30, g1 = 1024, g2 = 2048, blockb = 512;
+  long requests = 1 << 30, g1 = 1024, g2 = 2048, blockb = 512, only_pct = 0, admission = 1;
+  const char *only = NULL, *params = NULL;
   cfg_t cfg;
   trace_t t;
   rec_t stream[3];
@@ -500,16 +505,31 @@ KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the M
   char fig[128];
   int rc = 1;
 
-  for (int i = 1; i < argc; i++)
+  for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], "policy=", 7) == 0 && kvp__tier_policy_find(argv[i] + 7) != NULL) {
+      only = argv[i] + 7;
+      continue;
+    }
+    if (strncmp(argv[i], "params=", 7) == 0) {
+      params = argv[i] + 7;
+      continue;
+    }
     if (!opt(argv[i], "requests=", 1, 1 << 30, &requests) &&
         !opt(argv[i], "g1=", 256, 1 << 20, &g1) && !opt(argv[i], "g2=", 0, 1 << 22, &g2) &&
+        !opt(argv[i], "pct=", 1, 100, &only_pct) && !opt(argv[i], "admission=", 0, 1, &admission) &&
         (!opt(argv[i], "blockb=", 512, 1 << 24, &blockb) || blockb % 512 != 0)) {
       fprintf(stderr,
               "bench policy: bad option '%s' (requests=N g1=BLOCKS g2=BLOCKS "
-              "blockb=BYTES, a multiple of 512)\n",
+              "blockb=BYTES, a multiple of 512; pct=P policy=NAME params=\"k=v ...\" "
+              "admission=0|1)\n",
               argv[i]);
       return 1;
     }
+  }
+  if (params != NULL && only == NULL) {
+    fprintf(stderr, "bench policy: params= needs policy=\n");
+    return 1;
+  }
   memset(stream, 0, sizeof stream);
   cfg = (cfg_t){(uint32_t)g1, (uint32_t)g2, (uint32_t)blockb};
   uint64_t t0 = kvp_bench_now_ns();
@@ -520,7 +540,7 @@ KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the M
          t.nreq, t.off[t.nreq], t.distinct, g1, g2, blockb);
   /* The worker's streams, through the real block manager: admission after
    * 1 (every victim), 2 and 3 hits. */
-  for (int a = 0; a < 3; a++) {
+  for (int a = 0; a < (admission ? 3 : 1); a++) {
     if ((at[a] = malloc((t.nreq + 1) * sizeof *at[a])) == NULL ||
         record(&t, &cfg, (uint32_t)a + 1, &stream[a], at[a], &rsecs[a], &below[a]) != 0)
       goto out;
@@ -528,7 +548,11 @@ KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the M
            "blocks missed G1 and G2\n",
            a + 1, rsecs[a], stream[a].n, (unsigned long long)below[a]);
   }
+  if (params != NULL)
+    printf("# %s with policy_params \"%s\"\n", only, params);
   for (size_t p = 0; p < sizeof pcts / sizeof pcts[0]; p++) {
+    if (only_pct != 0 && pcts[p] != only_pct)
+      continue;
     size_t cap = t.distinct * (size_t)pcts[p] / 100;
     min_result_t mr;
     if (bench_policy_min(stream[0].ev, stream[0].n, cap, &mr) != 0)
@@ -546,7 +570,9 @@ KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the M
     kvp_bench_report(fig, min_bph, "B", NULL, 0);
     for (int k = 0; kvp__tier_policy_names[k]; k++) {
       const char *name = kvp__tier_policy_names[k];
-      if (replay(&t, &stream[0], at[0], name, cap, &res) != 0)
+      if (only != NULL && strcmp(name, only) != 0)
+        continue;
+      if (replay(&t, &stream[0], at[0], name, params, cap, &res) != 0)
         goto out;
       snprintf(fig, sizeof fig, "policy.%s.%dpct.g3_hit_ratio", name, pcts[p]);
       kvp_bench_report(fig, ratio(res.hits3, res.hits4), "ratio", "min", min_ratio);
@@ -567,8 +593,8 @@ KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the M
   uint64_t demand = 0; /* admission1's lower-tier reads */
   for (size_t k = 0; k < stream[0].n; k++)
     demand += stream[0].ev[k].kind == STREAM_REF;
-  for (int a = 0; a < 3; a++) {
-    if (replay(&t, &stream[a], at[a], kvp__tier_policy_names[0], cap10, &res) != 0)
+  for (int a = 0; a < (admission ? 3 : 0); a++) {
+    if (replay(&t, &stream[a], at[a], kvp__tier_policy_names[0], NULL, cap10, &res) != 0)
       goto out;
     double w = (double)res.written * blockb;
     double h = demand ? (double)res.hits3 / (double)demand : 0;
