@@ -38,7 +38,8 @@
  *   later). Its own writes enter when written; other openers' records enter
  *   by a refresh before every lookup, stat, iterate, garbage and compaction
  *   (one atomic load of the change counters when nothing changed). A refresh lists the
- *   directory when segments came or went, then reads only the bytes
+ *   directory when segments came or went (and lists again until no segment
+ *   came or went while it listed and read), then reads only the bytes
  *   appended since its last look at each unsealed segment (records are
  *   self-delimiting and checked). In a segment whose writer holds its lock
  *   it stops at the first record that does not check (a write in flight)
@@ -107,6 +108,7 @@
 #define MAX_NS 4096 /* namespaces one packed volume knows */
 #define NONE UINT64_MAX
 #define STATE_SIZE 4096
+#define REFRESH_ROUNDS 1000 /* listings a refresh makes while segments keep changing */
 
 typedef struct rec_s {
   uint32_t magic;
@@ -759,7 +761,16 @@ static int read_new(posix_t *p, int *blocked, char *err, size_t errlen) {
 }
 
 /* Brings the index up to what the segments hold: at once when force is
- * set, else only when another opener wrote since the last look. */
+ * set, else only when another opener wrote since the last look.
+ *
+ * A listing is complete only when no segment came or went between the
+ * load of the counter before it and the load after the reads: a
+ * compaction may remove a segment the listing missed or found gone at
+ * open (ENOENT) after copying its records into a segment created after the
+ * listing began, and then a record acknowledged before this refresh began
+ * is in no segment the index read. Such a listing is listed and read
+ * again before anyone looks anything up (the copies' segment is then in
+ * it), and only a complete one retires the segments it lacks. */
 static int refresh(posix_t *p, int force, char *err, size_t errlen) {
   pack_t *k = p->pack;
   int rc = 0, blocked = 0;
@@ -771,27 +782,34 @@ static int refresh(posix_t *p, int force, char *err, size_t errlen) {
     return 0;
   }
   int relisted = force || segs != k->seen_segments;
-  if (relisted)
-    rc = relist(p, k->nsegs == 0, err, errlen);
-  if (rc == 0)
-    rc = read_new(p, &blocked, err, errlen);
-  /* A segment that left the directory was compacted: its live records'
-   * copies were written before it went and are read now, unless they went
-   * into a segment created after the listing began (its creator raised the
-   * counter before writing into it): then it goes at the next refresh. */
-  uint64_t segs_after = atomic_load(&k->sh->segments);
-  if (rc == 0 && relisted && segs_after != segs)
-    segs = k->seen_segments; /* the listing is relisted next time */
-  else if (rc == 0 && relisted) {
-    pthread_mutex_lock(&p->mu);
-    for (size_t i = 0; i < k->nsegs;) {
-      seg_t *s = k->segs[i];
-      if (!s->listed && !(s->own && s->locked))
-        seg_retire(p, s);
-      else
-        i++;
+  for (int round = 0;; round++) {
+    blocked = 0;
+    if (relisted)
+      rc = relist(p, k->nsegs == 0, err, errlen);
+    if (rc == 0)
+      rc = read_new(p, &blocked, err, errlen);
+    if (rc != 0 || !relisted)
+      break;
+    uint64_t segs_after = atomic_load(&k->sh->segments);
+    if (segs_after == segs) {
+      /* A segment that left a complete listing was compacted: its live
+       * records' copies were written before it went and were read now. */
+      pthread_mutex_lock(&p->mu);
+      for (size_t i = 0; i < k->nsegs;) {
+        seg_t *s = k->segs[i];
+        if (!s->listed && !(s->own && s->locked))
+          seg_retire(p, s);
+        else
+          i++;
+      }
+      pthread_mutex_unlock(&p->mu);
+      break;
     }
-    pthread_mutex_unlock(&p->mu);
+    if (round == REFRESH_ROUNDS) {
+      segs = k->seen_segments; /* still changing: relisted next time */
+      break;
+    }
+    segs = segs_after;
   }
   if (rc == 0) {
     k->seen_records = recs;
