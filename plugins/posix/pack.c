@@ -37,18 +37,19 @@
  *   tombstones included (a tombstone's entry shadows older records seen
  *   later). Its own writes enter when written; other openers' records enter
  *   by a refresh before every lookup, stat, iterate, garbage and compaction
- *   (one atomic load of the change counters when nothing changed). A refresh lists the
- *   directory when segments came or went (and lists again until no segment
- *   came or went while it listed and read), then reads only the bytes
- *   appended since its last look at each unsealed segment (records are
- *   self-delimiting and checked). In a segment whose writer holds its lock
- *   it stops at the first record that does not check (a write in flight)
- *   and looks again there next time, after reading the whole records past
- *   it (a writer's threads append in parallel: a later record may be
- *   acknowledged while an earlier one is in flight); in a sealed one it resyncs past torn bytes
- *   at the next 8-byte boundary (a crashed writer's) and marks the segment
- *   done. A segment that left the listing was compacted: its live records
- *   were copied before it went, and the refresh has read the copies.
+ *   (one atomic load of the change counters when nothing changed). A
+ *   refresh lists the directory when segments came or went (and lists
+ *   again until no segment came or went while it listed and read), then
+ *   reads only the bytes appended since its last look at each unsealed
+ *   segment (records are self-delimiting and checked). In a segment whose
+ *   writer holds its lock it stops at the first record that does not check
+ *   (a write in flight) and looks again there next time, after reading the
+ *   whole records past it (a writer's threads append in parallel: a later
+ *   record may be acknowledged while an earlier one is in flight); in a
+ *   sealed one it resyncs past torn bytes at the next 8-byte boundary (a
+ *   crashed writer's) and marks the segment done. A segment that left the
+ *   listing was compacted: its live records were copied before it went,
+ *   and the refresh has read the copies.
  * - A delete appends a tombstone to the deleter's own segment.
  * - Compaction: one opener at a time (an exclusive flock on .packed/COMPACT)
  *   rewrites a segment it holds an exclusive flock on (so a sealed one: no
