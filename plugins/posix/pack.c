@@ -37,15 +37,19 @@
  *   tombstones included (a tombstone's entry shadows older records seen
  *   later). Its own writes enter when written; other openers' records enter
  *   by a refresh before every lookup, stat, iterate, garbage and compaction
- *   (one atomic load of the change counters when nothing changed). A refresh lists the
- *   directory when segments came or went, then reads only the bytes
- *   appended since its last look at each unsealed segment (records are
- *   self-delimiting and checked). In a segment whose writer holds its lock
- *   it stops at the first record that does not check (a write in flight)
- *   and looks again next time; in a sealed one it resyncs past torn bytes
- *   at the next 8-byte boundary (a crashed writer's) and marks the segment
- *   done. A segment that left the listing was compacted: its live records
- *   were copied before it went, and the refresh has read the copies.
+ *   (one atomic load of the change counters when nothing changed). A
+ *   refresh lists the directory when segments came or went (and lists
+ *   again until no segment came or went while it listed and read), then
+ *   reads only the bytes appended since its last look at each unsealed
+ *   segment (records are self-delimiting and checked). In a segment whose
+ *   writer holds its lock it stops at the first record that does not check
+ *   (a write in flight) and looks again there next time, after reading the
+ *   whole records past it (a writer's threads append in parallel: a later
+ *   record may be acknowledged while an earlier one is in flight); in a
+ *   sealed one it resyncs past torn bytes at the next 8-byte boundary (a
+ *   crashed writer's) and marks the segment done. A segment that left the
+ *   listing was compacted: its live records were copied before it went,
+ *   and the refresh has read the copies.
  * - A delete appends a tombstone to the deleter's own segment.
  * - Compaction: one opener at a time (an exclusive flock on .packed/COMPACT)
  *   rewrites a segment it holds an exclusive flock on (so a sealed one: no
@@ -107,6 +111,7 @@
 #define MAX_NS 4096 /* namespaces one packed volume knows */
 #define NONE UINT64_MAX
 #define STATE_SIZE 4096
+#define REFRESH_ROUNDS 1000 /* listings a refresh makes while segments keep changing */
 
 typedef struct rec_s {
   uint32_t magic;
@@ -141,6 +146,8 @@ typedef struct seg_s {
   uint8_t done;      /* another's: sealed and read to its end */
   uint8_t retired;   /* out of the list: closed and freed when refs drops to 0 */
   uint8_t listed;    /* seen by the last listing */
+  uint64_t *ahead;   /* another's: records past size already read, by offset */
+  size_t nahead, ahead_cap;
 } seg_t;
 
 typedef struct ent_s {
@@ -366,6 +373,7 @@ static void seg_path(const pack_t *k, uint64_t no, char *out, size_t n) {
 static void seg_unref(seg_t *s) {
   if (--s->refs == 0 && s->retired) {
     close(s->fd); /* releases its flock, if this open held one */
+    free(s->ahead);
     free(s);
   }
 }
@@ -566,13 +574,32 @@ static int rec_at(const unsigned char *m, uint64_t size, uint64_t off, rec_t *h,
 
 /* --- reading what others wrote -------------------------------------------------- */
 
-/* Reads the records of s in [from, to) into the index. Stops at the first
- * one that does not check unless resync is set (a sealed segment: past it
- * at the next 8-byte boundary, its bytes dead). The offset it got to, or
- * a negative code. */
+/* Whether the record at off of s was read past a write in flight (and
+ * forgets it when it is passed now). Under refreshing. */
+static int read_ahead(seg_t *s, uint64_t off, int passed) {
+  for (size_t i = 0; i < s->nahead; i++)
+    if (s->ahead[i] == off) {
+      if (passed)
+        s->ahead[i] = s->ahead[--s->nahead];
+      return 1;
+    }
+  return 0;
+}
+
+/* Reads the records of s in [from, to) into the index. In a sealed
+ * segment (resync set) it goes past bytes that do not check at the next
+ * 8-byte boundary, their bytes dead. In one its writer holds, the first
+ * record that does not check is a write in flight, and the offset
+ * returned stops there; but the writer's threads write in parallel (each
+ * reserves its place under the lock and writes outside it), so records
+ * after it may be whole and acknowledged: those are read too (looking at
+ * each 8-byte boundary past the one in flight) and remembered in
+ * s->ahead, so that the read that resumes at the stop does not apply them
+ * twice. The offset it got to, or a negative code. Under refreshing. */
 static int64_t scan(posix_t *p, seg_t *s, uint64_t from, uint64_t to, int resync) {
   pack_t *k = p->pack;
   uint64_t base = from & ~(uint64_t)(sysconf(_SC_PAGESIZE) - 1), off = from, torn = 0;
+  uint64_t stop = NONE; /* the first write in flight (resync not set) */
   if (to <= from)
     return (int64_t)from;
   unsigned char *m = mmap(NULL, to - base, PROT_READ, MAP_SHARED, s->fd, (off_t)base);
@@ -582,12 +609,18 @@ static int64_t scan(posix_t *p, seg_t *s, uint64_t from, uint64_t to, int resync
   char ns[65];
   while (off < to) {
     if (!rec_at(m, to - base, off - base, &h, ns)) {
-      if (!resync)
-        break;
+      if (!resync && stop == NONE)
+        stop = off;
       off += 8;
-      torn += 8;
+      torn += resync ? 8 : 0;
       continue;
     }
+    if (read_ahead(s, off, stop == NONE)) {
+      off += rec_size(h.nslen, h.len); /* applied by an earlier read */
+      continue;
+    }
+    if (stop != NONE && s->nahead == s->ahead_cap && KVP_PLUGIN_GROW(s->ahead, s->ahead_cap) != 0)
+      break; /* out of memory: read when the write in flight is done */
     pthread_mutex_lock(&p->mu);
     int id = ns_id(k, ns, 1);
     if (id >= 0)
@@ -597,6 +630,8 @@ static int64_t scan(posix_t *p, seg_t *s, uint64_t from, uint64_t to, int resync
     s->dead += torn;
     torn = 0;
     pthread_mutex_unlock(&p->mu);
+    if (stop != NONE)
+      s->ahead[s->nahead++] = off;
     off += rec_size(h.nslen, h.len);
   }
   if (off > to) {
@@ -609,7 +644,7 @@ static int64_t scan(posix_t *p, seg_t *s, uint64_t from, uint64_t to, int resync
     pthread_mutex_unlock(&p->mu);
   }
   munmap(m, to - base);
-  return (int64_t)off;
+  return (int64_t)(stop != NONE ? stop : off);
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -759,7 +794,16 @@ static int read_new(posix_t *p, int *blocked, char *err, size_t errlen) {
 }
 
 /* Brings the index up to what the segments hold: at once when force is
- * set, else only when another opener wrote since the last look. */
+ * set, else only when another opener wrote since the last look.
+ *
+ * A listing is complete only when no segment came or went between the
+ * load of the counter before it and the load after the reads: a
+ * compaction may remove a segment the listing missed or found gone at
+ * open (ENOENT) after copying its records into a segment created after the
+ * listing began, and then a record acknowledged before this refresh began
+ * is in no segment the index read. Such a listing is listed and read
+ * again before anyone looks anything up (the copies' segment is then in
+ * it), and only a complete one retires the segments it lacks. */
 static int refresh(posix_t *p, int force, char *err, size_t errlen) {
   pack_t *k = p->pack;
   int rc = 0, blocked = 0;
@@ -771,27 +815,34 @@ static int refresh(posix_t *p, int force, char *err, size_t errlen) {
     return 0;
   }
   int relisted = force || segs != k->seen_segments;
-  if (relisted)
-    rc = relist(p, k->nsegs == 0, err, errlen);
-  if (rc == 0)
-    rc = read_new(p, &blocked, err, errlen);
-  /* A segment that left the directory was compacted: its live records'
-   * copies were written before it went and are read now, unless they went
-   * into a segment created after the listing began (its creator raised the
-   * counter before writing into it): then it goes at the next refresh. */
-  uint64_t segs_after = atomic_load(&k->sh->segments);
-  if (rc == 0 && relisted && segs_after != segs)
-    segs = k->seen_segments; /* the listing is relisted next time */
-  else if (rc == 0 && relisted) {
-    pthread_mutex_lock(&p->mu);
-    for (size_t i = 0; i < k->nsegs;) {
-      seg_t *s = k->segs[i];
-      if (!s->listed && !(s->own && s->locked))
-        seg_retire(p, s);
-      else
-        i++;
+  for (int round = 0;; round++) {
+    blocked = 0;
+    if (relisted)
+      rc = relist(p, k->nsegs == 0, err, errlen);
+    if (rc == 0)
+      rc = read_new(p, &blocked, err, errlen);
+    if (rc != 0 || !relisted)
+      break;
+    uint64_t segs_after = atomic_load(&k->sh->segments);
+    if (segs_after == segs) {
+      /* A segment that left a complete listing was compacted: its live
+       * records' copies were written before it went and were read now. */
+      pthread_mutex_lock(&p->mu);
+      for (size_t i = 0; i < k->nsegs;) {
+        seg_t *s = k->segs[i];
+        if (!s->listed && !(s->own && s->locked))
+          seg_retire(p, s);
+        else
+          i++;
+      }
+      pthread_mutex_unlock(&p->mu);
+      break;
     }
-    pthread_mutex_unlock(&p->mu);
+    if (round == REFRESH_ROUNDS) {
+      segs = k->seen_segments; /* still changing: relisted next time */
+      break;
+    }
+    segs = segs_after;
   }
   if (rc == 0) {
     k->seen_records = recs;
@@ -865,6 +916,7 @@ void pk_close(posix_t *p) {
     return;
   for (size_t i = 0; i < k->nsegs; i++) {
     close(k->segs[i]->fd); /* releases the writer's lock */
+    free(k->segs[i]->ahead);
     free(k->segs[i]);
   }
   for (size_t i = 0; i < k->nns; i++)
