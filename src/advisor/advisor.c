@@ -1,4 +1,6 @@
 /* kvplane-advisor: the wiring of its parts (include/kvplane/advisor.h).
+ * Why this file is long: it is the one place that starts, runs and stops
+ * every part in order (and the flush timer that applies rebalances).
  *
  *   consumer.c     NATS: the event input, API subscriptions, resync requests
  *   inbox.c        the locked queue from NATS threads to the loop thread
