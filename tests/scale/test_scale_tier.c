@@ -1,6 +1,7 @@
-/* Tiering across partitions (docs/SCALE.md): two real advisors, each
- * (Why this file is long: one fixture of two advisors, four workers and
- * their volumes, shared by both cases.)
+/* Why this file is long: one fixture (two advisors, four workers and
+ * their volumes) shared by both cases.
+ *
+ * Tiering across partitions (docs/SCALE.md): two real advisors, each
  * owning 2 of 4 partitions and tiering them at once, over real posix
  * volumes (a G3 per worker, one G4 shared by both) and a real nats-server
  * (JetStream, the partition mapping). Four workers, one per partition,
