@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,6 +80,7 @@ static pid_t spawn_advisor(fx_t *f) {
   snprintf(db, sizeof db, "store.path=%s", f->db);
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* no advisor outlives a failed test */
     int fd = open(f->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
     dup2(fd, 1);
     dup2(fd, 2);
@@ -330,6 +332,7 @@ static void daemon_cli_and_signals(void **state) {
   snprintf(dbo, sizeof dbo, "store.path=%s", db);
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* no advisor outlives a failed test */
     execl(bin, bin, "-o", url, "-o", dbo, "-o", lf, "-o", "nats.mode=core", (char *)NULL);
     _exit(127);
   }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -276,6 +277,7 @@ static pid_t spawn_advisor(const char *url, const char *dbpath, const char *log)
   snprintf(d, sizeof d, "store.path=%s", dbpath);
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* no advisor outlives a failed test */
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
     dup2(fd, 1);
     dup2(fd, 2);
