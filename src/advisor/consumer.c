@@ -504,13 +504,7 @@ void kvp__adv_consumer_name(const kvp_advisor_config_t *cfg, char *buf, size_t l
 
 void kvp__adv_consumer_stop(kvp__adv_consumer_t *c) {
   atomic_store(&c->stopping, 1);
-  for (int i = 0; i < c->nfetch; i++)
-    atomic_store(&c->fetch[i].halt, 1);
-  for (int i = 0; i < c->nfetch; i++)
-    if (c->fetch[i].started) {
-      pthread_join(c->fetch[i].thread, NULL);
-      c->fetch[i].started = 0;
-    }
+  kvp__adv_consumer_pause(c); /* the fetch threads halted and joined */
   for (int i = 0; i < c->nfetch; i++)
     if (c->fetch[i].sub)
       natsSubscription_Unsubscribe(c->fetch[i].sub);
