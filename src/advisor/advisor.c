@@ -37,6 +37,7 @@
 #include "advisor/api.h"
 #include "advisor/control.h"
 #include "advisor/query.h"
+#include "advisor/sdnotify.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/status.h"
@@ -131,18 +132,42 @@ static void close_handles(kvp_advisor_t *adv) {
       uv_close(hs[i], NULL);
 }
 
+/* How long a stop may go without progress before the service manager may
+ * kill it (sdnotify.h): each extension is counted from the moment it is
+ * sent, so a snapshot that keeps writing chunks is never cut short, and
+ * one that hangs is killed within this much. */
+#define STOP_EXTEND_USEC (30ull * 1000 * 1000)
+
+/* The snapshot's progress (store.h): at most one extension a second. */
+static void snapshot_progress(void *ctx, uint64_t done, uint64_t total) {
+  uint64_t *last_ms = ctx, now = kvp__unix_ms();
+  (void)done;
+  (void)total;
+  if (now - *last_ms >= 1000) {
+    *last_ms = now;
+    kvp__sd_extend_timeout(STOP_EXTEND_USEC);
+  }
+}
+
 /* The last flush, then the loop's handles close and uv_run returns. */
 static void shutdown_finish(void *ctx) {
   kvp_advisor_t *adv = ctx;
   adv->wb.on_idle = NULL;
   kvp__adv_sample_history(adv, kvp__unix_ms(), 1);
+  kvp__sd_extend_timeout(2 * STOP_EXTEND_USEC); /* the last flush: one transaction */
   adv->final_rc = kvp__adv_wb_sync(&adv->wb, adv->applied_seq);
   if (adv->final_rc == 0) {
     /* The index now holds exactly the rows: the next start reads this
      * snapshot instead of them (store.h says when it may). A snapshot
-     * that fails to write costs the next start time, nothing else. */
-    uint64_t t0 = kvp__unix_ms(), bytes = 0;
-    if (kvp__store_snapshot_write(adv->store, adv->ix, &bytes) == 0)
+     * that fails to write costs the next start time, nothing else. At
+     * 128M locations it takes most of a minute (3.2 GiB), hence the
+     * extensions of systemd's stop timeout while chunks go out. */
+    uint64_t t0 = kvp__unix_ms(), bytes = 0, notified_ms = t0;
+    kvp__sd_extend_timeout(STOP_EXTEND_USEC);
+    kvp__store_on_progress(adv->store, snapshot_progress, &notified_ms);
+    int src = kvp__store_snapshot_write(adv->store, adv->ix, &bytes);
+    kvp__store_on_progress(adv->store, NULL, NULL);
+    if (src == 0)
       kvp_log_info("advisor: index snapshot written: %" PRIu64 " bytes in %" PRIu64 " ms", bytes,
                    kvp__unix_ms() - t0);
     kvp_log_info("advisor: stopped; stream sequence %" PRIu64 " committed", adv->applied_seq);
@@ -164,6 +189,7 @@ static void shutdown_loop(kvp_advisor_t *adv) {
     return;
   adv->stopped = 1;
   atomic_store(&adv->stopping, 1);
+  kvp__sd_notify("STOPPING=1");
   kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_STOPPING);
   kvp__rapi_http_stop(adv->http);
   adv->http = NULL;

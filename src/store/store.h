@@ -88,8 +88,9 @@ void kvp__store_use_snapshot(kvp__store_t *st, int on);
 int kvp__store_loaded_snapshot(const kvp__store_t *st);
 
 /* Progress of kvp__store_load: blocks loaded (with their locations) of the
- * total, every 65,536 blocks and once at the end. Called on the loading
- * thread. */
+ * total, every 65,536 blocks and once at the end. Also of
+ * kvp__store_snapshot_write: blocks written of the index's, after each
+ * chunk (about 8 MiB). Called on the loading or writing thread. */
 typedef void (*kvp__store_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 void kvp__store_on_progress(kvp__store_t *st, kvp__store_progress_fn fn, void *ctx);
 

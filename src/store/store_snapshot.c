@@ -80,7 +80,7 @@ typedef struct writer_s {
   sqlite3_stmt *ins;
   buf_t chunk;
   uint32_t nchunks, in_chunk;
-  uint64_t blocks, locations, bytes;
+  uint64_t blocks, locations, bytes, total; /* total: the index's blocks, for progress */
   /* Shapes met so far: open addressing over tokens << 32 | bytes + 1. */
   uint64_t *shape_key;
   uint16_t *shape_id;
@@ -107,6 +107,8 @@ static int chunk_flush(writer_t *w) {
   for (size_t i = 0; i < 4; i++)
     w->chunk.p[i] = (uint8_t)(w->in_chunk >> (8 * i));
   int rc = chunk_insert(w, ++w->nchunks, &w->chunk);
+  if (rc == 0 && w->st->progress)
+    w->st->progress(w->st->progress_ctx, w->blocks, w->total);
   w->chunk.n = 0;
   w->in_chunk = 0;
   put_le(&w->chunk, 0, 4); /* the count, filled in above */
@@ -235,6 +237,9 @@ int kvp__store_snapshot_write(kvp__store_t *st, const kvp__index_t *ix, uint64_t
     rc = KVP_ENOMEM;
     goto out;
   }
+  kvp__index_stats_t ist;
+  kvp__index_stats(ix, &ist);
+  w.total = ist.blocks;
   put_le(&w.chunk, 0, 4);
   if ((rc = kvp__store_sql_exec(st->db, "BEGIN IMMEDIATE", NULL, 0)) != 0)
     goto out;

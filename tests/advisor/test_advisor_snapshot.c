@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -204,6 +206,39 @@ static void snapshot_is_read_while_current(void **state) {
   kvp__index_destroy(snap);
 }
 
+typedef struct progress_s {
+  size_t calls;
+  uint64_t last_done, last_total;
+  int backwards;
+} progress_t;
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total) {
+  progress_t *p = ctx;
+  p->backwards |= done < p->last_done || done > total;
+  p->calls++;
+  p->last_done = done;
+  p->last_total = total;
+}
+
+/* The advisor extends systemd's stop timeout from this hook while a large
+ * snapshot goes out: one call per chunk (8 MiB, about 200k blocks here),
+ * the last with every block written. */
+static void snapshot_write_reports_progress_per_chunk(void **state) {
+  fx_t *f = *state;
+  progress_t p = {0};
+  kvp__index_stats_t st;
+  fill(f->ix, 450000, 0);
+  flush(f, 10);
+  kvp__index_stats(f->ix, &st);
+  kvp__store_on_progress(f->st, on_progress, &p);
+  assert_int_equal(kvp__store_snapshot_write(f->st, f->ix, NULL), 0);
+  kvp__store_on_progress(f->st, NULL, NULL);
+  assert_true(p.calls >= 2);
+  assert_false(p.backwards);
+  assert_int_equal(p.last_total, st.blocks);
+  assert_int_equal(p.last_done, st.blocks);
+}
+
 static void a_change_after_the_snapshot_makes_it_stale(void **state) {
   fx_t *f = *state;
   uint64_t g0, g1;
@@ -270,7 +305,9 @@ static void corrupt_snapshot_is_never_used(void **state) {
 
 #define NWORKERS 3
 
-static pid_t spawn_advisor(const char *url, const char *dbpath, const char *log) {
+/* notify: the $NOTIFY_SOCKET the advisor gets, or NULL for none. */
+static pid_t spawn_advisor(const char *url, const char *dbpath, const char *log,
+                           const char *notify) {
   char bin[512], u[160], d[400];
   snprintf(bin, sizeof bin, "%s/tools/kvplane-advisor", getenv("KVP_TEST_BINDIR"));
   snprintf(u, sizeof u, "nats.servers=%s", url);
@@ -281,6 +318,8 @@ static pid_t spawn_advisor(const char *url, const char *dbpath, const char *log)
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
     dup2(fd, 1);
     dup2(fd, 2);
+    if (notify != NULL)
+      setenv("NOTIFY_SOCKET", notify, 1);
     execl(bin, bin, "-o", u, "-o", d, "-o", "nats.mode=jetstream", "-o", "advisor.namespace=k",
           "-o", "store.flush_interval=20ms", "-o", "workers.heartbeat_timeout=0", "-o",
           "log.level=info", (char *)NULL);
@@ -394,10 +433,24 @@ static void kill9_after_a_snapshot_reloads_the_rows(void **state) {
     w[i] = tw_create("k", name, 0, 1000 + (uint64_t)i, 300 + (uint64_t)i);
   }
 
-  /* 1: events, a clean stop: the snapshot is written and current. */
-  pid_t pid = spawn_advisor(d.url, db, log);
+  /* 1: events, a clean stop: the snapshot is written and current. The
+   * service manager's socket (sdnotify.h) hears the stop and the
+   * extensions of its timeout. */
+  char notify[400], got[4096] = "";
+  snprintf(notify, sizeof notify, "%s/notify.sock", dir);
+  int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  assert_true(nfd >= 0 && strlen(notify) < sizeof sa.sun_path);
+  strcpy(sa.sun_path, notify);
+  assert_int_equal(bind(nfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  pid_t pid = spawn_advisor(d.url, db, log, notify);
   publish_and_wait(w, nc, js, 150, db, 150);
   stop(pid, SIGTERM);
+  for (ssize_t n; (n = recv(nfd, got + strlen(got), sizeof got - strlen(got) - 2, 0)) > 0;)
+    strcat(got, "\n");
+  close(nfd);
+  assert_non_null(strstr(got, "STOPPING=1\n"));
+  assert_non_null(strstr(got, "EXTEND_TIMEOUT_USEC=30000000\n"));
   assert_true(file_has(log, "index snapshot written"));
   int64_t g_snap = snapshot_generation(db);
   assert_true(g_snap > 0);
@@ -405,7 +458,7 @@ static void kill9_after_a_snapshot_reloads_the_rows(void **state) {
   assert_true(reload_equals_rows(db));
 
   /* 2: the restart reads it; more events change blocks, kill -9. */
-  pid = spawn_advisor(d.url, db, log);
+  pid = spawn_advisor(d.url, db, log, NULL);
   publish_and_wait(w, nc, js, 150, db, 300);
   stop(pid, SIGKILL);
   assert_true(file_has(log, "loaded from the index snapshot"));
@@ -431,6 +484,7 @@ static void kill9_after_a_snapshot_reloads_the_rows(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(snapshot_is_read_while_current, setup, teardown),
+    cmocka_unit_test_setup_teardown(snapshot_write_reports_progress_per_chunk, setup, teardown),
     cmocka_unit_test_setup_teardown(a_change_after_the_snapshot_makes_it_stale, setup, teardown),
     cmocka_unit_test_setup_teardown(corrupt_snapshot_is_never_used, setup, teardown),
     cmocka_unit_test(kill9_after_a_snapshot_reloads_the_rows),
