@@ -147,6 +147,22 @@ void kvp_client_set_grace(kvp_client_t *c, uint32_t grace_ms);
 int kvp_client_request_all(kvp_client_t *c, const char *call, const char *body, uint32_t timeout_ms,
                            char **reply, char *err, size_t errlen);
 
+/* The operator's tiering controls (pin, unpin, move, delete: body is the
+ * request src/advisor/control.c describes) sent once to every advisor and
+ * gathered as kvp_client_request_all does: in a partitioned deployment
+ * each partition's tiering advisor acts on its own partitions' blocks, and
+ * the call waits for all of them (or timeout_ms). *reply gets one merged
+ * JSON object (free it with kvp_client_reply_free): the replies' "op" and
+ * "blocks", the sums of "changed", "queued" and "pinned_blocks", the
+ * largest "pins", the smallest "skipped", "advisors" (the names that
+ * acted), "partitions", "missing", and "error" when an advisor refused
+ * (every refusal, by advisor, in "errors"), a partition's advisor did not
+ * answer, or none tiers ("not_tiering": the advisors with tiering off).
+ * Returns 0 (also with "error" in the reply), KVP_ETIMEDOUT when no
+ * advisor answered, or KVP_EINVAL, KVP_ECONN, KVP_ENOMEM. */
+int kvp_client_tier_all(kvp_client_t *c, const char *body, uint32_t timeout_ms, char **reply,
+                        char *err, size_t errlen);
+
 /* Closes the connection and frees c; NULL is accepted. */
 void kvp_client_close(kvp_client_t *c);
 

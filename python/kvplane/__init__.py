@@ -623,7 +623,20 @@ class Client:
             if not req["hashes"]:
                 _invalid("%s: %d tokens make no full block of %d" % (op, len(token_ids), block_size))
         req.update({k: v for k, v in extra.items() if v is not None})
-        rep = json.loads(self._request("tier", json.dumps(req), timeout_ms))
+        # Every advisor's reply, merged by the library (kvp_client_tier_all):
+        # partitioned advisors each act on their own partitions' blocks.
+        L = _lib.lib()
+        out = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(_ERRLEN)
+        rc = L.kvp_client_tier_all(self._handle(), json.dumps(req).encode(),
+                                   self.timeout_ms if timeout_ms is None else timeout_ms,
+                                   ctypes.byref(out), err, _ERRLEN)
+        if rc:
+            _fail(rc, err)
+        try:
+            rep = json.loads(ctypes.string_at(out).decode())
+        finally:
+            L.kvp_client_reply_free(out)
         if "error" in rep:
             raise Error(EPROTO, "%s: %s" % (op, rep["error"]))
         return rep
@@ -633,7 +646,10 @@ class Client:
         """Pins blocks (the last block of a prefix pins its ancestors too):
         the advisor's tiering engine never demotes or evicts them; kept in
         its database. Refused (Error) past a volume's capacity. Returns the
-        reply: {"op", "blocks", "changed", "pins", "pinned_blocks"}."""
+        reply of every advisor merged (kvp_client_tier_all: partitioned
+        advisors each pin their own partitions' blocks): {"op", "blocks",
+        "changed", "pins", "pinned_blocks", "advisors", "partitions",
+        "missing"}."""
         return self._tier_control("pin", hashes, token_ids, block_size, lora_name, timeout_ms,
                                   note=note)
 

@@ -163,6 +163,7 @@ _PROTOTYPES = {
     "kvp_client_match_all": (_int, [_vp, _u64p, _sz, ctypes.c_uint32, _P(Match), _sz, _P(_sz),
                                      _P(GatherInfo), _cp, _sz]),
     "kvp_client_request": (_int, [_vp, _cp, _cp, ctypes.c_uint32, _P(_vp), _cp, _sz]),
+    "kvp_client_tier_all": (_int, [_vp, _cp, ctypes.c_uint32, _P(_vp), _cp, _sz]),
     "kvp_client_reply_free": (None, [_vp]),
     "kvp_client_close": (None, [_vp]),
 }

@@ -89,11 +89,14 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
   case KVP__IN_EVENT:
     apply(adv, it->msg, data, len, now);
     break;
-  case KVP__IN_TIER:
-    kvp__adv_ctl_handle(adv->tier, data, len, &json);
+  case KVP__IN_TIER: {
+    char name[128];
+    kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
+    kvp__adv_ctl_handle(adv->tier, name, adv->parts.count, data, len, &json);
     if (json != NULL)
       answer(adv, it->msg, json);
     break;
+  }
   case KVP__IN_PARTS:
     kvp__adv_parts_request(adv, it->msg);
     it->msg = NULL;

@@ -11,7 +11,13 @@
  *           "volume": "<name>" (move, optional), "note": "<text>" (pin)}
  * Reply:   {"op": ..., "blocks": N, then for pin/unpin "changed", "pins",
  *           "pinned_blocks"; for move/delete "queued", "skipped"} or
- *          {"error": "<cause>"}. */
+ *          {"error": "<cause>"}, and in both "advisor": its name; an
+ *          advisor with tiering off adds "tiering": false to its error.
+ *          A partitioned advisor's success adds "partitions": {"count",
+ *          "owned": [the partitions it tiers], "positions": [0, ...]},
+ *          which a gathering client (kvp_client_tier_all) covers the
+ *          deployment's partitions by: each advisor acts only on its own
+ *          partitions' blocks. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +27,7 @@
 #include "kvplane/client.h"
 #include "kvplane/hash.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
 
 static const char *const op_names[] = {"pin", "unpin", "move", "delete"};
 
@@ -147,7 +154,20 @@ done:
   return rc;
 }
 
-void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const void *data, size_t len, char **reply) {
+/* "partitions" of a partitioned advisor's reply: the ones e tiers. */
+static json_t *tiered(const kvp__tier_engine_t *e, uint32_t count) {
+  uint32_t parts[KVP_PARTITIONS_MAX];
+  size_t n = kvp__tier_engine_tiered(e, parts, KVP_PARTITIONS_MAX);
+  json_t *owned = json_array(), *pos = json_array();
+  for (size_t i = 0; i < n && i < KVP_PARTITIONS_MAX; i++) {
+    json_array_append_new(owned, json_integer(parts[i]));
+    json_array_append_new(pos, json_integer(0)); /* not a query: no freshness to prefer */
+  }
+  return json_pack("{s:I, s:o, s:o}", "count", (json_int_t)count, "owned", owned, "positions", pos);
+}
+
+void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *advisor, uint32_t partitions,
+                         const void *data, size_t len, char **reply) {
   kvp__adv_ctl_t c;
   kvp__tier_stats_t st;
   char err[512] = "";
@@ -176,6 +196,8 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const void *data, size_t len, ch
   }
   if (rc != 0) {
     o = json_pack("{s:s}", "error", err[0] ? err : kvp_strerror(rc));
+    if (o != NULL && e == NULL)
+      json_object_set_new(o, "tiering", json_false());
   } else if (c.op == KVP__CTL_PIN || c.op == KVP__CTL_UNPIN) {
     kvp__tier_engine_stats(e, &st);
     o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "op", op_names[c.op], "blocks", (json_int_t)c.n,
@@ -184,6 +206,11 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const void *data, size_t len, ch
   } else {
     o = json_pack("{s:s, s:I, s:I, s:I}", "op", op_names[c.op], "blocks", (json_int_t)c.n, "queued",
                   (json_int_t)a, "skipped", (json_int_t)b);
+  }
+  if (o != NULL) {
+    json_object_set_new(o, "advisor", json_string(advisor));
+    if (rc == 0 && partitions > 0)
+      json_object_set_new(o, "partitions", tiered(e, partitions));
   }
   free(c.hashes);
   *reply = o ? json_dumps(o, JSON_COMPACT) : NULL;

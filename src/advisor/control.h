@@ -32,7 +32,11 @@ typedef struct kvp__adv_ctl_s {
 int kvp__adv_ctl_parse(const void *data, size_t len, kvp__adv_ctl_t *c, char *err, size_t errlen);
 
 /* Parses and carries out a request on e (NULL: tiering is off), and sets
- * *reply to the JSON reply (malloc'd; NULL only when out of memory). */
-void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const void *data, size_t len, char **reply);
+ * *reply to the JSON reply (malloc'd; NULL only when out of memory).
+ * advisor: this advisor's name, put in the reply; partitions: the
+ * deployment's count (0: not partitioned), when the reply lists the
+ * partitions e tiers for a gathering client (kvp_client_tier_all). */
+void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *advisor, uint32_t partitions,
+                         const void *data, size_t len, char **reply);
 
 #endif

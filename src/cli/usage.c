@@ -91,7 +91,10 @@ static const struct cmd_help_s {
      "(the whole prefix) are never demoted or evicted. The pins are kept in the\n"
      "database (pins table) and survive a restart. A pin that would put a volume's\n"
      "pinned bytes over its capacity is refused (exit 3, naming the volume). HASH\n"
-     "and --tokens as for match.\n"},
+     "and --tokens as for match. pin, unpin, move and delete go to every advisor\n"
+     "and wait for each partition's (partitioned advisors act on their own\n"
+     "partitions' blocks): the reply sums theirs, names them (advisors), and exits\n"
+     "3 when one refused or a partition's advisor did not answer (missing).\n"},
     {"unpin", "kvplane unpin [NATS options] HASH... | --tokens FILE --block-size N",
      "Removes pins made by kvplane pin.\n"},
     {"move", "kvplane move --tier 3|4 [--volume NAME] [NATS options] HASH... | --tokens ...",

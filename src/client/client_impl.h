@@ -33,4 +33,12 @@ uint32_t kvp__client_grace_ms(const kvp_client_t *c);
 int kvp__client_reply_take(kvp_client_t *c, void **sub, char *subject, size_t len);
 void kvp__client_reply_give(kvp_client_t *c);
 
+/* The merge of kvp_client_tier_all (tierctl.c): all is
+ * kvp_client_request_all's object ({"partitions", "missing", "replies"},
+ * the replies as the advisors sent them: outside bytes, any shape).
+ * Returns a new merged object (json_t *), or NULL when out of memory;
+ * timeout_ms only words the error of a missing partition. */
+struct json_t;
+struct json_t *kvp__client_tier_merge(struct json_t *all, uint32_t timeout_ms);
+
 #endif

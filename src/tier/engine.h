@@ -202,6 +202,10 @@ int kvp__tier_engine_pinned(const kvp__tier_engine_t *e, uint64_t hash);
 int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char *err,
                                size_t errlen);
 
+/* The partitions the engine tiers now (not retired), up to cap of them
+ * into parts; returns how many there are. 0 when not partitioned. */
+size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, size_t cap);
+
 /* Closes the volumes; the engine must be stopped and idle. NULL is accepted. */
 void kvp__tier_engine_close(kvp__tier_engine_t *e);
 

@@ -161,6 +161,19 @@ int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char 
   return rc;
 }
 
+size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, size_t cap) {
+  size_t n = 0;
+  if (e->partitions == 0)
+    return 0;
+  for (size_t i = 0; i < e->nparts; i++)
+    if (!e->parts[i].retired) {
+      if (n < cap)
+        parts[n] = e->parts[i].p;
+      n++;
+    }
+  return n;
+}
+
 void kvp__tier_parts_close(kvp__tier_engine_t *e) {
   for (size_t i = 0; i < e->nparts; i++)
     kvp_publisher_close(e->parts[i].pub); /* flushes what is queued, within its close timeout */

@@ -1,5 +1,5 @@
 /* Why this file is long: one fixture (two advisors, four workers and
- * their volumes) shared by both cases.
+ * their volumes) shared by its three cases.
  *
  * Tiering across partitions (docs/SCALE.md): two real advisors, each
  * owning 2 of 4 partitions and tiering them at once, over real posix
@@ -17,7 +17,9 @@
  *   - after many scrub passes of both advisors over the shared volume,
  *     each deleted the orphan planted under one of its partitions'
  *     namespaces and nothing else: an advisor takes no other partition's
- *     object for an orphan.
+ *     object for an orphan;
+ *   - the operator's controls reach both advisors, each acting for its
+ *     own partitions, and a stopped one's partitions are reported missing.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -27,7 +29,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "advisor/advisor.h"
+#include "kvplane/client.h"
 #include "harness.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
@@ -473,6 +478,72 @@ static void two_advisors_tier_their_partitions_on_one_g4(void **state) {
   }
 }
 
+/* kvp_client_tier_all of body; the merged reply parsed into *doc. */
+static void tier_all(fx_t *f, const char *body, uint32_t timeout_ms, json_t **doc) {
+  kvp_client_t *c = NULL;
+  char err[512], *reply = NULL;
+  kvp_nats_opts_t no;
+  kvp_nats_opts_init(&no);
+  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
+  if (kvp_client_open(&no, NS, &c, err, sizeof err) != 0 ||
+      kvp_client_tier_all(c, body, timeout_ms, &reply, err, sizeof err) != 0)
+    fail_msg("tier_all: %s", err);
+  *doc = json_loads(reply, 0, NULL);
+  assert_non_null(*doc);
+  kvp_client_reply_free(reply);
+  kvp_client_close(c);
+}
+
+static json_int_t int_of(json_t *doc, const char *key) {
+  json_t *v = json_object_get(doc, key);
+  if (!json_is_integer(v))
+    fail_msg("reply: no integer \"%s\"", key);
+  return json_integer_value(v);
+}
+
+/* The operator's controls reach every partition's advisor: a pin of the
+ * prefix block every worker shares is made by both (each for its own
+ * partitions' blocks) and the merged reply sums them; with one advisor
+ * stopped, its partitions are reported missing, an error, not hidden. */
+static void controls_reach_every_partitions_advisor(void **state) {
+  fx_t *f = *state;
+  listing_t vol;
+  json_t *doc = NULL;
+  char body[256];
+  adv_start(f, 0);
+  adv_start(f, 1);
+  for (uint32_t p = 0; p < NPART; p++)
+    worker_offloads(f, p);
+  settle(f, &vol, 4, 0, "first moves");
+
+  snprintf(body, sizeof body, "{\"op\":\"pin\",\"hashes\":[\"%016llx\"]}",
+           (unsigned long long)f->h[0][0]);
+  tier_all(f, body, 5000, &doc);
+  char *text = json_dumps(doc, JSON_COMPACT);
+  printf("pin, gathered: %s\n", text);
+  free(text);
+  assert_null(json_object_get(doc, "error"));
+  assert_int_equal(json_array_size(json_object_get(doc, "advisors")), 2);
+  assert_int_equal(json_array_size(json_object_get(doc, "missing")), 0);
+  assert_int_equal(int_of(doc, "partitions"), NPART);
+  assert_int_equal(int_of(doc, "changed"), 2); /* one pin row in each database */
+  json_decref(doc);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(db_count(f, i, "SELECT count(*) FROM pins"), 1);
+
+  /* Advisor 1 gone: partitions 2 and 3 have no one to act for them. */
+  adv_stop(&f->a[1]);
+  snprintf(body, sizeof body, "{\"op\":\"unpin\",\"hashes\":[\"%016llx\"]}",
+           (unsigned long long)f->h[0][0]);
+  tier_all(f, body, 1000, &doc);
+  assert_non_null(json_object_get(doc, "error"));
+  assert_non_null(strstr(json_string_value(json_object_get(doc, "error")), "partitions 2,3"));
+  assert_int_equal(json_array_size(json_object_get(doc, "advisors")), 1);
+  assert_int_equal(int_of(doc, "changed"), 1);
+  json_decref(doc);
+  assert_int_equal(db_count(f, 0, "SELECT count(*) FROM pins"), 0);
+}
+
 /* A live rebalance request to advisor i; the reply's JSON text into out. */
 static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
   char subj[KVP_SUBJECT_MAX], name[16];
@@ -542,6 +613,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(two_advisors_tier_their_partitions_on_one_g4, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_tiered_partition_moves_live, setup, teardown),
+      cmocka_unit_test_setup_teardown(controls_reach_every_partitions_advisor, setup, teardown),
   };
   return kvp_test_run("scale_tier", tests, sizeof tests / sizeof tests[0], argc, argv);
 }
