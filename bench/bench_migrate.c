@@ -102,7 +102,7 @@ static double journal_alone(const char *db_path, size_t n) {
   uint64_t t0 = kvp_bench_now_ns();
   kvp__journal_begin(db);
   for (size_t i = 0; i < n; i++)
-    id[i] = kvp__journal_insert(db, i + 1, 3, "g3", 4, "g4", 1, kvp__unix_ms());
+    id[i] = kvp__journal_insert(db, i + 1, 3, "g3", 4, "g4", "bench", 1, kvp__unix_ms());
   kvp__journal_commit(db);
   kvp__journal_begin(db);
   for (size_t i = 0; i < n; i++)

@@ -56,13 +56,13 @@ void kvp__journal_commit(kvp__journal_t *j) {
 
 int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier,
                             const char *from_volume, int to_tier, const char *to_volume,
-                            uint64_t bytes, uint64_t now_ms) {
+                            const char *ns, uint64_t bytes, uint64_t now_ms) {
   sqlite3_stmt *s = NULL;
   int64_t id = -1;
   if (sqlite3_prepare_v2(j->db,
                          "INSERT INTO migrations(hash, from_tier, from_volume, to_tier, to_volume,"
-                         " bytes, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?5, ?6,"
-                         " 'queued', ?7, ?7)",
+                         " bytes, state, created, updated, ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6,"
+                         " 'queued', ?7, ?7, ?8)",
                          -1, &s, NULL) != SQLITE_OK)
     return -1;
   sqlite3_bind_int64(s, 1, kvp_hash_to_i64(hash));
@@ -72,6 +72,10 @@ int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier,
   sqlite3_bind_text(s, 5, to_volume, -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 6, (sqlite3_int64)bytes);
   sqlite3_bind_int64(s, 7, (sqlite3_int64)now_ms);
+  if (ns != NULL)
+    sqlite3_bind_text(s, 8, ns, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(s, 8);
   if (sqlite3_step(s) == SQLITE_DONE)
     id = sqlite3_last_insert_rowid(j->db);
   sqlite3_finalize(s);
@@ -121,14 +125,14 @@ int kvp__journal_volume(kvp__journal_t *j, const char *name, int tier, uint64_t 
   return rc;
 }
 
-/* Calls fn for each row of s (id, hash, from_volume, to_volume, state),
+/* Calls fn for each row of s (id, hash, from_volume, to_volume, state, ns),
  * then finalizes it. */
 static int each_row(sqlite3_stmt *s, kvp__journal_fn fn, void *ctx) {
   int r;
   while ((r = sqlite3_step(s)) == SQLITE_ROW)
     fn(ctx, sqlite3_column_int64(s, 0), kvp_hash_from_i64(sqlite3_column_int64(s, 1)),
        (const char *)sqlite3_column_text(s, 2), (const char *)sqlite3_column_text(s, 3),
-       (const char *)sqlite3_column_text(s, 4));
+       (const char *)sqlite3_column_text(s, 4), (const char *)sqlite3_column_text(s, 5));
   sqlite3_finalize(s);
   return r == SQLITE_DONE ? 0 : KVP_EDB;
 }
@@ -136,7 +140,7 @@ static int each_row(sqlite3_stmt *s, kvp__journal_fn fn, void *ctx) {
 int kvp__journal_unfinished(kvp__journal_t *j, kvp__journal_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   if (sqlite3_prepare_v2(j->db,
-                         "SELECT id, hash, from_volume, to_volume, state FROM migrations"
+                         "SELECT id, hash, from_volume, to_volume, state, ns FROM migrations"
                          " WHERE state IN ('queued', 'copying', 'committed') ORDER BY id",
                          -1, &s, NULL) != SQLITE_OK)
     return KVP_EDB;
@@ -146,7 +150,7 @@ int kvp__journal_unfinished(kvp__journal_t *j, kvp__journal_fn fn, void *ctx) {
 int kvp__journal_recent(kvp__journal_t *j, uint64_t margin_ms, kvp__journal_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   if (sqlite3_prepare_v2(j->db,
-                         "SELECT id, hash, from_volume, to_volume, state FROM migrations"
+                         "SELECT id, hash, from_volume, to_volume, state, ns FROM migrations"
                          " WHERE state = 'source_deleted' AND updated >= coalesce((SELECT value"
                          " FROM meta WHERE key = 'prepared_ms') - ?1, 0) ORDER BY id",
                          -1, &s, NULL) != SQLITE_OK)

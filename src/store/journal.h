@@ -31,10 +31,11 @@ void kvp__journal_commit(kvp__journal_t *j);
 
 /* A move queued now: its row id, or -1 when the row could not be written
  * (the move still runs; its outcome is then only logged). to_volume ""
- * and to_tier 0 for an eviction. */
+ * and to_tier 0 for an eviction. ns: the key namespace of its objects in
+ * both volumes (NULL for none: a compaction). */
 int64_t kvp__journal_insert(kvp__journal_t *j, uint64_t hash, int from_tier,
                             const char *from_volume, int to_tier, const char *to_volume,
-                            uint64_t bytes, uint64_t now_ms);
+                            const char *ns, uint64_t bytes, uint64_t now_ms);
 
 /* Moves row id to state, with error (NULL for none). */
 void kvp__journal_set(kvp__journal_t *j, int64_t id, const char *state, const char *error);
@@ -50,9 +51,10 @@ int kvp__journal_pin(kvp__journal_t *j, uint64_t hash, int pinned, const char *n
 /* Calls fn(ctx, hash) for every pin; 0 or KVP_EDB. */
 int kvp__journal_pins(kvp__journal_t *j, void (*fn)(void *ctx, uint64_t hash), void *ctx);
 
-/* Calls fn for every row not finished (queued, copying, committed). */
+/* Calls fn for every row not finished (queued, copying, committed). ns is
+ * the row's key namespace, NULL for rows written before schema 8. */
 typedef void (*kvp__journal_fn)(void *ctx, int64_t id, uint64_t hash, const char *from_volume,
-                                const char *to_volume, const char *state);
+                                const char *to_volume, const char *state, const char *ns);
 int kvp__journal_unfinished(kvp__journal_t *j, kvp__journal_fn fn, void *ctx);
 
 /* Calls fn for every finished row (source_deleted) updated at or after the

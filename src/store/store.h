@@ -22,7 +22,7 @@
 #include "index/index.h"
 #include "index/rows.h"
 
-#define KVP__STORE_SCHEMA_VERSION 7
+#define KVP__STORE_SCHEMA_VERSION 8
 
 typedef struct kvp__store_s kvp__store_t;
 

@@ -114,6 +114,9 @@ static const char *const steps[] = {
      * every change of the blocks and block_locations rows bumps. */
     ("CREATE TABLE index_snapshot(chunk INTEGER PRIMARY KEY, data BLOB NOT NULL);"
      "INSERT OR IGNORE INTO meta(key, value) VALUES('generation', 0);"),
+    /* 8: the key namespace of a move's objects (partitioned tiering keeps
+     * each partition's under <ns>-p<p>); NULL in rows written before. */
+    "ALTER TABLE migrations ADD COLUMN ns TEXT;",
 };
 
 static int schema_version(sqlite3 *db, int *v) {

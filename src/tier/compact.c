@@ -58,7 +58,7 @@ void kvp__tier_compact_run(kvp__tier_engine_t *e, op_t *o) {
   o->total = total0;
   if (o->rc != 0 || ratio(dead0, total0) < e->compact_ratio)
     return;
-  int64_t id = kvp__journal_insert(e->db, 0, v->tier, v->name, v->tier, v->name, dead0, t0);
+  int64_t id = kvp__journal_insert(e->db, 0, v->tier, v->name, v->tier, v->name, NULL, dead0, t0);
   kvp__journal_set(e->db, id, "copying", NULL);
   do {
     rc = kvp_volume_compact(v->v, o->err, sizeof o->err);

@@ -315,8 +315,9 @@ void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t 
  * G4 volume's share of its capacity; close closes the publishers. part_of
  * is the partition filter: the part of an index worker, or -1 when the
  * worker is of no partition this engine tiers (its locations are left
- * alone). ns is a part's key namespace. recover_part guesses the part of
- * a journal row (which does not record it) by where the object is. */
+ * alone). ns is a part's key namespace. recover_part finds the part of a
+ * journal row by the namespace the row records (schema 8), or for an
+ * older row (ns NULL) guesses it by where the object is. */
 int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char *err,
                          size_t errlen);
 void kvp__tier_parts_close(kvp__tier_engine_t *e);
@@ -324,6 +325,7 @@ int kvp__tier_part_of(kvp__tier_engine_t *e, uint16_t worker);
 static inline const char *kvp__tier_ns(const kvp__tier_engine_t *e, uint16_t part) {
   return e->parts[part].ns;
 }
-uint16_t kvp__tier_recover_part(kvp__tier_engine_t *e, uint64_t hash, long from, long to);
+uint16_t kvp__tier_recover_part(kvp__tier_engine_t *e, const char *ns, uint64_t hash, long from,
+                                long to);
 
 #endif

@@ -302,7 +302,8 @@ void kvp__tier_job_work(uv_work_t *req) {
       o->journal_id =
           kvp__journal_insert(e->db, o->hash, e->vols[o->from].tier, e->vols[o->from].name,
                               kvp__tier_is_copy(o->kind) ? e->vols[o->to].tier : 0,
-                              kvp__tier_is_copy(o->kind) ? e->vols[o->to].name : "", o->bytes, now);
+                              kvp__tier_is_copy(o->kind) ? e->vols[o->to].name : "",
+                              kvp__tier_ns(e, o->part), o->bytes, now);
   }
   kvp__journal_commit(e->db);
   kvp__journal_begin(e->db);

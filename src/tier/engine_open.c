@@ -52,7 +52,7 @@ static int open_volume(kvp__tier_engine_t *e, const kvp__tier_opts_t *o,
  * whether its object is still there; a committed move is recorded at its
  * destination again and its source deleted after the grace period. */
 static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, const char *tv,
-                        const char *state) {
+                        const char *state, const char *ns) {
   kvp__tier_engine_t *e = ctx;
   long from = -1, to = -1;
   char err[256];
@@ -71,7 +71,7 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
     kvp_log_info("tiering: compaction %" PRId64 " of %s interrupted by a restart", id, fv);
     return;
   }
-  uint16_t part = kvp__tier_recover_part(e, hash, from, to);
+  uint16_t part = kvp__tier_recover_part(e, ns, hash, from, to);
   if (strcmp(state, "committed") != 0 && (tv == NULL || tv[0] == '\0') && from >= 0) {
     int gone = kvp_volume_exists(e->vols[from].v, kvp__tier_ns(e, part), hash) == 0;
     if (gone)
@@ -104,7 +104,7 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
  * What the volumes hold decides: a destination copy there is recorded, a
  * source copy no longer there is dropped. Idempotent. */
 static void reconcile_row(void *ctx, int64_t id, uint64_t hash, const char *fv, const char *tv,
-                          const char *state) {
+                          const char *state, const char *ns_row) {
   kvp__tier_engine_t *e = ctx;
   long from = -1, to = -1;
   kvp__index_block_t b;
@@ -119,7 +119,7 @@ static void reconcile_row(void *ctx, int64_t id, uint64_t hash, const char *fv, 
   }
   if (kvp__index_get(e->ix, hash, &b, NULL, 0, NULL) != 0)
     return; /* the block left the index (a clear, a worker down): nothing to fix */
-  uint16_t part = kvp__tier_recover_part(e, hash, to, from);
+  uint16_t part = kvp__tier_recover_part(e, ns_row, hash, to, from);
   const char *ns = kvp__tier_ns(e, part);
   if (to >= 0 && kvp_volume_exists(e->vols[to].v, ns, hash) == 1)
     kvp__index_store(e->ix, hash, b.parent != hash, b.parent, e->parts[part].worker_id,

@@ -211,12 +211,21 @@ int kvp__tier_part_of(kvp__tier_engine_t *e, uint16_t worker) {
   return part;
 }
 
-uint16_t kvp__tier_recover_part(kvp__tier_engine_t *e, uint64_t hash, long from, long to) {
+uint16_t kvp__tier_recover_part(kvp__tier_engine_t *e, const char *ns, uint64_t hash, long from,
+                                long to) {
   if (e->nparts == 1)
     return 0;
-  /* The journal does not record the key namespace: the part whose
-   * namespace holds the object where the move began (or ended). A block
-   * of two parts with an interrupted move in each takes the first. */
+  /* The journal row's namespace names the part (schema 8). */
+  for (size_t i = 0; ns != NULL && i < e->nparts; i++)
+    if (strcmp(e->parts[i].ns, ns) == 0)
+      return (uint16_t)i;
+  if (ns != NULL)
+    kvp_log_warn("tiering: a journal row of %016" PRIx64 " names key namespace %s, which no "
+                 "partition tiered here has: recovered by where its object is",
+                 hash, ns);
+  /* A row without one (written before schema 8): the part whose namespace
+   * holds the object where the move began (or ended). A block of two
+   * parts with an interrupted move in each takes the first. */
   for (int pass = 0; pass < 2; pass++) {
     long v = pass == 0 ? from : to;
     if (v < 0)

@@ -95,6 +95,8 @@ static void cold_g3_blocks_move_to_g4_whole(void **state) {
   assert_int_equal(locs_in(f, 1, 4), 0);
   assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE state = 'committed'"), 2);
   assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE to_volume = 'g4'"), 2);
+  /* Each row names its objects' key namespace (schema 8). */
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE ns = 't'"), 2);
   assert_int_equal(q1(f->db, "SELECT capacity FROM volumes WHERE volume = 'g3'"),
                    10 * (1000 + KVP_FRAME_HEADER));
   /* Both copies exist until the grace period (0 here) is over and the next
@@ -211,6 +213,62 @@ static void restart_finishes_or_fails_unfinished_moves(void **state) {
   assert_int_equal(locs_in(f, 2, 3), 0);
   kvp_volume_close(g4);
   kvp__tier_engine_close(e);
+}
+
+/* Partitioned (two parts of one advisor): block 2 is in the shared G4 under
+ * both parts' key namespaces, and a crash left part 1's promotion of it
+ * committed (its copy in G3 under t-p1). The journal row names t-p1: the
+ * restart finishes that move in part 1 and deletes part 1's G4 object
+ * only. Guessing the part by where the object is (rows before schema 8)
+ * would take part 0's and delete the object part 0 still holds. */
+static void a_restart_finishes_a_move_in_its_rows_partition(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512], ns[2][KVP_PARTITION_NS_MAX + 1];
+  sqlite3 *db = NULL;
+  uint16_t v4;
+  uint8_t payload[1000];
+  kvp_frame_t m = {.hash = 2, .parent = 1, .has_parent = 1, .payload_len = sizeof payload};
+
+  memset(payload, 2, sizeof payload);
+  kvp_volume_t *g4 = NULL;
+  kvp_volume_param_t p[1] = {{"path", f->p4}};
+  assert_int_equal(kvp_volume_open(KVP_BUILD_PLUGIN_DIR, "posix", "g4", p, 1, &g4, err, sizeof err),
+                   0);
+  for (uint32_t k = 0; k < 2; k++) {
+    kvp_partition_volume_ns(ns[k], sizeof ns[k], "t", k);
+    assert_int_equal(kvp_volume_put_block(g4, ns[k], &m, payload, err, sizeof err), 0);
+  }
+  assert_int_equal(kvp_volume_put_block(f->g3, ns[1], &m, payload, err, sizeof err), 0);
+  assert_int_equal(kvp__index_volume(f->ix, "g4", &v4), 0);
+  assert_int_equal(kvp__index_store(f->ix, 2, 1, 1, f->w, 4, v4, 16, sizeof payload + 64, NOW_MS),
+                   0);
+  assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db,
+                                "INSERT INTO migrations(hash, from_tier, from_volume, to_tier,"
+                                " to_volume, bytes, state, created, updated, ns) VALUES"
+                                " (2, 4, 'g4', 3, 'g3', 1064, 'committed', 1, 1, 't-p1')",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(db);
+  f->cfg.volumes[0].capacity = 1000000; /* nothing to demote now */
+  kvp__tier_opts_t o = *kvp__adv_tier_opts(&f->cfg, &f->topts);
+  static const uint32_t owned[2] = {0, 1};
+  o.partitions = 2;
+  o.owned = owned;
+  o.nowned = 2;
+  assert_int_equal(kvp__tier_engine_open(&o, &f->loop, f->ix, &e, err, sizeof err), 0);
+  fx_engine = e;
+  round_and_wait(f, e); /* grace 0: the source goes */
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM migrations WHERE hash = 2 AND state ="
+                             " 'source_deleted'"),
+                   1);
+  assert_int_equal(kvp_volume_exists(g4, ns[1], 2), 0);
+  assert_int_equal(kvp_volume_exists(g4, ns[0], 2), 1); /* part 0's object stays */
+  assert_int_equal(kvp_volume_exists(f->g3, ns[1], 2), 1);
+  kvp_volume_close(g4);
+  kvp__tier_engine_close(e);
+  fx_engine = NULL;
 }
 
 /* The index places block 10 in G3 but its file is gone (a location replayed
@@ -800,6 +858,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(cold_g3_blocks_move_to_g4_whole, setup, teardown),
     cmocka_unit_test_setup_teardown(full_destination_fails_cleanly, setup, teardown),
     cmocka_unit_test_setup_teardown(restart_finishes_or_fails_unfinished_moves, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_restart_finishes_a_move_in_its_rows_partition, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(a_missing_source_drops_its_stale_location, setup, teardown),
     cmocka_unit_test_setup_teardown(a_volume_that_does_not_open_is_named, setup, teardown),
     cmocka_unit_test_setup_teardown(hot_g4_blocks_come_back_and_the_band_holds, setup, teardown),
