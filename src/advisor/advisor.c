@@ -407,6 +407,18 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
   return 0;
 }
 
+/* [tiering] partitions: the owned partitions it does not list are not
+ * tiered here (a standby's), until a live request tiers them
+ * (rebalance.c). The engine opened with every owned one. */
+static int untier_unlisted(kvp_advisor_t *adv, char *err, size_t errlen) {
+  kvp__adv_partset_t tiered;
+  int rc = kvp__adv_partset_tiered(&adv->cfg, &adv->parts, &tiered, &adv->tier_all, err, errlen);
+  for (int i = 0; rc == 0 && !adv->tier_all && i < adv->parts.n; i++)
+    if (kvp__adv_partset_slot(&tiered, adv->parts.p[i]) < 0)
+      rc = kvp__tier_engine_partition(adv->tier, adv->parts.p[i], 0, err, errlen);
+  return rc;
+}
+
 int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char *err,
                      size_t errlen) {
   kvp_advisor_t *adv;
@@ -458,6 +470,8 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   topts.nowned = adv->parts.count ? (size_t)adv->parts.n : 0;
   if (cfg->tiering &&
       (rc = kvp__tier_engine_open(&topts, &adv->loop, adv->ix, &adv->tier, err, errlen)) != 0)
+    goto fail;
+  if (adv->tier != NULL && (rc = untier_unlisted(adv, err, errlen)) != 0)
     goto fail;
   if ((rc = kvp__adv_consumer_start(adv->consumer, &adv->parts, adv->applied_pos, adv->db_id, err,
                                     errlen)) != 0 ||

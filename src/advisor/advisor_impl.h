@@ -68,6 +68,7 @@ struct kvp_advisor_s {
   /* Partitions added live that the tiering engine takes once they caught
    * up (rebalance.c): before, their locations in G3/G4 are not all known,
    * and a scrub would take their objects for orphans. */
+  int tier_all; /* [tiering] partitions empty: every owned partition is tiered */
   uint32_t tier_wait[KVP__ADV_MAX_OWNED];
   int ntier_wait;
 };

@@ -103,6 +103,11 @@ static const kvp_conf_key_t keys[] = {
      NULL, "half-life of the decayed hit frequency", NULL},
     {"tiering", "enabled", KVP_CONF_BOOL, OFF(tiering), 0, 0, NULL,
      "move blocks between the G3 and G4 volumes below as they get hot or cold", NULL},
+    {"tiering", "partitions", KVP_CONF_STR, OFF(tier_parts), 0, CAP(tier_parts), NULL,
+     "of the owned partitions, those this advisor tiers, e.g. 0,1 or 0-3; none: none (a "
+     "standby: kvplane partitions ADVISOR tier P,.. starts them once the advisor that tiered "
+     "them is gone or untiered them); empty: every owned one. One advisor tiers a partition",
+     NULL},
     {"tiering", "interval", KVP_CONF_DURATION, OFF(tier_interval_ms), 100, 3600000, NULL,
      "how often moves are planned", NULL},
     {"tiering", "grace", KVP_CONF_DURATION, OFF(tier_grace_ms), 0, 3600000, NULL,

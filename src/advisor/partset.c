@@ -84,10 +84,44 @@ int kvp__adv_partset_parse(kvp__adv_partset_t *ps, uint32_t count, const char *o
   return 0;
 }
 
+int kvp__adv_partset_tiered(const kvp_advisor_config_t *cfg, const kvp__adv_partset_t *owned,
+                            kvp__adv_partset_t *tiered, int *all, char *err, size_t errlen) {
+  *all = cfg->tier_parts[0] == '\0';
+  if (*all) {
+    *tiered = *owned;
+    return 0;
+  }
+  if (owned->count == 0) {
+    snprintf(err, errlen, "[tiering] partitions: '%s' is set but [partitions] count is 0",
+             cfg->tier_parts);
+    return KVP_ECONFIG;
+  }
+  memset(tiered, 0, sizeof *tiered);
+  tiered->count = owned->count;
+  if (strcmp(cfg->tier_parts, "none") == 0)
+    return 0;
+  char why[256];
+  if (kvp__adv_partset_parse(tiered, owned->count, cfg->tier_parts, why, sizeof why) != 0) {
+    const char *cause = strchr(why, ':'); /* after "[partitions] owned" */
+    snprintf(err, errlen, "[tiering] partitions%s", cause ? cause : why);
+    return KVP_ECONFIG;
+  }
+  for (int i = 0; i < tiered->n; i++)
+    if (kvp__adv_partset_slot(owned, tiered->p[i]) < 0) {
+      snprintf(err, errlen,
+               "[tiering] partitions: %" PRIu32 " is not in [partitions] owned (%s): an advisor "
+               "tiers only partitions it consumes",
+               tiered->p[i], cfg->owned[0] ? cfg->owned : "all");
+      return KVP_ECONFIG;
+    }
+  return 0;
+}
+
 int kvp__adv_partset_check(const kvp_advisor_config_t *cfg, char *err, size_t errlen) {
-  kvp__adv_partset_t ps;
+  kvp__adv_partset_t ps, tiered;
+  int all;
   int rc = kvp__adv_partset_parse(&ps, (uint32_t)cfg->partitions, cfg->owned, err, errlen);
-  if (rc != 0)
+  if (rc != 0 || (rc = kvp__adv_partset_tiered(cfg, &ps, &tiered, &all, err, errlen)) != 0)
     return rc;
   if (cfg->partitions > 0 && cfg->mode != KVP_ADVISOR_JETSTREAM) {
     snprintf(err, errlen, "[partitions] count: partitions need [nats] mode = jetstream");

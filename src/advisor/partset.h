@@ -30,9 +30,16 @@ typedef struct kvp__adv_partset_s {
 int kvp__adv_partset_parse(kvp__adv_partset_t *ps, uint32_t count, const char *owned, char *err,
                            size_t errlen);
 
+/* The partitions of owned that cfg's [tiering] partitions names ("0,2",
+ * "1-3"; "none": none; empty: all of owned, and *all 1). Returns 0, or
+ * KVP_ECONFIG with err "[tiering] partitions: <cause>" (bad syntax, a
+ * partition not owned, set while not partitioned). */
+int kvp__adv_partset_tiered(const kvp_advisor_config_t *cfg, const kvp__adv_partset_t *owned,
+                            kvp__adv_partset_t *tiered, int *all, char *err, size_t errlen);
+
 /* Checks cfg's [partitions] keys (parse, partitions need JetStream mode,
- * and with tiering the partitions' key namespaces fit). Returns 0 or
- * KVP_ECONFIG. */
+ * and with tiering the partitions' key namespaces fit) and [tiering]
+ * partitions. Returns 0 or KVP_ECONFIG. */
 int kvp__adv_partset_check(const kvp_advisor_config_t *cfg, char *err, size_t errlen);
 
 /* Before the index loads (partitioned only): drops from the database the

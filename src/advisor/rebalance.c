@@ -2,11 +2,22 @@
  * partitioned advisor adds or drops partitions on a request addressed to
  * it, kvplane.api.<ns>.partitions.<consumer name> (kvplane partitions):
  *
- *   request  {"add": [p, ...], "drop": [p, ...]}   (either, both, or {}:
- *            the state only)
+ *   request  {"add": [p, ...], "drop": [p, ...], "tier": [p, ...],
+ *            "untier": [p, ...]}   (any of them, or {}: the state only)
  *   reply    {"advisor": name, "count": C, "owned": [...], "ready": [...],
- *             "catching_up": [{"partition": p, "behind": N}, ...]}
- *            or {"error": "..."} with nothing changed
+ *             "catching_up": [{"partition": p, "behind": N}, ...],
+ *             "tiering": [...], "tiering_soon": [...]}
+ *            or the same with {"error": "..."}, nothing changed when the
+ *            request itself is wrong
+ *
+ * tier and untier move the tiering of an owned partition between a
+ * partition's advisor and its standby ([tiering] partitions says which
+ * tiers at start): untier on the old one (if it still runs), then tier on
+ * the other; one advisor tiers a partition at a time (docs/SCALE.md). A
+ * partition to tier that is still catching up is tiered once caught up
+ * ("tiering_soon"). A partition added live is tiered once caught up when
+ * [tiering] partitions is empty (every owned one), and only on request
+ * otherwise.
  *
  * Why a request and not a configuration reload on SIGHUP: moving a
  * partition is a step between two advisors, usually on two machines, that
@@ -76,6 +87,23 @@ static int read_list(json_t *doc, const char *key, uint32_t count, uint32_t *out
   return 0;
 }
 
+static void tier_caught_up(kvp_advisor_t *adv);
+
+/* p is tiered once caught up (tier_caught_up). */
+static void tier_soon(kvp_advisor_t *adv, uint32_t p) {
+  int k = 0;
+  while (k < adv->ntier_wait && adv->tier_wait[k] != p)
+    k++;
+  if (k == adv->ntier_wait && adv->ntier_wait < KVP__ADV_MAX_OWNED)
+    adv->tier_wait[adv->ntier_wait++] = p;
+}
+
+static void tier_not_soon(kvp_advisor_t *adv, uint32_t p) {
+  for (int k = 0; k < adv->ntier_wait; k++)
+    if (adv->tier_wait[k] == p)
+      adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
+}
+
 static void drop_one(kvp_advisor_t *adv, int slot) {
   kvp__adv_partset_t *ps = &adv->parts;
   uint32_t p = ps->p[slot];
@@ -89,9 +117,7 @@ static void drop_one(kvp_advisor_t *adv, int slot) {
                  "they go at the next start",
                  p, kvp_strerror(rc));
   size_t forgot = kvp__adv_ingest_forget(adv->ing, keep_not_in, &g);
-  for (int k = 0; k < adv->ntier_wait; k++)
-    if (adv->tier_wait[k] == p) /* added and dropped before it caught up */
-      adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
+  tier_not_soon(adv, p); /* added and dropped before it caught up */
   if (adv->tier != NULL && (rc = kvp__tier_engine_partition(adv->tier, p, 0, err, sizeof err)))
     kvp_log_warn("advisor: rebalance: %s", err);
   kvp__adv_consumer_remove(adv->consumer, slot);
@@ -126,74 +152,131 @@ static int add_one(kvp_advisor_t *adv, uint32_t p, char *err, size_t errlen) {
   ps->p[slot] = p;
   adv->applied_pos[slot] = pos;
   ps->n++;
-  /* Tiered once caught up (kvp__adv_parts_poll). */
-  if (adv->tier != NULL) {
-    int k = 0;
-    while (k < adv->ntier_wait && adv->tier_wait[k] != p)
-      k++;
-    if (k == adv->ntier_wait && adv->ntier_wait < KVP__ADV_MAX_OWNED)
-      adv->tier_wait[adv->ntier_wait++] = p;
-  }
+  /* Tiered once caught up (kvp__adv_parts_poll), when this advisor
+   * tiers every partition it owns. */
+  if (adv->tier != NULL && adv->tier_all)
+    tier_soon(adv, p);
   kvp_log_info("advisor: rebalance: partition %" PRIu32 " added, consumed after stream sequence "
                "%" PRIu64,
                p, pos);
   return 0;
 }
 
-int kvp__adv_parts_parse(const void *data, size_t len, uint32_t count, uint32_t *add, int *nadd,
-                         uint32_t *drop, int *ndrop, char *err, size_t errlen) {
+/* 0, or KVP_EINVAL with err when a partition is in both a (na) and b (nb)
+ * (or twice in a when b is a). */
+static int disjoint(const uint32_t *a, int na, const uint32_t *b, int nb, const char *what,
+                    char *err, size_t errlen) {
+  for (int i = 0; i < na; i++)
+    for (int k = a == b ? i + 1 : 0; k < nb; k++)
+      if (a[i] == b[k]) {
+        snprintf(err, errlen, "partition %" PRIu32 " is named twice (%s)", a[i], what);
+        return KVP_EINVAL;
+      }
+  return 0;
+}
+
+int kvp__adv_parts_parse(const void *data, size_t len, uint32_t count, kvp__adv_parts_req_t *r,
+                         char *err, size_t errlen) {
   json_t *doc = json_loadb(data, len, 0, NULL);
   int rc;
 
-  *nadd = *ndrop = 0;
+  r->nadd = r->ndrop = r->ntier = r->nuntier = 0;
   if (!json_is_object(doc)) {
     json_decref(doc);
     snprintf(err, errlen, "the request is not a JSON object");
     return KVP_EINVAL;
   }
-  rc = read_list(doc, "add", count, add, nadd, err, errlen);
+  rc = read_list(doc, "add", count, r->add, &r->nadd, err, errlen);
   if (rc == 0)
-    rc = read_list(doc, "drop", count, drop, ndrop, err, errlen);
+    rc = read_list(doc, "drop", count, r->drop, &r->ndrop, err, errlen);
+  if (rc == 0)
+    rc = read_list(doc, "tier", count, r->tier, &r->ntier, err, errlen);
+  if (rc == 0)
+    rc = read_list(doc, "untier", count, r->untier, &r->nuntier, err, errlen);
   json_decref(doc);
-  for (int i = 0; rc == 0 && i < *nadd + *ndrop; i++) {
-    uint32_t p = i < *nadd ? add[i] : drop[i - *nadd];
-    for (int k = 0; rc == 0 && k < i; k++)
-      if ((k < *nadd ? add[k] : drop[k - *nadd]) == p) {
-        snprintf(err, errlen, "partition %" PRIu32 " is named twice", p);
-        rc = KVP_EINVAL;
-      }
-  }
+  if (rc == 0)
+    rc = disjoint(r->add, r->nadd, r->add, r->nadd, "add", err, errlen);
+  if (rc == 0)
+    rc = disjoint(r->drop, r->ndrop, r->drop, r->ndrop, "drop", err, errlen);
+  if (rc == 0)
+    rc = disjoint(r->tier, r->ntier, r->tier, r->ntier, "tier", err, errlen);
+  if (rc == 0)
+    rc = disjoint(r->untier, r->nuntier, r->untier, r->nuntier, "untier", err, errlen);
+  if (rc == 0)
+    rc = disjoint(r->add, r->nadd, r->drop, r->ndrop, "add and drop", err, errlen);
+  if (rc == 0)
+    rc = disjoint(r->tier, r->ntier, r->untier, r->nuntier, "tier and untier", err, errlen);
+  if (rc == 0)
+    rc = disjoint(r->drop, r->ndrop, r->tier, r->ntier, "drop and tier", err, errlen);
   if (rc != 0)
-    *nadd = *ndrop = 0;
+    r->nadd = r->ndrop = r->ntier = r->nuntier = 0;
   return rc;
 }
 
 /* Applies the request; returns 0 or an error with err (nothing changed
  * when the request itself is wrong). */
+/* Whether p is among the n partitions of l. */
+static int in(const uint32_t *l, int n, uint32_t p) {
+  for (int i = 0; i < n; i++)
+    if (l[i] == p)
+      return 1;
+  return 0;
+}
+
+/* The request's tier and untier, once its adds and drops are done:
+ * untier stops at once (the engine is idle here), tier starts now when p
+ * is caught up, else once it is. */
+static int apply_tiering(kvp_advisor_t *adv, const kvp__adv_parts_req_t *r, char *err,
+                         size_t errlen) {
+  int rc;
+  for (int i = 0; i < r->nuntier; i++) {
+    tier_not_soon(adv, r->untier[i]);
+    uint32_t t[KVP_PARTITIONS_MAX];
+    size_t nt = kvp__tier_engine_tiered(adv->tier, t, KVP_PARTITIONS_MAX);
+    if (in(t, (int)(nt < KVP_PARTITIONS_MAX ? nt : KVP_PARTITIONS_MAX), r->untier[i]) &&
+        (rc = kvp__tier_engine_partition(adv->tier, r->untier[i], 0, err, errlen)) != 0)
+      return rc;
+  }
+  for (int i = 0; i < r->ntier; i++)
+    tier_soon(adv, r->tier[i]);
+  tier_caught_up(adv);
+  return 0;
+}
+
 static int apply_request(kvp_advisor_t *adv, const char *data, size_t len, char *err,
                          size_t errlen) {
   kvp__adv_partset_t *ps = &adv->parts;
-  uint32_t add[KVP__ADV_MAX_OWNED], drop[KVP__ADV_MAX_OWNED];
-  int nadd = 0, ndrop = 0, rc;
+  kvp__adv_parts_req_t r;
+  int rc;
 
   if (ps->count == 0) {
     snprintf(err, errlen, "this advisor is not partitioned");
     return KVP_EINVAL;
   }
-  if ((rc = kvp__adv_parts_parse(data, len, ps->count, add, &nadd, drop, &ndrop, err, errlen)) != 0)
+  if ((rc = kvp__adv_parts_parse(data, len, ps->count, &r, err, errlen)) != 0)
     return rc;
   int n = ps->n;
-  for (int i = 0; i < nadd; i++)
-    n += kvp__adv_partset_slot(ps, add[i]) < 0; /* owned already: nothing to do */
-  for (int i = 0; i < ndrop; i++)
-    n -= kvp__adv_partset_slot(ps, drop[i]) >= 0;
+  for (int i = 0; i < r.nadd; i++)
+    n += kvp__adv_partset_slot(ps, r.add[i]) < 0; /* owned already: nothing to do */
+  for (int i = 0; i < r.ndrop; i++)
+    n -= kvp__adv_partset_slot(ps, r.drop[i]) >= 0;
   if (n < 1 || n > KVP__ADV_MAX_OWNED) {
     snprintf(err, errlen, "an advisor owns 1..%d partitions; this request leaves %d",
              KVP__ADV_MAX_OWNED, n);
     return KVP_EINVAL;
   }
-  if (nadd == 0 && ndrop == 0)
-    return 0;
+  if ((r.ntier || r.nuntier) && adv->tier == NULL) {
+    snprintf(err, errlen, "tiering is off on this advisor ([tiering] enabled = false)");
+    return KVP_EINVAL;
+  }
+  for (int i = 0; i < r.ntier; i++)
+    if (kvp__adv_partset_slot(ps, r.tier[i]) < 0 && !in(r.add, r.nadd, r.tier[i])) {
+      snprintf(err, errlen, "partition %" PRIu32 " is not owned here: add it to tier it",
+               r.tier[i]);
+      return KVP_EINVAL;
+    }
+  if (r.nadd == 0 && r.ndrop == 0)
+    return apply_tiering(adv, &r, err, errlen);
 
   /* Quiet: no fetch thread pushes, everything pushed is applied and
    * committed (acked), so the slots can move. */
@@ -202,14 +285,16 @@ static int apply_request(kvp_advisor_t *adv, const char *data, size_t len, char 
   if ((rc = kvp__adv_wb_sync(&adv->wb, adv->applied_seq)) != 0) {
     snprintf(err, errlen, "the flush before the change failed: %s", kvp_strerror(rc));
   } else {
-    for (int i = 0; i < ndrop; i++) {
-      int slot = kvp__adv_partset_slot(ps, drop[i]);
+    for (int i = 0; i < r.ndrop; i++) {
+      int slot = kvp__adv_partset_slot(ps, r.drop[i]);
       if (slot >= 0)
         drop_one(adv, slot);
     }
-    for (int i = 0; i < nadd && rc == 0; i++)
-      if (kvp__adv_partset_slot(ps, add[i]) < 0)
-        rc = add_one(adv, add[i], err, errlen);
+    for (int i = 0; i < r.nadd && rc == 0; i++)
+      if (kvp__adv_partset_slot(ps, r.add[i]) < 0)
+        rc = add_one(adv, r.add[i], err, errlen);
+    if (rc == 0 && adv->tier != NULL)
+      rc = apply_tiering(adv, &r, err, errlen);
   }
   adv->applied_seq = 0;
   for (int i = 0; i < ps->n; i++)
@@ -264,6 +349,17 @@ static void reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *err) {
   json_object_set_new(o, "owned", all);
   json_object_set_new(o, "ready", ready);
   json_object_set_new(o, "catching_up", cu);
+  if (adv->tier != NULL) {
+    uint32_t t[KVP_PARTITIONS_MAX];
+    size_t nt = kvp__tier_engine_tiered(adv->tier, t, KVP_PARTITIONS_MAX);
+    json_t *tl = json_array(), *soon = json_array();
+    for (size_t i = 0; i < nt && i < KVP_PARTITIONS_MAX; i++)
+      json_array_append_new(tl, json_integer(t[i]));
+    for (int i = 0; i < adv->ntier_wait; i++)
+      json_array_append_new(soon, json_integer(adv->tier_wait[i]));
+    json_object_set_new(o, "tiering", tl);
+    json_object_set_new(o, "tiering_soon", soon);
+  }
   if (rc != 0)
     json_object_set_new(o, "error", json_string(err));
   char *text = json_dumps(o, JSON_COMPACT);

@@ -1,9 +1,8 @@
 /* kvplane partitions: live rebalancing, a request to one advisor on
  * kvplane.api.<ns>.partitions.<advisor> (src/advisor/rebalance.c says the
  * request and reply). Operands: ADVISOR [add P[,P...]] [drop P[,P...]]
- * [wait]; with wait, the state is asked again every 200 ms until no
- * partition is catching up, within --timeout. The last reply is printed
- * as it came (JSON). */
+ * [tier P[,P...]] [untier P[,P...]] [wait]; with wait, the state is asked again every 200 ms until
+ * no partition is catching up, within --timeout. The last reply is printed as it came (JSON). */
 #include <nats/nats.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,9 +70,11 @@ int kvp__cli_cmd_partitions(const kvp__cli_args_t *a) {
       wait = 1;
       continue;
     }
-    if ((strcmp(w, "add") != 0 && strcmp(w, "drop") != 0) || i + 1 == a->nrest ||
-        json_object_get(req, w) != NULL) {
-      fprintf(stderr, "kvplane partitions: '%s': expected add P[,P...], drop P[,P...] or wait\n",
+    if ((strcmp(w, "add") != 0 && strcmp(w, "drop") != 0 && strcmp(w, "tier") != 0 &&
+         strcmp(w, "untier") != 0) ||
+        i + 1 == a->nrest || json_object_get(req, w) != NULL) {
+      fprintf(stderr,
+              "kvplane partitions: '%s': expected add, drop, tier or untier P[,P...], or wait\n",
               w);
       goto out;
     }

@@ -78,14 +78,19 @@ static const struct cmd_help_s {
      "Every server of the cluster carries the same block; advisors take\n"
      "[partitions] count = PARTITIONS and the partitions they own (docs/SCALE.md).\n"},
     {"partitions",
-     "kvplane partitions [NATS options] ADVISOR [add P[,P...]] [drop P[,P...]] [wait]",
+     "kvplane partitions [NATS options] ADVISOR [add P,..] [drop P,..] [tier P,..]\n"
+     "                   [untier P,..] [wait]",
      "Adds partitions to, or drops them from, the running partitioned advisor whose\n"
      "[jetstream] consumer name is ADVISOR (live rebalancing, docs/SCALE.md), and\n"
      "prints its reply: owned, ready and catching_up partitions (JSON). A dropped\n"
      "partition's rows leave its database in one transaction; an added one is read\n"
      "from its stream and answered for once caught up. With wait, asks again until\n"
      "no partition is catching up (within --timeout). Without add or drop: the\n"
-     "state. Change [partitions] owned in its configuration too: a restart reads it.\n"},
+     "state. Change [partitions] owned in its configuration too: a restart reads it.\n"
+     "tier and untier start and stop the tiering of owned partitions (the reply's\n"
+     "tiering; tiering_soon: once caught up): to move tiering to a standby, untier\n"
+     "on the advisor that tiers them (if it still runs), then tier on the standby.\n"
+     "One advisor tiers a partition; [tiering] partitions says which at start.\n"},
     {"pin", "kvplane pin [NATS options] [--note TEXT] HASH... | --tokens FILE --block-size N",
      "Pins blocks in the advisor's tiering engine: a pinned block and its ancestors\n"
      "(the whole prefix) are never demoted or evicted. The pins are kept in the\n"

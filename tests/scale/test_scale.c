@@ -178,6 +178,45 @@ static void owned_partitions_parse(void **state) {
   assert_int_equal(kvp__adv_partset_parse(&ps, 0, "1", err, sizeof err), KVP_ECONFIG);
 }
 
+/* [tiering] partitions: a subset of the owned ones, "none", or empty for
+ * all of them; not without partitions; errors name the key. */
+static void tiered_partitions_config(void **state) {
+  (void)state;
+  kvp_advisor_config_t cfg;
+  kvp__adv_partset_t owned, tiered;
+  char err[256];
+  int all = -1;
+  kvp_advisor_config_defaults(&cfg);
+  cfg.partitions = 8;
+  cfg.mode = KVP_ADVISOR_JETSTREAM;
+  snprintf(cfg.owned, sizeof cfg.owned, "0-3");
+  assert_int_equal(kvp__adv_partset_parse(&owned, 8, cfg.owned, err, sizeof err), 0);
+  assert_int_equal(kvp__adv_partset_tiered(&cfg, &owned, &tiered, &all, err, sizeof err), 0);
+  assert_int_equal(all, 1);
+  assert_int_equal(tiered.n, 4);
+  snprintf(cfg.tier_parts, sizeof cfg.tier_parts, "1,3");
+  assert_int_equal(kvp__adv_partset_tiered(&cfg, &owned, &tiered, &all, err, sizeof err), 0);
+  assert_int_equal(all, 0);
+  assert_int_equal(tiered.n, 2);
+  assert_int_equal(tiered.p[1], 3);
+  snprintf(cfg.tier_parts, sizeof cfg.tier_parts, "none");
+  assert_int_equal(kvp__adv_partset_tiered(&cfg, &owned, &tiered, &all, err, sizeof err), 0);
+  assert_int_equal(tiered.n, 0);
+  const char *bad[] = {"4", "1,1", "x", "2-9"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(cfg.tier_parts, sizeof cfg.tier_parts, "%s", bad[i]);
+    if (kvp__adv_partset_check(&cfg, err, sizeof err) != KVP_ECONFIG ||
+        strstr(err, "[tiering] partitions") == NULL)
+      fail_msg("accepted [tiering] partitions '%s' (%s)", bad[i], err);
+  }
+  assert_non_null(strstr(err, "2-9"));
+  cfg.partitions = 0;
+  cfg.owned[0] = '\0';
+  snprintf(cfg.tier_parts, sizeof cfg.tier_parts, "0");
+  assert_int_equal(kvp__adv_partset_check(&cfg, err, sizeof err), KVP_ECONFIG);
+  assert_non_null(strstr(err, "count is 0"));
+}
+
 /* An advisor of some partitions may tier (each partition's objects under
  * its own key namespace, tier/parts.c), when those namespaces fit;
  * partitions only in JetStream mode. The key namespaces and the advisor
@@ -302,6 +341,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(server_mapping_matches_partition_of),
       cmocka_unit_test(partitioned_publisher_uses_its_partition_stream),
       cmocka_unit_test(owned_partitions_parse),
+      cmocka_unit_test(tiered_partitions_config),
       cmocka_unit_test(tiering_per_partition_config_and_names),
       cmocka_unit_test(merge_prefers_the_freshest_and_reports_missing),
   };

@@ -1,5 +1,5 @@
 /* Why this file is long: one fixture (two advisors, four workers and
- * their volumes) shared by its three cases.
+ * their volumes) shared by its four cases.
  *
  * Tiering across partitions (docs/SCALE.md): two real advisors, each
  * owning 2 of 4 partitions and tiering them at once, over real posix
@@ -19,7 +19,9 @@
  *     namespaces and nothing else: an advisor takes no other partition's
  *     object for an orphan;
  *   - the operator's controls reach both advisors, each acting for its
- *     own partitions, and a stopped one's partitions are reported missing.
+ *     own partitions, and a stopped one's partitions are reported missing;
+ *   - a hot standby that tiers nothing ([tiering] partitions = none) takes
+ *     the tiering over on a live request once the other advisor is gone.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -111,9 +113,10 @@ static void add_volume(kvp_advisor_config_t *cfg, const char *name, int tier, co
   snprintf(v->params, sizeof v->params, "path=%s\nfsync=off\n", path);
 }
 
-/* Advisor i owns partitions {2i, 2i+1}, with every worker's G3 volume (a
- * partition may move to it) and the shared G4. */
-static void adv_start(fx_t *f, int i) {
+/* Advisor i owns partitions owned ("2i,2i+1" when NULL) and tiers tiered
+ * of them ([tiering] partitions; NULL: all), with every worker's G3 volume
+ * (a partition may move to it) and the shared G4. */
+static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) {
   adv_t *a = &f->a[i];
   kvp_advisor_config_t *c = &a->cfg;
   char err[512], dir[256], url[64];
@@ -125,7 +128,12 @@ static void adv_start(fx_t *f, int i) {
   snprintf(c->nats.servers, sizeof c->nats.servers, "%s", url);
   snprintf(c->ns, sizeof c->ns, NS);
   snprintf(c->consumer, sizeof c->consumer, "adv%d", i);
-  snprintf(c->owned, sizeof c->owned, "%d,%d", 2 * i, 2 * i + 1);
+  if (owned != NULL)
+    snprintf(c->owned, sizeof c->owned, "%s", owned);
+  else
+    snprintf(c->owned, sizeof c->owned, "%d,%d", 2 * i, 2 * i + 1);
+  if (tiered != NULL)
+    snprintf(c->tier_parts, sizeof c->tier_parts, "%s", tiered);
   snprintf(c->plugin_dir, sizeof c->plugin_dir, "%s", KVP_BUILD_PLUGIN_DIR);
   c->mode = KVP_ADVISOR_JETSTREAM;
   c->partitions = NPART;
@@ -149,6 +157,10 @@ static void adv_start(fx_t *f, int i) {
     fail_msg("advisor %d: %s", i, err);
   assert_int_equal(pthread_create(&a->thread, NULL, run_main, a), 0);
   a->running = 1;
+}
+
+static void adv_start(fx_t *f, int i) {
+  adv_start_as(f, i, NULL, NULL);
 }
 
 static int setup(void **state) {
@@ -544,6 +556,72 @@ static void controls_reach_every_partitions_advisor(void **state) {
   assert_int_equal(db_count(f, 0, "SELECT count(*) FROM pins"), 0);
 }
 
+static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen);
+
+/* Advisor 0 tiers all four partitions, advisor 1 owns them too but tiers
+ * none (a hot standby: [tiering] partitions = none). Advisor 1 moves
+ * nothing while advisor 0 runs, nor after it stopped, until a live request
+ * tiers the partitions there: then it demotes the workers' new blocks,
+ * and what is on the shared G4 equals what its database places there
+ * (advisor 0's moves learned from the partitions' streams, and its own). */
+static void a_standby_takes_over_the_tiering(void **state) {
+  fx_t *f = *state;
+  listing_t vol, mine;
+  char reply[1024];
+  const char *moved = "SELECT count(*) FROM migrations WHERE state = 'source_deleted'";
+  adv_start_as(f, 0, "0-3", NULL);
+  adv_start_as(f, 1, "0-3", "none");
+  for (uint32_t p = 0; p < NPART; p++)
+    worker_offloads(f, p);
+  uint64_t end = now_ms() + 30000;
+  while (now_ms() < end && db_count(f, 0, moved) < 8)
+    sleep_ms(100);
+  assert_true(db_count(f, 0, moved) >= 8);
+  ask_partitions(f, 1, "{}", reply, sizeof reply);
+  printf("standby: %s\n", reply);
+  assert_non_null(strstr(reply, "\"tiering\":[]"));
+  adv_stop(&f->a[0]);
+
+  /* New blocks over the G3s' watermarks, nobody tiering: they stay. */
+  for (uint32_t p = 0; p < NPART; p++) {
+    f->owner[p] = 1;
+    for (int k = 0; k < CHAIN; k++)
+      f->h[p][k] = 0x2000000000000000ull * (p + 1) + 100 + (uint64_t)k;
+    worker_offloads(f, p);
+  }
+  sleep_ms(1500);
+  assert_int_equal(db_count(f, 1, "SELECT count(*) FROM migrations"), 0);
+
+  ask_partitions(f, 1, "{\"tier\":[0,1,2,3]}", reply, sizeof reply);
+  printf("tier: %s\n", reply);
+  assert_null(strstr(reply, "\"error\""));
+  assert_true(strstr(reply, "\"tiering\":[0,1,2,3]") != NULL ||
+              strstr(reply, "\"tiering_soon\":[") != NULL);
+  int foreign = 0, same = 0;
+  end = now_ms() + 30000;
+  while (now_ms() < end && !same) {
+    sleep_ms(200);
+    if (db_count(f, 1, moved) < 4)
+      continue;
+    list_g4(f, &vol);
+    memset(&mine, 0, sizeof mine);
+    foreign = 0;
+    if (db_g4(f, 1, &mine, &foreign) != 0)
+      continue;
+    qsort(mine.o, mine.n, sizeof *mine.o, cmp_obj);
+    same = vol.n == mine.n && vol.n > 0 && !vol.bad_ns &&
+           memcmp(vol.o, mine.o, vol.n * sizeof *vol.o) == 0;
+  }
+  printf("after the takeover: %lld moves by the standby, %zu objects on the shared G4\n",
+         db_count(f, 1, moved), vol.n);
+  assert_true(db_count(f, 1, moved) >= 4);
+  assert_true(same);
+  assert_int_equal(foreign, 0);
+  /* And untier stops it. */
+  ask_partitions(f, 1, "{\"untier\":[0,1,2,3]}", reply, sizeof reply);
+  assert_non_null(strstr(reply, "\"tiering\":[]"));
+}
+
 /* A live rebalance request to advisor i; the reply's JSON text into out. */
 static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
   char subj[KVP_SUBJECT_MAX], name[16];
@@ -614,6 +692,7 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(a_tiered_partition_moves_live, setup, teardown),
       cmocka_unit_test_setup_teardown(controls_reach_every_partitions_advisor, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_standby_takes_over_the_tiering, setup, teardown),
   };
   return kvp_test_run("scale_tier", tests, sizeof tests / sizeof tests[0], argc, argv);
 }
