@@ -291,6 +291,12 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
                   "orphans", (json_int_t)t->scrub_orphans, "orphans_deleted",
                   (json_int_t)t->orphans_deleted, "orphans_adopted", (json_int_t)t->orphans_adopted,
                   "corrupt", (json_int_t)t->scrub_corrupt, "ms", (json_int_t)t->scrub_ms));
+    if (x->where != NULL && x->where->count > 0) {
+      json_t *tp = json_array();
+      for (size_t i = 0; i < x->ntiered; i++)
+        json_array_append_new(tp, json_integer(x->tiered[i]));
+      json_object_set_new(jt, "partitions", tp);
+    }
     json_object_set_new(jt, "quarantined", json_integer((json_int_t)t->quarantined));
     json_object_set_new(jt, "parallel_peak", json_integer((json_int_t)t->parallel_peak));
     json_object_set_new(jt, "compactions", json_integer((json_int_t)t->compactions));

@@ -73,6 +73,8 @@ typedef struct kvp__adv_api_extra_s {
   const struct kvp__tier_vol_stats_s *tier_vols;
   size_t ntier_vols;
   double high_watermark, low_watermark;
+  const uint32_t *tiered; /* partitioned: the partitions tiered here ("tiering.partitions") */
+  size_t ntiered;
   const kvp__adv_api_where_t *where; /* may be NULL */
 } kvp__adv_api_extra_t;
 

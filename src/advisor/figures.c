@@ -87,7 +87,11 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
   };
   kvp__tier_stats_t ts;
   kvp__tier_vol_stats_t tv[KVP__TIER_MAX_VOLUMES];
+  uint32_t tiered[KVP__ADV_MAX_OWNED];
   if (adv->tier != NULL) {
+    size_t nt = kvp__tier_engine_tiered(adv->tier, tiered, KVP__ADV_MAX_OWNED);
+    x.tiered = tiered;
+    x.ntiered = nt < KVP__ADV_MAX_OWNED ? nt : KVP__ADV_MAX_OWNED;
     kvp__tier_engine_stats(adv->tier, &ts);
     x.tier = &ts;
     x.ntier_vols = kvp__tier_engine_volumes(adv->tier, tv, KVP__TIER_MAX_VOLUMES);

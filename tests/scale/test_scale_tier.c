@@ -617,6 +617,17 @@ static void a_standby_takes_over_the_tiering(void **state) {
   assert_true(db_count(f, 1, moved) >= 4);
   assert_true(same);
   assert_int_equal(foreign, 0);
+  /* Its stats say what it tiers now (tiering.partitions). */
+  kvp_nats_opts_t no;
+  kvp_client_t *c = NULL;
+  char err[256], *st = NULL;
+  kvp_nats_opts_init(&no);
+  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
+  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
+  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
+  assert_non_null(strstr(st, "\"partitions\":[0,1,2,3]"));
+  kvp_client_reply_free(st);
+  kvp_client_close(c);
   /* And untier stops it. */
   ask_partitions(f, 1, "{\"untier\":[0,1,2,3]}", reply, sizeof reply);
   assert_non_null(strstr(reply, "\"tiering\":[]"));
