@@ -3,38 +3,43 @@
  * lower-tier read. After LHD (Beckmann et al., NSDI'18), with two changes
  * that the G3/G4 pair allows: the statistics come from every read in G3
  * *or* G4 (on_access), not only from G3 hits, so that what the policy
- * learns does not depend on what it kept; and a block's class is its
- * index hit count (1, 2, 3, 4, 5, 6-7, 8-11, 12 and more uses) when its life starts.
+ * learns does not depend on what it kept; and a block's kind is its index
+ * hit count when its life starts (1, 2, 3, 4, 5, 6-7, 8-11, 12 and more
+ * uses) and whether it was ever seen as a parent (the last block of a
+ * prompt is nobody's parent and is almost never read again: the next turn
+ * has a fuller block with another hash there).
  *
  * A block's life starts at its last use (the index's last access, or a
- * read from G3/G4) and ends at its next read. Per class and per age bin
+ * read from G3/G4) and ends at its next read. Per kind and per age bin
  * (half-octaves of age from 8 s to 68 min, and one beyond), the policy
- * counts the reads that came at that age and the blocks that lived through
- * the bin unread: the hazard h of a read in each bin. For a block of class
- * c in bin b, with S the chance to live unread to each later bin,
+ * counts the reads that came at that age and the lives that passed the
+ * bin's upper bound unread; the hazard h of a read in a bin is its reads
+ * over the lives that entered it (over the same bin's passings it would be
+ * too high where the passings lag the reads: the old bins). For a block of
+ * kind c in bin b, with S the chance to live unread to each later bin,
  *   density = sum_k S_k h_k / sum_k S_k (h_k w_k / 2 + (1 - h_k) w_k)
- * over the bins k >= b (w_k the bin's width; the last bin counts as long as
- * all the others), the reads it is expected to bring over the space-time it
- * is expected to take; the lowest leaves first, then the least recently
- * used, then by hash.
+ * over the bins k >= b (w_k the bin's width; the last bin, where no read
+ * is expected, counts TAIL times its start), the reads it is expected to
+ * bring over the space-time it is expected to take; the lowest leaves
+ * first, then the least recently used, then by hash. A kind or bin not
+ * seen yet has density 0.
  *
- * Why it is measured and kept: on the bundled Mooncake trace (kvp-bench
- * policy) a third of what workers offload to G3 is read again, a block used
- * once a quarter of the time and one used 6 times or more four times in
- * five, and the chance of a read falls with the time since the last use;
- * the count and that time are what is known, and the density weighs them
- * by what the trace shows rather than by a fixed formula (hyperbolic's
- * count / age). docs/tiering.md has the figures and why no online order
- * comes near Belady's MIN there.
+ * Why: on the bundled Mooncake trace (kvp-bench policy) a third of what
+ * workers offload to G3 is read again, a block used once a quarter of the
+ * time and one used 8 times or more four times in five, and the chance of
+ * a read falls with the time since the last use; the density weighs count,
+ * age and parenthood by what the trace shows rather than by a fixed formula
+ * (hyperbolic's count / age). docs/tiering.md has the figures, and why no
+ * online order comes near Belady's MIN there.
  *
  * Prefixes stay whole by kvp__tier_plan (it moves leaves only).
  *
- * State: per block in G3 or G4, its life (start, class, a generation) and
- * its place in the queue of its next age boundary: a block passes each
- * boundary once per life, so the counting costs O(1) per block and
- * boundary. A record in G4 past the last boundary is dropped (a later read
- * of it starts a life afresh). Parameter: half_life, of the counts (0:
- * never forgotten). */
+ * State: per block in G3 or G4, its life (start, class, a generation,
+ * parenthood) and its place in the queue of its next age boundary: a block
+ * passes each boundary once per life, so the counting costs O(1) per block
+ * and boundary. A record in G4 past the last boundary is dropped (a later
+ * read of it starts a life afresh). Parameter: half_life, of the counts
+ * (0: never forgotten). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +49,8 @@
 #include "kvplane/status.h"
 #include "tier/policy.h"
 
-#define NCLASS 8
+#define NCLASS 8           /* hit-count classes */
+#define NKIND (NCLASS * 2) /* and whether a parent */
 #define NBOUND 19          /* boundaries 8 s * 2^(k/2), k = 0..18 (68 min) */
 #define NBIN (NBOUND + 1)  /* bin 0 is [0, 8 s), bin k [B(k-1), B(k)) */
 #define NO_CLASS UINT8_MAX /* a life whose class the next plan sets */
@@ -56,7 +62,8 @@ typedef struct life_s {
   uint64_t t0_ms; /* the life's start: the last use */
   uint32_t gen;   /* lives so far: a queue entry of an older life is stale */
   uint8_t cls, in3;
-  uint8_t fixed; /* cls is from the index's count, not a guess */
+  uint8_t fixed;  /* cls is from the index's count, not a guess */
+  uint8_t parent; /* a block was seen with this one as its parent */
 } life_t;
 
 typedef struct entry_s {
@@ -75,9 +82,9 @@ typedef struct dens_s {
   life_t *lives;
   size_t n, cap;
   queue_t q[NBOUND]; /* q[k]: lives to pass boundary k, by due time */
-  double reads[NCLASS][NBIN], lived[NCLASS][NBIN];
+  double reads[NKIND][NBIN], lived[NKIND][NBIN];
   uint64_t decayed_ms;
-  double density[NCLASS][NBIN];
+  double density[NKIND][NBIN];
   double bound[NBOUND];
   double *score; /* per candidate of the current plan */
   size_t score_cap;
@@ -97,6 +104,12 @@ static int class_of(double freq) {
          : freq < 7.5  ? 5
          : freq < 11.5 ? 6
                        : 7;
+}
+
+/* l's kind: its count class, and whether it is a parent; -1 while its
+ * count class is not known. */
+static int kind_of(const life_t *l) {
+  return l->cls == NO_CLASS ? -1 : l->cls + NCLASS * !l->parent;
 }
 
 static int bin_of(const dens_t *s, double age_ms) {
@@ -155,8 +168,9 @@ static life_t *add(dens_t *s, uint64_t hash) {
 
 /* l was read at now: a read at its age, and a new life. */
 static int read_at(dens_t *s, life_t *l, uint64_t now) {
-  if (l->cls != NO_CLASS && now >= l->t0_ms)
-    s->reads[l->cls][bin_of(s, (double)(now - l->t0_ms))] += 1;
+  int k = kind_of(l);
+  if (k >= 0 && now >= l->t0_ms)
+    s->reads[k][bin_of(s, (double)(now - l->t0_ms))] += 1;
   /* One more use: the next plan reads the index's count for the class;
    * until then, the next class up. */
   uint8_t up = l->cls == NO_CLASS ? NO_CLASS : (uint8_t)(l->cls + 1 < NCLASS ? l->cls + 1 : l->cls);
@@ -173,8 +187,9 @@ static int advance(dens_t *s, uint64_t now) {
       life_t *l = find(s, e.hash);
       if (l == NULL || l->gen != e.gen)
         continue; /* read since, or forgotten */
-      if (l->cls != NO_CLASS)
-        s->lived[l->cls][k] += 1;
+      int kind = kind_of(l);
+      if (kind >= 0)
+        s->lived[kind][k] += 1;
       if (k + 1 < NBOUND) {
         if (push(s, k + 1, l) != 0)
           return KVP_ENOMEM;
@@ -192,7 +207,7 @@ static void decay(dens_t *s, uint64_t now) {
   if (s->half_life_ms <= 0 || now <= s->decayed_ms)
     return;
   double f = exp2(-(double)(now - s->decayed_ms) / s->half_life_ms);
-  for (int c = 0; c < NCLASS; c++)
+  for (int c = 0; c < NKIND; c++)
     for (int b = 0; b < NBIN; b++)
       s->reads[c][b] *= f, s->lived[c][b] *= f;
   s->decayed_ms = now;
@@ -201,7 +216,7 @@ static void decay(dens_t *s, uint64_t now) {
 /* density[c][b] from the counts; a bin not seen yet counts half a read in
  * two lives. */
 static void tabulate(dens_t *s) {
-  for (int c = 0; c < NCLASS; c++) {
+  for (int c = 0; c < NKIND; c++) {
     double hits = 0, time = 0;
     for (int b = NBIN - 1; b >= 0; b--) {
       /* The lives that entered bin b: those that passed its lower
@@ -310,6 +325,11 @@ static int dens_plan(void *state, const kvp__tier_params_t *prm, kvp__tier_vol_t
                   : start(s, l, c[i].last_access_ms, NO_CLASS)) != 0)
         return KVP_ENOMEM;
     }
+    if (c[i].has_parent) {
+      life_t *par = find(s, c[i].parent);
+      if (par != NULL)
+        par->parent = 1;
+    }
     if (!l->fixed) {
       l->cls = (uint8_t)class_of(c[i].freq);
       l->fixed = 1;
@@ -322,7 +342,7 @@ static int dens_plan(void *state, const kvp__tier_params_t *prm, kvp__tier_vol_t
   for (size_t i = 0; i < n; i++) {
     const life_t *l = find(s, c[i].hash);
     double age = now > c[i].last_access_ms ? (double)(now - c[i].last_access_ms) : 0;
-    s->score[i] = s->density[l->cls][bin_of(s, age)];
+    s->score[i] = s->density[kind_of(l)][bin_of(s, age)];
   }
   s->base = c;
   kvp__tier_order_t ord = {dens_colder, s};

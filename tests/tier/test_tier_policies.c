@@ -421,6 +421,42 @@ static void density_keeps_prefixes_whole(void **state) {
   kvp__tier_pol_close(p);
 }
 
+/* density learns parents apart from the blocks nobody extends (the last
+ * block of a prompt is rarely read again: the next turn's block there is a
+ * fuller one). Taught at T0 = NOW - 200 s: 1..4 and 9..12 used once, no
+ * child; 5..8 used once, the parents of 9..12; 5..8 are read 20 s later,
+ * the others never. At NOW, used once: 21..24 read 1 s ago, 25..27 read
+ * 15 s ago with children 28..30, read 15 s ago too. Three leave: the
+ * childless ones have density 0, the least recently read first: 28, 29,
+ * 30; 25, a leaf once 28 has left, has a parent's density, above 0, and
+ * stays. Counting every block as childless, the reads of 5..8 would give
+ * every block used once a density above 0, the youngest the lowest: 21,
+ * 22 and 23 would leave. */
+static void density_parents_apart(void **state) {
+  (void)state;
+  kvp__tier_pol_t *p = open_pol("density", NULL);
+  kvp__tier_cand_t c[12];
+  uint64_t got[8], t0 = NOW - 200000;
+
+  for (int i = 0; i < 12; i++) {
+    c[i] = cand((uint64_t)i + 1, i >= 8 ? (uint64_t)i - 3 : 0, 0, t0);
+    c[i].freq = 1;
+  }
+  assert_int_equal(plan_at(p, c, 12, 500, t0, got), 0);
+  for (uint64_t h = 5; h <= 8; h++)
+    kvp__tier_pol_access(p, h, 3, t0 + 20000);
+  for (int i = 0; i < 10; i++) {
+    c[i] =
+        cand((uint64_t)i + 21, i >= 7 ? (uint64_t)i + 18 : 0, 0, i < 4 ? NOW - 1000 : NOW - 15000);
+    c[i].freq = 1;
+  }
+  assert_int_equal(plan(p, c, 10, 1100, got), 3);
+  assert_int_equal(got[0], 28);
+  assert_int_equal(got[1], 29);
+  assert_int_equal(got[2], 30);
+  kvp__tier_pol_close(p);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(registry_names_and_params),
     cmocka_unit_test(lru_decisions),
@@ -431,6 +467,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(hyperbolic_keeps_prefixes_whole),
     cmocka_unit_test(density_decisions),
     cmocka_unit_test(density_keeps_prefixes_whole),
+    cmocka_unit_test(density_parents_apart),
 };
 
 KVP_TEST_MAIN("tier_policies", tests)
