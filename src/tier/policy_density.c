@@ -35,14 +35,15 @@
  * Prefixes stay whole by kvp__tier_plan (it moves leaves only).
  *
  * State: per block in G3 or G4, its life (start, class, a generation,
- * parenthood) and its place in the queue of its next age boundary: a block
- * passes each boundary once per life, so the counting costs O(1) per block
- * and boundary. A record in G4 past the last boundary is dropped (a later
- * read of it starts a life afresh). Parameter: half_life, of the counts
+ * parenthood), and a min-heap of when each life passes its next age bound
+ * (lives start out of order: a block first seen by a plan starts at its
+ * last use, seconds to minutes back), so the counting costs O(log n) per
+ * block and bound. A record in G4 past the last bound is dropped (a later
+ * read of it starts a life afresh; one still among the candidates, a G4
+ * block hot enough to be promoted, starts it in the same plan). Parameter: half_life, of the counts
  * (0: never forgotten). */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "common/array.h"
 #include "common/map64.h"
@@ -66,28 +67,28 @@ typedef struct life_s {
   uint8_t parent; /* a block was seen with this one as its parent */
 } life_t;
 
+/* A life to pass boundary k at due_ms. */
 typedef struct entry_s {
   uint64_t hash, due_ms;
   uint32_t gen;
+  uint8_t k;
 } entry_t;
-
-typedef struct queue_s {
-  entry_t *e;
-  size_t head, n, cap; /* a FIFO: e[head .. n) */
-} queue_t;
 
 typedef struct dens_s {
   double half_life_ms;
   kvp__map64_t at; /* hash -> index in lives */
   life_t *lives;
   size_t n, cap;
-  queue_t q[NBOUND]; /* q[k]: lives to pass boundary k, by due time */
+  entry_t *due; /* a min-heap by due time: lives start out of order */
+  size_t ndue, due_cap;
   double reads[NKIND][NBIN], lived[NKIND][NBIN];
   uint64_t decayed_ms;
   double density[NKIND][NBIN];
   double bound[NBOUND];
   double *score; /* per candidate of the current plan */
   size_t score_cap;
+  uint32_t *life_of; /* per candidate: its index in lives */
+  size_t life_cap;
   const kvp__tier_cand_t *base;
 } dens_t;
 
@@ -136,16 +137,35 @@ static void forget(dens_t *s, uint64_t hash) {
 }
 
 static int push(dens_t *s, int k, const life_t *l) {
-  queue_t *q = &s->q[k];
-  if (q->head > 0 && q->n == q->cap) { /* slide the live entries down */
-    memmove(q->e, q->e + q->head, (q->n - q->head) * sizeof *q->e);
-    q->n -= q->head;
-    q->head = 0;
-  }
-  if (KVP_ARRAY_RESERVE(q->e, q->cap, q->n + 1, 1024) != 0)
+  if (KVP_ARRAY_RESERVE(s->due, s->due_cap, s->ndue + 1, 1024) != 0)
     return KVP_ENOMEM;
-  q->e[q->n++] = (entry_t){l->hash, l->t0_ms + (uint64_t)s->bound[k], l->gen};
+  entry_t e = {l->hash, l->t0_ms + (uint64_t)s->bound[k], l->gen, (uint8_t)k};
+  size_t i = s->ndue++;
+  while (i > 0 && s->due[(i - 1) / 2].due_ms > e.due_ms) {
+    s->due[i] = s->due[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  s->due[i] = e;
   return 0;
+}
+
+static entry_t pop(dens_t *s) {
+  entry_t top = s->due[0], last = s->due[--s->ndue];
+  size_t i = 0, n = s->ndue;
+  for (;;) {
+    size_t m = 2 * i + 1;
+    if (m >= n)
+      break;
+    if (m + 1 < n && s->due[m + 1].due_ms < s->due[m].due_ms)
+      m++;
+    if (s->due[m].due_ms >= last.due_ms)
+      break;
+    s->due[i] = s->due[m];
+    i = m;
+  }
+  if (n > 0)
+    s->due[i] = last;
+  return top;
 }
 
 /* A new life of l from t0 (class cls, or NO_CLASS: the next plan sets it). */
@@ -180,25 +200,20 @@ static int read_at(dens_t *s, life_t *l, uint64_t now) {
 /* The lives that passed a boundary by now: counted as having lived
  * through the bin before it. */
 static int advance(dens_t *s, uint64_t now) {
-  for (int k = 0; k < NBOUND; k++) {
-    queue_t *q = &s->q[k];
-    while (q->head < q->n && q->e[q->head].due_ms <= now) {
-      entry_t e = q->e[q->head++];
-      life_t *l = find(s, e.hash);
-      if (l == NULL || l->gen != e.gen)
-        continue; /* read since, or forgotten */
-      int kind = kind_of(l);
-      if (kind >= 0)
-        s->lived[kind][k] += 1;
-      if (k + 1 < NBOUND) {
-        if (push(s, k + 1, l) != 0)
-          return KVP_ENOMEM;
-      } else if (!l->in3) {
-        forget(s, e.hash);
-      }
+  while (s->ndue > 0 && s->due[0].due_ms <= now) {
+    entry_t e = pop(s);
+    life_t *l = find(s, e.hash);
+    if (l == NULL || l->gen != e.gen)
+      continue; /* read since, or forgotten */
+    int kind = kind_of(l);
+    if (kind >= 0)
+      s->lived[kind][e.k] += 1;
+    if (e.k + 1 < NBOUND) {
+      if (push(s, e.k + 1, l) != 0)
+        return KVP_ENOMEM;
+    } else if (!l->in3) {
+      forget(s, e.hash);
     }
-    if (q->head == q->n)
-      q->head = q->n = 0;
   }
   return 0;
 }
@@ -253,9 +268,9 @@ static void dens_close(void *state) {
   dens_t *s = state;
   kvp__map64_free(&s->at);
   free(s->lives);
-  for (int k = 0; k < NBOUND; k++)
-    free(s->q[k].e);
+  free(s->due);
   free(s->score);
+  free(s->life_of);
   free(s);
 }
 
@@ -309,9 +324,15 @@ static int dens_plan(void *state, const kvp__tier_params_t *prm, kvp__tier_vol_t
 
   *moves = NULL;
   *nmoves = 0;
-  if (KVP_ARRAY_RESERVE(s->score, s->score_cap, n ? n : 1, 1024) != 0)
+  if (KVP_ARRAY_RESERVE(s->score, s->score_cap, n ? n : 1, 1024) != 0 ||
+      KVP_ARRAY_RESERVE(s->life_of, s->life_cap, n ? n : 1, 1024) != 0)
     return KVP_ENOMEM;
-  /* The candidates first: a use the hooks did not report (a later last
+  /* The lives that passed a bound first: it may drop a record, which
+   * moves another (so not between the candidates' lookups and their
+   * scores). */
+  if (advance(s, now) != 0)
+    return KVP_ENOMEM;
+  /* Then the candidates: a use the hooks did not report (a later last
    * access) is a read; a life without a class takes the index's count. */
   for (size_t i = 0; i < n; i++) {
     life_t *l = find(s, c[i].hash);
@@ -334,13 +355,12 @@ static int dens_plan(void *state, const kvp__tier_params_t *prm, kvp__tier_vol_t
       l->cls = (uint8_t)class_of(c[i].freq);
       l->fixed = 1;
     }
+    s->life_of[i] = (uint32_t)(l - s->lives);
   }
-  if (advance(s, now) != 0)
-    return KVP_ENOMEM;
   decay(s, now);
   tabulate(s);
   for (size_t i = 0; i < n; i++) {
-    const life_t *l = find(s, c[i].hash);
+    const life_t *l = &s->lives[s->life_of[i]];
     double age = now > c[i].last_access_ms ? (double)(now - c[i].last_access_ms) : 0;
     s->score[i] = s->density[kind_of(l)][bin_of(s, age)];
   }

@@ -457,6 +457,28 @@ static void density_parents_apart(void **state) {
   kvp__tier_pol_close(p);
 }
 
+/* density drops the record of a block in G4 unread past its last age bin
+ * (68 min): one that is still a candidate (a G4 block hot enough to be
+ * promoted) starts a life afresh, and the plan goes on. Block 11 in G4,
+ * read 2 h before NOW, seen at NOW - 2 h and at NOW; 1..9 in G3 as in
+ * ten(): G3 over its high watermark, the least recently read leave (every
+ * block in G3 has density 0: nothing was read). */
+static void density_forgets_and_goes_on(void **state) {
+  (void)state;
+  kvp__tier_pol_t *p = open_pol("density", NULL);
+  kvp__tier_cand_t c[10];
+  uint64_t got[8], t0 = NOW - 7200000;
+
+  ten(c);
+  c[9] = cand(11, 0, 1, t0);
+  c[9].freq = 8;
+  assert_int_equal(plan_at(p, c, 10, 500, t0, got), 0);
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 1);
+  assert_int_equal(got[1], 2);
+  kvp__tier_pol_close(p);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(registry_names_and_params),
     cmocka_unit_test(lru_decisions),
@@ -468,6 +490,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(density_decisions),
     cmocka_unit_test(density_keeps_prefixes_whole),
     cmocka_unit_test(density_parents_apart),
+    cmocka_unit_test(density_forgets_and_goes_on),
 };
 
 KVP_TEST_MAIN("tier_policies", tests)
