@@ -61,7 +61,7 @@
 typedef struct life_s {
   uint64_t hash;
   uint64_t t0_ms; /* the life's start: the last use */
-  uint32_t gen;   /* lives so far: a queue entry of an older life is stale */
+  uint32_t gen;   /* lives so far: a heap entry of an older life is stale */
   uint8_t cls, in3;
   uint8_t fixed;  /* cls is from the index's count, not a guess */
   uint8_t parent; /* a block was seen with this one as its parent */
