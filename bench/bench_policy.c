@@ -63,11 +63,14 @@
  *
  *   kvp-bench policy [requests=N] [g1=BLOCKS] [g2=BLOCKS] [blockb=BYTES]
  *                    [pct=P] [policy=NAME [params="k=v ..."]] [admission=0|1]
+ *                    [dump=PATH]
  *
  * requests= replays the first N requests only (default: all 12,031);
  * pct= runs the capacity P% only (one of 5, 10, 25), policy= that policy
  * only, with its policy_params params=, and admission=0 skips admission
- * (while trying a policy out). */
+ * (while trying a policy out); dump= writes the trace and the stream for
+ * bench/policy_reuse.py (which blocks are read again, and the best an
+ * order that knows a block's count, parenthood and age can do). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -477,6 +480,33 @@ out:
 
 /* --- the suite --------------------------------------------------------------- */
 
+/* dump=PATH: the trace and the worker's lower-tier stream (admission after
+ * 1 hit), as text for bench/policy_reuse.py: per request "R q ts_ms
+ * hash...", then its events, "w hash parent" (offloaded to G3) or "r hash
+ * parent" (read from G3 or G4); hashes in hex, parent = hash for none. */
+static int write_dump(const char *path, const trace_t *t, const rec_t *ev, const size_t *at) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "bench policy: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  for (size_t q = 0; q < t->nreq; q++) {
+    fprintf(f, "R %zu %llu", q, (unsigned long long)t->ts[q]);
+    for (size_t i = t->off[q]; i < t->off[q + 1]; i++)
+      fprintf(f, " %llx", (unsigned long long)t->hash[i]);
+    fputc('\n', f);
+    for (size_t k = at[q]; k < at[q + 1]; k++)
+      fprintf(f, "%c %llx %llx\n", ev->ev[k].kind == STREAM_REF ? 'r' : 'w',
+              (unsigned long long)ev->ev[k].hash, (unsigned long long)ev->parent[k]);
+  }
+  if (fclose(f) != 0) {
+    fprintf(stderr, "bench policy: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  printf("# the stream is in %s (bench/policy_reuse.py reads it)\n", path);
+  return 0;
+}
+
 static int opt(const char *arg, const char *key, long lo, long hi, long *v) {
   size_t n = strlen(key);
   char *end;
@@ -494,7 +524,7 @@ static double ratio(uint64_t a, uint64_t b) {
 KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the Mooncake trace") {
   static const int pcts[] = {5, 10, 25};
   long requests = 1 << 30, g1 = 1024, g2 = 2048, blockb = 512, only_pct = 0, admission = 1;
-  const char *only = NULL, *params = NULL;
+  const char *only = NULL, *params = NULL, *dump = NULL;
   cfg_t cfg;
   trace_t t;
   rec_t stream[3];
@@ -514,6 +544,10 @@ KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the M
       params = argv[i] + 7;
       continue;
     }
+    if (strncmp(argv[i], "dump=", 5) == 0 && argv[i][5] != '\0') {
+      dump = argv[i] + 5;
+      continue;
+    }
     if (!opt(argv[i], "requests=", 1, 1 << 30, &requests) &&
         !opt(argv[i], "g1=", 256, 1 << 20, &g1) && !opt(argv[i], "g2=", 0, 1 << 22, &g2) &&
         !opt(argv[i], "pct=", 1, 100, &only_pct) && !opt(argv[i], "admission=", 0, 1, &admission) &&
@@ -521,7 +555,7 @@ KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the M
       fprintf(stderr,
               "bench policy: bad option '%s' (requests=N g1=BLOCKS g2=BLOCKS "
               "blockb=BYTES, a multiple of 512; pct=P policy=NAME params=\"k=v ...\" "
-              "admission=0|1)\n",
+              "admission=0|1 dump=PATH)\n",
               argv[i]);
       return 1;
     }
@@ -548,6 +582,8 @@ KVP_BENCH_SUITE(policy, "tiering policies' G3 hit ratio vs Belady's MIN on the M
            "blocks missed G1 and G2\n",
            a + 1, rsecs[a], stream[a].n, (unsigned long long)below[a]);
   }
+  if (dump != NULL && write_dump(dump, &t, &stream[0], at[0]) != 0)
+    goto out;
   if (params != NULL)
     printf("# %s with policy_params \"%s\"\n", only, params);
   for (size_t p = 0; p < sizeof pcts / sizeof pcts[0]; p++) {

@@ -119,13 +119,13 @@ static const kvp_conf_key_t keys[] = {
     {"tiering", "max_moves", KVP_CONF_INT, OFF(tier_max_moves), 1, 1 << 20, NULL,
      "moves per round at most", NULL},
     {"tiering", "policy", KVP_CONF_ENUM, OFF(tier_policy), 0, 0, kvp__tier_policy_names,
-     "which blocks leave G3 first: lru (least recently used, prefix-aware), s3fifo, lfu or "
-     "hyperbolic (docs/tiering.md)",
+     "which blocks leave G3 first: lru (least recently used, prefix-aware), s3fifo, lfu, "
+     "hyperbolic or density (docs/tiering.md)",
      NULL},
     {"tiering", "policy_params", KVP_CONF_STR, OFF(tier_policy_params), 0, CAP(tier_policy_params),
      NULL,
      "the policy's own parameters, \"key=value\" separated by blanks or commas (s3fifo: small, "
-     "ghost; lfu: half_life; hyperbolic: weight, tau)",
+     "ghost; lfu: half_life; hyperbolic: weight, tau; density: half_life)",
      NULL},
     {"tiering", "high_watermark", KVP_CONF_DOUBLE, OFF(tier_high), 0, 1, NULL,
      "G3 fill (of a volume's capacity) above which its coldest blocks are demoted to G4", NULL},

@@ -33,7 +33,7 @@
  * policies is policy_registry.c, and [tiering] policy picks one by name
  * (docs/tiering.md). The policies: lru (the default, policy_lru.c),
  * s3fifo (policy_s3fifo.c), lfu (policy_lfu.c), hyperbolic
- * (policy_hyperbolic.c).
+ * (policy_hyperbolic.c), density (policy_density.c).
  *
  * Moves come out in priority order: prefetch, then demotion (space), then
  * promotion, then eviction.
@@ -214,5 +214,6 @@ extern const kvp__tier_policy_t kvp__tier_policy_lru;
 extern const kvp__tier_policy_t kvp__tier_policy_s3fifo;
 extern const kvp__tier_policy_t kvp__tier_policy_lfu;
 extern const kvp__tier_policy_t kvp__tier_policy_hyperbolic;
+extern const kvp__tier_policy_t kvp__tier_policy_density;
 
 #endif

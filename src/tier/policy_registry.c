@@ -11,13 +11,13 @@
 
 static const kvp__tier_policy_t *const policies[] = {
     &kvp__tier_policy_lru, /* the default */
-    &kvp__tier_policy_s3fifo,
-    &kvp__tier_policy_lfu,
-    &kvp__tier_policy_hyperbolic,
+    &kvp__tier_policy_s3fifo,     &kvp__tier_policy_lfu,
+    &kvp__tier_policy_hyperbolic, &kvp__tier_policy_density,
 };
 #define NPOLICIES (sizeof policies / sizeof policies[0])
 
-const char *const kvp__tier_policy_names[] = {"lru", "s3fifo", "lfu", "hyperbolic", NULL};
+const char *const kvp__tier_policy_names[] = {"lru",        "s3fifo",  "lfu",
+                                              "hyperbolic", "density", NULL};
 
 const kvp__tier_policy_t *kvp__tier_policy_find(const char *name) {
   for (size_t i = 0; i < NPOLICIES; i++)

@@ -515,7 +515,7 @@ static void each_config_mistake_names_the_key(void **state) {
       {"[metrics]\nlisten = 127.0.0.1:65536\n", "[metrics] listen"},
       /* An unknown policy names the file's line and the policies there are. */
       {"[tiering]\npolicy = arc\n",
-       ":2: [tiering] policy: 'arc' is not one of lru s3fifo lfu hyperbolic"},
+       ":2: [tiering] policy: 'arc' is not one of lru s3fifo lfu hyperbolic density"},
       {"[tiering]\npolicy = s3fifo\npolicy_params = small=0.1 tiny=2\n",
        "'tiny' is not a parameter of policy s3fifo (its parameters: small, ghost)"},
       {"[tiering]\npolicy = lfu\npolicy_params = half_life=soon\n", "lfu.half_life = 'soon'"},

@@ -223,7 +223,8 @@ static void an_unknown_policy_is_named(void **state) {
   assert_int_equal(kvp__tier_engine_open(&f->topts, &f->loop, f->ix, &e, err, sizeof err),
                    KVP_ECONFIG);
   assert_null(e);
-  assert_non_null(strstr(err, "'arc' is not a policy (there are: lru, s3fifo, lfu, hyperbolic)"));
+  assert_non_null(
+      strstr(err, "'arc' is not a policy (there are: lru, s3fifo, lfu, hyperbolic, density)"));
   f->topts.policy = "lfu";
   f->topts.policy_params = "half_life=forever";
   assert_int_equal(kvp__tier_engine_open(&f->topts, &f->loop, f->ix, &e, err, sizeof err),

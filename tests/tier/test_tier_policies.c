@@ -31,21 +31,26 @@ static void ten(kvp__tier_cand_t *c) {
 /* Plans with G3 at used bytes of 1000 (high watermark 900, low 800: two
  * blocks of 100 leave when it is full) and an empty G4; returns the moved
  * hashes in order in got (up to 8), their count as the result. */
-static size_t plan(kvp__tier_pol_t *p, kvp__tier_cand_t *c, size_t n, uint64_t used,
-                   uint64_t *got) {
+static size_t plan_at(kvp__tier_pol_t *p, kvp__tier_cand_t *c, size_t n, uint64_t used,
+                      uint64_t now, uint64_t *got) {
   kvp__tier_params_t prm;
   kvp__tier_vol_t v[2] = {{.tier = 3, .capacity = 1000, .used = used}, {.tier = 4}};
   kvp__tier_move_t *m = NULL;
   size_t nm = 0;
 
   kvp__tier_params_init(&prm);
-  assert_int_equal(kvp__tier_pol_plan(p, &prm, v, 2, c, n, NOW, &m, &nm), 0);
+  assert_int_equal(kvp__tier_pol_plan(p, &prm, v, 2, c, n, now, &m, &nm), 0);
   for (size_t i = 0; i < nm && i < 8; i++) {
     assert_int_equal(m[i].kind, KVP__TIER_DEMOTE);
     got[i] = m[i].hash;
   }
   free(m);
   return nm;
+}
+
+static size_t plan(kvp__tier_pol_t *p, kvp__tier_cand_t *c, size_t n, uint64_t used,
+                   uint64_t *got) {
+  return plan_at(p, c, n, used, NOW, got);
 }
 
 static kvp__tier_pol_t *open_pol(const char *name, const char *params) {
@@ -70,7 +75,8 @@ static void registry_names_and_params(void **state) {
   assert_null(kvp__tier_policy_find("arc"));
   assert_int_equal(kvp__tier_pol_open("arc", NULL, &p, err, sizeof err), KVP_ECONFIG);
   assert_null(p);
-  assert_non_null(strstr(err, "'arc' is not a policy (there are: lru, s3fifo, lfu, hyperbolic)"));
+  assert_non_null(
+      strstr(err, "'arc' is not a policy (there are: lru, s3fifo, lfu, hyperbolic, density)"));
   assert_int_equal(kvp__tier_pol_open("s3fifo", "small=0.2 tiny=1", &p, err, sizeof err),
                    KVP_ECONFIG);
   assert_non_null(strstr(err, "'tiny' is not a parameter of policy s3fifo (its parameters: "
@@ -323,6 +329,156 @@ static void hyperbolic_keeps_prefixes_whole(void **state) {
   kvp__tier_pol_close(p);
 }
 
+/* density, taught by a hand-made history: at T0 = NOW - 200 s, blocks 1..5
+ * (used once: class 1 use) and 6..10 (used twice) enter G3; 6..10 are read
+ * 20 s later (bin [16 s, 22.6 s)), 1..5 never. By NOW, 1..5 lived through
+ * every bin up to 181 s unread: a block used once has no expected read at
+ * any age (density 0); one used twice has a read expected in its fourth
+ * bin, so a younger one has a density above 0, an older one (past every
+ * read seen) 0. */
+static kvp__tier_pol_t *density_taught(void) {
+  kvp__tier_pol_t *p = open_pol("density", NULL);
+  kvp__tier_cand_t c[10];
+  uint64_t got[8], t0 = NOW - 200000;
+
+  for (int i = 0; i < 10; i++) {
+    c[i] = cand((uint64_t)i + 1, 0, 0, t0);
+    c[i].freq = i < 5 ? 1 : 2;
+    kvp__tier_pol_move(p, (uint64_t)i + 1, 0, 3, t0);
+  }
+  assert_int_equal(plan_at(p, c, 10, 500, t0, got), 0); /* lives start; nothing moves */
+  for (int i = 5; i < 10; i++)
+    kvp__tier_pol_access(p, (uint64_t)i + 1, 3, t0 + 20000);
+  return p;
+}
+
+/* Then, at NOW, blocks 11..15 used once, read 1 s ago, and 16..20 used
+ * twice, read 15 s ago: 11..15 have density 0, 16..20 above; the lowest
+ * leave, equal ones least recently read first, then by hash: 11 and 12,
+ * where lru sends 16 and 17. With 20 replaced by 21, used twice but read
+ * 300 s ago (past every read seen: density 0, and the least recently
+ * read), 21 leaves, then 11. */
+static void density_decisions(void **state) {
+  (void)state;
+  kvp__tier_pol_t *p = density_taught();
+  kvp__tier_cand_t c[10];
+  uint64_t got[8];
+
+  for (int i = 0; i < 10; i++) {
+    c[i] = cand((uint64_t)i + 11, 0, 0, i < 5 ? NOW - 1000 : NOW - 15000);
+    c[i].freq = i < 5 ? 1 : 2;
+  }
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 11);
+  assert_int_equal(got[1], 12);
+  c[9] = cand(21, 0, 0, NOW - 300000);
+  c[9].freq = 2;
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 21);
+  assert_int_equal(got[1], 11);
+  kvp__tier_pol_close(p);
+
+  /* The ages swapped (11..15 read 15 s ago, 16..20 1 s ago): 11 and 12
+   * still, where one class for all (the reads of 6..10 taken for every
+   * block) would send the youngest, 16 and 17, for their longer wait. */
+  p = density_taught();
+  for (int i = 0; i < 10; i++) {
+    c[i] = cand((uint64_t)i + 11, 0, 0, i < 5 ? NOW - 15000 : NOW - 1000);
+    c[i].freq = i < 5 ? 1 : 2;
+  }
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 11);
+  assert_int_equal(got[1], 12);
+  kvp__tier_pol_close(p);
+
+  p = open_pol("lru", NULL); /* the first case's candidates */
+  for (int i = 0; i < 10; i++) {
+    c[i] = cand((uint64_t)i + 11, 0, 0, i < 5 ? NOW - 1000 : NOW - 15000);
+    c[i].freq = i < 5 ? 1 : 2;
+  }
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 16);
+  assert_int_equal(got[1], 17);
+  kvp__tier_pol_close(p);
+}
+
+/* density keeps prefixes whole: as above, but 11 (density 0) is the parent
+ * of 16 (density above 0): 11 stays and 12, 13 leave. */
+static void density_keeps_prefixes_whole(void **state) {
+  (void)state;
+  kvp__tier_pol_t *p = density_taught();
+  kvp__tier_cand_t c[10];
+  uint64_t got[8];
+
+  for (int i = 0; i < 10; i++) {
+    c[i] = cand((uint64_t)i + 11, 0, 0, i < 5 ? NOW - 1000 : NOW - 15000);
+    c[i].freq = i < 5 ? 1 : 2;
+  }
+  c[5].parent = 11, c[5].has_parent = 1;
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 12);
+  assert_int_equal(got[1], 13);
+  kvp__tier_pol_close(p);
+}
+
+/* density learns parents apart from the blocks nobody extends (the last
+ * block of a prompt is rarely read again: the next turn's block there is a
+ * fuller one). Taught at T0 = NOW - 200 s: 1..4 and 9..12 used once, no
+ * child; 5..8 used once, the parents of 9..12; 5..8 are read 20 s later,
+ * the others never. At NOW, used once: 21..24 read 1 s ago, 25..27 read
+ * 15 s ago with children 28..30, read 15 s ago too. Three leave: the
+ * childless ones have density 0, the least recently read first: 28, 29,
+ * 30; 25, a leaf once 28 has left, has a parent's density, above 0, and
+ * stays. Counting every block as childless, the reads of 5..8 would give
+ * every block used once a density above 0, the youngest the lowest: 21,
+ * 22 and 23 would leave. */
+static void density_parents_apart(void **state) {
+  (void)state;
+  kvp__tier_pol_t *p = open_pol("density", NULL);
+  kvp__tier_cand_t c[12];
+  uint64_t got[8], t0 = NOW - 200000;
+
+  for (int i = 0; i < 12; i++) {
+    c[i] = cand((uint64_t)i + 1, i >= 8 ? (uint64_t)i - 3 : 0, 0, t0);
+    c[i].freq = 1;
+  }
+  assert_int_equal(plan_at(p, c, 12, 500, t0, got), 0);
+  for (uint64_t h = 5; h <= 8; h++)
+    kvp__tier_pol_access(p, h, 3, t0 + 20000);
+  for (int i = 0; i < 10; i++) {
+    c[i] =
+        cand((uint64_t)i + 21, i >= 7 ? (uint64_t)i + 18 : 0, 0, i < 4 ? NOW - 1000 : NOW - 15000);
+    c[i].freq = 1;
+  }
+  assert_int_equal(plan(p, c, 10, 1100, got), 3);
+  assert_int_equal(got[0], 28);
+  assert_int_equal(got[1], 29);
+  assert_int_equal(got[2], 30);
+  kvp__tier_pol_close(p);
+}
+
+/* density drops the record of a block in G4 unread past its last age bin
+ * (68 min): one that is still a candidate (a G4 block hot enough to be
+ * promoted) starts a life afresh, and the plan goes on. Block 11 in G4,
+ * read 2 h before NOW, seen at NOW - 2 h and at NOW; 1..9 in G3 as in
+ * ten(): G3 over its high watermark, the least recently read leave (every
+ * block in G3 has density 0: nothing was read). */
+static void density_forgets_and_goes_on(void **state) {
+  (void)state;
+  kvp__tier_pol_t *p = open_pol("density", NULL);
+  kvp__tier_cand_t c[10];
+  uint64_t got[8], t0 = NOW - 7200000;
+
+  ten(c);
+  c[9] = cand(11, 0, 1, t0);
+  c[9].freq = 8;
+  assert_int_equal(plan_at(p, c, 10, 500, t0, got), 0);
+  assert_int_equal(plan(p, c, 10, 1000, got), 2);
+  assert_int_equal(got[0], 1);
+  assert_int_equal(got[1], 2);
+  kvp__tier_pol_close(p);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(registry_names_and_params),
     cmocka_unit_test(lru_decisions),
@@ -331,6 +487,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(s3fifo_keeps_prefixes_whole),
     cmocka_unit_test(hyperbolic_decisions),
     cmocka_unit_test(hyperbolic_keeps_prefixes_whole),
+    cmocka_unit_test(density_decisions),
+    cmocka_unit_test(density_keeps_prefixes_whole),
+    cmocka_unit_test(density_parents_apart),
+    cmocka_unit_test(density_forgets_and_goes_on),
 };
 
 KVP_TEST_MAIN("tier_policies", tests)
