@@ -33,7 +33,7 @@ static int g_armed, g_held, g_go;
 ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off) {
   static ssize_t (*real)(int, const struct iovec *, int, off_t);
   if (real == NULL)
-    real = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "pwritev");
+    real = (ssize_t(*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "pwritev");
   pthread_mutex_lock(&g_mu);
   if (g_armed && !pthread_equal(pthread_self(), g_main)) {
     g_armed = 0;
