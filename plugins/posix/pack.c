@@ -27,6 +27,9 @@
  *   the next segment number, and two change counters (records written,
  *   segments created or removed). Open raises the first two past what it
  *   loaded, so a page lost with a power cut is rebuilt from the segments.
+ *   And a slot per open (taken free, or from a process that is gone): the
+ *   lowest version it may still be writing (its floor), lowered before a
+ *   version is taken and raised once the write landed.
  * - Segments have one writer each: an opener appends only to segments it
  *   created. It creates one under a temporary name, takes an exclusive
  *   flock on it, then links it to its final name: a segment that can be
@@ -61,7 +64,11 @@
  * - A tombstone is carried forward by compaction while an older record of
  *   any key may still be somewhere: it is dropped only when no other
  *   segment holds a dead put older than it (each segment's lowest dead put
- *   version is kept) and no refresh stopped at a write in flight.
+ *   version is kept), no refresh stopped at a write in flight, and it is
+ *   below the version counter and every live slot's floor as loaded (in
+ *   that order) before the compaction's refresh: a put takes its version
+ *   before its bytes are written, and one older than the tombstone that is
+ *   in no segment yet must not land after the tombstone went.
  * - .packed/LOCK is held shared by every opener: a process of the earlier
  *   one-process layout (which took it exclusively) and this one exclude each
  *   other.
