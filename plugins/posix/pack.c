@@ -27,6 +27,9 @@
  *   the next segment number, and two change counters (records written,
  *   segments created or removed). Open raises the first two past what it
  *   loaded, so a page lost with a power cut is rebuilt from the segments.
+ *   And a slot per open (taken free, or from a process that is gone): the
+ *   lowest version it may still be writing (its floor), lowered before a
+ *   version is taken and raised once the write landed.
  * - Segments have one writer each: an opener appends only to segments it
  *   created. It creates one under a temporary name, takes an exclusive
  *   flock on it, then links it to its final name: a segment that can be
@@ -61,7 +64,11 @@
  * - A tombstone is carried forward by compaction while an older record of
  *   any key may still be somewhere: it is dropped only when no other
  *   segment holds a dead put older than it (each segment's lowest dead put
- *   version is kept) and no refresh stopped at a write in flight.
+ *   version is kept), no refresh stopped at a write in flight, and it is
+ *   below the version counter and every live slot's floor as loaded (in
+ *   that order) before the compaction's refresh: a put takes its version
+ *   before its bytes are written, and one older than the tombstone that is
+ *   in no segment yet must not land after the tombstone went.
  * - .packed/LOCK is held shared by every opener: a process of the earlier
  *   one-process layout (which took it exclusively) and this one exclude each
  *   other.
@@ -112,6 +119,7 @@
 #define NONE UINT64_MAX
 #define STATE_SIZE 4096
 #define REFRESH_ROUNDS 1000 /* listings a refresh makes while segments keep changing */
+#define SLOTS 240           /* openers with writes tracked in STATE at once */
 
 typedef struct rec_s {
   uint32_t magic;
@@ -122,13 +130,23 @@ typedef struct rec_s {
 } rec_t;
 _Static_assert(sizeof(rec_t) == 48, "the record header is 48 bytes");
 
+/* An opener's writes in flight: owner is its pid (high 32 bits) and a
+ * number of its process's opens (low 32 bits), 0 when free; floor is at
+ * most the lowest version it may still be writing, NONE when it writes
+ * nothing. */
+typedef struct slot_s {
+  _Atomic uint64_t owner, floor;
+} slot_t;
+
 /* .packed/STATE, mapped shared by every opener. */
 typedef struct shared_s {
   _Atomic uint64_t version;  /* the next record version */
   _Atomic uint64_t segno;    /* the next segment number */
   _Atomic uint64_t records;  /* raised after every record written */
   _Atomic uint64_t segments; /* raised when a segment is created or removed */
+  slot_t slot[SLOTS];        /* one per opener (zero in a STATE of before them: free) */
 } shared_t;
+_Static_assert(sizeof(shared_t) <= STATE_SIZE, "STATE is one page");
 
 typedef struct seg_s {
   uint64_t no;
@@ -170,6 +188,10 @@ struct pack_s {
   size_t nns;
   uint64_t top_version; /* the highest version read */
   shared_t *sh;
+  slot_t *slot;     /* this open's, in sh */
+  uint64_t owner;   /* its owner value */
+  uint64_t *flying; /* versions of this open's writes in flight (under p->mu) */
+  size_t nflying, flying_cap;
   int state_fd, lock_fd, compact_fd;
   uint64_t seen_records, seen_segments; /* the counters the last refresh saw */
   int blocked;                          /* the last refresh stopped at a write in flight */
@@ -853,6 +875,82 @@ static int refresh(posix_t *p, int force, char *err, size_t errlen) {
   return rc;
 }
 
+/* --- writes in flight ------------------------------------------------------------ */
+
+static _Atomic uint32_t g_opens; /* numbers this process's opens, for their slots */
+
+/* Whether the process of a slot's owner is gone (its writes in flight
+ * never land: their bytes, if any, are torn). */
+static int owner_gone(uint64_t owner) {
+  pid_t pid = (pid_t)(owner >> 32);
+  return pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH);
+}
+
+/* Takes a free slot, or one whose process is gone (its floor is ignored
+ * from then on, and set once taken). */
+static int slot_claim(pack_t *k, char *err, size_t errlen) {
+  uint64_t me = (uint64_t)(uint32_t)getpid() << 32 | (uint32_t)(atomic_fetch_add(&g_opens, 1) + 1);
+  for (int i = 0; i < SLOTS; i++) {
+    slot_t *sl = &k->sh->slot[i];
+    uint64_t cur = atomic_load(&sl->owner);
+    if ((cur == 0 || owner_gone(cur)) && atomic_compare_exchange_strong(&sl->owner, &cur, me)) {
+      atomic_store(&sl->floor, NONE);
+      k->slot = sl;
+      k->owner = me;
+      return 0;
+    }
+  }
+  snprintf(err, errlen, "%s: more than %d opens of the packed volume at once", k->dir, SLOTS);
+  return KVP_EBUSY;
+}
+
+/* Takes the version of a write about to begin: the slot's floor goes down
+ * to the next version before it is taken, so that a compactor that loads
+ * the floors after the version counter sees every write whose version is
+ * below what it loaded either landed or in flight. Under p->mu. */
+static int flight_begin(pack_t *k, uint64_t *version) {
+  if (k->nflying == k->flying_cap && KVP_PLUGIN_GROW(k->flying, k->flying_cap) != 0)
+    return KVP_ENOMEM;
+  if (k->nflying == 0)
+    atomic_store(&k->slot->floor, atomic_load(&k->sh->version));
+  *version = atomic_fetch_add(&k->sh->version, 1);
+  k->flying[k->nflying++] = *version;
+  return 0;
+}
+
+/* The write of version landed (or failed): the floor rises to the lowest
+ * version still in flight. Under p->mu. */
+static void flight_end(pack_t *k, uint64_t version) {
+  uint64_t low = NONE;
+  for (size_t i = 0; i < k->nflying; i++)
+    if (k->flying[i] == version) {
+      k->flying[i] = k->flying[--k->nflying];
+      break;
+    }
+  for (size_t i = 0; i < k->nflying; i++)
+    if (k->flying[i] < low)
+      low = k->flying[i];
+  atomic_store(&k->slot->floor, low);
+}
+
+/* A version below which no write of any live opener (this one's included)
+ * is in flight: the version counter, then the slots' floors, loaded in
+ * that order. A tombstone below it may be dropped once no older put is on
+ * disk: every put with a version below it has landed, or is in flight
+ * and lowers it. */
+static uint64_t flight_floor(pack_t *k) {
+  uint64_t low = atomic_load(&k->sh->version);
+  for (int i = 0; i < SLOTS; i++) {
+    uint64_t owner = atomic_load(&k->sh->slot[i].owner);
+    if (owner == 0)
+      continue;
+    uint64_t f = atomic_load(&k->sh->slot[i].floor);
+    if (f < low && !owner_gone(owner))
+      low = f;
+  }
+  return low;
+}
+
 /* --- open and close ------------------------------------------------------------ */
 
 static int open_file(pack_t *k, const char *name, int *fd, char *err, size_t errlen) {
@@ -901,7 +999,7 @@ int pk_open(posix_t *p, uint64_t segment_size, uint64_t pack_max, char *err, siz
   if (m == MAP_FAILED)
     return px_fail(px_errno_code(errno), err, errlen, "%s/STATE: mmap: %s", k->dir, errno);
   k->sh = m;
-  if ((rc = refresh(p, 1, err, errlen)) != 0)
+  if ((rc = slot_claim(k, err, errlen)) != 0 || (rc = refresh(p, 1, err, errlen)) != 0)
     return rc;
   /* The shared counters past everything on disk (a new STATE, or one whose
    * page a power cut lost). */
@@ -923,6 +1021,12 @@ void pk_close(posix_t *p) {
     free(k->nss[i]);
   free(k->segs);
   free(k->tab);
+  if (k->slot != NULL) {
+    uint64_t me = k->owner;
+    atomic_store(&k->slot->floor, NONE);
+    atomic_compare_exchange_strong(&k->slot->owner, &me, 0);
+  }
+  free(k->flying);
   if (k->sh != NULL)
     munmap(k->sh, STATE_SIZE);
   if (k->state_fd >= 0)
@@ -975,13 +1079,19 @@ static int append(posix_t *p, int kind, const char *ns, uint64_t hash, const str
     pthread_mutex_unlock(&p->mu);
     return rc;
   }
-  h.version = atomic_fetch_add(&k->sh->version, 1);
+  if ((rc = flight_begin(k, &h.version)) != 0) {
+    wrote(k, s, size, 1);
+    pthread_mutex_unlock(&p->mu);
+    snprintf(err, errlen, "%s: out of memory", k->dir);
+    return rc;
+  }
   pthread_mutex_unlock(&p->mu);
   e = write_rec(s, off, &h, ns, iov, iovcnt, p->fsync);
   pthread_mutex_lock(&p->mu);
   if (e == 0)
     apply(p, s, off, &h, id);
   wrote(k, s, size, e != 0);
+  flight_end(k, h.version);
   pthread_mutex_unlock(&p->mu);
   atomic_fetch_add(&k->sh->records, 1);
   if (e != 0)
@@ -1122,6 +1232,7 @@ typedef struct carry_s {
   seg_t *v;               /* the victim, locked exclusively */
   const unsigned char *m; /* its bytes */
   uint64_t oldest_dead;   /* the lowest version of a dead put outside v */
+  uint64_t flight;        /* no write of a version below it in flight (flight_floor) */
   int blocked;            /* a refresh stopped at a write in flight */
   seg_t *to;              /* the own segment copied into last (referenced) */
 } carry_t;
@@ -1131,7 +1242,7 @@ typedef struct carry_s {
  * process reads while testing its seal, is passed over); referenced.
  * Tombstones count only when compaction would drop them all. Under
  * refreshing. */
-static seg_t *pick(posix_t *p) {
+static seg_t *pick(posix_t *p, uint64_t flight) {
   typedef struct {
     seg_t *s;
     double share;
@@ -1162,7 +1273,8 @@ static seg_t *pick(posix_t *p) {
     if (s == k->active || (s->own && s->locked) || s->size == 0)
       continue;
     uint64_t others = s == arg ? min2 : min1;
-    uint64_t gone = s->dead + (!k->blocked && s->tomb_max < others ? s->tomb : 0);
+    uint64_t gone =
+        s->dead + (!k->blocked && s->tomb_max < others && s->tomb_max < flight ? s->tomb : 0);
     if (gone > 0)
       c[n++] = (cand_t){s, (double)gone / (double)s->size};
   }
@@ -1202,8 +1314,8 @@ static int carry(posix_t *p, carry_t *c, uint64_t off, const rec_t *h, const cha
     pthread_mutex_unlock(&p->mu);
     return 0; /* not its key's newest: dead */
   }
-  if (h->kind == REC_DEL && !c->blocked && c->oldest_dead > h->version) {
-    erase(k, e); /* no older put is left anywhere: the tombstone goes */
+  if (h->kind == REC_DEL && !c->blocked && c->oldest_dead > h->version && c->flight > h->version) {
+    erase(k, e); /* no older put is left anywhere, nor in flight: the tombstone goes */
     pthread_mutex_unlock(&p->mu);
     return 0;
   }
@@ -1258,10 +1370,12 @@ int pk_compact(posix_t *p, char *err, size_t errlen) {
       return 0; /* another opener is compacting: nothing for this one */
     return px_fail(px_errno_code(e), err, errlen, "%s/COMPACT: flock: %s", k->dir, e);
   }
+  /* Before the refresh: a put below it that lands later was in flight now. */
+  c.flight = flight_floor(k);
   if ((rc = refresh(p, 1, err, errlen)) != 0)
     goto out;
   pthread_mutex_lock(&k->refreshing);
-  if ((c.v = pick(p)) != NULL) {
+  if ((c.v = pick(p, c.flight)) != NULL) {
     struct stat sb;
     /* Sealed now that this open holds it: read to its end. */
     if (!c.v->own && !c.v->done && fstat(c.v->fd, &sb) == 0) {

@@ -157,6 +157,14 @@ kvp_add_test(volume_packed volume/test_volume_packed.c LABELS volume)
 target_compile_definitions(test_volume_packed PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_volume_packed kvplane-volume-posix)
+# Interleavings held at a sync point: this program's pwritev (exported, so
+# that the plugin's calls come to it first) holds a write in flight.
+kvp_add_test(volume_packed_race volume/test_volume_packed_race.c LABELS volume)
+target_compile_definitions(test_volume_packed_race PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+set_target_properties(test_volume_packed_race PROPERTIES ENABLE_EXPORTS ON)
+target_link_libraries(test_volume_packed_race PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+add_dependencies(test_volume_packed_race kvplane-volume-posix)
 # The packed layout opened by several processes at once, with kill -9s.
 kvp_add_test(volume_packed_procs volume/test_volume_packed_procs.c LABELS volume TIMEOUT 120)
 target_compile_definitions(test_volume_packed_procs PRIVATE
