@@ -216,4 +216,17 @@ extern const kvp__tier_policy_t kvp__tier_policy_lfu;
 extern const kvp__tier_policy_t kvp__tier_policy_hyperbolic;
 extern const kvp__tier_policy_t kvp__tier_policy_density;
 
+/* The order of policies that score each candidate (lfu, density): the
+ * lower score[cand - base] is colder; ties by older last access, then by
+ * hash. */
+static inline int kvp__tier_colder_by_score(const double *score, const kvp__tier_cand_t *base,
+                                            const kvp__tier_cand_t *a, const kvp__tier_cand_t *b) {
+  double sa = score[a - base], sb = score[b - base];
+  if (sa != sb)
+    return sa < sb;
+  if (a->last_access_ms != b->last_access_ms)
+    return a->last_access_ms < b->last_access_ms;
+  return a->hash < b->hash;
+}
+
 #endif

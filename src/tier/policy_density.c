@@ -308,13 +308,8 @@ static void dens_remove(void *state, uint64_t hash, int tier) {
 static int dens_colder(const void *ctx, const kvp__tier_cand_t *a, const kvp__tier_cand_t *b,
                        uint64_t now) {
   const dens_t *s = ctx;
-  double sa = s->score[a - s->base], sb = s->score[b - s->base];
   (void)now;
-  if (sa != sb)
-    return sa < sb;
-  if (a->last_access_ms != b->last_access_ms)
-    return a->last_access_ms < b->last_access_ms;
-  return a->hash < b->hash;
+  return kvp__tier_colder_by_score(s->score, s->base, a, b);
 }
 
 static int dens_plan(void *state, const kvp__tier_params_t *prm, kvp__tier_vol_t *vols,
