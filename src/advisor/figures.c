@@ -13,6 +13,33 @@
 #include "common/clock.h"
 #include "common/log.h"
 
+/* Per owned partition: caught up or how far behind, and tiered here. */
+static void parts_figures(kvp_advisor_t *adv, kvp__adv_metrics_snap_t *sp) {
+  uint32_t owned[KVP__ADV_MAX_OWNED], catching[KVP__ADV_MAX_OWNED], tiered[KVP__ADV_MAX_OWNED];
+  uint64_t pos[KVP__ADV_MAX_OWNED], behind[KVP__ADV_MAX_OWNED];
+  int nc = 0, whole = adv->ready; /* kvp__adv_check_ready's, sticky */
+  (void)kvp__adv_parts_view(adv, owned, pos, catching, behind, &nc);
+  size_t nt = 0;
+  if (adv->tier != NULL)
+    nt = kvp__tier_engine_tiered(adv->tier, tiered, KVP__ADV_MAX_OWNED);
+  if (nt > KVP__ADV_MAX_OWNED)
+    nt = KVP__ADV_MAX_OWNED;
+  sp->part_count = adv->parts.count;
+  for (int i = 0; i < adv->parts.n && sp->nparts < KVP__ADV_MAX_OWNED; i++) {
+    kvp__adv_part_fig_t *f = &sp->parts[sp->nparts++];
+    f->p = adv->parts.p[i];
+    f->pos = adv->applied_pos[i];
+    f->ready = whole;
+    for (int k = 0; k < nc; k++)
+      if (catching[k] == f->p) {
+        f->ready = 0;
+        f->behind = behind[k];
+      }
+    for (size_t k = 0; k < nt; k++)
+      f->tiered |= tiered[k] == f->p;
+  }
+}
+
 void kvp__adv_publish_metrics(kvp_advisor_t *adv) {
   kvp__adv_metrics_snap_t *sp = &adv->msnap;
   uint64_t now = kvp__unix_ms();
@@ -53,6 +80,8 @@ void kvp__adv_publish_metrics(kvp_advisor_t *adv) {
     if (sp->nvols > KVP__TIER_MAX_VOLUMES)
       sp->nvols = KVP__TIER_MAX_VOLUMES;
   }
+  if (adv->parts.count > 0)
+    parts_figures(adv, sp);
   kvp__adv_metrics_publish(&adv->metrics, sp);
 }
 

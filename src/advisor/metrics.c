@@ -2,7 +2,9 @@
  * labels are listed in the README's "Metrics" section. */
 #include "advisor/metrics.h"
 
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvplane/event.h"
@@ -248,6 +250,40 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
              v->tier == 3, v->above_high_ms / 1e3);
 }
 
+/* One family with a sample per owned partition (label partition). */
+static void per_partition(kvp__prom_t *p, const kvp__adv_metrics_snap_t *s, const char *name,
+                          const char *help, int which) {
+  kvp__prom_family(p, name, "gauge", help);
+  for (int i = 0; i < s->nparts; i++) {
+    const kvp__adv_part_fig_t *f = &s->parts[i];
+    char label[16];
+    snprintf(label, sizeof label, "%" PRIu32, f->p);
+    double v = which == 0   ? f->ready
+               : which == 1 ? (double)f->behind
+               : which == 2 ? (double)f->pos
+                            : f->tiered;
+    kvp__prom_sample(p, name, (const char *[]){"partition", label, NULL}, v);
+  }
+}
+
+static void write_partitions(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
+  per_partition(p, s, "kvplane_partition_ready",
+                "1 while the advisor answers for the owned partition (ready and caught up with "
+                "its stream; what /readyz?partition=P answers 200 for), else 0.",
+                0);
+  per_partition(p, s, "kvplane_partition_behind_messages",
+                "Messages of the partition's stream still to apply while it catches up (0 "
+                "once caught up).",
+                1);
+  per_partition(p, s, "kvplane_partition_applied_sequence",
+                "Last applied sequence of the partition's stream.", 2);
+  if (s->tiering)
+    per_partition(p, s, "kvplane_partition_tiered",
+                  "1 when this advisor tiers the partition's blocks ([tiering] partitions, "
+                  "kvplane partitions tier/untier), else 0.",
+                  3);
+}
+
 void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   kvp__build_info_metric(p);
   write_ingest(s, p);
@@ -255,11 +291,53 @@ void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   write_store(s, p);
   if (s->tiering)
     write_tiering(s, p);
+  if (s->nparts > 0)
+    write_partitions(s, p);
+}
+
+int kvp__adv_metrics_partition_ready(const kvp__adv_metrics_snap_t *s, int have, const char *arg,
+                                     char *why, size_t len) {
+  char *end = NULL;
+  unsigned long v = 0;
+  if (arg[0] >= '0' && arg[0] <= '9' && strlen(arg) <= 10)
+    v = strtoul(arg, &end, 10);
+  if (end == NULL || *end != '\0' || (have && s->part_count > 0 && v >= s->part_count)) {
+    if (have && s->part_count > 0)
+      snprintf(why, len, "partition: '%.32s' is not a partition number (0..%" PRIu32 ")", arg,
+               s->part_count - 1);
+    else
+      snprintf(why, len, "partition: '%.32s' is not a partition number", arg);
+    return KVP_EINVAL;
+  }
+  if (!have) {
+    snprintf(why, len, "starting: no figures yet");
+    return 0;
+  }
+  if (s->part_count == 0) {
+    snprintf(why, len, "this advisor is not partitioned ([nats] partitions = 0)");
+    return KVP_ENOENT;
+  }
+  for (int i = 0; i < s->nparts; i++) {
+    const kvp__adv_part_fig_t *f = &s->parts[i];
+    if (f->p != v)
+      continue;
+    if (f->ready)
+      return 1;
+    snprintf(why, len, "partition %lu: catching up with its stream, %" PRIu64 " messages still to apply",
+             v, f->behind);
+    return 0;
+  }
+  size_t n = (size_t)snprintf(why, len, "partition %lu is not owned by this advisor (owned:", v);
+  for (int i = 0; i < s->nparts && n < len; i++)
+    n += (size_t)snprintf(why + n, len - n, "%s%" PRIu32, i ? "," : " ", s->parts[i].p);
+  if (n < len)
+    snprintf(why + n, len - n, ")");
+  return KVP_ENOENT;
 }
 
 /* --- MHD's thread ------------------------------------------------------------ */
 
-static int ready(void *ctx, char *why, size_t len);
+static int ready(void *ctx, const char *partition, char *why, size_t len);
 
 /* The load's progress: from atomics, so it answers while the database
  * loads (before the loop publishes any snapshot). */
@@ -293,14 +371,31 @@ static int collect(void *ctx, kvp__prom_t *out) {
   /* What /readyz answers, for alert rules (Prometheus does not probe it). */
   one(out, "kvplane_advisor_ready", "gauge",
       "1 while the advisor is ready (what /readyz answers 200 for), else 0.",
-      ready(m, why, sizeof why) ? 1.0 : 0.0);
+      ready(m, NULL, why, sizeof why) ? 1.0 : 0.0);
   write_load(m, out);
   pthread_mutex_unlock(&m->mu);
   return rc;
 }
 
-static int ready(void *ctx, char *why, size_t len) {
+/* The advisor as a whole (partition NULL), or one partition of it: the
+ * whole must be ready, then the partition's figures of the last snapshot
+ * (published every second and at every flush) decide. */
+static int ready(void *ctx, const char *partition, char *why, size_t len) {
   kvp__adv_metrics_t *m = ctx;
+  if (partition != NULL) {
+    char whole[200];
+    int rc;
+    pthread_mutex_lock(&m->mu);
+    rc = kvp__adv_metrics_partition_ready(&m->snap, m->have, partition, why, len);
+    pthread_mutex_unlock(&m->mu);
+    if (rc != 1)
+      return rc;
+    if (!ready(ctx, NULL, whole, sizeof whole)) {
+      snprintf(why, len, "partition %s: the advisor is not ready: %s", partition, whole);
+      return 0;
+    }
+    return 1;
+  }
   natsConnection *nc = atomic_load(&m->nc);
   switch ((kvp__adv_phase_t)atomic_load(&m->phase)) {
   case KVP__ADV_STARTING: {

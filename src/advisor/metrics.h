@@ -17,9 +17,20 @@
 #include "index/index.h"
 #include "advisor/ingest.h"
 #include "advisor/advisor.h"
+#include "advisor/partset.h"
 #include "metrics/prom.h"
 #include "metrics/server.h"
 #include "tier/engine.h"
+
+/* One owned event partition of a partitioned advisor: the per-partition
+ * gauges and what /readyz?partition=P answers. */
+typedef struct kvp__adv_part_fig_s {
+  uint32_t p;
+  int ready;       /* answered for: the advisor is ready and p caught up */
+  int tiered;      /* its blocks are tiered here (with tiering) */
+  uint64_t pos;    /* last applied stream sequence of p's stream */
+  uint64_t behind; /* while p catches up: messages still to apply */
+} kvp__adv_part_fig_t;
 
 typedef struct kvp__adv_metrics_snap_s {
   kvp__adv_ingest_counters_t in;
@@ -40,6 +51,11 @@ typedef struct kvp__adv_metrics_snap_s {
   kvp__tier_stats_t tier;
   kvp__tier_vol_stats_t vols[KVP__TIER_MAX_VOLUMES];
   size_t nvols;
+  /* Partitioned advisors: the deployment's partition count and the owned
+   * partitions (part_count 0: unpartitioned, nparts 0). */
+  uint32_t part_count;
+  int nparts;
+  kvp__adv_part_fig_t parts[KVP__ADV_MAX_OWNED];
 } kvp__adv_metrics_snap_t;
 
 typedef enum kvp__adv_phase_e {
@@ -89,5 +105,14 @@ void kvp__adv_metrics_stop(kvp__adv_metrics_t *m);
 
 /* Writes the exposition of s into p (exposed for tests). */
 void kvp__adv_metrics_write(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p);
+
+/* What /readyz?partition=<arg> answers from snapshot s (have: a snapshot
+ * was published), the advisor as a whole being ready: 1 when p is owned
+ * and caught up; 0 (503) while it catches up or before any snapshot;
+ * KVP_ENOENT when p is not owned here (or the advisor is not partitioned);
+ * KVP_EINVAL when arg is not a partition number of the deployment. why is
+ * filled unless 1. Exposed for tests. */
+int kvp__adv_metrics_partition_ready(const kvp__adv_metrics_snap_t *s, int have, const char *arg,
+                                     char *why, size_t len);
 
 #endif

@@ -132,13 +132,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   if (strcmp(url, "/readyz") == 0) {
     char why[256] = "not ready";
-    if (s->ready(s->ctx, why, sizeof why - 1)) {
+    const char *part = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "partition");
+    int r = s->ready(s->ctx, part, why, sizeof why - 1);
+    if (r == 1) {
       static const char m[] = "ready\n";
       return reply(c, MHD_HTTP_OK, TEXT, m, sizeof m - 1, 0);
     }
     size_t n = strlen(why);
     why[n++] = '\n';
-    return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, TEXT, why, n, 1);
+    return reply(c,
+                 r == KVP_ENOENT   ? MHD_HTTP_NOT_FOUND
+                 : r == KVP_EINVAL ? MHD_HTTP_BAD_REQUEST
+                                   : MHD_HTTP_SERVICE_UNAVAILABLE,
+                 TEXT, why, n, 1);
   }
   static const char m[] = "not found: the paths are /metrics, /healthz, /readyz\n";
   return reply(c, MHD_HTTP_NOT_FOUND, TEXT, m, sizeof m - 1, 0);

@@ -6,6 +6,9 @@
  *   GET /healthz  200 "ok" while the process runs;
  *   GET /readyz   200 "ready" when the daemon says so, else 503 with the
  *                 reason in the body;
+ *   GET /readyz?partition=P  the same for one event partition of a
+ *                 partitioned daemon: 404 when it does not own P, 400 when
+ *                 P is not a partition number;
  * 404 for any other path, 405 (with Allow: GET, HEAD) for other methods.
  *
  * Threads: MHD answers on its own thread (MHD_USE_INTERNAL_POLLING_THREAD),
@@ -23,8 +26,11 @@
  * KVP_EAGAIN when there are no figures yet (answered with 503), or another
  * KVP_E code (500). */
 typedef int (*kvp__metrics_collect_fn)(void *ctx, kvp__prom_t *out);
-/* Returns 1 when ready; else 0 with why (a sentence) filled. */
-typedef int (*kvp__metrics_ready_fn)(void *ctx, char *why, size_t len);
+/* Returns 1 when ready; else 0 with why (a sentence) filled. partition is
+ * NULL for the daemon as a whole, else the value of /readyz's `partition`
+ * argument as sent: then also KVP_ENOENT (404) when the daemon does not own
+ * it and KVP_EINVAL (400) when it is not a partition number, why filled. */
+typedef int (*kvp__metrics_ready_fn)(void *ctx, const char *partition, char *why, size_t len);
 
 typedef struct kvp__metrics_server_s kvp__metrics_server_t;
 

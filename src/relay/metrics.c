@@ -115,8 +115,12 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p) {
   return 0;
 }
 
-int kvp__relay_metrics_ready(void *relay, char *why, size_t len) {
+int kvp__relay_metrics_ready(void *relay, const char *partition, char *why, size_t len) {
   kvp_relay_t *r = relay;
+  if (partition != NULL) {
+    snprintf(why, len, "a relay has no event partitions (asked for partition '%.32s')", partition);
+    return KVP_ENOENT;
+  }
   if (kvp_relay_stopped(r)) {
     snprintf(why, len, "stopping");
     return 0;

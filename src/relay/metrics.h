@@ -21,8 +21,9 @@
 int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p);
 
 /* 1 when every endpoint's publisher is connected to NATS; else 0 with why
- * naming the first worker that is not. Signature of kvp__metrics_ready_fn. */
-int kvp__relay_metrics_ready(void *relay, char *why, size_t len);
+ * naming the first worker that is not. A relay has no event partitions:
+ * asked for one, KVP_ENOENT. Signature of kvp__metrics_ready_fn. */
+int kvp__relay_metrics_ready(void *relay, const char *partition, char *why, size_t len);
 
 /* Serves the relay's /metrics, /healthz and /readyz on addr ("host:port",
  * named --metrics in errors) until kvp__metrics_server_stop(*out), which

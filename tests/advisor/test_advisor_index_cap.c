@@ -321,12 +321,80 @@ static void readyz_and_metrics_say_loading_until_loaded(void **state) {
   kvp__adv_metrics_stop(&m);
 }
 
+/* A partitioned advisor's figures per owned partition: the gauges, and
+ * /readyz?partition=P: 200 caught up, 503 catching up (with the count) or
+ * the whole advisor not ready, 404 not owned, 400 not a partition number. */
+static void partition_readiness_and_gauges(void **state) {
+  (void)state;
+  kvp__adv_metrics_snap_t s;
+  char why[256];
+  memset(&s, 0, sizeof s);
+  s.part_count = 8;
+  s.nparts = 3;
+  s.tiering = 1;
+  s.parts[0] = (kvp__adv_part_fig_t){.p = 1, .ready = 1, .tiered = 1, .pos = 41};
+  s.parts[1] = (kvp__adv_part_fig_t){.p = 4, .ready = 0, .pos = 7, .behind = 1234};
+  s.parts[2] = (kvp__adv_part_fig_t){.p = 6, .ready = 1, .pos = 9};
+  assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "1", why, sizeof why), 1);
+  assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "4", why, sizeof why), 0);
+  assert_string_equal(why, "partition 4: catching up with its stream, 1234 messages still to apply");
+  assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "2", why, sizeof why), KVP_ENOENT);
+  assert_string_equal(why, "partition 2 is not owned by this advisor (owned: 1,4,6)");
+  assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "8", why, sizeof why), KVP_EINVAL);
+  assert_string_equal(why, "partition: '8' is not a partition number (0..7)");
+  const char *bad[] = {"", "-1", "x", "1x", " 1", "99999999999", "+1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, bad[i], why, sizeof why), KVP_EINVAL);
+  assert_int_equal(kvp__adv_metrics_partition_ready(&s, 0, "1", why, sizeof why), 0);
+  s.part_count = 0;
+  assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "1", why, sizeof why), KVP_ENOENT);
+  assert_non_null(strstr(why, "not partitioned"));
+  s.part_count = 8;
+
+  kvp__prom_t p;
+  kvp__prom_init(&p);
+  kvp__adv_metrics_write(&s, &p);
+  assert_int_equal(p.err, 0);
+  assert_non_null(strstr(p.buf, "\nkvplane_partition_ready{partition=\"1\"} 1\n"
+                                "kvplane_partition_ready{partition=\"4\"} 0\n"
+                                "kvplane_partition_ready{partition=\"6\"} 1\n"));
+  assert_non_null(strstr(p.buf, "\nkvplane_partition_behind_messages{partition=\"4\"} 1234\n"));
+  assert_non_null(strstr(p.buf, "\nkvplane_partition_applied_sequence{partition=\"1\"} 41\n"));
+  assert_non_null(strstr(p.buf, "\nkvplane_partition_tiered{partition=\"1\"} 1\n"
+                                "kvplane_partition_tiered{partition=\"4\"} 0\n"));
+  kvp__prom_free(&p);
+
+  /* Over HTTP: the advisor as a whole is not ready here (no NATS), so an
+   * owned partition is 503 with the advisor's reason; the others say why. */
+  kvp_advisor_config_t cfg;
+  kvp__adv_metrics_t m;
+  char err[256], buf[16384];
+  kvp_advisor_config_defaults(&cfg);
+  snprintf(cfg.metrics_listen, sizeof cfg.metrics_listen, "127.0.0.1:0");
+  assert_int_equal(kvp__adv_metrics_start(&m, &cfg, err, sizeof err), 0);
+  int port = kvp__metrics_server_port(m.srv);
+  assert_int_equal(http(port, "/readyz?partition=1", buf, sizeof buf), 503);
+  assert_non_null(strstr(buf, "starting: no figures yet"));
+  kvp__adv_metrics_publish(&m, &s);
+  kvp__adv_metrics_set_phase(&m, KVP__ADV_RUNNING);
+  assert_int_equal(http(port, "/readyz?partition=1", buf, sizeof buf), 503);
+  assert_non_null(strstr(buf, "partition 1: the advisor is not ready: NATS: not connected"));
+  assert_int_equal(http(port, "/readyz?partition=4", buf, sizeof buf), 503);
+  assert_non_null(strstr(buf, "1234 messages still to apply"));
+  assert_int_equal(http(port, "/readyz?partition=3", buf, sizeof buf), 404);
+  assert_int_equal(http(port, "/readyz?partition=abc", buf, sizeof buf), 400);
+  assert_int_equal(http(port, "/metrics", buf, sizeof buf), 200);
+  assert_non_null(strstr(buf, "kvplane_partition_ready{partition=\"6\"} 1\n"));
+  kvp__adv_metrics_stop(&m);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(evict_drops_the_coldest_g1_g2_only),
     cmocka_unit_test(cap_holds_the_bound_and_queries_stay_correct),
     cmocka_unit_test(cap_never_drops_g3_g4),
     cmocka_unit_test(load_reports_progress_and_keeps_every_row),
     cmocka_unit_test(readyz_and_metrics_say_loading_until_loaded),
+    cmocka_unit_test(partition_readiness_and_gauges),
 };
 
 KVP_TEST_MAIN("advisor_index_cap", tests)

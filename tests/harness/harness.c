@@ -65,6 +65,33 @@ int kvp_test_free_port(void) {
   return port;
 }
 
+int kvp_test_http_get(int port, const char *path, char *buf, size_t len) {
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  char req[512], tmp[512];
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), code = -1;
+  size_t got = 0;
+  ssize_t r;
+  if (buf == NULL) {
+    buf = tmp;
+    len = sizeof tmp;
+  }
+  buf[0] = '\0';
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0)
+    return -1;
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && n > 0 && (size_t)n < sizeof req &&
+      write(fd, req, (size_t)n) == n) {
+    while (got + 1 < len && (r = read(fd, buf + got, len - 1 - got)) > 0)
+      got += (size_t)r;
+    buf[got] = '\0';
+    if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
+      code = -1;
+  }
+  close(fd);
+  return code;
+}
+
 int kvp_test_spawn_wait(char *const argv[], const char *in_path, const char *out_path) {
   pid_t pid = fork();
   int st;

@@ -36,6 +36,11 @@ void kvp_test_rmtree(const char *path);
 /* A 127.0.0.1 TCP port that was free a moment ago. */
 int kvp_test_free_port(void);
 
+/* GET path from 127.0.0.1:port over HTTP/1.0: the status code, with the
+ * reply (head and body, NUL-terminated, cut to len) in buf when it is not
+ * NULL; -1 when nothing answers or the reply has no status line. */
+int kvp_test_http_get(int port, const char *path, char *buf, size_t len);
+
 /* Runs argv (argv[0] looked up in PATH) with stdin from in_path (or
  * /dev/null), stdout to out_path (or /dev/null); returns the exit status, or
  * -1 when it could not be run or was killed by a signal. */

@@ -168,8 +168,12 @@ static int fake_collect(void *ctx, kvp__prom_t *out) {
   return 0;
 }
 
-static int fake_ready(void *ctx, char *why, size_t len) {
+static int fake_ready(void *ctx, const char *partition, char *why, size_t len) {
   fake_t *f = ctx;
+  if (partition != NULL) { /* the server hands the argument over as sent */
+    snprintf(why, len, "partition '%s'", partition);
+    return strcmp(partition, "1") == 0 ? 1 : strcmp(partition, "x") == 0 ? KVP_EINVAL : KVP_ENOENT;
+  }
   if (atomic_load(&f->ready))
     return 1;
   snprintf(why, len, "NATS: not connected");
@@ -224,6 +228,10 @@ static void server_answers_metrics_healthz_readyz_404_405(void **state) {
   assert_non_null(strstr(buf, "\r\n\r\nNATS: not connected\n"));
   atomic_store(&f.ready, 1);
   assert_int_equal(http(port, "GET", "/readyz", buf, sizeof buf), 200);
+  assert_int_equal(http(port, "GET", "/readyz?partition=1", buf, sizeof buf), 200);
+  assert_int_equal(http(port, "GET", "/readyz?partition=2", buf, sizeof buf), 404);
+  assert_non_null(strstr(buf, "\r\n\r\npartition '2'\n"));
+  assert_int_equal(http(port, "GET", "/readyz?partition=x", buf, sizeof buf), 400);
 
   assert_int_equal(http(port, "GET", "/nothing", buf, sizeof buf), 404);
   assert_int_equal(http(port, "POST", "/metrics", buf, sizeof buf), 405);

@@ -34,8 +34,9 @@ static int collect(void *ctx, kvp__prom_t *out) {
   return 0;
 }
 
-static int ready(void *ctx, char *why, size_t len) {
+static int ready(void *ctx, const char *partition, char *why, size_t len) {
   (void)ctx;
+  (void)partition;
   (void)why;
   (void)len;
   return 1;

@@ -74,6 +74,7 @@ typedef struct fx_s {
   uint64_t h[NPART][CHAIN];
   kvp_volume_t *g3[NPART], *g4;
   adv_t a[2];
+  int mport[2];     /* each advisor's [metrics] listen port */
   int owner[NPART]; /* the advisor of each partition */
 } fx_t;
 
@@ -137,6 +138,8 @@ static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) 
   snprintf(c->plugin_dir, sizeof c->plugin_dir, "%s", KVP_BUILD_PLUGIN_DIR);
   c->mode = KVP_ADVISOR_JETSTREAM;
   c->partitions = NPART;
+  f->mport[i] = kvp_test_free_port();
+  snprintf(c->metrics_listen, sizeof c->metrics_listen, "127.0.0.1:%d", f->mport[i]);
   c->flush_interval_ms = 50;
   c->heartbeat_timeout_ms = 0;
   c->log_level = 1;
@@ -647,6 +650,19 @@ static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t o
   natsConnection_Destroy(nc);
 }
 
+/* Waits up to 10 s for GET path on port to answer want and, when body is
+ * not NULL, to contain it; fails naming the last reply. */
+static void wait_http(int port, const char *path, int want, const char *body) {
+  char buf[65536];
+  int code = -1;
+  for (uint64_t end = now_ms() + 10000; now_ms() < end; sleep_ms(100))
+    if ((code = kvp_test_http_get(port, path, buf, sizeof buf)) == want &&
+        (body == NULL || strstr(buf, body) != NULL))
+      return;
+  fail_msg("GET %s: %d, wanted %d%s%s; last reply:\n%.2000s", path, code, want,
+           body ? " with " : "", body ? body : "", buf);
+}
+
 /* Partition 1, tiered by advisor 0, moves live to advisor 1: advisor 1
  * learns its G4 locations from the partition's stream (its advisor
  * worker's events) and tiers it from then on, advisor 0 leaves its
@@ -660,6 +676,14 @@ static void a_tiered_partition_moves_live(void **state) {
   for (uint32_t p = 0; p < NPART; p++)
     worker_offloads(f, p);
   settle(f, &vol, 4, 0, "before the move");
+  /* Per partition, from /readyz?partition=P and the gauges: advisor 1
+   * answers for 2 and 3, tiers them, and does not own 1 (yet). */
+  wait_http(f->mport[1], "/readyz?partition=2", 200, NULL);
+  wait_http(f->mport[1], "/readyz?partition=1", 404, "partition 1 is not owned by this advisor");
+  wait_http(f->mport[1], "/readyz?partition=9", 400, NULL);
+  wait_http(f->mport[1], "/metrics", 200,
+            "kvplane_partition_tiered{partition=\"2\"} 1\n"
+            "kvplane_partition_tiered{partition=\"3\"} 1\n");
   size_t p1 = 0;
   for (size_t k = 0; k < vol.n; k++)
     p1 += vol.o[k].part == 1;
@@ -673,8 +697,12 @@ static void a_tiered_partition_moves_live(void **state) {
     ask_partitions(f, 1, "{}", reply, sizeof reply);
   }
   assert_non_null(strstr(reply, "\"ready\":[1,2,3]"));
+  wait_http(f->mport[1], "/readyz?partition=1", 200, NULL);
+  wait_http(f->mport[1], "/metrics", 200, "kvplane_partition_ready{partition=\"1\"} 1\n");
   ask_partitions(f, 0, "{\"drop\": [1]}", reply, sizeof reply);
   assert_non_null(strstr(reply, "\"owned\":[0]"));
+  wait_http(f->mport[0], "/readyz?partition=1", 404, NULL);
+  wait_http(f->mport[1], "/metrics", 200, "kvplane_partition_tiered{partition=\"1\"} 1\n");
   f->owner[1] = 1;
 
   /* Settled again: every object of the volume is in one database, the one
