@@ -173,15 +173,15 @@ KVP_BENCH_SUITE(sharing, "index: bytes per holder-block under SGLang SMG's publi
   double per_loc = (double)(rss1 - rss0) / (double)st.locations;
   char label[32];
   kvp_bi_label(label, sizeof label, st.locations);
-  printf("# %zu families, %zu holder instances over %zu holders: %zu holder-blocks of %zu "
-         "distinct blocks (%.2f holders per block), %zu interior blocks removed; stored in %.1f s\n",
-         t.families, t.instances, holders, t.holder_blocks, st.blocks,
-         (double)t.holder_blocks / (double)st.blocks, t.removed, build_s);
+  printf(
+      "# %zu families, %zu holder instances over %zu holders: %zu holder-blocks of %zu "
+      "distinct blocks (%.2f holders per block), %zu interior blocks removed; stored in %.1f s\n",
+      t.families, t.instances, holders, t.holder_blocks, st.blocks,
+      (double)t.holder_blocks / (double)st.blocks, t.removed, build_s);
   printf("# the peer's figure on this mix (published, not measured here): SMG RadixTree 26.9 B "
          "per holder-block at 12.8M holder-blocks over 256 holders\n");
   snprintf(fig, sizeof fig, "sharing.%s.bytes_per_location", label);
-  kvp_bench_report(fig, per_loc, "B", "plain-pair-table",
-                   (double)plain / (double)t.holder_blocks);
+  kvp_bench_report(fig, per_loc, "B", "plain-pair-table", (double)plain / (double)t.holder_blocks);
   snprintf(fig, sizeof fig, "sharing.%s.bytes_per_block", label);
   kvp_bench_report(fig, (double)(rss1 - rss0) / (double)st.blocks, "B", NULL, 0);
   snprintf(fig, sizeof fig, "sharing.%s.index_bytes_per_location", label);

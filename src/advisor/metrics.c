@@ -323,8 +323,9 @@ int kvp__adv_metrics_partition_ready(const kvp__adv_metrics_snap_t *s, int have,
       continue;
     if (f->ready)
       return 1;
-    snprintf(why, len, "partition %lu: catching up with its stream, %" PRIu64 " messages still to apply",
-             v, f->behind);
+    snprintf(why, len,
+             "partition %lu: catching up with its stream, %" PRIu64 " messages still to apply", v,
+             f->behind);
     return 0;
   }
   size_t n = (size_t)snprintf(why, len, "partition %lu is not owned by this advisor (owned:", v);

@@ -337,7 +337,8 @@ static void partition_readiness_and_gauges(void **state) {
   s.parts[2] = (kvp__adv_part_fig_t){.p = 6, .ready = 1, .pos = 9};
   assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "1", why, sizeof why), 1);
   assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "4", why, sizeof why), 0);
-  assert_string_equal(why, "partition 4: catching up with its stream, 1234 messages still to apply");
+  assert_string_equal(why,
+                      "partition 4: catching up with its stream, 1234 messages still to apply");
   assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "2", why, sizeof why), KVP_ENOENT);
   assert_string_equal(why, "partition 2 is not owned by this advisor (owned: 1,4,6)");
   assert_int_equal(kvp__adv_metrics_partition_ready(&s, 1, "8", why, sizeof why), KVP_EINVAL);
