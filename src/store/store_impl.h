@@ -74,6 +74,12 @@ static inline int kvp__store_sql_step_done(sqlite3_stmt *s) {
   return rc == SQLITE_DONE ? 0 : KVP_EDB;
 }
 
+/* store_rows.c: the rows of blocks and block_locations into ix (reserved
+ * for their count first), read by a thread of their own over a read-only
+ * connection when the database is a file, else on st->db; progress as
+ * kvp__store_on_progress says. Returns 0, KVP_EDB or KVP_ENOMEM. */
+int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix);
+
 /* Opens (creating with mode 0600) path in WAL mode. Returns 0, KVP_EIO or
  * KVP_EDB (err says why). */
 int kvp__store_open_db(const char *path, sqlite3 **db, char *err, size_t errlen);

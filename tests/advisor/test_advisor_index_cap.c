@@ -3,6 +3,7 @@
  * reserved index with its progress, and /readyz and /metrics while the
  * database loads. Real SQLite files and a real HTTP server; no NATS. */
 #include <arpa/inet.h>
+#include <sqlite3.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +292,88 @@ static int http(int port, const char *path, char *buf, size_t len) {
   return code;
 }
 
+/* The rows' reader hands them over in batches of 4096 records: a block
+ * whose locations span several batches keeps them all, and the rows the
+ * load skips (a location without its block, a worker name over 4 KiB)
+ * are skipped without losing the rows around them. */
+static void load_keeps_a_block_wider_than_a_batch(void **state) {
+  (void)state;
+  char dir[256], path[300], err[256], p2[320];
+  kvp__index_t *ix = NULL, *back = NULL;
+  kvp__store_t *st = NULL;
+  const size_t W = 5000, CHAIN = 10000;
+  const uint64_t wide = 0x5eed5eed5eed5eedull;
+  assert_non_null(kvp_test_tmpdir(dir, sizeof dir));
+  snprintf(path, sizeof path, "%s/advisor.db", dir);
+  assert_int_equal(kvp__index_create(CHAIN + 1, 3600, &ix), 0);
+  for (size_t k = 0; k < W; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "w%zu", k);
+    assert_int_equal(kvp__index_store(ix, wide, 0, 0, wid(ix, name), 1, 0, 16, 4096, NOW), 0);
+  }
+  uint64_t prev = 0;
+  for (size_t i = 0; i < CHAIN; i++) {
+    uint64_t h = (i + 7) * 0x9e3779b97f4a7c15ull;
+    assert_int_equal(kvp__index_store(ix, h, i > 0, prev, wid(ix, "w1"), 2, 0, 16, 4096, NOW), 0);
+    prev = h;
+  }
+  assert_int_equal(kvp__store_open(path, &st, err, sizeof err), 0);
+  assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 7, NULL), 0);
+  kvp__store_close(st);
+  /* Two rows the load skips, by hand: a location of a block that has no
+   * row, and one whose worker name is 5000 bytes long. */
+  sqlite3 *db = NULL;
+  char *longname = malloc(5001);
+  memset(longname, 'x', 5000);
+  longname[5000] = '\0';
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  sqlite3_stmt *ins = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db,
+                                      "INSERT INTO block_locations(hash, worker, dp_rank, tier,"
+                                      " volume) VALUES(?1, ?2, 0, 1, '')",
+                                      -1, &ins, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_int64(ins, 1, 12345);
+  sqlite3_bind_text(ins, 2, "w1", -1, SQLITE_STATIC);
+  assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+  sqlite3_reset(ins);
+  sqlite3_bind_int64(ins, 1, (sqlite3_int64)wide);
+  sqlite3_bind_text(ins, 2, longname, -1, SQLITE_STATIC);
+  assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+  sqlite3_finalize(ins);
+  sqlite3_close(db);
+  free(longname);
+
+  uint64_t seq = 0;
+  assert_int_equal(kvp__index_create(16, 3600, &back), 0);
+  assert_int_equal(kvp__store_open(path, &st, err, sizeof err), 0);
+  assert_int_equal(kvp__store_load(st, back, NULL, NULL, &seq), 0);
+  assert_int_equal(seq, 7);
+  assert_false(kvp__store_loaded_snapshot(st));
+  kvp__index_stats_t s1, s2;
+  kvp__index_stats(ix, &s1);
+  kvp__index_stats(back, &s2);
+  assert_int_equal(s2.blocks, s1.blocks);
+  assert_int_equal(s2.locations, s1.locations);
+  kvp__index_loc_t *l = calloc(W + 1, sizeof *l);
+  size_t n = 0;
+  assert_int_equal(kvp__index_get(back, wide, NULL, l, W + 1, &n), 0);
+  assert_int_equal(n, W);
+  free(l);
+  kvp__index_block_t b;
+  assert_int_equal(kvp__index_get(back, (CHAIN + 6) * 0x9e3779b97f4a7c15ull, &b, NULL, 0, NULL), 0);
+  assert_true(b.parent == (CHAIN + 5) * 0x9e3779b97f4a7c15ull);
+  kvp__store_close(st);
+  kvp__index_destroy(ix);
+  kvp__index_destroy(back);
+  unlink(path);
+  snprintf(p2, sizeof p2, "%s-wal", path);
+  unlink(p2);
+  snprintf(p2, sizeof p2, "%s-shm", path);
+  unlink(p2);
+  rmdir(dir);
+}
+
 /* While the database loads: /readyz 503 with the progress, /metrics
  * answers (no snapshot yet) with ready 0 and the load gauges. */
 static void readyz_and_metrics_say_loading_until_loaded(void **state) {
@@ -394,6 +477,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(cap_holds_the_bound_and_queries_stay_correct),
     cmocka_unit_test(cap_never_drops_g3_g4),
     cmocka_unit_test(load_reports_progress_and_keeps_every_row),
+    cmocka_unit_test(load_keeps_a_block_wider_than_a_batch),
     cmocka_unit_test(readyz_and_metrics_say_loading_until_loaded),
     cmocka_unit_test(partition_readiness_and_gauges),
 };
