@@ -36,6 +36,15 @@ uint64_t kvp_bi_rnd(void) {
   return x;
 }
 
+static size_t gcd(size_t a, size_t b) {
+  while (b) {
+    size_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -161,12 +170,16 @@ void kvp_bi_label(char *out, size_t len, size_t n) {
     snprintf(out, len, "%.3gM", (double)n / (1 << 20));
 }
 
-KVP_BENCH_SUITE(match, "index: 64-block match and single lookups at N locations "
-                       "[--locations 1M|16M|128M] [--holders 8] [--copies 2]; bytes/location") {
+KVP_BENCH_SUITE(
+    match, "index: 64-block match and single lookups at N locations "
+           "[--locations 1M|16M|128M] [--holders 8] [--copies 2] [--scattered]; bytes/location") {
   const size_t want = kvp_bi_size_arg(argc, argv, "--locations", 1u << 20);
   const size_t holders = kvp_bi_size_arg(argc, argv, "--holders", 8);
   const double copies = kvp_bi_double_arg(argc, argv, "--copies", 2.0);
   const size_t nq = 200000;
+  int scattered = 0;
+  for (int a = 1; a < argc; a++)
+    scattered |= strcmp(argv[a], "--scattered") == 0;
   if (holders < 2 || holders > 4096 || copies < 1 || copies > 64) {
     fprintf(stderr, "bench match: --holders 2..4096, --copies 1..64\n");
     return 1;
@@ -207,19 +220,29 @@ KVP_BENCH_SUITE(match, "index: 64-block match and single lookups at N locations 
     snprintf(name, sizeof name, "worker%zu", i);
     kvp__index_worker(ix, name, 0, &w[i]);
   }
-  for (size_t c = 0; c < nchains; c++)
-    for (size_t i = 0; i < CHAIN; i++) {
-      uint64_t h = chains[c * CHAIN + i], p = i ? chains[c * CHAIN + i - 1] : 0;
-      size_t n = full + (i < extra ? 1 : 0);
-      for (size_t k = 0; k < n; k++) {
-        int rc = kvp__index_store(ix, h, i > 0, p, w[(c + k) % holders], k % 2 ? 2 : 1, 0, 16,
-                                  1 << 20, NOW_MS);
-        if (rc != 0) {
-          fprintf(stderr, "bench match: store: %d\n", rc);
-          return 1;
-        }
+  /* --scattered: the blocks stored in an order unrelated to their chains
+   * (as a load from the rows, in hash order, leaves them), so that no
+   * chain's records are consecutive; else chain after chain, as events
+   * bring them. */
+  size_t step = 1;
+  if (scattered) {
+    step = (size_t)(0x9e3779b97f4a7c15ull % nblocks) | 1;
+    while (gcd(step, nblocks) != 1)
+      step += 2;
+  }
+  for (size_t j = 0; j < nblocks; j++) {
+    size_t at = (size_t)(((unsigned __int128)j * step) % nblocks), c = at / CHAIN, i = at % CHAIN;
+    uint64_t h = chains[c * CHAIN + i], p = i ? chains[c * CHAIN + i - 1] : 0;
+    size_t n = full + (i < extra ? 1 : 0);
+    for (size_t k = 0; k < n; k++) {
+      int rc = kvp__index_store(ix, h, i > 0, p, w[(c + k) % holders], k % 2 ? 2 : 1, 0, 16,
+                                1 << 20, NOW_MS);
+      if (rc != 0) {
+        fprintf(stderr, "bench match: store: %d\n", rc);
+        return 1;
       }
     }
+  }
   double build_s = (double)(kvp_bench_now_ns() - t0) / 1e9;
   size_t rss1 = kvp_bench_rss_bytes();
   kvp__index_stats_t st;

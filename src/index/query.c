@@ -14,25 +14,42 @@
 
 int kvp__index_match(const kvp__index_t *ix, const uint64_t *hashes, size_t n,
                      kvp__index_match_t *out, size_t cap, size_t *nrows) {
-  uint32_t nodes[MATCH_BATCH];
+  uint32_t nodes[MATCH_BATCH], prev = 0;
   size_t home[MATCH_BATCH], rows = 0;
   int rc = 0;
 
   for (size_t base = 0; base < n; base += MATCH_BATCH) {
-    size_t m = n - base < MATCH_BATCH ? n - base : MATCH_BATCH;
+    size_t m = n - base < MATCH_BATCH ? n - base : MATCH_BATCH, g = 0;
+    if (base == 0 && n > 1) {
+      /* The first block through the map, alone: its record says where
+       * the chain's next ones may be. */
+      if ((nodes[0] = prev = kvp__index_find(ix, hashes[0])) == 0)
+        goto out;
+      g = 1;
+    }
+    /* A chain comes in one event, and its new blocks get consecutive
+     * records: while the record after the last one found holds the next
+     * hash, it is that block (hashes are unique, a free record's is 0).
+     * Contiguous records, four to a line, are read in order, without the
+     * map; at the first one that is not, the map takes the rest. */
+    while (prev != 0 && g < m && prev + 1 < ix->nnodes && hashes[base + g] != 0 &&
+           ix->nodes[prev + 1].hash == hashes[base + g])
+      nodes[g++] = ++prev;
     /* Misses dominate: issue every slot load first, then every record
      * load, so the memory system works on them in parallel. */
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = g; i < m; i++) {
       home[i] = kvp__index_slot_of(hashes[base + i], ix->cap);
       __builtin_prefetch(&ix->slots[home[i]]);
     }
-    for (size_t i = 0; i < m; i++)
+    for (size_t i = g; i < m; i++)
       __builtin_prefetch(&ix->nodes[kvp__index_candidate_at(ix, hashes[base + i], home[i])]);
     for (size_t i = 0; i < m; i++) {
-      nodes[i] = kvp__index_find_at(ix, hashes[base + i], home[i]);
+      if (i >= g)
+        nodes[i] = kvp__index_find_at(ix, hashes[base + i], home[i]);
       if (nodes[i] && kvp__index_is_ovf(ix->nodes[nodes[i]].loc[1]))
         __builtin_prefetch(&ix->slab[ix->nodes[nodes[i]].loc[0]]);
     }
+    prev = nodes[m - 1];
     for (size_t i = 0; i < m; i++) {
       size_t pos = base + i, extended = 0, cnt;
       if (nodes[i] == 0)

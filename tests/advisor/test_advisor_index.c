@@ -356,6 +356,114 @@ static void random_operations_match_a_reference(void **state) {
   kvp__index_destroy(ix);
 }
 
+/* The reference answer of a match: per (worker, tier) holding the first
+ * block, how many blocks from the first it holds without a gap, read
+ * block by block through kvp__index_get (the map, never the chain). */
+static size_t reference_match(kvp__index_t *ix, const uint64_t *h, size_t n,
+                              kvp__index_match_t *out) {
+  size_t rows = 0;
+  kvp__index_loc_t l[16];
+  size_t nl = 0;
+  if (kvp__index_get(ix, h[0], NULL, l, 16, &nl) != 0)
+    return 0;
+  for (size_t k = 0; k < nl && k < 16; k++) {
+    size_t r;
+    for (r = 0; r < rows; r++)
+      if (out[r].worker == l[k].worker && out[r].tier == l[k].tier)
+        break;
+    if (r == rows)
+      out[rows++] = (kvp__index_match_t){.worker = l[k].worker, .tier = l[k].tier, .length = 0};
+  }
+  for (size_t r = 0; r < rows; r++) {
+    size_t len = 0;
+    for (; len < n; len++) {
+      int held = 0;
+      if (kvp__index_get(ix, h[len], NULL, l, 16, &nl) == 0)
+        for (size_t k = 0; k < nl && k < 16; k++)
+          held |= l[k].worker == out[r].worker && l[k].tier == out[r].tier;
+      if (!held)
+        break;
+    }
+    out[r].length = len;
+  }
+  return rows;
+}
+
+static int by_worker_tier(const void *a, const void *b) {
+  const kvp__index_match_t *x = a, *y = b;
+  return x->worker != y->worker ? (int)x->worker - (int)y->worker : (int)x->tier - (int)y->tier;
+}
+
+/* A match reads a chain's blocks from consecutive records when they are
+ * (kvp__index_match's chain path) and through the map when not: chains
+ * stored whole, then broken (blocks removed: their records freed, reused
+ * by other blocks), interleaved with each other (records alternate) and
+ * queried from any block on or across two chains, always against the
+ * answer read block by block through the map. */
+static void match_follows_chains_against_a_reference(void **state) {
+  (void)state;
+  kvp__index_t *ix = mk();
+  enum { C = 200, L = 150, Q = 300 };
+  static uint64_t ch[C][L];
+  uint64_t x = 0x2545f4914f6cdd1dull;
+  uint16_t w[4] = {wid(ix, "a"), wid(ix, "b"), wid(ix, "c"), wid(ix, "d")};
+#define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+  for (int c = 0; c < C; c++)
+    for (int i = 0; i < L; i++)
+      ch[c][i] = RND() | 1;
+  /* Whole chains, one after the other; every fourth interleaved with the
+   * next, block by block. */
+  for (int c = 0; c < C; c++) {
+    if (c % 4 == 0 && c + 1 < C) {
+      for (int i = 0; i < L; i++)
+        for (int d = 0; d < 2; d++)
+          assert_int_equal(kvp__index_store(ix, ch[c + d][i], i > 0, i ? ch[c + d][i - 1] : 0,
+                                            w[(c + d) % 4], 1, 0, 16, 1, NOW),
+                           0);
+      c++;
+      continue;
+    }
+    for (int i = 0; i < L; i++)
+      assert_int_equal(kvp__index_store(ix, ch[c][i], i > 0, i ? ch[c][i - 1] : 0, w[c % 4],
+                                        1 + (i % 7 == 0), 0, 16, 1, NOW),
+                       0);
+  }
+  /* Second holders of some chains' prefixes, in another tier. */
+  for (int c = 0; c < C; c += 3)
+    for (int i = 0; i < L / 2; i++)
+      assert_int_equal(kvp__index_store(ix, ch[c][i], 0, 0, w[(c + 1) % 4], 2, 0, 16, 1, NOW), 0);
+  /* Holes: blocks removed (the freed records reused by the next stores). */
+  for (int k = 0; k < 2000; k++) {
+    int c = (int)(RND() % C), i = (int)(RND() % L);
+    (void)kvp__index_remove(ix, ch[c][i], w[c % 4], 1, KVP__INDEX_NO_VOLUME);
+    if (k % 3 == 0)
+      assert_int_equal(kvp__index_store(ix, ch[c][i], 0, 0, w[(c + 2) % 4], 1, 0, 16, 1, NOW), 0);
+  }
+  kvp__index_match_t got[64], want[64];
+  uint64_t q[2 * L];
+  for (int k = 0; k < Q; k++) {
+    int c = (int)(RND() % C), d = (int)(RND() % C), from = (int)(RND() % L);
+    size_t n = 0;
+    for (int i = from; i < L; i++)
+      q[n++] = ch[c][i];
+    if (k % 2) /* then another chain's blocks */
+      for (int i = 0; i < L; i++)
+        q[n++] = ch[d][i];
+    size_t ng = 0, nw = reference_match(ix, q, n, want);
+    assert_int_equal(kvp__index_match(ix, q, n, got, 64, &ng), 0);
+    assert_int_equal(ng, nw);
+    qsort(got, ng, sizeof *got, by_worker_tier);
+    qsort(want, nw, sizeof *want, by_worker_tier);
+    for (size_t r = 0; r < ng; r++) {
+      assert_int_equal(got[r].worker, want[r].worker);
+      assert_int_equal(got[r].tier, want[r].tier);
+      assert_int_equal(got[r].length, want[r].length);
+    }
+  }
+#undef RND
+  kvp__index_destroy(ix);
+}
+
 /* Blocks held by many (worker, tier, volume) copies: lists move between the
  * record and slab chunks of every size and back, in order, against a
  * reference. */
@@ -489,6 +597,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(random_operations_match_a_reference),
     cmocka_unit_test(match_longest_prefix_per_worker_and_tier),
     cmocka_unit_test(match_long_query_crosses_batches),
+    cmocka_unit_test(match_follows_chains_against_a_reference),
     cmocka_unit_test(match_counts_many_rows_without_int),
     cmocka_unit_test(remove_deletes_block_with_last_location),
     cmocka_unit_test(many_blocks_grow_and_shrink),
