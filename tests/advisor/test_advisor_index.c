@@ -464,6 +464,67 @@ static void match_follows_chains_against_a_reference(void **state) {
   kvp__index_destroy(ix);
 }
 
+/* A block's parent is a flag when it is the block of the record before
+ * (a chain stored in order), else an entry of a side table; freeing the
+ * record before moves the flag's parent there. Chains stored, blocks
+ * removed (records freed, then reused oldest first by other blocks),
+ * parents changed, against a reference of every block's parent. */
+static void parents_survive_frees_and_reuse_against_a_reference(void **state) {
+  (void)state;
+  kvp__index_t *ix = mk();
+  enum { C = 300, L = 40 };
+  static uint64_t ch[C][L], parent[C][L];
+  static int live[C][L];
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  uint16_t w = wid(ix, "a");
+#define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+  for (int c = 0; c < C; c++)
+    for (int i = 0; i < L; i++)
+      ch[c][i] = RND() | 1;
+  for (int round = 0; round < 40; round++) {
+    for (int c = 0; c < C; c++) {
+      int what = (int)(RND() % 6);
+      if (what == 0) { /* (re)store the chain, in order */
+        for (int i = 0; i < L; i++) {
+          assert_int_equal(
+              kvp__index_store(ix, ch[c][i], i > 0, i ? ch[c][i - 1] : 0, w, 1, 0, 16, 1, NOW), 0);
+          if (!live[c][i] || i > 0)
+            parent[c][i] = i ? ch[c][i - 1] : ch[c][i];
+          live[c][i] = 1;
+        }
+      } else if (what == 1) { /* drop a run of it */
+        int from = (int)(RND() % L), to = from + (int)(RND() % 8);
+        for (int i = from; i < L && i <= to; i++)
+          if (live[c][i]) {
+            assert_int_equal(kvp__index_remove(ix, ch[c][i], w, 1, 0), 0);
+            live[c][i] = 0;
+          }
+      } else if (what == 2) { /* one block's parent changes to another chain's block */
+        int i = (int)(RND() % L), d = (int)(RND() % C), j = (int)(RND() % L);
+        if (live[c][i]) {
+          assert_int_equal(kvp__index_store(ix, ch[c][i], 1, ch[d][j], w, 1, 0, 16, 1, NOW), 0);
+          parent[c][i] = ch[d][j];
+        }
+      }
+    }
+    for (int c = 0; c < C; c++)
+      for (int i = 0; i < L; i++) {
+        kvp__index_block_t b;
+        int rc = kvp__index_get(ix, ch[c][i], &b, NULL, 0, NULL);
+        if (!live[c][i]) {
+          assert_int_equal(rc, KVP_ENOENT);
+          continue;
+        }
+        assert_int_equal(rc, 0);
+        if (b.parent != parent[c][i])
+          fail_msg("round %d chain %d block %d: parent %016llx, want %016llx", round, c, i,
+                   (unsigned long long)b.parent, (unsigned long long)parent[c][i]);
+      }
+  }
+#undef RND
+  kvp__index_destroy(ix);
+}
+
 /* Blocks held by many (worker, tier, volume) copies: lists move between the
  * record and slab chunks of every size and back, in order, against a
  * reference. */
@@ -598,6 +659,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(match_longest_prefix_per_worker_and_tier),
     cmocka_unit_test(match_long_query_crosses_batches),
     cmocka_unit_test(match_follows_chains_against_a_reference),
+    cmocka_unit_test(parents_survive_frees_and_reuse_against_a_reference),
     cmocka_unit_test(match_counts_many_rows_without_int),
     cmocka_unit_test(remove_deletes_block_with_last_location),
     cmocka_unit_test(many_blocks_grow_and_shrink),
