@@ -30,7 +30,7 @@
 
 /* The largest figure: 128M locations at one copy per block. */
 _Static_assert(KVP__INDEX_MAX_BLOCKS >= (1u << 27), "2^27 blocks fit the slot's record id");
-_Static_assert(sizeof(node_t) == 16 && sizeof(meta_t) == 16, "DESIGN.md's record bytes");
+_Static_assert(sizeof(node_t) == 16 && sizeof(meta_t) == 24, "DESIGN.md's record bytes");
 
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
@@ -98,7 +98,6 @@ int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out) {
   ix->nnodes = 1;
   if (grow_nodes(ix, cap_hint + 1) != 0)
     goto fail;
-  kvp__map64_init(&ix->parents, 0);
   kvp__index_intern_init(&ix->workers, KVP__INDEX_MAX_WORKERS);
   kvp__index_intern_init(&ix->volumes, KVP__INDEX_MAX_VOLUMES);
   uint16_t none;
@@ -119,7 +118,6 @@ void kvp__index_destroy(kvp__index_t *ix) {
   kvp__index_intern_free(&ix->workers);
   kvp__index_intern_free(&ix->volumes);
   kvp__index_changelog_free(&ix->log);
-  kvp__map64_free(&ix->parents);
   free(ix->slots);
   free(ix->nodes);
   free(ix->meta);
@@ -227,7 +225,7 @@ static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out)
     n = (uint32_t)ix->nnodes++;
   }
   ix->nodes[n] = (node_t){.hash = h};
-  ix->meta[n] = (meta_t){.shape = shape, .flags = NODE_LIVE};
+  ix->meta[n] = (meta_t){.parent = h, .shape = shape, .flags = NODE_LIVE};
   size_t s = kvp__index_slot_of(h, ix->cap);
   while (ix->slots[s] != 0)
     s = kvp__index_next(s, ix->cap);
@@ -239,40 +237,9 @@ static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out)
   return 0;
 }
 
-/* Sets the parent of live record n (p == its hash: none): a flag when it
- * is the block of the record before, else an entry of the side table.
- * Returns 0, or KVP_ENOMEM (the parent unchanged) when the table could not
- * grow. */
-static int set_parent(kvp__index_t *ix, uint32_t n, uint64_t p) {
-  meta_t *md = &ix->meta[n];
-  uint64_t h = ix->nodes[n].hash;
-  /* A free record's hash is 0, and no block's parent is 0 here. */
-  int prev = p != h && p != 0 && n > 1 && ix->nodes[n - 1].hash == p;
-  if (p != h && !prev && kvp__map64_put(&ix->parents, h, p) != 0)
-    return KVP_ENOMEM;
-  if ((p == h || prev) && (md->flags & NODE_PARENT_SIDE))
-    kvp__map64_del(&ix->parents, h, NULL);
-  md->flags =
-      (uint8_t)((md->flags & ~(NODE_PARENT_PREV | NODE_PARENT_SIDE)) | (p == h ? 0
-                                                                        : prev ? NODE_PARENT_PREV
-                                                                               : NODE_PARENT_SIDE));
-  return 0;
-}
-
 static void node_free(kvp__index_t *ix, uint32_t n) {
   meta_t *md = &ix->meta[n];
   uint64_t h = ix->nodes[n].hash;
-  /* The next record's parent was this block: it moves to the side table.
-   * Should the table not grow, that block keeps no parent (the store's
-   * row keeps it until the block's next change). */
-  if (n + 1 < ix->nnodes && (ix->meta[n + 1].flags & NODE_PARENT_PREV)) {
-    meta_t *next = &ix->meta[n + 1];
-    next->flags &= (uint8_t)~NODE_PARENT_PREV;
-    if (kvp__map64_put(&ix->parents, ix->nodes[n + 1].hash, h) == 0)
-      next->flags |= NODE_PARENT_SIDE;
-  }
-  if (md->flags & NODE_PARENT_SIDE)
-    kvp__map64_del(&ix->parents, h, NULL);
   unmap(ix, h);
   if (ix->track_dirty && !(md->flags & NODE_DIRTY))
     kvp__index_changelog_mark(&ix->log, h);
@@ -387,12 +354,9 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
   } else if ((rc = set_shape(ix, n, tokens, bytes)) != 0) {
     return rc;
   }
-  if (has_parent && (rc = set_parent(ix, n, parent)) != 0) {
-    if (created)
-      node_free(ix, n);
-    return rc;
-  }
   meta_t *md = &ix->meta[n];
+  if (has_parent)
+    md->parent = parent;
   md->last_access_s = secs_of(now_ms);
   if ((rc = loc_add(ix, n, LOC_MAKE(worker, tier, volume))) < 0) {
     if (created)
@@ -490,9 +454,8 @@ int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b) {
   } else if ((rc = set_shape(ix, n, b->tokens, b->bytes)) != 0) {
     return rc;
   }
-  if ((rc = set_parent(ix, n, b->parent)) != 0)
-    return rc;
   meta_t *md = &ix->meta[n];
+  md->parent = b->parent;
   md->last_access_s = secs_of(b->last_access_ms);
   md->hits = b->hits;
   md->freq = (float)b->freq;
@@ -520,8 +483,7 @@ void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st) {
     st->tier_bytes[t] = ix->tier_bytes[t];
   }
   st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * RECORD_BYTES +
-                     kvp__map64_bytes(&ix->parents) + kvp__index_locs_memory(ix) +
-                     kvp__index_changelog_memory(&ix->log) +
+                     kvp__index_locs_memory(ix) + kvp__index_changelog_memory(&ix->log) +
                      kvp__index_intern_memory(&ix->workers) +
                      kvp__index_intern_memory(&ix->volumes);
 }

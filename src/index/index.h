@@ -1,12 +1,11 @@
 /* Advisor block index (DESIGN.md, "Advisor"): where every block lives.
  *
  * A map (open addressing, linear probing, 4-byte tagged slots filled to at
- * most 0.7, any number of slots) from sequence hash to a 32-byte block
+ * most 0.7, any number of slots) from sequence hash to a 40-byte block
  * record in a dense pool of two arrays by record id: what a lookup reads
- * (hash and locations, 16 bytes) and the rest (last access, hits, decayed
- * hit frequency, an interned size ("shape"), flags). The parent (the
- * prefix-tree link) is a flag when it is the block of the record before, as
- * in a chain stored in one event, else in a side table. A location is one (worker, tier, volume)
+ * (hash and locations, 16 bytes) and the rest (parent hash, the prefix-tree
+ * link; last access, hits, decayed hit frequency, an interned size
+ * ("shape"), flags). A location is one (worker, tier, volume)
  * copy of a block in a u32; a record holds two inline, more go to a chunk of a shared slab. No
  * malloc per block or location.
  *
