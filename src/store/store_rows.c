@@ -401,6 +401,13 @@ int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix) {
     return KVP_ENOMEM;
   ld->st = st;
   ld->ix = ix;
+  /* Read the file through a mapping while loading: a pread per page is a
+   * system call per 4 KiB (SQLite caps the mapping, 2 GiB in Debian's
+   * build; the rest is read as usual), and pages read through the mapping
+   * do not stay in this connection's page cache (the count below reads the
+   * whole blocks table: through the cache it would keep up to cache_size
+   * of it resident). Back to reads after. */
+  (void)kvp__store_sql_exec(st->db, "PRAGMA mmap_size = 2147418112", NULL, 0);
   int64_t nb = count_rows(st->db, "SELECT count(*) FROM blocks");
   if (nb < 0)
     goto done;
@@ -411,11 +418,7 @@ int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix) {
     goto done;
   if ((rc = load_rows_piped(ld)) != KVP_ENOENT)
     goto done;
-  /* Serially, on this connection. Read the file through a mapping while
-   * loading: a pread per page is a system call per 4 KiB (SQLite caps the
-   * mapping, 2 GiB in Debian's build; the rest is read as usual). Back to
-   * reads after. */
-  (void)kvp__store_sql_exec(st->db, "PRAGMA mmap_size = 2147418112", NULL, 0);
+  /* Serially, on this connection. */
   rc = KVP_EDB;
   if (sqlite3_prepare_v2(st->db,
                          "SELECT hash, parent, tokens, bytes, last_access, hits, freq FROM blocks"
@@ -428,8 +431,8 @@ int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix) {
     rc = load_blocks(ld);
   sqlite3_finalize(ld->b);
   sqlite3_finalize(ld->l);
-  (void)kvp__store_sql_exec(st->db, "PRAGMA mmap_size = 0", NULL, 0);
 done:
+  (void)kvp__store_sql_exec(st->db, "PRAGMA mmap_size = 0", NULL, 0);
   if (rc == 0 && st->progress)
     st->progress(st->progress_ctx, ld->total, ld->total);
   free(ld);
