@@ -96,6 +96,8 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
     x.tier = &ts;
     x.ntier_vols = kvp__tier_engine_volumes(adv->tier, tv, KVP__TIER_MAX_VOLUMES);
     x.tier_vols = tv;
+    x.leases = kvp__adv_leases_json(adv);
+    x.leases_held = kvp__adv_lease_count(adv->lease);
     x.high_watermark = adv->cfg.tier_high;
     x.low_watermark = adv->cfg.tier_low;
   }

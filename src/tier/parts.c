@@ -161,6 +161,11 @@ int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char 
   return rc;
 }
 
+void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx) {
+  e->gate = fn;
+  e->gate_ctx = ctx;
+}
+
 size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, size_t cap) {
   size_t n = 0;
   if (e->partitions == 0)
