@@ -292,17 +292,24 @@ int kvp__adv_lease_open(const kvp_advisor_config_t *cfg, natsConnection *nc, uin
   kc.Bucket = l->bucket;
   kc.Description = "kvplane: which advisor tiers each partition (docs/SCALE.md)";
   kc.History = 1;
-  kc.TTL = (int64_t)l->ttl_ms;
+  kc.TTL = (int64_t)l->ttl_ms * 1000000; /* nanoseconds: the stream's max_age */
   kc.StorageType = js_FileStorage;
   kc.Replicas = (int)cfg->replicas;
   if ((st = js_CreateKeyValue(&l->kv, l->js, &kc)) != NATS_OK) {
     /* There already, perhaps with another TTL: bound to as it is. */
-    if ((st = js_KeyValue(&l->kv, l->js, l->bucket)) != NATS_OK)
-      goto nats_fail;
+    char why[256];
+    snprintf(why, sizeof why, "%s",
+             nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(st));
+    if ((st = js_KeyValue(&l->kv, l->js, l->bucket)) != NATS_OK) {
+      snprintf(err, errlen, "[tiering] lease_ms: the lease bucket %s cannot be made: %s", l->bucket,
+               why);
+      kvp__adv_lease_close(l);
+      return KVP_ECONN;
+    }
   }
   kvStatus *ks = NULL;
   if (kvStore_Status(&ks, l->kv) == NATS_OK) {
-    uint64_t ttl = (uint64_t)kvStatus_TTL(ks);
+    uint64_t ttl = (uint64_t)kvStatus_TTL(ks) / 1000000; /* ns */
     kvStatus_Destroy(ks);
     if (ttl > 0 && ttl != l->ttl_ms) {
       kvp_log_warn("tiering: the lease bucket %s has a TTL of %" PRIu64 " ms, not [tiering] "

@@ -75,6 +75,8 @@ typedef struct fx_s {
   kvp_volume_t *g3[NPART], *g4;
   adv_t a[2];
   int owner[NPART]; /* the advisor of each partition */
+  int64_t lease_ms;  /* [tiering] lease_ms of the advisors started; 0: the default */
+  int g4_blocks;     /* the shared G4's capacity in blocks; 0: G4_BLOCKS */
 } fx_t;
 
 static void sleep_ms(int ms) {
@@ -147,12 +149,14 @@ static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) 
   c->tier_scrub_ms = 100;
   c->tier_high = 0.9;
   c->tier_low = 0.5;
+  if (f->lease_ms)
+    c->tier_lease_ms = f->lease_ms;
   for (int p = 0; p < NPART; p++) {
     char name[16];
     snprintf(name, sizeof name, "g3w%d", p);
     add_volume(c, name, 3, f->g3path[p], G3_BLOCKS * FR);
   }
-  add_volume(c, "g4", 4, f->g4path, (int64_t)G4_BLOCKS * FR);
+  add_volume(c, "g4", 4, f->g4path, (int64_t)(f->g4_blocks ? f->g4_blocks : G4_BLOCKS) * FR);
   if (kvp_advisor_open(c, &a->adv, err, sizeof err) != 0)
     fail_msg("advisor %d: %s", i, err);
   assert_int_equal(pthread_create(&a->thread, NULL, run_main, a), 0);
@@ -633,6 +637,203 @@ static void a_standby_takes_over_the_tiering(void **state) {
   assert_non_null(strstr(reply, "\"tiering\":[]"));
 }
 
+/* The shared G4 equals what advisor i's database places there (every
+ * partition's owner set to i), with at least one object. */
+static int g4_is_advisors(fx_t *f, int i, listing_t *vol) {
+  listing_t mine;
+  int foreign = 0;
+  list_g4(f, vol);
+  memset(&mine, 0, sizeof mine);
+  if (db_g4(f, i, &mine, &foreign) != 0)
+    return 0;
+  qsort(mine.o, mine.n, sizeof *mine.o, cmp_obj);
+  return foreign == 0 && !vol->bad_ns && vol->n == mine.n && vol->n > 0 &&
+         memcmp(vol->o, mine.o, vol->n * sizeof *vol->o) == 0;
+}
+
+/* Every worker offloads a new chain (generation gen) over its G3's
+ * watermark. */
+static void new_chains(fx_t *f, int gen) {
+  for (uint32_t p = 0; p < NPART; p++) {
+    for (int k = 0; k < CHAIN; k++)
+      f->h[p][k] = 0x0100000000000000ull * (uint64_t)gen + 0x10000ull * (p + 1) + (uint64_t)k;
+    worker_offloads(f, p);
+  }
+}
+
+/* Waits (30 s at most) until advisor i made at least n moves and the
+ * shared G4 equals its database; returns the ms it took. */
+static uint64_t wait_moves(fx_t *f, int i, long long n, listing_t *vol, const char *when) {
+  /* Moves committed (demotions, promotions) and evictions. */
+  const char *moved = "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
+                      "'committed', 'evicted')";
+  uint64_t t0 = now_ms(), end = t0 + 30000;
+  int same = 0;
+  while (now_ms() < end && !same) {
+    sleep_ms(100);
+    same = db_count(f, i, moved) >= n && g4_is_advisors(f, i, vol);
+  }
+  if (!same)
+    fail_msg("%s: advisor %d made %lld moves (%lld wanted); the shared G4 %s its database", when,
+             i, db_count(f, i, moved), n, g4_is_advisors(f, i, vol) ? "equals" : "differs from");
+  return now_ms() - t0;
+}
+
+/* Asks advisor i until its reply holds want (10 s at most). */
+static void wait_reply(fx_t *f, int i, const char *want, char *reply, size_t len) {
+  uint64_t end = now_ms() + 10000;
+  ask_partitions(f, i, "{}", reply, len);
+  while (strstr(reply, want) == NULL && now_ms() < end) {
+    sleep_ms(100);
+    ask_partitions(f, i, "{}", reply, len);
+  }
+  if (strstr(reply, want) == NULL)
+    fail_msg("advisor %d: no %s in %s", i, want, reply);
+}
+
+/* Both advisors own all four partitions and are configured to tier them
+ * all: only the one holding a partition's tiering lease (docs/SCALE.md,
+ * "Tiering and standbys") moves its blocks. Advisor 0 takes the leases
+ * first; advisor 1 makes no move while 0 runs and says who holds them.
+ * Advisor 0 stops: advisor 1 takes the leases over by itself and tiers.
+ * Advisor 0 starts again with the same configuration (step 3 of the old
+ * procedure, "nothing stops a restarted OLD from tiering P again"): it
+ * makes no move at all while advisor 1 runs, and the shared G4 equals
+ * advisor 1's database. */
+static void tiering_is_exclusive_by_lease(void **state) {
+  fx_t *f = *state;
+  listing_t vol;
+  char reply[2048];
+  const char *moved = "SELECT count(*) FROM migrations WHERE state = 'source_deleted'";
+  const char *any = "SELECT count(*) FROM migrations";
+  f->lease_ms = 1000;
+  f->g4_blocks = 96; /* room for three generations of demotions: no G4 full */
+  adv_start_as(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  adv_start_as(f, 1, "0-3", NULL);
+  wait_reply(f, 1, "\"held\":false,\"holder\":\"advisor adv0", reply, sizeof reply);
+  printf("advisor 1 waits: %s\n", reply);
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 0;
+  new_chains(f, 1);
+  wait_moves(f, 0, 8, &vol, "advisor 0 tiers");
+  sleep_ms(2000); /* two lease periods more */
+  printf("while advisor 0 holds the leases: %lld moves by advisor 0, %lld by advisor 1\n",
+         db_count(f, 0, moved), db_count(f, 1, any));
+  assert_int_equal(db_count(f, 1, any), 0);
+  ask_partitions(f, 1, "{}", reply, sizeof reply);
+  assert_non_null(strstr(reply, "\"tiering\":[]"));
+  assert_non_null(strstr(reply, "\"tiering_soon\":[0,1,2,3]") ? reply : strstr(reply, "soon"));
+
+  /* The holder stops (its leases released): advisor 1 tiers by itself. */
+  adv_stop(&f->a[0]);
+  uint64_t t0 = now_ms();
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 1;
+  new_chains(f, 2);
+  wait_moves(f, 1, 4, &vol, "advisor 1 takes over");
+  printf("advisor 1 took over and tiered within %llu ms; the shared G4 (%zu objects) equals its "
+         "database\n",
+         (unsigned long long)(now_ms() - t0), vol.n);
+
+  /* The old holder starts again, configured as before: no move. */
+  long long before = db_count(f, 0, any),
+            moved1 = db_count(f, 1,
+                              "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
+                              "'committed', 'evicted')");
+  adv_start_as(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"held\":false,\"holder\":\"advisor adv1", reply, sizeof reply);
+  new_chains(f, 3);
+  wait_moves(f, 1, moved1 + 4, &vol, "advisor 1 tiers beside the restarted advisor 0");
+  sleep_ms(2000);
+  printf("restarted advisor 0: %lld journal rows before, %lld after; advisor 1: %lld moves\n",
+         before, db_count(f, 0, any), db_count(f, 1, moved));
+  assert_int_equal(db_count(f, 0, any), before);
+  assert_true(g4_is_advisors(f, 1, &vol));
+  ask_partitions(f, 0, "{}", reply, sizeof reply);
+  assert_non_null(strstr(reply, "\"tiering\":[]"));
+}
+
+/* The lease bucket of namespace NS (as the advisors make it), for the
+ * test to hold leases as an advisor that then dies would. */
+static kvStore *lease_bucket(fx_t *f, natsConnection **nc, jsCtx **js) {
+  kvStore *kv = NULL;
+  kvConfig kc;
+  assert_int_equal(natsConnection_ConnectTo(nc, f->natsd.url), NATS_OK);
+  assert_int_equal(natsConnection_JetStream(js, *nc, NULL), NATS_OK);
+  kvConfig_Init(&kc);
+  kc.Bucket = "kvplane-leases-" NS;
+  kc.History = 1;
+  kc.TTL = f->lease_ms * 1000000; /* ns */
+  kc.StorageType = js_FileStorage;
+  assert_int_equal(js_CreateKeyValue(&kv, *js, &kc), NATS_OK);
+  return kv;
+}
+
+#define GHOST "{\"advisor\":\"ghost\",\"host\":\"elsewhere\",\"pid\":1,\"lease_ms\":1000}"
+
+/* Leases held by an advisor that dies without releasing them (kill -9:
+ * the test holds them, renewing them as an advisor does, then stops):
+ * advisor 0, configured to tier every partition, moves nothing while they
+ * are renewed and says who holds them; once they are no longer renewed it
+ * takes them within the TTL (and a renewal period) and tiers. Then the
+ * test overwrites partition 0's lease under it: advisor 0's next renewal
+ * fails, it stops tiering partition 0 until the key expires, and takes it
+ * back. */
+static void a_dead_holders_lease_expires(void **state) {
+  fx_t *f = *state;
+  listing_t vol;
+  char reply[2048];
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  uint64_t rev[NPART];
+  const char *any = "SELECT count(*) FROM migrations";
+  f->lease_ms = 1000;
+  kvStore *kv = lease_bucket(f, &nc, &js);
+  for (uint32_t p = 0; p < NPART; p++) {
+    char key[8];
+    snprintf(key, sizeof key, "p%u", p);
+    assert_int_equal(kvStore_CreateString(&rev[p], kv, key, GHOST), NATS_OK);
+  }
+  adv_start_as(f, 0, "0-3", NULL);
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 0;
+  new_chains(f, 1);
+  /* The ghost renews for 3 s (every 300 ms): advisor 0 waits. */
+  for (uint64_t end = now_ms() + 3000; now_ms() < end; sleep_ms(300))
+    for (uint32_t p = 0; p < NPART; p++) {
+      char key[8];
+      snprintf(key, sizeof key, "p%u", p);
+      assert_int_equal(kvStore_UpdateString(&rev[p], kv, key, GHOST, rev[p]), NATS_OK);
+    }
+  ask_partitions(f, 0, "{}", reply, sizeof reply);
+  printf("while the ghost holds the leases: %s\n", reply);
+  assert_int_equal(db_count(f, 0, any), 0);
+  assert_non_null(strstr(reply, "\"holder\":\"advisor ghost (host elsewhere, pid 1)\""));
+  assert_non_null(strstr(reply, "\"tiering\":[]"));
+
+  /* The ghost dies: its leases expire after the TTL. */
+  uint64_t t0 = now_ms();
+  wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  uint64_t took = now_ms() - t0;
+  printf("advisor 0 tiers %llu ms after the ghost's last renewal (TTL %lld ms)\n",
+         (unsigned long long)took, (long long)f->lease_ms);
+  assert_true(took >= 600); /* not before 2/3 of the TTL: the key is there */
+  assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000);
+  wait_moves(f, 0, 8, &vol, "advisor 0 tiers after the expiry");
+
+  /* Partition 0's lease taken from under it: advisor 0 stops tiering 0. */
+  assert_int_equal(kvStore_PutString(&rev[0], kv, "p0", GHOST), NATS_OK);
+  wait_reply(f, 0, "\"tiering\":[1,2,3]", reply, sizeof reply);
+  printf("lease of partition 0 overwritten: %s\n", reply);
+  assert_non_null(strstr(reply, "\"holder\":\"advisor ghost"));
+  /* Not renewed by the ghost: advisor 0 takes it back after the TTL. */
+  wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  kvStore_Destroy(kv);
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(nc);
+}
+
 /* A live rebalance request to advisor i; the reply's JSON text into out. */
 static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
   char subj[KVP_SUBJECT_MAX], name[16];
@@ -704,6 +905,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_tiered_partition_moves_live, setup, teardown),
       cmocka_unit_test_setup_teardown(controls_reach_every_partitions_advisor, setup, teardown),
       cmocka_unit_test_setup_teardown(a_standby_takes_over_the_tiering, setup, teardown),
+      cmocka_unit_test_setup_teardown(tiering_is_exclusive_by_lease, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_dead_holders_lease_expires, setup, teardown),
   };
   return kvp_test_run("scale_tier", tests, sizeof tests / sizeof tests[0], argc, argv);
 }
