@@ -1,5 +1,5 @@
 /* Why this file is long: one fixture (two advisors, four workers and
- * their volumes) shared by its four cases.
+ * their volumes) shared by its six cases.
  *
  * Tiering across partitions (docs/SCALE.md): two real advisors, each
  * owning 2 of 4 partitions and tiering them at once, over real posix
@@ -22,6 +22,12 @@
  *     own partitions, and a stopped one's partitions are reported missing;
  *   - a hot standby that tiers nothing ([tiering] partitions = none) takes
  *     the tiering over on a live request once the other advisor is gone.
+ *   - tiering leases: of two advisors configured to tier the same
+ *     partitions only the lease holder moves; the other takes over by
+ *     itself when the holder stops, and the old holder restarted makes no
+ *     move beside it; a lease left unrenewed (a killed holder) expires
+ *     after the TTL and is taken, one taken from under its holder stops
+ *     the holder's tiering of that partition.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -729,13 +735,16 @@ static void tiering_is_exclusive_by_lease(void **state) {
   /* The holder stops (its leases released): advisor 1 tiers by itself. */
   adv_stop(&f->a[0]);
   uint64_t t0 = now_ms();
+  wait_reply(f, 1, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  uint64_t took = now_ms() - t0;
+  assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000); /* TTL, a retry, catch-up */
   for (uint32_t p = 0; p < NPART; p++)
     f->owner[p] = 1;
   new_chains(f, 2);
   wait_moves(f, 1, 4, &vol, "advisor 1 takes over");
-  printf("advisor 1 took over and tiered within %llu ms; the shared G4 (%zu objects) equals its "
-         "database\n",
-         (unsigned long long)(now_ms() - t0), vol.n);
+  printf("advisor 1 tiers %llu ms after advisor 0 stopped, and moved; the shared G4 (%zu "
+         "objects) equals its database\n",
+         (unsigned long long)took, vol.n);
 
   /* The old holder starts again, configured as before: no move. */
   long long before = db_count(f, 0, any),
@@ -802,12 +811,15 @@ static void a_dead_holders_lease_expires(void **state) {
     f->owner[p] = 0;
   new_chains(f, 1);
   /* The ghost renews for 3 s (every 300 ms): advisor 0 waits. */
-  for (uint64_t end = now_ms() + 3000; now_ms() < end; sleep_ms(300))
+  uint64_t t0 = 0;
+  for (uint64_t end = now_ms() + 3000; now_ms() < end; sleep_ms(300)) {
+    t0 = now_ms(); /* the ghost's last renewal */
     for (uint32_t p = 0; p < NPART; p++) {
       char key[8];
       snprintf(key, sizeof key, "p%u", p);
       assert_int_equal(kvStore_UpdateString(&rev[p], kv, key, GHOST, rev[p]), NATS_OK);
     }
+  }
   ask_partitions(f, 0, "{}", reply, sizeof reply);
   printf("while the ghost holds the leases: %s\n", reply);
   assert_int_equal(db_count(f, 0, any), 0);
@@ -815,12 +827,11 @@ static void a_dead_holders_lease_expires(void **state) {
   assert_non_null(strstr(reply, "\"tiering\":[]"));
 
   /* The ghost dies: its leases expire after the TTL. */
-  uint64_t t0 = now_ms();
   wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
   uint64_t took = now_ms() - t0;
   printf("advisor 0 tiers %llu ms after the ghost's last renewal (TTL %lld ms)\n",
          (unsigned long long)took, (long long)f->lease_ms);
-  assert_true(took >= 600); /* not before 2/3 of the TTL: the key is there */
+  assert_true(took >= (uint64_t)f->lease_ms); /* not before the key expired */
   assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000);
   wait_moves(f, 0, 8, &vol, "advisor 0 tiers after the expiry");
 
