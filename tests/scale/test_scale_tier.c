@@ -834,6 +834,18 @@ static void a_dead_holders_lease_expires(void **state) {
   assert_true(took >= (uint64_t)f->lease_ms); /* not before the key expired */
   assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000);
   wait_moves(f, 0, 8, &vol, "advisor 0 tiers after the expiry");
+  /* The stats say it too (tiering.leases, leases_held). */
+  kvp_nats_opts_t no;
+  kvp_client_t *c = NULL;
+  char err[256], *st = NULL;
+  kvp_nats_opts_init(&no);
+  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
+  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
+  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
+  assert_non_null(strstr(st, "\"leases_held\":4"));
+  assert_non_null(strstr(st, "{\"partition\":0,\"held\":true,\"holder\":\"this advisor\"}"));
+  kvp_client_reply_free(st);
+  kvp_client_close(c);
 
   /* Partition 0's lease taken from under it: advisor 0 stops tiering 0. */
   assert_int_equal(kvStore_PutString(&rev[0], kv, "p0", GHOST), NATS_OK);
