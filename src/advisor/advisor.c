@@ -425,7 +425,7 @@ static int untier_unlisted(kvp_advisor_t *adv, char *err, size_t errlen) {
    * caught up): each waits in tier_wait, its lease wanted. */
   for (int i = 0; rc == 0 && i < tiered.n; i++)
     if (kvp__adv_partset_slot(&adv->parts, tiered.p[i]) >= 0 &&
-        (rc = kvp__tier_engine_partition(adv->tier, tiered.p[i], 0, err, errlen)) == 0)
+        (rc = kvp__tier_engine_partition(adv->tier, tiered.p[i], -1, err, errlen)) == 0)
       kvp__adv_tier_soon(adv, tiered.p[i]);
   kvp__tier_engine_set_gate(adv->tier, kvp__adv_lease_gate, adv->lease);
   return rc;

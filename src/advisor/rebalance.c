@@ -241,7 +241,9 @@ static int apply_tiering(kvp_advisor_t *adv, const kvp__adv_parts_req_t *r, char
     tier_not_soon(adv, r->untier[i]);
     uint32_t t[KVP_PARTITIONS_MAX];
     size_t nt = kvp__tier_engine_tiered(adv->tier, t, KVP_PARTITIONS_MAX);
-    if (in(t, (int)(nt < KVP_PARTITIONS_MAX ? nt : KVP_PARTITIONS_MAX), r->untier[i]) &&
+    /* Also one waiting for its lease (its kept source deletes go). */
+    if ((in(t, (int)(nt < KVP_PARTITIONS_MAX ? nt : KVP_PARTITIONS_MAX), r->untier[i]) ||
+         adv->lease != NULL) &&
         (rc = kvp__tier_engine_partition(adv->tier, r->untier[i], 0, err, errlen)) != 0)
       return rc;
   }
@@ -421,7 +423,7 @@ static void leases_lost(kvp_advisor_t *adv) {
   for (size_t i = 0; i < nt && i < KVP_PARTITIONS_MAX; i++) {
     if (kvp__adv_lease_held(adv->lease, t[i]))
       continue;
-    if (kvp__tier_engine_partition(adv->tier, t[i], 0, err, sizeof err) != 0) {
+    if (kvp__tier_engine_partition(adv->tier, t[i], -1, err, sizeof err) != 0) {
       kvp_log_warn("advisor: tiering: partition %" PRIu32 ": %s", t[i], err);
       continue;
     }

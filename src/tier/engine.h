@@ -197,6 +197,8 @@ int kvp__tier_engine_pinned(const kvp__tier_engine_t *e, uint64_t hash);
  * objects alone (the next owner's; its pending source deletes are
  * forgotten) and its scrub skips p's key namespace; starting opens p's
  * advisor worker's publisher. Either changes the shares of G4 volumes.
+ * add -1 stops too but keeps p's pending source deletes, done once p is
+ * tiered here again (a partition whose tiering lease is waited for).
  * The engine must be idle (kvp__tier_engine_busy 0). Returns 0, KVP_EBUSY,
  * KVP_EINVAL (not partitioned), or a publisher's error with err. */
 int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char *err,

@@ -159,6 +159,8 @@ static void commit_batch(kvp__tier_engine_t *e, size_t from, size_t to) {
   kvp__journal_begin(e->db);
   for (size_t k = from; k < to; k++) {
     const op_t *o = &e->ops[k];
+    if (o->kind == OP_SOURCE_DELETE && o->skipped)
+      continue; /* the move stays committed: its source is deleted later */
     const char *state = o->rc != 0                   ? "failed"
                         : kvp__tier_is_copy(o->kind) ? "committed"
                         : o->adopted                 ? "adopted"
