@@ -53,8 +53,8 @@ void kvp__adv_publish_metrics(kvp_advisor_t *adv) {
     sp->leases_held = kvp__adv_lease_count(adv->lease);
     sp->leases_wait = 0;
     for (uint32_t p = 0; adv->lease != NULL && p < adv->parts.count; p++)
-      sp->leases_wait += kvp__adv_lease_wanted(adv->lease, p, NULL, 0) &&
-                         !kvp__adv_lease_held(adv->lease, p);
+      sp->leases_wait +=
+          kvp__adv_lease_wanted(adv->lease, p, NULL, 0) && !kvp__adv_lease_held(adv->lease, p);
     sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP__TIER_MAX_VOLUMES);
     if (sp->nvols > KVP__TIER_MAX_VOLUMES)
       sp->nvols = KVP__TIER_MAX_VOLUMES;

@@ -17,13 +17,13 @@
 #include "kvplane/subjects.h"
 
 typedef struct slot_s {
-  int want;                   /* mutex: the loop wants the lease */
-  char holder[160];           /* mutex: who holds it when not this advisor ("": nobody known) */
-  _Atomic uint64_t valid_ms;  /* monotonic ms until which the lease is held (0: not held) */
-  int held;                   /* thread: the key is at rev, written by this advisor */
-  uint64_t rev;               /* thread */
-  uint64_t next_ms;           /* thread: the next create or renewal */
-  int said;                   /* thread: what was logged last (lines once per change) */
+  int want;                  /* mutex: the loop wants the lease */
+  char holder[160];          /* mutex: who holds it when not this advisor ("": nobody known) */
+  _Atomic uint64_t valid_ms; /* monotonic ms until which the lease is held (0: not held) */
+  int held;                  /* thread: the key is at rev, written by this advisor */
+  uint64_t rev;              /* thread */
+  uint64_t next_ms;          /* thread: the next create or renewal */
+  int said;                  /* thread: what was logged last (lines once per change) */
 } slot_t;
 
 struct kvp__adv_lease_s {
@@ -252,8 +252,8 @@ static int describe(kvp__adv_lease_t *l, const char *me) {
   char host[128] = "";
   gethostname(host, sizeof host - 1);
   json_t *v = json_pack("{s:s, s:s, s:I, s:I, s:I}", "advisor", me, "host", host, "pid",
-                        (json_int_t)getpid(), "started_ms", (json_int_t)kvp__unix_ms(),
-                        "lease_ms", (json_int_t)l->ttl_ms);
+                        (json_int_t)getpid(), "started_ms", (json_int_t)kvp__unix_ms(), "lease_ms",
+                        (json_int_t)l->ttl_ms);
   char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
   json_decref(v);
   if (text == NULL || strlen(text) >= sizeof l->value) {

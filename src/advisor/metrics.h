@@ -40,9 +40,9 @@ typedef struct kvp__adv_metrics_snap_s {
   kvp__tier_stats_t tier;
   kvp__tier_vol_stats_t vols[KVP__TIER_MAX_VOLUMES];
   size_t nvols;
-  int leases;       /* partitioned: 1 with tiering leases (lease.h) */
-  int leases_held;  /* the partitions' tiering leases held here */
-  int leases_wait;  /* partitions it wants to tier whose lease another holds */
+  int leases;      /* partitioned: 1 with tiering leases (lease.h) */
+  int leases_held; /* the partitions' tiering leases held here */
+  int leases_wait; /* partitions it wants to tier whose lease another holds */
 } kvp__adv_metrics_snap_t;
 
 typedef enum kvp__adv_phase_e {

@@ -444,8 +444,8 @@ json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
     if (!kvp__adv_lease_wanted(adv->lease, p, who, sizeof who))
       continue;
     int held = kvp__adv_lease_held(adv->lease, p);
-    json_array_append_new(a, json_pack("{s:I, s:b, s:s}", "partition", (json_int_t)p, "held",
-                                       held, "holder", held ? "this advisor" : who));
+    json_array_append_new(a, json_pack("{s:I, s:b, s:s}", "partition", (json_int_t)p, "held", held,
+                                       "holder", held ? "this advisor" : who));
   }
   return a;
 }
@@ -453,8 +453,7 @@ json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
 void kvp__adv_parts_poll(kvp_advisor_t *adv) {
   char err[512] = "";
   natsMsg *msg = adv->parts_req;
-  if (adv->lease != NULL && !adv->stopped && adv->tier != NULL &&
-      !kvp__tier_engine_busy(adv->tier))
+  if (adv->lease != NULL && !adv->stopped && adv->tier != NULL && !kvp__tier_engine_busy(adv->tier))
     leases_lost(adv);
   if (adv->ntier_wait > 0 && !adv->stopped && adv->tier != NULL &&
       !kvp__tier_engine_busy(adv->tier))

@@ -81,8 +81,8 @@ typedef struct fx_s {
   kvp_volume_t *g3[NPART], *g4;
   adv_t a[2];
   int owner[NPART]; /* the advisor of each partition */
-  int64_t lease_ms;  /* [tiering] lease_ms of the advisors started; 0: the default */
-  int g4_blocks;     /* the shared G4's capacity in blocks; 0: G4_BLOCKS */
+  int64_t lease_ms; /* [tiering] lease_ms of the advisors started; 0: the default */
+  int g4_blocks;    /* the shared G4's capacity in blocks; 0: G4_BLOCKS */
 } fx_t;
 
 static void sleep_ms(int ms) {
@@ -680,8 +680,8 @@ static uint64_t wait_moves(fx_t *f, int i, long long n, listing_t *vol, const ch
     same = db_count(f, i, moved) >= n && g4_is_advisors(f, i, vol);
   }
   if (!same)
-    fail_msg("%s: advisor %d made %lld moves (%lld wanted); the shared G4 %s its database", when,
-             i, db_count(f, i, moved), n, g4_is_advisors(f, i, vol) ? "equals" : "differs from");
+    fail_msg("%s: advisor %d made %lld moves (%lld wanted); the shared G4 %s its database", when, i,
+             db_count(f, i, moved), n, g4_is_advisors(f, i, vol) ? "equals" : "differs from");
   return now_ms() - t0;
 }
 
