@@ -106,7 +106,9 @@ static const kvp_conf_key_t keys[] = {
     {"tiering", "partitions", KVP_CONF_STR, OFF(tier_parts), 0, CAP(tier_parts), NULL,
      "of the owned partitions, those this advisor tiers, e.g. 0,1 or 0-3; none: none (a "
      "standby: kvplane partitions ADVISOR tier P,.. starts them once the advisor that tiered "
-     "them is gone or untiered them); empty: every owned one. One advisor tiers a partition",
+     "them is gone or untiered them); empty: every owned one. One advisor tiers a partition at "
+     "a time, the one holding its tiering lease (lease_ms): another listing it waits and takes "
+     "over when the holder is gone",
      NULL},
     {"tiering", "lease_ms", KVP_CONF_DURATION, OFF(tier_lease_ms), 500, 600000, NULL,
      "partitioned: TTL of a partition's tiering lease (JetStream key-value bucket "
