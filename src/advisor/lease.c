@@ -123,13 +123,17 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
   const char *why = nats_GetLastError(NULL);
   char why_copy[200];
   snprintf(why_copy, sizeof why_copy, "%s", why ? why : natsStatus_GetText(st));
+  char before[160];
+  pthread_mutex_lock(&l->mu);
+  snprintf(before, sizeof before, "%s", s->holder);
+  pthread_mutex_unlock(&l->mu);
   int there = look(l, s, key);
   if (there == 1) {
-    if (s->said != SAID_WAIT) {
-      char who[160];
-      pthread_mutex_lock(&l->mu);
-      snprintf(who, sizeof who, "%s", s->holder);
-      pthread_mutex_unlock(&l->mu);
+    char who[160];
+    pthread_mutex_lock(&l->mu);
+    snprintf(who, sizeof who, "%s", s->holder);
+    pthread_mutex_unlock(&l->mu);
+    if (s->said != SAID_WAIT || strcmp(before, who) != 0) { /* once per holder */
       kvp_log_info("tiering: partition %" PRIu32 " is tiered by %s, which holds its lease: not "
                    "tiered here; trying again every %" PRIu64 " ms (a standby)",
                    p, who, l->ttl_ms / 3);
