@@ -501,6 +501,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   topts.partitions = adv->parts.count;
   topts.owned = adv->parts.p;
   topts.nowned = adv->parts.count ? (size_t)adv->parts.n : 0;
+  topts.leased = adv->parts.count > 0; /* tiering leases (open_leases) */
   if (cfg->tiering &&
       (rc = kvp__tier_engine_open(&topts, &adv->loop, adv->ix, &adv->tier, err, errlen)) != 0)
     goto fail;

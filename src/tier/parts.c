@@ -114,6 +114,7 @@ int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char 
   if (n == 0)
     return KVP_EINVAL;
   e->partitions = o->partitions;
+  e->leased = o->leased;
   e->pub_nats = o->nats;
   e->pub_js = o->jetstream;
   snprintf(e->pub_stream, sizeof e->pub_stream, "%s", o->stream ? o->stream : "");

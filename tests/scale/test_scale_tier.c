@@ -1,5 +1,5 @@
 /* Why this file is long: one fixture (two advisors, four workers and
- * their volumes) shared by its six cases.
+ * their volumes) shared by its seven cases.
  *
  * Tiering across partitions (docs/SCALE.md): two real advisors, each
  * owning 2 of 4 partitions and tiering them at once, over real posix
@@ -30,7 +30,12 @@
  *     the holder's tiering of that partition.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +70,7 @@ typedef struct adv_s {
   pthread_t thread;
   int running;
   char db[320];
+  pid_t pid; /* a kvplane-advisor process (adv_spawn), or 0 */
 } adv_t;
 
 typedef struct obj_s {
@@ -124,10 +130,10 @@ static void add_volume(kvp_advisor_config_t *cfg, const char *name, int tier, co
 /* Advisor i owns partitions owned ("2i,2i+1" when NULL) and tiers tiered
  * of them ([tiering] partitions; NULL: all), with every worker's G3 volume
  * (a partition may move to it) and the shared G4. */
-static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) {
+static void adv_config(fx_t *f, int i, const char *owned, const char *tiered) {
   adv_t *a = &f->a[i];
   kvp_advisor_config_t *c = &a->cfg;
-  char err[512], dir[256], url[64];
+  char dir[256], url[64];
   kvp_advisor_config_defaults(c);
   memcpy(dir, f->dir, sizeof dir); /* copies: gcc sees the fixture's fields overlap */
   memcpy(url, f->natsd.url, sizeof url);
@@ -163,7 +169,13 @@ static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) 
     add_volume(c, name, 3, f->g3path[p], G3_BLOCKS * FR);
   }
   add_volume(c, "g4", 4, f->g4path, (int64_t)(f->g4_blocks ? f->g4_blocks : G4_BLOCKS) * FR);
-  if (kvp_advisor_open(c, &a->adv, err, sizeof err) != 0)
+}
+
+static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) {
+  adv_t *a = &f->a[i];
+  char err[512];
+  adv_config(f, i, owned, tiered);
+  if (kvp_advisor_open(&a->cfg, &a->adv, err, sizeof err) != 0)
     fail_msg("advisor %d: %s", i, err);
   assert_int_equal(pthread_create(&a->thread, NULL, run_main, a), 0);
   a->running = 1;
@@ -220,8 +232,13 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fx_t *f = *state;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     adv_stop(&f->a[i]);
+    if (f->a[i].pid > 0) {
+      kill(f->a[i].pid, SIGKILL);
+      waitpid(f->a[i].pid, NULL, 0);
+    }
+  }
   for (int p = 0; p < NPART; p++)
     kvp_volume_close(f->g3[p]);
   kvp_volume_close(f->g4);
@@ -685,13 +702,16 @@ static uint64_t wait_moves(fx_t *f, int i, long long n, listing_t *vol, const ch
   return now_ms() - t0;
 }
 
-/* Asks advisor i until its reply holds want (10 s at most). */
+static natsStatus try_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen);
+
+/* Asks advisor i until its reply holds want (10 s at most; an advisor
+ * process may not listen yet). */
 static void wait_reply(fx_t *f, int i, const char *want, char *reply, size_t len) {
   uint64_t end = now_ms() + 10000;
-  ask_partitions(f, i, "{}", reply, len);
+  try_partitions(f, i, "{}", reply, len);
   while (strstr(reply, want) == NULL && now_ms() < end) {
     sleep_ms(100);
-    ask_partitions(f, i, "{}", reply, len);
+    try_partitions(f, i, "{}", reply, len);
   }
   if (strstr(reply, want) == NULL)
     fail_msg("advisor %d: no %s in %s", i, want, reply);
@@ -762,6 +782,111 @@ static void tiering_is_exclusive_by_lease(void **state) {
   assert_true(g4_is_advisors(f, 1, &vol));
   ask_partitions(f, 0, "{}", reply, sizeof reply);
   assert_non_null(strstr(reply, "\"tiering\":[]"));
+  assert_non_null(strstr(reply, "\"held\":false,\"holder\":\"advisor adv1"));
+}
+
+/* Advisor i as a kvplane-advisor process, configured as adv_start_as
+ * would (its configuration written by kvp_advisor_config_print), logging
+ * to <dir>/adv<i>.log. */
+static void adv_spawn(fx_t *f, int i, const char *owned, const char *tiered) {
+  char bin[512], conf[320], log[320], dir[256];
+  adv_config(f, i, owned, tiered);
+  memcpy(dir, f->dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/tools/kvplane-advisor", getenv("KVP_TEST_BINDIR"));
+  snprintf(conf, sizeof conf, "%s/adv%d.conf", dir, i);
+  snprintf(log, sizeof log, "%s/adv%d.log", dir, i);
+  /* Without its comments: the help lines are longer than the INI
+   * reader's lines. */
+  char *text = NULL, *line, *save = NULL;
+  size_t tlen = 0;
+  FILE *mem = open_memstream(&text, &tlen), *out = fopen(conf, "w");
+  assert_non_null(mem);
+  assert_non_null(out);
+  f->a[i].cfg.log_level = 2;
+  kvp_advisor_config_print(&f->a[i].cfg, mem);
+  fclose(mem);
+  for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+    if (line[0] != '#')
+      fprintf(out, "%s\n", line);
+  fclose(out);
+  free(text);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(1);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(bin, bin, "--config", conf, (char *)NULL);
+    _exit(127);
+  }
+  f->a[i].pid = pid;
+}
+
+/* The exact failure the lease is for: the advisor tiering every partition
+ * is a process killed with -9 mid-run (its leases neither renewed nor
+ * released). Advisor 1, configured to tier them too, made no move while it
+ * ran; it takes the leases within the TTL and a renewal period (plus its
+ * catch-up) of the kill, tiers the workers' new blocks, and the shared G4
+ * equals its database (what the killed one left half done is its
+ * scrub's). Restarted as it was configured, the killed one makes no move
+ * beside advisor 1. */
+static void a_killed_holders_lease_expires(void **state) {
+  fx_t *f = *state;
+  listing_t vol;
+  char reply[2048];
+  const char *any = "SELECT count(*) FROM migrations";
+  f->lease_ms = 1000;
+  f->g4_blocks = 96;
+  adv_spawn(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  adv_start_as(f, 1, "0-3", NULL);
+  wait_reply(f, 1, "\"ready\":[0,1,2,3]", reply, sizeof reply);
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 0;
+  new_chains(f, 1);
+  uint64_t end = now_ms() + 30000;
+  while (now_ms() < end &&
+         db_count(f, 0, "SELECT count(*) FROM migrations WHERE state = 'source_deleted'") < 8)
+    sleep_ms(100);
+  printf("advisor 0 (a process): %lld journal rows; advisor 1: %lld\n", db_count(f, 0, any),
+         db_count(f, 1, any));
+  assert_true(db_count(f, 0, "SELECT count(*) FROM migrations WHERE state = 'source_deleted'") >=
+              8);
+  assert_int_equal(db_count(f, 1, any), 0);
+
+  kill(f->a[0].pid, SIGKILL);
+  waitpid(f->a[0].pid, NULL, 0);
+  f->a[0].pid = 0;
+  uint64_t t0 = now_ms();
+  wait_reply(f, 1, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  uint64_t took = now_ms() - t0;
+  printf("advisor 1 tiers %llu ms after the kill -9 (TTL %lld ms)\n", (unsigned long long)took,
+         (long long)f->lease_ms);
+  assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000);
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 1;
+  new_chains(f, 2);
+  wait_moves(f, 1, 4, &vol, "advisor 1 after the kill");
+  printf("the shared G4 (%zu objects) equals advisor 1's database\n", vol.n);
+
+  /* The killed one restarted, as it was configured: no move beside
+   * advisor 1 (its journal keeps the rows of before the kill). */
+  long long before = db_count(f, 0, any),
+            moved1 = db_count(f, 1,
+                              "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
+                              "'committed', 'evicted')");
+  adv_spawn(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"ready\":[0,1,2,3]", reply, sizeof reply);
+  new_chains(f, 3);
+  wait_moves(f, 1, moved1 + 4, &vol, "advisor 1 beside the restarted process");
+  sleep_ms(2000);
+  printf("restarted process: %lld journal rows before, %lld after\n", before, db_count(f, 0, any));
+  assert_int_equal(db_count(f, 0, any), before);
+  try_partitions(f, 0, "{}", reply, sizeof reply);
   assert_non_null(strstr(reply, "\"held\":false,\"holder\":\"advisor adv1"));
 }
 
@@ -859,18 +984,26 @@ static void a_dead_holders_lease_expires(void **state) {
   natsConnection_Destroy(nc);
 }
 
-/* A live rebalance request to advisor i; the reply's JSON text into out. */
-static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
+/* A live rebalance request to advisor i; the reply's JSON text into out.
+ * Returns the request's status (out empty unless NATS_OK). */
+static natsStatus try_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
   char subj[KVP_SUBJECT_MAX], name[16];
   natsConnection *nc = NULL;
   natsMsg *reply = NULL;
   snprintf(name, sizeof name, "adv%d", i);
+  out[0] = '\0';
   assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, name), 0);
   assert_int_equal(natsConnection_ConnectTo(&nc, f->natsd.url), NATS_OK);
-  assert_int_equal(natsConnection_RequestString(&reply, nc, subj, body, 30000), NATS_OK);
-  snprintf(out, outlen, "%.*s", natsMsg_GetDataLength(reply), natsMsg_GetData(reply));
+  natsStatus st = natsConnection_RequestString(&reply, nc, subj, body, 30000);
+  if (st == NATS_OK)
+    snprintf(out, outlen, "%.*s", natsMsg_GetDataLength(reply), natsMsg_GetData(reply));
   natsMsg_Destroy(reply);
   natsConnection_Destroy(nc);
+  return st;
+}
+
+static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
+  assert_int_equal(try_partitions(f, i, body, out, outlen), NATS_OK);
 }
 
 /* Partition 1, tiered by advisor 0, moves live to advisor 1: advisor 1
@@ -932,6 +1065,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_standby_takes_over_the_tiering, setup, teardown),
       cmocka_unit_test_setup_teardown(tiering_is_exclusive_by_lease, setup, teardown),
       cmocka_unit_test_setup_teardown(a_dead_holders_lease_expires, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_killed_holders_lease_expires, setup, teardown),
   };
   return kvp_test_run("scale_tier", tests, sizeof tests / sizeof tests[0], argc, argv);
 }
