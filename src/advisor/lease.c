@@ -188,8 +188,10 @@ static void renew(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
   }
 }
 
-/* Deletes p's key if it is still at this advisor's revision. */
-static void release(kvp__adv_lease_t *l, uint32_t p, slot_t *s) {
+/* Deletes p's key if it is still at this advisor's revision (else it is
+ * left: another's, or it expires by itself). Returns -1 when the servers
+ * did not answer, else 0. */
+static int release(kvp__adv_lease_t *l, uint32_t p, slot_t *s) {
   char subj[160], key[16];
   natsMsg *m = NULL;
   jsPubOptions po;
@@ -201,15 +203,20 @@ static void release(kvp__adv_lease_t *l, uint32_t p, slot_t *s) {
   jsPubOptions_Init(&po);
   po.ExpectLastSubjectSeq = s->rev;
   po.MaxWait = (int64_t)(l->ttl_ms / 3 + 1);
-  if (natsMsg_Create(&m, subj, NULL, NULL, 0) == NATS_OK &&
-      natsMsgHeader_Set(m, "KV-Operation", "DEL") == NATS_OK &&
-      js_PublishMsg(NULL, l->js, m, &po, NULL) == NATS_OK)
+  natsStatus st = natsMsg_Create(&m, subj, NULL, NULL, 0);
+  if (st == NATS_OK)
+    st = natsMsgHeader_Set(m, "KV-Operation", "DEL");
+  if (st == NATS_OK)
+    st = js_PublishMsg(NULL, l->js, m, &po, NULL);
+  int ok = st == NATS_OK;
+  if (ok)
     kvp_log_info("tiering: partition %" PRIu32 ": its tiering lease is released", p);
   else
     kvp_log_info("tiering: partition %" PRIu32 ": its tiering lease was not released (%s): it "
                  "expires by itself",
                  p, nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "no answer");
   natsMsg_Destroy(m);
+  return ok || st != NATS_TIMEOUT ? 0 : -1; /* -1: no answer */
 }
 
 static void *run(void *arg) {
@@ -246,9 +253,17 @@ static void *run(void *arg) {
     }
   }
   pthread_mutex_unlock(&l->mu);
+  /* A clean stop releases what is held; after one release without an
+   * answer the others are left to expire (a stop does not wait TTL/3 per
+   * partition while the servers are away). */
+  int answered = 1;
   for (uint32_t p = 0; p < l->count; p++)
-    if (l->s[p].held)
-      release(l, p, &l->s[p]);
+    if (l->s[p].held) {
+      if (answered)
+        answered = release(l, p, &l->s[p]) == 0;
+      set_valid(l, &l->s[p], 0);
+      l->s[p].held = 0;
+    }
   return NULL;
 }
 
