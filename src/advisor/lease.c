@@ -84,14 +84,21 @@ static void set_valid(kvp__adv_lease_t *l, slot_t *s, uint64_t until) {
     atomic_fetch_add(&l->nheld, until != 0 ? 1 : -1);
 }
 
-/* Who holds p's key now, into the slot (mutex); 1 when the key exists. */
-static int look(kvp__adv_lease_t *l, slot_t *s, const char *key) {
+/* Who holds p's key now, into the slot (mutex); 1 when the key exists
+ * (*mine: with this advisor's own value, at revision *rev), 0 when it does
+ * not, -1 without an answer. */
+static int look(kvp__adv_lease_t *l, slot_t *s, const char *key, int *mine, uint64_t *rev) {
   kvEntry *e = NULL;
   char who[160];
   natsStatus st = kvStore_Get(&e, l->kv, key);
+  *mine = 0;
   if (st != NATS_OK)
     return st == NATS_NOT_FOUND ? 0 : -1;
   kvp__adv_lease_holder(kvEntry_Value(e), (size_t)kvEntry_ValueLen(e), who, sizeof who);
+  /* The value names this process and its start: nobody else writes it. */
+  *mine =
+      kvEntry_ValueLen(e) == l->vlen && memcmp(kvEntry_Value(e), l->value, (size_t)l->vlen) == 0;
+  *rev = kvEntry_Revision(e);
   kvEntry_Destroy(e);
   pthread_mutex_lock(&l->mu);
   snprintf(s->holder, sizeof s->holder, "%s", who);
@@ -127,7 +134,15 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
   pthread_mutex_lock(&l->mu);
   snprintf(before, sizeof before, "%s", s->holder);
   pthread_mutex_unlock(&l->mu);
-  int there = look(l, s, key);
+  int mine = 0;
+  int there = look(l, s, key, &mine, &rev);
+  if (there == 1 && mine) {
+    /* Ours already (a create whose answer was lost): renewed from it. */
+    s->held = 1;
+    s->rev = rev;
+    s->next_ms = now; /* renewed at once: its validity is not known */
+    return;
+  }
   if (there == 1) {
     char who[160];
     pthread_mutex_lock(&l->mu);
@@ -164,7 +179,17 @@ static void renew(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     s->said = SAID_HELD;
     return;
   }
-  int there = look(l, s, key);
+  int mine = 0;
+  int there = look(l, s, key, &mine, &rev);
+  if (there == 1 && mine) {
+    /* Still ours (an update whose answer was lost, or refused for another
+     * cause): tried again soon from the revision there; valid as before. */
+    s->rev = rev;
+    s->next_ms = now + l->ttl_ms / 10 + 1;
+    if (now >= atomic_load(&s->valid_ms))
+      set_valid(l, s, 0); /* until a renewal succeeds */
+    return;
+  }
   if (there >= 0) {
     /* Another revision, or no key: another advisor took it, or it expired. */
     s->held = 0;
