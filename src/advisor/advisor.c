@@ -180,6 +180,9 @@ static void shutdown_finish(void *ctx) {
                   kvp_strerror(adv->final_rc), adv->wb.committed_seq);
   kvp__tier_engine_close(adv->tier); /* stopped and idle by now */
   adv->tier = NULL;
+  /* A clean stop: a standby may take the partitions' leases at once. */
+  kvp__adv_lease_close(adv->lease);
+  adv->lease = NULL;
   close_handles(adv);
 }
 
@@ -416,7 +419,37 @@ static int untier_unlisted(kvp_advisor_t *adv, char *err, size_t errlen) {
   for (int i = 0; rc == 0 && !adv->tier_all && i < adv->parts.n; i++)
     if (kvp__adv_partset_slot(&tiered, adv->parts.p[i]) < 0)
       rc = kvp__tier_engine_partition(adv->tier, adv->parts.p[i], 0, err, errlen);
+  if (rc != 0 || adv->lease == NULL)
+    return rc;
+  /* With leases, none is tiered before its lease is held here (and it
+   * caught up): each waits in tier_wait, its lease wanted. */
+  for (int i = 0; rc == 0 && i < tiered.n; i++)
+    if (kvp__adv_partset_slot(&adv->parts, tiered.p[i]) >= 0 &&
+        (rc = kvp__tier_engine_partition(adv->tier, tiered.p[i], -1, err, errlen)) == 0)
+      kvp__adv_tier_soon(adv, tiered.p[i]);
+  kvp__tier_engine_set_gate(adv->tier, kvp__adv_lease_gate, adv->lease);
   return rc;
+}
+
+/* Partitioned with tiering: the tiering leases (lease.h). Otherwise a
+ * warning: nothing but the configuration keeps two advisors from tiering
+ * the same volumes' objects. */
+static int open_leases(kvp_advisor_t *adv, char *err, size_t errlen) {
+  const kvp_advisor_config_t *cfg = &adv->cfg;
+  char name[128];
+  if (!cfg->tiering)
+    return 0;
+  if (adv->parts.count == 0) {
+    kvp_log_warn("tiering: %s: no tiering lease; that one advisor tiers namespace %s's objects "
+                 "in these volumes is by configuration only (docs/SCALE.md)",
+                 cfg->mode == KVP_ADVISOR_JETSTREAM ? "not partitioned"
+                                                    : "core NATS mode has no key-value store",
+                 cfg->ns);
+    return 0;
+  }
+  kvp__adv_consumer_name(cfg, name, sizeof name);
+  return kvp__adv_lease_open(cfg, adv->consumer->nc, adv->parts.count, name, &adv->lease, err,
+                             errlen);
 }
 
 int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char *err,
@@ -468,8 +501,11 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   topts.partitions = adv->parts.count;
   topts.owned = adv->parts.p;
   topts.nowned = adv->parts.count ? (size_t)adv->parts.n : 0;
+  topts.leased = adv->parts.count > 0; /* tiering leases (open_leases) */
   if (cfg->tiering &&
       (rc = kvp__tier_engine_open(&topts, &adv->loop, adv->ix, &adv->tier, err, errlen)) != 0)
+    goto fail;
+  if (adv->tier != NULL && (rc = open_leases(adv, err, errlen)) != 0)
     goto fail;
   if (adv->tier != NULL && (rc = untier_unlisted(adv, err, errlen)) != 0)
     goto fail;
@@ -530,6 +566,10 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   atomic_store(&adv->stopping, 1);
   /* First: its thread reads the connection the consumer closes. */
   kvp__adv_metrics_stop(&adv->metrics);
+  if (adv->tier != NULL)
+    kvp__tier_engine_set_gate(adv->tier, NULL, NULL);
+  kvp__adv_lease_close(adv->lease); /* its thread too (the leases released) */
+  adv->lease = NULL;
   kvp__adv_consumer_close(adv->consumer);
   if (adv->inbox_ready)
     kvp__adv_inbox_close_wake(&adv->inbox);

@@ -89,6 +89,7 @@ typedef struct kvp_advisor_config_s {
   int tier_policy;                /* index into kvp__tier_policy_names */
   char tier_policy_params[256];   /* the policy's parameters, "key=value ..." */
   char tier_parts[256];           /* the owned partitions tiered: "0,1"; "none"; empty: all owned */
+  int64_t tier_lease_ms;          /* partitioned: a partition's tiering lease TTL (lease.h) */
   int64_t tier_compact_ms;        /* a compactable volume's garbage is looked at this often */
   double tier_compact_ratio;      /* compacted from this share of dead bytes; 0: never */
   kvp_advisor_volume_t volumes[KVP__TIER_MAX_VOLUMES];

@@ -8,6 +8,7 @@
 #define KVP_ADVISOR_ADVISOR_IMPL_H
 
 #include <stdatomic.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -17,6 +18,7 @@
 #include "advisor/freshness.h"
 #include "advisor/inbox.h"
 #include "advisor/ingest.h"
+#include "advisor/lease.h"
 #include "advisor/metrics.h"
 #include "advisor/routerhttp.h"
 #include "advisor/partset.h"
@@ -71,6 +73,10 @@ struct kvp_advisor_s {
   int tier_all; /* [tiering] partitions empty: every owned partition is tiered */
   uint32_t tier_wait[KVP__ADV_MAX_OWNED];
   int ntier_wait;
+  /* Partitioned with tiering: the tiering leases (lease.h). A partition
+   * waits in tier_wait until caught up AND its lease is held here; one
+   * tiered whose lease is lost goes back there (rebalance.c). */
+  kvp__adv_lease_t *lease;
 };
 
 /* advisor.c: applies everything in the inbox now. */
@@ -82,6 +88,13 @@ void kvp__adv_drain(kvp_advisor_t *adv);
  * that answer (caught up) with their positions, and the ones still catching up with the messages
  * they wait for; returns how many answer. */
 void kvp__adv_parts_request(kvp_advisor_t *adv, natsMsg *msg);
+/* rebalance.c: partition p is tiered here once caught up and (with
+ * leases) once its lease is held; its lease is wanted from now on. */
+void kvp__adv_tier_soon(kvp_advisor_t *adv, uint32_t p);
+/* rebalance.c: the tiering leases as JSON, [{"partition": p, "held": b,
+ * "holder": "..."}, ...] for the partitions this advisor wants to tier
+ * (NULL without leases). */
+json_t *kvp__adv_leases_json(kvp_advisor_t *adv);
 void kvp__adv_parts_poll(kvp_advisor_t *adv);
 int kvp__adv_parts_view(kvp_advisor_t *adv, uint32_t *owned, uint64_t *pos, uint32_t *catching,
                         uint64_t *behind, int *ncatching);

@@ -297,6 +297,10 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
         json_array_append_new(tp, json_integer(x->tiered[i]));
       json_object_set_new(jt, "partitions", tp);
     }
+    if (x->leases != NULL) {
+      json_object_set_new(jt, "leases", x->leases);
+      json_object_set_new(jt, "leases_held", json_integer((json_int_t)x->leases_held));
+    }
     json_object_set_new(jt, "quarantined", json_integer((json_int_t)t->quarantined));
     json_object_set_new(jt, "parallel_peak", json_integer((json_int_t)t->parallel_peak));
     json_object_set_new(jt, "compactions", json_integer((json_int_t)t->compactions));

@@ -76,6 +76,10 @@ typedef struct kvp__adv_api_extra_s {
   const uint32_t *tiered; /* partitioned: the partitions tiered here ("tiering.partitions") */
   size_t ntiered;
   const kvp__adv_api_where_t *where; /* may be NULL */
+  /* Partitioned with tiering: the tiering leases wanted here, a JSON
+   * array ("tiering.leases", lease.h) taken by the reply; NULL: none. */
+  struct json_t *leases;
+  int leases_held;
 } kvp__adv_api_extra_t;
 
 /* The stats reply, malloc'd JSON. Returns 0 or KVP_ENOMEM. */

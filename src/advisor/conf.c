@@ -106,7 +106,16 @@ static const kvp_conf_key_t keys[] = {
     {"tiering", "partitions", KVP_CONF_STR, OFF(tier_parts), 0, CAP(tier_parts), NULL,
      "of the owned partitions, those this advisor tiers, e.g. 0,1 or 0-3; none: none (a "
      "standby: kvplane partitions ADVISOR tier P,.. starts them once the advisor that tiered "
-     "them is gone or untiered them); empty: every owned one. One advisor tiers a partition",
+     "them is gone or untiered them); empty: every owned one. One advisor tiers a partition at "
+     "a time, the one holding its tiering lease (lease_ms): another listing it waits and takes "
+     "over when the holder is gone",
+     NULL},
+    {"tiering", "lease_ms", KVP_CONF_DURATION, OFF(tier_lease_ms), 500, 600000, NULL,
+     "partitioned: TTL of a partition's tiering lease (JetStream key-value bucket "
+     "kvplane-leases-<namespace>); only the advisor holding it tiers the partition, others "
+     "configured to tier it wait and take it over when it expires. Renewed every third of it; "
+     "a holder starts no move once 2/3 of it passed without a renewal, so the longest move must "
+     "take less than a third of it. The same on every advisor of a namespace",
      NULL},
     {"tiering", "interval", KVP_CONF_DURATION, OFF(tier_interval_ms), 100, 3600000, NULL,
      "how often moves are planned", NULL},
@@ -216,6 +225,7 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->hit_half_life_ms = 3600000;
   cfg->log_level = 2;
   cfg->tier_interval_ms = 1000;
+  cfg->tier_lease_ms = 10000;
   cfg->tier_grace_ms = 5000;
   cfg->tier_residence_ms = 60000;
   cfg->tier_max_moves = 256;

@@ -76,6 +76,12 @@ void kvp__adv_publish_metrics(kvp_advisor_t *adv) {
   if (adv->tier != NULL) {
     sp->tiering = 1;
     kvp__tier_engine_stats(adv->tier, &sp->tier);
+    sp->leases = adv->lease != NULL;
+    sp->leases_held = kvp__adv_lease_count(adv->lease);
+    sp->leases_wait = 0;
+    for (uint32_t p = 0; adv->lease != NULL && p < adv->parts.count; p++)
+      sp->leases_wait +=
+          kvp__adv_lease_wanted(adv->lease, p, NULL, 0) && !kvp__adv_lease_held(adv->lease, p);
     sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP__TIER_MAX_VOLUMES);
     if (sp->nvols > KVP__TIER_MAX_VOLUMES)
       sp->nvols = KVP__TIER_MAX_VOLUMES;
@@ -125,6 +131,8 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
     x.tier = &ts;
     x.ntier_vols = kvp__tier_engine_volumes(adv->tier, tv, KVP__TIER_MAX_VOLUMES);
     x.tier_vols = tv;
+    x.leases = kvp__adv_leases_json(adv);
+    x.leases_held = kvp__adv_lease_count(adv->lease);
     x.high_watermark = adv->cfg.tier_high;
     x.low_watermark = adv->cfg.tier_low;
   }

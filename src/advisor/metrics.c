@@ -206,6 +206,14 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   one(p, "kvplane_scrub_seconds_total", "counter", "Time the finished scrub passes took.",
       (double)t->scrub_ms / 1e3);
   one(p, "kvplane_scrub_running", "gauge", "1 while a scrub pass runs.", (double)t->scrub_running);
+  if (s->leases) {
+    one(p, "kvplane_tier_leases_held", "gauge",
+        "Partitions whose tiering lease this advisor holds (it tiers them once caught up).",
+        (double)s->leases_held);
+    one(p, "kvplane_tier_leases_waiting", "gauge",
+        "Partitions this advisor would tier whose tiering lease it does not hold.",
+        (double)s->leases_wait);
+  }
   one(p, "kvplane_scrub_pass_objects", "gauge",
       "Objects the running scrub pass has listed so far (0: none runs).",
       (double)t->scrub_progress_objects);

@@ -56,6 +56,9 @@ typedef struct kvp__adv_metrics_snap_s {
   uint32_t part_count;
   int nparts;
   kvp__adv_part_fig_t parts[KVP__ADV_MAX_OWNED];
+  int leases;      /* partitioned: 1 with tiering leases (lease.h) */
+  int leases_held; /* the partitions' tiering leases held here */
+  int leases_wait; /* partitions it wants to tier whose lease another holds */
 } kvp__adv_metrics_snap_t;
 
 typedef enum kvp__adv_phase_e {

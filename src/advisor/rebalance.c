@@ -96,12 +96,20 @@ static void tier_soon(kvp_advisor_t *adv, uint32_t p) {
     k++;
   if (k == adv->ntier_wait && adv->ntier_wait < KVP__ADV_MAX_OWNED)
     adv->tier_wait[adv->ntier_wait++] = p;
+  kvp__adv_lease_want(adv->lease, p, 1);
 }
 
+void kvp__adv_tier_soon(kvp_advisor_t *adv, uint32_t p) {
+  tier_soon(adv, p);
+}
+
+/* p is not to be tiered here (untier, drop): its lease is released, once
+ * the engine stopped tiering p (the callers' next step, the engine idle). */
 static void tier_not_soon(kvp_advisor_t *adv, uint32_t p) {
   for (int k = 0; k < adv->ntier_wait; k++)
     if (adv->tier_wait[k] == p)
       adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
+  kvp__adv_lease_want(adv->lease, p, 0);
 }
 
 static void drop_one(kvp_advisor_t *adv, int slot) {
@@ -233,7 +241,9 @@ static int apply_tiering(kvp_advisor_t *adv, const kvp__adv_parts_req_t *r, char
     tier_not_soon(adv, r->untier[i]);
     uint32_t t[KVP_PARTITIONS_MAX];
     size_t nt = kvp__tier_engine_tiered(adv->tier, t, KVP_PARTITIONS_MAX);
-    if (in(t, (int)(nt < KVP_PARTITIONS_MAX ? nt : KVP_PARTITIONS_MAX), r->untier[i]) &&
+    /* Also one waiting for its lease (its kept source deletes go). */
+    if ((in(t, (int)(nt < KVP_PARTITIONS_MAX ? nt : KVP_PARTITIONS_MAX), r->untier[i]) ||
+         adv->lease != NULL) &&
         (rc = kvp__tier_engine_partition(adv->tier, r->untier[i], 0, err, errlen)) != 0)
       return rc;
   }
@@ -359,6 +369,9 @@ static void reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *err) {
       json_array_append_new(soon, json_integer(adv->tier_wait[i]));
     json_object_set_new(o, "tiering", tl);
     json_object_set_new(o, "tiering_soon", soon);
+    json_t *leases = kvp__adv_leases_json(adv);
+    if (leases != NULL)
+      json_object_set_new(o, "tiering_leases", leases);
   }
   if (rc != 0)
     json_object_set_new(o, "error", json_string(err));
@@ -387,8 +400,11 @@ static void tier_caught_up(kvp_advisor_t *adv) {
   for (int k = 0; k < adv->ntier_wait; k++) {
     int slot = kvp__adv_partset_slot(&adv->parts, adv->tier_wait[k]);
     if (slot >= 0 &&
-        !kvp__adv_consumer_slot_ready(adv->consumer, slot, adv->applied_pos[slot], NULL))
-      continue;
+        (!kvp__adv_consumer_slot_ready(adv->consumer, slot, adv->applied_pos[slot], NULL) ||
+         (adv->lease != NULL && !kvp__adv_lease_held(adv->lease, adv->tier_wait[k]))))
+      continue; /* not caught up, or another advisor tiers it (its lease) */
+    if (slot < 0)
+      kvp__adv_lease_want(adv->lease, adv->tier_wait[k], 0);
     if (slot >= 0 && kvp__tier_engine_partition(adv->tier, adv->tier_wait[k], 1, err, sizeof err))
       kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s",
                    adv->tier_wait[k], err);
@@ -396,9 +412,49 @@ static void tier_caught_up(kvp_advisor_t *adv) {
   }
 }
 
+/* Partitions tiered here whose lease is gone (lost to another advisor, or
+ * not renewed in time) stop being tiered; they wait for their lease
+ * again. The engine is idle: a running job skips their moves already
+ * (the engine's gate). */
+static void leases_lost(kvp_advisor_t *adv) {
+  uint32_t t[KVP_PARTITIONS_MAX];
+  char err[256], who[160];
+  size_t nt = kvp__tier_engine_tiered(adv->tier, t, KVP_PARTITIONS_MAX);
+  for (size_t i = 0; i < nt && i < KVP_PARTITIONS_MAX; i++) {
+    if (kvp__adv_lease_held(adv->lease, t[i]))
+      continue;
+    if (kvp__tier_engine_partition(adv->tier, t[i], -1, err, sizeof err) != 0) {
+      kvp_log_warn("advisor: tiering: partition %" PRIu32 ": %s", t[i], err);
+      continue;
+    }
+    kvp__adv_lease_wanted(adv->lease, t[i], who, sizeof who);
+    kvp_log_warn("advisor: tiering: partition %" PRIu32 " is no longer tiered here: this "
+                 "advisor does not hold its lease%s%s; it is tiered here again once it does",
+                 t[i], who[0] ? ", held by " : "", who);
+    tier_soon(adv, t[i]);
+  }
+}
+
+json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
+  if (adv->lease == NULL)
+    return NULL;
+  json_t *a = json_array();
+  for (uint32_t p = 0; p < adv->parts.count; p++) {
+    char who[160];
+    if (!kvp__adv_lease_wanted(adv->lease, p, who, sizeof who))
+      continue;
+    int held = kvp__adv_lease_held(adv->lease, p);
+    json_array_append_new(a, json_pack("{s:I, s:b, s:s}", "partition", (json_int_t)p, "held", held,
+                                       "holder", held ? "this advisor" : who));
+  }
+  return a;
+}
+
 void kvp__adv_parts_poll(kvp_advisor_t *adv) {
   char err[512] = "";
   natsMsg *msg = adv->parts_req;
+  if (adv->lease != NULL && !adv->stopped && adv->tier != NULL && !kvp__tier_engine_busy(adv->tier))
+    leases_lost(adv);
   if (adv->ntier_wait > 0 && !adv->stopped && adv->tier != NULL &&
       !kvp__tier_engine_busy(adv->tier))
     tier_caught_up(adv);

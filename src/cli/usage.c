@@ -88,9 +88,11 @@ static const struct cmd_help_s {
      "no partition is catching up (within --timeout). Without add or drop: the\n"
      "state. Change [partitions] owned in its configuration too: a restart reads it.\n"
      "tier and untier start and stop the tiering of owned partitions (the reply's\n"
-     "tiering; tiering_soon: once caught up): to move tiering to a standby, untier\n"
-     "on the advisor that tiers them (if it still runs), then tier on the standby.\n"
-     "One advisor tiers a partition; [tiering] partitions says which at start.\n"},
+     "tiering; tiering_soon: once caught up and its tiering lease is held here;\n"
+     "tiering_leases: held or not, and by whom): to move tiering to a standby,\n"
+     "untier on the advisor that tiers them (if it still runs: its lease is\n"
+     "released), then tier on the standby. One advisor tiers a partition, the one\n"
+     "holding its lease ([tiering] lease_ms); [tiering] partitions says which may.\n"},
     {"pin", "kvplane pin [NATS options] [--note TEXT] HASH... | --tokens FILE --block-size N",
      "Pins blocks in the advisor's tiering engine: a pinned block and its ancestors\n"
      "(the whole prefix) are never demoted or evicted. The pins are kept in the\n"

@@ -338,8 +338,9 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
    * is done, so that the blocks are neither planned again nor counted in
    * their source's fill meanwhile. */
   for (size_t i = 0; i < e->npend; i++) {
-    if (e->pend[i].due_ms > now || e->pend[i].deleting || e->vols[e->pend[i].from].offline)
-      continue;
+    if (e->pend[i].due_ms > now || e->pend[i].deleting || e->vols[e->pend[i].from].offline ||
+        e->parts[e->pend[i].part].retired)
+      continue; /* a retired part's kept sources wait until it is tiered again */
     if (KVP_ARRAY_RESERVE(e->ops, e->ops_cap, e->nops + 1, 64) != 0)
       break;
     e->ops[e->nops++] = (op_t){.kind = -1,

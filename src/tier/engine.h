@@ -197,6 +197,8 @@ int kvp__tier_engine_pinned(const kvp__tier_engine_t *e, uint64_t hash);
  * objects alone (the next owner's; its pending source deletes are
  * forgotten) and its scrub skips p's key namespace; starting opens p's
  * advisor worker's publisher. Either changes the shares of G4 volumes.
+ * add -1 stops too but keeps p's pending source deletes, done once p is
+ * tiered here again (a partition whose tiering lease is waited for).
  * The engine must be idle (kvp__tier_engine_busy 0). Returns 0, KVP_EBUSY,
  * KVP_EINVAL (not partitioned), or a publisher's error with err. */
 int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char *err,
@@ -208,5 +210,14 @@ size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, siz
 
 /* Closes the volumes; the engine must be stopped and idle. NULL is accepted. */
 void kvp__tier_engine_close(kvp__tier_engine_t *e);
+
+/* Partitioned: a gate asked on the job's threads before each op on a
+ * partition's objects (moves, evictions, source and orphan deletes), with
+ * the partition; 0 skips the op (counted as skipped; a source delete is
+ * due again). The advisor's tiering leases (advisor/lease.h): an advisor
+ * that lost a partition's lease makes no further move of it even within
+ * a running job (a move already copying finishes). fn NULL: no gate. */
+typedef int (*kvp__tier_gate_fn)(void *ctx, uint32_t partition);
+void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx);
 
 #endif

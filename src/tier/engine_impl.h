@@ -153,7 +153,10 @@ struct kvp__tier_engine_s {
   const kvp_nats_opts_t *pub_nats; /* borrowed: the publishers of parts added later */
   int pub_js;
   char pub_stream[96];
-  int32_t *wpart; /* index worker id -> part + 1, -1 not tiered here, 0 not looked up yet */
+  int32_t *wpart;         /* index worker id -> part + 1, -1 not tiered here, 0 not looked up yet */
+  int leased;             /* opts.h: recovery deletes no partial copy */
+  kvp__tier_gate_fn gate; /* partitioned: may an op of a partition run now (engine.h) */
+  void *gate_ctx;
   size_t wpart_cap;
   uint64_t published, publish_errors;
   kvp__journal_t *db; /* the journal's connection: the job's, or the loop's before start */

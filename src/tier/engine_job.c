@@ -52,6 +52,17 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     snprintf(o->err, sizeof o->err, "skipped: volume %s is offline", off->name);
     return;
   }
+  /* A partition this advisor may no longer tier (its lease is gone):
+   * not tried, before anything is written. */
+  if (e->gate != NULL && e->partitions > 0 && o->kind != OP_COMPACT &&
+      !e->gate(e->gate_ctx, e->parts[o->part].p)) {
+    o->rc = KVP_EBUSY;
+    o->skipped = 1;
+    o->blame = o->from;
+    snprintf(o->err, sizeof o->err, "skipped: partition %u's tiering lease is not held here",
+             (unsigned)e->parts[o->part].p);
+    return;
+  }
   o->blame = o->from;
   if (o->kind == OP_ORPHAN && o->adopt) {
     /* Adopted only with a valid frame; a bad one is deleted like any
@@ -148,6 +159,8 @@ static void commit_batch(kvp__tier_engine_t *e, size_t from, size_t to) {
   kvp__journal_begin(e->db);
   for (size_t k = from; k < to; k++) {
     const op_t *o = &e->ops[k];
+    if (o->kind == OP_SOURCE_DELETE && o->skipped)
+      continue; /* the move stays committed: its source is deleted later */
     const char *state = o->rc != 0                   ? "failed"
                         : kvp__tier_is_copy(o->kind) ? "committed"
                         : o->adopted                 ? "adopted"

@@ -79,9 +79,9 @@ static void recover_row(void *ctx, int64_t id, uint64_t hash, const char *fv, co
     kvp__journal_set(e->db, id, gone ? "source_deleted" : "failed",
                      gone ? NULL : "interrupted by a restart; the block stays");
   } else if (strcmp(state, "committed") != 0) {
-    if (to >= 0)
+    if (to >= 0 && !e->leased)
       kvp_volume_delete(e->vols[to].v, kvp__tier_ns(e, part), hash, err,
-                        sizeof err); /* a partial copy */
+                        sizeof err); /* a partial copy (leased: the holder's scrub's) */
     kvp__journal_set(e->db, id, "failed", "interrupted by a restart before it committed");
     kvp_log_info("tiering: move %" PRId64 " of %016" PRIx64 " interrupted; the source stays", id,
                  hash);

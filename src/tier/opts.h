@@ -59,6 +59,12 @@ typedef struct kvp__tier_opts_s {
   uint32_t partitions;
   const uint32_t *owned;
   size_t nowned;
+  /* Partitioned under tiering leases (advisor/lease.h): another advisor
+   * may tier these partitions now, so crash recovery at open deletes no
+   * partial copy of an interrupted move (it may be that advisor's object
+   * by now, under the same key); the lease holder's scrub deletes or
+   * adopts it. */
+  int leased;
 } kvp__tier_opts_t;
 
 #endif

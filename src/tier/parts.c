@@ -114,6 +114,7 @@ int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char 
   if (n == 0)
     return KVP_EINVAL;
   e->partitions = o->partitions;
+  e->leased = o->leased;
   e->pub_nats = o->nats;
   e->pub_js = o->jetstream;
   snprintf(e->pub_stream, sizeof e->pub_stream, "%s", o->stream ? o->stream : "");
@@ -140,15 +141,16 @@ int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char 
   }
   while (k < e->nparts && e->parts[k].p != p)
     k++;
-  if (add && k < e->nparts) {
+  if (add > 0 && k < e->nparts) {
     e->parts[k].retired = 0;
-  } else if (add) {
+  } else if (add > 0) {
     rc = add_part(e, p, err, errlen);
   } else if (k < e->nparts) {
     e->parts[k].retired = 1;
     /* Sources waiting for their grace period stay: the next owner sees
-     * both copies in the stream and keeps one. */
-    for (size_t i = 0; i < e->npend; i++)
+     * both copies in the stream and keeps one. Kept (add -1, a lease
+     * waited for): deleted once p is tiered here again. */
+    for (size_t i = 0; add == 0 && i < e->npend; i++)
       if (e->pend[i].part == k)
         e->pend[i].done = 1;
     kvp__tier_pend_compact(e);
@@ -157,8 +159,13 @@ int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char 
     memset(e->wpart, 0, e->wpart_cap * sizeof *e->wpart); /* looked up again */
   share(e);
   kvp_log_info("tiering: partition %" PRIu32 " %s", p,
-               add ? "is tiered here from now on" : "is no longer tiered here");
+               add > 0 ? "is tiered here from now on" : "is no longer tiered here");
   return rc;
+}
+
+void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx) {
+  e->gate = fn;
+  e->gate_ctx = ctx;
 }
 
 size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, size_t cap) {

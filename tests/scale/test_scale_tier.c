@@ -1,5 +1,5 @@
 /* Why this file is long: one fixture (two advisors, four workers and
- * their volumes) shared by its four cases.
+ * their volumes) shared by its seven cases.
  *
  * Tiering across partitions (docs/SCALE.md): two real advisors, each
  * owning 2 of 4 partitions and tiering them at once, over real posix
@@ -22,9 +22,20 @@
  *     own partitions, and a stopped one's partitions are reported missing;
  *   - a hot standby that tiers nothing ([tiering] partitions = none) takes
  *     the tiering over on a live request once the other advisor is gone.
+ *   - tiering leases: of two advisors configured to tier the same
+ *     partitions only the lease holder moves; the other takes over by
+ *     itself when the holder stops, and the old holder restarted makes no
+ *     move beside it; a lease left unrenewed (a killed holder) expires
+ *     after the TTL and is taken, one taken from under its holder stops
+ *     the holder's tiering of that partition.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +70,7 @@ typedef struct adv_s {
   pthread_t thread;
   int running;
   char db[320];
+  pid_t pid; /* a kvplane-advisor process (adv_spawn), or 0 */
 } adv_t;
 
 typedef struct obj_s {
@@ -76,6 +88,8 @@ typedef struct fx_s {
   adv_t a[2];
   int mport[2];     /* each advisor's [metrics] listen port */
   int owner[NPART]; /* the advisor of each partition */
+  int64_t lease_ms; /* [tiering] lease_ms of the advisors started; 0: the default */
+  int g4_blocks;    /* the shared G4's capacity in blocks; 0: G4_BLOCKS */
 } fx_t;
 
 static void sleep_ms(int ms) {
@@ -117,10 +131,10 @@ static void add_volume(kvp_advisor_config_t *cfg, const char *name, int tier, co
 /* Advisor i owns partitions owned ("2i,2i+1" when NULL) and tiers tiered
  * of them ([tiering] partitions; NULL: all), with every worker's G3 volume
  * (a partition may move to it) and the shared G4. */
-static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) {
+static void adv_config(fx_t *f, int i, const char *owned, const char *tiered) {
   adv_t *a = &f->a[i];
   kvp_advisor_config_t *c = &a->cfg;
-  char err[512], dir[256], url[64];
+  char dir[256], url[64];
   kvp_advisor_config_defaults(c);
   memcpy(dir, f->dir, sizeof dir); /* copies: gcc sees the fixture's fields overlap */
   memcpy(url, f->natsd.url, sizeof url);
@@ -150,13 +164,21 @@ static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) 
   c->tier_scrub_ms = 100;
   c->tier_high = 0.9;
   c->tier_low = 0.5;
+  if (f->lease_ms)
+    c->tier_lease_ms = f->lease_ms;
   for (int p = 0; p < NPART; p++) {
     char name[16];
     snprintf(name, sizeof name, "g3w%d", p);
     add_volume(c, name, 3, f->g3path[p], G3_BLOCKS * FR);
   }
-  add_volume(c, "g4", 4, f->g4path, (int64_t)G4_BLOCKS * FR);
-  if (kvp_advisor_open(c, &a->adv, err, sizeof err) != 0)
+  add_volume(c, "g4", 4, f->g4path, (int64_t)(f->g4_blocks ? f->g4_blocks : G4_BLOCKS) * FR);
+}
+
+static void adv_start_as(fx_t *f, int i, const char *owned, const char *tiered) {
+  adv_t *a = &f->a[i];
+  char err[512];
+  adv_config(f, i, owned, tiered);
+  if (kvp_advisor_open(&a->cfg, &a->adv, err, sizeof err) != 0)
     fail_msg("advisor %d: %s", i, err);
   assert_int_equal(pthread_create(&a->thread, NULL, run_main, a), 0);
   a->running = 1;
@@ -213,8 +235,13 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fx_t *f = *state;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     adv_stop(&f->a[i]);
+    if (f->a[i].pid > 0) {
+      kill(f->a[i].pid, SIGKILL);
+      waitpid(f->a[i].pid, NULL, 0);
+    }
+  }
   for (int p = 0; p < NPART; p++)
     kvp_volume_close(f->g3[p]);
   kvp_volume_close(f->g4);
@@ -636,18 +663,350 @@ static void a_standby_takes_over_the_tiering(void **state) {
   assert_non_null(strstr(reply, "\"tiering\":[]"));
 }
 
-/* A live rebalance request to advisor i; the reply's JSON text into out. */
-static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
+/* The shared G4 equals what advisor i's database places there (every
+ * partition's owner set to i), with at least one object. */
+static int g4_is_advisors(fx_t *f, int i, listing_t *vol) {
+  listing_t mine;
+  int foreign = 0;
+  list_g4(f, vol);
+  memset(&mine, 0, sizeof mine);
+  if (db_g4(f, i, &mine, &foreign) != 0)
+    return 0;
+  qsort(mine.o, mine.n, sizeof *mine.o, cmp_obj);
+  return foreign == 0 && !vol->bad_ns && vol->n == mine.n && vol->n > 0 &&
+         memcmp(vol->o, mine.o, vol->n * sizeof *vol->o) == 0;
+}
+
+/* Every worker offloads a new chain (generation gen) over its G3's
+ * watermark. */
+static void new_chains(fx_t *f, int gen) {
+  for (uint32_t p = 0; p < NPART; p++) {
+    for (int k = 0; k < CHAIN; k++)
+      f->h[p][k] = 0x0100000000000000ull * (uint64_t)gen + 0x10000ull * (p + 1) + (uint64_t)k;
+    worker_offloads(f, p);
+  }
+}
+
+/* Waits (30 s at most) until advisor i made at least n moves and the
+ * shared G4 equals its database; returns the ms it took. */
+static uint64_t wait_moves(fx_t *f, int i, long long n, listing_t *vol, const char *when) {
+  /* Moves committed (demotions, promotions) and evictions. */
+  const char *moved = "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
+                      "'committed', 'evicted')";
+  uint64_t t0 = now_ms(), end = t0 + 30000;
+  int same = 0;
+  while (now_ms() < end && !same) {
+    sleep_ms(100);
+    same = db_count(f, i, moved) >= n && g4_is_advisors(f, i, vol);
+  }
+  if (!same)
+    fail_msg("%s: advisor %d made %lld moves (%lld wanted); the shared G4 %s its database", when, i,
+             db_count(f, i, moved), n, g4_is_advisors(f, i, vol) ? "equals" : "differs from");
+  return now_ms() - t0;
+}
+
+static natsStatus try_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen);
+
+/* Asks advisor i until its reply holds want (10 s at most; an advisor
+ * process may not listen yet). */
+static void wait_reply(fx_t *f, int i, const char *want, char *reply, size_t len) {
+  uint64_t end = now_ms() + 10000;
+  try_partitions(f, i, "{}", reply, len);
+  while (strstr(reply, want) == NULL && now_ms() < end) {
+    sleep_ms(100);
+    try_partitions(f, i, "{}", reply, len);
+  }
+  if (strstr(reply, want) == NULL)
+    fail_msg("advisor %d: no %s in %s", i, want, reply);
+}
+
+/* Both advisors own all four partitions and are configured to tier them
+ * all: only the one holding a partition's tiering lease (docs/SCALE.md,
+ * "Tiering and standbys") moves its blocks. Advisor 0 takes the leases
+ * first; advisor 1 makes no move while 0 runs and says who holds them.
+ * Advisor 0 stops: advisor 1 takes the leases over by itself and tiers.
+ * Advisor 0 starts again with the same configuration (step 3 of the old
+ * procedure, "nothing stops a restarted OLD from tiering P again"): it
+ * makes no move at all while advisor 1 runs, and the shared G4 equals
+ * advisor 1's database. */
+static void tiering_is_exclusive_by_lease(void **state) {
+  fx_t *f = *state;
+  listing_t vol;
+  char reply[2048];
+  const char *moved = "SELECT count(*) FROM migrations WHERE state = 'source_deleted'";
+  const char *any = "SELECT count(*) FROM migrations";
+  f->lease_ms = 1000;
+  f->g4_blocks = 96; /* room for three generations of demotions: no G4 full */
+  adv_start_as(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  adv_start_as(f, 1, "0-3", NULL);
+  wait_reply(f, 1, "\"ready\":[0,1,2,3]", reply, sizeof reply);
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 0;
+  new_chains(f, 1);
+  wait_moves(f, 0, 8, &vol, "advisor 0 tiers");
+  sleep_ms(2000); /* two lease periods more */
+  printf("while advisor 0 holds the leases: %lld moves by advisor 0, %lld by advisor 1\n",
+         db_count(f, 0, moved), db_count(f, 1, any));
+  assert_int_equal(db_count(f, 1, any), 0);
+  ask_partitions(f, 1, "{}", reply, sizeof reply);
+  printf("advisor 1 waits: %s\n", reply);
+  assert_non_null(strstr(reply, "\"tiering\":[]"));
+  assert_non_null(strstr(reply, "\"tiering_soon\":[0,1,2,3]"));
+  assert_non_null(strstr(reply, "\"held\":false,\"holder\":\"advisor adv0"));
+
+  /* The holder stops (its leases released): advisor 1 tiers by itself. */
+  adv_stop(&f->a[0]);
+  uint64_t t0 = now_ms();
+  wait_reply(f, 1, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  uint64_t took = now_ms() - t0;
+  assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000); /* TTL, a retry, catch-up */
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 1;
+  new_chains(f, 2);
+  wait_moves(f, 1, 4, &vol, "advisor 1 takes over");
+  printf("advisor 1 tiers %llu ms after advisor 0 stopped, and moved; the shared G4 (%zu "
+         "objects) equals its database\n",
+         (unsigned long long)took, vol.n);
+
+  /* The old holder starts again, configured as before: no move. */
+  long long before = db_count(f, 0, any),
+            moved1 = db_count(f, 1,
+                              "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
+                              "'committed', 'evicted')");
+  adv_start_as(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"ready\":[0,1,2,3]", reply, sizeof reply);
+  new_chains(f, 3);
+  wait_moves(f, 1, moved1 + 4, &vol, "advisor 1 tiers beside the restarted advisor 0");
+  sleep_ms(2000);
+  printf("restarted advisor 0: %lld journal rows before, %lld after; advisor 1: %lld moves\n",
+         before, db_count(f, 0, any), db_count(f, 1, moved));
+  assert_int_equal(db_count(f, 0, any), before);
+  assert_true(g4_is_advisors(f, 1, &vol));
+  ask_partitions(f, 0, "{}", reply, sizeof reply);
+  assert_non_null(strstr(reply, "\"tiering\":[]"));
+  assert_non_null(strstr(reply, "\"held\":false,\"holder\":\"advisor adv1"));
+}
+
+/* Advisor i as a kvplane-advisor process, configured as adv_start_as
+ * would (its configuration written by kvp_advisor_config_print), logging
+ * to <dir>/adv<i>.log. */
+static void adv_spawn(fx_t *f, int i, const char *owned, const char *tiered) {
+  char bin[512], conf[320], log[320], dir[256];
+  adv_config(f, i, owned, tiered);
+  memcpy(dir, f->dir, sizeof dir);
+  snprintf(bin, sizeof bin, "%s/tools/kvplane-advisor", getenv("KVP_TEST_BINDIR"));
+  snprintf(conf, sizeof conf, "%s/adv%d.conf", dir, i);
+  snprintf(log, sizeof log, "%s/adv%d.log", dir, i);
+  /* Without its comments: the help lines are longer than the INI
+   * reader's lines. */
+  char *text = NULL, *line, *save = NULL;
+  size_t tlen = 0;
+  FILE *mem = open_memstream(&text, &tlen), *out = fopen(conf, "w");
+  assert_non_null(mem);
+  assert_non_null(out);
+  f->a[i].cfg.log_level = 2;
+  kvp_advisor_config_print(&f->a[i].cfg, mem);
+  fclose(mem);
+  for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+    if (line[0] != '#')
+      fprintf(out, "%s\n", line);
+  fclose(out);
+  free(text);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(1);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(bin, bin, "--config", conf, (char *)NULL);
+    _exit(127);
+  }
+  f->a[i].pid = pid;
+}
+
+/* The exact failure the lease is for: the advisor tiering every partition
+ * is a process killed with -9 mid-run (its leases neither renewed nor
+ * released). Advisor 1, configured to tier them too, made no move while it
+ * ran; it takes the leases within the TTL and a renewal period (plus its
+ * catch-up) of the kill, tiers the workers' new blocks, and the shared G4
+ * equals its database (what the killed one left half done is its
+ * scrub's). Restarted as it was configured, the killed one makes no move
+ * beside advisor 1. */
+static void a_killed_holders_lease_expires(void **state) {
+  fx_t *f = *state;
+  listing_t vol;
+  char reply[2048];
+  const char *any = "SELECT count(*) FROM migrations";
+  f->lease_ms = 1000;
+  f->g4_blocks = 96;
+  adv_spawn(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  adv_start_as(f, 1, "0-3", NULL);
+  wait_reply(f, 1, "\"ready\":[0,1,2,3]", reply, sizeof reply);
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 0;
+  new_chains(f, 1);
+  uint64_t end = now_ms() + 30000;
+  while (now_ms() < end &&
+         db_count(f, 0, "SELECT count(*) FROM migrations WHERE state = 'source_deleted'") < 8)
+    sleep_ms(100);
+  printf("advisor 0 (a process): %lld journal rows; advisor 1: %lld\n", db_count(f, 0, any),
+         db_count(f, 1, any));
+  assert_true(db_count(f, 0, "SELECT count(*) FROM migrations WHERE state = 'source_deleted'") >=
+              8);
+  assert_int_equal(db_count(f, 1, any), 0);
+
+  kill(f->a[0].pid, SIGKILL);
+  waitpid(f->a[0].pid, NULL, 0);
+  f->a[0].pid = 0;
+  uint64_t t0 = now_ms();
+  wait_reply(f, 1, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  uint64_t took = now_ms() - t0;
+  printf("advisor 1 tiers %llu ms after the kill -9 (TTL %lld ms)\n", (unsigned long long)took,
+         (long long)f->lease_ms);
+  assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000);
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 1;
+  new_chains(f, 2);
+  wait_moves(f, 1, 4, &vol, "advisor 1 after the kill");
+  printf("the shared G4 (%zu objects) equals advisor 1's database\n", vol.n);
+
+  /* The killed one restarted, as it was configured: no move beside
+   * advisor 1 (its journal keeps the rows of before the kill). */
+  long long before = db_count(f, 0, any),
+            moved1 = db_count(f, 1,
+                              "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
+                              "'committed', 'evicted')");
+  adv_spawn(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"ready\":[0,1,2,3]", reply, sizeof reply);
+  new_chains(f, 3);
+  wait_moves(f, 1, moved1 + 4, &vol, "advisor 1 beside the restarted process");
+  sleep_ms(2000);
+  printf("restarted process: %lld journal rows before, %lld after\n", before, db_count(f, 0, any));
+  assert_int_equal(db_count(f, 0, any), before);
+  try_partitions(f, 0, "{}", reply, sizeof reply);
+  assert_non_null(strstr(reply, "\"held\":false,\"holder\":\"advisor adv1"));
+}
+
+/* The lease bucket of namespace NS (as the advisors make it), for the
+ * test to hold leases as an advisor that then dies would. */
+static kvStore *lease_bucket(fx_t *f, natsConnection **nc, jsCtx **js) {
+  kvStore *kv = NULL;
+  kvConfig kc;
+  assert_int_equal(natsConnection_ConnectTo(nc, f->natsd.url), NATS_OK);
+  assert_int_equal(natsConnection_JetStream(js, *nc, NULL), NATS_OK);
+  kvConfig_Init(&kc);
+  kc.Bucket = "kvplane-leases-" NS;
+  kc.History = 1;
+  kc.TTL = f->lease_ms * 1000000; /* ns */
+  kc.StorageType = js_FileStorage;
+  assert_int_equal(js_CreateKeyValue(&kv, *js, &kc), NATS_OK);
+  return kv;
+}
+
+#define GHOST "{\"advisor\":\"ghost\",\"host\":\"elsewhere\",\"pid\":1,\"lease_ms\":1000}"
+
+/* Leases held by an advisor that dies without releasing them (kill -9:
+ * the test holds them, renewing them as an advisor does, then stops):
+ * advisor 0, configured to tier every partition, moves nothing while they
+ * are renewed and says who holds them; once they are no longer renewed it
+ * takes them within the TTL (and a renewal period) and tiers. Then the
+ * test overwrites partition 0's lease under it: advisor 0's next renewal
+ * fails, it stops tiering partition 0 until the key expires, and takes it
+ * back. */
+static void a_dead_holders_lease_expires(void **state) {
+  fx_t *f = *state;
+  listing_t vol;
+  char reply[2048];
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  uint64_t rev[NPART];
+  const char *any = "SELECT count(*) FROM migrations";
+  f->lease_ms = 1000;
+  kvStore *kv = lease_bucket(f, &nc, &js);
+  for (uint32_t p = 0; p < NPART; p++) {
+    char key[8];
+    snprintf(key, sizeof key, "p%u", p);
+    assert_int_equal(kvStore_CreateString(&rev[p], kv, key, GHOST), NATS_OK);
+  }
+  adv_start_as(f, 0, "0-3", NULL);
+  for (uint32_t p = 0; p < NPART; p++)
+    f->owner[p] = 0;
+  new_chains(f, 1);
+  /* The ghost renews for 3 s (every 300 ms): advisor 0 waits. */
+  uint64_t t0 = 0;
+  for (uint64_t end = now_ms() + 3000; now_ms() < end; sleep_ms(300)) {
+    t0 = now_ms(); /* the ghost's last renewal */
+    for (uint32_t p = 0; p < NPART; p++) {
+      char key[8];
+      snprintf(key, sizeof key, "p%u", p);
+      assert_int_equal(kvStore_UpdateString(&rev[p], kv, key, GHOST, rev[p]), NATS_OK);
+    }
+  }
+  ask_partitions(f, 0, "{}", reply, sizeof reply);
+  printf("while the ghost holds the leases: %s\n", reply);
+  assert_int_equal(db_count(f, 0, any), 0);
+  assert_non_null(strstr(reply, "\"holder\":\"advisor ghost (host elsewhere, pid 1)\""));
+  assert_non_null(strstr(reply, "\"tiering\":[]"));
+
+  /* The ghost dies: its leases expire after the TTL. */
+  wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  uint64_t took = now_ms() - t0;
+  printf("advisor 0 tiers %llu ms after the ghost's last renewal (TTL %lld ms)\n",
+         (unsigned long long)took, (long long)f->lease_ms);
+  assert_true(took >= (uint64_t)f->lease_ms); /* not before the key expired */
+  assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000);
+  wait_moves(f, 0, 8, &vol, "advisor 0 tiers after the expiry");
+  /* The stats say it too (tiering.leases, leases_held). */
+  kvp_nats_opts_t no;
+  kvp_client_t *c = NULL;
+  char err[256], *st = NULL;
+  kvp_nats_opts_init(&no);
+  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
+  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
+  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
+  assert_non_null(strstr(st, "\"leases_held\":4"));
+  assert_non_null(strstr(st, "{\"partition\":0,\"held\":true,\"holder\":\"this advisor\"}"));
+  kvp_client_reply_free(st);
+  kvp_client_close(c);
+
+  /* Partition 0's lease taken from under it: advisor 0 stops tiering 0. */
+  assert_int_equal(kvStore_PutString(&rev[0], kv, "p0", GHOST), NATS_OK);
+  wait_reply(f, 0, "\"tiering\":[1,2,3]", reply, sizeof reply);
+  printf("lease of partition 0 overwritten: %s\n", reply);
+  assert_non_null(strstr(reply, "\"holder\":\"advisor ghost"));
+  /* Not renewed by the ghost: advisor 0 takes it back after the TTL. */
+  wait_reply(f, 0, "\"tiering\":[0,1,2,3]", reply, sizeof reply);
+  kvStore_Destroy(kv);
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(nc);
+}
+
+/* A live rebalance request to advisor i; the reply's JSON text into out.
+ * Returns the request's status (out empty unless NATS_OK). */
+static natsStatus try_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
   char subj[KVP_SUBJECT_MAX], name[16];
   natsConnection *nc = NULL;
   natsMsg *reply = NULL;
   snprintf(name, sizeof name, "adv%d", i);
+  out[0] = '\0';
   assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, name), 0);
   assert_int_equal(natsConnection_ConnectTo(&nc, f->natsd.url), NATS_OK);
-  assert_int_equal(natsConnection_RequestString(&reply, nc, subj, body, 30000), NATS_OK);
-  snprintf(out, outlen, "%.*s", natsMsg_GetDataLength(reply), natsMsg_GetData(reply));
+  natsStatus st = natsConnection_RequestString(&reply, nc, subj, body, 30000);
+  if (st == NATS_OK)
+    snprintf(out, outlen, "%.*s", natsMsg_GetDataLength(reply), natsMsg_GetData(reply));
   natsMsg_Destroy(reply);
   natsConnection_Destroy(nc);
+  return st;
+}
+
+static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen) {
+  assert_int_equal(try_partitions(f, i, body, out, outlen), NATS_OK);
 }
 
 /* Waits up to 10 s for GET path on port to answer want and, when body is
@@ -732,6 +1091,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_tiered_partition_moves_live, setup, teardown),
       cmocka_unit_test_setup_teardown(controls_reach_every_partitions_advisor, setup, teardown),
       cmocka_unit_test_setup_teardown(a_standby_takes_over_the_tiering, setup, teardown),
+      cmocka_unit_test_setup_teardown(tiering_is_exclusive_by_lease, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_dead_holders_lease_expires, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_killed_holders_lease_expires, setup, teardown),
   };
   return kvp_test_run("scale_tier", tests, sizeof tests / sizeof tests[0], argc, argv);
 }
