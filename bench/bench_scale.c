@@ -16,14 +16,12 @@
  *   The machine's load average is printed with them: on a shared machine it
  *   says how much of the figure is other people's work. */
 #define _GNU_SOURCE
-#include <fcntl.h>
 #include <jansson.h>
 #include <nats/nats.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,20 +71,29 @@ static pid_t spawn_advisor(const char *ns, const char *name, const char *owned) 
   snprintf(o_owned, sizeof o_owned, "partitions.owned=%s", owned);
   snprintf(cons, sizeof cons, "jetstream.consumer=%s-%s", ns, name);
   snprintf(nsopt, sizeof nsopt, "advisor.namespace=%s", ns);
-  pid_t parent = getpid(), pid = fork();
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(1);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(bin, bin, "-o", servers, "-o", db, "-o", o_owned, "-o", cons, "-o", nsopt, "-o",
-          "nats.mode=jetstream", "-o", "partitions.count=4", "-o", "workers.heartbeat_timeout=0",
-          "-o", "store.flush_interval=200ms", "-o", "log.level=warn", (char *)NULL);
-    _exit(127);
-  }
-  return pid;
+  char *argv[] = {bin,
+                  "-o",
+                  servers,
+                  "-o",
+                  db,
+                  "-o",
+                  o_owned,
+                  "-o",
+                  cons,
+                  "-o",
+                  nsopt,
+                  "-o",
+                  "nats.mode=jetstream",
+                  "-o",
+                  "partitions.count=4",
+                  "-o",
+                  "workers.heartbeat_timeout=0",
+                  "-o",
+                  "store.flush_interval=200ms",
+                  "-o",
+                  "log.level=warn",
+                  NULL};
+  return kvp_test_spawn_child(argv, log);
 }
 
 /* utime + stime of pid in seconds. */
