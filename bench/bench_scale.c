@@ -311,7 +311,7 @@ static int restart_at_size(size_t nblocks) {
 KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events with 1, 2, 4 "
                        "advisors; scatter-gather match p50/p99 over 4 advisors vs 1") {
   char conf[128], map[1024];
-  int queries = 2000, warmup = 200, rc = 0;
+  int queries = 5000, warmup = 200, rc = 0;
   long restart_blocks = 2000000;
   g.batches = 8000;
   g.events = 16;
