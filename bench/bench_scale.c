@@ -5,8 +5,10 @@
  *   advisors, each owning its share of the partitions: the same events
  *   (16 simulated workers, spread over the partitions) are stored in the
  *   partition streams first, then the advisor processes (kvplane-advisor)
- *   start and consume; their utime + stime from start to caught up, over
- *   the block-events they applied. Per-advisor cost, not wall-clock
+ *   start and consume; their utime + stime from start to done (every
+ *   event applied and written to SQLite, the CPU no longer moving; the
+ *   idle seconds that tell it are not counted), over the block-events
+ *   they applied. Per-advisor cost, not wall-clock
  *   speedup (this machine has 2 cores): flat means partitioning scales.
  *   Baseline: 1 advisor.
  * - scatter-gather match latency p50/p99 over the 4 advisors against one
