@@ -207,6 +207,20 @@ static natsConnection *connect_as(const char *url, const char *user, const char 
   return nc;
 }
 
+/* Whether the file at path holds text (a server's log: its permission
+ * violations name the user). */
+static int log_has(const char *path, const char *text) {
+  static char buf[1 << 20];
+  FILE *in = fopen(path, "r");
+  size_t n = in ? fread(buf, 1, sizeof buf - 1, in) : 0;
+  if (in)
+    fclose(in);
+  buf[n] = '\0';
+  if (strstr(buf, text))
+    fprintf(stderr, "%s", buf);
+  return strstr(buf, text) != NULL;
+}
+
 static void permissions_example_confines_each_worker(void **state) {
   (void)state;
   advfix_t f;
@@ -230,10 +244,24 @@ static void permissions_example_confines_each_worker(void **state) {
   snprintf(f.cfg.ns, sizeof f.cfg.ns, "prod");
   f.cfg.flush_interval_ms = 50;
   f.cfg.log_level = 1;
+  /* Tiering on, over one G4 volume: the file lets the advisor make and keep
+   * its tiering lease, and its moves' publisher hear resync requests. */
+  kvp_advisor_volume_t *v = &f.cfg.volumes[f.cfg.nvolumes++];
+  char dir[256];
+  memcpy(dir, f.dir, sizeof dir);
+  snprintf(v->name, sizeof v->name, "g4");
+  v->tier = 4;
+  snprintf(v->plugin, sizeof v->plugin, "posix");
+  v->capacity = 1 << 20;
+  snprintf(v->params, sizeof v->params, "path=%s/g4\nfsync=off\n", dir);
+  snprintf(f.cfg.plugin_dir, sizeof f.cfg.plugin_dir, "%s", KVP_BUILD_PLUGIN_DIR);
+  f.cfg.tiering = 1;
+  f.cfg.tier_lease_ms = 1000;
   assert_int_equal(advfix_start(&f), 0);
   /* The advisor's own user cannot be used to publish as a worker. */
   f.nc = connect_as(f.natsd.url, "operator", "change-me-operator");
   assert_non_null(f.nc);
+  assert_int_equal(stat_soon(&f, "tiering.leases_held", 1), 1);
 
   /* w0 publishes through JetStream as itself. */
   kvp_publisher_opts_init(&po);
@@ -271,7 +299,7 @@ static void permissions_example_confines_each_worker(void **state) {
   natsConnection_Flush(w1);
   assert_int_equal(stat_soon(&f, "ingest.spoofed", 1), 1);
   assert_int_equal(advfix_stat(&f, "locations"), 3);
-  assert_int_equal(advfix_stat(&f, "workers"), 1);
+  assert_int_equal(advfix_stat(&f, "workers"), 2); /* w0 and the tiering's own _advisor */
 
   /* The operator's CLI may ask; a worker may not. */
   char cli[512];
@@ -287,7 +315,14 @@ static void permissions_example_confines_each_worker(void **state) {
   natsConnection_Destroy(w1);
   tw_destroy(impostor);
   tw_destroy(as_w0);
+  /* Renewed all along (a 1 s TTL, several renewals since), and the
+   * server refused the advisor nothing. */
+  assert_int_equal(advfix_stat(&f, "tiering.leases_held"), 1);
   assert_int_equal(advfix_stop(&f), 0);
+  char log[600];
+  memcpy(log, f.natsd.dir, sizeof f.natsd.dir);
+  strcat(log, "/nats-server.log");
+  assert_false(log_has(log, "User \"advisor\""));
   advfix_teardown(&f);
 }
 

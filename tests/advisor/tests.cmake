@@ -6,6 +6,10 @@ kvp_add_test(advisor_store advisor/test_advisor_store.c LABELS advisor)
 kvp_add_test(advisor_parts advisor/test_advisor_parts.c LABELS advisor)
 kvp_add_test(advisor_trust advisor/test_advisor_trust.c advisor/advfix.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 120)
+# The permissions example's advisor tiers over a posix G4 volume.
+target_compile_definitions(test_advisor_trust PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_advisor_trust kvplane-volume-posix)
 kvp_add_test(advisor_daemon advisor/test_advisor_daemon.c advisor/advfix.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 120)
 kvp_add_test(advisor_kill advisor/test_advisor_kill.c advisor/testworker.c
