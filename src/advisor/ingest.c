@@ -135,14 +135,44 @@ static void apply_stored(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *
     ing->c.bad_events++;
 }
 
+/* Whether worker w is a tiering engine's: "_advisor", or a partition's
+ * "_advisor-p<P>-<k>" (kvp_partition_advisor_worker). */
+static int advisor_worker(const kvp__adv_ingest_t *ing, uint16_t w) {
+  uint32_t dp;
+  const char *name = kvp__index_worker_name(ing->ix, w, &dp);
+  return name != NULL && strncmp(name, "_advisor", 8) == 0 && (name[8] == '\0' || name[8] == '-');
+}
+
+/* The copy of hash in tier's volume vol is gone, whoever held it: a G3
+ * source the tiering advisor deleted after its move (it announces the
+ * removal as its own worker; the location is the worker's whose G3 it
+ * was). Returns the locations removed. */
+static size_t remove_from_volume(kvp__adv_ingest_t *ing, uint64_t hash, int tier, uint16_t vol) {
+  kvp__index_loc_t locs[32];
+  size_t n = 0, gone = 0;
+  if (kvp__index_get(ing->ix, hash, NULL, locs, 32, &n) != 0)
+    return 0;
+  for (size_t i = n < 32 ? n : 32; i-- > 0;)
+    if (locs[i].tier == tier && locs[i].volume == vol &&
+        kvp__index_remove(ing->ix, hash, locs[i].worker, tier, vol) == 0)
+      gone++;
+  return gone;
+}
+
 static void apply_removed(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *ev) {
   uint16_t vol = KVP__INDEX_NO_VOLUME;
   if (ev->volume && ev->volume[0] && kvp__index_volume(ing->ix, ev->volume, &vol) != 0) {
     ing->c.bad_events++;
     return;
   }
+  /* A tiering advisor removes the sources of its moves as itself: on
+   * every other advisor of the partition (a standby, the next owner) the
+   * location held by the volume's worker goes too, as on the mover, whose
+   * engine dropped it directly (tier/locations.c). */
+  int mover = vol != KVP__INDEX_NO_VOLUME && advisor_worker(ing, w);
   for (size_t i = 0; i < ev->nhashes; i++)
-    if (kvp__index_remove(ing->ix, ev->hashes[i], w, ev->tier, vol) != 0)
+    if (kvp__index_remove(ing->ix, ev->hashes[i], w, ev->tier, vol) != 0 &&
+        (!mover || remove_from_volume(ing, ev->hashes[i], ev->tier, vol) == 0))
       ing->c.unknown_removes++;
 }
 

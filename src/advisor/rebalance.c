@@ -458,10 +458,29 @@ json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
   return a;
 }
 
+/* Unpartitioned: the engine announces its moves (worker _advisor's
+ * publisher open) exactly while this advisor holds the namespace's lease;
+ * its rounds wait for both (engine.h). */
+static void follow_namespace_lease(kvp_advisor_t *adv) {
+  char err[256];
+  int held = kvp__adv_lease_held(adv->lease, 0);
+  if (held == kvp__tier_engine_announcing(adv->tier) || (!held && kvp__tier_engine_busy(adv->tier)))
+    return; /* a job of the lease's last moments finishes first */
+  if (kvp__tier_engine_announce(adv->tier, held, err, sizeof err) != 0)
+    kvp_log_warn("advisor: tiering: %s (tried again at the next tick)", err);
+  else if (!held)
+    kvp_log_warn("advisor: tiering: namespace %s is no longer tiered here: this advisor does not "
+                 "hold its lease; it is tiered here again once it does",
+                 adv->cfg.ns);
+}
+
 void kvp__adv_parts_poll(kvp_advisor_t *adv) {
   char err[512] = "";
   natsMsg *msg = adv->parts_req;
-  if (adv->lease != NULL && !adv->stopped && adv->tier != NULL && !kvp__tier_engine_busy(adv->tier))
+  if (adv->lease != NULL && adv->parts.count == 0 && adv->tier != NULL && !adv->stopped)
+    follow_namespace_lease(adv);
+  if (adv->lease != NULL && adv->parts.count > 0 && !adv->stopped && adv->tier != NULL &&
+      !kvp__tier_engine_busy(adv->tier))
     leases_lost(adv);
   if (adv->ntier_wait > 0 && !adv->stopped && adv->tier != NULL &&
       !kvp__tier_engine_busy(adv->tier))

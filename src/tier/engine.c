@@ -331,8 +331,10 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
    * another advisor holds it, so nothing is planned, scrubbed or
    * compacted here; a partitioned engine waits per partition instead
    * (kvp__tier_engine_partition, add -1). */
-  if (e->gate != NULL && e->partitions == 0 && !e->gate(e->gate_ctx, 0))
-    return;
+  if (e->gate != NULL && e->partitions == 0 &&
+      (!e->gate(e->gate_ctx, 0) || (e->leased && e->pub_nats != NULL &&
+                                    e->pub_nats->servers[0] != '\0' && e->parts[0].pub == NULL)))
+    return; /* not held, or its moves could not be announced yet */
   e->st.rounds++;
   e->nops = 0;
   recheck_offline(e);

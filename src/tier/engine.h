@@ -211,6 +211,18 @@ size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, siz
 /* Closes the volumes; the engine must be stopped and idle. NULL is accepted. */
 void kvp__tier_engine_close(kvp__tier_engine_t *e);
 
+/* Unpartitioned with leases (opts.leased): the publisher of worker
+ * _advisor, which announces the moves, is open only while this advisor
+ * tiers (holds the namespace's lease): on 1 opens it (a new epoch), on 0
+ * closes it (the engine must be idle: KVP_EBUSY). A waiting advisor's
+ * publisher would send heartbeats under its own epoch and make the
+ * holder's announcements stale. Rounds wait for it (the gate). Returns 0,
+ * KVP_EINVAL (partitioned: kvp__tier_engine_partition does it), or the
+ * publisher's error with err. announcing: whether it is open. Loop
+ * thread. */
+int kvp__tier_engine_announce(kvp__tier_engine_t *e, int on, char *err, size_t errlen);
+int kvp__tier_engine_announcing(const kvp__tier_engine_t *e);
+
 /* A gate asked on the job's threads before each op on a partition's
  * objects (moves, evictions, source and orphan deletes), with the
  * partition (unpartitioned: 0, the namespace); 0 skips the op (counted as

@@ -154,7 +154,8 @@ struct kvp__tier_engine_s {
   int pub_js;
   char pub_stream[96];
   int32_t *wpart;         /* index worker id -> part + 1, -1 not tiered here, 0 not looked up yet */
-  int leased;             /* opts.h: recovery deletes no partial copy */
+  int leased;             /* opts.h: recovery deletes no partial copy; a part's
+                           * publisher is open only while it is tiered here */
   kvp__tier_gate_fn gate; /* partitioned: may an op of a partition run now (engine.h) */
   void *gate_ctx;
   size_t wpart_cap;

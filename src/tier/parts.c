@@ -83,7 +83,9 @@ static int add_part(kvp__tier_engine_t *e, uint32_t p, char *err, size_t errlen)
     return rc;
   }
   e->nparts++;
-  return open_publisher(e, pt, err, errlen);
+  /* Leased: a part's publisher is open only while it is tiered here (see
+   * kvp__tier_engine_partition, kvp__tier_engine_announce). */
+  return e->leased ? 0 : open_publisher(e, pt, err, errlen);
 }
 
 /* A G4 volume is shared by the advisors of every partition: this one
@@ -147,6 +149,12 @@ int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char 
     rc = add_part(e, p, err, errlen);
   } else if (k < e->nparts) {
     e->parts[k].retired = 1;
+    /* Its advisor worker falls silent here: a publisher left open would go
+     * on sending heartbeats under its own epoch, and the one that tiers p
+     * now (a newer epoch, or an older one: its events then stale) would
+     * lose its announcements on every advisor. */
+    kvp_publisher_close(e->parts[k].pub);
+    e->parts[k].pub = NULL;
     /* Sources waiting for their grace period stay: the next owner sees
      * both copies in the stream and keeps one. Kept (add -1, a lease
      * waited for): deleted once p is tiered here again. */
@@ -155,12 +163,39 @@ int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char 
         e->pend[i].done = 1;
     kvp__tier_pend_compact(e);
   }
+  /* Tiered here: its moves are announced from now on, under a new epoch
+   * of its advisor worker. */
+  if (rc == 0 && add > 0 && k < e->nparts && e->parts[k].pub == NULL)
+    rc = open_publisher(e, &e->parts[k], err, errlen);
   if (e->wpart_cap)
     memset(e->wpart, 0, e->wpart_cap * sizeof *e->wpart); /* looked up again */
   share(e);
   kvp_log_info("tiering: partition %" PRIu32 " %s", p,
                add > 0 ? "is tiered here from now on" : "is no longer tiered here");
   return rc;
+}
+
+int kvp__tier_engine_announce(kvp__tier_engine_t *e, int on, char *err, size_t errlen) {
+  part_t *pt = e->nparts > 0 ? &e->parts[0] : NULL;
+  if (e->partitions != 0 || pt == NULL) {
+    snprintf(err, errlen, "tiering: partitioned: each partition's publisher follows its tiering");
+    return KVP_EINVAL;
+  }
+  if (on && pt->pub == NULL)
+    return open_publisher(e, pt, err, errlen);
+  if (!on && pt->pub != NULL) {
+    if (kvp__tier_engine_busy(e)) {
+      snprintf(err, errlen, "tiering: a job or scrub runs");
+      return KVP_EBUSY;
+    }
+    kvp_publisher_close(pt->pub);
+    pt->pub = NULL;
+  }
+  return 0;
+}
+
+int kvp__tier_engine_announcing(const kvp__tier_engine_t *e) {
+  return e->nparts > 0 && e->parts[0].pub != NULL;
 }
 
 void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx) {

@@ -597,6 +597,12 @@ static void a_standby_takes_over_the_tiering(void **state) {
   listing_t vol, mine;
   char reply[1024];
   const char *moved = "SELECT count(*) FROM migrations WHERE state = 'source_deleted'";
+  /* Room in G4 for both generations: G4 evicts only past its capacity
+   * (g4_high_watermark 1.0), so a G4 the first advisor filled would take
+   * no demotion of the standby's (before the standby learned of the
+   * first's deleted sources, its stale G3 locations of blocks already in
+   * G4 made "moves" that needed no room). */
+  f->g4_blocks = 96;
   adv_start_as(f, 0, "0-3", NULL);
   adv_start_as(f, 1, "0-3", "none");
   for (uint32_t p = 0; p < NPART; p++)
