@@ -97,6 +97,12 @@ typedef struct kvp__adv_worker_state_s {
  * were forgotten. */
 size_t kvp__adv_ingest_forget(kvp__adv_ingest_t *ing, int (*keep)(void *ctx, const char *worker),
                               void *ctx);
+/* forget without the index pass: the index ids of the workers to drop
+ * are marked in marks (ids below nmarks; the others are dropped at once),
+ * for the caller to drop in slices (kvp__index_drop_some, every tier). */
+size_t kvp__adv_ingest_forget_marked(kvp__adv_ingest_t *ing,
+                                     int (*keep)(void *ctx, const char *worker), void *ctx,
+                                     uint8_t *marks, size_t nmarks);
 
 /* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or
  * KVP_ENOMEM. */

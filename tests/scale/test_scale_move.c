@@ -10,11 +10,12 @@
  *   - while P is dropped (its rows leave the database in one transaction,
  *     its durable consumer is deleted) and then added again, a thread
  *     asking match queries all along gets answers without a gap longer
- *     than GAP_BOUND_MS; no answer lists P as owned once the drop was
+ *     than GAP_BOUND_MS or half the drop's time; no answer lists P as owned once the drop was
  *     answered, or lists P as owned without all of P's chain before it;
- *   - kill -9 in the middle of the drop: the database holds P's rows all
- *     or none (and P's position with them), and the advisor restarted on
- *     it answers from exactly what the database holds.
+ *   - kill -9 at points over a drop (until one lands after its
+ *     transaction): the database holds P's rows all or none (and P's
+ *     position with them), and the advisor restarted on it answers from
+ *     exactly what the database holds.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -43,9 +44,8 @@
 #define P 1
 #define NS "m"
 #define NAME "mover"
-#define GAP_BOUND_MS 400
+#define GAP_BOUND_MS 500
 #define READY_MS 120000
-#define KILL_AFTER_MS 1200
 
 static uint64_t now_ms(void) {
   struct timespec ts;
@@ -234,7 +234,9 @@ typedef struct querier_s {
   fx_t *f;
   natsConnection *nc;
   atomic_int stop, phase;
-  uint64_t max_gap_ms, answers, errors, during_drop;
+  uint64_t max_gap_ms, answers, errors, during_drop, t0, gap_at;
+  uint64_t phase_gap_ms[PH_ADDED + 1]; /* the longest gap ending in each phase */
+  int gap_phase;
   char bad[256];
 } querier_t;
 
@@ -250,8 +252,14 @@ static void *query_main(void *arg) {
       q->errors++;
       continue;
     }
-    if (t - last > q->max_gap_ms)
+    int ph_end = atomic_load(&q->phase);
+    if (t - last > q->phase_gap_ms[ph_end])
+      q->phase_gap_ms[ph_end] = t - last;
+    if (t - last > q->max_gap_ms) {
       q->max_gap_ms = t - last;
+      q->gap_at = last - q->t0;
+      q->gap_phase = ph;
+    }
     last = t;
     q->answers++;
     q->during_drop += ph == PH_DROPPING && atomic_load(&q->phase) == PH_DROPPING;
@@ -316,7 +324,7 @@ static void queries_answered_during_a_live_move(void **state) {
   adv_start(f);
   wait_answering(f);
 
-  querier_t q = {.f = f};
+  querier_t q = {.f = f, .t0 = now_ms()};
   atomic_init(&q.stop, 0);
   atomic_init(&q.phase, PH_BEFORE);
   assert_int_equal(natsConnection_ConnectTo(&q.nc, f->d.url), NATS_OK);
@@ -325,7 +333,7 @@ static void queries_answered_during_a_live_move(void **state) {
   usleep(500000);
 
   atomic_store(&q.phase, PH_DROPPING);
-  uint64_t t0 = now_ms();
+  uint64_t t0 = now_ms(), drop_t0 = t0;
   json_t *r = ask_parts(f, "{\"drop\": [1]}", 120000);
   uint64_t drop_ms = now_ms() - t0;
   atomic_store(&q.phase, PH_DROPPED);
@@ -345,22 +353,42 @@ static void queries_answered_during_a_live_move(void **state) {
   pthread_join(th, NULL);
   natsConnection_Destroy(q.nc);
 
+  printf("longest gap per phase (ms): before %llu (the in-run baseline), dropping %llu, "
+         "dropped %llu, adding %llu, added %llu\n",
+         (unsigned long long)q.phase_gap_ms[PH_BEFORE], (unsigned long long)q.phase_gap_ms[PH_DROPPING],
+         (unsigned long long)q.phase_gap_ms[PH_DROPPED], (unsigned long long)q.phase_gap_ms[PH_ADDING],
+         (unsigned long long)q.phase_gap_ms[PH_ADDED]);
   printf("live move at size: drop of %lld locations answered in %llu ms, add in %llu ms; %llu "
          "match answers (%llu during the drop, %llu errors), longest gap between answers %llu "
-         "ms (bound %d)\n",
+         "ms (bound %d), from %llu ms after the start, phase %d; the drop asked at %llu ms\n",
          f->p_rows, (unsigned long long)drop_ms, (unsigned long long)add_ms,
          (unsigned long long)q.answers, (unsigned long long)q.during_drop,
-         (unsigned long long)q.errors, (unsigned long long)q.max_gap_ms, GAP_BOUND_MS);
+         (unsigned long long)q.errors, (unsigned long long)q.max_gap_ms, GAP_BOUND_MS, (unsigned long long)q.gap_at, q.gap_phase,
+         (unsigned long long)(drop_t0 - q.t0));
+  /* The advisor's own account of its loop's longest steps. */
+  FILE *lf = fopen(f->log, "r");
+  char line[1024];
+  while (lf != NULL && fgets(line, sizeof line, lf) != NULL)
+    if (strstr(line, "rebalance: done") != NULL)
+      printf("advisor: %s", line);
+  if (lf != NULL)
+    fclose(lf);
   if (q.bad[0])
     fail_msg("%s", q.bad);
+  /* With the drop on the loop thread the gap is the drop's whole time
+   * (2.2 s here); off it, the loop's longest step is a slice of the
+   * index's (about 10 ms), the rest is this shared machine's scheduling. */
   assert_true(q.max_gap_ms <= GAP_BOUND_MS);
+  assert_true(q.max_gap_ms * 2 < drop_ms);
 }
 
 static long long count_sql(const char *db, const char *sql) {
   sqlite3 *h = NULL;
   sqlite3_stmt *s = NULL;
   long long n = -1;
-  assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  /* Read-write: a hot journal left by the kill is rolled back first, as
+   * the advisor's next open does. */
+  assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
   if (sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
     n = sqlite3_column_int64(s, 0);
   sqlite3_finalize(s);
@@ -368,61 +396,73 @@ static long long count_sql(const char *db, const char *sql) {
   return n;
 }
 
-static void kill_during_a_drop_all_or_nothing(void **state) {
-  fx_t *f = *state;
-  make_db(f);
-  adv_start(f);
-  wait_answering(f);
-
-  /* The drop asked and not waited for; the advisor killed halfway
-   * through (the first case's drop took 2.4 s here before the drop left
-   * the loop thread, about as long after). */
-  char subj[KVP_SUBJECT_MAX], inbox[64];
-  assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, NAME), 0);
-  snprintf(inbox, sizeof inbox, "_INBOX.move.kill");
-  assert_int_equal(natsConnection_PublishRequestString(f->nc, subj, inbox, "{\"drop\": [1]}"),
-                   NATS_OK);
-  natsConnection_Flush(f->nc);
-  uint64_t half = KILL_AFTER_MS;
-  usleep((useconds_t)half * 1000);
-  adv_kill(f);
-
-  char sql[512];
-  size_t n = (size_t)snprintf(sql, sizeof sql,
-                              "SELECT COUNT(*) FROM block_locations WHERE worker IN (");
-  for (int i = 0; i < NW / 2; i++)
-    n += (size_t)snprintf(sql + n, sizeof sql - n, "%s'%s'", i ? "," : "", f->workers[i]);
-  snprintf(sql + n, sizeof sql - n, ")");
-  long long left = count_sql(f->db, sql);
-  long long pos = count_sql(f->db, "SELECT COUNT(*) FROM meta WHERE key = 'stream_seq.p1'");
-  long long all = count_sql(f->db, "SELECT COUNT(*) FROM block_locations");
-  printf("kill -9 %llu ms into the drop: %lld of P's %lld locations left, its position %s\n",
-         (unsigned long long)half, left, f->p_rows, pos ? "kept" : "gone");
-  if (left != 0 && left != f->p_rows)
-    fail_msg("half-dropped: %lld of P's %lld locations in the database", left, f->p_rows);
-  if (left == 0)
-    assert_int_equal(pos, 0); /* the position went with the rows */
-
-  /* Restarted (the configuration still owns P): it answers from what the
-   * database holds, P's chain whole or absent. */
-  adv_start(f);
-  wait_answering(f);
-  answer_t a;
-  assert_int_equal(ask_match(f->nc, f, 5000, &a), 0);
-  assert_int_equal(a.orow, CHAIN);
-  assert_true(a.p_owned);
-  assert_int_equal(a.prow, left ? CHAIN : 0);
-  char subjs[KVP_SUBJECT_MAX];
-  kvp_subject_api(subjs, sizeof subjs, NS, "stats");
+/* The stats' locations (the whole index). */
+static long long stats_locations(fx_t *f) {
+  char subj[KVP_SUBJECT_MAX];
+  kvp_subject_api(subj, sizeof subj, NS, "stats");
   natsMsg *m = NULL;
-  assert_int_equal(natsConnection_RequestString(&m, f->nc, subjs, "{}", 5000), NATS_OK);
+  assert_int_equal(natsConnection_RequestString(&m, f->nc, subj, "{}", 5000), NATS_OK);
   json_t *doc = json_loadb(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), 0, NULL);
   natsMsg_Destroy(m);
   assert_non_null(doc);
-  assert_int_equal(json_integer_value(json_object_get(doc, "locations")), all);
+  long long n = json_integer_value(json_object_get(doc, "locations"));
   json_decref(doc);
+  return n;
+}
 
-  /* And the drop done to the end after the restart leaves none. */
+static void kill_during_a_drop_all_or_nothing(void **state) {
+  fx_t *f = *state;
+  /* Kill points over the drop (2.0-2.8 s here at this size: the pause and
+   * the flush, then the transaction, then the index's slices). */
+  static const unsigned kill_ms[] = {300, 1200, 1700, 2200, 2600};
+  char sql[512], subj[KVP_SUBJECT_MAX];
+  size_t n = (size_t)snprintf(sql, sizeof sql,
+                              "SELECT COUNT(*) FROM block_locations WHERE worker IN (");
+  make_db(f);
+  for (int i = 0; i < NW / 2; i++)
+    n += (size_t)snprintf(sql + n, sizeof sql - n, "%s'%s'", i ? "," : "", f->workers[i]);
+  snprintf(sql + n, sizeof sql - n, ")");
+  assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, NAME), 0);
+  adv_start(f);
+  wait_answering(f);
+
+  int seen_all = 0, seen_none = 0;
+  for (size_t k = 0; k < sizeof kill_ms / sizeof kill_ms[0] && !seen_none; k++) {
+    /* The drop asked and not waited for; the advisor killed in it. */
+    assert_int_equal(natsConnection_PublishRequestString(f->nc, subj, "_INBOX.move.kill",
+                                                         "{\"drop\": [1]}"),
+                     NATS_OK);
+    natsConnection_Flush(f->nc);
+    usleep((useconds_t)kill_ms[k] * 1000);
+    adv_kill(f);
+
+    long long left = count_sql(f->db, sql);
+    long long pos = count_sql(f->db, "SELECT COUNT(*) FROM meta WHERE key = 'stream_seq.p1'");
+    long long all = count_sql(f->db, "SELECT COUNT(*) FROM block_locations");
+    printf("kill -9 %u ms into the drop: %lld of P's %lld locations left, its position %s\n",
+           kill_ms[k], left, f->p_rows, pos ? "kept" : "gone");
+    if (left != 0 && left != f->p_rows)
+      fail_msg("half-dropped: %lld of P's %lld locations in the database", left, f->p_rows);
+    if (left == 0)
+      assert_int_equal(pos, 0); /* the position went with the rows */
+    seen_all |= left != 0;
+    seen_none |= left == 0;
+
+    /* Restarted (the configuration still owns P): it answers from what
+     * the database holds, P's chain whole or absent, the other's whole. */
+    adv_start(f);
+    wait_answering(f);
+    answer_t a;
+    assert_int_equal(ask_match(f->nc, f, 5000, &a), 0);
+    assert_int_equal(a.orow, CHAIN);
+    assert_true(a.p_owned);
+    assert_int_equal(a.prow, left ? CHAIN : 0);
+    assert_int_equal(stats_locations(f), all);
+  }
+  printf("kill -9 in a drop: rows all there seen %s, all gone seen %s\n", seen_all ? "yes" : "no",
+         seen_none ? "yes" : "no");
+
+  /* And a drop done to the end after the restarts leaves none. */
   json_t *r = ask_parts(f, "{\"drop\": [1]}", 120000);
   json_decref(r);
   adv_kill(f);
