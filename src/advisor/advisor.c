@@ -239,7 +239,8 @@ static void on_wake(uv_async_t *h) {
 static void on_flush_timer(uv_timer_t *h) {
   kvp_advisor_t *adv = h->data;
   kvp__adv_parts_poll(adv); /* a rebalance waiting for an idle moment */
-  if (!adv->stopped && adv->move == NULL) /* a move uses the store until it ends */
+  /* A live move uses the store until it ends (rebalance_move.c). */
+  if (!adv->stopped && adv->move == NULL)
     kvp__adv_wb_start(&adv->wb, adv->applied_seq);
   kvp__adv_publish_metrics(adv);
 }

@@ -27,21 +27,31 @@
  * configuration stays the start-up truth: change [partitions] owned there
  * too, or the next start goes back to it.
  *
- * Both run on the loop thread once the write-behind and the tiering
- * engine are idle (a request waits for that, kvp__adv_parts_poll), with
- * the fetch threads paused and the inbox drained:
- *   - drop p: what was applied is flushed (acked), then in one transaction
- *     the rows of p's workers, the blocks no one else holds and p's
- *     position leave the database; the workers leave the index and the
- *     ingest; the engine stops tiering p (its objects are left to the next
- *     owner); p's durable consumer is deleted;
- *   - add p: p's consumer is made after the database's position for p (0:
- *     the stream's start, the case after a drop); until it caught up with
+ * A request is taken on the loop thread once the write-behind and the
+ * tiering engine are idle (kvp__adv_parts_poll). Its tier and untier
+ * alone are applied at once. Adds and drops are a move
+ * (rebalance_move.c, whose header has the steps and which threads take
+ * them), with the loop answering queries all along; what a query sees:
+ *   - drop p: from the request's start p is not in "owned" (nor "ready"
+ *     nor "catching_up") in any reply, match, stats or partitions, so a
+ *     gathering client takes p from another advisor or reports it
+ *     missing, and the merge ignores p's rows still in this index (never
+ *     a half-dropped p as whole), and the tiering engine stops tiering p
+ *     (its objects are left to the next owner). What was applied is
+ *     flushed (acked); then in one transaction the rows of p's workers,
+ *     the blocks no one else holds and p's position leave the database
+ *     (a kill -9 leaves them all or none); p's durable consumer is
+ *     deleted; the workers leave the index (in slices) and the ingest.
+ *   - add p: p is in no reply until the move ends; then p's consumer,
+ *     made after the database's position for p (0: the stream's start,
+ *     the case after a drop), is in place, and until it caught up with
  *     the stream as it stood then, replies list p under "catching_up" and
  *     not under "owned", so a gathering client takes p from another
  *     advisor or reports it missing, never an incomplete answer as whole;
  *     the tiering engine takes it then too (before, a scrub would find
- *     its objects in G4 without the locations the stream still brings). */
+ *     its objects in G4 without the locations the stream still brings).
+ * The reply to the request goes when the move is done; a second request
+ * meanwhile is answered "busy". */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -299,7 +309,8 @@ void kvp__adv_parts_reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *
 
 void kvp__adv_parts_request(kvp_advisor_t *adv, natsMsg *msg) {
   if (adv->parts_req != NULL || adv->move != NULL) {
-    kvp__adv_parts_reply(adv, msg, KVP_EBUSY, "another rebalance request is being applied; ask again");
+    kvp__adv_parts_reply(adv, msg, KVP_EBUSY,
+                         "another rebalance request is being applied; ask again");
     natsMsg_Destroy(msg);
     return;
   }

@@ -122,8 +122,8 @@ static void move_work(uv_work_t *req) {
   kvp_advisor_t *adv = m->adv;
   for (int i = 0; i < m->ndrop; i++) {
     gone_t g = {m->drop_p[i], adv->parts.count};
-    m->drop_rc[i] = kvp__store_drop_workers(adv->store, keep_not_in, &g, &m->drop_p[i], 1,
-                                            &m->dropped[i]);
+    m->drop_rc[i] =
+        kvp__store_drop_workers(adv->store, keep_not_in, &g, &m->drop_p[i], 1, &m->dropped[i]);
     kvp__adv_consumer_retire(adv->consumer, m->drop_slot[i]);
   }
   for (int i = 0; i < m->nadd; i++) {
@@ -133,9 +133,8 @@ static void move_work(uv_work_t *req) {
                m->add_p[i]);
       return;
     }
-    if ((m->rc = kvp__adv_consumer_make(adv->consumer, adv->parts.count, m->add_p[i],
-                                        m->add_pos[i], adv->db_id, &m->made[i], m->err,
-                                        sizeof m->err)) != 0)
+    if ((m->rc = kvp__adv_consumer_make(adv->consumer, adv->parts.count, m->add_p[i], m->add_pos[i],
+                                        adv->db_id, &m->made[i], m->err, sizeof m->err)) != 0)
       return;
     m->nmade++;
   }
@@ -307,9 +306,8 @@ static void finish(kvp__adv_move_t *m) {
     int slot = 0;
     while (slot < ps->n && ps->p[slot] < p)
       slot++;
-    if (m->rc == 0 &&
-        (m->rc = kvp__adv_consumer_insert(adv->consumer, slot, &m->made[i], m->err,
-                                          sizeof m->err)) == 0) {
+    if (m->rc == 0 && (m->rc = kvp__adv_consumer_insert(adv->consumer, slot, &m->made[i], m->err,
+                                                        sizeof m->err)) == 0) {
       kvp__adv_wb_slot_moved(&adv->wb, slot, ps->n, 1, pos);
       memmove(&ps->p[slot + 1], &ps->p[slot], (size_t)(ps->n - slot) * sizeof *ps->p);
       memmove(&adv->applied_pos[slot + 1], &adv->applied_pos[slot],

@@ -436,8 +436,7 @@ int kvp__index_drop_some(kvp__index_t *ix, const uint8_t *workers, size_t nworke
     (void)kvp__index_locs(ix, (uint32_t)n, &cnt);
     for (size_t i = cnt; i-- > 0;) {
       uint32_t l = kvp__index_locs(ix, (uint32_t)n, &cnt)[i];
-      if (LOC_WORKER(l) < nworkers && workers[LOC_WORKER(l)] &&
-          (tier_mask & (1u << LOC_TIER(l)))) {
+      if (LOC_WORKER(l) < nworkers && workers[LOC_WORKER(l)] && (tier_mask & (1u << LOC_TIER(l)))) {
         kvp__index_loc_remove(ix, (uint32_t)n, i);
         (*dropped)++;
       }

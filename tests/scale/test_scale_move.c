@@ -58,7 +58,7 @@ typedef struct fx_s {
   char dir[256], db[320], log[320];
   pid_t pid;
   natsConnection *nc;
-  char workers[NW][16]; /* the first NW/2 are in partition P */
+  char workers[NW][16];          /* the first NW/2 are in partition P */
   uint64_t qp[CHAIN], qo[CHAIN]; /* a chain of a P worker, one of another's */
   long long p_rows;              /* P's locations in the database made */
 } fx_t;
@@ -156,8 +156,8 @@ typedef struct answer_s {
 
 /* One chain's match: *owned whether P is listed, *len the longest length
  * matched by a worker of P (inp) or of another partition. */
-static int ask_chain(natsConnection *nc, const uint64_t *chain, int inp, int timeout_ms,
-                     int *owned, long long *len) {
+static int ask_chain(natsConnection *nc, const uint64_t *chain, int inp, int timeout_ms, int *owned,
+                     long long *len) {
   char subj[KVP_SUBJECT_MAX], body[1024];
   size_t n = (size_t)snprintf(body, sizeof body, "{\"hashes\":[");
   for (int i = 0; i < CHAIN; i++)
@@ -355,16 +355,18 @@ static void queries_answered_during_a_live_move(void **state) {
 
   printf("longest gap per phase (ms): before %llu (the in-run baseline), dropping %llu, "
          "dropped %llu, adding %llu, added %llu\n",
-         (unsigned long long)q.phase_gap_ms[PH_BEFORE], (unsigned long long)q.phase_gap_ms[PH_DROPPING],
-         (unsigned long long)q.phase_gap_ms[PH_DROPPED], (unsigned long long)q.phase_gap_ms[PH_ADDING],
+         (unsigned long long)q.phase_gap_ms[PH_BEFORE],
+         (unsigned long long)q.phase_gap_ms[PH_DROPPING],
+         (unsigned long long)q.phase_gap_ms[PH_DROPPED],
+         (unsigned long long)q.phase_gap_ms[PH_ADDING],
          (unsigned long long)q.phase_gap_ms[PH_ADDED]);
   printf("live move at size: drop of %lld locations answered in %llu ms, add in %llu ms; %llu "
          "match answers (%llu during the drop, %llu errors), longest gap between answers %llu "
          "ms (bound %d), from %llu ms after the start, phase %d; the drop asked at %llu ms\n",
          f->p_rows, (unsigned long long)drop_ms, (unsigned long long)add_ms,
          (unsigned long long)q.answers, (unsigned long long)q.during_drop,
-         (unsigned long long)q.errors, (unsigned long long)q.max_gap_ms, GAP_BOUND_MS, (unsigned long long)q.gap_at, q.gap_phase,
-         (unsigned long long)(drop_t0 - q.t0));
+         (unsigned long long)q.errors, (unsigned long long)q.max_gap_ms, GAP_BOUND_MS,
+         (unsigned long long)q.gap_at, q.gap_phase, (unsigned long long)(drop_t0 - q.t0));
   /* The advisor's own account of its loop's longest steps. */
   FILE *lf = fopen(f->log, "r");
   char line[1024];
@@ -416,8 +418,8 @@ static void kill_during_a_drop_all_or_nothing(void **state) {
    * the flush, then the transaction, then the index's slices). */
   static const unsigned kill_ms[] = {300, 1200, 1700, 2200, 2600};
   char sql[512], subj[KVP_SUBJECT_MAX];
-  size_t n = (size_t)snprintf(sql, sizeof sql,
-                              "SELECT COUNT(*) FROM block_locations WHERE worker IN (");
+  size_t n =
+      (size_t)snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM block_locations WHERE worker IN (");
   make_db(f);
   for (int i = 0; i < NW / 2; i++)
     n += (size_t)snprintf(sql + n, sizeof sql - n, "%s'%s'", i ? "," : "", f->workers[i]);
@@ -429,9 +431,9 @@ static void kill_during_a_drop_all_or_nothing(void **state) {
   int seen_all = 0, seen_none = 0;
   for (size_t k = 0; k < sizeof kill_ms / sizeof kill_ms[0] && !seen_none; k++) {
     /* The drop asked and not waited for; the advisor killed in it. */
-    assert_int_equal(natsConnection_PublishRequestString(f->nc, subj, "_INBOX.move.kill",
-                                                         "{\"drop\": [1]}"),
-                     NATS_OK);
+    assert_int_equal(
+        natsConnection_PublishRequestString(f->nc, subj, "_INBOX.move.kill", "{\"drop\": [1]}"),
+        NATS_OK);
     natsConnection_Flush(f->nc);
     usleep((useconds_t)kill_ms[k] * 1000);
     adv_kill(f);
