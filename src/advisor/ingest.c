@@ -517,9 +517,8 @@ size_t kvp__adv_ingest_workers_up(const kvp__adv_ingest_t *ing) {
   return n;
 }
 
-size_t kvp__adv_ingest_forget_marked(kvp__adv_ingest_t *ing,
-                                     int (*keep)(void *ctx, const char *worker), void *ctx,
-                                     uint8_t *marks, size_t nmarks) {
+size_t kvp__adv_ingest_forget(kvp__adv_ingest_t *ing, int (*keep)(void *ctx, const char *worker),
+                              void *ctx, uint8_t *marks, size_t nmarks) {
   size_t n = 0, nix = kvp__index_worker_count(ing->ix);
   /* Every index worker, the ones without ingest state too (the tiering
    * engine's advisor workers, whose locations came from its moves). */
@@ -540,9 +539,4 @@ size_t kvp__adv_ingest_forget_marked(kvp__adv_ingest_t *ing,
     }
   }
   return n;
-}
-
-size_t kvp__adv_ingest_forget(kvp__adv_ingest_t *ing, int (*keep)(void *ctx, const char *worker),
-                              void *ctx) {
-  return kvp__adv_ingest_forget_marked(ing, keep, ctx, NULL, 0);
 }

@@ -288,8 +288,7 @@ static void finish(kvp__adv_move_t *m) {
       kvp_log_warn("advisor: rebalance: the rows of partition %" PRIu32 " were not dropped "
                    "(%s); they go at the next start",
                    p, kvp_strerror(m->drop_rc[i]));
-    size_t forgot =
-        kvp__adv_ingest_forget_marked(adv->ing, keep_not_in, &g, m->marks, sizeof m->marks);
+    size_t forgot = kvp__adv_ingest_forget(adv->ing, keep_not_in, &g, m->marks, sizeof m->marks);
     kvp__adv_consumer_remove(adv->consumer, slot);
     kvp__adv_wb_slot_moved(&adv->wb, slot, ps->n, 0, 0);
     memmove(&ps->p[slot], &ps->p[slot + 1], (size_t)(ps->n - slot - 1) * sizeof *ps->p);
