@@ -15,7 +15,9 @@
  *   - kill -9 at points over a drop (until one lands after its
  *     transaction): the database holds P's rows all or none (and P's
  *     position with them), and the advisor restarted on it answers from
- *     exactly what the database holds.
+ *     exactly what the database holds;
+ *   - SIGTERM during a drop: the advisor stops cleanly once the move is
+ *     done (exit 0), P's rows all or none.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -471,10 +473,55 @@ static void kill_during_a_drop_all_or_nothing(void **state) {
   assert_int_equal(count_sql(f->db, sql), 0);
 }
 
+/* SIGTERM during a drop: the stop waits for the move (or undoes it, when
+ * it had not begun), the advisor exits 0, P's rows all or none. */
+static void stop_during_a_drop_waits_for_it(void **state) {
+  fx_t *f = *state;
+  char sql[512], subj[KVP_SUBJECT_MAX];
+  size_t n =
+      (size_t)snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM block_locations WHERE worker IN (");
+  make_db(f);
+  for (int i = 0; i < NW / 2; i++)
+    n += (size_t)snprintf(sql + n, sizeof sql - n, "%s'%s'", i ? "," : "", f->workers[i]);
+  snprintf(sql + n, sizeof sql - n, ")");
+  assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, NAME), 0);
+  adv_start(f);
+  wait_answering(f);
+
+  uint64_t t0 = now_ms();
+  assert_int_equal(
+      natsConnection_PublishRequestString(f->nc, subj, "_INBOX.move.term", "{\"drop\": [1]}"),
+      NATS_OK);
+  natsConnection_Flush(f->nc);
+  usleep(700000);
+  kill(f->pid, SIGTERM);
+  int st = 0;
+  pid_t w;
+  while ((w = waitpid(f->pid, &st, WNOHANG)) == 0 && now_ms() - t0 < 60000)
+    usleep(20000);
+  if (w != f->pid)
+    fail_msg("the advisor did not stop within 60 s of SIGTERM during a drop");
+  f->pid = 0;
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  long long left = count_sql(f->db, sql);
+  printf("SIGTERM 700 ms into a drop: stopped after %llu ms, %lld of P's %lld locations left\n",
+         (unsigned long long)(now_ms() - t0), left, f->p_rows);
+  if (left != 0 && left != f->p_rows)
+    fail_msg("half-dropped: %lld of P's %lld locations in the database", left, f->p_rows);
+  adv_start(f);
+  wait_answering(f);
+  answer_t a;
+  assert_int_equal(ask_match(f->nc, f, 5000, &a), 0);
+  assert_int_equal(a.orow, CHAIN);
+  assert_int_equal(a.prow, left ? CHAIN : 0);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(queries_answered_during_a_live_move, setup, teardown),
       cmocka_unit_test_setup_teardown(kill_during_a_drop_all_or_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(stop_during_a_drop_waits_for_it, setup, teardown),
   };
   int rc = kvp_test_run("scale_move", tests, sizeof tests / sizeof tests[0], argc, argv);
   free(g_fx);
