@@ -47,7 +47,7 @@
 #define NS "m"
 #define NAME "mover"
 /* The longest gap between two match answers allowed during the move: it
- * was the drop's whole time (2.2 s) with the drop on the loop thread, 18-25
+ * was the drop's whole time (2.2-2.8 s) with the drop on the loop thread, 18-25
  * ms off it (RelWithDebInfo, a shared 2-core machine). Under the
  * sanitizers, which check memory and races, not time, three times the
  * bound (test_advisor_fresh.c does the same); the gap must stay under
