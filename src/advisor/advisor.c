@@ -139,7 +139,8 @@ void kvp__adv_drain(kvp_advisor_t *adv) {
 static void close_handles(kvp_advisor_t *adv) {
   uv_handle_t *hs[] = {(uv_handle_t *)&adv->wake,       (uv_handle_t *)&adv->flush_timer,
                        (uv_handle_t *)&adv->tick_timer, (uv_handle_t *)&adv->sig_term,
-                       (uv_handle_t *)&adv->sig_int,    (uv_handle_t *)&adv->sig_hup};
+                       (uv_handle_t *)&adv->sig_int,    (uv_handle_t *)&adv->sig_hup,
+                       (uv_handle_t *)&adv->move_timer};
   for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
     if (hs[i]->data != NULL && !uv_is_closing(hs[i]))
       uv_close(hs[i], NULL);
@@ -211,6 +212,12 @@ static void shutdown_loop(kvp_advisor_t *adv) {
   adv->http = NULL;
   kvp__adv_query_stop(adv->query);
   kvp__adv_inbox_close_wake(&adv->inbox);
+  if (adv->move != NULL)
+    return; /* a live move uses the inputs and the store: it calls on when it ends */
+  kvp__adv_shutdown_inputs(adv);
+}
+
+void kvp__adv_shutdown_inputs(kvp_advisor_t *adv) {
   kvp__adv_consumer_stop(adv->consumer);
   kvp__adv_drain(adv);
   if (adv->tier != NULL) {
@@ -242,7 +249,8 @@ static void on_wake(uv_async_t *h) {
 static void on_flush_timer(uv_timer_t *h) {
   kvp_advisor_t *adv = h->data;
   kvp__adv_parts_poll(adv); /* a rebalance waiting for an idle moment */
-  if (!adv->stopped)
+  /* A live move uses the store until it ends (rebalance_move.c). */
+  if (!adv->stopped && adv->move == NULL)
     kvp__adv_wb_start(&adv->wb, adv->applied_seq);
   kvp__adv_publish_metrics(adv);
 }
@@ -284,6 +292,9 @@ static int init_loop(kvp_advisor_t *adv, char *err, size_t errlen) {
   if ((r = uv_timer_init(&adv->loop, &adv->tick_timer)) != 0)
     goto fail;
   adv->tick_timer.data = adv;
+  if ((r = uv_timer_init(&adv->loop, &adv->move_timer)) != 0)
+    goto fail;
+  adv->move_timer.data = adv;
   if (adv->cfg.handle_signals) {
     uv_signal_t *sigs[] = {&adv->sig_term, &adv->sig_int, &adv->sig_hup};
     int nums[] = {SIGTERM, SIGINT, SIGHUP};

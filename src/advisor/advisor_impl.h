@@ -23,6 +23,7 @@
 #include "advisor/routerhttp.h"
 #include "advisor/partset.h"
 #include "advisor/query.h"
+#include "advisor/rebalance.h"
 #include "advisor/writebehind.h"
 #include "index/index.h"
 #include "kvplane/wire.h"
@@ -52,6 +53,7 @@ struct kvp_advisor_s {
   int loop_ready;
   uv_async_t wake;
   uv_timer_t flush_timer, tick_timer;
+  uv_timer_t move_timer; /* a live move's slices of index work (rebalance_move.c) */
   uv_signal_t sig_term, sig_int, sig_hup;
 
   atomic_int stopping;
@@ -67,6 +69,12 @@ struct kvp_advisor_s {
   uint64_t history_ms; /* when tier occupancy was last sampled */
   char db_id[KVP__STORE_DB_ID_LEN + 1];
   natsMsg *parts_req; /* a live rebalance request waiting for idle (rebalance.c) */
+  /* A live move of partitions under way (rebalance_move.c), NULL when
+   * none: no flush starts, no other request is taken, a stop waits for it;
+   * leaving marks the slots being dropped, which no reply lists as owned
+   * or answered for any more. */
+  struct kvp__adv_move_s *move;
+  uint8_t leaving[KVP__ADV_MAX_OWNED];
   /* Partitions added live that the tiering engine takes once they caught
    * up (rebalance.c): before, their locations in G3/G4 are not all known,
    * and a scrub would take their objects for orphans. */
@@ -96,6 +104,31 @@ void kvp__adv_tier_soon(kvp_advisor_t *adv, uint32_t p);
  * (NULL without leases). */
 json_t *kvp__adv_leases_json(kvp_advisor_t *adv);
 void kvp__adv_parts_poll(kvp_advisor_t *adv);
+/* rebalance.c: the reply to a partitions request (msg not taken): the
+ * state, with err when rc is not 0. */
+void kvp__adv_parts_reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *err);
+/* rebalance.c: p is not to be tiered here (drop, untier); its lease is
+ * released once the engine stopped tiering it. The engine idle. */
+void kvp__adv_tier_not_soon(kvp_advisor_t *adv, uint32_t p);
+/* rebalance.c: a request's tier and untier (the engine idle); 0 or an
+ * error with err. */
+int kvp__adv_apply_tiering(kvp_advisor_t *adv, const kvp__adv_parts_req_t *r, char *err,
+                           size_t errlen);
+
+/* rebalance_move.c: starts moving the partitions r adds and drops
+ * (checked: the result owns 1..64), on the loop thread with the
+ * write-behind and the tiering engine idle; msg (taken on 0) is answered
+ * when the move ends. Returns 0, KVP_ENOENT (nothing to add or drop:
+ * nothing taken) or KVP_ENOMEM. move_poll finishes a move whose slow
+ * steps are done once the tiering engine is idle (from the flush timer). */
+typedef struct kvp__adv_move_s kvp__adv_move_t;
+int kvp__adv_move_start(kvp_advisor_t *adv, natsMsg *msg, const kvp__adv_parts_req_t *r);
+void kvp__adv_move_poll(kvp_advisor_t *adv);
+
+/* advisor.c: the rest of a stop once no move is under way (the inputs
+ * stop, the last flush, the handles close); a move that ends during a
+ * stop calls it. */
+void kvp__adv_shutdown_inputs(kvp_advisor_t *adv);
 int kvp__adv_parts_view(kvp_advisor_t *adv, uint32_t *owned, uint64_t *pos, uint32_t *catching,
                         uint64_t *behind, int *ncatching);
 

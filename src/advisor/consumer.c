@@ -334,7 +334,7 @@ int kvp__adv_consumer_resume(kvp__adv_consumer_t *c, char *err, size_t errlen) {
   return 0;
 }
 
-void kvp__adv_consumer_remove(kvp__adv_consumer_t *c, int slot) {
+void kvp__adv_consumer_retire(kvp__adv_consumer_t *c, int slot) {
   kvp__adv_fetch_t *f = &c->fetch[slot];
   jsErrCode jerr = 0;
   natsSubscription_Unsubscribe(f->sub);
@@ -347,24 +347,22 @@ void kvp__adv_consumer_remove(kvp__adv_consumer_t *c, int slot) {
     kvp_log_warn("advisor: consumer %s on %s not deleted (%s); it is replaced if the partition "
                  "comes back",
                  f->name, f->stream, natsStatus_GetText(s));
+}
+
+void kvp__adv_consumer_remove(kvp__adv_consumer_t *c, int slot) {
+  kvp__adv_fetch_t *f = &c->fetch[slot];
+  natsSubscription_Destroy(f->sub); /* NULL once retired */
   memmove(&c->fetch[slot], &c->fetch[slot + 1], (size_t)(c->nfetch - slot - 1) * sizeof *f);
   c->nfetch--;
   memset(&c->fetch[c->nfetch], 0, sizeof *f);
 }
 
-int kvp__adv_consumer_insert(kvp__adv_consumer_t *c, int slot, uint32_t count, uint32_t p,
-                             uint64_t resume_after, const char *db_id, char *err, size_t errlen) {
+int kvp__adv_consumer_make(kvp__adv_consumer_t *c, uint32_t count, uint32_t p,
+                           uint64_t resume_after, const char *db_id, kvp__adv_fetch_t *f, char *err,
+                           size_t errlen) {
   char filter[KVP_SUBJECT_MAX], subject[KVP_SUBJECT_MAX];
-  if (c->nfetch == KVP__ADV_MAX_OWNED) {
-    snprintf(err, errlen, "more than %d partitions", KVP__ADV_MAX_OWNED);
-    return KVP_EINVAL;
-  }
-  memmove(&c->fetch[slot + 1], &c->fetch[slot], (size_t)(c->nfetch - slot) * sizeof c->fetch[0]);
-  c->nfetch++;
-  kvp__adv_fetch_t *f = &c->fetch[slot];
   memset(f, 0, sizeof *f);
   f->c = c;
-  f->slot = slot;
   atomic_init(&f->caught, 0);
   atomic_init(&f->caught_seq, 0);
   atomic_init(&f->pending, 1);
@@ -376,11 +374,25 @@ int kvp__adv_consumer_insert(kvp__adv_consumer_t *c, int slot, uint32_t count, u
     snprintf(err, errlen, "[advisor] namespace: '%s' makes no subject", c->cfg->ns);
   if (rc != 0) {
     natsSubscription_Destroy(f->sub);
-    memmove(&c->fetch[slot], &c->fetch[slot + 1], (size_t)(c->nfetch - slot - 1) * sizeof *f);
-    c->nfetch--;
-    memset(&c->fetch[c->nfetch], 0, sizeof *f);
+    f->sub = NULL;
   }
   return rc;
+}
+
+int kvp__adv_consumer_insert(kvp__adv_consumer_t *c, int slot, kvp__adv_fetch_t *made, char *err,
+                             size_t errlen) {
+  if (c->nfetch == KVP__ADV_MAX_OWNED) {
+    snprintf(err, errlen, "more than %d partitions", KVP__ADV_MAX_OWNED);
+    natsSubscription_Destroy(made->sub);
+    made->sub = NULL;
+    return KVP_EINVAL;
+  }
+  memmove(&c->fetch[slot + 1], &c->fetch[slot], (size_t)(c->nfetch - slot) * sizeof c->fetch[0]);
+  c->nfetch++;
+  memcpy(&c->fetch[slot], made, sizeof *made);
+  c->fetch[slot].slot = slot;
+  made->sub = NULL;
+  return 0;
 }
 
 int kvp__adv_consumer_slot_ready(kvp__adv_consumer_t *c, int slot, uint64_t pos, uint64_t *behind) {

@@ -106,24 +106,34 @@ void kvp__adv_consumer_close(kvp__adv_consumer_t *c);
  * still pending. Loop thread. */
 int kvp__adv_consumer_caught_up(kvp__adv_consumer_t *c, const uint64_t *pos, uint64_t *behind);
 
-/* Live rebalancing (advisor/rebalance.c), loop thread. pause ends every
- * fetch thread (joined; a fetch in flight finishes first, up to its 500 ms
+/* Live rebalancing (advisor/rebalance_move.c). pause ends every fetch
+ * thread (joined; a fetch in flight finishes first, up to its 500 ms
  * wait) and keeps the consumers; nothing new reaches the inbox after it.
- * resume starts them again, each with its (new) slot. While paused:
- * remove drops slot's input (its subscription, and its durable consumer
- * on the server), the slots after it moving down one; insert makes the
- * input of partition p (of count) at slot, the ones from slot moving up,
- * its durable consumer resuming after resume_after (0: the stream's
- * start), its thread started by resume. insert returns 0, or
- * KVP_EINVAL, KVP_ECONFIG, KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err (the
- * slots then as before). slot_ready: 1 once slot's input caught up with
- * its stream as it stood when the consumer was made and pos (its applied
- * position) reached it; *behind (may be NULL) the messages it waits for. */
+ * resume starts them again, each with its (new) slot. While paused, and
+ * with the slots not moving: retire stops slot's input (its subscription,
+ * and its durable consumer on the server: JetStream API calls that may
+ * wait up to the request timeout), make prepares the input of partition p
+ * (of count) in f, outside the slots, its durable consumer resuming after
+ * resume_after (0: the stream's start). Both may run on any one thread
+ * while the loop thread goes on reading the slots (slot_ready,
+ * caught_up). Then on the loop thread: remove drops a retired slot, the
+ * slots after it moving down one; insert places a made input at slot, the
+ * ones from slot moving up (its thread started by resume; f gives up its
+ * subscription). make and insert return 0, or KVP_EINVAL, KVP_ECONFIG,
+ * KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err (nothing left made, the slots
+ * as before). slot_ready (loop thread): 1 once slot's input caught up
+ * with its stream as it stood when the consumer was made and pos (its
+ * applied position) reached it; *behind (may be NULL) the messages it
+ * waits for. */
 void kvp__adv_consumer_pause(kvp__adv_consumer_t *c);
 int kvp__adv_consumer_resume(kvp__adv_consumer_t *c, char *err, size_t errlen);
+void kvp__adv_consumer_retire(kvp__adv_consumer_t *c, int slot);
+int kvp__adv_consumer_make(kvp__adv_consumer_t *c, uint32_t count, uint32_t p,
+                           uint64_t resume_after, const char *db_id, kvp__adv_fetch_t *f, char *err,
+                           size_t errlen);
 void kvp__adv_consumer_remove(kvp__adv_consumer_t *c, int slot);
-int kvp__adv_consumer_insert(kvp__adv_consumer_t *c, int slot, uint32_t count, uint32_t p,
-                             uint64_t resume_after, const char *db_id, char *err, size_t errlen);
+int kvp__adv_consumer_insert(kvp__adv_consumer_t *c, int slot, kvp__adv_fetch_t *f, char *err,
+                             size_t errlen);
 int kvp__adv_consumer_slot_ready(kvp__adv_consumer_t *c, int slot, uint64_t pos, uint64_t *behind);
 
 /* Publishes a resync request to the worker (no reply expected); a failed

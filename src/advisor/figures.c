@@ -26,6 +26,8 @@ static void parts_figures(kvp_advisor_t *adv, kvp__adv_metrics_snap_t *sp) {
     nt = KVP__ADV_MAX_OWNED;
   sp->part_count = adv->parts.count;
   for (int i = 0; i < adv->parts.n && sp->nparts < KVP__ADV_MAX_OWNED; i++) {
+    if (adv->leaving[i])
+      continue; /* being dropped (rebalance_move.c): not owned any more */
     kvp__adv_part_fig_t *f = &sp->parts[sp->nparts++];
     f->p = adv->parts.p[i];
     f->pos = adv->applied_pos[i];

@@ -548,7 +548,7 @@ size_t kvp__adv_ingest_workers_up(const kvp__adv_ingest_t *ing) {
 }
 
 size_t kvp__adv_ingest_forget(kvp__adv_ingest_t *ing, int (*keep)(void *ctx, const char *worker),
-                              void *ctx) {
+                              void *ctx, uint8_t *marks, size_t nmarks) {
   size_t n = 0, nix = kvp__index_worker_count(ing->ix);
   /* Every index worker, the ones without ingest state too (the tiering
    * engine's advisor workers, whose locations came from its moves). */
@@ -556,7 +556,10 @@ size_t kvp__adv_ingest_forget(kvp__adv_ingest_t *ing, int (*keep)(void *ctx, con
     const char *name = kvp__index_worker_name(ing->ix, (uint16_t)i, NULL);
     if (name == NULL || keep(ctx, name))
       continue;
-    kvp__index_drop(ing->ix, (uint16_t)i, ALL_MASK);
+    if (marks != NULL && i < nmarks)
+      marks[i] = 1;
+    else
+      kvp__index_drop(ing->ix, (uint16_t)i, ALL_MASK);
     wstate_t *w = i < ing->nw ? &ing->w[i] : NULL;
     if (w != NULL && w->present) {
       for (int t = 0; t <= KVP_TIER_MAX; t++)

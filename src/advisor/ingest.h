@@ -92,11 +92,14 @@ typedef struct kvp__adv_worker_state_s {
 } kvp__adv_worker_state_t;
 
 /* Live rebalancing: every worker for which keep(ctx, name) returns 0
- * leaves the index (all its locations, as changes the next flush writes)
- * and the ingest's state. Returns the number of workers with state that
- * were forgotten. */
+ * leaves the ingest's state and the index. Its index id is marked in
+ * marks (ids below nmarks) for the caller to drop its locations in slices
+ * (kvp__index_drop_some, every tier); an id past nmarks, or every one
+ * with marks NULL, has its locations dropped at once (as changes the next
+ * flush writes). Returns the number of workers with state that were
+ * forgotten. */
 size_t kvp__adv_ingest_forget(kvp__adv_ingest_t *ing, int (*keep)(void *ctx, const char *worker),
-                              void *ctx);
+                              void *ctx, uint8_t *marks, size_t nmarks);
 
 /* Creates an ingest over ix (borrowed; must outlive it). Returns 0 or
  * KVP_ENOMEM. */

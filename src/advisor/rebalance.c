@@ -27,21 +27,31 @@
  * configuration stays the start-up truth: change [partitions] owned there
  * too, or the next start goes back to it.
  *
- * Both run on the loop thread once the write-behind and the tiering
- * engine are idle (a request waits for that, kvp__adv_parts_poll), with
- * the fetch threads paused and the inbox drained:
- *   - drop p: what was applied is flushed (acked), then in one transaction
- *     the rows of p's workers, the blocks no one else holds and p's
- *     position leave the database; the workers leave the index and the
- *     ingest; the engine stops tiering p (its objects are left to the next
- *     owner); p's durable consumer is deleted;
- *   - add p: p's consumer is made after the database's position for p (0:
- *     the stream's start, the case after a drop); until it caught up with
+ * A request is taken on the loop thread once the write-behind and the
+ * tiering engine are idle (kvp__adv_parts_poll). Its tier and untier
+ * alone are applied at once. Adds and drops are a move
+ * (rebalance_move.c, whose header has the steps and which threads take
+ * them), with the loop answering queries all along; what a query sees:
+ *   - drop p: from the request's start p is not in "owned" (nor "ready"
+ *     nor "catching_up") in any reply, match, stats or partitions, so a
+ *     gathering client takes p from another advisor or reports it
+ *     missing, and the merge ignores p's rows still in this index (never
+ *     a half-dropped p as whole), and the tiering engine stops tiering p
+ *     (its objects are left to the next owner). What was applied is
+ *     flushed (acked); then in one transaction the rows of p's workers,
+ *     the blocks no one else holds and p's position leave the database
+ *     (a kill -9 leaves them all or none); p's durable consumer is
+ *     deleted; the workers leave the index (in slices) and the ingest.
+ *   - add p: p is in no reply until the move ends; then p's consumer,
+ *     made after the database's position for p (0: the stream's start,
+ *     the case after a drop), is in place, and until it caught up with
  *     the stream as it stood then, replies list p under "catching_up" and
  *     not under "owned", so a gathering client takes p from another
  *     advisor or reports it missing, never an incomplete answer as whole;
  *     the tiering engine takes it then too (before, a scrub would find
- *     its objects in G4 without the locations the stream still brings). */
+ *     its objects in G4 without the locations the stream still brings).
+ * The reply to the request goes when the move is done; a second request
+ * meanwhile is answered "busy". */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -54,15 +64,6 @@
 #include "common/log.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
-
-typedef struct gone_s {
-  uint32_t p, count;
-} gone_t;
-
-static int keep_not_in(void *ctx, const char *worker) {
-  const gone_t *g = ctx;
-  return strcmp(worker, "_advisor") == 0 || kvp_partition_of(worker, g->count) != g->p;
-}
 
 /* Reads a list of partitions (absent: none) into out. */
 static int read_list(json_t *doc, const char *key, uint32_t count, uint32_t *out, int *n, char *err,
@@ -105,69 +106,11 @@ void kvp__adv_tier_soon(kvp_advisor_t *adv, uint32_t p) {
 
 /* p is not to be tiered here (untier, drop): its lease is released, once
  * the engine stopped tiering p (the callers' next step, the engine idle). */
-static void tier_not_soon(kvp_advisor_t *adv, uint32_t p) {
+void kvp__adv_tier_not_soon(kvp_advisor_t *adv, uint32_t p) {
   for (int k = 0; k < adv->ntier_wait; k++)
     if (adv->tier_wait[k] == p)
       adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
   kvp__adv_lease_want(adv->lease, p, 0);
-}
-
-static void drop_one(kvp_advisor_t *adv, int slot) {
-  kvp__adv_partset_t *ps = &adv->parts;
-  uint32_t p = ps->p[slot];
-  gone_t g = {p, ps->count};
-  size_t dropped = 0;
-  char err[256];
-  int rc;
-
-  if ((rc = kvp__store_drop_workers(adv->store, keep_not_in, &g, &p, 1, &dropped)) != 0)
-    kvp_log_warn("advisor: rebalance: the rows of partition %" PRIu32 " were not dropped (%s); "
-                 "they go at the next start",
-                 p, kvp_strerror(rc));
-  size_t forgot = kvp__adv_ingest_forget(adv->ing, keep_not_in, &g);
-  tier_not_soon(adv, p); /* added and dropped before it caught up */
-  if (adv->tier != NULL && (rc = kvp__tier_engine_partition(adv->tier, p, 0, err, sizeof err)))
-    kvp_log_warn("advisor: rebalance: %s", err);
-  kvp__adv_consumer_remove(adv->consumer, slot);
-  kvp__adv_wb_slot_moved(&adv->wb, slot, ps->n, 0, 0);
-  memmove(&ps->p[slot], &ps->p[slot + 1], (size_t)(ps->n - slot - 1) * sizeof *ps->p);
-  memmove(&adv->applied_pos[slot], &adv->applied_pos[slot + 1],
-          (size_t)(ps->n - slot - 1) * sizeof *adv->applied_pos);
-  ps->n--;
-  kvp_log_info("advisor: rebalance: partition %" PRIu32 " dropped (%zu workers' rows, %zu in "
-               "the index)",
-               p, dropped, forgot);
-}
-
-static int add_one(kvp_advisor_t *adv, uint32_t p, char *err, size_t errlen) {
-  kvp__adv_partset_t *ps = &adv->parts;
-  uint64_t pos = 0;
-  int slot = 0, rc;
-
-  while (slot < ps->n && ps->p[slot] < p)
-    slot++;
-  if ((rc = kvp__store_position(adv->store, p, &pos)) != 0) {
-    snprintf(err, errlen, "partition %" PRIu32 ": its position cannot be read", p);
-    return rc;
-  }
-  if ((rc = kvp__adv_consumer_insert(adv->consumer, slot, ps->count, p, pos, adv->db_id, err,
-                                     errlen)) != 0)
-    return rc;
-  kvp__adv_wb_slot_moved(&adv->wb, slot, ps->n, 1, pos);
-  memmove(&ps->p[slot + 1], &ps->p[slot], (size_t)(ps->n - slot) * sizeof *ps->p);
-  memmove(&adv->applied_pos[slot + 1], &adv->applied_pos[slot],
-          (size_t)(ps->n - slot) * sizeof *adv->applied_pos);
-  ps->p[slot] = p;
-  adv->applied_pos[slot] = pos;
-  ps->n++;
-  /* Tiered once caught up (kvp__adv_parts_poll), when this advisor
-   * tiers every partition it owns. */
-  if (adv->tier != NULL && adv->tier_all)
-    tier_soon(adv, p);
-  kvp_log_info("advisor: rebalance: partition %" PRIu32 " added, consumed after stream sequence "
-               "%" PRIu64,
-               p, pos);
-  return 0;
 }
 
 /* 0, or KVP_EINVAL with err when a partition is in both a (na) and b (nb)
@@ -221,8 +164,6 @@ int kvp__adv_parts_parse(const void *data, size_t len, uint32_t count, kvp__adv_
   return rc;
 }
 
-/* Applies the request; returns 0 or an error with err (nothing changed
- * when the request itself is wrong). */
 /* Whether p is among the n partitions of l. */
 static int in(const uint32_t *l, int n, uint32_t p) {
   for (int i = 0; i < n; i++)
@@ -234,11 +175,11 @@ static int in(const uint32_t *l, int n, uint32_t p) {
 /* The request's tier and untier, once its adds and drops are done:
  * untier stops at once (the engine is idle here), tier starts now when p
  * is caught up, else once it is. */
-static int apply_tiering(kvp_advisor_t *adv, const kvp__adv_parts_req_t *r, char *err,
-                         size_t errlen) {
+int kvp__adv_apply_tiering(kvp_advisor_t *adv, const kvp__adv_parts_req_t *r, char *err,
+                           size_t errlen) {
   int rc;
   for (int i = 0; i < r->nuntier; i++) {
-    tier_not_soon(adv, r->untier[i]);
+    kvp__adv_tier_not_soon(adv, r->untier[i]);
     uint32_t t[KVP_PARTITIONS_MAX];
     size_t nt = kvp__tier_engine_tiered(adv->tier, t, KVP_PARTITIONS_MAX);
     /* Also one waiting for its lease (its kept source deletes go). */
@@ -253,17 +194,22 @@ static int apply_tiering(kvp_advisor_t *adv, const kvp__adv_parts_req_t *r, char
   return 0;
 }
 
-static int apply_request(kvp_advisor_t *adv, const char *data, size_t len, char *err,
-                         size_t errlen) {
+/* Applies the request: its tier and untier at once when it moves
+ * nothing, else starts the move (rebalance_move.c), which replies when
+ * done (*taken set). Returns 0 or an error with err (nothing changed when
+ * the request itself is wrong). */
+static int apply_request(kvp_advisor_t *adv, natsMsg *msg, int *taken, char *err, size_t errlen) {
   kvp__adv_partset_t *ps = &adv->parts;
   kvp__adv_parts_req_t r;
   int rc;
 
+  *taken = 0;
   if (ps->count == 0) {
     snprintf(err, errlen, "this advisor is not partitioned");
     return KVP_EINVAL;
   }
-  if ((rc = kvp__adv_parts_parse(data, len, ps->count, &r, err, errlen)) != 0)
+  if ((rc = kvp__adv_parts_parse(natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg),
+                                 ps->count, &r, err, errlen)) != 0)
     return rc;
   int n = ps->n;
   for (int i = 0; i < r.nadd; i++)
@@ -285,40 +231,17 @@ static int apply_request(kvp_advisor_t *adv, const char *data, size_t len, char 
                r.tier[i]);
       return KVP_EINVAL;
     }
-  if (r.nadd == 0 && r.ndrop == 0)
-    return apply_tiering(adv, &r, err, errlen);
-
-  /* Quiet: no fetch thread pushes, everything pushed is applied and
-   * committed (acked), so the slots can move. */
-  kvp__adv_consumer_pause(adv->consumer);
-  kvp__adv_drain(adv);
-  if ((rc = kvp__adv_wb_sync(&adv->wb, adv->applied_seq)) != 0) {
-    snprintf(err, errlen, "the flush before the change failed: %s", kvp_strerror(rc));
-  } else {
-    for (int i = 0; i < r.ndrop; i++) {
-      int slot = kvp__adv_partset_slot(ps, r.drop[i]);
-      if (slot >= 0)
-        drop_one(adv, slot);
-    }
-    for (int i = 0; i < r.nadd && rc == 0; i++)
-      if (kvp__adv_partset_slot(ps, r.add[i]) < 0)
-        rc = add_one(adv, r.add[i], err, errlen);
-    if (rc == 0 && adv->tier != NULL)
-      rc = apply_tiering(adv, &r, err, errlen);
+  rc = kvp__adv_move_start(adv, msg, &r);
+  if (rc == 0) {
+    *taken = 1;
+    return 0;
   }
-  adv->applied_seq = 0;
-  for (int i = 0; i < ps->n; i++)
-    adv->applied_seq += adv->applied_pos[i];
-  char rerr[256];
-  int rrc = kvp__adv_consumer_resume(adv->consumer, rerr, sizeof rerr);
-  if (rrc != 0) {
-    kvp_log_error("advisor: rebalance: the fetch threads do not start again: %s", rerr);
-    if (rc == 0) {
-      snprintf(err, errlen, "%s", rerr);
-      rc = rrc;
-    }
+  if (rc != KVP_ENOENT) {
+    snprintf(err, errlen, "the move cannot start: %s", kvp_strerror(rc));
+    return rc;
   }
-  return rc;
+  /* Nothing to add or drop. */
+  return adv->tier != NULL ? kvp__adv_apply_tiering(adv, &r, err, errlen) : 0;
 }
 
 int kvp__adv_parts_view(kvp_advisor_t *adv, uint32_t *owned, uint64_t *pos, uint32_t *catching,
@@ -327,6 +250,8 @@ int kvp__adv_parts_view(kvp_advisor_t *adv, uint32_t *owned, uint64_t *pos, uint
   *ncatching = 0;
   for (int i = 0; i < adv->parts.n; i++) {
     uint64_t b = 0;
+    if (adv->leaving[i])
+      continue; /* being dropped (rebalance_move.c): answered for no more */
     if (adv->parts.count == 0 ||
         kvp__adv_consumer_slot_ready(adv->consumer, i, adv->applied_pos[i], &b)) {
       owned[n] = adv->parts.p[i];
@@ -339,7 +264,7 @@ int kvp__adv_parts_view(kvp_advisor_t *adv, uint32_t *owned, uint64_t *pos, uint
   return n;
 }
 
-static void reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *err) {
+void kvp__adv_parts_reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *err) {
   uint32_t owned[KVP__ADV_MAX_OWNED], catching[KVP__ADV_MAX_OWNED];
   uint64_t pos[KVP__ADV_MAX_OWNED], behind[KVP__ADV_MAX_OWNED];
   char name[128];
@@ -348,7 +273,8 @@ static void reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *err) {
 
   kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
   for (int i = 0; i < adv->parts.n; i++)
-    json_array_append_new(all, json_integer(adv->parts.p[i]));
+    if (!adv->leaving[i])
+      json_array_append_new(all, json_integer(adv->parts.p[i]));
   for (int i = 0; i < n; i++)
     json_array_append_new(ready, json_integer(owned[i]));
   for (int i = 0; i < nc; i++)
@@ -382,8 +308,9 @@ static void reply(kvp_advisor_t *adv, natsMsg *msg, int rc, const char *err) {
 }
 
 void kvp__adv_parts_request(kvp_advisor_t *adv, natsMsg *msg) {
-  if (adv->parts_req != NULL) {
-    reply(adv, msg, KVP_EBUSY, "another rebalance request is being applied; ask again");
+  if (adv->parts_req != NULL || adv->move != NULL) {
+    kvp__adv_parts_reply(adv, msg, KVP_EBUSY,
+                         "another rebalance request is being applied; ask again");
     natsMsg_Destroy(msg);
     return;
   }
@@ -477,6 +404,11 @@ static void follow_namespace_lease(kvp_advisor_t *adv) {
 void kvp__adv_parts_poll(kvp_advisor_t *adv) {
   char err[512] = "";
   natsMsg *msg = adv->parts_req;
+  if (adv->move != NULL) {
+    kvp__adv_move_poll(adv); /* finished once the engine is idle */
+    if (adv->move != NULL)
+      return;
+  }
   if (adv->lease != NULL && adv->parts.count == 0 && adv->tier != NULL && !adv->stopped)
     follow_namespace_lease(adv);
   if (adv->lease != NULL && adv->parts.count > 0 && !adv->stopped && adv->tier != NULL &&
@@ -489,10 +421,11 @@ void kvp__adv_parts_poll(kvp_advisor_t *adv) {
       (adv->tier != NULL && kvp__tier_engine_busy(adv->tier)))
     return; /* the next flush tick looks again */
   adv->parts_req = NULL;
-  int rc =
-      apply_request(adv, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg), err, sizeof err);
+  int taken = 0, rc = apply_request(adv, msg, &taken, err, sizeof err);
+  if (taken)
+    return; /* the move replies when done */
   if (rc != 0)
     kvp_log_warn("advisor: rebalance request refused or failed: %s", err);
-  reply(adv, msg, rc, err);
+  kvp__adv_parts_reply(adv, msg, rc, err);
   natsMsg_Destroy(msg);
 }

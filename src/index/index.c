@@ -426,6 +426,28 @@ size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask) {
   return dropped;
 }
 
+int kvp__index_drop_some(kvp__index_t *ix, const uint8_t *workers, size_t nworkers,
+                         unsigned tier_mask, size_t *next, size_t max_records, size_t *dropped) {
+  size_t n = *next ? *next : 1, end = n + max_records;
+  for (; n < ix->nnodes && n < end; n++) {
+    if (!(ix->meta[n].flags & NODE_LIVE))
+      continue;
+    size_t cnt, before = *dropped;
+    (void)kvp__index_locs(ix, (uint32_t)n, &cnt);
+    for (size_t i = cnt; i-- > 0;) {
+      uint32_t l = kvp__index_locs(ix, (uint32_t)n, &cnt)[i];
+      if (LOC_WORKER(l) < nworkers && workers[LOC_WORKER(l)] && (tier_mask & (1u << LOC_TIER(l)))) {
+        kvp__index_loc_remove(ix, (uint32_t)n, i);
+        (*dropped)++;
+      }
+    }
+    if (*dropped != before)
+      kvp__index_settle_node(ix, (uint32_t)n);
+  }
+  *next = n;
+  return n >= ix->nnodes;
+}
+
 void kvp__index_prefetch(const kvp__index_t *ix, const uint64_t *hashes, size_t n) {
   /* Two passes so the slot loads of the first overlap, then the record
    * loads of the second: the apply loop that follows finds them in cache. */

@@ -117,6 +117,14 @@ int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, 
 /* Drops every location of worker in the tiers of tier_mask (bit t for tier
  * t). Returns the number of locations dropped. */
 size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask);
+/* kvp__index_drop of several workers (workers[w] != 0, for w < nworkers)
+ * in slices, so a caller on a loop can answer between them: goes over at
+ * most max_records records from *next (0 at the first call), advances
+ * *next and adds the locations dropped to *dropped. Returns 1 once past
+ * the last record (done), else 0. The records may change between calls:
+ * a location of those workers added in a part already gone over stays. */
+int kvp__index_drop_some(kvp__index_t *ix, const uint8_t *workers, size_t nworkers,
+                         unsigned tier_mask, size_t *next, size_t max_records, size_t *dropped);
 
 /* Hints that hashes are about to be stored, removed or accessed: issues
  * the memory loads of their map slots and nodes in parallel. */

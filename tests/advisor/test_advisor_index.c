@@ -223,6 +223,38 @@ static void drop_removes_worker_tiers_only(void **state) {
   kvp__index_destroy(ix);
 }
 
+/* drop_some in slices of 7 records drops what kvp__index_drop drops for
+ * the marked workers (two of three), the third's locations left whole. */
+static void drop_some_in_slices_drops_the_marked_workers(void **state) {
+  (void)state;
+  kvp__index_t *ix = mk();
+  uint16_t a = wid(ix, "a"), b = wid(ix, "b"), c = wid(ix, "c");
+  uint64_t h[100];
+  for (int i = 0; i < 100; i++)
+    h[i] = 1000 + (uint64_t)i;
+  store_chain(ix, h, 100, a, KVP_TIER_G1);
+  store_chain(ix, h, 60, b, KVP_TIER_G2);
+  store_chain(ix, h + 40, 60, c, KVP_TIER_G1);
+  uint8_t marks[8] = {0};
+  marks[a] = marks[b] = 1;
+  size_t next = 0, dropped = 0;
+  int slices = 0;
+  while (!kvp__index_drop_some(ix, marks, sizeof marks, 0xffu, &next, 7, &dropped))
+    slices++;
+  assert_true(slices >= 100 / 7);
+  assert_int_equal(dropped, 160);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
+  assert_int_equal(st.blocks, 60); /* c's */
+  kvp__index_match_t m[8];
+  size_t n = 0;
+  assert_int_equal(kvp__index_match(ix, h + 40, 60, m, 8, &n), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(len_of(m, n, c, KVP_TIER_G1), 60);
+  assert_int_equal(kvp__index_drop(ix, a, 0x1e) + kvp__index_drop(ix, b, 0x1e), 0);
+  kvp__index_destroy(ix);
+}
+
 static void changes_list_each_block_once(void **state) {
   (void)state;
   kvp__index_t *ix = mk();
@@ -666,6 +698,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(lru_orders_by_last_touch),
     cmocka_unit_test(hit_frequency_decays_with_half_life),
     cmocka_unit_test(drop_removes_worker_tiers_only),
+    cmocka_unit_test(drop_some_in_slices_drops_the_marked_workers),
     cmocka_unit_test(changes_list_each_block_once),
     cmocka_unit_test(rejects_bad_tier_and_names),
     cmocka_unit_test(memory_per_location_is_bounded),

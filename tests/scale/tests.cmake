@@ -14,3 +14,6 @@ kvp_add_test(scale_tools scale/test_scale_tools.c LABELS scale nats TIMEOUT 180)
 # Tiering across partitions: two advisors, one shared G4, one nats-server.
 kvp_add_test(scale_tier scale/test_scale_tier.c LABELS scale nats tier TIMEOUT 120)
 target_compile_definitions(test_scale_tier PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+# A live partition move at size (1.25M locations): queries answered all
+# along the drop and the add; kill -9 in the middle of a drop.
+kvp_add_test(scale_move scale/test_scale_move.c LABELS scale nats rebalance TIMEOUT 300)
