@@ -85,6 +85,22 @@ static void errors_name_file_line_key(void **state) {
                "mode: 'carrier-pigeon' is not one of core jetstream");
   expect_error("[index]\ndecay = 2\n", "decay: '2' is not a number");
   expect_error("[nats]\nthis line is not ini\n", ":2:");
+  /* Past libinih's 200-byte line: a key line is an error naming its line;
+   * a comment is cut and the keys after it still load. */
+  char text[2048], note[600];
+  memset(note, 'x', sizeof note - 1);
+  note[sizeof note - 1] = '\0';
+  snprintf(text, sizeof text, "[nats]\nurl = %.300s\n", note);
+  expect_error(text, ":2: the line is longer than");
+  snprintf(text, sizeof text, "# %s\n[nats]\n; %s\nurl = nats://h:1\n[batch]\nmax_events = 7\n",
+           note, note);
+  conf_t c;
+  char err[512] = "";
+  assert_int_equal(load(text, &c, err, sizeof err), 0);
+  assert_string_equal(c.url, "nats://h:1");
+  assert_int_equal(c.batch, 7);
+  snprintf(text, sizeof text, "[batch]\nmax_events = 7\nmax_events = 8x\n");
+  expect_error(text, ":3: [batch] max_events");
 }
 
 static void missing_file_is_eio(void **state) {

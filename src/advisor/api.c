@@ -236,6 +236,8 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
                   (json_int_t)x->headroom_bytes, "headroom_locations",
                   (json_int_t)x->headroom_locations, "evicted_locations", (json_int_t)x->evicted,
                   "evictions", (json_int_t)x->evict_rounds, "load_ms", (json_int_t)x->load_ms));
+  if (o == NULL || x->tier == NULL)
+    json_decref(x->leases); /* not placed below: the reply took nothing */
   if (o != NULL && x->tier != NULL) {
     json_t *vols = json_array();
     for (size_t i = 0; vols && i < x->ntier_vols; i++) {
@@ -298,7 +300,7 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
       json_object_set_new(jt, "partitions", tp);
     }
     if (x->leases != NULL) {
-      json_object_set_new(jt, "leases", x->leases);
+      json_object_set_new(jt, "leases", x->leases); /* takes it, or frees it */
       json_object_set_new(jt, "leases_held", json_integer((json_int_t)x->leases_held));
     }
     json_object_set_new(jt, "quarantined", json_integer((json_int_t)t->quarantined));

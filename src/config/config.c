@@ -225,15 +225,35 @@ static void note_key(struct load_ctx *c, const char *section, const char *name, 
 
 /* Debian's libinih is built without INI_HANDLER_LINENO, so the handler does
  * not get line numbers; this reader counts them instead. */
+/* libinih hands a buffer of its INI_MAX_LINE (200) bytes: a longer line
+ * came back in pieces, the rest read as lines of their own (a long help
+ * comment of --print-config's output as an unknown key). A longer comment
+ * is cut (its rest skipped); a longer key line is an error naming it. */
 static char *read_line(char *str, int num, void *stream) {
   struct load_ctx *c = stream;
   char *r = fgets(str, num, c->f);
+  size_t len;
+  int ch;
 
-  if (r != NULL) {
-    if (c->at_start)
-      c->lineno++;
-    c->at_start = strchr(r, '\n') != NULL;
+  if (r == NULL)
+    return NULL;
+  if (c->at_start)
+    c->lineno++;
+  len = strlen(r);
+  c->at_start = 1;
+  if (len == 0 || r[len - 1] == '\n' || (ch = fgetc(c->f)) == EOF || ch == '\n')
+    return r; /* whole (what follows a full buffer was its newline or the end) */
+  while (ch != EOF && ch != '\n')
+    ch = fgetc(c->f);
+  const char *p = r + strspn(r, " \t");
+  if (*p == '#' || *p == ';')
+    return r;
+  if (!c->failed) {
+    snprintf(c->err, c->errlen, "%s:%d: the line is longer than %d bytes (a key line must fit)",
+             c->path, c->lineno, num - 2);
+    c->failed = 1;
   }
+  r[0] = '\0';
   return r;
 }
 

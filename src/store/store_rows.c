@@ -52,7 +52,6 @@ typedef struct loader_s {
   kvp__store_t *st;
   kvp__index_t *ix;
   sqlite3_stmt *b, *l; /* blocks, locations: both in signed hash order */
-  int lrow;            /* l is on a row */
   name_cache_t workers[NAME_CACHE], volumes[NAME_CACHE];
   uint64_t done, total;
 } loader_t;
@@ -62,60 +61,6 @@ typedef struct loader_s {
 static void progress(loader_t *ld) {
   if (ld->st->progress && (++ld->done & 0xffff) == 0)
     ld->st->progress(ld->st->progress_ctx, ld->done, ld->total);
-}
-
-/* Loads the location row l is on (the block is loaded when it has a row). */
-static int load_loc_row(loader_t *ld) {
-  sqlite3_stmt *s = ld->l;
-  kvp__index_loc_t loc;
-  uint64_t h = (uint64_t)sqlite3_column_int64(s, 0);
-  int rc;
-  if (cached_id(ld->ix, ld->workers, (const char *)sqlite3_column_text(s, 1),
-                (uint32_t)sqlite3_column_int64(s, 2), 0, &loc.worker) != 0 ||
-      cached_id(ld->ix, ld->volumes, (const char *)sqlite3_column_text(s, 4), 0, 1, &loc.volume) !=
-          0) {
-    kvp_log_warn("advisor: location of block %016llx skipped: bad worker or volume",
-                 (unsigned long long)h);
-    return 0;
-  }
-  loc.tier = (uint8_t)sqlite3_column_int(s, 3);
-  rc = kvp__index_load_loc(ld->ix, h, &loc);
-  return rc == KVP_ENOMEM ? rc : 0;
-}
-
-/* One pass over both tables, side by side in hash order: a block's
- * locations are added while its record is still in cache. */
-static int load_blocks(loader_t *ld) {
-  int rc = 0, r, lr;
-  lr = sqlite3_step(ld->l);
-  while ((r = sqlite3_step(ld->b)) == SQLITE_ROW) {
-    sqlite3_stmt *s = ld->b;
-    kvp__index_block_t b;
-    b.hash = (uint64_t)sqlite3_column_int64(s, 0);
-    b.parent =
-        sqlite3_column_type(s, 1) == SQLITE_NULL ? b.hash : (uint64_t)sqlite3_column_int64(s, 1);
-    b.tokens = (uint32_t)sqlite3_column_int64(s, 2);
-    b.bytes = (uint64_t)sqlite3_column_int64(s, 3);
-    b.last_access_ms = (uint64_t)sqlite3_column_int64(s, 4);
-    b.hits = (uint32_t)sqlite3_column_int64(s, 5);
-    b.freq = sqlite3_column_double(s, 6);
-    progress(ld);
-    if ((rc = kvp__index_load_block(ld->ix, &b)) != 0)
-      return rc;
-    /* Locations up to this block's hash (those before it have no block:
-     * they are skipped, as kvp__index_load_loc says). */
-    while (lr == SQLITE_ROW && sqlite3_column_int64(ld->l, 0) <= (sqlite3_int64)b.hash) {
-      if ((rc = load_loc_row(ld)) != 0)
-        return rc;
-      lr = sqlite3_step(ld->l);
-    }
-  }
-  if (r != SQLITE_DONE)
-    return KVP_EDB;
-  for (; lr == SQLITE_ROW; lr = sqlite3_step(ld->l))
-    if ((rc = load_loc_row(ld)) != 0)
-      return rc;
-  return lr == SQLITE_DONE ? 0 : KVP_EDB;
 }
 
 static int64_t count_rows(sqlite3 *db, const char *sql) {
@@ -133,7 +78,8 @@ static int64_t count_rows(sqlite3 *db, const char *sql) {
  * s, the index's inserts 2.7 s of it),
  * so a reader thread steps them, over a read-only connection of its own in
  * one read transaction, and hands the rows over in batches; this thread
- * inserts them in the order the serial load would (load_blocks). */
+ * inserts them (step_rows, insert_batch). Without the thread (no file to
+ * open again, no thread) the same two run here, a batch at a time. */
 
 enum { REC_BLOCK = 1, REC_LOC = 2 };
 #define BATCH_RECS 4096
@@ -239,55 +185,66 @@ static void read_loc(sqlite3_stmt *s, batch_t *b) {
   r->voff = copy_name(b, sqlite3_column_text(s, 4));
 }
 
-static void *reader_main(void *arg) {
-  pipe_t *p = arg;
-  batch_t *b = pipe_take(p, 0);
-  int r, lr, rc = 0;
-  if (b == NULL)
-    return NULL;
-  lr = sqlite3_step(p->l);
-  while ((r = sqlite3_step(p->b)) == SQLITE_ROW) {
-    sqlite3_stmt *s = p->b;
-    if (batch_full(b)) {
-      pipe_put(p, &p->full_head, b);
-      if ((b = pipe_take(p, 0)) == NULL)
-        return NULL;
-    }
+/* Where a full batch goes (the pipe to the inserting thread, or the
+ * index at once); returns the batch to fill next, or NULL to stop. */
+typedef batch_t *(*hand_fn)(void *ctx, batch_t *full);
+
+/* One pass over both tables, side by side in hash order: a block, then
+ * its locations (and those before it, which have no block: skipped by
+ * kvp__index_load_loc), so they are added while its record is still in
+ * cache. Hands each full batch over; returns the last one, not handed,
+ * with *rc 0 or KVP_EDB, or NULL when hand said stop. */
+static batch_t *step_rows(sqlite3_stmt *bs, sqlite3_stmt *ls, batch_t *b, hand_fn hand, void *ctx,
+                          int *rc) {
+  int r, lr = sqlite3_step(ls);
+#define ROOM()                                                                                     \
+  do {                                                                                             \
+    if (batch_full(b) && (b = hand(ctx, b)) == NULL)                                               \
+      return NULL;                                                                                 \
+  } while (0)
+  *rc = 0;
+  while ((r = sqlite3_step(bs)) == SQLITE_ROW) {
+    ROOM();
     rec_t *x = &b->r[b->n++];
     x->kind = REC_BLOCK;
-    x->hash = (uint64_t)sqlite3_column_int64(s, 0);
+    x->hash = (uint64_t)sqlite3_column_int64(bs, 0);
     x->parent =
-        sqlite3_column_type(s, 1) == SQLITE_NULL ? x->hash : (uint64_t)sqlite3_column_int64(s, 1);
-    x->tokens = (uint32_t)sqlite3_column_int64(s, 2);
-    x->bytes = (uint64_t)sqlite3_column_int64(s, 3);
-    x->last_access = (uint64_t)sqlite3_column_int64(s, 4);
-    x->hits = (uint32_t)sqlite3_column_int64(s, 5);
-    x->freq = sqlite3_column_double(s, 6);
-    /* Its locations (and those before it, which have no block: skipped by
-     * kvp__index_load_loc), as load_blocks takes them. */
+        sqlite3_column_type(bs, 1) == SQLITE_NULL ? x->hash : (uint64_t)sqlite3_column_int64(bs, 1);
+    x->tokens = (uint32_t)sqlite3_column_int64(bs, 2);
+    x->bytes = (uint64_t)sqlite3_column_int64(bs, 3);
+    x->last_access = (uint64_t)sqlite3_column_int64(bs, 4);
+    x->hits = (uint32_t)sqlite3_column_int64(bs, 5);
+    x->freq = sqlite3_column_double(bs, 6);
     sqlite3_int64 bh = (sqlite3_int64)x->hash;
-    while (lr == SQLITE_ROW && sqlite3_column_int64(p->l, 0) <= bh) {
-      if (batch_full(b)) {
-        pipe_put(p, &p->full_head, b);
-        if ((b = pipe_take(p, 0)) == NULL)
-          return NULL;
-      }
-      read_loc(p->l, b);
-      lr = sqlite3_step(p->l);
+    for (; lr == SQLITE_ROW && sqlite3_column_int64(ls, 0) <= bh; lr = sqlite3_step(ls)) {
+      ROOM();
+      read_loc(ls, b);
     }
   }
   if (r != SQLITE_DONE)
-    rc = KVP_EDB;
-  for (; rc == 0 && lr == SQLITE_ROW; lr = sqlite3_step(p->l)) {
-    if (batch_full(b)) {
-      pipe_put(p, &p->full_head, b);
-      if ((b = pipe_take(p, 0)) == NULL)
-        return NULL;
-    }
-    read_loc(p->l, b);
+    *rc = KVP_EDB;
+  for (; *rc == 0 && lr == SQLITE_ROW; lr = sqlite3_step(ls)) {
+    ROOM();
+    read_loc(ls, b);
   }
-  if (rc == 0 && lr != SQLITE_DONE)
-    rc = KVP_EDB;
+#undef ROOM
+  if (*rc == 0 && lr != SQLITE_DONE)
+    *rc = KVP_EDB;
+  return b;
+}
+
+static batch_t *to_pipe(void *ctx, batch_t *full) {
+  pipe_t *p = ctx;
+  pipe_put(p, &p->full_head, full);
+  return pipe_take(p, 0);
+}
+
+static void *reader_main(void *arg) {
+  pipe_t *p = arg;
+  batch_t *b = pipe_take(p, 0);
+  int rc = 0;
+  if (b == NULL || (b = step_rows(p->b, p->l, b, to_pipe, p, &rc)) == NULL)
+    return NULL; /* stopped */
   if (rc != 0)
     kvp_log_error("advisor: reading the rows of the database failed: %s", sqlite3_errmsg(p->db));
   b->last = 1;
@@ -327,6 +284,37 @@ static int insert_batch(loader_t *ld, const batch_t *b) {
       return rc;
   }
   return 0;
+}
+
+/* The rows without the thread, on st->db: each full batch inserted at
+ * once. */
+typedef struct at_once_s {
+  loader_t *ld;
+  int rc;
+} at_once_t;
+
+static batch_t *to_index(void *ctx, batch_t *full) {
+  at_once_t *a = ctx;
+  if ((a->rc = insert_batch(a->ld, full)) != 0)
+    return NULL;
+  full->n = full->names_len = 0;
+  return full;
+}
+
+static int load_rows_here(loader_t *ld) {
+  batch_t *b = malloc(sizeof *b);
+  at_once_t a = {ld, 0};
+  int rc = KVP_ENOMEM;
+  if (b == NULL)
+    return rc;
+  b->n = b->names_len = 0;
+  batch_t *last = step_rows(ld->b, ld->l, b, to_index, &a, &rc);
+  if (last == NULL)
+    rc = a.rc;
+  else if (rc == 0)
+    rc = insert_batch(ld, last);
+  free(b);
+  return rc;
 }
 
 /* The rows through a reader thread. Returns KVP_ENOENT (nothing done) when
@@ -429,7 +417,7 @@ int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix) {
                          "SELECT hash, worker, dp_rank, tier, volume FROM block_locations"
                          " ORDER BY hash",
                          -1, &ld->l, NULL) == SQLITE_OK)
-    rc = load_blocks(ld);
+    rc = load_rows_here(ld);
   sqlite3_finalize(ld->b);
   sqlite3_finalize(ld->l);
 done:

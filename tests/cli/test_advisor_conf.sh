@@ -71,6 +71,10 @@ path = $tmp/vol"
 "$adv" -c "$tmp/a.conf" --print-config >"$tmp/out" 2>"$tmp/err" || fail "a good volume: --print-config: $(cat "$tmp/err")"
 grep -q "^\[volume g3\]" "$tmp/out" || grep -q "g3" "$tmp/out" || fail "--print-config does not show the volume"
 [ ! -e "$tmp/vol" ] || fail "--print-config made the volume's directory $tmp/vol"
+# What --print-config prints reads back as it is (its help comments run
+# past libinih's 200-byte line).
+"$adv" -c "$tmp/out" --print-config >"$tmp/out2" 2>"$tmp/err" || fail "--print-config's output does not read back: $(cat "$tmp/err")"
+cmp -s "$tmp/out" "$tmp/out2" || fail "--print-config's output read back prints differently"
 # The units etc/kvplane-advisor.conf names: 7d, 10TiB.
 printf '[store]\npath = %s/a.db\nhistory_keep = 7d\n[volume g4]\ntier = 4\nplugin = posix\ncapacity = 10TiB\npath = %s/vol4\n' \
   "$tmp" "$tmp" >"$tmp/units.conf"

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +64,23 @@ int kvp_test_free_port(void) {
     port = ntohs(sa.sin_port);
   close(fd);
   return port;
+}
+
+pid_t kvp_test_spawn_child(char *const argv[], const char *log_path) {
+  pid_t parent = getpid(), pid = fork();
+  if (pid == 0) {
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) /* the parent died before the line above */
+      _exit(1);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  return pid;
 }
 
 int kvp_test_http_get(int port, const char *path, char *buf, size_t len) {

@@ -52,6 +52,12 @@ int kvp_test_spawn_wait(char *const argv[], const char *in_path, const char *out
  * running) with a line on stderr naming `who`, the cause and the log. */
 pid_t kvp_test_spawn_server(char *const argv[], const char *log_path, int port, const char *who);
 
+/* Starts argv (argv[0] a path) as a child that dies with this process
+ * (PR_SET_PDEATHSIG), stdout and stderr appended to log_path (mode 0600).
+ * Returns its pid, or -1 when fork failed; an exec that fails shows as the
+ * child's exit status 127. */
+pid_t kvp_test_spawn_child(char *const argv[], const char *log_path);
+
 /* Kills a server of kvp_test_spawn_server (its whole group) and reaps it;
  * pid <= 0 is accepted. */
 void kvp_test_kill_server(pid_t pid);

@@ -6,7 +6,6 @@
  * answers stale. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <nats/nats.h>
 #include <netinet/in.h>
@@ -14,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -133,22 +131,25 @@ static void restart_at_size_answers_only_when_caught_up(void **state) {
   snprintf(servers, sizeof servers, "nats.servers=%s", d.url);
   snprintf(dbo, sizeof dbo, "store.path=%s", db);
   snprintf(metrics, sizeof metrics, "metrics.listen=127.0.0.1:%d", mport);
-  pid_t parent = getpid();
+  char *argv[] = {bin,
+                  "-o",
+                  servers,
+                  "-o",
+                  dbo,
+                  "-o",
+                  metrics,
+                  "-o",
+                  "nats.mode=jetstream",
+                  "-o",
+                  "advisor.namespace=z",
+                  "-o",
+                  "workers.heartbeat_timeout=0",
+                  "-o",
+                  "store.flush_interval=200ms",
+                  NULL};
   uint64_t t0 = now_ms();
-  pid_t pid = fork();
+  pid_t pid = kvp_test_spawn_child(argv, log);
   assert_true(pid >= 0);
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(1);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(bin, bin, "-o", servers, "-o", dbo, "-o", metrics, "-o", "nats.mode=jetstream", "-o",
-          "advisor.namespace=z", "-o", "workers.heartbeat_timeout=0", "-o",
-          "store.flush_interval=200ms", (char *)NULL);
-    _exit(127);
-  }
 
   kvp_nats_opts_t o;
   kvp_nats_opts_init(&o);

@@ -30,10 +30,8 @@
  *     the holder's tiering of that partition.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <sqlite3.h>
@@ -687,12 +685,14 @@ static void new_chains(fx_t *f, int gen) {
   }
 }
 
+/* Moves committed (demotions, promotions) and evictions. */
+#define MOVES_SQL                                                                                  \
+  "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', 'committed', 'evicted')"
+
 /* Waits (30 s at most) until advisor i made at least n moves and the
  * shared G4 equals its database; returns the ms it took. */
 static uint64_t wait_moves(fx_t *f, int i, long long n, listing_t *vol, const char *when) {
-  /* Moves committed (demotions, promotions) and evictions. */
-  const char *moved = "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
-                      "'committed', 'evicted')";
+  const char *moved = MOVES_SQL;
   uint64_t t0 = now_ms(), end = t0 + 30000;
   int same = 0;
   while (now_ms() < end && !same) {
@@ -718,6 +718,30 @@ static void wait_reply(fx_t *f, int i, const char *want, char *reply, size_t len
   }
   if (strstr(reply, want) == NULL)
     fail_msg("advisor %d: no %s in %s", i, want, reply);
+}
+
+static void adv_spawn(fx_t *f, int i, const char *owned, const char *tiered);
+
+/* Advisor 0, the lease holder before advisor 1, starts again as it was
+ * configured (tiering all four partitions; in this process, or as a
+ * process of its own), and advisor 1 tiers three new chains beside it:
+ * advisor 0's journal gets no row. Its partitions reply is left in reply. */
+static void old_holder_restarts_idle(fx_t *f, int as_process, listing_t *vol, char *reply,
+                                     size_t len) {
+  const char *any = "SELECT count(*) FROM migrations";
+  long long before = db_count(f, 0, any), moved1 = db_count(f, 1, MOVES_SQL);
+  if (as_process)
+    adv_spawn(f, 0, "0-3", NULL);
+  else
+    adv_start_as(f, 0, "0-3", NULL);
+  wait_reply(f, 0, "\"ready\":[0,1,2,3]", reply, len);
+  new_chains(f, 3);
+  wait_moves(f, 1, moved1 + 4, vol, "advisor 1 tiers beside the restarted advisor 0");
+  sleep_ms(2000);
+  printf("restarted advisor 0%s: %lld journal rows before, %lld after; advisor 1: %lld moves\n",
+         as_process ? " (a process)" : "", before, db_count(f, 0, any), db_count(f, 1, MOVES_SQL));
+  assert_int_equal(db_count(f, 0, any), before);
+  try_partitions(f, 0, "{}", reply, len);
 }
 
 /* Both advisors own all four partitions and are configured to tier them
@@ -770,20 +794,8 @@ static void tiering_is_exclusive_by_lease(void **state) {
          (unsigned long long)took, vol.n);
 
   /* The old holder starts again, configured as before: no move. */
-  long long before = db_count(f, 0, any),
-            moved1 = db_count(f, 1,
-                              "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
-                              "'committed', 'evicted')");
-  adv_start_as(f, 0, "0-3", NULL);
-  wait_reply(f, 0, "\"ready\":[0,1,2,3]", reply, sizeof reply);
-  new_chains(f, 3);
-  wait_moves(f, 1, moved1 + 4, &vol, "advisor 1 tiers beside the restarted advisor 0");
-  sleep_ms(2000);
-  printf("restarted advisor 0: %lld journal rows before, %lld after; advisor 1: %lld moves\n",
-         before, db_count(f, 0, any), db_count(f, 1, moved));
-  assert_int_equal(db_count(f, 0, any), before);
+  old_holder_restarts_idle(f, 0, &vol, reply, sizeof reply);
   assert_true(g4_is_advisors(f, 1, &vol));
-  ask_partitions(f, 0, "{}", reply, sizeof reply);
   assert_non_null(strstr(reply, "\"tiering\":[]"));
   assert_non_null(strstr(reply, "\"held\":false,\"holder\":\"advisor adv1"));
 }
@@ -798,34 +810,14 @@ static void adv_spawn(fx_t *f, int i, const char *owned, const char *tiered) {
   snprintf(bin, sizeof bin, "%s/tools/kvplane-advisor", getenv("KVP_TEST_BINDIR"));
   snprintf(conf, sizeof conf, "%s/adv%d.conf", dir, i);
   snprintf(log, sizeof log, "%s/adv%d.log", dir, i);
-  /* Without its comments: the help lines are longer than the INI
-   * reader's lines. */
-  char *text = NULL, *line, *save = NULL;
-  size_t tlen = 0;
-  FILE *mem = open_memstream(&text, &tlen), *out = fopen(conf, "w");
-  assert_non_null(mem);
+  FILE *out = fopen(conf, "w");
   assert_non_null(out);
   f->a[i].cfg.log_level = 2;
-  kvp_advisor_config_print(&f->a[i].cfg, mem);
-  fclose(mem);
-  for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-    if (line[0] != '#')
-      fprintf(out, "%s\n", line);
+  kvp_advisor_config_print(&f->a[i].cfg, out);
   fclose(out);
-  free(text);
-  pid_t parent = getpid();
-  pid_t pid = fork();
+  char *argv[] = {bin, "--config", conf, NULL};
+  pid_t pid = kvp_test_spawn_child(argv, log);
   assert_true(pid >= 0);
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(1);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(bin, bin, "--config", conf, (char *)NULL);
-    _exit(127);
-  }
   f->a[i].pid = pid;
 }
 
@@ -878,18 +870,7 @@ static void a_killed_holders_lease_expires(void **state) {
 
   /* The killed one restarted, as it was configured: no move beside
    * advisor 1 (its journal keeps the rows of before the kill). */
-  long long before = db_count(f, 0, any),
-            moved1 = db_count(f, 1,
-                              "SELECT count(*) FROM migrations WHERE state IN ('source_deleted', "
-                              "'committed', 'evicted')");
-  adv_spawn(f, 0, "0-3", NULL);
-  wait_reply(f, 0, "\"ready\":[0,1,2,3]", reply, sizeof reply);
-  new_chains(f, 3);
-  wait_moves(f, 1, moved1 + 4, &vol, "advisor 1 beside the restarted process");
-  sleep_ms(2000);
-  printf("restarted process: %lld journal rows before, %lld after\n", before, db_count(f, 0, any));
-  assert_int_equal(db_count(f, 0, any), before);
-  try_partitions(f, 0, "{}", reply, sizeof reply);
+  old_holder_restarts_idle(f, 1, &vol, reply, sizeof reply);
   assert_non_null(strstr(reply, "\"held\":false,\"holder\":\"advisor adv1"));
 }
 

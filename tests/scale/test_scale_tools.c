@@ -72,20 +72,28 @@ static pid_t adv_spawn(fx_t *f, const char *name, const char *owned) {
   snprintf(log, sizeof log, "%s/%s.log", f->dir, name);
   snprintf(o_owned, sizeof o_owned, "partitions.owned=%s", owned);
   snprintf(cons, sizeof cons, "jetstream.consumer=%s", name);
-  pid_t parent = getpid(), pid = fork();
+  char *argv[] = {bin,
+                  "-o",
+                  servers,
+                  "-o",
+                  db,
+                  "-o",
+                  o_owned,
+                  "-o",
+                  cons,
+                  "-o",
+                  "advisor.namespace=" NS,
+                  "-o",
+                  "nats.mode=jetstream",
+                  "-o",
+                  "partitions.count=4",
+                  "-o",
+                  "workers.heartbeat_timeout=0",
+                  "-o",
+                  "store.flush_interval=50ms",
+                  NULL};
+  pid_t pid = kvp_test_spawn_child(argv, log);
   assert_true(pid >= 0);
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(1);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(bin, bin, "-o", servers, "-o", db, "-o", o_owned, "-o", cons, "-o",
-          "advisor.namespace=" NS, "-o", "nats.mode=jetstream", "-o", "partitions.count=4", "-o",
-          "workers.heartbeat_timeout=0", "-o", "store.flush_interval=50ms", (char *)NULL);
-    _exit(127);
-  }
   return pid;
 }
 
