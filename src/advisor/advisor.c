@@ -91,8 +91,18 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
     break;
   case KVP__IN_TIER: {
     char name[128];
+    char off[512] = "";
     kvp__adv_consumer_name(&adv->cfg, name, sizeof name);
-    kvp__adv_ctl_handle(adv->tier, name, adv->parts.count, data, len, &json);
+    if (adv->tier != NULL && adv->lease != NULL && adv->parts.count == 0 &&
+        !kvp__adv_lease_held(adv->lease, 0)) {
+      /* Unpartitioned, the namespace's lease held elsewhere: a standby. */
+      char who[160];
+      kvp__adv_lease_wanted(adv->lease, 0, who, sizeof who);
+      snprintf(off, sizeof off, "another advisor tiers namespace %s: %s holds its tiering lease",
+               adv->cfg.ns, who[0] ? who : "nobody yet; this one waits to catch up or for it");
+    }
+    kvp__adv_ctl_handle(off[0] ? NULL : adv->tier, off[0] ? off : NULL, name, adv->parts.count,
+                        data, len, &json);
     if (json != NULL)
       answer(adv, it->msg, json);
     break;
@@ -419,8 +429,8 @@ static int untier_unlisted(kvp_advisor_t *adv, char *err, size_t errlen) {
   for (int i = 0; rc == 0 && !adv->tier_all && i < adv->parts.n; i++)
     if (kvp__adv_partset_slot(&tiered, adv->parts.p[i]) < 0)
       rc = kvp__tier_engine_partition(adv->tier, adv->parts.p[i], 0, err, errlen);
-  if (rc != 0 || adv->lease == NULL)
-    return rc;
+  if (rc != 0 || adv->lease == NULL || adv->parts.count == 0)
+    return rc; /* unpartitioned, the engine's gate waits (open_leases) */
   /* With leases, none is tiered before its lease is held here (and it
    * caught up): each waits in tier_wait, its lease wanted. */
   for (int i = 0; rc == 0 && i < tiered.n; i++)
@@ -431,25 +441,31 @@ static int untier_unlisted(kvp_advisor_t *adv, char *err, size_t errlen) {
   return rc;
 }
 
-/* Partitioned with tiering: the tiering leases (lease.h). Otherwise a
- * warning: nothing but the configuration keeps two advisors from tiering
- * the same volumes' objects. */
+/* With tiering in JetStream mode: the tiering leases (lease.h), one per
+ * partition, or one for the namespace when not partitioned (wanted once
+ * caught up, kvp__adv_check_ready; the engine's rounds wait for it). In
+ * core NATS mode a warning: nothing but the configuration keeps two
+ * advisors from tiering the same volumes' objects. */
 static int open_leases(kvp_advisor_t *adv, char *err, size_t errlen) {
   const kvp_advisor_config_t *cfg = &adv->cfg;
   char name[128];
+  int rc;
   if (!cfg->tiering)
     return 0;
-  if (adv->parts.count == 0) {
-    kvp_log_warn("tiering: %s: no tiering lease; that one advisor tiers namespace %s's objects "
-                 "in these volumes is by configuration only (docs/SCALE.md)",
-                 cfg->mode == KVP_ADVISOR_JETSTREAM ? "not partitioned"
-                                                    : "core NATS mode has no key-value store",
+  if (cfg->mode != KVP_ADVISOR_JETSTREAM) {
+    kvp_log_warn("tiering: core NATS mode has no key-value store, so no tiering lease: that one "
+                 "advisor tiers namespace %s's objects in these volumes is by configuration only "
+                 "(docs/SCALE.md)",
                  cfg->ns);
     return 0;
   }
   kvp__adv_consumer_name(cfg, name, sizeof name);
-  return kvp__adv_lease_open(cfg, adv->consumer->nc, adv->parts.count, name, &adv->lease, err,
-                             errlen);
+  if ((rc = kvp__adv_lease_open(cfg, adv->consumer->nc, adv->parts.count, name, &adv->lease, err,
+                                errlen)) != 0)
+    return rc;
+  if (adv->parts.count == 0)
+    kvp__tier_engine_set_gate(adv->tier, kvp__adv_lease_gate, adv->lease);
+  return 0;
 }
 
 int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char *err,
@@ -501,7 +517,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   topts.partitions = adv->parts.count;
   topts.owned = adv->parts.p;
   topts.nowned = adv->parts.count ? (size_t)adv->parts.n : 0;
-  topts.leased = adv->parts.count > 0; /* tiering leases (open_leases) */
+  topts.leased = cfg->mode == KVP_ADVISOR_JETSTREAM; /* tiering leases (open_leases) */
   if (cfg->tiering &&
       (rc = kvp__tier_engine_open(&topts, &adv->loop, adv->ix, &adv->tier, err, errlen)) != 0)
     goto fail;

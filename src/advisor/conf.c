@@ -111,9 +111,10 @@ static const kvp_conf_key_t keys[] = {
      "over when the holder is gone",
      NULL},
     {"tiering", "lease_ms", KVP_CONF_DURATION, OFF(tier_lease_ms), 500, 600000, NULL,
-     "partitioned: TTL of a partition's tiering lease (JetStream key-value bucket "
-     "kvplane-leases-<namespace>); only the advisor holding it tiers the partition, others "
-     "configured to tier it wait and take it over when it expires. Renewed every third of it; "
+     "JetStream mode: TTL of a partition's tiering lease (unpartitioned: the namespace's one "
+     "lease) in the key-value bucket kvplane-leases-<namespace>; only the advisor holding it "
+     "tiers the partition (the namespace), others configured to tier it wait and take it over "
+     "when it is released or expires. Renewed every third of it; "
      "a holder starts no move once 2/3 of it passed without a renewal, so the longest move must "
      "take less than a third of it. The same on every advisor of a namespace",
      NULL},

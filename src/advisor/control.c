@@ -166,8 +166,8 @@ static json_t *tiered(const kvp__tier_engine_t *e, uint32_t count) {
   return json_pack("{s:I, s:o, s:o}", "count", (json_int_t)count, "owned", owned, "positions", pos);
 }
 
-void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *advisor, uint32_t partitions,
-                         const void *data, size_t len, char **reply) {
+void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *off, const char *advisor,
+                         uint32_t partitions, const void *data, size_t len, char **reply) {
   kvp__adv_ctl_t c;
   kvp__tier_stats_t st;
   char err[512] = "";
@@ -176,7 +176,8 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *advisor, uint32_t pa
   int rc;
 
   if ((rc = kvp__adv_ctl_parse(data, len, &c, err, sizeof err)) == 0 && e == NULL) {
-    snprintf(err, sizeof err, "tiering is off on this advisor ([tiering] enabled = false)");
+    snprintf(err, sizeof err, "tiering is off on this advisor (%s)",
+             off ? off : "[tiering] enabled = false");
     rc = KVP_ENOTSUP;
   }
   if (rc == 0) {

@@ -31,12 +31,13 @@ typedef struct kvp__adv_ctl_s {
  * KVP_ENOMEM with err saying what is wrong; c->hashes is then NULL. */
 int kvp__adv_ctl_parse(const void *data, size_t len, kvp__adv_ctl_t *c, char *err, size_t errlen);
 
-/* Parses and carries out a request on e (NULL: tiering is off), and sets
- * *reply to the JSON reply (malloc'd; NULL only when out of memory).
- * advisor: this advisor's name, put in the reply; partitions: the
- * deployment's count (0: not partitioned), when the reply lists the
- * partitions e tiers for a gathering client (kvp_client_tier_all). */
-void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *advisor, uint32_t partitions,
-                         const void *data, size_t len, char **reply);
+/* Parses and carries out a request on e (NULL: tiering is off, because of
+ * off, or "[tiering] enabled = false" when off is NULL), and sets *reply
+ * to the JSON reply (malloc'd; NULL only when out of memory). advisor:
+ * this advisor's name, put in the reply; partitions: the deployment's
+ * count (0: not partitioned), when the reply lists the partitions e tiers
+ * for a gathering client (kvp_client_tier_all). */
+void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *off, const char *advisor,
+                         uint32_t partitions, const void *data, size_t len, char **reply);
 
 #endif

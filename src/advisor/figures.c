@@ -79,7 +79,8 @@ void kvp__adv_publish_metrics(kvp_advisor_t *adv) {
     sp->leases = adv->lease != NULL;
     sp->leases_held = kvp__adv_lease_count(adv->lease);
     sp->leases_wait = 0;
-    for (uint32_t p = 0; adv->lease != NULL && p < adv->parts.count; p++)
+    /* Unpartitioned: the namespace's one lease, as partition 0. */
+    for (uint32_t p = 0; adv->lease != NULL && p < (adv->parts.count ? adv->parts.count : 1); p++)
       sp->leases_wait +=
           kvp__adv_lease_wanted(adv->lease, p, NULL, 0) && !kvp__adv_lease_held(adv->lease, p);
     sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP__TIER_MAX_VOLUMES);
@@ -177,6 +178,8 @@ int kvp__adv_check_ready(kvp_advisor_t *adv) {
   if (kvp__adv_consumer_caught_up(adv->consumer, adv->applied_pos, &behind)) {
     adv->ready = 1;
     adv->ready_ms = kvp__unix_ms() - adv->start_ms;
+    if (adv->lease != NULL && adv->parts.count == 0)
+      kvp__adv_lease_want(adv->lease, 0, 1); /* the namespace's (open_leases) */
     if (!atomic_load(&adv->stopping))
       kvp__adv_metrics_set_phase(&adv->metrics, KVP__ADV_RUNNING);
     kvp_log_info("advisor: caught up with the streams %llu ms after start: answering queries",

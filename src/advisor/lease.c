@@ -34,6 +34,8 @@ struct kvp__adv_lease_s {
   int vlen;
   uint64_t ttl_ms;
   uint32_t count;
+  int whole;   /* one lease for the namespace (lease.h): key "all" */
+  char ns[80]; /* for the logs */
   slot_t *s;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -74,8 +76,20 @@ int kvp__adv_lease_holder(const void *data, size_t len, char *out, size_t outlen
   return 0;
 }
 
-static void key_of(uint32_t p, char *buf, size_t len) {
-  snprintf(buf, len, "p%" PRIu32, p);
+static void key_of(const kvp__adv_lease_t *l, uint32_t p, char *buf, size_t len) {
+  if (l->whole)
+    snprintf(buf, len, "all");
+  else
+    snprintf(buf, len, "p%" PRIu32, p);
+}
+
+/* What a lease is for, in the logs: "partition P" or "namespace NS". */
+static const char *name_of(const kvp__adv_lease_t *l, uint32_t p, char *buf, size_t len) {
+  if (l->whole)
+    snprintf(buf, len, "namespace %s", l->ns);
+  else
+    snprintf(buf, len, "partition %" PRIu32, p);
+  return buf;
 }
 
 static void set_valid(kvp__adv_lease_t *l, slot_t *s, uint64_t until) {
@@ -109,9 +123,9 @@ static int look(kvp__adv_lease_t *l, slot_t *s, const char *key, int *mine, uint
 enum { SAID_NONE, SAID_HELD, SAID_WAIT, SAID_ERR };
 
 static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
-  char key[16];
+  char key[16], nm[96];
   uint64_t rev = 0;
-  key_of(p, key, sizeof key);
+  key_of(l, p, key, sizeof key);
   natsStatus st = kvStore_Create(&rev, l->kv, key, l->value, l->vlen);
   s->next_ms = now + l->ttl_ms / 3;
   if (st == NATS_OK) {
@@ -121,9 +135,9 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     pthread_mutex_lock(&l->mu);
     s->holder[0] = '\0';
     pthread_mutex_unlock(&l->mu);
-    kvp_log_info("tiering: partition %" PRIu32 ": this advisor holds its tiering lease "
+    kvp_log_info("tiering: %s: this advisor holds its tiering lease "
                  "(bucket %s, revision %" PRIu64 ", TTL %" PRIu64 " ms)",
-                 p, l->bucket, rev, l->ttl_ms);
+                 name_of(l, p, nm, sizeof nm), l->bucket, rev, l->ttl_ms);
     s->said = SAID_HELD;
     return;
   }
@@ -149,9 +163,9 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     snprintf(who, sizeof who, "%s", s->holder);
     pthread_mutex_unlock(&l->mu);
     if (s->said != SAID_WAIT || strcmp(before, who) != 0) { /* once per holder */
-      kvp_log_info("tiering: partition %" PRIu32 " is tiered by %s, which holds its lease: not "
+      kvp_log_info("tiering: %s is tiered by %s, which holds its lease: not "
                    "tiered here; trying again every %" PRIu64 " ms (a standby)",
-                   p, who, l->ttl_ms / 3);
+                   name_of(l, p, nm, sizeof nm), who, l->ttl_ms / 3);
     }
     s->said = SAID_WAIT;
     return;
@@ -159,23 +173,23 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
   if (there == 0)
     s->next_ms = now + 50; /* gone between the two calls (expired): at once */
   if (s->said != SAID_ERR)
-    kvp_log_warn("tiering: partition %" PRIu32 ": its lease cannot be taken (bucket %s: %s): not "
+    kvp_log_warn("tiering: %s: its lease cannot be taken (bucket %s: %s): not "
                  "tiered here until it is",
-                 p, l->bucket, why_copy);
+                 name_of(l, p, nm, sizeof nm), l->bucket, why_copy);
   s->said = SAID_ERR;
 }
 
 static void renew(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
-  char key[16];
+  char key[16], nm[96];
   uint64_t rev = 0;
-  key_of(p, key, sizeof key);
+  key_of(l, p, key, sizeof key);
   natsStatus st = kvStore_Update(&rev, l->kv, key, l->value, l->vlen, s->rev);
   if (st == NATS_OK) {
     s->rev = rev;
     s->next_ms = now + l->ttl_ms / 3;
     set_valid(l, s, now + 2 * l->ttl_ms / 3);
     if (s->said != SAID_HELD)
-      kvp_log_info("tiering: partition %" PRIu32 ": its lease is renewed again", p);
+      kvp_log_info("tiering: %s: its lease is renewed again", name_of(l, p, nm, sizeof nm));
     s->said = SAID_HELD;
     return;
   }
@@ -195,9 +209,9 @@ static void renew(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     s->held = 0;
     set_valid(l, s, 0);
     s->next_ms = there ? now + l->ttl_ms / 3 : now;
-    kvp_log_warn("tiering: partition %" PRIu32 ": this advisor lost its tiering lease (%s): it "
+    kvp_log_warn("tiering: %s: this advisor lost its tiering lease (%s): it "
                  "stops tiering the partition before its next move",
-                 p, there ? "another advisor holds it" : "it expired");
+                 name_of(l, p, nm, sizeof nm), there ? "another advisor holds it" : "it expired");
     s->said = SAID_NONE;
     return;
   }
@@ -206,9 +220,9 @@ static void renew(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
   if (now >= atomic_load(&s->valid_ms)) {
     set_valid(l, s, 0);
     if (s->said != SAID_ERR)
-      kvp_log_warn("tiering: partition %" PRIu32 ": no answer from the lease bucket %s for %" PRIu64
+      kvp_log_warn("tiering: %s: no answer from the lease bucket %s for %" PRIu64
                    " ms: not tiered here until the lease is renewed or taken again",
-                   p, l->bucket, 2 * l->ttl_ms / 3);
+                   name_of(l, p, nm, sizeof nm), l->bucket, 2 * l->ttl_ms / 3);
     s->said = SAID_ERR;
   }
 }
@@ -217,10 +231,10 @@ static void renew(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
  * left: another's, or it expires by itself). Returns -1 when the servers
  * did not answer, else 0. */
 static int release(kvp__adv_lease_t *l, uint32_t p, slot_t *s) {
-  char subj[160], key[16];
+  char subj[160], key[16], nm[96];
   natsMsg *m = NULL;
   jsPubOptions po;
-  key_of(p, key, sizeof key);
+  key_of(l, p, key, sizeof key);
   set_valid(l, s, 0);
   s->held = 0;
   s->said = SAID_NONE;
@@ -235,11 +249,12 @@ static int release(kvp__adv_lease_t *l, uint32_t p, slot_t *s) {
     st = js_PublishMsg(NULL, l->js, m, &po, NULL);
   int ok = st == NATS_OK;
   if (ok)
-    kvp_log_info("tiering: partition %" PRIu32 ": its tiering lease is released", p);
+    kvp_log_info("tiering: %s: its tiering lease is released", name_of(l, p, nm, sizeof nm));
   else
-    kvp_log_info("tiering: partition %" PRIu32 ": its tiering lease was not released (%s): it "
+    kvp_log_info("tiering: %s: its tiering lease was not released (%s): it "
                  "expires by itself",
-                 p, nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "no answer");
+                 name_of(l, p, nm, sizeof nm),
+                 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "no answer");
   natsMsg_Destroy(m);
   return ok || st != NATS_TIMEOUT ? 0 : -1; /* -1: no answer */
 }
@@ -320,12 +335,14 @@ int kvp__adv_lease_open(const kvp_advisor_config_t *cfg, natsConnection *nc, uin
     free(l);
     return KVP_ENOMEM;
   }
-  l->count = count;
+  l->whole = count == 0;
+  l->count = count ? count : 1;
+  snprintf(l->ns, sizeof l->ns, "%s", cfg->ns);
   l->ttl_ms = (uint64_t)cfg->tier_lease_ms;
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   atomic_init(&l->nheld, 0);
-  for (uint32_t p = 0; p < count; p++)
+  for (uint32_t p = 0; p < l->count; p++)
     atomic_init(&l->s[p].valid_ms, 0);
   kvp__adv_lease_bucket(cfg->ns, l->bucket, sizeof l->bucket);
   jsOptions_Init(&jo);
@@ -334,7 +351,7 @@ int kvp__adv_lease_open(const kvp_advisor_config_t *cfg, natsConnection *nc, uin
     goto nats_fail;
   kvConfig_Init(&kc);
   kc.Bucket = l->bucket;
-  kc.Description = "kvplane: which advisor tiers each partition (docs/SCALE.md)";
+  kc.Description = "kvplane: which advisor tiers each partition, or the namespace (docs/SCALE.md)";
   kc.History = 1;
   kc.TTL = (int64_t)l->ttl_ms * 1000000; /* nanoseconds: the stream's max_age */
   kc.StorageType = js_FileStorage;
@@ -372,9 +389,9 @@ int kvp__adv_lease_open(const kvp_advisor_config_t *cfg, natsConnection *nc, uin
     return KVP_ENOMEM;
   }
   l->started = 1;
-  kvp_log_info("tiering: leases in bucket %s (TTL %" PRIu64 " ms): a partition is tiered only by "
-               "the advisor holding its lease",
-               l->bucket, l->ttl_ms);
+  kvp_log_info("tiering: leases in bucket %s (TTL %" PRIu64 " ms): %s is tiered only by the "
+               "advisor holding its lease",
+               l->bucket, l->ttl_ms, l->whole ? "the namespace" : "a partition");
   *out = l;
   return 0;
 nats_fail:

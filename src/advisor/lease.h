@@ -3,7 +3,9 @@
  *
  * A lease is a key p<P> of the JetStream key-value bucket
  * kvplane-leases-<ns> whose max_age is the lease's TTL ([tiering]
- * lease_ms). Its value names the holder (lease_value). An advisor that
+ * lease_ms); an unpartitioned advisor's is one key, "all", for the whole
+ * namespace (its "partition" 0 below), so that of two unpartitioned
+ * advisors tiering the same volumes (a standby pair) one tiers at a time. Its value names the holder (lease_value). An advisor that
  * wants to tier P creates the key (kvStore_Create: only if absent); while
  * another holds it, it waits and tries again every TTL/3, and says once who
  * holds it; once it holds it, it renews it every TTL/3 by an update on the
@@ -37,8 +39,9 @@ typedef struct kvp__adv_lease_s kvp__adv_lease_t;
 void kvp__adv_lease_bucket(const char *ns, char *buf, size_t len);
 
 /* Creates (or binds to) the bucket on nc with TTL cfg->tier_lease_ms and
- * cfg->replicas, and starts the lease thread for partitions 0..count-1 (it
- * holds nothing until wanted). me names this advisor (its consumer). A
+ * cfg->replicas, and starts the lease thread for partitions 0..count-1, or
+ * with count 0 for the namespace as partition 0 (key "all") (it holds
+ * nothing until wanted). me names this advisor (its consumer). A
  * bucket that exists with another TTL is used with its own (a warning says
  * so: every advisor of a namespace must use the same lease_ms). Returns 0,
  * or KVP_ECONN / KVP_ENOMEM with err. */

@@ -208,10 +208,12 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   one(p, "kvplane_scrub_running", "gauge", "1 while a scrub pass runs.", (double)t->scrub_running);
   if (s->leases) {
     one(p, "kvplane_tier_leases_held", "gauge",
-        "Partitions whose tiering lease this advisor holds (it tiers them once caught up).",
+        "Partitions (unpartitioned: 1 for the namespace) whose tiering lease this advisor "
+        "holds (it tiers them once caught up).",
         (double)s->leases_held);
     one(p, "kvplane_tier_leases_waiting", "gauge",
-        "Partitions this advisor would tier whose tiering lease it does not hold.",
+        "Partitions (unpartitioned: 1 for the namespace) this advisor would tier whose "
+        "tiering lease it does not hold.",
         (double)s->leases_wait);
   }
   one(p, "kvplane_scrub_pass_objects", "gauge",

@@ -439,6 +439,14 @@ json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
   if (adv->lease == NULL)
     return NULL;
   json_t *a = json_array();
+  if (adv->parts.count == 0) { /* unpartitioned: the namespace's lease */
+    char who[160];
+    kvp__adv_lease_wanted(adv->lease, 0, who, sizeof who);
+    int held = kvp__adv_lease_held(adv->lease, 0);
+    json_array_append_new(a, json_pack("{s:s, s:b, s:s}", "namespace", adv->cfg.ns, "held", held,
+                                       "holder", held ? "this advisor" : who));
+    return a;
+  }
   for (uint32_t p = 0; p < adv->parts.count; p++) {
     char who[160];
     if (!kvp__adv_lease_wanted(adv->lease, p, who, sizeof who))

@@ -327,6 +327,12 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
 
   if (e->busy)
     return;
+  /* Unpartitioned with a lease (engine.h, the gate): no round at all while
+   * another advisor holds it, so nothing is planned, scrubbed or
+   * compacted here; a partitioned engine waits per partition instead
+   * (kvp__tier_engine_partition, add -1). */
+  if (e->gate != NULL && e->partitions == 0 && !e->gate(e->gate_ctx, 0))
+    return;
   e->st.rounds++;
   e->nops = 0;
   recheck_offline(e);

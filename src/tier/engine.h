@@ -211,12 +211,14 @@ size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, siz
 /* Closes the volumes; the engine must be stopped and idle. NULL is accepted. */
 void kvp__tier_engine_close(kvp__tier_engine_t *e);
 
-/* Partitioned: a gate asked on the job's threads before each op on a
- * partition's objects (moves, evictions, source and orphan deletes), with
- * the partition; 0 skips the op (counted as skipped; a source delete is
- * due again). The advisor's tiering leases (advisor/lease.h): an advisor
- * that lost a partition's lease makes no further move of it even within
- * a running job (a move already copying finishes). fn NULL: no gate. */
+/* A gate asked on the job's threads before each op on a partition's
+ * objects (moves, evictions, source and orphan deletes), with the
+ * partition (unpartitioned: 0, the namespace); 0 skips the op (counted as
+ * skipped; a source delete is due again). The advisor's tiering leases
+ * (advisor/lease.h): an advisor that lost a partition's lease makes no
+ * further move of it even within a running job (a move already copying
+ * finishes). Unpartitioned, the gate is asked at each round's start too,
+ * and a round it refuses does nothing. fn NULL: no gate. */
 typedef int (*kvp__tier_gate_fn)(void *ctx, uint32_t partition);
 void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx);
 

@@ -52,15 +52,18 @@ static void do_io(kvp__tier_engine_t *e, op_t *o, void **a, size_t *acap, void *
     snprintf(o->err, sizeof o->err, "skipped: volume %s is offline", off->name);
     return;
   }
-  /* A partition this advisor may no longer tier (its lease is gone):
-   * not tried, before anything is written. */
-  if (e->gate != NULL && e->partitions > 0 && o->kind != OP_COMPACT &&
-      !e->gate(e->gate_ctx, e->parts[o->part].p)) {
+  /* A partition (unpartitioned: the namespace) this advisor may no longer
+   * tier (its lease is gone): not tried, before anything is written. */
+  if (e->gate != NULL && o->kind != OP_COMPACT &&
+      !e->gate(e->gate_ctx, e->partitions > 0 ? e->parts[o->part].p : 0)) {
     o->rc = KVP_EBUSY;
     o->skipped = 1;
     o->blame = o->from;
-    snprintf(o->err, sizeof o->err, "skipped: partition %u's tiering lease is not held here",
-             (unsigned)e->parts[o->part].p);
+    if (e->partitions > 0)
+      snprintf(o->err, sizeof o->err, "skipped: partition %u's tiering lease is not held here",
+               (unsigned)e->parts[o->part].p);
+    else
+      snprintf(o->err, sizeof o->err, "skipped: the namespace's tiering lease is not held here");
     return;
   }
   o->blame = o->from;

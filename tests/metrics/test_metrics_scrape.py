@@ -2,7 +2,7 @@
 """Scrapes the real kvplane-advisor and kvplane-relay over HTTP with curl and
 parses the exposition with Debian's python3-prometheus-client.
 
-  test_metrics_scrape.py advisor|advisor_tiering|advisor_errors|relay
+  test_metrics_scrape.py advisor|advisor_tiering|advisor_tiering_lease|advisor_errors|relay
 
 advisor:        nats-server (JetStream) on a free port, kvplane-advisor with
                 [metrics] listen on another, kvplane-sim replaying part of the
@@ -13,6 +13,9 @@ advisor:        nats-server (JetStream) on a free port, kvplane-advisor with
 advisor_tiering: the same with [tiering] over a posix G3 volume that the
                 simulated worker fills past its watermark and a G4 volume:
                 demotions, bytes G3 -> G4, volume fill.
+advisor_tiering_lease: two unpartitioned advisors configured to tier the same
+                volumes: only the holder of the namespace's tiering lease moves
+                (the lease gauges say who), the other takes over when it stops.
 advisor_errors: a bad [metrics] listen and a port in use stop the advisor at
                 start with an error naming the key; a port in use is exit 1
                 for the advisor and for the relay's --metrics alike.
@@ -410,8 +413,103 @@ def test_relay(tmp):
         procs.close()
 
 
+def test_advisor_tiering_lease(tmp):
+    """Two unpartitioned advisors (a standby pair: each its own consumer and
+    database) configured to tier the same G3 and G4 volumes, JetStream mode:
+    only the holder of the namespace's tiering lease moves anything (the
+    other's rounds wait: no migration row, its controls answer "tiering":
+    false naming the holder); when the holder stops, the other takes the
+    lease and tiers."""
+    procs = Procs(tmp)
+    try:
+        nport = free_port()
+        start_nats(procs, nport)
+        vols = os.path.join(tmp, "volumes")
+        os.makedirs(os.path.join(vols, "g3"))
+        plugins = os.path.join(BIN, "plugins")
+        extra = ("[tiering]\nenabled = true\nplugin_dir = %s\ninterval = 200ms\ngrace = 0s\n"
+                 "min_residence = 0s\nlease_ms = 1000ms\n" % plugins)
+        for w in ("sim-0", "sim-1"):
+            extra += ("[volume g3-%s]\ntier = 3\nplugin = posix\ncapacity = 128KiB\npath = %s\n"
+                      "fsync = off\n" % (w, os.path.join(vols, "g3", w)))
+        extra += ("[volume g4-shared]\ntier = 4\nplugin = posix\ncapacity = 1GiB\npath = %s\n"
+                  "fsync = off\n" % os.path.join(vols, "g4"))
+        advs, mports, dbs = [], [], []
+        for i in range(2):
+            d = os.path.join(tmp, "a%d" % i)
+            os.makedirs(d)
+            mports.append(free_port())
+            conf = advisor_conf(d, nport, "127.0.0.1:%d" % mports[i],
+                                "[jetstream]\nconsumer = a%d\n" % i + extra)
+            dbs.append(os.path.join(d, "advisor.db"))
+            advs.append(procs.start("advisor%d" % i,
+                                    [os.path.join(BIN, "tools/kvplane-advisor"), "-c", conf]))
+            wait_for("advisor %d /readyz 200" % i,
+                     lambda: curl("http://127.0.0.1:%d/readyz" % mports[i])[0] == 200)
+            if i == 0:
+                wait_for("advisor 0 holds the lease", lambda: value(
+                    scrape(mports[0])[0], "kvplane_tier_leases_held") == 1)
+        f1, _ = scrape(mports[1])
+        assert value(f1, "kvplane_tier_leases_held") == 0
+        assert value(f1, "kvplane_tier_leases_waiting") == 1
+
+        def sim(workers):
+            p = procs.start("sim", [os.path.join(BIN, "tools/kvplane-sim"), "--trace",
+                                    os.path.join(SRC, "data/conversation_trace.jsonl.gz"),
+                                    "--server", "nats://127.0.0.1:%d" % nport, "--mode",
+                                    "jetstream", "--workers", str(workers), "--g1-blocks", "128",
+                                    "--g2-blocks", "256", "--limit", "3000", "--volumes", vols,
+                                    "--plugin-dir", plugins])
+            assert p.wait(timeout=45) == 0, "kvplane-sim failed:\n" + procs.log("sim")
+
+        def moved(i):
+            return value(scrape(mports[i])[0], "kvplane_migrations", result="demoted")
+
+        def rows(i):
+            db = sqlite3.connect(dbs[i])
+            n = db.execute("SELECT count(*) FROM migrations").fetchone()[0]
+            db.close()
+            return n
+
+        sim(1)
+        wait_for("advisor 0 demotes", lambda: moved(0) > 0)
+        time.sleep(2.0)  # two lease periods more
+        assert moved(1) == 0 and rows(1) == 0, (moved(1), rows(1))
+        out = subprocess.run([os.path.join(BIN, "tools", "kvplane"), "pin", "-s",
+                              "nats://127.0.0.1:%d" % nport, "0x1"], capture_output=True,
+                             text=True)
+        assert out.returncode == 0, (out.stdout, out.stderr)
+        pin = json.loads(out.stdout)
+        assert pin["changed"] == 1 and "a1" in json.dumps(pin.get("not_tiering")), pin
+        stats = json.loads(subprocess.run(
+            [os.path.join(BIN, "tools", "kvplane"), "stats", "-s", "nats://127.0.0.1:%d" % nport],
+            check=True, capture_output=True, text=True).stdout)
+        leases = sorted(json.dumps(r["tiering"]["leases"]) for r in stats["replies"])
+        assert '"held": false, "holder": "advisor a0' in leases[0], leases
+        assert '"held": true, "holder": "this advisor"' in leases[1], leases
+        before = moved(0)
+
+        # The holder stops (its lease released): advisor 1 takes it and tiers.
+        procs.stop(advs[0])
+        assert advs[0].returncode == 0, procs.log("advisor0")
+        t0 = time.time()
+        wait_for("advisor 1 holds the lease", lambda: value(
+            scrape(mports[1])[0], "kvplane_tier_leases_held") == 1)
+        took = time.time() - t0
+        sim(2)  # sim-1 fills its own G3 now
+        wait_for("advisor 1 demotes", lambda: moved(1) > 0)
+        f1, _ = scrape(mports[1])
+        assert value(f1, "kvplane_migrations", result="failed") == 0
+        print("advisor_tiering_lease: advisor 0 demoted %d while advisor 1 made no move; advisor 1 "
+              "held the lease %.2f s after advisor 0 stopped and demoted %d" %
+              (before, took, moved(1)))
+    finally:
+        procs.close()
+
+
 def main():
     tests = {"advisor": test_advisor, "advisor_tiering": test_advisor_tiering,
+             "advisor_tiering_lease": test_advisor_tiering_lease,
              "advisor_errors": test_advisor_errors, "relay": test_relay}
     name = sys.argv[1] if len(sys.argv) > 1 else ""
     if name not in tests:
