@@ -120,7 +120,7 @@ void kvp__index_destroy(kvp__index_t *ix) {
   kvp__index_intern_free(&ix->volumes);
   kvp__index_changelog_free(&ix->log);
   kvp__map64_free(&ix->parents);
-  free(ix->bulk_parent);
+  kvp__index_bulk_free(ix); /* a bulk load that never ended */
   free(ix->slots);
   free(ix->nodes);
   free(ix->meta);
@@ -254,6 +254,8 @@ static void node_free(kvp__index_t *ix, uint32_t n) {
   }
   if (md->flags & NODE_PARENT_SIDE)
     kvp__map64_del(&ix->parents, h, NULL);
+  if (ix->bulk != NULL)
+    kvp__index_bulk_forget(ix, n);
   unmap(ix, h);
   if (ix->track_dirty && !(md->flags & NODE_DIRTY))
     kvp__index_changelog_mark(&ix->log, h);

@@ -109,10 +109,9 @@ struct kvp__index_s {
   uint64_t tier_bytes[5];
   shapes_t shapes;
   kvp__index_intern_t workers;
-  kvp__index_intern_t volumes; /* [0] = "" */
-  kvp__map64_t parents;        /* hash -> parent of the blocks flagged NODE_PARENT_SIDE */
-  uint64_t *bulk_parent;       /* during a bulk load (parents.c): the parents by record id */
-  size_t bulk_cap;
+  kvp__index_intern_t volumes;    /* [0] = "" */
+  kvp__map64_t parents;           /* hash -> parent of the blocks flagged NODE_PARENT_SIDE */
+  struct kvp__index_bulk_s *bulk; /* during a bulk load (parents.c), else NULL */
   kvp__index_changelog_t log;
   int track_dirty;
   double half_life_s;
@@ -206,12 +205,19 @@ static inline const uint32_t *kvp__index_locs(const kvp__index_t *ix, uint32_t n
   return nd->loc;
 }
 
+/* parents.c: the parent of live record n kept aside during a bulk load;
+ * node_free's note that record n is gone during one; the bulk state freed
+ * (kvp__index_destroy, when a load never ended). */
+uint64_t kvp__index_bulk_parent(const kvp__index_t *ix, uint32_t n);
+void kvp__index_bulk_forget(kvp__index_t *ix, uint32_t n);
+void kvp__index_bulk_free(kvp__index_t *ix);
+
 /* The parent of live record n: its own hash when it has none. */
 static inline uint64_t kvp__index_parent_of(const kvp__index_t *ix, uint32_t n) {
   uint8_t f = ix->meta[n].flags;
   uint64_t p;
-  if (ix->bulk_parent != NULL)
-    return n < ix->bulk_cap && ix->bulk_parent[n] ? ix->bulk_parent[n] : ix->nodes[n].hash;
+  if (ix->bulk != NULL)
+    return kvp__index_bulk_parent(ix, n);
   if (f & NODE_PARENT_PREV)
     return ix->nodes[n - 1].hash;
   if ((f & NODE_PARENT_SIDE) && kvp__map64_get(&ix->parents, ix->nodes[n].hash, &p) == 0)
