@@ -212,14 +212,41 @@ static void touch_node(kvp__index_t *ix, uint32_t n, uint8_t extra) {
 }
 
 /* A new record for hash h of the given shape (whose reference it takes). */
-static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out) {
+/* The free record to take for a block whose parent is record near (0:
+ * not known): the one after near when it is free, so that a chain stored
+ * again goes on in consecutive records (NODE_PARENT_PREV) whatever order
+ * its records were freed in (an engine evicts a chain's tail first); else
+ * the oldest free one, moved back to the first of the free records just
+ * before it (a chain freed tail first leaves its last record at the head
+ * of the list). Free records are free where their flags say so; the list
+ * is doubly linked through loc[0] (next) and loc[1] (previous). */
+#define BACK_MAX 64
+static uint32_t free_take(kvp__index_t *ix, uint32_t near) {
+  uint32_t n = (uint32_t)ix->node_free;
+  if (near != 0 && near + 1 < ix->nnodes && !(ix->meta[near + 1].flags & NODE_LIVE)) {
+    n = near + 1;
+  } else {
+    for (int k = 0; k < BACK_MAX && n > 1 && !(ix->meta[n - 1].flags & NODE_LIVE); k++)
+      n--;
+  }
+  uint32_t next = ix->nodes[n].loc[0], prev = ix->nodes[n].loc[1];
+  if (prev)
+    ix->nodes[prev].loc[0] = next;
+  else
+    ix->node_free = next;
+  if (next)
+    ix->nodes[next].loc[1] = prev;
+  else
+    ix->node_free_tail = prev;
+  return n;
+}
+
+static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t near, uint32_t *out) {
   uint32_t n;
   if ((ix->blocks + 1) * LOAD_DEN > ix->cap * LOAD_NUM && rehash(ix, ix->cap + ix->cap / 2) != 0)
     return KVP_ENOMEM;
   if (ix->node_free) {
-    n = (uint32_t)ix->node_free;
-    if ((ix->node_free = ix->nodes[n].loc[0]) == 0)
-      ix->node_free_tail = 0;
+    n = free_take(ix, near);
   } else {
     if (ix->nnodes > KVP__INDEX_MAX_BLOCKS)
       return KVP_ENOSPC;
@@ -253,7 +280,7 @@ static void node_free(kvp__index_t *ix, uint32_t n) {
       next->flags |= NODE_PARENT_SIDE;
   }
   if (md->flags & NODE_PARENT_SIDE)
-    kvp__map64_del(&ix->parents, h, NULL);
+    kvp__index_parents_del(ix, h);
   if (ix->bulk != NULL)
     kvp__index_bulk_forget(ix, n);
   unmap(ix, h);
@@ -262,7 +289,7 @@ static void node_free(kvp__index_t *ix, uint32_t n) {
   kvp__index_locs_free(ix, n);
   kvp__index_shape_put(ix, md->shape);
   md->flags = 0;
-  ix->nodes[n] = (node_t){.hash = 0};
+  ix->nodes[n] = (node_t){.hash = 0, .loc = {0, (uint32_t)ix->node_free_tail}};
   if (ix->node_free_tail)
     ix->nodes[ix->node_free_tail].loc[0] = n;
   else
@@ -360,9 +387,14 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
   n = kvp__index_find(ix, hash);
   if (n == 0) {
     uint16_t sh;
+    /* The block stored last is this one's parent in a chain stored in order. */
+    uint32_t near =
+        has_parent && ix->last_stored < ix->nnodes && ix->nodes[ix->last_stored].hash == parent
+            ? ix->last_stored
+            : 0;
     if ((rc = kvp__index_shape_get(ix, tokens, bytes, &sh)) != 0)
       return rc;
-    if ((rc = node_new(ix, hash, sh, &n)) != 0) {
+    if ((rc = node_new(ix, hash, sh, near, &n)) != 0) {
       kvp__index_shape_put(ix, sh);
       return rc;
     }
@@ -383,6 +415,7 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
     return rc;
   }
   touch_node(ix, n, rc == 1 ? NODE_LOCS : 0);
+  ix->last_stored = n;
   return 0;
 }
 
@@ -466,7 +499,7 @@ int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b) {
     uint16_t sh;
     if ((rc = kvp__index_shape_get(ix, b->tokens, b->bytes, &sh)) != 0)
       return rc;
-    if ((rc = node_new(ix, b->hash, sh, &n)) != 0) {
+    if ((rc = node_new(ix, b->hash, sh, 0, &n)) != 0) {
       kvp__index_shape_put(ix, sh);
       return rc;
     }
@@ -502,6 +535,7 @@ void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st) {
     st->tier_locations[t] = ix->tier_locs[t];
     st->tier_bytes[t] = ix->tier_bytes[t];
   }
+  st->parents_side = kvp__map64_count(&ix->parents);
   st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * RECORD_BYTES +
                      kvp__map64_bytes(&ix->parents) + kvp__index_locs_memory(ix) +
                      kvp__index_changelog_memory(&ix->log) +

@@ -189,6 +189,7 @@ typedef struct kvp__index_stats_s {
   size_t tier_locations[5]; /* by tier; [0] unused */
   uint64_t tier_bytes[5];
   size_t memory_bytes; /* allocated by the index (map, pools, names) */
+  size_t parents_side; /* blocks whose parent is in the side table, not the record before */
 } kvp__index_stats_t;
 void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st);
 

@@ -65,7 +65,7 @@ typedef struct node_s {
 
 /* And the rest, 16 bytes, read by updates, kvp__index_get with a block and
  * the LRU walk. The parent is in the flags (NODE_PARENT_*); a free
- * record's free list link is in its node's loc[0]. */
+ * record's free list links are in its node's loc[0] and loc[1]. */
 typedef struct meta_s {
   float freq;
   uint32_t hits;
@@ -96,12 +96,13 @@ struct kvp__index_s {
   node_t *nodes; /* [0] unused; the hot half of each record */
   meta_t *meta;  /* the other half, same ids */
   size_t nnodes, node_cap, blocks;
-  /* Free records, oldest first (linked through their node's loc[0]): taken
-   * in the order they were freed, a cold chain's records, freed together,
-   * hold the next chain in order again (NODE_PARENT_PREV, the match's
-   * chain path). */
+  /* Free records, oldest first (doubly linked through their node's loc[0]
+   * and loc[1]): a cold chain's records, freed together, hold the next
+   * chain in order again (NODE_PARENT_PREV, the match's chain path; the
+   * choice is index.c's free_take). */
   size_t node_free, node_free_tail;
-  uint32_t *slab; /* overflowed location lists; [0] unused */
+  uint32_t last_stored; /* the record kvp__index_store wrote last */
+  uint32_t *slab;       /* overflowed location lists; [0] unused */
   size_t slab_n, slab_cap, slab_used;
   uint32_t slab_free[OVF_CLASSES];
   size_t locations;
@@ -236,6 +237,10 @@ void kvp__index_hint_huge(void *p, size_t bytes);
  * side table; during a bulk load, kept aside by record id. Returns 0, or
  * KVP_ENOMEM (the parent unchanged). */
 int kvp__index_set_parent(kvp__index_t *ix, uint32_t n, uint64_t p);
+
+/* parents.c: h's entry out of the side table, which shrinks when it is
+ * mostly empty. */
+void kvp__index_parents_del(kvp__index_t *ix, uint64_t h);
 
 /* locs.c: location lists and shapes. */
 int kvp__index_loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc);

@@ -129,6 +129,28 @@ static void link_queued(kvp__index_t *ix) {
   b->nq = 0;
 }
 
+void kvp__index_parents_del(kvp__index_t *ix, uint64_t h) {
+  kvp__map64_t *m = &ix->parents, small;
+  (void)kvp__map64_del(m, h, NULL);
+  /* The table never shrinks by itself: a burst of side parents (chains
+   * stored out of record order, then freed) would hold its peak for good.
+   * Below an eighth full it is built again at its size (a quarter full),
+   * so it costs what it holds and the rebuild, O(its size), comes after
+   * as many deletions. */
+  if (m->cap <= 1024 || kvp__map64_count(m) * 8 >= m->cap ||
+      kvp__map64_init(&small, kvp__map64_count(m) * 2) != 0)
+    return;
+  size_t it = 0;
+  uint64_t k, v;
+  while (kvp__map64_next(m, &it, &k, &v))
+    if (kvp__map64_put(&small, k, v) != 0) {
+      kvp__map64_free(&small);
+      return; /* no room: the big one stays */
+    }
+  kvp__map64_free(m);
+  *m = small;
+}
+
 int kvp__index_set_parent(kvp__index_t *ix, uint32_t n, uint64_t p) {
   meta_t *md = &ix->meta[n];
   uint64_t h = ix->nodes[n].hash;
@@ -149,7 +171,7 @@ int kvp__index_set_parent(kvp__index_t *ix, uint32_t n, uint64_t p) {
   if (p != h && !prev && kvp__map64_put(&ix->parents, h, p) != 0)
     return KVP_ENOMEM;
   if ((p == h || prev) && (md->flags & NODE_PARENT_SIDE))
-    kvp__map64_del(&ix->parents, h, NULL);
+    kvp__index_parents_del(ix, h);
   md->flags =
       (uint8_t)((md->flags & ~(NODE_PARENT_PREV | NODE_PARENT_SIDE)) | (p == h ? 0
                                                                         : prev ? NODE_PARENT_PREV
