@@ -14,8 +14,9 @@
 
 size_t kvp__index_memory_used(const kvp__index_t *ix) {
   return sizeof *ix + (size_t)((double)ix->blocks * (RECORD_BYTES + MAP_BYTES_PER_BLOCK)) +
-         ix->slab_used * sizeof *ix->slab + kvp__index_changelog_memory(&ix->log) +
-         kvp__index_intern_memory(&ix->workers) + kvp__index_intern_memory(&ix->volumes) +
+         kvp__map64_bytes(&ix->parents) + ix->slab_used * sizeof *ix->slab +
+         kvp__index_changelog_memory(&ix->log) + kvp__index_intern_memory(&ix->workers) +
+         kvp__index_intern_memory(&ix->volumes) +
          ix->shapes.cap * (sizeof *ix->shapes.key + sizeof *ix->shapes.ref) +
          ix->shapes.map_cap * sizeof *ix->shapes.map;
 }

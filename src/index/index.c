@@ -30,7 +30,7 @@
 
 /* The largest figure: 128M locations at one copy per block. */
 _Static_assert(KVP__INDEX_MAX_BLOCKS >= (1u << 27), "2^27 blocks fit the slot's record id");
-_Static_assert(sizeof(node_t) == 16 && sizeof(meta_t) == 24, "DESIGN.md's record bytes");
+_Static_assert(sizeof(node_t) == 16 && sizeof(meta_t) == 16, "DESIGN.md's record bytes");
 
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
@@ -39,7 +39,7 @@ static uint32_t secs_of(uint64_t ms) {
 
 /* Big tables are read at random: transparent huge pages spare a TLB miss
  * per access (the kernel may ignore the hint). */
-static void hint_huge(void *p, size_t bytes) {
+void kvp__index_hint_huge(void *p, size_t bytes) {
   const uintptr_t huge = 2u << 20;
   uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1),
             end = ((uintptr_t)p + bytes) & ~(huge - 1);
@@ -59,8 +59,8 @@ static int resize_records(kvp__index_t *ix, size_t cap) {
     return KVP_ENOMEM;
   ix->meta = meta;
   ix->node_cap = cap;
-  hint_huge(ix->nodes, cap * sizeof *nodes);
-  hint_huge(ix->meta, cap * sizeof *meta);
+  kvp__index_hint_huge(ix->nodes, cap * sizeof *nodes);
+  kvp__index_hint_huge(ix->meta, cap * sizeof *meta);
   return 0;
 }
 
@@ -91,13 +91,14 @@ int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out) {
   ix->slots = calloc(cap, sizeof *ix->slots);
   if (ix->slots == NULL)
     goto fail;
-  hint_huge(ix->slots, cap * sizeof *ix->slots);
+  kvp__index_hint_huge(ix->slots, cap * sizeof *ix->slots);
   ix->cap = cap;
   ix->idx_bits = kvp__index_idx_bits(cap);
   ix->idx_mask = (1u << ix->idx_bits) - 1;
   ix->nnodes = 1;
   if (grow_nodes(ix, cap_hint + 1) != 0)
     goto fail;
+  kvp__map64_init(&ix->parents, 0);
   kvp__index_intern_init(&ix->workers, KVP__INDEX_MAX_WORKERS);
   kvp__index_intern_init(&ix->volumes, KVP__INDEX_MAX_VOLUMES);
   uint16_t none;
@@ -118,6 +119,8 @@ void kvp__index_destroy(kvp__index_t *ix) {
   kvp__index_intern_free(&ix->workers);
   kvp__index_intern_free(&ix->volumes);
   kvp__index_changelog_free(&ix->log);
+  kvp__map64_free(&ix->parents);
+  kvp__index_bulk_free(ix); /* a bulk load that never ended */
   free(ix->slots);
   free(ix->nodes);
   free(ix->meta);
@@ -141,7 +144,7 @@ static int rehash(kvp__index_t *ix, size_t cap) {
   uint32_t *slots = calloc(cap, sizeof *slots);
   if (slots == NULL)
     return KVP_ENOMEM;
-  hint_huge(slots, cap * sizeof *slots);
+  kvp__index_hint_huge(slots, cap * sizeof *slots);
   uint32_t old_mask = ix->idx_mask;
   ix->idx_bits = kvp__index_idx_bits(cap);
   ix->idx_mask = (1u << ix->idx_bits) - 1;
@@ -209,14 +212,41 @@ static void touch_node(kvp__index_t *ix, uint32_t n, uint8_t extra) {
 }
 
 /* A new record for hash h of the given shape (whose reference it takes). */
-static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out) {
+/* The free record to take for a block whose parent is record near (0:
+ * not known): the one after near when it is free, so that a chain stored
+ * again goes on in consecutive records (NODE_PARENT_PREV) whatever order
+ * its records were freed in (an engine evicts a chain's tail first); else
+ * the oldest free one, moved back to the first of the free records just
+ * before it (a chain freed tail first leaves its last record at the head
+ * of the list). Free records are free where their flags say so; the list
+ * is doubly linked through loc[0] (next) and loc[1] (previous). */
+#define BACK_MAX 64
+static uint32_t free_take(kvp__index_t *ix, uint32_t near) {
+  uint32_t n = (uint32_t)ix->node_free;
+  if (near != 0 && near + 1 < ix->nnodes && !(ix->meta[near + 1].flags & NODE_LIVE)) {
+    n = near + 1;
+  } else {
+    for (int k = 0; k < BACK_MAX && n > 1 && !(ix->meta[n - 1].flags & NODE_LIVE); k++)
+      n--;
+  }
+  uint32_t next = ix->nodes[n].loc[0], prev = ix->nodes[n].loc[1];
+  if (prev)
+    ix->nodes[prev].loc[0] = next;
+  else
+    ix->node_free = next;
+  if (next)
+    ix->nodes[next].loc[1] = prev;
+  else
+    ix->node_free_tail = prev;
+  return n;
+}
+
+static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t near, uint32_t *out) {
   uint32_t n;
   if ((ix->blocks + 1) * LOAD_DEN > ix->cap * LOAD_NUM && rehash(ix, ix->cap + ix->cap / 2) != 0)
     return KVP_ENOMEM;
   if (ix->node_free) {
-    n = (uint32_t)ix->node_free;
-    if ((ix->node_free = ix->nodes[n].loc[0]) == 0)
-      ix->node_free_tail = 0;
+    n = free_take(ix, near);
   } else {
     if (ix->nnodes > KVP__INDEX_MAX_BLOCKS)
       return KVP_ENOSPC;
@@ -225,7 +255,7 @@ static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out)
     n = (uint32_t)ix->nnodes++;
   }
   ix->nodes[n] = (node_t){.hash = h};
-  ix->meta[n] = (meta_t){.parent = h, .shape = shape, .flags = NODE_LIVE};
+  ix->meta[n] = (meta_t){.shape = shape, .flags = NODE_LIVE};
   size_t s = kvp__index_slot_of(h, ix->cap);
   while (ix->slots[s] != 0)
     s = kvp__index_next(s, ix->cap);
@@ -240,13 +270,26 @@ static int node_new(kvp__index_t *ix, uint64_t h, uint16_t shape, uint32_t *out)
 static void node_free(kvp__index_t *ix, uint32_t n) {
   meta_t *md = &ix->meta[n];
   uint64_t h = ix->nodes[n].hash;
+  /* The next record's parent was this block: it moves to the side table.
+   * Should the table not grow, that block keeps no parent (the store's
+   * row keeps it until the block's next change). */
+  if (n + 1 < ix->nnodes && (ix->meta[n + 1].flags & NODE_PARENT_PREV)) {
+    meta_t *next = &ix->meta[n + 1];
+    next->flags &= (uint8_t)~NODE_PARENT_PREV;
+    if (kvp__map64_put(&ix->parents, ix->nodes[n + 1].hash, h) == 0)
+      next->flags |= NODE_PARENT_SIDE;
+  }
+  if (md->flags & NODE_PARENT_SIDE)
+    kvp__index_parents_del(ix, h);
+  if (ix->bulk != NULL)
+    kvp__index_bulk_forget(ix, n);
   unmap(ix, h);
   if (ix->track_dirty && !(md->flags & NODE_DIRTY))
     kvp__index_changelog_mark(&ix->log, h);
   kvp__index_locs_free(ix, n);
   kvp__index_shape_put(ix, md->shape);
   md->flags = 0;
-  ix->nodes[n] = (node_t){.hash = 0};
+  ix->nodes[n] = (node_t){.hash = 0, .loc = {0, (uint32_t)ix->node_free_tail}};
   if (ix->node_free_tail)
     ix->nodes[ix->node_free_tail].loc[0] = n;
   else
@@ -344,9 +387,14 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
   n = kvp__index_find(ix, hash);
   if (n == 0) {
     uint16_t sh;
+    /* The block stored last is this one's parent in a chain stored in order. */
+    uint32_t near =
+        has_parent && ix->last_stored < ix->nnodes && ix->nodes[ix->last_stored].hash == parent
+            ? ix->last_stored
+            : 0;
     if ((rc = kvp__index_shape_get(ix, tokens, bytes, &sh)) != 0)
       return rc;
-    if ((rc = node_new(ix, hash, sh, &n)) != 0) {
+    if ((rc = node_new(ix, hash, sh, near, &n)) != 0) {
       kvp__index_shape_put(ix, sh);
       return rc;
     }
@@ -354,9 +402,12 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
   } else if ((rc = set_shape(ix, n, tokens, bytes)) != 0) {
     return rc;
   }
+  if (has_parent && (rc = kvp__index_set_parent(ix, n, parent)) != 0) {
+    if (created)
+      node_free(ix, n);
+    return rc;
+  }
   meta_t *md = &ix->meta[n];
-  if (has_parent)
-    md->parent = parent;
   md->last_access_s = secs_of(now_ms);
   if ((rc = loc_add(ix, n, LOC_MAKE(worker, tier, volume))) < 0) {
     if (created)
@@ -364,6 +415,7 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
     return rc;
   }
   touch_node(ix, n, rc == 1 ? NODE_LOCS : 0);
+  ix->last_stored = n;
   return 0;
 }
 
@@ -469,15 +521,16 @@ int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b) {
     uint16_t sh;
     if ((rc = kvp__index_shape_get(ix, b->tokens, b->bytes, &sh)) != 0)
       return rc;
-    if ((rc = node_new(ix, b->hash, sh, &n)) != 0) {
+    if ((rc = node_new(ix, b->hash, sh, 0, &n)) != 0) {
       kvp__index_shape_put(ix, sh);
       return rc;
     }
   } else if ((rc = set_shape(ix, n, b->tokens, b->bytes)) != 0) {
     return rc;
   }
+  if ((rc = kvp__index_set_parent(ix, n, b->parent)) != 0)
+    return rc;
   meta_t *md = &ix->meta[n];
-  md->parent = b->parent;
   md->last_access_s = secs_of(b->last_access_ms);
   md->hits = b->hits;
   md->freq = (float)b->freq;
@@ -504,8 +557,10 @@ void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st) {
     st->tier_locations[t] = ix->tier_locs[t];
     st->tier_bytes[t] = ix->tier_bytes[t];
   }
+  st->parents_side = kvp__map64_count(&ix->parents);
   st->memory_bytes = sizeof *ix + ix->cap * sizeof *ix->slots + ix->node_cap * RECORD_BYTES +
-                     kvp__index_locs_memory(ix) + kvp__index_changelog_memory(&ix->log) +
+                     kvp__map64_bytes(&ix->parents) + kvp__index_locs_memory(ix) +
+                     kvp__index_changelog_memory(&ix->log) +
                      kvp__index_intern_memory(&ix->workers) +
                      kvp__index_intern_memory(&ix->volumes);
 }

@@ -1,11 +1,12 @@
 /* Advisor block index (DESIGN.md, "Advisor"): where every block lives.
  *
  * A map (open addressing, linear probing, 4-byte tagged slots filled to at
- * most 0.7, any number of slots) from sequence hash to a 40-byte block
+ * most 0.7, any number of slots) from sequence hash to a 32-byte block
  * record in a dense pool of two arrays by record id: what a lookup reads
- * (hash and locations, 16 bytes) and the rest (parent hash, the prefix-tree
- * link; last access, hits, decayed hit frequency, an interned size
- * ("shape"), flags). A location is one (worker, tier, volume)
+ * (hash and locations, 16 bytes) and the rest (last access, hits, decayed
+ * hit frequency, an interned size ("shape"), flags). The parent (the
+ * prefix-tree link) is a flag when it is the block of the record before, as
+ * in a chain stored in one event, else in a side table. A location is one (worker, tier, volume)
  * copy of a block in a u32; a record holds two inline, more go to a chunk of a shared slab. No
  * malloc per block or location.
  *
@@ -143,6 +144,17 @@ int kvp__index_match(const kvp__index_t *ix, const uint64_t *hashes, size_t n,
 int kvp__index_get(const kvp__index_t *ix, uint64_t hash, kvp__index_block_t *b,
                    kvp__index_loc_t *locs, size_t cap, size_t *nlocs);
 
+/* A load of many blocks in an order unrelated to their chains (the store's
+ * rows come in hash order). Between begin and end the parents are kept
+ * aside; end renumbers the records so that each chain's blocks are
+ * consecutive again (a block right after its parent where it can be),
+ * which the record's parent flag and the match's chain path rely on, and
+ * sets the parents. Both return 0 or KVP_ENOMEM; after a failed end the
+ * index holds every block and parent, in the order they were loaded. For
+ * loads into an index nothing else changes meanwhile. */
+int kvp__index_bulk_begin(kvp__index_t *ix);
+int kvp__index_bulk_end(kvp__index_t *ix);
+
 /* Loads a block row (from the store) without marking it dirty. */
 int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b);
 /* Loads a location row; the block must have been loaded. KVP_ENOENT if not. */
@@ -185,6 +197,7 @@ typedef struct kvp__index_stats_s {
   size_t tier_locations[5]; /* by tier; [0] unused */
   uint64_t tier_bytes[5];
   size_t memory_bytes; /* allocated by the index (map, pools, names) */
+  size_t parents_side; /* blocks whose parent is in the side table, not the record before */
 } kvp__index_stats_t;
 void kvp__index_stats(const kvp__index_t *ix, kvp__index_stats_t *st);
 

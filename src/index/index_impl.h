@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/map64.h"
 #include "index/changelog.h"
 #include "index/index.h"
 #include "index/intern.h"
@@ -18,6 +19,11 @@ enum {
   NODE_LIVE = 1,  /* the record holds a block (else it is on the free list) */
   NODE_DIRTY = 2, /* listed in the change log */
   NODE_LOCS = 4,  /* its locations changed since the last take */
+  /* Where its parent is (neither: it has none). A chain comes in one event
+   * and its blocks get consecutive records, so most parents are the block
+   * of the record before: a flag, not 8 bytes. */
+  NODE_PARENT_PREV = 8,  /* the block of record n - 1 */
+  NODE_PARENT_SIDE = 16, /* ix->parents, by the block's hash */
 };
 
 /* A location is one u32: worker << 19 | tier << 16 | volume. Workers fit
@@ -57,11 +63,10 @@ typedef struct node_s {
   uint32_t loc[2];
 } node_t;
 
-/* And the rest, 24 bytes, read by updates, kvp__index_get with a block and
- * the LRU walk. parent == hash means no parent. A free record's free list
- * link is in its node's loc[0]. */
+/* And the rest, 16 bytes, read by updates, kvp__index_get with a block and
+ * the LRU walk. The parent is in the flags (NODE_PARENT_*); a free
+ * record's free list links are in its node's loc[0] and loc[1]. */
 typedef struct meta_s {
-  uint64_t parent;
   float freq;
   uint32_t hits;
   uint32_t last_access_s; /* since KVP__INDEX_EPOCH_S */
@@ -91,11 +96,13 @@ struct kvp__index_s {
   node_t *nodes; /* [0] unused; the hot half of each record */
   meta_t *meta;  /* the other half, same ids */
   size_t nnodes, node_cap, blocks;
-  /* Free records, oldest first (linked through their node's loc[0]): taken
-   * in the order they were freed, a cold chain's records, freed together,
-   * hold the next chain in order again (the match's chain path). */
+  /* Free records, oldest first (doubly linked through their node's loc[0]
+   * and loc[1]): a cold chain's records, freed together, hold the next
+   * chain in order again (NODE_PARENT_PREV, the match's chain path; the
+   * choice is index.c's free_take). */
   size_t node_free, node_free_tail;
-  uint32_t *slab; /* overflowed location lists; [0] unused */
+  uint32_t last_stored; /* the record kvp__index_store wrote last */
+  uint32_t *slab;       /* overflowed location lists; [0] unused */
   size_t slab_n, slab_cap, slab_used;
   uint32_t slab_free[OVF_CLASSES];
   size_t locations;
@@ -103,7 +110,9 @@ struct kvp__index_s {
   uint64_t tier_bytes[5];
   shapes_t shapes;
   kvp__index_intern_t workers;
-  kvp__index_intern_t volumes; /* [0] = "" */
+  kvp__index_intern_t volumes;    /* [0] = "" */
+  kvp__map64_t parents;           /* hash -> parent of the blocks flagged NODE_PARENT_SIDE */
+  struct kvp__index_bulk_s *bulk; /* during a bulk load (parents.c), else NULL */
   kvp__index_changelog_t log;
   int track_dirty;
   double half_life_s;
@@ -197,8 +206,41 @@ static inline const uint32_t *kvp__index_locs(const kvp__index_t *ix, uint32_t n
   return nd->loc;
 }
 
+/* parents.c: the parent of live record n kept aside during a bulk load;
+ * node_free's note that record n is gone during one; the bulk state freed
+ * (kvp__index_destroy, when a load never ended). */
+uint64_t kvp__index_bulk_parent(const kvp__index_t *ix, uint32_t n);
+void kvp__index_bulk_forget(kvp__index_t *ix, uint32_t n);
+void kvp__index_bulk_free(kvp__index_t *ix);
+
+/* The parent of live record n: its own hash when it has none. */
+static inline uint64_t kvp__index_parent_of(const kvp__index_t *ix, uint32_t n) {
+  uint8_t f = ix->meta[n].flags;
+  uint64_t p;
+  if (ix->bulk != NULL)
+    return kvp__index_bulk_parent(ix, n);
+  if (f & NODE_PARENT_PREV)
+    return ix->nodes[n - 1].hash;
+  if ((f & NODE_PARENT_SIDE) && kvp__map64_get(&ix->parents, ix->nodes[n].hash, &p) == 0)
+    return p;
+  return ix->nodes[n].hash;
+}
+
 /* The block of record n as kvp__index_get gives it (query.c). */
 void kvp__index_fill_block(const kvp__index_t *ix, uint32_t n, kvp__index_block_t *b);
+
+/* index.c: asks for transparent huge pages over a big table. */
+void kvp__index_hint_huge(void *p, size_t bytes);
+
+/* parents.c: sets the parent of live record n (p == its hash: none): a
+ * flag when it is the block of the record before, else an entry of the
+ * side table; during a bulk load, kept aside by record id. Returns 0, or
+ * KVP_ENOMEM (the parent unchanged). */
+int kvp__index_set_parent(kvp__index_t *ix, uint32_t n, uint64_t p);
+
+/* parents.c: h's entry out of the side table, which shrinks when it is
+ * mostly empty. */
+void kvp__index_parents_del(kvp__index_t *ix, uint64_t h);
 
 /* locs.c: location lists and shapes. */
 int kvp__index_loc_add(kvp__index_t *ix, uint32_t n, uint32_t loc);

@@ -90,7 +90,7 @@ out:
 void kvp__index_fill_block(const kvp__index_t *ix, uint32_t n, kvp__index_block_t *b) {
   const meta_t *nd = &ix->meta[n];
   b->hash = ix->nodes[n].hash;
-  b->parent = nd->parent;
+  b->parent = kvp__index_parent_of(ix, n);
   b->tokens = kvp__index_shape_tokens(ix, nd->shape);
   b->bytes = kvp__index_shape_bytes(ix, nd->shape);
   b->last_access_ms =

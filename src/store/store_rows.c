@@ -384,7 +384,7 @@ out:
 
 int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix) {
   loader_t *ld = calloc(1, sizeof *ld);
-  int rc = KVP_EDB;
+  int rc = KVP_EDB, bulk = 0;
   if (ld == NULL)
     return KVP_ENOMEM;
   ld->st = st;
@@ -402,8 +402,9 @@ int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix) {
   ld->total = (uint64_t)nb;
   /* The map and the records sized for what the database holds: no rehash
    * while loading, and a map filled as full as it may be. */
-  if ((rc = kvp__index_reserve(ix, (size_t)nb)) != 0)
+  if ((rc = kvp__index_reserve(ix, (size_t)nb)) != 0 || (rc = kvp__index_bulk_begin(ix)) != 0)
     goto done;
+  bulk = 1;
   if ((rc = load_rows_piped(ld)) != KVP_ENOENT)
     goto done;
   /* Serially, on this connection. */
@@ -420,6 +421,13 @@ int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix) {
   sqlite3_finalize(ld->b);
   sqlite3_finalize(ld->l);
 done:
+  /* The rows come in hash order: the records are put back in chain order
+   * (index.h, kvp__index_bulk_end). */
+  if (bulk) {
+    int brc = kvp__index_bulk_end(ix);
+    if (rc == 0)
+      rc = brc;
+  }
   (void)kvp__store_sql_exec(st->db, "PRAGMA mmap_size = 0", NULL, 0);
   if (rc == 0 && st->progress)
     st->progress(st->progress_ctx, ld->total, ld->total);

@@ -557,6 +557,82 @@ static void parents_survive_frees_and_reuse_against_a_reference(void **state) {
   kvp__index_destroy(ix);
 }
 
+/* A long life of chains freed and stored again (issue 27: router memory
+ * must not grow without bound): chains freed tail first, as an engine
+ * evicts, or head first, come back in consecutive records (their parents
+ * flags, not side-table entries), and a burst of side parents (chains
+ * stored child first), once freed, gives its table back. At 2663e8d's
+ * parent the first part failed: chains freed tail first came back in
+ * descending records, every parent in the side table. */
+static void memory_stays_bounded_under_churn(void **state) {
+  (void)state;
+  kvp__index_t *ix = mk();
+  enum { C = 64, L = 64, R = 40, B = 24 };
+  static uint64_t ch[C][L], burst[B][L];
+  uint64_t x = 0x2545f4914f6cdd1dull;
+  uint16_t w = wid(ix, "a");
+  kvp__index_stats_t s0, s;
+#define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+  kvp__index_track_dirty(ix, 0);
+  for (int c = 0; c < C; c++) {
+    for (int i = 0; i < L; i++)
+      ch[c][i] = RND() | 1;
+    store_chain(ix, ch[c], L, w, 1);
+  }
+  kvp__index_stats(ix, &s0);
+  assert_int_equal(s0.parents_side, 0);
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) {
+      for (int k = 0; k < L; k++) {
+        int i = (r + c) % 2 ? L - 1 - k : k;
+        assert_int_equal(kvp__index_remove(ix, ch[c][i], w, 1, 0), 0);
+      }
+      for (int i = 0; i < L; i++)
+        ch[c][i] = RND() | 1;
+      store_chain(ix, ch[c], L, w, 1);
+    }
+  kvp__index_stats(ix, &s);
+  assert_int_equal(s.blocks, (size_t)C * L);
+  assert_int_equal(s.parents_side, 0);
+  /* The side table's smallest size (16 slots), made by a chain freed head
+   * first (each freed block's child goes there until it is freed too). */
+  assert_true(s.memory_bytes <= s0.memory_bytes + 256);
+  /* The burst: B chains stored child first, every parent in the table. */
+  for (int c = 0; c < B; c++)
+    for (int k = 0; k < L; k++) {
+      int i = L - 1 - k;
+      burst[c][i] = RND() | 1;
+    }
+  for (int c = 0; c < B; c++)
+    for (int k = 0; k < L; k++) {
+      int i = L - 1 - k;
+      assert_int_equal(kvp__index_store(ix, burst[c][i], i > 0, i ? burst[c][i - 1] : 0, w, 1, 0,
+                                        16, 1 << 20, NOW),
+                       0);
+    }
+  kvp__index_stats_t sb;
+  kvp__index_stats(ix, &sb);
+  assert_true(sb.parents_side >= (size_t)B * (L - 2));
+  assert_true(sb.memory_bytes > s0.memory_bytes + 32768);
+  for (int c = 0; c < B; c++)
+    for (int i = 0; i < L; i++)
+      assert_int_equal(kvp__index_remove(ix, burst[c][i], w, 1, 0), 0);
+  kvp__index_stats(ix, &s);
+  assert_int_equal(s.parents_side, 0);
+  /* The table, 4096 slots of 16 bytes for the burst, back to at most 1024
+   * (the records and the map keep the burst's size: blocks come back). */
+  assert_true(sb.memory_bytes - s.memory_bytes >= 65536 - 16384);
+  for (int c = 0; c < C; c++) {
+    kvp__index_match_t m[4];
+    size_t n = 0;
+    assert_int_equal(kvp__index_match(ix, ch[c], L, m, 4, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(m[0].length, L);
+  }
+#undef RND
+  kvp__index_destroy(ix);
+}
+
 /* Blocks held by many (worker, tier, volume) copies: lists move between the
  * record and slab chunks of every size and back, in order, against a
  * reference. */
@@ -692,6 +768,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(match_long_query_crosses_batches),
     cmocka_unit_test(match_follows_chains_against_a_reference),
     cmocka_unit_test(parents_survive_frees_and_reuse_against_a_reference),
+    cmocka_unit_test(memory_stays_bounded_under_churn),
     cmocka_unit_test(match_counts_many_rows_without_int),
     cmocka_unit_test(remove_deletes_block_with_last_location),
     cmocka_unit_test(many_blocks_grow_and_shrink),

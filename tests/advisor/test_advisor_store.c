@@ -177,6 +177,122 @@ static void block_held_by_300_workers_survives_restart(void **state) {
   kvp__index_destroy(ix);
 }
 
+static int cmp_match(const void *a, const void *b) {
+  const kvp__index_match_t *x = a, *y = b;
+  if (x->worker != y->worker)
+    return x->worker < y->worker ? -1 : 1;
+  return x->tier < y->tier ? -1 : x->tier > y->tier;
+}
+
+/* A restart from the rows (no snapshot: after a crash) loads them in hash
+ * order and renumbers the records into chain order (index.h,
+ * kvp__index_bulk_end): every chain's match, every block's parent and the
+ * number of parents kept in the side table (the chain path's misses) are
+ * what they were before the restart. The chains: in order over 4 workers
+ * and two tiers, one in five going on from a block of an earlier one
+ * (shared prefixes), some tails removed; and two blocks whose rows were
+ * edited into a cycle of parents (bad rows), which must load too. */
+static void rows_load_keeps_matches_parents_and_chain_order(void **state) {
+  fx_t *f = *state;
+  enum { C = 200, L = 32 };
+  static uint64_t ch[C][L];
+  kvp__index_t *ix = NULL, *ix2 = NULL;
+  kvp__store_t *st = NULL;
+  char err[256], sql[200];
+  uint64_t x = 0x9e3779b97f4a7c15ull, seq;
+  uint16_t w[4];
+#define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+  assert_int_equal(kvp__index_create(16, 3600, &ix), 0);
+  for (int i = 0; i < 4; i++) {
+    snprintf(sql, sizeof sql, "w%d", i);
+    assert_int_equal(kvp__index_worker(ix, sql, 0, &w[i]), 0);
+  }
+  size_t branches = 0;
+  for (int c = 0; c < C; c++) {
+    int from = 0;
+    if (c > 0 && RND() % 5 == 0) { /* a prefix of an earlier chain, then its own */
+      int d = (int)(RND() % (uint64_t)c);
+      from = 1 + (int)(RND() % (uint64_t)(L - 1));
+      memcpy(ch[c], ch[d], (size_t)from * sizeof ch[c][0]);
+      branches++;
+    }
+    for (int i = from; i < L; i++)
+      ch[c][i] = RND() | 1;
+    for (int i = 0; i < L; i++)
+      assert_int_equal(kvp__index_store(ix, ch[c][i], i > 0, i ? ch[c][i - 1] : 0, w[c % 4],
+                                        1 + c % 2, 0, 16, 4096, NOW),
+                       0);
+  }
+  for (int c = 0; c < C; c += 7) /* a tail's copies go (shared ones may stay) */
+    for (int i = L - 4; i < L; i++)
+      (void)kvp__index_remove(ix, ch[c][i], w[c % 4], 1 + c % 2, 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
+  assert_int_equal(kvp__store_flush(st, ix, NULL, 0, 7, NULL), 0);
+  kvp__store_close(st);
+  st = NULL;
+
+  /* The bad rows: chain 1's first two blocks each other's parent. */
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  snprintf(sql, sizeof sql, "UPDATE blocks SET parent = %lld WHERE hash = %lld",
+           (long long)ch[1][1], (long long)ch[1][0]);
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  kvp__index_block_t b0;
+  assert_int_equal(kvp__index_store(ix, ch[1][0], 1, ch[1][1], w[1], 2, 0, 16, 4096, NOW), 0);
+  assert_int_equal(kvp__index_get(ix, ch[1][0], &b0, NULL, 0, NULL), 0);
+  assert_true(b0.parent == ch[1][1]);
+
+  assert_int_equal(kvp__index_create(16, 3600, &ix2), 0);
+  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
+  kvp__store_use_snapshot(st, 0);
+  assert_int_equal(kvp__store_load(st, ix2, NULL, NULL, &seq), 0);
+  assert_false(kvp__store_loaded_snapshot(st));
+  kvp__index_stats_t s1, s2;
+  kvp__index_stats(ix, &s1);
+  kvp__index_stats(ix2, &s2);
+  assert_int_equal(s2.blocks, s1.blocks);
+  assert_int_equal(s2.locations, s1.locations);
+  /* Where a chain goes on from a block that has another child, one of the
+   * two children is a run of its own after the load as before (the one
+   * seen first in hash order then, the later stored before): no more side
+   * parents than before, the cycle's one counted. */
+  assert_true(s2.parents_side <= s1.parents_side + 1);
+  assert_true(s2.parents_side <= branches + 1);
+  for (int c = 0; c < C; c++) {
+    kvp__index_match_t m1[8], m2[8];
+    size_t n1 = 0, n2 = 0;
+    assert_int_equal(kvp__index_match(ix, ch[c], L, m1, 8, &n1), 0);
+    assert_int_equal(kvp__index_match(ix2, ch[c], L, m2, 8, &n2), 0);
+    assert_int_equal(n2, n1);
+    for (size_t r = 0; r < n2; r++) { /* the load interns the workers in its own order */
+      uint32_t dp;
+      const char *name = kvp__index_worker_name(ix2, m2[r].worker, &dp);
+      assert_non_null(name);
+      assert_int_equal(kvp__index_worker(ix, name, dp, &m2[r].worker), 0);
+    }
+    qsort(m1, n1, sizeof *m1, cmp_match);
+    qsort(m2, n2, sizeof *m2, cmp_match);
+    for (size_t r = 0; r < n1; r++) {
+      assert_int_equal(m2[r].worker, m1[r].worker);
+      assert_int_equal(m2[r].tier, m1[r].tier);
+      assert_int_equal(m2[r].length, m1[r].length);
+    }
+    for (int i = 0; i < L; i++) {
+      kvp__index_block_t a, b;
+      int rc = kvp__index_get(ix, ch[c][i], &a, NULL, 0, NULL);
+      assert_int_equal(kvp__index_get(ix2, ch[c][i], &b, NULL, 0, NULL), rc);
+      if (rc == 0 && b.parent != a.parent)
+        fail_msg("chain %d block %d: parent %016llx after the load, %016llx before", c, i,
+                 (unsigned long long)b.parent, (unsigned long long)a.parent);
+    }
+  }
+#undef RND
+  kvp__store_close(st);
+  kvp__index_destroy(ix2);
+  kvp__index_destroy(ix);
+}
+
 /* The store writes the index's rows (index/rows.h): they come in signed
  * hash order with the new volume names, and rows given back after a failed
  * write are written, whole, by the next flush. */
@@ -540,6 +656,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(old_url_key_sets_servers),
     cmocka_unit_test_setup_teardown(flush_then_load_restores_everything, setup, teardown),
     cmocka_unit_test_setup_teardown(block_held_by_300_workers_survives_restart, setup, teardown),
+    cmocka_unit_test_setup_teardown(rows_load_keeps_matches_parents_and_chain_order, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(rows_given_back_are_written_by_the_next_flush, setup, teardown),
     cmocka_unit_test_setup_teardown(tier_history_is_written_and_trimmed, setup, teardown),
     cmocka_unit_test_setup_teardown(database_files_are_private, setup, teardown),
