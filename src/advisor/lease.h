@@ -5,18 +5,16 @@
  * kvplane-leases-<ns> whose max_age is the lease's TTL ([tiering]
  * lease_ms); an unpartitioned advisor's is one key, "all", for the whole
  * namespace (its "partition" 0 below), so that of two unpartitioned
- * advisors tiering the same volumes (a standby pair) one tiers at a time. Its value names the holder (lease_value). An advisor that
- * wants to tier P creates the key (kvStore_Create: only if absent); while
- * another holds it, it waits and tries again every TTL/3, and says once who
- * holds it; once it holds it, it renews it every TTL/3 by an update on the
- * last revision. A renewal that finds another revision (or no key) loses
- * the lease; one that gets no answer keeps it only as long as it is valid.
- * A lease is valid for 2/3 of the TTL after the last successful create or
- * renewal was sent: the server keeps the key at least a TTL after it, so a
- * move started while valid and lasting less than TTL/3 ends before any
- * other advisor can take the lease. Released (deleted, only if still at
- * its revision) when the advisor no longer wants it and at a clean stop; a
- * killed advisor's lease expires after the TTL.
+ * advisors tiering the same volumes (a standby pair) one tiers at a time. Its value names the
+ * holder (lease_value). An advisor that wants to tier P creates the key (kvStore_Create: only if
+ * absent); while another holds it, it waits and tries again every TTL/3, and says once who holds
+ * it; once it holds it, it renews it every TTL/3 by an update on the last revision. A renewal that
+ * finds another revision (or no key) loses the lease; one that gets no answer keeps it only as long
+ * as it is valid. A lease is valid for 2/3 of the TTL after the last successful create or renewal
+ * was sent: the server keeps the key at least a TTL after it, so a move started while valid and
+ * lasting less than TTL/3 ends before any other advisor can take the lease. Released (deleted, only
+ * if still at its revision) when the advisor no longer wants it and at a clean stop; a killed
+ * advisor's lease expires after the TTL.
  *
  * Threads: the key-value calls of nats.c are synchronous: they run on the
  * lease's own thread, never on the loop. The loop says what it wants
