@@ -99,6 +99,10 @@ int kvp_partition_volume_ns(char *buf, size_t len, const char *ns, uint32_t p);
  * KVP_ETOOBIG (len too small) or KVP_ENOENT (no such name: not seen). */
 int kvp_partition_advisor_worker(char *buf, size_t len, uint32_t p, uint32_t count);
 
+/* 1 when name is a tiering advisor's worker: an unpartitioned advisor's
+ * "_advisor", or a partition's "_advisor-p<p>-<k>" (above), else 0. */
+int kvp_worker_is_advisor(const char *name);
+
 /* kvplane.pev.<ns>.<p>.* : partition p of one namespace (a consumer's
  * filter). */
 int kvp_subject_pevents(char *buf, size_t len, const char *ns, uint32_t p);

@@ -135,14 +135,6 @@ static void apply_stored(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t *
     ing->c.bad_events++;
 }
 
-/* Whether worker w is a tiering engine's: "_advisor", or a partition's
- * "_advisor-p<P>-<k>" (kvp_partition_advisor_worker). */
-static int advisor_worker(const kvp__adv_ingest_t *ing, uint16_t w) {
-  uint32_t dp;
-  const char *name = kvp__index_worker_name(ing->ix, w, &dp);
-  return name != NULL && strncmp(name, "_advisor", 8) == 0 && (name[8] == '\0' || name[8] == '-');
-}
-
 /* The copy of hash in tier's volume vol is gone, whoever held it: a G3
  * source the tiering advisor deleted after its move (it announces the
  * removal as its own worker; the location is the worker's whose G3 it
@@ -169,7 +161,8 @@ static void apply_removed(kvp__adv_ingest_t *ing, uint16_t w, const kvp_event_t 
    * every other advisor of the partition (a standby, the next owner) the
    * location held by the volume's worker goes too, as on the mover, whose
    * engine dropped it directly (tier/locations.c). */
-  int mover = vol != KVP__INDEX_NO_VOLUME && advisor_worker(ing, w);
+  int mover = vol != KVP__INDEX_NO_VOLUME &&
+              kvp_worker_is_advisor(kvp__index_worker_name(ing->ix, w, NULL));
   for (size_t i = 0; i < ev->nhashes; i++)
     if (kvp__index_remove(ing->ix, ev->hashes[i], w, ev->tier, vol) != 0 &&
         (!mover || remove_from_volume(ing, ev->hashes[i], ev->tier, vol) == 0))

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kvplane/status.h"
 
@@ -24,6 +25,10 @@ int kvp_partition_volume_ns(char *buf, size_t len, const char *ns, uint32_t p) {
   if (n < 0 || (size_t)n >= len || n > KVP_PARTITION_NS_MAX)
     return KVP_ETOOBIG;
   return 0;
+}
+
+int kvp_worker_is_advisor(const char *name) {
+  return name != NULL && strncmp(name, "_advisor", 8) == 0 && (name[8] == '\0' || name[8] == '-');
 }
 
 int kvp_partition_advisor_worker(char *buf, size_t len, uint32_t p, uint32_t count) {

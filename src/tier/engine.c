@@ -332,8 +332,8 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
    * compacted here; a partitioned engine waits per partition instead
    * (kvp__tier_engine_partition, add -1). */
   if (e->gate != NULL && e->partitions == 0 &&
-      (!e->gate(e->gate_ctx, 0) || (e->leased && e->pub_nats != NULL &&
-                                    e->pub_nats->servers[0] != '\0' && e->parts[0].pub == NULL)))
+      (!e->gate(e->gate_ctx, 0) ||
+       (e->leased && kvp__tier_parts_publish(e) && e->parts[0].pub == NULL)))
     return; /* not held, or its moves could not be announced yet */
   e->st.rounds++;
   e->nops = 0;

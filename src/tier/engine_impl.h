@@ -325,6 +325,8 @@ void kvp__tier_drop_locations(kvp__tier_engine_t *e, uint64_t hash, const vol_t 
 int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char *err,
                          size_t errlen);
 void kvp__tier_parts_close(kvp__tier_engine_t *e);
+/* 1 when the engine announces its moves at all (NATS options given). */
+int kvp__tier_parts_publish(const kvp__tier_engine_t *e);
 int kvp__tier_part_of(kvp__tier_engine_t *e, uint16_t worker);
 static inline const char *kvp__tier_ns(const kvp__tier_engine_t *e, uint16_t part) {
   return e->parts[part].ns;

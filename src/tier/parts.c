@@ -33,12 +33,16 @@
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
 
+int kvp__tier_parts_publish(const kvp__tier_engine_t *e) {
+  return e->pub_nats != NULL && e->pub_nats->servers[0] != '\0';
+}
+
 static int open_publisher(kvp__tier_engine_t *e, part_t *pt, char *err, size_t errlen) {
   kvp_publisher_opts_t po;
   char why[512];
   int rc;
 
-  if (e->pub_nats == NULL || e->pub_nats->servers[0] == '\0')
+  if (!kvp__tier_parts_publish(e))
     return 0;
   kvp_publisher_opts_init(&po);
   po.nats = *e->pub_nats;
@@ -242,7 +246,7 @@ int kvp__tier_part_of(kvp__tier_engine_t *e, uint16_t worker) {
   if (name != NULL) {
     /* An advisor worker is ours only by its exact name: another advisor's
      * (or an unpartitioned one's _advisor) is left alone. */
-    int advisor = strncmp(name, ADVISOR_WORKER, strlen(ADVISOR_WORKER)) == 0;
+    int advisor = kvp_worker_is_advisor(name);
     uint32_t p = kvp_partition_of(name, e->partitions);
     for (size_t i = 0; i < e->nparts && part < 0; i++)
       if (!e->parts[i].retired &&

@@ -424,18 +424,23 @@ static long long stats_locations(fx_t *f) {
   return n;
 }
 
+/* The count of the dropped partition's rows (its workers, the first NW/2)
+ * as SQL, into sql. */
+static void dropped_rows_sql(const fx_t *f, char *sql, size_t len) {
+  size_t n = (size_t)snprintf(sql, len, "SELECT COUNT(*) FROM block_locations WHERE worker IN (");
+  for (int i = 0; i < NW / 2; i++)
+    n += (size_t)snprintf(sql + n, len - n, "%s'%s'", i ? "," : "", f->workers[i]);
+  snprintf(sql + n, len - n, ")");
+}
+
 static void kill_during_a_drop_all_or_nothing(void **state) {
   fx_t *f = *state;
   /* Kill points over the drop (2.0-2.8 s here at this size: the pause and
    * the flush, then the transaction, then the index's slices). */
   static const unsigned kill_ms[] = {300, 1200, 1700, 2200, 2600};
   char sql[512], subj[KVP_SUBJECT_MAX];
-  size_t n =
-      (size_t)snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM block_locations WHERE worker IN (");
   make_db(f);
-  for (int i = 0; i < NW / 2; i++)
-    n += (size_t)snprintf(sql + n, sizeof sql - n, "%s'%s'", i ? "," : "", f->workers[i]);
-  snprintf(sql + n, sizeof sql - n, ")");
+  dropped_rows_sql(f, sql, sizeof sql);
   assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, NAME), 0);
   adv_start(f);
   wait_answering(f);
@@ -488,12 +493,8 @@ static void kill_during_a_drop_all_or_nothing(void **state) {
 static void stop_during_a_drop_waits_for_it(void **state) {
   fx_t *f = *state;
   char sql[512], subj[KVP_SUBJECT_MAX];
-  size_t n =
-      (size_t)snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM block_locations WHERE worker IN (");
   make_db(f);
-  for (int i = 0; i < NW / 2; i++)
-    n += (size_t)snprintf(sql + n, sizeof sql - n, "%s'%s'", i ? "," : "", f->workers[i]);
-  snprintf(sql + n, sizeof sql - n, ")");
+  dropped_rows_sql(f, sql, sizeof sql);
   assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, NAME), 0);
   adv_start(f);
   wait_answering(f);

@@ -592,6 +592,20 @@ static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t o
  * tiers the partitions there: then it demotes the workers' new blocks,
  * and what is on the shared G4 equals what its database places there
  * (advisor 0's moves learned from the partitions' streams, and its own). */
+/* One advisor's stats reply (the first to answer; the caller frees it
+ * with kvp_client_reply_free). */
+static char *stats_of(fx_t *f) {
+  kvp_nats_opts_t no;
+  kvp_client_t *c = NULL;
+  char err[256], *st = NULL;
+  kvp_nats_opts_init(&no);
+  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
+  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
+  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
+  kvp_client_close(c);
+  return st;
+}
+
 static void a_standby_takes_over_the_tiering(void **state) {
   fx_t *f = *state;
   listing_t vol, mine;
@@ -652,16 +666,9 @@ static void a_standby_takes_over_the_tiering(void **state) {
   assert_true(same);
   assert_int_equal(foreign, 0);
   /* Its stats say what it tiers now (tiering.partitions). */
-  kvp_nats_opts_t no;
-  kvp_client_t *c = NULL;
-  char err[256], *st = NULL;
-  kvp_nats_opts_init(&no);
-  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
-  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
-  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
+  char *st = stats_of(f);
   assert_non_null(strstr(st, "\"partitions\":[0,1,2,3]"));
   kvp_client_reply_free(st);
-  kvp_client_close(c);
   /* And untier stops it. */
   ask_partitions(f, 1, "{\"untier\":[0,1,2,3]}", reply, sizeof reply);
   assert_non_null(strstr(reply, "\"tiering\":[]"));
@@ -950,17 +957,10 @@ static void a_dead_holders_lease_expires(void **state) {
   assert_true(took <= (uint64_t)f->lease_ms * 4 / 3 + 3000);
   wait_moves(f, 0, 8, &vol, "advisor 0 tiers after the expiry");
   /* The stats say it too (tiering.leases, leases_held). */
-  kvp_nats_opts_t no;
-  kvp_client_t *c = NULL;
-  char err[256], *st = NULL;
-  kvp_nats_opts_init(&no);
-  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
-  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
-  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
+  char *st = stats_of(f);
   assert_non_null(strstr(st, "\"leases_held\":4"));
   assert_non_null(strstr(st, "{\"partition\":0,\"held\":true,\"holder\":\"this advisor\"}"));
   kvp_client_reply_free(st);
-  kvp_client_close(c);
 
   /* Partition 0's lease taken from under it: advisor 0 stops tiering 0. */
   assert_int_equal(kvStore_PutString(&rev[0], kv, "p0", GHOST), NATS_OK);
