@@ -59,6 +59,41 @@ static int open_publisher(kvp__tier_engine_t *e, part_t *pt, char *err, size_t e
   return rc;
 }
 
+/* A part stops announcing: its publisher is closed on a libuv worker, not
+ * on the loop, since the close flushes for up to its close timeout (5 s)
+ * and the lease it follows is often lost because NATS is away. pt->pub is
+ * NULL at once; the loop's last run at a stop waits for the close. */
+typedef struct closing_s {
+  uv_work_t req;
+  kvp_publisher_t *pub;
+} closing_t;
+
+static void close_work(uv_work_t *req) {
+  kvp_publisher_close(((closing_t *)req->data)->pub);
+}
+
+static void close_done(uv_work_t *req, int status) {
+  (void)status;
+  free(req->data);
+}
+
+static void retire_publisher(kvp__tier_engine_t *e, part_t *pt) {
+  closing_t *c;
+  if (pt->pub == NULL)
+    return;
+  if ((c = malloc(sizeof *c)) == NULL) {
+    kvp_publisher_close(pt->pub); /* no memory: here, as before */
+  } else {
+    c->pub = pt->pub;
+    c->req.data = c;
+    if (uv_queue_work(e->loop, &c->req, close_work, close_done) != 0) {
+      kvp_publisher_close(pt->pub);
+      free(c);
+    }
+  }
+  pt->pub = NULL;
+}
+
 /* Appends the part of partition p (not partitioned: the one part). */
 static int add_part(kvp__tier_engine_t *e, uint32_t p, char *err, size_t errlen) {
   part_t *grown = realloc(e->parts, (e->nparts + 1) * sizeof *e->parts);
@@ -157,8 +192,7 @@ int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char 
      * on sending heartbeats under its own epoch, and the one that tiers p
      * now (a newer epoch, or an older one: its events then stale) would
      * lose its announcements on every advisor. */
-    kvp_publisher_close(e->parts[k].pub);
-    e->parts[k].pub = NULL;
+    retire_publisher(e, &e->parts[k]);
     /* Sources waiting for their grace period stay: the next owner sees
      * both copies in the stream and keeps one. Kept (add -1, a lease
      * waited for): deleted once p is tiered here again. */
@@ -192,8 +226,7 @@ int kvp__tier_engine_announce(kvp__tier_engine_t *e, int on, char *err, size_t e
       snprintf(err, errlen, "tiering: a job or scrub runs");
       return KVP_EBUSY;
     }
-    kvp_publisher_close(pt->pub);
-    pt->pub = NULL;
+    retire_publisher(e, pt);
   }
   return 0;
 }
