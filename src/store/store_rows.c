@@ -253,11 +253,26 @@ static void *reader_main(void *arg) {
   return NULL;
 }
 
-/* Inserts one batch's records. */
+/* Blocks whose map slots are fetched together ahead of their inserts. */
+#define PREFETCH 32
+
+/* Inserts one batch's records. The rows come in hash order, which is no
+ * order of the map's slots: every block's slot is a miss, so the next
+ * PREFETCH blocks' slots are loaded in parallel before their inserts (as
+ * the snapshot's load does). */
 static int insert_batch(loader_t *ld, const batch_t *b) {
+  size_t ahead = 0; /* the records before it had their slots fetched */
   for (size_t i = 0; i < b->n; i++) {
     const rec_t *x = &b->r[i];
     int rc;
+    if (i >= ahead) {
+      uint64_t h[PREFETCH];
+      size_t k = 0;
+      for (ahead = i; ahead < b->n && k < PREFETCH; ahead++)
+        if (b->r[ahead].kind == REC_BLOCK)
+          h[k++] = b->r[ahead].hash;
+      kvp__index_prefetch(ld->ix, h, k);
+    }
     if (x->kind == REC_BLOCK) {
       kvp__index_block_t blk = {.hash = x->hash,
                                 .parent = x->parent,
