@@ -385,6 +385,19 @@ json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
   return a;
 }
 
+/* The namespace's lease ("all", lease.h) stands for the engine's
+ * KVP__TIER_NAMESPACE in the gate. */
+_Static_assert(KVP__ADV_LEASE_NS == KVP__TIER_NAMESPACE, "the namespace's lease and gate differ");
+
+/* Partitioned: the namespace's lease is wanted while this advisor holds a
+ * partition's lease, so whoever tiers anything may hold it and delete
+ * what an unpartitioned deployment left under <ns> (tier/scrub.c); of
+ * several, one holds it, and a standby of it takes it over (docs/SCALE.md,
+ * "Switching from unpartitioned"). */
+static void follow_partition_leases(kvp_advisor_t *adv) {
+  kvp__adv_lease_want(adv->lease, KVP__ADV_LEASE_NS, kvp__adv_lease_count(adv->lease) > 0);
+}
+
 /* Unpartitioned: the engine announces its moves (worker _advisor's
  * publisher open) exactly while this advisor holds the namespace's lease;
  * its rounds wait for both (engine.h). */
@@ -414,6 +427,8 @@ void kvp__adv_parts_poll(kvp_advisor_t *adv) {
   if (adv->lease != NULL && adv->parts.count > 0 && !adv->stopped && adv->tier != NULL &&
       !kvp__tier_engine_busy(adv->tier))
     leases_lost(adv);
+  if (adv->lease != NULL && adv->parts.count > 0 && !adv->stopped && adv->tier != NULL)
+    follow_partition_leases(adv);
   if (adv->ntier_wait > 0 && !adv->stopped && adv->tier != NULL &&
       !kvp__tier_engine_busy(adv->tier))
     tier_caught_up(adv);

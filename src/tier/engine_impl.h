@@ -55,6 +55,9 @@
 #define OP_COMPACT (-5)       /* compact a volume while worth it (compact.c) */
 /* Most objects one scrub lists; past it, the scrub drops no location. */
 #define SCRUB_MAX_KEYS (1u << 22)
+/* Most objects under <ns> one pass deletes (16 bytes each while it runs);
+ * the rest go at the volume's later passes. */
+#define LEGACY_MAX_KEYS (1u << 20)
 /* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
  * whichever comes first. */
 #define BATCH_MOVES 64
@@ -76,6 +79,7 @@ typedef struct vol_s {
   uint64_t suppressed;       /* warnings not written since */
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
   kvp__map64_t orphans;      /* objects its last scrub found without a location */
+  int legacy_seen;           /* a pass found objects under <ns> here (scrub.c): log when none left */
   int above_high;            /* the last round found its fill above the high watermark */
   uint64_t above_stretch_ms; /* for how long, in rounds, so far */
   int compactable;           /* its plugin compacts and reports garbage (ABI 2) */
@@ -199,6 +203,16 @@ struct kvp__tier_engine_s {
   int64_t scrub_row;     /* the pass's row, or -1 */
   uint64_t scrub_row_ms; /* when it was last updated */
   uint64_t scrub_missing_pass, scrub_orphans_pass, scrub_confirmed_pass;
+  /* The objects under the key namespace <ns> the pass deletes (engine.h,
+   * KVP__TIER_NAMESPACE; scrub.c): legacy is set by the loop at the pass's
+   * start, the rest is the pass thread's until it is joined. */
+  int legacy;              /* the pass deletes them (the namespace's lease was held) */
+  uint64_t *legacy_keys;   /* hash, bytes, hash, bytes, ... as listed */
+  size_t nlegacy, legacy_cap; /* entries (pairs), capacity in uint64_t */
+  int legacy_cut;          /* more than LEGACY_MAX_KEYS listed: the rest at later passes */
+  int legacy_lost;         /* the lease was gone before a delete: the pass stopped deleting */
+  uint64_t legacy_deleted, legacy_dbytes, legacy_failed;
+  char legacy_err[256];    /* the first failed delete's error */
   kvp__map64_t scrub_touched; /* blocks moved into the pass's volume during it */
   /* Compaction (compact.c): each compactable volume's garbage is looked
    * at every compact_ms; compacted from compact_ratio dead. */
