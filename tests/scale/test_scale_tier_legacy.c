@@ -488,11 +488,18 @@ static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **st
   assert_int_equal(metric(&f->a[holder], "kvplane_tier_namespace_lease_held"), 1);
   assert_int_equal(metric(&f->a[!holder], "kvplane_tier_namespace_lease_held"), 0);
   /* The counters sum to what was there (the advisor holding the lease
-   * may have changed hands, never both at once). */
-  double objs = metric(&f->a[0], "kvplane_tier_legacy_deleted_objects_total") +
-                metric(&f->a[1], "kvplane_tier_legacy_deleted_objects_total");
-  double bytes = metric(&f->a[0], "kvplane_tier_legacy_deleted_bytes_total") +
-                 metric(&f->a[1], "kvplane_tier_legacy_deleted_bytes_total");
+   * may have changed hands, never both at once). A pass counts its deletes
+   * once it is done, and /metrics shows them at the advisor's next tick:
+   * waited for. */
+  double objs = 0, bytes = 0;
+  for (end = now_ms() + 10000; now_ms() < end; sleep_ms(100)) {
+    objs = metric(&f->a[0], "kvplane_tier_legacy_deleted_objects_total") +
+           metric(&f->a[1], "kvplane_tier_legacy_deleted_objects_total");
+    bytes = metric(&f->a[0], "kvplane_tier_legacy_deleted_bytes_total") +
+            metric(&f->a[1], "kvplane_tier_legacy_deleted_bytes_total");
+    if (objs >= (double)(n4 + n3))
+      break;
+  }
   printf("the unpartitioned advisor stopped: %s deleted everything under \"t\" within %llu ms: "
          "%g objects, %g bytes\n",
          f->a[holder].cfg.consumer, (unsigned long long)took, objs, bytes);
