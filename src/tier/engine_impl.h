@@ -80,6 +80,7 @@ typedef struct vol_s {
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
   kvp__map64_t orphans;      /* objects its last scrub found without a location */
   int legacy_seen;           /* a pass found objects under <ns> here (scrub.c): log when none left */
+  uint64_t legacy_swept;     /* the sweep (legacy_gen) in which a pass left nothing under <ns> */
   int above_high;            /* the last round found its fill above the high watermark */
   uint64_t above_stretch_ms; /* for how long, in rounds, so far */
   int compactable;           /* its plugin compacts and reports garbage (ABI 2) */
@@ -207,6 +208,8 @@ struct kvp__tier_engine_s {
    * KVP__TIER_NAMESPACE; scrub.c): legacy is set by the loop at the pass's
    * start, the rest is the pass thread's until it is joined. */
   int legacy;              /* the pass deletes them (the namespace's lease was held) */
+  uint64_t legacy_gen;     /* the sweep now (kvp__tier_engine_legacy_reset), from 1 */
+  uint64_t legacy_pass_gen; /* ... when the pass started */
   uint64_t *legacy_keys;   /* hash, bytes, hash, bytes, ... as listed */
   size_t nlegacy, legacy_cap; /* entries (pairs), capacity in uint64_t */
   int legacy_cut;          /* more than LEGACY_MAX_KEYS listed: the rest at later passes */

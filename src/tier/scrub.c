@@ -274,6 +274,7 @@ static void start_pass(kvp__tier_engine_t *e, uint64_t now) {
     e->scrub_stop = e->scrub_done = 0;
     /* Asked here, and again before each delete on the pass's thread. */
     e->legacy = e->partitions > 0 && e->gate != NULL && e->gate(e->gate_ctx, KVP__TIER_NAMESPACE);
+    e->legacy_pass_gen = e->legacy_gen;
     e->nlegacy = 0;
     e->legacy_cut = e->legacy_lost = 0;
     e->legacy_deleted = e->legacy_dbytes = e->legacy_failed = 0;
@@ -451,12 +452,31 @@ static void legacy_done(kvp__tier_engine_t *e, vol_t *v, int listed_all) {
     kvp_log_info("tiering: scrub: volume %s holds no more objects under key namespace %s", v->name,
                  e->ns);
   }
+  if (listed_all && !e->legacy_lost && !e->legacy_cut && e->legacy_deleted == e->nlegacy &&
+      e->legacy_pass_gen == e->legacy_gen)
+    v->legacy_swept = e->legacy_gen; /* nothing left under <ns> here in this sweep */
   e->nlegacy = 0;
   if (e->legacy_cap > 8192) { /* a large listing's memory goes back */
     free(e->legacy_keys);
     e->legacy_keys = NULL;
     e->legacy_cap = 0;
   }
+}
+
+void kvp__tier_engine_legacy_reset(kvp__tier_engine_t *e) {
+  e->legacy_gen++;
+}
+
+int kvp__tier_engine_legacy_swept(const kvp__tier_engine_t *e) {
+  size_t online = 0;
+  for (size_t v = 0; v < e->nvols; v++) {
+    if (e->vols[v].offline)
+      continue;
+    if (e->vols[v].legacy_swept != e->legacy_gen || e->legacy_gen == 0)
+      return 0;
+    online++;
+  }
+  return online > 0;
 }
 
 void kvp__tier_scrub_touched(kvp__tier_engine_t *e, uint64_t hash, uint32_t v) {

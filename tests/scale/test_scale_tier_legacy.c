@@ -9,20 +9,23 @@
  * mapping, as an unpartitioned deployment runs, then restarted on the
  * same store with it), real advisors (in this process, each on its own
  * loop) over real posix volumes (a G3 per worker, one shared G4):
- *   1. an unpartitioned tiering advisor demotes worker w0's blocks from
- *      its G3 into G4, objects under "t" (and leaves some in the G3);
+ *   1. an unpartitioned tiering advisor demotes the blocks of workers w0
+ *      and w2 from their G3s into G4, objects under "t" (and leaves some
+ *      in the G3s);
  *   2. the server gets the mapping; two partitioned advisors (2 of 4
- *      partitions each) start over the same volumes while the
+ *      partitions each, each with its partitions' workers' G3s: w0's is
+ *      only advisor 0's, w2's only advisor 1's) start while the
  *      unpartitioned one still runs and holds "all": they tier their own
  *      workers' blocks (objects under "t-p<P>") and delete nothing of
  *      "t" over many scrub passes;
  *   3. the unpartitioned advisor stops (its lease released): one
  *      partitioned advisor takes "all" and its scrub deletes every "t"
- *      object, in G4 and in w0's G3 (no file left in either volume's "t"
- *      directory); the counters of the two advisors sum to what was there,
- *      objects and bytes; every "t-p<P>" object is still there, and the
- *      shared G4 equals what the partitioned advisors' databases place
- *      there.
+ *      object of its volumes, then hands "all" on to the other, which
+ *      deletes those of its own: no file left in any volume's "t"
+ *      directory; each advisor deleted some, and their counters sum to
+ *      what was there, objects and bytes; every "t-p<P>" object is still
+ *      there, and the shared G4 equals what the partitioned advisors'
+ *      databases place there.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
 #include <ftw.h>
@@ -116,10 +119,12 @@ static void add_volume(kvp_advisor_config_t *cfg, const char *name, int tier, co
   snprintf(v->params, sizeof v->params, "path=%s\nfsync=off\n", path);
 }
 
-/* An advisor named consumer: partitioned (owning owned of NPART, every
- * worker's G3 volume) or not (owned NULL: w0's G3 only), tiering into the
- * shared G4, with a scrub pass every 100 ms and 1 s leases. */
-static void adv_start(fx_t *f, adv_t *a, const char *consumer, const char *owned) {
+/* An advisor named consumer: partitioned (owning owned of NPART) or not
+ * (owned NULL), with the G3 volumes of workers g3a and g3b (as an advisor
+ * is configured with its partitions' workers' G3s) and the shared G4, a
+ * scrub pass every 100 ms and 1 s leases. */
+static void adv_start(fx_t *f, adv_t *a, const char *consumer, const char *owned, int g3a,
+                      int g3b) {
   kvp_advisor_config_t *c = &a->cfg;
   char dir[256], url[64], err[512];
   kvp_advisor_config_defaults(c);
@@ -148,8 +153,10 @@ static void adv_start(fx_t *f, adv_t *a, const char *consumer, const char *owned
   c->tier_high = 0.9;
   c->tier_low = 0.5;
   c->tier_lease_ms = LEASE_MS;
-  for (int p = 0; p < (owned != NULL ? NPART : 1); p++) {
+  for (int p = 0; p < NPART; p++) {
     char name[16];
+    if (p != g3a && p != g3b)
+      continue;
     snprintf(name, sizeof name, "g3w%d", p);
     add_volume(c, name, 3, f->g3path[p], G3_BLOCKS * FR);
   }
@@ -413,23 +420,33 @@ static int files_under(const char *dir, const char *ns) {
 
 static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **state) {
   fx_t *f = *state;
-  listing_t g4, g3, g4p, g3p, later;
-  uint64_t b4 = 0, b3 = 0;
+  listing_t g4, g3[2], g4p, g3p[2], later;
+  uint64_t b4 = 0, b3[2] = {0, 0};
+  size_t n3[2];
+  const int wk[2] = {0, 2}; /* the workers of the unpartitioned deployment */
   const char *moved = "SELECT count(*) FROM migrations WHERE state = 'source_deleted'";
   const char *done = "SELECT count(*) FROM scrubs WHERE state = 'done'";
 
-  /* 1. Unpartitioned: w0's chain demoted from its G3 into G4, under "t". */
-  adv_start(f, &f->u, "u", NULL);
-  worker_offloads(f, 0, 0, 0x1000000000000000ull);
-  long long um = wait_stable(&f->u, moved, CHAIN / 2);
+  /* 1. Unpartitioned: w0's and w2's chains demoted from their G3s into G4,
+   * under "t". */
+  adv_start(f, &f->u, "u", NULL, wk[0], wk[1]);
+  for (int k = 0; k < 2; k++)
+    worker_offloads(f, (uint32_t)wk[k], 0, 0x1000000000000000ull * (uint64_t)(k + 1));
+  long long um = wait_stable(&f->u, moved, CHAIN);
   list_vol(f->g4, &g4);
-  list_vol(f->g3[0], &g3);
-  size_t n4 = count_of(&g4, 1, &b4), n3 = count_of(&g3, 1, &b3);
-  printf("unpartitioned: %zu objects (%llu bytes) under \"t\" in G4, %zu (%llu bytes) in w0's "
-         "G3\n",
-         n4, (unsigned long long)b4, n3, (unsigned long long)b3);
+  size_t n4 = count_of(&g4, 1, &b4);
+  for (int k = 0; k < 2; k++) {
+    list_vol(f->g3[wk[k]], &g3[k]);
+    n3[k] = count_of(&g3[k], 1, &b3[k]);
+  }
+  size_t total = n4 + n3[0] + n3[1];
+  uint64_t total_bytes = b4 + b3[0] + b3[1];
+  printf("unpartitioned: %zu objects (%llu bytes) under \"t\" in G4, %zu and %zu in w0's and "
+         "w2's G3s; %zu objects, %llu bytes in all\n",
+         n4, (unsigned long long)b4, n3[0], n3[1], total, (unsigned long long)total_bytes);
   assert_int_equal(n4, um); /* one G4 object per demotion */
-  assert_int_equal(n4 + n3, CHAIN);
+  assert_int_equal(total, 2 * CHAIN);
+  assert_true(n3[0] > 0 && n3[1] > 0);
   assert_int_equal(files_under(f->g4path, NS), (int)n4);
 
   /* 2. The deployment is partitioned: the server maps the events to
@@ -439,8 +456,8 @@ static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **st
   assert_int_equal(kvp_natsd_restart(&f->natsd), 0);
   sleep_ms(2 * LEASE_MS); /* its lease renewed, or expired and taken again */
   wait_metric(&f->u, "kvplane_tier_leases_held", 1, 15000, "after the server's restart");
-  adv_start(f, &f->a[0], "adv0", "0,1");
-  adv_start(f, &f->a[1], "adv1", "2,3");
+  adv_start(f, &f->a[0], "adv0", "0,1", 0, 1);
+  adv_start(f, &f->a[1], "adv1", "2,3", 2, 3);
   for (uint32_t p = 0; p < NPART; p++)
     worker_offloads(f, p, NPART, 0x2000000000000000ull * (p + 1));
   /* Each advisor demotes its workers' chains into G4, under "t-p<P>". */
@@ -453,67 +470,74 @@ static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **st
   /* Many scrub passes of both over every volume later, while the
    * unpartitioned advisor holds "all": nothing of "t" is gone. */
   long long d0 = db_count(&f->a[0], done), d1 = db_count(&f->a[1], done);
+  const long long turns = 5 * 3 * 2; /* 5 turns over 3 volumes and 2 partitions */
   end = now_ms() + 30000;
-  while (now_ms() < end && (db_count(&f->a[0], done) < d0 + 3 * 2 * (NPART + 1) ||
-                            db_count(&f->a[1], done) < d1 + 3 * 2 * (NPART + 1)))
+  while (now_ms() < end &&
+         (db_count(&f->a[0], done) < d0 + turns || db_count(&f->a[1], done) < d1 + turns))
     sleep_ms(100);
-  assert_true(db_count(&f->a[0], done) >= d0 + 3 * 2 * (NPART + 1));
-  assert_true(db_count(&f->a[1], done) >= d1 + 3 * 2 * (NPART + 1));
+  assert_true(db_count(&f->a[0], done) >= d0 + turns);
+  assert_true(db_count(&f->a[1], done) >= d1 + turns);
   assert_int_equal(metric(&f->u, "kvplane_tier_leases_held"), 1);
   list_vol(f->g4, &later);
   assert_int_equal(count_of(&later, 1, NULL), n4);
   assert_memory_equal(later.o + later.n - n4, g4.o + g4.n - n4, n4 * sizeof *g4.o);
-  list_vol(f->g3[0], &later);
-  assert_int_equal(count_of(&later, 1, NULL), n3);
+  for (int k = 0; k < 2; k++) {
+    list_vol(f->g3[wk[k]], &later);
+    assert_int_equal(count_of(&later, 1, NULL), n3[k]);
+  }
   for (int i = 0; i < 2; i++) { /* not held, nothing counted (step 3 wants the samples there) */
     assert_true(metric(&f->a[i], "kvplane_tier_namespace_lease_held") != 1);
     assert_true(metric(&f->a[i], "kvplane_tier_legacy_deleted_objects_total") <= 0);
   }
   printf("while the unpartitioned advisor holds the namespace's lease: %lld and %lld scrub "
-         "passes of the partitioned advisors, %zu + %zu objects under \"t\" kept\n",
-         db_count(&f->a[0], done) - d0, db_count(&f->a[1], done) - d1, n4, n3);
+         "passes of the partitioned advisors, all %zu objects under \"t\" kept\n",
+         db_count(&f->a[0], done) - d0, db_count(&f->a[1], done) - d1, total);
 
   /* 3. The unpartitioned advisor stops (its lease released): the
-   * partitioned advisor that takes "all" deletes everything under "t". */
-  list_vol(f->g3[0], &g3p);
+   * partitioned advisor that takes "all" deletes what is under "t" in its
+   * volumes, then hands it on to the other, which deletes the rest (w2's
+   * G3 is only advisor 1's, w0's only advisor 0's). */
+  for (int k = 0; k < 2; k++)
+    list_vol(f->g3[wk[k]], &g3p[k]);
   adv_stop(&f->u);
   uint64_t t0 = now_ms();
   end = t0 + 30000;
-  while (now_ms() < end && (files_under(f->g4path, NS) > 0 || files_under(f->g3path[0], NS) > 0))
+  while (now_ms() < end && (files_under(f->g4path, NS) > 0 || files_under(f->g3path[0], NS) > 0 ||
+                            files_under(f->g3path[2], NS) > 0))
     sleep_ms(100);
   uint64_t took = now_ms() - t0;
   assert_int_equal(files_under(f->g4path, NS), 0);
   assert_int_equal(files_under(f->g3path[0], NS), 0);
-  int holder = metric(&f->a[0], "kvplane_tier_namespace_lease_held") == 1 ? 0 : 1;
-  assert_int_equal(metric(&f->a[holder], "kvplane_tier_namespace_lease_held"), 1);
-  assert_int_equal(metric(&f->a[!holder], "kvplane_tier_namespace_lease_held"), 0);
-  /* The counters sum to what was there (the advisor holding the lease
-   * may have changed hands, never both at once). A pass counts its deletes
-   * once it is done, and /metrics shows them at the advisor's next tick:
-   * waited for. */
-  double objs = 0, bytes = 0;
+  assert_int_equal(files_under(f->g3path[2], NS), 0);
+  /* The counters sum to what was there, each advisor's its share. A pass
+   * counts its deletes once it is done, and /metrics shows them at the
+   * advisor's next tick: waited for. */
+  double objs[2] = {0, 0}, bytes = 0;
   for (end = now_ms() + 10000; now_ms() < end; sleep_ms(100)) {
-    objs = metric(&f->a[0], "kvplane_tier_legacy_deleted_objects_total") +
-           metric(&f->a[1], "kvplane_tier_legacy_deleted_objects_total");
+    for (int i = 0; i < 2; i++)
+      objs[i] = metric(&f->a[i], "kvplane_tier_legacy_deleted_objects_total");
     bytes = metric(&f->a[0], "kvplane_tier_legacy_deleted_bytes_total") +
             metric(&f->a[1], "kvplane_tier_legacy_deleted_bytes_total");
-    if (objs >= (double)(n4 + n3))
+    if (objs[0] + objs[1] >= (double)total)
       break;
   }
-  printf("the unpartitioned advisor stopped: %s deleted everything under \"t\" within %llu ms: "
-         "%g objects, %g bytes\n",
-         f->a[holder].cfg.consumer, (unsigned long long)took, objs, bytes);
-  assert_int_equal((long long)objs, (long long)(n4 + n3));
-  assert_int_equal((long long)bytes, (long long)(b4 + b3));
+  printf("the unpartitioned advisor stopped: everything under \"t\" deleted within %llu ms: "
+         "%g objects by adv0, %g by adv1, %g bytes\n",
+         (unsigned long long)took, objs[0], objs[1], bytes);
+  assert_int_equal((long long)(objs[0] + objs[1]), (long long)total);
+  assert_int_equal((long long)bytes, (long long)total_bytes);
+  assert_true(objs[0] >= (double)n3[0] && objs[1] >= (double)n3[1]);
   /* The partitions' objects are all there: in G4 as before, and the
-   * shared G4 is what the databases place there; w0's G3 as before. */
+   * shared G4 is what the databases place there; the G3s as before. */
   assert_true(g4_is_partitioned_advisors(f, &later));
   assert_int_equal(later.n, count_of(&g4p, 0, NULL));
   assert_memory_equal(later.o, g4p.o, later.n * sizeof *later.o);
-  list_vol(f->g3[0], &later);
-  assert_int_equal(later.n, count_of(&g3p, 0, NULL));
-  assert_memory_equal(later.o, g3p.o, later.n * sizeof *later.o);
-  assert_true(later.n > 0);
+  for (int k = 0; k < 2; k++) {
+    list_vol(f->g3[wk[k]], &later);
+    assert_true(later.n > 0);
+    assert_int_equal(later.n, count_of(&g3p[k], 0, NULL));
+    assert_memory_equal(later.o, g3p[k].o, later.n * sizeof *later.o);
+  }
   for (int i = 0; i < 2; i++)
     assert_int_equal(db_count(&f->a[i], "SELECT count(*) FROM migrations WHERE state IN "
                                         "('orphan_deleted', 'adopted')"),
