@@ -23,7 +23,9 @@
  * tiering advisor of the same namespace tiers (its rounds wait for "all"),
  * so those deletes never race one. It is wanted by every partitioned
  * advisor that holds a partition's lease (advisor/rebalance.c); one holds
- * it at a time. It is not counted in kvp__adv_lease_count.
+ * it at a time and hands it on once its scrub swept its volumes, so that
+ * the advisors take turns, each in its own volumes. It is not counted in
+ * kvp__adv_lease_count.
  *
  * Threads: the key-value calls of nats.c are synchronous: they run on the
  * lease's own thread, never on the loop. The loop says what it wants
