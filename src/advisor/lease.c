@@ -37,7 +37,7 @@ struct kvp__adv_lease_s {
   uint32_t count;  /* partitions (whole: 1) */
   uint32_t nslots; /* partitioned: count + 1, the last the namespace's (key "all") */
   int whole;       /* one lease for the namespace (lease.h): key "all" */
-  char ns[80]; /* for the logs */
+  char ns[80];     /* for the logs */
   slot_t *s;
   pthread_mutex_t mu;
   pthread_cond_t cv;

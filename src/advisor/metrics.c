@@ -211,8 +211,7 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
       "partitioned advisor's scrub while it held the namespace's lease (docs/SCALE.md).",
       (double)t->legacy_deleted);
   one(p, "kvplane_tier_legacy_deleted_bytes_total", "counter",
-      "Bytes of those objects, as the volume listing gave them.",
-      (double)t->legacy_deleted_bytes);
+      "Bytes of those objects, as the volume listing gave them.", (double)t->legacy_deleted_bytes);
   if (s->leases) {
     one(p, "kvplane_tier_leases_held", "gauge",
         "Partitions (unpartitioned: 1 for the namespace) whose tiering lease this advisor "

@@ -79,9 +79,9 @@ typedef struct vol_s {
   uint64_t suppressed;       /* warnings not written since */
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
   kvp__map64_t orphans;      /* objects its last scrub found without a location */
-  int legacy_seen;           /* a pass found objects under <ns> here (scrub.c): log when none left */
-  uint64_t legacy_swept;     /* the sweep (legacy_gen) in which a pass left nothing under <ns> */
-  int above_high;            /* the last round found its fill above the high watermark */
+  int legacy_seen;       /* a pass found objects under <ns> here (scrub.c): log when none left */
+  uint64_t legacy_swept; /* the sweep (legacy_gen) in which a pass left nothing under <ns> */
+  int above_high;        /* the last round found its fill above the high watermark */
   uint64_t above_stretch_ms; /* for how long, in rounds, so far */
   int compactable;           /* its plugin compacts and reports garbage (ABI 2) */
   uint64_t compact_due_ms;   /* its garbage is looked at next then */
@@ -207,15 +207,15 @@ struct kvp__tier_engine_s {
   /* The objects under the key namespace <ns> the pass deletes (engine.h,
    * KVP__TIER_NAMESPACE; scrub.c): legacy is set by the loop at the pass's
    * start, the rest is the pass thread's until it is joined. */
-  int legacy;              /* the pass deletes them (the namespace's lease was held) */
-  uint64_t legacy_gen;     /* the sweep now (kvp__tier_engine_legacy_reset), from 1 */
-  uint64_t legacy_pass_gen; /* ... when the pass started */
-  uint64_t *legacy_keys;   /* hash, bytes, hash, bytes, ... as listed */
+  int legacy;                 /* the pass deletes them (the namespace's lease was held) */
+  uint64_t legacy_gen;        /* the sweep now (kvp__tier_engine_legacy_reset), from 1 */
+  uint64_t legacy_pass_gen;   /* ... when the pass started */
+  uint64_t *legacy_keys;      /* hash, bytes, hash, bytes, ... as listed */
   size_t nlegacy, legacy_cap; /* entries (pairs), capacity in uint64_t */
-  int legacy_cut;          /* more than LEGACY_MAX_KEYS listed: the rest at later passes */
-  int legacy_lost;         /* the lease was gone before a delete: the pass stopped deleting */
+  int legacy_cut;             /* more than LEGACY_MAX_KEYS listed: the rest at later passes */
+  int legacy_lost;            /* the lease was gone before a delete: the pass stopped deleting */
   uint64_t legacy_deleted, legacy_dbytes, legacy_failed;
-  char legacy_err[256];    /* the first failed delete's error */
+  char legacy_err[256];       /* the first failed delete's error */
   kvp__map64_t scrub_touched; /* blocks moved into the pass's volume during it */
   /* Compaction (compact.c): each compactable volume's garbage is looked
    * at every compact_ms; compacted from compact_ratio dead. */

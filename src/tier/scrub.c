@@ -442,11 +442,11 @@ static void legacy_done(kvp__tier_engine_t *e, vol_t *v, int listed_all) {
     else if (e->legacy_cut || e->legacy_deleted < e->nlegacy)
       snprintf(more, sizeof more, "; the rest at later passes");
     kvp__log(e->legacy_failed > 0 ? KVP_LOG_WARN : KVP_LOG_INFO,
-        "tiering: scrub: volume %s: %" PRIu64 " objects (%" PRIu64 " bytes) deleted of the "
-        "%zu%s found under key namespace %s, left by an unpartitioned tiering advisor (this "
-        "advisor holds the namespace's lease)%s",
-        v->name, e->legacy_deleted, e->legacy_dbytes, e->nlegacy, e->legacy_cut ? "+" : "", e->ns,
-        more);
+             "tiering: scrub: volume %s: %" PRIu64 " objects (%" PRIu64 " bytes) deleted of the "
+             "%zu%s found under key namespace %s, left by an unpartitioned tiering advisor (this "
+             "advisor holds the namespace's lease)%s",
+             v->name, e->legacy_deleted, e->legacy_dbytes, e->nlegacy, e->legacy_cut ? "+" : "",
+             e->ns, more);
   } else if (listed_all && v->legacy_seen) {
     v->legacy_seen = 0;
     kvp_log_info("tiering: scrub: volume %s holds no more objects under key namespace %s", v->name,

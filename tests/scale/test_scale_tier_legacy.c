@@ -332,8 +332,7 @@ static int db_g4(const adv_t *a, listing_t *l) {
   while (sqlite3_step(s) == SQLITE_ROW) {
     const char *w = (const char *)sqlite3_column_text(s, 1);
     if (l->n < MAXOBJ)
-      l->o[l->n++] =
-          (obj_t){kvp_partition_of(w, NPART), (uint64_t)sqlite3_column_int64(s, 0), 0};
+      l->o[l->n++] = (obj_t){kvp_partition_of(w, NPART), (uint64_t)sqlite3_column_int64(s, 0), 0};
   }
   rc = 0;
 out:
