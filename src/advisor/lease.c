@@ -86,11 +86,9 @@ static int is_ns(const kvp__adv_lease_t *l, uint32_t p) {
 /* The slot of partition p, or of the namespace (KVP__ADV_LEASE_NS); NULL
  * when there is none. */
 static slot_t *slot_of(const kvp__adv_lease_t *l, uint32_t p) {
-  if (l == NULL)
+  if (l == NULL || (p >= l->count && p != KVP__ADV_LEASE_NS))
     return NULL;
-  if (p == KVP__ADV_LEASE_NS)
-    return &l->s[l->nslots - 1];
-  return p < l->count ? &l->s[p] : NULL;
+  return p == KVP__ADV_LEASE_NS ? &l->s[l->nslots - 1] : &l->s[p];
 }
 
 static void key_of(const kvp__adv_lease_t *l, uint32_t p, char *buf, size_t len) {

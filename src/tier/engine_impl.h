@@ -14,6 +14,8 @@
  *                  thread, rate-limited) and comparing it with the index
  *                  (loop); its deletes, adoptions and quarantines go to
  *                  the job as ops;
+ *   legacy.c       partitioned: deleting what an unpartitioned deployment
+ *                  left under the key namespace <ns> (the scrub's passes);
  *   compact.c      compaction of volumes whose plugin reports dead bytes;
  *   control.c      the operator's pins, moves and deletes;
  *   parts.c        partitioned tiering: the partitions the engine tiers,
@@ -304,6 +306,23 @@ void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o);
 /* A move committed hash into volume v: a running pass of v does not take
  * it for missing. */
 void kvp__tier_scrub_touched(kvp__tier_engine_t *e, uint64_t hash, uint32_t v);
+/* Sleeps until files objects and bytes bytes since t0 are within the
+ * scrub's limits, in slices that notice a stop. Returns 1 when stopped. */
+int kvp__tier_scrub_pace(kvp__tier_engine_t *e, uint64_t t0, uint64_t files, uint64_t bytes);
+
+/* The sweep of <ns> by a pass (legacy.c): start (loop, at the pass's
+ * start) asks the gate for KVP__TIER_NAMESPACE and sets e->legacy; keep
+ * (the pass's thread) keeps an object its listing found under <ns>;
+ * delete (the pass's thread, after the listing) deletes what was kept
+ * while the gate still says 1, within the pace (*files counts on), and
+ * returns 0, KVP_ECLOSED when stopped, or KVP_EOFFLINE with scrub_err;
+ * done (loop, the thread joined) counts it and logs one line for v;
+ * listed_all: the pass listed v whole. */
+void kvp__tier_legacy_start(kvp__tier_engine_t *e);
+void kvp__tier_legacy_keep(kvp__tier_engine_t *e, uint64_t hash, uint64_t bytes);
+int kvp__tier_legacy_delete(kvp__tier_engine_t *e, vol_t *v, uint64_t t0, uint64_t *files,
+                            uint64_t bytes);
+void kvp__tier_legacy_done(kvp__tier_engine_t *e, vol_t *v, int listed_all);
 /* Whether the index places hash in volume v, held by a worker of part
  * (-1: any part). */
 int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v, int part);

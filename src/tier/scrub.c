@@ -25,17 +25,8 @@
  * stopped, with its figures); the engine's stats carry the same figures
  * and the running pass's progress.
  *
- * Partitioned, while the gate says the namespace's lease is held here
- * (engine.h, KVP__TIER_NAMESPACE; asked at the pass's start), a pass also
- * keeps what its listing finds under the key namespace <ns> itself and,
- * on its thread, within the same pace, deletes it, asking the gate again
- * before each delete: the objects an unpartitioned tiering advisor left
- * in the volume before the deployment was partitioned. No partitioned
- * advisor writes, reads or accounts for them (theirs are under <ns>-p<P>),
- * and the lease keeps an unpartitioned tiering advisor from writing there
- * meanwhile. Nothing is journaled per object: one log line per volume and
- * pass, and counters. The listing a volume's passes make anyway is the
- * one used: no pass of its own. */
+ * Partitioned, with the namespace's lease, a pass also deletes what its
+ * listing finds under the key namespace <ns> itself (legacy.c). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +80,7 @@ static int wanted(kvp__tier_engine_t *e, uint64_t hash, int part) {
 
 /* Sleeps until files objects and bytes bytes since t0 are within the
  * limits, in slices that notice a stop. Returns 1 when stopped. */
-static int pace(kvp__tier_engine_t *e, uint64_t t0, uint64_t files, uint64_t bytes) {
+int kvp__tier_scrub_pace(kvp__tier_engine_t *e, uint64_t t0, uint64_t files, uint64_t bytes) {
   for (;;) {
     if (__atomic_load_n(&e->scrub_stop, __ATOMIC_RELAXED))
       return 1;
@@ -111,25 +102,13 @@ typedef struct pass_s {
   uint64_t t0, files, bytes; /* what pace counts */
 } pass_t;
 
-/* An object under <ns> in a pass that deletes them (e->legacy). */
-static int legacy_listed(pass_t *p, uint64_t hash, uint64_t bytes) {
-  kvp__tier_engine_t *e = p->e;
-  if (e->nlegacy >= LEGACY_MAX_KEYS ||
-      KVP_ARRAY_RESERVE(e->legacy_keys, e->legacy_cap, 2 * (e->nlegacy + 1), 1024) != 0) {
-    e->legacy_cut = 1; /* the listing goes on: the pass's own part is not cut */
-    return 0;
-  }
-  e->legacy_keys[2 * e->nlegacy] = hash;
-  e->legacy_keys[2 * e->nlegacy + 1] = bytes;
-  e->nlegacy++;
-  return pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
-}
-
 static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   pass_t *p = ctx;
   kvp__tier_engine_t *e = p->e;
-  if (e->legacy && strcmp(ns, e->ns) == 0)
-    return legacy_listed(p, hash, bytes);
+  if (e->legacy && strcmp(ns, e->ns) == 0) {
+    kvp__tier_legacy_keep(e, hash, bytes);
+    return kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
+  }
   /* Only the key namespace of the pass's part: the objects of partitions
    * this engine does not tier are other advisors' (parts.c). */
   if (strcmp(ns, kvp__tier_ns(e, e->scrub_part)) != 0)
@@ -142,7 +121,7 @@ static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   e->keys[e->nkeys++] = hash;
   __atomic_add_fetch(&e->scrub_listed, 1, __ATOMIC_RELAXED);
   __atomic_add_fetch(&e->scrub_lbytes, bytes, __ATOMIC_RELAXED);
-  return pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
+  return kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
 }
 
 /* Reads every listed object back (scrub_verify): the frame's checks are
@@ -184,39 +163,11 @@ static int verify(kvp__tier_engine_t *e, vol_t *v, pass_t *p) {
     __atomic_add_fetch(&e->scrub_verified, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&e->scrub_vbytes, got, __ATOMIC_RELAXED);
     p->bytes += got;
-    if (pace(e, p->t0, ++p->files, p->bytes))
+    if (kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes))
       rc = STOPPED;
   }
   free(buf);
   return rc;
-}
-
-/* Deletes the objects under <ns> the listing found, each only while the
- * namespace's lease is still held (the gate, asked before each one, as the
- * job asks before each op), within the pace. Returns 0 (also when the
- * lease is gone: legacy_lost), STOPPED, or KVP_EOFFLINE with scrub_err. */
-static int delete_legacy(kvp__tier_engine_t *e, vol_t *v, pass_t *p) {
-  char err[256];
-  for (size_t i = 0; i < e->nlegacy; i++) {
-    if (!e->gate(e->gate_ctx, KVP__TIER_NAMESPACE)) {
-      e->legacy_lost = 1;
-      return 0;
-    }
-    int r = kvp_volume_delete(v->v, e->ns, e->legacy_keys[2 * i], err, sizeof err);
-    if (r == 0) {
-      e->legacy_deleted++;
-      e->legacy_dbytes += e->legacy_keys[2 * i + 1];
-    } else if (r == KVP_EOFFLINE) {
-      snprintf(e->scrub_err, sizeof e->scrub_err, "%s", err);
-      return r;
-    } else if (r != KVP_ENOENT && e->legacy_failed++ == 0) {
-      snprintf(e->legacy_err, sizeof e->legacy_err, "%016" PRIx64 ": %.200s", e->legacy_keys[2 * i],
-               err);
-    }
-    if (pace(e, p->t0, ++p->files, p->bytes))
-      return STOPPED;
-  }
-  return 0;
 }
 
 static void pass_thread(void *arg) {
@@ -228,7 +179,7 @@ static void pass_thread(void *arg) {
   if (rc == STOPPED && !__atomic_load_n(&e->scrub_stop, __ATOMIC_RELAXED))
     rc = 0; /* the listing was cut at SCRUB_MAX_KEYS (keys_truncated) */
   if (rc == 0 && e->nlegacy > 0)
-    rc = delete_legacy(e, v, &p);
+    rc = kvp__tier_legacy_delete(e, v, p.t0, &p.files, p.bytes);
   if (rc == 0 && e->nkeys > 0)
     qsort(e->keys, e->nkeys, sizeof *e->keys, cmp_u64);
   if (rc == 0 && e->scrub_verify)
@@ -272,13 +223,7 @@ static void start_pass(kvp__tier_engine_t *e, uint64_t now) {
     e->scrub_listed = e->scrub_lbytes = e->scrub_verified = e->scrub_vbytes = 0;
     e->scrub_missing_pass = e->scrub_orphans_pass = e->scrub_confirmed_pass = 0;
     e->scrub_stop = e->scrub_done = 0;
-    /* Asked here, and again before each delete on the pass's thread. */
-    e->legacy = e->partitions > 0 && e->gate != NULL && e->gate(e->gate_ctx, KVP__TIER_NAMESPACE);
-    e->legacy_pass_gen = e->legacy_gen;
-    e->nlegacy = 0;
-    e->legacy_cut = e->legacy_lost = 0;
-    e->legacy_deleted = e->legacy_dbytes = e->legacy_failed = 0;
-    e->legacy_err[0] = '\0';
+    kvp__tier_legacy_start(e);
     kvp__map64_free(&e->scrub_touched);
     kvp__map64_init(&e->scrub_touched, 0);
     e->scrub_row = e->sdb ? kvp__journal_scrub_start(e->sdb, e->vols[v].name, e->vols[v].tier,
@@ -421,64 +366,6 @@ static void find_orphans(kvp__tier_engine_t *e, vol_t *v) {
   v->orphans = now_orphans;
 }
 
-/* The pass's deletes under <ns> (its thread joined): counted, and one
- * line for the volume when the pass found any; once none is left after
- * some were found (whole, a complete listing), a line says so. */
-static void legacy_done(kvp__tier_engine_t *e, vol_t *v, int listed_all) {
-  char more[400] = "";
-  if (!e->legacy)
-    return;
-  e->legacy = 0;
-  e->st.legacy_deleted += e->legacy_deleted;
-  e->st.legacy_deleted_bytes += e->legacy_dbytes;
-  e->st.legacy_failed += e->legacy_failed;
-  if (e->nlegacy > 0) {
-    v->legacy_seen = 1;
-    if (e->legacy_lost)
-      snprintf(more, sizeof more, "; stopped: the namespace's lease is no longer held here");
-    else if (e->legacy_failed > 0)
-      snprintf(more, sizeof more, "; %" PRIu64 " failed (the first %s), tried again later",
-               e->legacy_failed, e->legacy_err);
-    else if (e->legacy_cut || e->legacy_deleted < e->nlegacy)
-      snprintf(more, sizeof more, "; the rest at later passes");
-    kvp__log(e->legacy_failed > 0 ? KVP_LOG_WARN : KVP_LOG_INFO,
-             "tiering: scrub: volume %s: %" PRIu64 " objects (%" PRIu64 " bytes) deleted of the "
-             "%zu%s found under key namespace %s, left by an unpartitioned tiering advisor (this "
-             "advisor holds the namespace's lease)%s",
-             v->name, e->legacy_deleted, e->legacy_dbytes, e->nlegacy, e->legacy_cut ? "+" : "",
-             e->ns, more);
-  } else if (listed_all && v->legacy_seen) {
-    v->legacy_seen = 0;
-    kvp_log_info("tiering: scrub: volume %s holds no more objects under key namespace %s", v->name,
-                 e->ns);
-  }
-  if (listed_all && !e->legacy_lost && !e->legacy_cut && e->legacy_deleted == e->nlegacy &&
-      e->legacy_pass_gen == e->legacy_gen)
-    v->legacy_swept = e->legacy_gen; /* nothing left under <ns> here in this sweep */
-  e->nlegacy = 0;
-  if (e->legacy_cap > 8192) { /* a large listing's memory goes back */
-    free(e->legacy_keys);
-    e->legacy_keys = NULL;
-    e->legacy_cap = 0;
-  }
-}
-
-void kvp__tier_engine_legacy_reset(kvp__tier_engine_t *e) {
-  e->legacy_gen++;
-}
-
-int kvp__tier_engine_legacy_swept(const kvp__tier_engine_t *e) {
-  size_t online = 0;
-  for (size_t v = 0; v < e->nvols; v++) {
-    if (e->vols[v].offline)
-      continue;
-    if (e->vols[v].legacy_swept != e->legacy_gen || e->legacy_gen == 0)
-      return 0;
-    online++;
-  }
-  return online > 0;
-}
-
 void kvp__tier_scrub_touched(kvp__tier_engine_t *e, uint64_t hash, uint32_t v) {
   if (e->scrub_running && v == e->scrub_vol)
     kvp__map64_put(&e->scrub_touched, hash, 1); /* no memory: the seconds rule still holds */
@@ -495,7 +382,7 @@ void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
   e->st.scrub_verified_bytes += e->scrub_vbytes;
   e->st.scrub_objects += e->nkeys;
   e->st.scrub_ms += now - e->scrub_t0;
-  legacy_done(e, v, e->scrub_rc == 0 && !e->keys_truncated);
+  kvp__tier_legacy_done(e, v, e->scrub_rc == 0 && !e->keys_truncated);
   if (e->scrub_rc != 0) {
     if (e->scrub_rc == KVP_EOFFLINE && !v->offline) {
       kvp_log_warn("tiering: volume %s is offline (scrub): %s", v->name, e->scrub_err);
@@ -541,7 +428,7 @@ void kvp__tier_scrub_stop(kvp__tier_engine_t *e) {
   uv_thread_join(&e->scrub_thread);
   e->scrub_running = 0;
   e->st.scrub_running = 0;
-  legacy_done(e, &e->vols[e->scrub_vol], 0);
+  kvp__tier_legacy_done(e, &e->vols[e->scrub_vol], 0);
   kvp__journal_scrub_t f = figures(e);
   if (e->sdb)
     kvp__journal_scrub_set(e->sdb, e->scrub_row, "stopped", &f, "the engine stopped",

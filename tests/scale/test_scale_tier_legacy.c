@@ -1,4 +1,8 @@
-/* Switching a tiering deployment from unpartitioned to partitioned
+/* Why this file is long: one case, but its fixture (three advisors, four
+ * workers and their volumes, listings, database and /metrics reads) is
+ * most of it.
+ *
+ * Switching a tiering deployment from unpartitioned to partitioned
  * (docs/SCALE.md, "Switching a tiering deployment to partitions"): what
  * the unpartitioned advisor left under the key namespace <ns> in the
  * volumes is deleted by the partitioned advisor holding the namespace's
