@@ -90,6 +90,7 @@ struct kvp_advisor_s {
    * ns_rest_until (monotonic ms), so that another partitioned advisor,
    * with other volumes, takes it (rebalance.c). */
   uint64_t ns_rest_until;
+  int ns_held; /* it was held at the last look */
 };
 
 /* advisor.c: applies everything in the inbox now. */

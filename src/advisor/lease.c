@@ -1,4 +1,8 @@
-/* Tiering leases in a JetStream key-value bucket; see lease.h. */
+/* Tiering leases in a JetStream key-value bucket; see lease.h. Why this
+ * file is long: the lease thread's take, renewal and release of every key
+ * say in their own log lines what the key lets the advisor do (tier a
+ * partition or the namespace, or delete what an unpartitioned deployment
+ * left), and who else holds it; split, they would share all the state. */
 #define _GNU_SOURCE
 #include "advisor/lease.h"
 
@@ -61,19 +65,21 @@ void kvp__adv_lease_bucket(const char *ns, char *buf, size_t len) {
 int kvp__adv_lease_holder(const void *data, size_t len, char *out, size_t outlen) {
   json_t *o = json_loadb(data, len, 0, NULL);
   const char *name = NULL, *host = NULL;
-  json_int_t pid = -1;
+  json_int_t pid = -1, parts = 0;
   if (json_is_object(o)) {
     name = json_string_value(json_object_get(o, "advisor"));
     host = json_string_value(json_object_get(o, "host"));
-    json_t *p = json_object_get(o, "pid");
+    json_t *p = json_object_get(o, "pid"), *n = json_object_get(o, "partitions");
     pid = json_is_integer(p) ? json_integer_value(p) : -1;
+    parts = json_is_integer(n) ? json_integer_value(n) : 0;
   }
   if (name == NULL || host == NULL || pid < 0) {
     snprintf(out, outlen, "an unknown holder (%zu bytes that are not a lease's value)", len);
     json_decref(o);
     return KVP_EINVAL;
   }
-  snprintf(out, outlen, "advisor %.64s (host %.64s, pid %lld)", name, host, (long long)pid);
+  snprintf(out, outlen, "advisor %.64s (host %.64s, pid %lld)%s", name, host, (long long)pid,
+           parts > 0 ? ", partitioned" : "");
   json_decref(o);
   return 0;
 }
@@ -142,7 +148,7 @@ static int look(kvp__adv_lease_t *l, slot_t *s, const char *key, int *mine, uint
   return 1;
 }
 
-enum { SAID_NONE, SAID_HELD, SAID_WAIT, SAID_ERR };
+enum { SAID_NONE, SAID_HELD, SAID_WAIT, SAID_ERR, SAID_GONE };
 
 static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
   char key[16], nm[96];
@@ -193,6 +199,11 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
                    "it, or an unpartitioned tiering advisor still runs); trying again every "
                    "%" PRIu64 " ms",
                    name_of(l, p, nm, sizeof nm), who, l->ttl_ms / 3);
+    else if ((s->said != SAID_WAIT || strcmp(before, who) != 0) && strstr(who, ", partitioned"))
+      kvp_log_warn("tiering: namespace %s: %s holds its lease: the deployment is partitioned, "
+                   "and that advisor deletes what was left under key namespace %s; this "
+                   "unpartitioned advisor does not tier (stop it: docs/SCALE.md)",
+                   l->ns, who, l->ns);
     else if (s->said != SAID_WAIT || strcmp(before, who) != 0) /* once per holder */
       kvp_log_info("tiering: %s is tiered by %s, which holds its lease: not "
                    "tiered here; trying again every %" PRIu64 " ms (a standby)",
@@ -200,8 +211,15 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     s->said = SAID_WAIT;
     return;
   }
+  if (there == 0 && s->said != SAID_GONE && s->said != SAID_ERR) {
+    /* Gone between the two calls (released or expired): at once, quietly
+     * the first time (a hand-over, lease.h). */
+    s->next_ms = now + 50;
+    s->said = SAID_GONE;
+    return;
+  }
   if (there == 0)
-    s->next_ms = now + 50; /* gone between the two calls (expired): at once */
+    s->next_ms = now + 50;
   if (s->said != SAID_ERR)
     kvp_log_warn("tiering: %s: its lease cannot be taken (bucket %s: %s): this advisor "
                  "does not %s until it is",
@@ -341,9 +359,9 @@ static void *run(void *arg) {
 static int describe(kvp__adv_lease_t *l, const char *me) {
   char host[128] = "";
   gethostname(host, sizeof host - 1);
-  json_t *v = json_pack("{s:s, s:s, s:I, s:I, s:I}", "advisor", me, "host", host, "pid",
+  json_t *v = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "advisor", me, "host", host, "pid",
                         (json_int_t)getpid(), "started_ms", (json_int_t)kvp__unix_ms(), "lease_ms",
-                        (json_int_t)l->ttl_ms);
+                        (json_int_t)l->ttl_ms, "partitions", (json_int_t)(l->whole ? 0 : l->count));
   char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
   json_decref(v);
   if (text == NULL || strlen(text) >= sizeof l->value) {

@@ -90,9 +90,10 @@ int kvp__adv_lease_count(const kvp__adv_lease_t *l);
 void kvp__adv_lease_close(kvp__adv_lease_t *l);
 
 /* A lease's value, bytes from the bucket: {"advisor": name, "host": h,
- * "pid": n, "started_ms": t, "lease_ms": ttl}. Writes "name (host h, pid
- * n)" into out and returns 0, or KVP_EINVAL with out saying it is not a
- * lease's value. */
+ * "pid": n, "started_ms": t, "lease_ms": ttl, "partitions": c} (c 0 or
+ * absent: an unpartitioned advisor). Writes "advisor name (host h, pid
+ * n)", followed by ", partitioned" when c > 0, into out and returns 0, or
+ * KVP_EINVAL with out saying it is not a lease's value. */
 int kvp__adv_lease_holder(const void *data, size_t len, char *out, size_t outlen);
 
 #endif

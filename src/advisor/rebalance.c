@@ -403,16 +403,17 @@ _Static_assert(KVP__ADV_LEASE_NS == KVP__TIER_NAMESPACE, "the namespace's lease 
 static void follow_partition_leases(kvp_advisor_t *adv) {
   uint64_t now = kvp__now_ns() / 1000000u;
   int want = kvp__adv_lease_count(adv->lease) > 0 && now >= adv->ns_rest_until;
-  if (want && kvp__adv_lease_held(adv->lease, KVP__ADV_LEASE_NS) &&
-      kvp__tier_engine_legacy_swept(adv->tier)) {
+  int held = kvp__adv_lease_held(adv->lease, KVP__ADV_LEASE_NS);
+  if (held && !adv->ns_held) /* taken (again): a sweep of its own, from the passes after now */
+    kvp__tier_engine_legacy_reset(adv->tier);
+  adv->ns_held = held;
+  if (want && held && kvp__tier_engine_legacy_swept(adv->tier)) {
     adv->ns_rest_until = now + NS_REST_TTLS * kvp__adv_lease_ttl(adv->lease);
     kvp_log_info("advisor: tiering: this advisor's volumes hold nothing more under key namespace "
                  "%s: the namespace's lease is handed on (wanted again in %" PRIu64 " ms)",
                  adv->cfg.ns, NS_REST_TTLS * kvp__adv_lease_ttl(adv->lease));
     want = 0;
   }
-  if (want && !kvp__adv_lease_wanted(adv->lease, KVP__ADV_LEASE_NS, NULL, 0))
-    kvp__tier_engine_legacy_reset(adv->tier); /* a sweep of its own from the next take */
   kvp__adv_lease_want(adv->lease, KVP__ADV_LEASE_NS, want);
 }
 

@@ -249,11 +249,11 @@ int kvp__tier_engine_announcing(const kvp__tier_engine_t *e);
 typedef int (*kvp__tier_gate_fn)(void *ctx, uint32_t partition);
 
 /* The sweep of <ns> (KVP__TIER_NAMESPACE), loop thread: reset starts it
- * again (the gate is about to be asked anew: the advisor wants the
- * namespace's lease again); swept is 1 once every online volume (at least
- * one) had, since the reset, a pass that listed it whole while the gate
- * said 1 and deleted all it found under <ns>. The advisor then hands the
- * namespace's lease on to an advisor with other volumes. */
+ * again (the advisor took the namespace's lease again); swept is 1 once
+ * every online volume (at least one) had a pass, started after the reset,
+ * that listed it whole while the gate said 1 and deleted all it found
+ * under <ns>. The advisor then hands the namespace's lease on to an
+ * advisor with other volumes. */
 void kvp__tier_engine_legacy_reset(kvp__tier_engine_t *e);
 int kvp__tier_engine_legacy_swept(const kvp__tier_engine_t *e);
 void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx);

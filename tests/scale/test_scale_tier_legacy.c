@@ -43,6 +43,7 @@
 
 #include "advisor/advisor.h"
 #include "harness.h"
+#include "kvplane/client.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
@@ -545,6 +546,20 @@ static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **st
     assert_int_equal(db_count(&f->a[i], "SELECT count(*) FROM migrations WHERE state IN "
                                         "('orphan_deleted', 'adopted')"),
                      0);
+  /* The stats say it too (tiering.legacy), here of the first to answer. */
+  kvp_nats_opts_t no;
+  kvp_client_t *c = NULL;
+  char err[256], *st = NULL;
+  kvp_nats_opts_init(&no);
+  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
+  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
+  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
+  kvp_client_close(c);
+  const char *lg = strstr(st, "\"legacy\":{\"namespace\":\"" NS "\",\"held\":");
+  if (lg == NULL || strstr(lg, "\"deleted\":") == NULL)
+    fail_msg("no tiering.legacy in a partitioned advisor's stats: %.3000s", st);
+  printf("stats: %.*s\n", (int)(strchr(lg, '}') ? strchr(lg, '}') - lg + 1 : 0), lg);
+  kvp_client_reply_free(st);
 }
 
 int main(int argc, char **argv) {
