@@ -19,7 +19,7 @@
  * A partitioned advisor has the namespace's key "all" too, beside its
  * p<P> keys (KVP__ADV_LEASE_NS below): the advisor that holds it deletes
  * what an unpartitioned deployment left under the key namespace <ns> in
- * the volumes (tier/scrub.c), and while it holds it no unpartitioned
+ * the volumes (tier/legacy.c), and while it holds it no unpartitioned
  * tiering advisor of the same namespace tiers (its rounds wait for "all"),
  * so those deletes never race one. It is wanted by every partitioned
  * advisor that holds a partition's lease (advisor/rebalance.c); one holds

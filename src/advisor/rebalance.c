@@ -392,7 +392,7 @@ _Static_assert(KVP__ADV_LEASE_NS == KVP__TIER_NAMESPACE, "the namespace's lease 
 
 /* Partitioned: the namespace's lease is wanted while this advisor holds a
  * partition's lease, so whoever tiers anything may hold it and delete
- * what an unpartitioned deployment left under <ns> (tier/scrub.c); of
+ * what an unpartitioned deployment left under <ns> (tier/legacy.c); of
  * several, one holds it at a time. Its holder deletes only in its own
  * volumes, so it hands the lease on once its scrub swept them all (each
  * listed whole, nothing left under <ns>), and does not want it again for

@@ -240,13 +240,14 @@ int kvp__tier_engine_announcing(const kvp__tier_engine_t *e);
  * Partitioned, it is asked for KVP__TIER_NAMESPACE too: at each scrub
  * pass's start (loop) and before each delete (the pass's thread). While
  * it says 1, a pass also deletes every object its listing of the volume
- * found under the key namespace <ns> itself (scrub.c): what an
+ * found under the key namespace <ns> itself (legacy.c): what an
  * unpartitioned tiering advisor left there before the deployment was
  * partitioned, which no partitioned advisor's index knows or reads (their
  * objects are under <ns>-p<P>). The advisor answers it with the
  * namespace's lease, which no unpartitioned tiering advisor holds then. */
 #define KVP__TIER_NAMESPACE UINT32_MAX
 typedef int (*kvp__tier_gate_fn)(void *ctx, uint32_t partition);
+void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx);
 
 /* The sweep of <ns> (KVP__TIER_NAMESPACE), loop thread: reset starts it
  * again (the advisor took the namespace's lease again); swept is 1 once
@@ -256,6 +257,5 @@ typedef int (*kvp__tier_gate_fn)(void *ctx, uint32_t partition);
  * advisor with other volumes. */
 void kvp__tier_engine_legacy_reset(kvp__tier_engine_t *e);
 int kvp__tier_engine_legacy_swept(const kvp__tier_engine_t *e);
-void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx);
 
 #endif

@@ -81,7 +81,7 @@ typedef struct vol_s {
   uint64_t suppressed;       /* warnings not written since */
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
   kvp__map64_t orphans;      /* objects its last scrub found without a location */
-  int legacy_seen;       /* a pass found objects under <ns> here (scrub.c): log when none left */
+  int legacy_seen;       /* a pass found objects under <ns> here (legacy.c): log when none left */
   uint64_t legacy_swept; /* the sweep (legacy_gen) in which a pass left nothing under <ns> */
   int above_high;        /* the last round found its fill above the high watermark */
   uint64_t above_stretch_ms; /* for how long, in rounds, so far */
@@ -207,7 +207,7 @@ struct kvp__tier_engine_s {
   uint64_t scrub_row_ms; /* when it was last updated */
   uint64_t scrub_missing_pass, scrub_orphans_pass, scrub_confirmed_pass;
   /* The objects under the key namespace <ns> the pass deletes (engine.h,
-   * KVP__TIER_NAMESPACE; scrub.c): legacy is set by the loop at the pass's
+   * KVP__TIER_NAMESPACE; legacy.c): legacy is set by the loop at the pass's
    * start, the rest is the pass thread's until it is joined. */
   int legacy;                 /* the pass deletes them (the namespace's lease was held) */
   uint64_t legacy_gen;        /* the sweep now (kvp__tier_engine_legacy_reset), from 1 */
