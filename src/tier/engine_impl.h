@@ -215,7 +215,8 @@ struct kvp__tier_engine_s {
   uint64_t *legacy_keys;      /* hash, bytes, hash, bytes, ... as listed */
   size_t nlegacy, legacy_cap; /* entries (pairs), capacity in uint64_t */
   int legacy_cut;             /* more than LEGACY_MAX_KEYS listed: the rest at later passes */
-  int legacy_lost;            /* the lease was gone before a delete: the pass stopped deleting */
+  int legacy_whole; /* the pass's listing went to the end (the sweep's, past SCRUB_MAX_KEYS) */
+  int legacy_lost;  /* the lease was gone before a delete: the pass stopped deleting */
   uint64_t legacy_deleted, legacy_dbytes, legacy_failed;
   char legacy_err[256];       /* the first failed delete's error */
   kvp__map64_t scrub_touched; /* blocks moved into the pass's volume during it */

@@ -116,7 +116,11 @@ static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   if (e->nkeys >= SCRUB_MAX_KEYS ||
       KVP_ARRAY_RESERVE(e->keys, e->keys_cap, e->nkeys + 1, 1024) != 0) {
     e->keys_truncated = 1;
-    return 1;
+    if (!e->legacy)
+      return 1;
+    /* A pass that sweeps <ns> (legacy.c) lists the volume whole: on,
+     * keeping no more of its part's keys. */
+    return kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
   }
   e->keys[e->nkeys++] = hash;
   __atomic_add_fetch(&e->scrub_listed, 1, __ATOMIC_RELAXED);
@@ -176,6 +180,7 @@ static void pass_thread(void *arg) {
   pass_t p = {.e = e, .t0 = kvp__unix_ms()};
 
   int rc = kvp_volume_iterate(v->v, on_key, &p, e->scrub_err, sizeof e->scrub_err);
+  e->legacy_whole = rc == 0;
   if (rc == STOPPED && !__atomic_load_n(&e->scrub_stop, __ATOMIC_RELAXED))
     rc = 0; /* the listing was cut at SCRUB_MAX_KEYS (keys_truncated) */
   if (rc == 0 && e->nlegacy > 0)
@@ -382,7 +387,7 @@ void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
   e->st.scrub_verified_bytes += e->scrub_vbytes;
   e->st.scrub_objects += e->nkeys;
   e->st.scrub_ms += now - e->scrub_t0;
-  kvp__tier_legacy_done(e, v, e->scrub_rc == 0 && !e->keys_truncated);
+  kvp__tier_legacy_done(e, v, e->scrub_rc == 0 && e->legacy_whole);
   if (e->scrub_rc != 0) {
     if (e->scrub_rc == KVP_EOFFLINE && !v->offline) {
       kvp_log_warn("tiering: volume %s is offline (scrub): %s", v->name, e->scrub_err);
