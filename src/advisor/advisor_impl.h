@@ -85,6 +85,12 @@ struct kvp_advisor_s {
    * waits in tier_wait until caught up AND its lease is held here; one
    * tiered whose lease is lost goes back there (rebalance.c). */
   kvp__adv_lease_t *lease;
+  /* Partitioned: the namespace's lease (KVP__ADV_LEASE_NS), handed on once
+   * this advisor's scrub swept its volumes: not wanted again before
+   * ns_rest_until (monotonic ms), so that another partitioned advisor,
+   * with other volumes, takes it (rebalance.c). */
+  uint64_t ns_rest_until;
+  int ns_held; /* it was held at the last look */
 };
 
 /* advisor.c: applies everything in the inbox now. */

@@ -303,6 +303,13 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
       json_object_set_new(jt, "leases", x->leases); /* takes it, or frees it */
       json_object_set_new(jt, "leases_held", json_integer((json_int_t)x->leases_held));
     }
+    if (x->ns_lease_holder != NULL)
+      json_object_set_new(jt, "legacy",
+                          json_pack("{s:s, s:b, s:s, s:I, s:I, s:I}", "namespace", x->ns, "held",
+                                    x->ns_lease, "holder", x->ns_lease_holder, "deleted",
+                                    (json_int_t)t->legacy_deleted, "deleted_bytes",
+                                    (json_int_t)t->legacy_deleted_bytes, "failed",
+                                    (json_int_t)t->legacy_failed));
     json_object_set_new(jt, "quarantined", json_integer((json_int_t)t->quarantined));
     json_object_set_new(jt, "parallel_peak", json_integer((json_int_t)t->parallel_peak));
     json_object_set_new(jt, "compactions", json_integer((json_int_t)t->compactions));

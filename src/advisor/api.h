@@ -80,6 +80,11 @@ typedef struct kvp__adv_api_extra_s {
    * array ("tiering.leases", lease.h) taken by the reply; NULL: none. */
   struct json_t *leases;
   int leases_held;
+  /* Partitioned with tiering leases: the namespace's lease (key "all")
+   * and what its holder deleted under <ns> ("tiering.legacy");
+   * ns_lease_holder NULL: not partitioned, or no leases. */
+  int ns_lease;
+  const char *ns_lease_holder;
 } kvp__adv_api_extra_t;
 
 /* The stats reply, malloc'd JSON. Returns 0 or KVP_ENOMEM. */

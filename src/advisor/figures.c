@@ -85,6 +85,8 @@ void kvp__adv_publish_metrics(kvp_advisor_t *adv) {
     for (uint32_t p = 0; adv->lease != NULL && p < (adv->parts.count ? adv->parts.count : 1); p++)
       sp->leases_wait +=
           kvp__adv_lease_wanted(adv->lease, p, NULL, 0) && !kvp__adv_lease_held(adv->lease, p);
+    /* Partitioned: the namespace's lease besides (what was left under <ns>). */
+    sp->ns_lease = adv->parts.count > 0 && kvp__adv_lease_held(adv->lease, KVP__ADV_LEASE_NS);
     sp->nvols = kvp__tier_engine_volumes(adv->tier, sp->vols, KVP__TIER_MAX_VOLUMES);
     if (sp->nvols > KVP__TIER_MAX_VOLUMES)
       sp->nvols = KVP__TIER_MAX_VOLUMES;
@@ -125,6 +127,7 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
   };
   kvp__tier_stats_t ts;
   kvp__tier_vol_stats_t tv[KVP__TIER_MAX_VOLUMES];
+  char ns_holder[160] = "";
   uint32_t tiered[KVP__ADV_MAX_OWNED];
   if (adv->tier != NULL) {
     size_t nt = kvp__tier_engine_tiered(adv->tier, tiered, KVP__ADV_MAX_OWNED);
@@ -136,6 +139,11 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
     x.tier_vols = tv;
     x.leases = kvp__adv_leases_json(adv);
     x.leases_held = kvp__adv_lease_count(adv->lease);
+    if (adv->lease != NULL && adv->parts.count > 0) {
+      x.ns_lease = kvp__adv_lease_held(adv->lease, KVP__ADV_LEASE_NS);
+      kvp__adv_lease_wanted(adv->lease, KVP__ADV_LEASE_NS, ns_holder, sizeof ns_holder);
+      x.ns_lease_holder = x.ns_lease ? "this advisor" : ns_holder;
+    }
     x.high_watermark = adv->cfg.tier_high;
     x.low_watermark = adv->cfg.tier_low;
   }

@@ -1,4 +1,8 @@
-/* Tiering leases in a JetStream key-value bucket; see lease.h. */
+/* Tiering leases in a JetStream key-value bucket; see lease.h. Why this
+ * file is long: the lease thread's take, renewal and release of every key
+ * say in their own log lines what the key lets the advisor do (tier a
+ * partition or the namespace, or delete what an unpartitioned deployment
+ * left), and who else holds it; split, they would share all the state. */
 #define _GNU_SOURCE
 #include "advisor/lease.h"
 
@@ -17,6 +21,7 @@
 #include "kvplane/subjects.h"
 
 typedef struct slot_s {
+  int counted;               /* a partition's (unpartitioned: the namespace's): in nheld */
   int want;                  /* mutex: the loop wants the lease */
   char holder[160];          /* mutex: who holds it when not this advisor ("": nobody known) */
   _Atomic uint64_t valid_ms; /* monotonic ms until which the lease is held (0: not held) */
@@ -33,9 +38,10 @@ struct kvp__adv_lease_s {
   char value[512];
   int vlen;
   uint64_t ttl_ms;
-  uint32_t count;
-  int whole;   /* one lease for the namespace (lease.h): key "all" */
-  char ns[80]; /* for the logs */
+  uint32_t count;  /* partitions (whole: 1) */
+  uint32_t nslots; /* partitioned: count + 1, the last the namespace's (key "all") */
+  int whole;       /* one lease for the namespace (lease.h): key "all" */
+  char ns[80];     /* for the logs */
   slot_t *s;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -59,25 +65,40 @@ void kvp__adv_lease_bucket(const char *ns, char *buf, size_t len) {
 int kvp__adv_lease_holder(const void *data, size_t len, char *out, size_t outlen) {
   json_t *o = json_loadb(data, len, 0, NULL);
   const char *name = NULL, *host = NULL;
-  json_int_t pid = -1;
+  json_int_t pid = -1, parts = 0;
   if (json_is_object(o)) {
     name = json_string_value(json_object_get(o, "advisor"));
     host = json_string_value(json_object_get(o, "host"));
-    json_t *p = json_object_get(o, "pid");
+    json_t *p = json_object_get(o, "pid"), *n = json_object_get(o, "partitions");
     pid = json_is_integer(p) ? json_integer_value(p) : -1;
+    parts = json_is_integer(n) ? json_integer_value(n) : 0;
   }
   if (name == NULL || host == NULL || pid < 0) {
     snprintf(out, outlen, "an unknown holder (%zu bytes that are not a lease's value)", len);
     json_decref(o);
     return KVP_EINVAL;
   }
-  snprintf(out, outlen, "advisor %.64s (host %.64s, pid %lld)", name, host, (long long)pid);
+  snprintf(out, outlen, "advisor %.64s (host %.64s, pid %lld)%s", name, host, (long long)pid,
+           parts > 0 ? ", partitioned" : "");
   json_decref(o);
   return 0;
 }
 
+/* Whether slot p is the namespace's lease (key "all"). */
+static int is_ns(const kvp__adv_lease_t *l, uint32_t p) {
+  return l->whole || p == l->count;
+}
+
+/* The slot of partition p, or of the namespace (KVP__ADV_LEASE_NS); NULL
+ * when there is none. */
+static slot_t *slot_of(const kvp__adv_lease_t *l, uint32_t p) {
+  if (l == NULL || (p >= l->count && p != KVP__ADV_LEASE_NS))
+    return NULL;
+  return p == KVP__ADV_LEASE_NS ? &l->s[l->nslots - 1] : &l->s[p];
+}
+
 static void key_of(const kvp__adv_lease_t *l, uint32_t p, char *buf, size_t len) {
-  if (l->whole)
+  if (is_ns(l, p))
     snprintf(buf, len, "all");
   else
     snprintf(buf, len, "p%" PRIu32, p);
@@ -85,16 +106,23 @@ static void key_of(const kvp__adv_lease_t *l, uint32_t p, char *buf, size_t len)
 
 /* What a lease is for, in the logs: "partition P" or "namespace NS". */
 static const char *name_of(const kvp__adv_lease_t *l, uint32_t p, char *buf, size_t len) {
-  if (l->whole)
+  if (is_ns(l, p))
     snprintf(buf, len, "namespace %s", l->ns);
   else
     snprintf(buf, len, "partition %" PRIu32, p);
   return buf;
 }
 
+/* What holding slot p lets this advisor do, in the logs. */
+static const char *does(const kvp__adv_lease_t *l, uint32_t p) {
+  return is_ns(l, p) && !l->whole ? "delete what an unpartitioned deployment left under its key "
+                                    "namespace (the scrub)"
+                                  : "tier";
+}
+
 static void set_valid(kvp__adv_lease_t *l, slot_t *s, uint64_t until) {
   uint64_t was = atomic_exchange(&s->valid_ms, until);
-  if ((was != 0) != (until != 0))
+  if (s->counted && (was != 0) != (until != 0))
     atomic_fetch_add(&l->nheld, until != 0 ? 1 : -1);
 }
 
@@ -120,7 +148,7 @@ static int look(kvp__adv_lease_t *l, slot_t *s, const char *key, int *mine, uint
   return 1;
 }
 
-enum { SAID_NONE, SAID_HELD, SAID_WAIT, SAID_ERR };
+enum { SAID_NONE, SAID_HELD, SAID_WAIT, SAID_ERR, SAID_GONE };
 
 static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
   char key[16], nm[96];
@@ -136,8 +164,11 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     s->holder[0] = '\0';
     pthread_mutex_unlock(&l->mu);
     kvp_log_info("tiering: %s: this advisor holds its tiering lease "
-                 "(bucket %s, revision %" PRIu64 ", TTL %" PRIu64 " ms)",
-                 name_of(l, p, nm, sizeof nm), l->bucket, rev, l->ttl_ms);
+                 "(bucket %s, revision %" PRIu64 ", TTL %" PRIu64 " ms)%s",
+                 name_of(l, p, nm, sizeof nm), l->bucket, rev, l->ttl_ms,
+                 is_ns(l, p) && !l->whole ? ": its scrub deletes what an unpartitioned deployment "
+                                            "left under the namespace's own key namespace"
+                                          : "");
     s->said = SAID_HELD;
     return;
   }
@@ -162,20 +193,37 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     pthread_mutex_lock(&l->mu);
     snprintf(who, sizeof who, "%s", s->holder);
     pthread_mutex_unlock(&l->mu);
-    if (s->said != SAID_WAIT || strcmp(before, who) != 0) { /* once per holder */
+    if ((s->said != SAID_WAIT || strcmp(before, who) != 0) && is_ns(l, p) && !l->whole)
+      kvp_log_info("tiering: %s: %s holds its lease: what an unpartitioned deployment left under "
+                   "its key namespace is not deleted here (another partitioned advisor deletes "
+                   "it, or an unpartitioned tiering advisor still runs); trying again every "
+                   "%" PRIu64 " ms",
+                   name_of(l, p, nm, sizeof nm), who, l->ttl_ms / 3);
+    else if ((s->said != SAID_WAIT || strcmp(before, who) != 0) && strstr(who, ", partitioned"))
+      kvp_log_warn("tiering: namespace %s: %s holds its lease: the deployment is partitioned, "
+                   "and that advisor deletes what was left under key namespace %s; this "
+                   "unpartitioned advisor does not tier (stop it: docs/SCALE.md)",
+                   l->ns, who, l->ns);
+    else if (s->said != SAID_WAIT || strcmp(before, who) != 0) /* once per holder */
       kvp_log_info("tiering: %s is tiered by %s, which holds its lease: not "
                    "tiered here; trying again every %" PRIu64 " ms (a standby)",
                    name_of(l, p, nm, sizeof nm), who, l->ttl_ms / 3);
-    }
     s->said = SAID_WAIT;
     return;
   }
+  if (there == 0 && s->said != SAID_GONE && s->said != SAID_ERR) {
+    /* Gone between the two calls (released or expired): at once, quietly
+     * the first time (a hand-over, lease.h). */
+    s->next_ms = now + 50;
+    s->said = SAID_GONE;
+    return;
+  }
   if (there == 0)
-    s->next_ms = now + 50; /* gone between the two calls (expired): at once */
+    s->next_ms = now + 50;
   if (s->said != SAID_ERR)
-    kvp_log_warn("tiering: %s: its lease cannot be taken (bucket %s: %s): not "
-                 "tiered here until it is",
-                 name_of(l, p, nm, sizeof nm), l->bucket, why_copy);
+    kvp_log_warn("tiering: %s: its lease cannot be taken (bucket %s: %s): this advisor "
+                 "does not %s until it is",
+                 name_of(l, p, nm, sizeof nm), l->bucket, why_copy, does(l, p));
   s->said = SAID_ERR;
 }
 
@@ -210,8 +258,9 @@ static void renew(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     set_valid(l, s, 0);
     s->next_ms = there ? now + l->ttl_ms / 3 : now;
     kvp_log_warn("tiering: %s: this advisor lost its tiering lease (%s): it "
-                 "stops tiering the partition before its next move",
-                 name_of(l, p, nm, sizeof nm), there ? "another advisor holds it" : "it expired");
+                 "stops (%s) before its next operation",
+                 name_of(l, p, nm, sizeof nm), there ? "another advisor holds it" : "it expired",
+                 does(l, p));
     s->said = SAID_NONE;
     return;
   }
@@ -221,8 +270,8 @@ static void renew(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     set_valid(l, s, 0);
     if (s->said != SAID_ERR)
       kvp_log_warn("tiering: %s: no answer from the lease bucket %s for %" PRIu64
-                   " ms: not tiered here until the lease is renewed or taken again",
-                   name_of(l, p, nm, sizeof nm), l->bucket, 2 * l->ttl_ms / 3);
+                   " ms: this advisor does not %s until the lease is renewed or taken again",
+                   name_of(l, p, nm, sizeof nm), l->bucket, 2 * l->ttl_ms / 3, does(l, p));
     s->said = SAID_ERR;
   }
 }
@@ -264,7 +313,7 @@ static void *run(void *arg) {
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     uint64_t now = mono_ms(), wake = now + l->ttl_ms / 3;
-    for (uint32_t p = 0; p < l->count && !l->stop; p++) {
+    for (uint32_t p = 0; p < l->nslots && !l->stop; p++) {
       slot_t *s = &l->s[p];
       int want = s->want;
       if (!want && !s->held)
@@ -297,7 +346,7 @@ static void *run(void *arg) {
    * answer the others are left to expire (a stop does not wait TTL/3 per
    * partition while the servers are away). */
   int answered = 1;
-  for (uint32_t p = 0; p < l->count; p++)
+  for (uint32_t p = 0; p < l->nslots; p++)
     if (l->s[p].held) {
       if (answered)
         answered = release(l, p, &l->s[p]) == 0;
@@ -310,9 +359,9 @@ static void *run(void *arg) {
 static int describe(kvp__adv_lease_t *l, const char *me) {
   char host[128] = "";
   gethostname(host, sizeof host - 1);
-  json_t *v = json_pack("{s:s, s:s, s:I, s:I, s:I}", "advisor", me, "host", host, "pid",
+  json_t *v = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "advisor", me, "host", host, "pid",
                         (json_int_t)getpid(), "started_ms", (json_int_t)kvp__unix_ms(), "lease_ms",
-                        (json_int_t)l->ttl_ms);
+                        (json_int_t)l->ttl_ms, "partitions", (json_int_t)(l->whole ? 0 : l->count));
   char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
   json_decref(v);
   if (text == NULL || strlen(text) >= sizeof l->value) {
@@ -331,19 +380,22 @@ int kvp__adv_lease_open(const kvp_advisor_config_t *cfg, natsConnection *nc, uin
   kvConfig kc;
   natsStatus st;
   *out = NULL;
-  if (l == NULL || (l->s = calloc(count ? count : 1, sizeof *l->s)) == NULL) {
+  if (l == NULL || (l->s = calloc(count ? count + 1 : 1, sizeof *l->s)) == NULL) {
     free(l);
     return KVP_ENOMEM;
   }
   l->whole = count == 0;
   l->count = count ? count : 1;
+  l->nslots = count ? count + 1 : 1;
   snprintf(l->ns, sizeof l->ns, "%s", cfg->ns);
   l->ttl_ms = (uint64_t)cfg->tier_lease_ms;
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   atomic_init(&l->nheld, 0);
-  for (uint32_t p = 0; p < l->count; p++)
+  for (uint32_t p = 0; p < l->nslots; p++) {
     atomic_init(&l->s[p].valid_ms, 0);
+    l->s[p].counted = l->whole || p < l->count; /* not the namespace's beside partitions */
+  }
   kvp__adv_lease_bucket(cfg->ns, l->bucket, sizeof l->bucket);
   jsOptions_Init(&jo);
   jo.Wait = (int64_t)(l->ttl_ms / 3 + 1); /* a call never outlasts a renewal period */
@@ -402,20 +454,22 @@ nats_fail:
 }
 
 void kvp__adv_lease_want(kvp__adv_lease_t *l, uint32_t p, int want) {
-  if (l == NULL || p >= l->count)
+  slot_t *s = slot_of(l, p);
+  if (s == NULL)
     return;
   pthread_mutex_lock(&l->mu);
-  if (l->s[p].want != want) {
-    l->s[p].want = want;
+  if (s->want != want) {
+    s->want = want;
     pthread_cond_signal(&l->cv);
   }
   pthread_mutex_unlock(&l->mu);
 }
 
 int kvp__adv_lease_held(const kvp__adv_lease_t *l, uint32_t p) {
-  if (l == NULL || p >= l->count)
+  slot_t *s = slot_of(l, p);
+  if (s == NULL)
     return 0;
-  uint64_t until = atomic_load(&((kvp__adv_lease_t *)l)->s[p].valid_ms);
+  uint64_t until = atomic_load(&s->valid_ms);
   return until != 0 && mono_ms() < until;
 }
 
@@ -425,13 +479,14 @@ int kvp__adv_lease_gate(void *ctx, uint32_t p) {
 
 int kvp__adv_lease_wanted(kvp__adv_lease_t *l, uint32_t p, char *holder, size_t len) {
   int want = 0;
+  slot_t *s = slot_of(l, p);
   if (len)
     holder[0] = '\0';
-  if (l == NULL || p >= l->count)
+  if (s == NULL)
     return 0;
   pthread_mutex_lock(&l->mu);
-  want = l->s[p].want;
-  snprintf(holder, len, "%s", l->s[p].holder);
+  want = s->want;
+  snprintf(holder, len, "%s", s->holder);
   pthread_mutex_unlock(&l->mu);
   return want;
 }

@@ -206,6 +206,12 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   one(p, "kvplane_scrub_seconds_total", "counter", "Time the finished scrub passes took.",
       (double)t->scrub_ms / 1e3);
   one(p, "kvplane_scrub_running", "gauge", "1 while a scrub pass runs.", (double)t->scrub_running);
+  one(p, "kvplane_tier_legacy_deleted_objects_total", "counter",
+      "Objects an unpartitioned deployment left under the key namespace <ns>, deleted by this "
+      "partitioned advisor's scrub while it held the namespace's lease (docs/SCALE.md).",
+      (double)t->legacy_deleted);
+  one(p, "kvplane_tier_legacy_deleted_bytes_total", "counter",
+      "Bytes of those objects, as the volume listing gave them.", (double)t->legacy_deleted_bytes);
   if (s->leases) {
     one(p, "kvplane_tier_leases_held", "gauge",
         "Partitions (unpartitioned: 1 for the namespace) whose tiering lease this advisor "
@@ -215,6 +221,11 @@ static void write_tiering(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
         "Partitions (unpartitioned: 1 for the namespace) this advisor would tier whose "
         "tiering lease it does not hold.",
         (double)s->leases_wait);
+    if (s->part_count > 0)
+      one(p, "kvplane_tier_namespace_lease_held", "gauge",
+          "Partitioned: 1 while this advisor holds the namespace's lease (key all): its scrub "
+          "deletes what an unpartitioned deployment left under the key namespace <ns>.",
+          (double)s->ns_lease);
   }
   one(p, "kvplane_scrub_pass_objects", "gauge",
       "Objects the running scrub pass has listed so far (0: none runs).",

@@ -59,6 +59,7 @@ typedef struct kvp__adv_metrics_snap_s {
   int leases;      /* partitioned: 1 with tiering leases (lease.h) */
   int leases_held; /* the partitions' tiering leases held here */
   int leases_wait; /* partitions it wants to tier whose lease another holds */
+  int ns_lease;    /* partitioned with leases: 1 while it holds the namespace's ("all") */
 } kvp__adv_metrics_snap_t;
 
 typedef enum kvp__adv_phase_e {

@@ -61,6 +61,7 @@
 #include "advisor/rebalance.h"
 
 #include "advisor/advisor_impl.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
@@ -385,6 +386,37 @@ json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
   return a;
 }
 
+/* The namespace's lease ("all", lease.h) stands for the engine's
+ * KVP__TIER_NAMESPACE in the gate. */
+_Static_assert(KVP__ADV_LEASE_NS == KVP__TIER_NAMESPACE, "the namespace's lease and gate differ");
+
+/* Partitioned: the namespace's lease is wanted while this advisor holds a
+ * partition's lease, so whoever tiers anything may hold it and delete
+ * what an unpartitioned deployment left under <ns> (tier/legacy.c); of
+ * several, one holds it at a time. Its holder deletes only in its own
+ * volumes, so it hands the lease on once its scrub swept them all (each
+ * listed whole, nothing left under <ns>), and does not want it again for
+ * NS_REST_TTLS lease TTLs: an advisor waiting for it, with other volumes,
+ * takes it meanwhile (docs/SCALE.md, "Switching a tiering deployment to
+ * partitions"). */
+#define NS_REST_TTLS 3
+static void follow_partition_leases(kvp_advisor_t *adv) {
+  uint64_t now = kvp__now_ns() / 1000000u;
+  int want = kvp__adv_lease_count(adv->lease) > 0 && now >= adv->ns_rest_until;
+  int held = kvp__adv_lease_held(adv->lease, KVP__ADV_LEASE_NS);
+  if (held && !adv->ns_held) /* taken (again): a sweep of its own, from the passes after now */
+    kvp__tier_engine_legacy_reset(adv->tier);
+  adv->ns_held = held;
+  if (want && held && kvp__tier_engine_legacy_swept(adv->tier)) {
+    adv->ns_rest_until = now + NS_REST_TTLS * kvp__adv_lease_ttl(adv->lease);
+    kvp_log_info("advisor: tiering: this advisor's volumes hold nothing more under key namespace "
+                 "%s: the namespace's lease is handed on (wanted again in %" PRIu64 " ms)",
+                 adv->cfg.ns, NS_REST_TTLS * kvp__adv_lease_ttl(adv->lease));
+    want = 0;
+  }
+  kvp__adv_lease_want(adv->lease, KVP__ADV_LEASE_NS, want);
+}
+
 /* Unpartitioned: the engine announces its moves (worker _advisor's
  * publisher open) exactly while this advisor holds the namespace's lease;
  * its rounds wait for both (engine.h). */
@@ -414,6 +446,8 @@ void kvp__adv_parts_poll(kvp_advisor_t *adv) {
   if (adv->lease != NULL && adv->parts.count > 0 && !adv->stopped && adv->tier != NULL &&
       !kvp__tier_engine_busy(adv->tier))
     leases_lost(adv);
+  if (adv->lease != NULL && adv->parts.count > 0 && !adv->stopped && adv->tier != NULL)
+    follow_partition_leases(adv);
   if (adv->ntier_wait > 0 && !adv->stopped && adv->tier != NULL &&
       !kvp__tier_engine_busy(adv->tier))
     tier_caught_up(adv);

@@ -523,6 +523,7 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e) {
   free(e->dup);
   free(e->cpart);
   free(e->keys);
+  free(e->legacy_keys);
   free(e->orphq);
   free(e->lru);
   free(e->locs);

@@ -107,6 +107,11 @@ typedef struct kvp__tier_stats_s {
   uint64_t pins;            /* hashes an operator pinned */
   uint64_t pinned_blocks;   /* they and their ancestors: never demoted or evicted */
   uint64_t operator_ops;    /* operator moves and deletes taken into rounds */
+  /* Partitioned, with the namespace's lease (KVP__TIER_NAMESPACE): objects
+   * an unpartitioned deployment left under the key namespace <ns>. */
+  uint64_t legacy_deleted;       /* deleted by the scrub */
+  uint64_t legacy_deleted_bytes; /* their bytes, as the listing gave them */
+  uint64_t legacy_failed;        /* deletes that failed (tried again at a later pass) */
 } kvp__tier_stats_t;
 
 /* Per volume, as the last round saw it. */
@@ -230,8 +235,27 @@ int kvp__tier_engine_announcing(const kvp__tier_engine_t *e);
  * (advisor/lease.h): an advisor that lost a partition's lease makes no
  * further move of it even within a running job (a move already copying
  * finishes). Unpartitioned, the gate is asked at each round's start too,
- * and a round it refuses does nothing. fn NULL: no gate. */
+ * and a round it refuses does nothing. fn NULL: no gate.
+ *
+ * Partitioned, it is asked for KVP__TIER_NAMESPACE too: at each scrub
+ * pass's start (loop) and before each delete (the pass's thread). While
+ * it says 1, a pass also deletes every object its listing of the volume
+ * found under the key namespace <ns> itself (legacy.c): what an
+ * unpartitioned tiering advisor left there before the deployment was
+ * partitioned, which no partitioned advisor's index knows or reads (their
+ * objects are under <ns>-p<P>). The advisor answers it with the
+ * namespace's lease, which no unpartitioned tiering advisor holds then. */
+#define KVP__TIER_NAMESPACE UINT32_MAX
 typedef int (*kvp__tier_gate_fn)(void *ctx, uint32_t partition);
 void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx);
+
+/* The sweep of <ns> (KVP__TIER_NAMESPACE), loop thread: reset starts it
+ * again (the advisor took the namespace's lease again); swept is 1 once
+ * every online volume (at least one) had a pass, started after the reset,
+ * that listed it whole while the gate said 1 and deleted all it found
+ * under <ns>. The advisor then hands the namespace's lease on to an
+ * advisor with other volumes. */
+void kvp__tier_engine_legacy_reset(kvp__tier_engine_t *e);
+int kvp__tier_engine_legacy_swept(const kvp__tier_engine_t *e);
 
 #endif

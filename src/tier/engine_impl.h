@@ -14,6 +14,8 @@
  *                  thread, rate-limited) and comparing it with the index
  *                  (loop); its deletes, adoptions and quarantines go to
  *                  the job as ops;
+ *   legacy.c       partitioned: deleting what an unpartitioned deployment
+ *                  left under the key namespace <ns> (the scrub's passes);
  *   compact.c      compaction of volumes whose plugin reports dead bytes;
  *   control.c      the operator's pins, moves and deletes;
  *   parts.c        partitioned tiering: the partitions the engine tiers,
@@ -55,6 +57,9 @@
 #define OP_COMPACT (-5)       /* compact a volume while worth it (compact.c) */
 /* Most objects one scrub lists; past it, the scrub drops no location. */
 #define SCRUB_MAX_KEYS (1u << 22)
+/* Most objects under <ns> one pass deletes (16 bytes each while it runs);
+ * the rest go at the volume's later passes. */
+#define LEGACY_MAX_KEYS (1u << 20)
 /* A job hands its outcomes to the loop every BATCH_MOVES moves or BATCH_MS,
  * whichever comes first. */
 #define BATCH_MOVES 64
@@ -76,7 +81,9 @@ typedef struct vol_s {
   uint64_t suppressed;       /* warnings not written since */
   kvp__tier_vol_stats_t st;  /* name, tier, capacity in st too */
   kvp__map64_t orphans;      /* objects its last scrub found without a location */
-  int above_high;            /* the last round found its fill above the high watermark */
+  int legacy_seen;       /* a pass found objects under <ns> here (legacy.c): log when none left */
+  uint64_t legacy_swept; /* the sweep (legacy_gen) in which a pass left nothing under <ns> */
+  int above_high;        /* the last round found its fill above the high watermark */
   uint64_t above_stretch_ms; /* for how long, in rounds, so far */
   int compactable;           /* its plugin compacts and reports garbage (ABI 2) */
   uint64_t compact_due_ms;   /* its garbage is looked at next then */
@@ -199,6 +206,19 @@ struct kvp__tier_engine_s {
   int64_t scrub_row;     /* the pass's row, or -1 */
   uint64_t scrub_row_ms; /* when it was last updated */
   uint64_t scrub_missing_pass, scrub_orphans_pass, scrub_confirmed_pass;
+  /* The objects under the key namespace <ns> the pass deletes (engine.h,
+   * KVP__TIER_NAMESPACE; legacy.c): legacy is set by the loop at the pass's
+   * start, the rest is the pass thread's until it is joined. */
+  int legacy;                 /* the pass deletes them (the namespace's lease was held) */
+  uint64_t legacy_gen;        /* the sweep now (kvp__tier_engine_legacy_reset), from 1 */
+  uint64_t legacy_pass_gen;   /* ... when the pass started */
+  uint64_t *legacy_keys;      /* hash, bytes, hash, bytes, ... as listed */
+  size_t nlegacy, legacy_cap; /* entries (pairs), capacity in uint64_t */
+  int legacy_cut;             /* more than LEGACY_MAX_KEYS listed: the rest at later passes */
+  int legacy_whole; /* the pass's listing went to the end (the sweep's, past SCRUB_MAX_KEYS) */
+  int legacy_lost;  /* the lease was gone before a delete: the pass stopped deleting */
+  uint64_t legacy_deleted, legacy_dbytes, legacy_failed;
+  char legacy_err[256];       /* the first failed delete's error */
   kvp__map64_t scrub_touched; /* blocks moved into the pass's volume during it */
   /* Compaction (compact.c): each compactable volume's garbage is looked
    * at every compact_ms; compacted from compact_ratio dead. */
@@ -287,6 +307,23 @@ void kvp__tier_scrub_applied(kvp__tier_engine_t *e, op_t *o);
 /* A move committed hash into volume v: a running pass of v does not take
  * it for missing. */
 void kvp__tier_scrub_touched(kvp__tier_engine_t *e, uint64_t hash, uint32_t v);
+/* Sleeps until files objects and bytes bytes since t0 are within the
+ * scrub's limits, in slices that notice a stop. Returns 1 when stopped. */
+int kvp__tier_scrub_pace(kvp__tier_engine_t *e, uint64_t t0, uint64_t files, uint64_t bytes);
+
+/* The sweep of <ns> by a pass (legacy.c): start (loop, at the pass's
+ * start) asks the gate for KVP__TIER_NAMESPACE and sets e->legacy; keep
+ * (the pass's thread) keeps an object its listing found under <ns>;
+ * delete (the pass's thread, after the listing) deletes what was kept
+ * while the gate still says 1, within the pace (*files counts on), and
+ * returns 0, KVP_ECLOSED when stopped, or KVP_EOFFLINE with scrub_err;
+ * done (loop, the thread joined) counts it and logs one line for v;
+ * listed_all: the pass listed v whole. */
+void kvp__tier_legacy_start(kvp__tier_engine_t *e);
+void kvp__tier_legacy_keep(kvp__tier_engine_t *e, uint64_t hash, uint64_t bytes);
+int kvp__tier_legacy_delete(kvp__tier_engine_t *e, vol_t *v, uint64_t t0, uint64_t *files,
+                            uint64_t bytes);
+void kvp__tier_legacy_done(kvp__tier_engine_t *e, vol_t *v, int listed_all);
 /* Whether the index places hash in volume v, held by a worker of part
  * (-1: any part). */
 int kvp__tier_located(kvp__tier_engine_t *e, uint64_t hash, const vol_t *v, int part);

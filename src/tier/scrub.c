@@ -23,7 +23,10 @@
  *     location dropped and announced, a migrations row, once.
  * Each pass is a row of the scrubs table (running, then done, failed or
  * stopped, with its figures); the engine's stats carry the same figures
- * and the running pass's progress. */
+ * and the running pass's progress.
+ *
+ * Partitioned, with the namespace's lease, a pass also deletes what its
+ * listing finds under the key namespace <ns> itself (legacy.c). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +80,7 @@ static int wanted(kvp__tier_engine_t *e, uint64_t hash, int part) {
 
 /* Sleeps until files objects and bytes bytes since t0 are within the
  * limits, in slices that notice a stop. Returns 1 when stopped. */
-static int pace(kvp__tier_engine_t *e, uint64_t t0, uint64_t files, uint64_t bytes) {
+int kvp__tier_scrub_pace(kvp__tier_engine_t *e, uint64_t t0, uint64_t files, uint64_t bytes) {
   for (;;) {
     if (__atomic_load_n(&e->scrub_stop, __ATOMIC_RELAXED))
       return 1;
@@ -102,6 +105,10 @@ typedef struct pass_s {
 static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   pass_t *p = ctx;
   kvp__tier_engine_t *e = p->e;
+  if (e->legacy && strcmp(ns, e->ns) == 0) {
+    kvp__tier_legacy_keep(e, hash, bytes);
+    return kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
+  }
   /* Only the key namespace of the pass's part: the objects of partitions
    * this engine does not tier are other advisors' (parts.c). */
   if (strcmp(ns, kvp__tier_ns(e, e->scrub_part)) != 0)
@@ -109,12 +116,16 @@ static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   if (e->nkeys >= SCRUB_MAX_KEYS ||
       KVP_ARRAY_RESERVE(e->keys, e->keys_cap, e->nkeys + 1, 1024) != 0) {
     e->keys_truncated = 1;
-    return 1;
+    if (!e->legacy)
+      return 1;
+    /* A pass that sweeps <ns> (legacy.c) lists the volume whole: on,
+     * keeping no more of its part's keys. */
+    return kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
   }
   e->keys[e->nkeys++] = hash;
   __atomic_add_fetch(&e->scrub_listed, 1, __ATOMIC_RELAXED);
   __atomic_add_fetch(&e->scrub_lbytes, bytes, __ATOMIC_RELAXED);
-  return pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
+  return kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;
 }
 
 /* Reads every listed object back (scrub_verify): the frame's checks are
@@ -156,7 +167,7 @@ static int verify(kvp__tier_engine_t *e, vol_t *v, pass_t *p) {
     __atomic_add_fetch(&e->scrub_verified, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&e->scrub_vbytes, got, __ATOMIC_RELAXED);
     p->bytes += got;
-    if (pace(e, p->t0, ++p->files, p->bytes))
+    if (kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes))
       rc = STOPPED;
   }
   free(buf);
@@ -169,8 +180,11 @@ static void pass_thread(void *arg) {
   pass_t p = {.e = e, .t0 = kvp__unix_ms()};
 
   int rc = kvp_volume_iterate(v->v, on_key, &p, e->scrub_err, sizeof e->scrub_err);
+  e->legacy_whole = rc == 0;
   if (rc == STOPPED && !__atomic_load_n(&e->scrub_stop, __ATOMIC_RELAXED))
     rc = 0; /* the listing was cut at SCRUB_MAX_KEYS (keys_truncated) */
+  if (rc == 0 && e->nlegacy > 0)
+    rc = kvp__tier_legacy_delete(e, v, p.t0, &p.files, p.bytes);
   if (rc == 0 && e->nkeys > 0)
     qsort(e->keys, e->nkeys, sizeof *e->keys, cmp_u64);
   if (rc == 0 && e->scrub_verify)
@@ -214,6 +228,7 @@ static void start_pass(kvp__tier_engine_t *e, uint64_t now) {
     e->scrub_listed = e->scrub_lbytes = e->scrub_verified = e->scrub_vbytes = 0;
     e->scrub_missing_pass = e->scrub_orphans_pass = e->scrub_confirmed_pass = 0;
     e->scrub_stop = e->scrub_done = 0;
+    kvp__tier_legacy_start(e);
     kvp__map64_free(&e->scrub_touched);
     kvp__map64_init(&e->scrub_touched, 0);
     e->scrub_row = e->sdb ? kvp__journal_scrub_start(e->sdb, e->vols[v].name, e->vols[v].tier,
@@ -372,6 +387,7 @@ void kvp__tier_scrub_finish(kvp__tier_engine_t *e) {
   e->st.scrub_verified_bytes += e->scrub_vbytes;
   e->st.scrub_objects += e->nkeys;
   e->st.scrub_ms += now - e->scrub_t0;
+  kvp__tier_legacy_done(e, v, e->scrub_rc == 0 && e->legacy_whole);
   if (e->scrub_rc != 0) {
     if (e->scrub_rc == KVP_EOFFLINE && !v->offline) {
       kvp_log_warn("tiering: volume %s is offline (scrub): %s", v->name, e->scrub_err);
@@ -417,6 +433,7 @@ void kvp__tier_scrub_stop(kvp__tier_engine_t *e) {
   uv_thread_join(&e->scrub_thread);
   e->scrub_running = 0;
   e->st.scrub_running = 0;
+  kvp__tier_legacy_done(e, &e->vols[e->scrub_vol], 0);
   kvp__journal_scrub_t f = figures(e);
   if (e->sdb)
     kvp__journal_scrub_set(e->sdb, e->scrub_row, "stopped", &f, "the engine stopped",

@@ -17,3 +17,9 @@ target_compile_definitions(test_scale_tier PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE
 # A live partition move at size (1.25M locations): queries answered all
 # along the drop and the add; kill -9 in the middle of a drop.
 kvp_add_test(scale_move scale/test_scale_move.c LABELS scale nats rebalance TIMEOUT 300)
+# Switching tiering from unpartitioned to partitioned: the objects left
+# under the namespace's key namespace are deleted by the holder of the
+# namespace's lease, never while an unpartitioned tiering advisor holds it.
+kvp_add_test(scale_tier_legacy scale/test_scale_tier_legacy.c LABELS scale nats tier TIMEOUT 120)
+target_compile_definitions(test_scale_tier_legacy PRIVATE
+  KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
