@@ -228,6 +228,12 @@ void kvp__tier_engine_close(kvp__tier_engine_t *e);
 int kvp__tier_engine_announce(kvp__tier_engine_t *e, int on, char *err, size_t errlen);
 int kvp__tier_engine_announcing(const kvp__tier_engine_t *e);
 
+/* The most objects of its part a scrub pass lists (SCRUB_MAX_KEYS, 4M,
+ * unless set: tests set a few). Past it the pass goes on with what it
+ * listed: it finds orphans and corrupt copies among them, and drops no
+ * location (an object not listed is not known to be missing). */
+void kvp__tier_engine_set_scrub_max_keys(kvp__tier_engine_t *e, size_t n);
+
 /* A gate asked on the job's threads before each op on a partition's
  * objects (moves, evictions, source and orphan deletes), with the
  * partition (unpartitioned: 0, the namespace); 0 skips the op (counted as
@@ -246,6 +252,7 @@ int kvp__tier_engine_announcing(const kvp__tier_engine_t *e);
  * objects are under <ns>-p<P>). The advisor answers it with the
  * namespace's lease, which no unpartitioned tiering advisor holds then. */
 #define KVP__TIER_NAMESPACE UINT32_MAX
+
 typedef int (*kvp__tier_gate_fn)(void *ctx, uint32_t partition);
 void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx);
 

@@ -235,6 +235,7 @@ struct kvp__tier_engine_s {
   kvp__map64_t opset; /* their hashes, until their job is done: busy for the plan */
   uint64_t *keys;
   size_t nkeys, keys_cap;
+  size_t scrub_max_keys; /* SCRUB_MAX_KEYS, unless a test set fewer */
   int keys_truncated;
   uint64_t *bad; /* hashes whose frame failed verification in the pass */
   size_t nbad, bad_cap;

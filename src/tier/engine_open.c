@@ -164,6 +164,7 @@ int kvp__tier_engine_open(const kvp__tier_opts_t *o, uv_loop_t *loop, kvp__index
   e->scrub_files_per_s = o->scrub_files_per_s > 0 ? (uint64_t)o->scrub_files_per_s : 0;
   e->scrub_bytes_per_s = o->scrub_bytes_per_s > 0 ? (uint64_t)o->scrub_bytes_per_s : 0;
   e->scrub_verify = o->scrub_verify;
+  e->scrub_max_keys = SCRUB_MAX_KEYS;
   e->scrub_row = -1;
   e->max_bytes_per_s = (double)o->max_bytes_per_s;
   e->budget = e->max_bytes_per_s;

@@ -235,6 +235,10 @@ int kvp__tier_engine_announcing(const kvp__tier_engine_t *e) {
   return e->nparts > 0 && e->parts[0].pub != NULL;
 }
 
+void kvp__tier_engine_set_scrub_max_keys(kvp__tier_engine_t *e, size_t n) {
+  e->scrub_max_keys = n;
+}
+
 void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void *ctx) {
   e->gate = fn;
   e->gate_ctx = ctx;

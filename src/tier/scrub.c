@@ -113,11 +113,14 @@ static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
    * this engine does not tier are other advisors' (parts.c). */
   if (strcmp(ns, kvp__tier_ns(e, e->scrub_part)) != 0)
     return 0;
-  if (e->nkeys >= SCRUB_MAX_KEYS ||
+  if (e->nkeys >= e->scrub_max_keys ||
       KVP_ARRAY_RESERVE(e->keys, e->keys_cap, e->nkeys + 1, 1024) != 0) {
     e->keys_truncated = 1;
+    /* STOPPED, which the pass thread tells from a stop by scrub_stop: the
+     * plugin returns what this returns. (It returned 1: the pass of a
+     * volume of more than SCRUB_MAX_KEYS objects failed, every time.) */
     if (!e->legacy)
-      return 1;
+      return STOPPED;
     /* A pass that sweeps <ns> (legacy.c) lists the volume whole: on,
      * keeping no more of its part's keys. */
     return kvp__tier_scrub_pace(e, p->t0, ++p->files, p->bytes) ? STOPPED : 0;

@@ -116,6 +116,51 @@ static void a_pass_keeps_to_its_files_and_bytes_limits(void **state) {
   assert_true(bytes_ms >= 2100);
 }
 
+/* A volume holds more objects than a pass may list: the pass goes on with
+ * those it listed (a listing cut at the cap is no failure) and drops no
+ * location, since an object it did not list is not known to be missing;
+ * a pass that lists the volume whole drops it. (With the cap a pass
+ * failed, "scrub of g3 failed", every time.) */
+static void a_pass_past_its_listing_cap_goes_on(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  kvp__tier_stats_t st;
+
+  f->cfg.volumes[0].capacity = 100 * (1000 + KVP_FRAME_HEADER); /* no move for space */
+  f->cfg.nvolumes = 1;
+  seed(f, 8);
+  /* Block 100 is in G3 by the index, with no object there. */
+  assert_int_equal(
+      kvp__index_store(f->ix, 100, 0, 0, f->w, 3, f->v3, 16, 1000 + KVP_FRAME_HEADER, NOW_MS), 0);
+  f->cfg.tier_scrub_ms = 1;
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  fx_engine = e;
+  kvp__tier_engine_set_scrub_max_keys(e, 4);
+  usleep(2000);
+  scrub_passes(f, e, 2);
+  kvp__tier_engine_stats(e, &st);
+  assert_true(st.scrubs >= 2);
+  assert_int_equal(st.scrub_objects, 4 * st.scrubs);
+  assert_int_equal(locs_in(f, 100, 3), 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM scrubs WHERE state = 'failed'"), 0);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM scrubs WHERE state = 'done' AND volume = 'g3'"),
+                   (int64_t)st.scrubs);
+  /* Listed whole: the missing object's location goes. */
+  kvp__tier_engine_set_scrub_max_keys(e, 1000);
+  uint64_t before = st.scrubs;
+  scrub_passes(f, e, before + 1);
+  kvp__tier_engine_stats(e, &st);
+  assert_true(st.scrubs > before);
+  assert_int_equal(locs_in(f, 100, 3), 0);
+  for (uint64_t h = 1; h <= 8; h++)
+    assert_int_equal(locs_in(f, h, 3), 1);
+  kvp__tier_engine_close(e);
+  fx_engine = NULL;
+}
+
 /* A verifying pass reads a G3 copy with a flipped byte: the next job
  * quarantines it, once (the file and its location go, one journal row,
  * counted, and lost: it was the block's only copy); later passes find
@@ -379,6 +424,7 @@ static void time_above_the_high_watermark_is_counted(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_pass_keeps_to_its_files_and_bytes_limits, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_pass_past_its_listing_cap_goes_on, setup, teardown),
     cmocka_unit_test_setup_teardown(a_verifying_pass_quarantines_a_flipped_byte_once, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(orphans_are_adopted_or_deleted_and_journaled, setup, teardown),
