@@ -15,6 +15,7 @@
 #ifndef KVP_STORE_STORE_IMPL_H
 #define KVP_STORE_STORE_IMPL_H
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -87,6 +88,31 @@ int kvp__store_open_db(const char *path, sqlite3 **db, char *err, size_t errlen)
 /* Brings db up to schema version target, one transaction per step. Returns
  * 0, KVP_EDB, or KVP_ENOTSUP for a version newer than this program's. */
 int kvp__store_upgrade(sqlite3 *db, int target, char *err, size_t errlen);
+
+/* --- a load's reader thread and the loading thread (store_pipe.c) --- */
+
+/* An item goes round through its first member. */
+typedef struct kvp__store_pipe_item_s {
+  struct kvp__store_pipe_item_s *next;
+} kvp__store_pipe_item_t;
+
+typedef struct kvp__store_pipe_s {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  kvp__store_pipe_item_t *free_list, *full_head, *full_tail;
+  int stop; /* the loader gave up: the reader ends at its next take */
+} kvp__store_pipe_t;
+
+/* Returns 0 or KVP_ENOMEM. */
+int kvp__store_pipe_init(kvp__store_pipe_t *p);
+void kvp__store_pipe_destroy(kvp__store_pipe_t *p);
+/* Puts it on the full list (the loader's, in order) or the free one. */
+void kvp__store_pipe_put(kvp__store_pipe_t *p, int full, kvp__store_pipe_item_t *it);
+/* The next full item (waits for one), or a free one (waits for one; NULL
+ * once stopped). */
+kvp__store_pipe_item_t *kvp__store_pipe_take(kvp__store_pipe_t *p, int full);
+/* The loader stops the reader (its next take of a free item is NULL). */
+void kvp__store_pipe_stop(kvp__store_pipe_t *p);
 
 /* --- the index snapshot's decoder (store_snapshot_read.c) --- */
 

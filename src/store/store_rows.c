@@ -96,7 +96,7 @@ typedef struct rec_s {
 } rec_t;
 
 typedef struct batch_s {
-  struct batch_s *next;
+  kvp__store_pipe_item_t link; /* first: the pipe's */
   size_t n, names_len;
   int last, rc; /* the reader's final batch and its result */
   rec_t r[BATCH_RECS];
@@ -104,53 +104,15 @@ typedef struct batch_s {
 } batch_t;
 
 typedef struct pipe_s {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  batch_t *free_list, *full_head, *full_tail;
-  int stop; /* the inserting side failed: the reader ends */
+  kvp__store_pipe_t q;
   sqlite3 *db;
   sqlite3_stmt *b, *l;
 } pipe_t;
 
-static void pipe_put(pipe_t *p, batch_t **list, batch_t *b) {
-  pthread_mutex_lock(&p->mu);
-  b->next = NULL;
-  if (list == &p->full_head) {
-    if (p->full_tail)
-      p->full_tail->next = b;
-    else
-      p->full_head = b;
-    p->full_tail = b;
-  } else {
-    b->next = p->free_list;
-    p->free_list = b;
-  }
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-}
-
-/* The next full batch (this thread), or a free one (the reader; NULL once
- * stopped). */
+/* The next full batch (this thread), or a free one, emptied (the reader;
+ * NULL once stopped). */
 static batch_t *pipe_take(pipe_t *p, int full) {
-  batch_t *b = NULL;
-  pthread_mutex_lock(&p->mu);
-  for (;;) {
-    if (full && p->full_head) {
-      b = p->full_head;
-      if ((p->full_head = b->next) == NULL)
-        p->full_tail = NULL;
-      break;
-    }
-    if (!full && (p->stop || p->free_list)) {
-      if (!p->stop) {
-        b = p->free_list;
-        p->free_list = b->next;
-      }
-      break;
-    }
-    pthread_cond_wait(&p->cv, &p->mu);
-  }
-  pthread_mutex_unlock(&p->mu);
+  batch_t *b = (batch_t *)kvp__store_pipe_take(&p->q, full);
   if (b != NULL && !full) {
     b->n = b->names_len = 0;
     b->last = b->rc = 0;
@@ -235,7 +197,7 @@ static batch_t *step_rows(sqlite3_stmt *bs, sqlite3_stmt *ls, batch_t *b, hand_f
 
 static batch_t *to_pipe(void *ctx, batch_t *full) {
   pipe_t *p = ctx;
-  pipe_put(p, &p->full_head, full);
+  kvp__store_pipe_put(&p->q, 1, &full->link);
   return pipe_take(p, 0);
 }
 
@@ -249,7 +211,7 @@ static void *reader_main(void *arg) {
     kvp_log_error("advisor: reading the rows of the database failed: %s", sqlite3_errmsg(p->db));
   b->last = 1;
   b->rc = rc;
-  pipe_put(p, &p->full_head, b);
+  kvp__store_pipe_put(&p->q, 1, &b->link);
   return NULL;
 }
 
@@ -363,30 +325,25 @@ static int load_rows_piped(loader_t *ld) {
                          " ORDER BY hash",
                          -1, &p.l, NULL) != SQLITE_OK)
     goto out;
-  pthread_mutex_init(&p.mu, NULL);
-  pthread_cond_init(&p.cv, NULL);
+  if (kvp__store_pipe_init(&p.q) != 0)
+    goto out;
   for (int i = 0; i < 3; i++)
-    pipe_put(&p, &p.free_list, bs[i]);
+    kvp__store_pipe_put(&p.q, 0, &bs[i]->link);
   if (pthread_create(&th, NULL, reader_main, &p) != 0) {
-    pthread_cond_destroy(&p.cv);
-    pthread_mutex_destroy(&p.mu);
+    kvp__store_pipe_destroy(&p.q);
     goto out;
   }
   for (;;) {
     batch_t *b = pipe_take(&p, 1);
     int last = b->last;
     rc = b->rc != 0 ? b->rc : insert_batch(ld, b);
-    pipe_put(&p, &p.free_list, b);
+    kvp__store_pipe_put(&p.q, 0, &b->link);
     if (rc != 0 || last)
       break;
   }
-  pthread_mutex_lock(&p.mu);
-  p.stop = 1; /* a failed insert: the reader stops at its next batch */
-  pthread_cond_broadcast(&p.cv);
-  pthread_mutex_unlock(&p.mu);
+  kvp__store_pipe_stop(&p.q); /* a failed insert: the reader stops at its next batch */
   pthread_join(th, NULL);
-  pthread_cond_destroy(&p.cv);
-  pthread_mutex_destroy(&p.mu);
+  kvp__store_pipe_destroy(&p.q);
 out:
   sqlite3_finalize(p.b);
   sqlite3_finalize(p.l);

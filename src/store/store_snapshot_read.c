@@ -3,6 +3,7 @@
  * database as outside bytes: every length and id is checked, and a chunk's
  * checksum before any of its blocks is used (tests/fuzz/fuzz_snapshot.c).
  * Thread: the one that loads the store. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -198,11 +199,155 @@ static int chunk_get(sqlite3_stmt *s, uint32_t id, const uint8_t **p, size_t *n)
   return *p == NULL ? KVP_ECORRUPT : 0;
 }
 
+/* --- the chunks, read on a thread of their own ---------------------------
+ * Reading a chunk is SQLite's (a page at a time, by pread past the 2 GiB
+ * mapping: 5.6 GiB of chunks at 128M locations) and a copy; the loading
+ * thread decodes and inserts. A reader thread reads the next chunks over
+ * a read-only connection of its own in one read transaction and hands
+ * them over: the reading and its waits for the disk overlap the inserts.
+ * Without it (no file to open again, no thread) the chunks are read on
+ * the loading thread, one after another. */
+
+#define CHUNKS_IN_FLIGHT 3
+
+typedef struct chunk_s {
+  kvp__store_pipe_item_t link; /* first: the pipe's */
+  uint8_t *p;
+  size_t n, cap;
+  int rc;   /* the reader's: 0, or why it stopped (this item carries no chunk) */
+  int last; /* no chunk after this item */
+} chunk_t;
+
+typedef struct reader_s {
+  kvp__store_pipe_t q;
+  sqlite3 *db;
+  sqlite3_stmt *s;
+  uint64_t generation;
+  uint32_t chunks;
+} reader_t;
+
+/* Hands over a chunk item without bytes: rc (0: all read) and the end. */
+static void reader_end(reader_t *r, chunk_t *c, int rc) {
+  c->n = 0;
+  c->rc = rc;
+  c->last = 1;
+  kvp__store_pipe_put(&r->q, 1, &c->link);
+}
+
+static void *reader_main(void *arg) {
+  reader_t *r = arg;
+  const uint8_t *p;
+  size_t n;
+  chunk_t *c = (chunk_t *)kvp__store_pipe_take(&r->q, 0);
+  if (c == NULL)
+    return NULL;
+  /* The header this connection sees must be the one parsed: the same
+   * generation (a file changed in between is loaded from its rows). */
+  if (chunk_get(r->s, 0, &p, &n) != 0 || n < 16 || get_le(p + 8, 8) != r->generation) {
+    reader_end(r, c, KVP_ECORRUPT);
+    return NULL;
+  }
+  for (uint32_t id = 1; id <= r->chunks; id++) {
+    if (chunk_get(r->s, id, &p, &n) != 0) {
+      reader_end(r, c, KVP_ECORRUPT);
+      return NULL;
+    }
+    if (n > c->cap) {
+      uint8_t *b = realloc(c->p, n);
+      if (b == NULL) {
+        reader_end(r, c, KVP_ENOMEM);
+        return NULL;
+      }
+      c->p = b;
+      c->cap = n;
+    }
+    memcpy(c->p, p, n);
+    c->n = n;
+    c->rc = c->last = 0;
+    kvp__store_pipe_put(&r->q, 1, &c->link);
+    if ((c = (chunk_t *)kvp__store_pipe_take(&r->q, 0)) == NULL)
+      return NULL; /* the loader stopped */
+  }
+  /* No chunk past the last one the header counts. */
+  reader_end(r, c, chunk_get(r->s, r->chunks + 1, &p, &n) == 0 ? KVP_ECORRUPT : 0);
+  return NULL;
+}
+
+/* Loads chunks 1..h->chunks read by a reader thread. Returns KVP_ENOENT
+ * (nothing done) when there is no file to open again or the thread cannot
+ * start: the caller reads them itself. */
+static int load_chunks_piped(kvp__store_t *st, const kvp__snap_header_t *h, kvp__index_t *ix,
+                             uint64_t *blocks, uint64_t *locations) {
+  const char *path = sqlite3_db_filename(st->db, "main");
+  chunk_t items[CHUNKS_IN_FLIGHT];
+  reader_t r;
+  pthread_t th;
+  int rc = KVP_ENOENT, piped = 0;
+
+  memset(&r, 0, sizeof r);
+  memset(items, 0, sizeof items);
+  r.generation = h->generation;
+  r.chunks = h->chunks;
+  if (path == NULL || path[0] == '\0' ||
+      sqlite3_open_v2(path, &r.db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
+    goto out;
+  (void)kvp__store_sql_exec(r.db, "PRAGMA mmap_size = 2147418112", NULL, 0);
+  if (sqlite3_exec(r.db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK ||
+      sqlite3_prepare_v2(r.db, "SELECT data FROM index_snapshot WHERE chunk = ?1", -1, &r.s,
+                         NULL) != SQLITE_OK ||
+      kvp__store_pipe_init(&r.q) != 0)
+    goto out;
+  for (int i = 0; i < CHUNKS_IN_FLIGHT; i++)
+    kvp__store_pipe_put(&r.q, 0, &items[i].link);
+  if (pthread_create(&th, NULL, reader_main, &r) != 0) {
+    kvp__store_pipe_destroy(&r.q);
+    goto out;
+  }
+  piped = 1;
+  for (;;) {
+    chunk_t *c = (chunk_t *)kvp__store_pipe_take(&r.q, 1);
+    int last = c->last;
+    rc = c->rc != 0 || last ? c->rc : kvp__snap_chunk_load(h, c->p, c->n, ix, blocks, locations);
+    kvp__store_pipe_put(&r.q, 0, &c->link);
+    if (rc != 0 || last)
+      break;
+    if (st->progress)
+      st->progress(st->progress_ctx, *blocks, h->blocks);
+  }
+  kvp__store_pipe_stop(&r.q); /* a failed chunk: the reader stops at its next take */
+  pthread_join(th, NULL);
+  kvp__store_pipe_destroy(&r.q);
+out:
+  sqlite3_finalize(r.s);
+  if (r.db != NULL) {
+    sqlite3_exec(r.db, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(r.db);
+  }
+  for (int i = 0; i < CHUNKS_IN_FLIGHT; i++)
+    free(items[i].p);
+  return piped ? rc : KVP_ENOENT;
+}
+
+/* Chunks 1..h->chunks read here, one after another, with s. */
+static int load_chunks_here(kvp__store_t *st, sqlite3_stmt *s, const kvp__snap_header_t *h,
+                            kvp__index_t *ix, uint64_t *blocks, uint64_t *locations) {
+  const uint8_t *p;
+  size_t n;
+  int rc;
+  for (uint32_t c = 1; c <= h->chunks; c++) {
+    if ((rc = chunk_get(s, c, &p, &n)) != 0 ||
+        (rc = kvp__snap_chunk_load(h, p, n, ix, blocks, locations)) != 0)
+      return rc;
+    if (st->progress)
+      st->progress(st->progress_ctx, *blocks, h->blocks);
+  }
+  return chunk_get(s, h->chunks + 1, &p, &n) == 0 ? KVP_ECORRUPT : 0;
+}
+
 int kvp__store_snapshot_load(kvp__store_t *st, kvp__index_t *ix, uint64_t *loaded) {
   sqlite3_stmt *s = NULL;
   kvp__snap_header_t h = {0};
   const uint8_t *p;
-  size_t n;
   uint64_t generation, blocks = 0, locations = 0;
   int rc;
 
@@ -223,17 +368,10 @@ int kvp__store_snapshot_load(kvp__store_t *st, kvp__index_t *ix, uint64_t *loade
     goto out;
   if ((rc = kvp__index_reserve(ix, (size_t)h.blocks)) != 0)
     goto out;
-  for (uint32_t c = 1; c <= h.chunks; c++) {
-    if ((rc = chunk_get(s, c, &p, &n)) != 0 ||
-        (rc = kvp__snap_chunk_load(&h, p, n, ix, &blocks, &locations)) != 0) {
-      *loaded = blocks;
-      goto out;
-    }
-    if (st->progress)
-      st->progress(st->progress_ctx, blocks, h.blocks);
-  }
+  if ((rc = load_chunks_piped(st, &h, ix, &blocks, &locations)) == KVP_ENOENT)
+    rc = load_chunks_here(st, s, &h, ix, &blocks, &locations);
   *loaded = blocks;
-  if (blocks != h.blocks || locations != h.locations || chunk_get(s, h.chunks + 1, &p, &n) == 0)
+  if (rc == 0 && (blocks != h.blocks || locations != h.locations))
     rc = KVP_ECORRUPT;
 out:
   if (rc == KVP_ECORRUPT)
