@@ -219,9 +219,11 @@ static int leaves_of(plan_t *p, uint32_t v, heap_t *h, int hottest,
 }
 
 /* Moves the coldest leaves of volume v out (to the tier dest_tier, or
- * deleted when dest_tier is 0) until its fill is at most target. */
+ * deleted when dest_tier is 0) until its fill is at most target. When no
+ * volume of dest_tier has room for the next one, adds the bytes still to
+ * move to *short_of (may be NULL) and stops. */
 static int drain_volume(plan_t *p, uint32_t v, double target, int dest_tier, int kind,
-                        int (*keep)(const plan_t *, size_t)) {
+                        int (*keep)(const plan_t *, size_t), uint64_t *short_of) {
   heap_t h;
   int rc = leaves_of(p, v, &h, 0, keep);
   while (rc == 0 && h.n > 0 && fill_after(&p->vols[v], 0) > target) {
@@ -230,8 +232,13 @@ static int drain_volume(plan_t *p, uint32_t v, double target, int dest_tier, int
     if (dest_tier != 0) {
       long d =
           pick_dest(p, dest_tier, p->c[i].bytes, dest_tier == 4 ? 1.0 : p->prm->high_watermark);
-      if (d < 0)
-        break; /* nowhere to go: stop, and say so through the short plan */
+      if (d < 0) {
+        /* Nowhere to go: stop, and say so through the short plan. */
+        const kvp__tier_vol_t *s = &p->vols[v];
+        if (short_of != NULL)
+          *short_of += (uint64_t)((double)s->used - target * (double)s->capacity);
+        break;
+      }
       to = (uint32_t)d;
     }
     if ((rc = add_move(p, i, to, kind)) == 0)
@@ -355,14 +362,34 @@ int kvp__tier_plan(const kvp__tier_order_t *ord, const kvp__tier_params_t *prm,
   int rc = plan_init(&p);
 
   /* Space first: demote from every G3 volume over its high watermark. */
+  uint64_t g4_short = 0; /* what the demotions found no G4 room for */
   for (size_t v = 0; rc == 0 && v < nvols; v++)
     if (vols[v].tier == 3 && vols[v].capacity && fill_after(&vols[v], 0) > prm->high_watermark)
-      rc = drain_volume(&p, (uint32_t)v, prm->low_watermark, 4, KVP__TIER_DEMOTE, NULL);
+      rc = drain_volume(&p, (uint32_t)v, prm->low_watermark, 4, KVP__TIER_DEMOTE, NULL, &g4_short);
   if (rc == 0)
     rc = promote(&p);
-  for (size_t v = 0; rc == 0 && v < nvols; v++)
-    if (vols[v].tier == 4 && vols[v].capacity && fill_after(&vols[v], 0) > prm->g4_high_watermark)
-      rc = drain_volume(&p, (uint32_t)v, prm->g4_low_watermark, 0, KVP__TIER_EVICT, NULL);
+  /* G4 evicts past its high watermark, and when the demotions found it
+   * full: then its coldest go until there is room for what G3 still has
+   * to move (shared among the G4 volumes that take moves), so the next
+   * round demotes. (A demotion never fills G4 past its capacity, so with
+   * eviction only past the high watermark, 1.0, a full G4 took no more
+   * demotions and its G3 volumes stayed full, for good.) */
+  size_t g4_open = 0;
+  for (size_t v = 0; v < nvols; v++)
+    g4_open += vols[v].tier == 4 && vols[v].capacity && vols[v].backoff_until_ms <= now_ms;
+  for (size_t v = 0; rc == 0 && v < nvols; v++) {
+    const kvp__tier_vol_t *g = &vols[v];
+    if (g->tier != 4 || !g->capacity)
+      continue;
+    double target = prm->g4_low_watermark;
+    if (g4_short > 0 && g4_open > 0 && g->backoff_until_ms <= now_ms) {
+      double room = 1.0 - (double)g4_short / (double)g4_open / (double)g->capacity;
+      target = room < 0 ? 0 : room < target ? room : target;
+    } else if (fill_after(g, 0) <= prm->g4_high_watermark) {
+      continue;
+    }
+    rc = drain_volume(&p, (uint32_t)v, target, 0, KVP__TIER_EVICT, NULL, NULL);
+  }
   plan_free(&p);
   if (rc == 0)
     rc = order_by_kind(p.moves, p.nmoves);

@@ -157,6 +157,49 @@ static void eviction_and_backoff(void **state) {
   free(m);
 }
 
+/* G4 full (a demotion never fills it past its capacity): G3 over its high
+ * watermark finds no room there, so G4's coldest go, leaves first, until
+ * what G3 still has to move fits (1000 -> 850 for G3's 150), and the next
+ * plan demotes. A full G4 that nobody needs room in keeps its blocks.
+ * (G4 evicted only past its high watermark, 1.0: a full G4 stopped every
+ * demotion for good.) */
+static void a_full_g4_makes_room_for_demotions(void **state) {
+  (void)state;
+  kvp__tier_vol_t v[2] = {{.tier = 3, .capacity = 1000, .used = 950},
+                          {.tier = 4, .capacity = 1000, .used = 1000}};
+  kvp__tier_cand_t c[] = {cand(1, 0, 0, NOW - 5000, 0),  cand(2, 0, 0, NOW - 4000, 0),
+                          cand(10, 0, 1, NOW - 9000, 0), cand(11, 10, 1, NOW - 8000, 0),
+                          cand(12, 0, 1, NOW - 7000, 0), cand(13, 0, 1, NOW - 100, 0)};
+  kvp__tier_move_t *m;
+  size_t n;
+
+  plan(v, 2, c, 6, &m, &n);
+  assert_int_equal(n, 2);
+  expect_move(&m[0], 11, 1, KVP__TIER_NOWHERE, KVP__TIER_EVICT);
+  expect_move(&m[1], 10, 1, KVP__TIER_NOWHERE, KVP__TIER_EVICT);
+  assert_int_equal(v[0].used, 950);
+  assert_int_equal(v[1].used, 800);
+  free(m);
+
+  /* The next round: the room is there. */
+  kvp__tier_vol_t v2[2] = {{.tier = 3, .capacity = 1000, .used = 950},
+                           {.tier = 4, .capacity = 1000, .used = 800}};
+  kvp__tier_cand_t c2[] = {c[0], c[1], c[4], c[5]};
+  plan(v2, 2, c2, 4, &m, &n);
+  assert_int_equal(n, 2);
+  expect_move(&m[0], 1, 0, 1, KVP__TIER_DEMOTE);
+  expect_move(&m[1], 2, 0, 1, KVP__TIER_DEMOTE);
+  assert_int_equal(v2[1].used, 1000);
+  free(m);
+
+  /* Full, and G3 below its high watermark: nothing goes. */
+  kvp__tier_vol_t v3[2] = {{.tier = 3, .capacity = 1000, .used = 900},
+                           {.tier = 4, .capacity = 1000, .used = 1000}};
+  plan(v3, 2, c, 6, &m, &n);
+  assert_int_equal(n, 0);
+  free(m);
+}
+
 /* A hit on 50 in G4: its descendants in G4 come to G3, breadth first,
  * within depth and bytes; one already in G3 is followed, not moved. */
 static void prefetch_follows_the_prefix(void **state) {
@@ -205,6 +248,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(residence_and_busy_hold_blocks),
     cmocka_unit_test(promotion_has_a_hysteresis_band),
     cmocka_unit_test(eviction_and_backoff),
+    cmocka_unit_test(a_full_g4_makes_room_for_demotions),
     cmocka_unit_test(prefetch_follows_the_prefix),
     cmocka_unit_test(params_are_checked),
 };
