@@ -50,6 +50,7 @@
 #include "kvplane/subjects.h"
 #include "kvplane/volume.h"
 #include "natsd.h"
+#include "scale_tier_fx.h"
 #include <nats/nats.h>
 
 #define NPART 4
@@ -61,15 +62,6 @@
 #define G3_BLOCKS 4
 #define G4_BLOCKS 16 /* the whole shared volume; each advisor's share: 8 */
 #define MAXOBJ 256
-
-typedef struct adv_s {
-  kvp_advisor_config_t cfg;
-  kvp_advisor_t *adv;
-  pthread_t thread;
-  int running;
-  char db[320];
-  pid_t pid; /* a kvplane-advisor process (adv_spawn), or 0 */
-} adv_t;
 
 typedef struct obj_s {
   uint32_t part;
@@ -89,42 +81,6 @@ typedef struct fx_s {
   int64_t lease_ms; /* [tiering] lease_ms of the advisors started; 0: the default */
   int g4_blocks;    /* the shared G4's capacity in blocks; 0: G4_BLOCKS */
 } fx_t;
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void *run_main(void *arg) {
-  adv_t *a = arg;
-  kvp_advisor_run(a->adv);
-  return NULL;
-}
-
-static void adv_stop(adv_t *a) {
-  if (!a->running)
-    return;
-  kvp_advisor_stop(a->adv);
-  pthread_join(a->thread, NULL);
-  kvp_advisor_close(a->adv);
-  a->running = 0;
-}
-
-static void add_volume(kvp_advisor_config_t *cfg, const char *name, int tier, const char *path,
-                       int64_t capacity) {
-  kvp_advisor_volume_t *v = &cfg->volumes[cfg->nvolumes++];
-  snprintf(v->name, sizeof v->name, "%s", name);
-  v->tier = tier;
-  snprintf(v->plugin, sizeof v->plugin, "posix");
-  v->capacity = capacity;
-  snprintf(v->params, sizeof v->params, "path=%s\nfsync=off\n", path);
-}
 
 /* Advisor i owns partitions owned ("2i,2i+1" when NULL) and tiers tiered
  * of them ([tiering] partitions; NULL: all), with every worker's G3 volume

@@ -49,6 +49,7 @@
 #include "kvplane/subjects.h"
 #include "kvplane/volume.h"
 #include "natsd.h"
+#include "scale_tier_fx.h"
 
 #define NPART 4
 #define NS "t"
@@ -59,14 +60,6 @@
 #define G4_BLOCKS 64
 #define MAXOBJ 256
 #define LEASE_MS 1000
-
-typedef struct adv_s {
-  kvp_advisor_config_t cfg;
-  kvp_advisor_t *adv;
-  pthread_t thread;
-  int running;
-  int mport; /* [metrics] listen port */
-} adv_t;
 
 typedef struct obj_s {
   uint32_t part; /* NPART: under "t" itself */
@@ -87,42 +80,6 @@ typedef struct fx_s {
   adv_t u;    /* the unpartitioned advisor */
   adv_t a[2]; /* the partitioned ones: partitions 0-1 and 2-3 */
 } fx_t;
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void *run_main(void *arg) {
-  adv_t *a = arg;
-  kvp_advisor_run(a->adv);
-  return NULL;
-}
-
-static void adv_stop(adv_t *a) {
-  if (!a->running)
-    return;
-  kvp_advisor_stop(a->adv);
-  pthread_join(a->thread, NULL);
-  kvp_advisor_close(a->adv);
-  a->running = 0;
-}
-
-static void add_volume(kvp_advisor_config_t *cfg, const char *name, int tier, const char *path,
-                       int64_t capacity) {
-  kvp_advisor_volume_t *v = &cfg->volumes[cfg->nvolumes++];
-  snprintf(v->name, sizeof v->name, "%s", name);
-  v->tier = tier;
-  snprintf(v->plugin, sizeof v->plugin, "posix");
-  v->capacity = capacity;
-  snprintf(v->params, sizeof v->params, "path=%s\nfsync=off\n", path);
-}
 
 /* An advisor named consumer: partitioned (owning owned of NPART) or not
  * (owned NULL), with the G3 volumes of workers g3a and g3b (as an advisor
