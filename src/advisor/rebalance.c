@@ -398,11 +398,13 @@ _Static_assert(KVP__ADV_LEASE_NS == KVP__TIER_NAMESPACE, "the namespace's lease 
  * listed whole, nothing left under <ns>), and does not want it again for
  * NS_REST_TTLS lease TTLs: an advisor waiting for it, with other volumes,
  * takes it meanwhile (docs/SCALE.md, "Switching a tiering deployment to
- * partitions"). */
+ * partitions"). An advisor without scrub ([tiering] scrub_interval 0)
+ * never sweeps: it does not want it (held, it would never hand it on). */
 #define NS_REST_TTLS 3
 static void follow_partition_leases(kvp_advisor_t *adv) {
   uint64_t now = kvp__now_ns() / 1000000u;
-  int want = kvp__adv_lease_count(adv->lease) > 0 && now >= adv->ns_rest_until;
+  int want = adv->cfg.tier_scrub_ms > 0 && kvp__adv_lease_count(adv->lease) > 0 &&
+             now >= adv->ns_rest_until;
   int held = kvp__adv_lease_held(adv->lease, KVP__ADV_LEASE_NS);
   if (held && !adv->ns_held) /* taken (again): a sweep of its own, from the passes after now */
     kvp__tier_engine_legacy_reset(adv->tier);
