@@ -594,7 +594,8 @@ static void an_advisor_without_scrub_leaves_the_sweep_to_one_with(void **state) 
   printf("advisor 1 (scrub): %d objects left under \"t\" in G4, %d in w2's G3 after %llu ms; "
          "advisor 0 holds the namespace's lease: %g\n",
          files_under(f->g4path, NS), files_under(f->g3path[2], NS),
-         (unsigned long long)(now_ms() - t0), metric(&f->a[0], "kvplane_tier_namespace_lease_held"));
+         (unsigned long long)(now_ms() - t0),
+         metric(&f->a[0], "kvplane_tier_namespace_lease_held"));
   assert_int_equal(files_under(f->g4path, NS), 0);
   assert_int_equal(files_under(f->g3path[2], NS), 0);
   assert_true(metric(&f->a[0], "kvplane_tier_namespace_lease_held") != 1);
