@@ -333,9 +333,15 @@ static void tier_caught_up(kvp_advisor_t *adv) {
       continue; /* not caught up, or another advisor tiers it (its lease) */
     if (slot < 0)
       kvp__adv_lease_want(adv->lease, adv->tier_wait[k], 0);
-    if (slot >= 0 && kvp__tier_engine_partition(adv->tier, adv->tier_wait[k], 1, err, sizeof err))
-      kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s",
+    if (slot >= 0 &&
+        kvp__tier_engine_partition(adv->tier, adv->tier_wait[k], 1, err, sizeof err) != 0) {
+      /* Its publisher did not open (parts.c): not tiered, still waiting;
+       * no retry once its lease lapses (the servers away). */
+      kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s "
+                   "(tried again at the next tick)",
                    adv->tier_wait[k], err);
+      continue;
+    }
     adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
   }
 }
