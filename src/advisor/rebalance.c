@@ -335,12 +335,15 @@ static void tier_caught_up(kvp_advisor_t *adv) {
       kvp__adv_lease_want(adv->lease, adv->tier_wait[k], 0);
     if (slot >= 0 &&
         kvp__tier_engine_partition(adv->tier, adv->tier_wait[k], 1, err, sizeof err) != 0) {
-      /* Its publisher did not open (parts.c): not tiered, still waiting;
-       * no retry once its lease lapses (the servers away). */
-      kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s "
-                   "(tried again at the next tick)",
-                   adv->tier_wait[k], err);
-      continue;
+      /* Its publisher did not open (parts.c): not tiered. With a lease it
+       * waits on, tried again at each tick while the lease is held (the
+       * open blocks the loop up to its connect timeout: not once the
+       * servers are away long enough for the lease to lapse). */
+      kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s%s",
+                   adv->tier_wait[k], err,
+                   adv->lease != NULL ? " (tried again at the next tick)" : "");
+      if (adv->lease != NULL)
+        continue;
     }
     adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
   }
