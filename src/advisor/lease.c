@@ -199,7 +199,8 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
                    "it, or an unpartitioned tiering advisor still runs); trying again every "
                    "%" PRIu64 " ms",
                    name_of(l, p, nm, sizeof nm), who, l->ttl_ms / 3);
-    else if ((s->said != SAID_WAIT || strcmp(before, who) != 0) && strstr(who, ", partitioned"))
+    else if ((s->said != SAID_WAIT || strcmp(before, who) != 0) && l->whole &&
+             strstr(who, ", partitioned"))
       kvp_log_warn("tiering: namespace %s: %s holds its lease: the deployment is partitioned, "
                    "and that advisor deletes what was left under key namespace %s; this "
                    "unpartitioned advisor does not tier (stop it: docs/SCALE.md)",

@@ -333,9 +333,18 @@ static void tier_caught_up(kvp_advisor_t *adv) {
       continue; /* not caught up, or another advisor tiers it (its lease) */
     if (slot < 0)
       kvp__adv_lease_want(adv->lease, adv->tier_wait[k], 0);
-    if (slot >= 0 && kvp__tier_engine_partition(adv->tier, adv->tier_wait[k], 1, err, sizeof err))
-      kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s",
-                   adv->tier_wait[k], err);
+    if (slot >= 0 &&
+        kvp__tier_engine_partition(adv->tier, adv->tier_wait[k], 1, err, sizeof err) != 0) {
+      /* Its publisher did not open (parts.c): not tiered. With a lease it
+       * waits on, tried again at each tick while the lease is held (the
+       * open blocks the loop up to its connect timeout: not once the
+       * servers are away long enough for the lease to lapse). */
+      kvp_log_warn("advisor: rebalance: partition %" PRIu32 " is consumed but not tiered: %s%s",
+                   adv->tier_wait[k], err,
+                   adv->lease != NULL ? " (tried again at the next tick)" : "");
+      if (adv->lease != NULL)
+        continue;
+    }
     adv->tier_wait[k--] = adv->tier_wait[--adv->ntier_wait];
   }
 }
@@ -398,11 +407,13 @@ _Static_assert(KVP__ADV_LEASE_NS == KVP__TIER_NAMESPACE, "the namespace's lease 
  * listed whole, nothing left under <ns>), and does not want it again for
  * NS_REST_TTLS lease TTLs: an advisor waiting for it, with other volumes,
  * takes it meanwhile (docs/SCALE.md, "Switching a tiering deployment to
- * partitions"). */
+ * partitions"). An advisor without scrub ([tiering] scrub_interval 0)
+ * never sweeps: it does not want it (held, it would never hand it on). */
 #define NS_REST_TTLS 3
 static void follow_partition_leases(kvp_advisor_t *adv) {
   uint64_t now = kvp__now_ns() / 1000000u;
-  int want = kvp__adv_lease_count(adv->lease) > 0 && now >= adv->ns_rest_until;
+  int want = adv->cfg.tier_scrub_ms > 0 && kvp__adv_lease_count(adv->lease) > 0 &&
+             now >= adv->ns_rest_until;
   int held = kvp__adv_lease_held(adv->lease, KVP__ADV_LEASE_NS);
   if (held && !adv->ns_held) /* taken (again): a sweep of its own, from the passes after now */
     kvp__tier_engine_legacy_reset(adv->tier);

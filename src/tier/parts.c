@@ -205,11 +205,16 @@ int kvp__tier_engine_partition(kvp__tier_engine_t *e, uint32_t p, int add, char 
    * of its advisor worker. */
   if (rc == 0 && add > 0 && k < e->nparts && e->parts[k].pub == NULL)
     rc = open_publisher(e, &e->parts[k], err, errlen);
+  /* Not tiered unannounced (its standby and the routers would never learn
+   * its moves): the caller tries again. */
+  if (rc != 0 && add > 0 && k < e->nparts)
+    e->parts[k].retired = 1;
   if (e->wpart_cap)
     memset(e->wpart, 0, e->wpart_cap * sizeof *e->wpart); /* looked up again */
   share(e);
-  kvp_log_info("tiering: partition %" PRIu32 " %s", p,
-               add > 0 ? "is tiered here from now on" : "is no longer tiered here");
+  if (rc == 0)
+    kvp_log_info("tiering: partition %" PRIu32 " %s", p,
+                 add > 0 ? "is tiered here from now on" : "is no longer tiered here");
   return rc;
 }
 

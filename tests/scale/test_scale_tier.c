@@ -843,6 +843,23 @@ static void a_killed_holders_lease_expires(void **state) {
    * advisor 1 (its journal keeps the rows of before the kill). */
   old_holder_restarts_idle(f, 1, &vol, reply, sizeof reply);
   assert_non_null(strstr(reply, "\"held\":false,\"holder\":\"advisor adv1"));
+  /* What its log says while it waits: a standby of partitions, not an
+   * unpartitioned advisor to stop (the holder's value says partitioned). */
+  char path[320], line[1024];
+  int standby = 0, told_to_stop = 0;
+  snprintf(path, sizeof path, "%s/adv0.log", f->dir);
+  FILE *lg = fopen(path, "r");
+  assert_non_null(lg);
+  while (fgets(line, sizeof line, lg) != NULL) {
+    standby += strstr(line, "which holds its lease: not tiered here") != NULL;
+    if (strstr(line, "this unpartitioned advisor does not tier") != NULL) {
+      told_to_stop++;
+      printf("restarted advisor 0 logged: %s", line);
+    }
+  }
+  fclose(lg);
+  assert_int_equal(told_to_stop, 0);
+  assert_true(standby > 0);
 }
 
 /* The lease bucket of namespace NS (as the advisors make it), for the

@@ -1,4 +1,4 @@
-/* Why this file is long: one case, but its fixture (three advisors, four
+/* Why this file is long: two cases, but their fixture (three advisors, four
  * workers and their volumes, listings, database and /metrics reads) is
  * most of it.
  *
@@ -111,7 +111,7 @@ static void adv_start(fx_t *f, adv_t *a, const char *consumer, const char *owned
   c->tier_interval_ms = 100;
   c->tier_residence_ms = 0;
   c->tier_grace_ms = 0;
-  c->tier_scrub_ms = 100;
+  c->tier_scrub_ms = a->no_scrub ? 0 : 100;
   c->tier_high = 0.9;
   c->tier_low = 0.5;
   c->tier_lease_ms = LEASE_MS;
@@ -519,10 +519,50 @@ static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **st
   kvp_client_reply_free(st);
 }
 
+/* An advisor without scrub ([tiering] scrub_interval = 0) never sweeps
+ * its volumes, so it must not hold the namespace's lease: held, it would
+ * never hand it on, and the advisor with a scrub would never delete what
+ * is left under "t" in its own volumes. Advisor 0 (no scrub) starts first
+ * and holds its partitions' leases; advisor 1 (a scrub every 100 ms)
+ * deletes the "t" objects of w2's G3 and of G4. */
+static void an_advisor_without_scrub_leaves_the_sweep_to_one_with(void **state) {
+  fx_t *f = *state;
+  char err[256];
+  static uint8_t payload[BLK];
+  for (int k = 0; k < 3; k++) { /* left by an unpartitioned deployment */
+    kvp_frame_t m = {.hash = 0x3000000000000000ull + (uint64_t)k, .payload_len = BLK};
+    assert_int_equal(kvp_volume_put_block(f->g3[2], NS, &m, payload, err, sizeof err), 0);
+    m.hash += 0x100;
+    assert_int_equal(kvp_volume_put_block(f->g4, NS, &m, payload, err, sizeof err), 0);
+  }
+  f->natsd.opts.config = f->conf;
+  assert_int_equal(kvp_natsd_restart(&f->natsd), 0);
+  f->a[0].no_scrub = 1;
+  adv_start(f, &f->a[0], "adv0", "0,1", 0, 1);
+  wait_metric(&f->a[0], "kvplane_tier_leases_held", 2, 15000, "advisor 0 without scrub");
+  sleep_ms(2 * LEASE_MS);
+  printf("advisor 0 (no scrub) holds its partitions' leases; the namespace's: %g\n",
+         metric(&f->a[0], "kvplane_tier_namespace_lease_held"));
+  adv_start(f, &f->a[1], "adv1", "2,3", 2, 3);
+  uint64_t t0 = now_ms(), end = t0 + 15000;
+  while (now_ms() < end && (files_under(f->g4path, NS) > 0 || files_under(f->g3path[2], NS) > 0))
+    sleep_ms(100);
+  printf("advisor 1 (scrub): %d objects left under \"t\" in G4, %d in w2's G3 after %llu ms; "
+         "advisor 0 holds the namespace's lease: %g\n",
+         files_under(f->g4path, NS), files_under(f->g3path[2], NS),
+         (unsigned long long)(now_ms() - t0),
+         metric(&f->a[0], "kvplane_tier_namespace_lease_held"));
+  assert_int_equal(files_under(f->g4path, NS), 0);
+  assert_int_equal(files_under(f->g3path[2], NS), 0);
+  assert_true(metric(&f->a[0], "kvplane_tier_namespace_lease_held") != 1);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(partitioned_advisors_delete_what_an_unpartitioned_one_left,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(an_advisor_without_scrub_leaves_the_sweep_to_one_with, setup,
+                                      teardown),
   };
   return kvp_test_run("scale_tier_legacy", tests, sizeof tests / sizeof tests[0], argc, argv);
 }

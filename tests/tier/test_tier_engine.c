@@ -271,6 +271,41 @@ static void a_restart_finishes_a_move_in_its_rows_partition(void **state) {
   fx_engine = NULL;
 }
 
+/* Partitioned with leases, a partition is tiered again once its lease is
+ * held (add 1), and its moves are announced by its advisor worker's
+ * publisher, opened then. When that publisher cannot open (the servers
+ * away at that moment), the partition must not be tiered unannounced (its
+ * standby and the routers would never learn its G4 locations): it stays
+ * untiered and the call fails, to be tried again. */
+static void a_partition_whose_publisher_fails_is_not_tiered(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512];
+  uint32_t t[4];
+  static const uint32_t owned[2] = {0, 1};
+  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "nats://127.0.0.1:%d",
+           kvp_test_free_port()); /* nobody listens */
+  f->cfg.nats.connect_timeout_ms = 500;
+  kvp__tier_opts_t o = *kvp__adv_tier_opts(&f->cfg, &f->topts);
+  o.partitions = 2;
+  o.owned = owned;
+  o.nowned = 2;
+  o.leased = 1; /* no publisher until a partition is tiered (its lease held) */
+  assert_int_equal(kvp__tier_engine_open(&o, &f->loop, f->ix, &e, err, sizeof err), 0);
+  fx_engine = e;
+  assert_int_equal(kvp__tier_engine_partition(e, 0, -1, err, sizeof err), 0); /* waits */
+  assert_int_equal(kvp__tier_engine_partition(e, 1, -1, err, sizeof err), 0);
+  assert_int_equal(kvp__tier_engine_tiered(e, t, 4), 0);
+  int rc = kvp__tier_engine_partition(e, 0, 1, err, sizeof err); /* its lease held */
+  size_t n = kvp__tier_engine_tiered(e, t, 4);
+  printf("tiering partition 0 with its publisher's servers away: %s (%s); tiered: %zu\n",
+         kvp_strerror(rc), err, n);
+  assert_int_not_equal(rc, 0);
+  assert_int_equal(n, 0);
+  kvp__tier_engine_close(e);
+  fx_engine = NULL;
+}
+
 /* The index places block 10 in G3 but its file is gone (a location replayed
  * after a crash, a delete behind the advisor's back): the demotion that
  * finds no source drops the location instead of keeping it forever. */
@@ -861,6 +896,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_restart_finishes_a_move_in_its_rows_partition, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(a_missing_source_drops_its_stale_location, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_partition_whose_publisher_fails_is_not_tiered, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(a_volume_that_does_not_open_is_named, setup, teardown),
     cmocka_unit_test_setup_teardown(hot_g4_blocks_come_back_and_the_band_holds, setup, teardown),
     cmocka_unit_test_setup_teardown(a_g4_hit_prefetches_its_descendants, setup, teardown),
