@@ -430,7 +430,21 @@ int kvp__adv_lease_open(const kvp_advisor_config_t *cfg, natsConnection *nc, uin
                    "lease_ms %" PRIu64 ": its TTL is used (every advisor of namespace %s must "
                    "have the same lease_ms)",
                    l->bucket, ttl, l->ttl_ms, cfg->ns);
+      int shorter = ttl < l->ttl_ms;
       l->ttl_ms = ttl;
+      /* The calls' wait was set from lease_ms: with a shorter TTL one
+       * unanswered call would outlast a renewal period, and the other
+       * leases with it. Bound again with the bucket's. */
+      if (shorter) {
+        kvStore_Destroy(l->kv);
+        l->kv = NULL;
+        jsCtx_Destroy(l->js);
+        l->js = NULL;
+        jo.Wait = (int64_t)(l->ttl_ms / 3 + 1);
+        if ((st = natsConnection_JetStream(&l->js, nc, &jo)) != NATS_OK ||
+            (st = js_KeyValue(&l->kv, l->js, l->bucket)) != NATS_OK)
+          goto nats_fail;
+      }
     }
   }
   if (describe(l, me) != 0) {

@@ -4,6 +4,7 @@ kvp_add_test(advisor_index_cap advisor/test_advisor_index_cap.c LABELS advisor)
 kvp_add_test(advisor_ingest advisor/test_advisor_ingest.c LABELS advisor)
 kvp_add_test(advisor_store advisor/test_advisor_store.c LABELS advisor)
 kvp_add_test(advisor_parts advisor/test_advisor_parts.c LABELS advisor)
+kvp_add_test(advisor_lease advisor/test_advisor_lease.c LABELS advisor nats TIMEOUT 60)
 kvp_add_test(advisor_trust advisor/test_advisor_trust.c advisor/advfix.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 120)
 # The permissions example's advisor tiers over a posix G4 volume.
