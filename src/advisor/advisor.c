@@ -96,7 +96,7 @@ static void handle(kvp_advisor_t *adv, kvp__adv_in_t *it) {
     if (adv->tier != NULL && adv->lease != NULL && adv->parts.count == 0 &&
         !kvp__adv_lease_held(adv->lease, 0)) {
       /* Unpartitioned, the namespace's lease held elsewhere: a standby. */
-      char who[160];
+      char who[KVP__ADV_LEASE_HOLDER_MAX];
       kvp__adv_lease_wanted(adv->lease, 0, who, sizeof who);
       snprintf(off, sizeof off, "another advisor tiers namespace %s: %s holds its tiering lease",
                adv->cfg.ns, who[0] ? who : "nobody yet; this one waits to catch up or for it");

@@ -127,7 +127,7 @@ char *kvp__adv_stats_json(kvp_advisor_t *adv, uint64_t now) {
   };
   kvp__tier_stats_t ts;
   kvp__tier_vol_stats_t tv[KVP__TIER_MAX_VOLUMES];
-  char ns_holder[160] = "";
+  char ns_holder[KVP__ADV_LEASE_HOLDER_MAX] = "";
   uint32_t tiered[KVP__ADV_MAX_OWNED];
   if (adv->tier != NULL) {
     size_t nt = kvp__tier_engine_tiered(adv->tier, tiered, KVP__ADV_MAX_OWNED);

@@ -21,9 +21,10 @@
 #include "kvplane/subjects.h"
 
 typedef struct slot_s {
-  int counted;               /* a partition's (unpartitioned: the namespace's): in nheld */
-  int want;                  /* mutex: the loop wants the lease */
-  char holder[160];          /* mutex: who holds it when not this advisor ("": nobody known) */
+  int counted; /* a partition's (unpartitioned: the namespace's): in nheld */
+  int want;    /* mutex: the loop wants the lease */
+  char holder[KVP__ADV_LEASE_HOLDER_MAX]; /* mutex: who holds it when not this advisor ("": nobody
+                                             known) */
   _Atomic uint64_t valid_ms; /* monotonic ms until which the lease is held (0: not held) */
   int held;                  /* thread: the key is at rev, written by this advisor */
   uint64_t rev;              /* thread */
@@ -131,7 +132,7 @@ static void set_valid(kvp__adv_lease_t *l, slot_t *s, uint64_t until) {
  * not, -1 without an answer. */
 static int look(kvp__adv_lease_t *l, slot_t *s, const char *key, int *mine, uint64_t *rev) {
   kvEntry *e = NULL;
-  char who[160];
+  char who[KVP__ADV_LEASE_HOLDER_MAX];
   natsStatus st = kvStore_Get(&e, l->kv, key);
   *mine = 0;
   if (st != NATS_OK)
@@ -175,7 +176,7 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
   const char *why = nats_GetLastError(NULL);
   char why_copy[200];
   snprintf(why_copy, sizeof why_copy, "%s", why ? why : natsStatus_GetText(st));
-  char before[160];
+  char before[KVP__ADV_LEASE_HOLDER_MAX];
   pthread_mutex_lock(&l->mu);
   snprintf(before, sizeof before, "%s", s->holder);
   pthread_mutex_unlock(&l->mu);
@@ -189,7 +190,7 @@ static void acquire(kvp__adv_lease_t *l, uint32_t p, slot_t *s, uint64_t now) {
     return;
   }
   if (there == 1) {
-    char who[160];
+    char who[KVP__ADV_LEASE_HOLDER_MAX];
     pthread_mutex_lock(&l->mu);
     snprintf(who, sizeof who, "%s", s->holder);
     pthread_mutex_unlock(&l->mu);

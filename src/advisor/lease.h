@@ -96,4 +96,8 @@ void kvp__adv_lease_close(kvp__adv_lease_t *l);
  * KVP_EINVAL with out saying it is not a lease's value. */
 int kvp__adv_lease_holder(const void *data, size_t len, char *out, size_t outlen);
 
+/* Room for what kvp__adv_lease_holder writes (and kvp__adv_lease_wanted
+ * copies): "advisor <64> (host <64>, pid <20>), partitioned" and its NUL. */
+#define KVP__ADV_LEASE_HOLDER_MAX 192
+
 #endif

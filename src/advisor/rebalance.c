@@ -355,7 +355,7 @@ static void tier_caught_up(kvp_advisor_t *adv) {
  * (the engine's gate). */
 static void leases_lost(kvp_advisor_t *adv) {
   uint32_t t[KVP_PARTITIONS_MAX];
-  char err[256], who[160];
+  char err[256], who[KVP__ADV_LEASE_HOLDER_MAX];
   size_t nt = kvp__tier_engine_tiered(adv->tier, t, KVP_PARTITIONS_MAX);
   for (size_t i = 0; i < nt && i < KVP_PARTITIONS_MAX; i++) {
     if (kvp__adv_lease_held(adv->lease, t[i]))
@@ -377,7 +377,7 @@ json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
     return NULL;
   json_t *a = json_array();
   if (adv->parts.count == 0) { /* unpartitioned: the namespace's lease */
-    char who[160];
+    char who[KVP__ADV_LEASE_HOLDER_MAX];
     kvp__adv_lease_wanted(adv->lease, 0, who, sizeof who);
     int held = kvp__adv_lease_held(adv->lease, 0);
     json_array_append_new(a, json_pack("{s:s, s:b, s:s}", "namespace", adv->cfg.ns, "held", held,
@@ -385,7 +385,7 @@ json_t *kvp__adv_leases_json(kvp_advisor_t *adv) {
     return a;
   }
   for (uint32_t p = 0; p < adv->parts.count; p++) {
-    char who[160];
+    char who[KVP__ADV_LEASE_HOLDER_MAX];
     if (!kvp__adv_lease_wanted(adv->lease, p, who, sizeof who))
       continue;
     int held = kvp__adv_lease_held(adv->lease, p);

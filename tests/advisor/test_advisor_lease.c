@@ -2,7 +2,8 @@
  * JetStream: a bucket made by another advisor with a shorter TTL than this
  * one's [tiering] lease_ms is used with its TTL: the lease is taken,
  * renewed within that TTL and never lost while nothing goes wrong, and
- * the calls are bound again with a wait that fits it (lease.c). */
+ * the calls are bound again with a wait that fits it (lease.c); the
+ * holder's text fits its buffers. */
 #include <nats/nats.h>
 #include <string.h>
 #include <time.h>
@@ -69,8 +70,30 @@ static void a_shorter_bucket_ttl_is_used_and_kept(void **state) {
   kvp_natsd_stop(&d);
 }
 
+/* The holder's text fits KVP__ADV_LEASE_HOLDER_MAX at the longest name,
+ * host and pid, ", partitioned" included (at 160 bytes it was cut, and an
+ * unpartitioned advisor took a partitioned holder for its standby). */
+static void the_longest_holder_text_fits(void **state) {
+  (void)state;
+  char value[512], out[KVP__ADV_LEASE_HOLDER_MAX];
+  char name[65], host[65];
+  memset(name, 'a', 64);
+  name[64] = '\0';
+  memset(host, 'h', 64);
+  host[64] = '\0';
+  int n = snprintf(value, sizeof value,
+                   "{\"advisor\": \"%s\", \"host\": \"%s\", \"pid\": 9223372036854775807, "
+                   "\"started_ms\": 1, \"lease_ms\": 1000, \"partitions\": 4}",
+                   name, host);
+  assert_int_equal(kvp__adv_lease_holder(value, (size_t)n, out, sizeof out), 0);
+  size_t len = strlen(out);
+  assert_true(len + 1 < sizeof out);
+  assert_string_equal(out + len - strlen(", partitioned"), ", partitioned");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(a_shorter_bucket_ttl_is_used_and_kept),
+    cmocka_unit_test(the_longest_holder_text_fits),
 };
 
 int main(int argc, char **argv) {
