@@ -1,8 +1,9 @@
-/* Tiering leases in a JetStream key-value bucket; see lease.h. Why this
- * file is long: the lease thread's take, renewal and release of every key
- * say in their own log lines what the key lets the advisor do (tier a
- * partition or the namespace, or delete what an unpartitioned deployment
- * left), and who else holds it; split, they would share all the state. */
+/* Tiering leases in a JetStream key-value bucket; see lease.h.
+ * Why this file is long: the lease thread's take, renewal and release of
+ * every key say in their own log lines what the key lets the advisor do
+ * (tier a partition or the namespace, or delete what an unpartitioned
+ * deployment left), and who else holds it; split, they would share all the
+ * state. */
 #define _GNU_SOURCE
 #include "advisor/lease.h"
 

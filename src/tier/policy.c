@@ -1,8 +1,8 @@
-/* Tiering rules over a snapshot of candidates (see policy.h). Why this
- * file is long: the shared rules (the demotions to the low watermark, the
- * promotions and the room they make, G4's evictions with the room the
- * demotions need, the prefetch) work on one plan and its heaps; split,
- * they would share the plan's internals. */
+/* Tiering rules over a snapshot of candidates (see policy.h).
+ * Why this file is long: the shared rules (the demotions to the low
+ * watermark, the promotions and the room they make, G4's evictions with
+ * the room the demotions need, the prefetch) work on one plan and its
+ * heaps; split, they would share the plan's internals. */
 #include "tier/policy.h"
 
 #include <stdio.h>

@@ -61,12 +61,6 @@
 #define SHARED 3 /* the first SHARED blocks of every chain have the same hashes */
 #define G3_BLOCKS 4
 #define G4_BLOCKS 16 /* the whole shared volume; each advisor's share: 8 */
-#define MAXOBJ 256
-
-typedef struct obj_s {
-  uint32_t part;
-  uint64_t hash;
-} obj_t;
 
 typedef struct fx_s {
   char dir[256], conf[320], g4path[320], g3path[NPART][320];
@@ -210,39 +204,11 @@ static int teardown(void **state) {
 /* Worker p: its chain's frames in its G3 under its partition's key
  * namespace, then Stored G3 for the chain on its partition's stream. */
 static void worker_offloads(fx_t *f, uint32_t p) {
-  char ns[KVP_PARTITION_NS_MAX + 1], err[256], vol[16];
-  static uint8_t payload[BLK];
+  char ns[KVP_PARTITION_NS_MAX + 1], vol[16];
   assert_int_equal(kvp_partition_volume_ns(ns, sizeof ns, NS, p), 0);
-  for (int k = 0; k < CHAIN; k++) {
-    kvp_frame_t m = {.hash = f->h[p][k],
-                     .parent = k ? f->h[p][k - 1] : 0,
-                     .has_parent = k > 0,
-                     .payload_len = BLK};
-    memset(payload, (int)(f->h[p][k] & 0xff), sizeof payload);
-    if (kvp_volume_put_block(f->g3[p], ns, &m, payload, err, sizeof err) != 0)
-      fail_msg("worker %s: put: %s", f->w[p], err);
-  }
-  kvp_publisher_opts_t po;
-  kvp_publisher_t *pub = NULL;
-  kvp_publisher_opts_init(&po);
-  snprintf(po.nats.servers, sizeof po.nats.servers, "%s", f->natsd.url);
-  po.ns = NS;
-  po.worker_id = f->w[p];
-  po.mode = KVP_PUB_JETSTREAM;
-  po.partitions = NPART;
-  po.max_delay_ms = 1;
-  assert_int_equal(kvp_publisher_open(&po, &pub, err, sizeof err), 0);
   snprintf(vol, sizeof vol, "g3w%u", p);
-  assert_int_equal(kvp_publisher_stored(pub, KVP_TIER_G3, vol, NULL, f->h[p], CHAIN, 16, FR, 0), 0);
-  assert_int_equal(kvp_publisher_flush(pub, 5000), 0);
-  kvp_publisher_close(pub);
+  offload_chain(f->natsd.url, NS, f->g3[p], f->w[p], vol, ns, NPART, f->h[p], CHAIN, BLK);
 }
-
-typedef struct listing_s {
-  obj_t o[MAXOBJ];
-  size_t n;
-  int bad_ns;
-} listing_t;
 
 static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   listing_t *l = ctx;
@@ -254,15 +220,8 @@ static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
     return 0;
   }
   if (l->n < MAXOBJ)
-    l->o[l->n++] = (obj_t){p, hash};
+    l->o[l->n++] = (obj_t){p, hash, 0};
   return 0;
-}
-
-static int cmp_obj(const void *a, const void *b) {
-  const obj_t *x = a, *y = b;
-  if (x->part != y->part)
-    return x->part < y->part ? -1 : 1;
-  return x->hash < y->hash ? -1 : x->hash > y->hash;
 }
 
 static void list_g4(fx_t *f, listing_t *l) {
@@ -294,7 +253,7 @@ static int db_g4(fx_t *f, int i, listing_t *l, int *foreign) {
         strcmp(w, want) != 0)
       (*foreign)++;
     if (l->n < MAXOBJ)
-      l->o[l->n++] = (obj_t){p, h};
+      l->o[l->n++] = (obj_t){p, h, 0};
   }
   rc = 0;
 out:
@@ -304,17 +263,7 @@ out:
 }
 
 static long long db_count(fx_t *f, int i, const char *sql) {
-  sqlite3 *db = NULL;
-  sqlite3_stmt *s = NULL;
-  long long n = -1;
-  if (sqlite3_open_v2(f->a[i].db, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
-    sqlite3_busy_timeout(db, 2000);
-    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
-      n = sqlite3_column_int64(s, 0);
-  }
-  sqlite3_finalize(s);
-  sqlite3_close(db);
-  return n;
+  return db_count_at(f->a[i].db, sql);
 }
 
 /* The volume equals the union of the databases (and nothing is foreign).
@@ -353,7 +302,7 @@ static int blocks_kept(fx_t *f, const listing_t *vol, int evictions, char *why, 
     kvp_partition_volume_ns(ns, sizeof ns, NS, p);
     for (int k = 0; k < CHAIN; k++) {
       uint64_t h = f->h[p][k];
-      obj_t want = {p, h};
+      obj_t want = {p, h, 0};
       int g3obj = kvp_volume_exists(f->g3[p], ns, h) == 1;
       snprintf(sql, sizeof sql,
                "SELECT count(*) FROM block_locations WHERE worker = '%s' AND tier = 3 AND "
@@ -553,14 +502,8 @@ static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t o
 /* One advisor's stats reply (the first to answer; the caller frees it
  * with kvp_client_reply_free). */
 static char *stats_of(fx_t *f) {
-  kvp_nats_opts_t no;
-  kvp_client_t *c = NULL;
-  char err[256], *st = NULL;
-  kvp_nats_opts_init(&no);
-  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
-  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
-  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
-  kvp_client_close(c);
+  char *st = NULL;
+  stats_reply(f->natsd.url, NS, &st);
   return st;
 }
 

@@ -58,19 +58,9 @@
 #define CHAIN 8
 #define G3_BLOCKS 4
 #define G4_BLOCKS 64
-#define MAXOBJ 256
 #define LEASE_MS 1000
 
-typedef struct obj_s {
-  uint32_t part; /* NPART: under "t" itself */
-  uint64_t hash, bytes;
-} obj_t;
-
-typedef struct listing_s {
-  obj_t o[MAXOBJ];
-  size_t n;
-} listing_t;
-
+/* A listing's objects under "t" itself have part NPART (obj_t). */
 typedef struct fx_s {
   char dir[256], conf[320], g4path[320], g3path[NPART][320];
   kvp_natsd_t natsd;
@@ -190,36 +180,16 @@ static int teardown(void **state) {
  * (partitions 0: "t", the events on the namespace's one stream) or as a
  * partitioned deployment's worker ("t-p<P>", the partition's stream). */
 static void worker_offloads(fx_t *f, uint32_t p, uint32_t partitions, uint64_t base) {
-  char ns[KVP_PARTITION_NS_MAX + 1], err[256], vol[16];
-  static uint8_t payload[BLK];
+  char ns[KVP_PARTITION_NS_MAX + 1], vol[16];
   uint64_t h[CHAIN];
   if (partitions > 0)
     assert_int_equal(kvp_partition_volume_ns(ns, sizeof ns, NS, p), 0);
   else
     snprintf(ns, sizeof ns, NS);
-  for (int k = 0; k < CHAIN; k++) {
+  for (int k = 0; k < CHAIN; k++)
     h[k] = base + (uint64_t)k;
-    kvp_frame_t m = {
-        .hash = h[k], .parent = k ? h[k - 1] : 0, .has_parent = k > 0, .payload_len = BLK};
-    memset(payload, (int)(h[k] & 0xff), sizeof payload);
-    if (kvp_volume_put_block(f->g3[p], ns, &m, payload, err, sizeof err) != 0)
-      fail_msg("worker %s: put: %s", f->w[p], err);
-  }
-  kvp_publisher_opts_t po;
-  kvp_publisher_t *pub = NULL;
-  kvp_publisher_opts_init(&po);
-  snprintf(po.nats.servers, sizeof po.nats.servers, "%s", f->natsd.url);
-  po.ns = NS;
-  po.worker_id = f->w[p];
-  po.mode = KVP_PUB_JETSTREAM;
-  po.partitions = partitions;
-  po.max_delay_ms = 1;
-  if (kvp_publisher_open(&po, &pub, err, sizeof err) != 0)
-    fail_msg("worker %s: publisher: %s", f->w[p], err);
   snprintf(vol, sizeof vol, "g3w%u", p);
-  assert_int_equal(kvp_publisher_stored(pub, KVP_TIER_G3, vol, NULL, h, CHAIN, 16, FR, 0), 0);
-  assert_int_equal(kvp_publisher_flush(pub, 5000), 0);
-  kvp_publisher_close(pub);
+  offload_chain(f->natsd.url, NS, f->g3[p], f->w[p], vol, ns, partitions, h, CHAIN, BLK);
 }
 
 static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
@@ -233,13 +203,6 @@ static int on_key(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
   if (l->n < MAXOBJ)
     l->o[l->n++] = (obj_t){p, hash, bytes};
   return 0;
-}
-
-static int cmp_obj(const void *a, const void *b) {
-  const obj_t *x = a, *y = b;
-  if (x->part != y->part)
-    return x->part < y->part ? -1 : 1;
-  return x->hash < y->hash ? -1 : x->hash > y->hash;
 }
 
 /* Every object of v, sorted: the partitions' first, then those under "t". */
@@ -266,17 +229,7 @@ static size_t count_of(const listing_t *l, int legacy, uint64_t *bytes) {
 }
 
 static long long db_count(const adv_t *a, const char *sql) {
-  sqlite3 *db = NULL;
-  sqlite3_stmt *s = NULL;
-  long long n = -1;
-  if (sqlite3_open_v2(a->cfg.db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
-    sqlite3_busy_timeout(db, 2000);
-    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
-      n = sqlite3_column_int64(s, 0);
-  }
-  sqlite3_finalize(s);
-  sqlite3_close(db);
-  return n;
+  return db_count_at(a->cfg.db_path, sql);
 }
 
 /* Appends what advisor a's database places in G4 (partition of the
@@ -504,14 +457,8 @@ static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **st
                                         "('orphan_deleted', 'adopted')"),
                      0);
   /* The stats say it too (tiering.legacy), here of the first to answer. */
-  kvp_nats_opts_t no;
-  kvp_client_t *c = NULL;
-  char err[256], *st = NULL;
-  kvp_nats_opts_init(&no);
-  snprintf(no.servers, sizeof no.servers, "%s", f->natsd.url);
-  assert_int_equal(kvp_client_open(&no, NS, &c, err, sizeof err), 0);
-  assert_int_equal(kvp_client_request(c, "stats", "{}", 5000, &st, err, sizeof err), 0);
-  kvp_client_close(c);
+  char *st = NULL;
+  stats_reply(f->natsd.url, NS, &st);
   const char *lg = strstr(st, "\"legacy\":{\"namespace\":\"" NS "\",\"held\":");
   if (lg == NULL || strstr(lg, "\"deleted\":") == NULL)
     fail_msg("no tiering.legacy in a partitioned advisor's stats: %.3000s", st);
