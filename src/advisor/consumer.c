@@ -334,19 +334,28 @@ int kvp__adv_consumer_resume(kvp__adv_consumer_t *c, char *err, size_t errlen) {
   return 0;
 }
 
-void kvp__adv_consumer_retire(kvp__adv_consumer_t *c, int slot) {
-  kvp__adv_fetch_t *f = &c->fetch[slot];
+/* f's subscription and its durable consumer go (JetStream API calls). */
+static void drop_input(kvp__adv_consumer_t *c, kvp__adv_fetch_t *f, const char *why) {
   jsErrCode jerr = 0;
   natsSubscription_Unsubscribe(f->sub);
   natsSubscription_Destroy(f->sub);
   f->sub = NULL;
-  /* Its durable consumer goes: the next owner makes its own, and this
-   * advisor, should the partition come back, makes it again. */
   natsStatus s = js_DeleteConsumer(c->js, f->stream, f->name, NULL, &jerr);
   if (s != NATS_OK && s != NATS_NOT_FOUND)
-    kvp_log_warn("advisor: consumer %s on %s not deleted (%s); it is replaced if the partition "
-                 "comes back",
-                 f->name, f->stream, natsStatus_GetText(s));
+    kvp_log_warn("advisor: consumer %s on %s not deleted %s (%s); it is replaced if the "
+                 "partition comes back",
+                 f->name, f->stream, why, natsStatus_GetText(s));
+}
+
+void kvp__adv_consumer_retire(kvp__adv_consumer_t *c, int slot) {
+  /* Its durable consumer goes: the next owner makes its own, and this
+   * advisor, should the partition come back, makes it again. */
+  drop_input(c, &c->fetch[slot], "on a drop");
+}
+
+void kvp__adv_consumer_discard(kvp__adv_consumer_t *c, kvp__adv_fetch_t *made) {
+  if (made->sub != NULL)
+    drop_input(c, made, "after a failed add");
 }
 
 void kvp__adv_consumer_remove(kvp__adv_consumer_t *c, int slot) {

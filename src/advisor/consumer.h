@@ -124,13 +124,16 @@ int kvp__adv_consumer_caught_up(kvp__adv_consumer_t *c, const uint64_t *pos, uin
  * as before). slot_ready (loop thread): 1 once slot's input caught up
  * with its stream as it stood when the consumer was made and pos (its
  * applied position) reached it; *behind (may be NULL) the messages it
- * waits for. */
+ * waits for. discard (any thread but the loop's: JetStream API calls): a
+ * made input that is not to be placed gives up its subscription and its
+ * durable consumer, which would stay on the server otherwise. */
 void kvp__adv_consumer_pause(kvp__adv_consumer_t *c);
 int kvp__adv_consumer_resume(kvp__adv_consumer_t *c, char *err, size_t errlen);
 void kvp__adv_consumer_retire(kvp__adv_consumer_t *c, int slot);
 int kvp__adv_consumer_make(kvp__adv_consumer_t *c, uint32_t count, uint32_t p,
                            uint64_t resume_after, const char *db_id, kvp__adv_fetch_t *f, char *err,
                            size_t errlen);
+void kvp__adv_consumer_discard(kvp__adv_consumer_t *c, kvp__adv_fetch_t *made);
 void kvp__adv_consumer_remove(kvp__adv_consumer_t *c, int slot);
 int kvp__adv_consumer_insert(kvp__adv_consumer_t *c, int slot, kvp__adv_fetch_t *f, char *err,
                              size_t errlen);

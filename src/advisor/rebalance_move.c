@@ -126,17 +126,23 @@ static void move_work(uv_work_t *req) {
         kvp__store_drop_workers(adv->store, keep_not_in, &g, &m->drop_p[i], 1, &m->dropped[i]);
     kvp__adv_consumer_retire(adv->consumer, m->drop_slot[i]);
   }
-  for (int i = 0; i < m->nadd; i++) {
+  for (int i = 0; i < m->nadd && m->rc == 0; i++) {
     if (kvp__store_position(adv->store, m->add_p[i], &m->add_pos[i]) != 0) {
       m->rc = KVP_EDB;
       snprintf(m->err, sizeof m->err, "partition %" PRIu32 ": its position cannot be read",
                m->add_p[i]);
-      return;
+    } else if ((m->rc = kvp__adv_consumer_make(adv->consumer, adv->parts.count, m->add_p[i],
+                                               m->add_pos[i], adv->db_id, &m->made[i], m->err,
+                                               sizeof m->err)) == 0) {
+      m->nmade++;
     }
-    if ((m->rc = kvp__adv_consumer_make(adv->consumer, adv->parts.count, m->add_p[i], m->add_pos[i],
-                                        adv->db_id, &m->made[i], m->err, sizeof m->err)) != 0)
-      return;
-    m->nmade++;
+  }
+  /* All added or none: the ones made before a failure give up their
+   * durable consumers too, which would stay on the server unused. */
+  if (m->rc != 0) {
+    for (int i = 0; i < m->nmade; i++)
+      kvp__adv_consumer_discard(adv->consumer, &m->made[i]);
+    m->nmade = 0;
   }
 }
 

@@ -1,5 +1,5 @@
 /* Why this file is long: one fixture (a database at size, an advisor
- * process, a querying thread) shared by its two cases, and the checks of
+ * process, a querying thread) shared by its cases, and the checks of
  * every answer seen while a partition moves.
  *
  * A live partition move at size (docs/SCALE.md, "Moving a partition";
@@ -17,7 +17,9 @@
  *     position with them), and the advisor restarted on it answers from
  *     exactly what the database holds;
  *   - SIGTERM during a drop: the advisor stops cleanly once the move is
- *     done (exit 0), P's rows all or none.
+ *     done (exit 0), P's rows all or none;
+ *   - an add refused halfway (a partition's consumer name taken) leaves
+ *     no durable consumer behind for the partitions made before.
  * Loopback only; bounded by the waits below. */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -528,11 +530,88 @@ static void stop_during_a_drop_waits_for_it(void **state) {
   assert_int_equal(a.prow, left ? CHAIN : 0);
 }
 
+/* The JetStream consumer of partition p of this advisor's: 1 if the
+ * server has it, 0 if not. */
+static int has_consumer(fx_t *f, uint32_t p) {
+  jsCtx *js = NULL;
+  jsConsumerInfo *ci = NULL;
+  jsErrCode jerr = 0;
+  char stream[64], name[64];
+  snprintf(stream, sizeof stream, "KVPLANE_EVENTS_P%u", p);
+  snprintf(name, sizeof name, NAME "-p%u", p);
+  assert_int_equal(natsConnection_JetStream(&js, f->nc, NULL), NATS_OK);
+  natsStatus s = js_GetConsumerInfo(&ci, js, stream, name, NULL, &jerr);
+  jsConsumerInfo_Destroy(ci);
+  jsCtx_Destroy(js);
+  if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)
+    return 0;
+  assert_int_equal(s, NATS_OK);
+  return 1;
+}
+
+/* An add of two partitions whose second cannot be consumed (its durable
+ * consumer's name is taken by another database's) is refused whole: the
+ * first one's consumer, made before the failure, does not stay on the
+ * server; the advisor owns what it owned and adds both once the way is
+ * clear. */
+static void a_failed_add_leaves_no_consumer(void **state) {
+  fx_t *f = *state;
+  char subj[KVP_SUBJECT_MAX], filter[KVP_SUBJECT_MAX];
+  adv_start(f);
+  wait_answering(f);
+  json_decref(ask_parts(f, "{\"drop\": [2, 3]}", 60000));
+  assert_false(has_consumer(f, 2));
+
+  /* Partition 3's consumer name, taken by someone else's. */
+  jsCtx *js = NULL;
+  jsConsumerConfig cc;
+  jsErrCode jerr = 0;
+  assert_int_equal(natsConnection_JetStream(&js, f->nc, NULL), NATS_OK);
+  assert_int_equal(kvp_subject_pevents(filter, sizeof filter, NS, 3), 0);
+  jsConsumerConfig_Init(&cc);
+  cc.Durable = NAME "-p3";
+  cc.Description = "another advisor's";
+  cc.FilterSubject = filter;
+  cc.AckPolicy = js_AckExplicit;
+  assert_int_equal(js_AddConsumer(NULL, js, "KVPLANE_EVENTS_P3", &cc, NULL, &jerr), NATS_OK);
+
+  assert_int_equal(kvp_subject_api_advisor(subj, sizeof subj, NS, KVP_API_PARTITIONS, NAME), 0);
+  natsMsg *m = NULL;
+  assert_int_equal(natsConnection_RequestString(&m, f->nc, subj, "{\"add\": [2, 3]}", 60000),
+                   NATS_OK);
+  json_t *doc = json_loadb(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), 0, NULL);
+  natsMsg_Destroy(m);
+  assert_non_null(doc);
+  const char *e = json_string_value(json_object_get(doc, "error"));
+  printf("add [2, 3] with partition 3's consumer taken: %s\n", e ? e : "(no error)");
+  assert_non_null(e);
+  assert_non_null(strstr(e, NAME "-p3"));
+  json_decref(doc);
+  /* Before the fix partition 2's durable consumer stayed, made for an
+   * input that was never placed. */
+  assert_false(has_consumer(f, 2));
+  assert_true(has_consumer(f, 3)); /* the other's, untouched */
+  json_t *r = ask_parts(f, "{}", 60000);
+  assert_false(has(json_object_get(r, "owned"), 2));
+  assert_false(has(json_object_get(r, "owned"), 3));
+  json_decref(r);
+
+  assert_int_equal(js_DeleteConsumer(js, "KVPLANE_EVENTS_P3", NAME "-p3", NULL, &jerr), NATS_OK);
+  jsCtx_Destroy(js);
+  r = ask_parts(f, "{\"add\": [2, 3]}", 60000);
+  assert_true(has(json_object_get(r, "owned"), 2));
+  assert_true(has(json_object_get(r, "owned"), 3));
+  json_decref(r);
+  assert_true(has_consumer(f, 2));
+  assert_true(has_consumer(f, 3));
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(queries_answered_during_a_live_move, setup, teardown),
       cmocka_unit_test_setup_teardown(kill_during_a_drop_all_or_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(stop_during_a_drop_waits_for_it, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_failed_add_leaves_no_consumer, setup, teardown),
   };
   int rc = kvp_test_run("scale_move", tests, sizeof tests / sizeof tests[0], argc, argv);
   free(g_fx);
