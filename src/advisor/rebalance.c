@@ -408,7 +408,9 @@ _Static_assert(KVP__ADV_LEASE_NS == KVP__TIER_NAMESPACE, "the namespace's lease 
  * NS_REST_TTLS lease TTLs: an advisor waiting for it, with other volumes,
  * takes it meanwhile (docs/SCALE.md, "Switching a tiering deployment to
  * partitions"). An advisor without scrub ([tiering] scrub_interval 0)
- * never sweeps: it does not want it (held, it would never hand it on). */
+ * never sweeps: it does not want it (held, it would never hand it on).
+ * Nor does one keep it while none of its volumes is online: it hands it
+ * on as if swept, and takes it again when its rest is over. */
 #define NS_REST_TTLS 3
 static void follow_partition_leases(kvp_advisor_t *adv) {
   uint64_t now = kvp__now_ns() / 1000000u;
@@ -418,10 +420,13 @@ static void follow_partition_leases(kvp_advisor_t *adv) {
   if (held && !adv->ns_held) /* taken (again): a sweep of its own, from the passes after now */
     kvp__tier_engine_legacy_reset(adv->tier);
   adv->ns_held = held;
-  if (want && held && kvp__tier_engine_legacy_swept(adv->tier)) {
+  int swept = want && held ? kvp__tier_engine_legacy_swept(adv->tier) : 0;
+  if (swept) {
     adv->ns_rest_until = now + NS_REST_TTLS * kvp__adv_lease_ttl(adv->lease);
-    kvp_log_info("advisor: tiering: this advisor's volumes hold nothing more under key namespace "
-                 "%s: the namespace's lease is handed on (wanted again in %" PRIu64 " ms)",
+    kvp_log_info("advisor: tiering: %s key namespace %s: the namespace's lease is handed on "
+                 "(wanted again in %" PRIu64 " ms)",
+                 swept == 2 ? "no volume of this advisor's is online to sweep for objects under"
+                            : "this advisor's volumes hold nothing more under",
                  adv->cfg.ns, NS_REST_TTLS * kvp__adv_lease_ttl(adv->lease));
     want = 0;
   }

@@ -260,8 +260,9 @@ void kvp__tier_engine_set_gate(kvp__tier_engine_t *e, kvp__tier_gate_fn fn, void
  * again (the advisor took the namespace's lease again); swept is 1 once
  * every online volume (at least one) had a pass, started after the reset,
  * that listed it whole while the gate said 1 and deleted all it found
- * under <ns>. The advisor then hands the namespace's lease on to an
- * advisor with other volumes. */
+ * under <ns>, 2 when no volume is online (nothing this engine can sweep),
+ * else 0. The advisor then hands the namespace's lease on to an advisor
+ * with other volumes. */
 void kvp__tier_engine_legacy_reset(kvp__tier_engine_t *e);
 int kvp__tier_engine_legacy_swept(const kvp__tier_engine_t *e);
 

@@ -127,5 +127,6 @@ int kvp__tier_engine_legacy_swept(const kvp__tier_engine_t *e) {
       return 0;
     online++;
   }
-  return online > 0;
+  /* None online: nothing it could sweep; another advisor's volumes may be. */
+  return online > 0 ? 1 : 2;
 }

@@ -29,6 +29,7 @@ typedef struct adv_s {
   pid_t pid;    /* a kvplane-advisor process (test_scale_tier.c's adv_spawn), or 0 */
   int mport;    /* [metrics] listen port, where a test gives one */
   int no_scrub; /* [tiering] scrub_interval = 0 (test_scale_tier_legacy.c) */
+  int no_g4;    /* no G4 volume (test_scale_tier_legacy.c) */
 } adv_t;
 
 static inline void sleep_ms(int ms) {

@@ -112,7 +112,8 @@ static void adv_start(fx_t *f, adv_t *a, const char *consumer, const char *owned
     snprintf(name, sizeof name, "g3w%d", p);
     add_volume(c, name, 3, f->g3path[p], G3_BLOCKS * FR);
   }
-  add_volume(c, "g4", 4, f->g4path, (int64_t)G4_BLOCKS * FR);
+  if (!a->no_g4)
+    add_volume(c, "g4", 4, f->g4path, (int64_t)G4_BLOCKS * FR);
   if (kvp_advisor_open(c, &a->adv, err, sizeof err) != 0)
     fail_msg("advisor %s: %s", consumer, err);
   assert_int_equal(pthread_create(&a->thread, NULL, run_main, a), 0);
@@ -504,11 +505,60 @@ static void an_advisor_without_scrub_leaves_the_sweep_to_one_with(void **state) 
   assert_true(metric(&f->a[0], "kvplane_tier_namespace_lease_held") != 1);
 }
 
+/* An advisor that holds the namespace's lease while none of its volumes is
+ * online cannot sweep anything: it hands the lease on as if swept (and
+ * takes it again after its rest), so the advisors whose volumes are online
+ * sweep them. Advisor 0 owns partitions 0 and 1 with w0's and w1's G3 and
+ * no G4; their identity markers go (a dropped mount: offline), and after 5
+ * TTLs advisor 0 has had the lease to itself for a while; advisor 1 then
+ * deletes the "t" objects of w2's G3 and of G4. Before the fix advisor 0
+ * kept the lease and advisor 1 deleted nothing. */
+static void a_holder_with_no_volume_online_hands_the_namespace_on(void **state) {
+  fx_t *f = *state;
+  char err[256], from[400], to[400];
+  static uint8_t payload[BLK];
+  for (int k = 0; k < 3; k++) { /* left by an unpartitioned deployment */
+    kvp_frame_t m = {.hash = 0x5000000000000000ull + (uint64_t)k, .payload_len = BLK};
+    assert_int_equal(kvp_volume_put_block(f->g3[2], NS, &m, payload, err, sizeof err), 0);
+    m.hash += 0x100;
+    assert_int_equal(kvp_volume_put_block(f->g4, NS, &m, payload, err, sizeof err), 0);
+  }
+  f->natsd.opts.config = f->conf;
+  assert_int_equal(kvp_natsd_restart(&f->natsd), 0);
+  f->a[0].no_g4 = 1;
+  adv_start(f, &f->a[0], "adv0", "0,1", 0, 1);
+  wait_metric(&f->a[0], "kvplane_tier_leases_held", 2, 15000, "advisor 0");
+  for (int p = 0; p < 2; p++) {
+    snprintf(from, sizeof from, "%s/.kvplane-volume", f->g3path[p]);
+    snprintf(to, sizeof to, "%s/.kvplane-volume.gone", f->g3path[p]);
+    assert_int_equal(rename(from, to), 0);
+  }
+  sleep_ms(5 * LEASE_MS);
+  printf("advisor 0, every volume offline for 5 TTLs, holds the namespace's lease: %g\n",
+         metric(&f->a[0], "kvplane_tier_namespace_lease_held"));
+  adv_start(f, &f->a[1], "adv1", "2,3", 2, 3);
+  uint64_t t0 = now_ms(), end = t0 + 15000;
+  while (now_ms() < end && (files_under(f->g4path, NS) > 0 || files_under(f->g3path[2], NS) > 0))
+    sleep_ms(100);
+  printf("advisor 1: %d objects left under \"t\" in G4, %d in w2's G3 after %llu ms\n",
+         files_under(f->g4path, NS), files_under(f->g3path[2], NS),
+         (unsigned long long)(now_ms() - t0));
+  assert_int_equal(files_under(f->g4path, NS), 0);
+  assert_int_equal(files_under(f->g3path[2], NS), 0);
+  for (int p = 0; p < 2; p++) { /* the mounts come back */
+    snprintf(from, sizeof from, "%s/.kvplane-volume.gone", f->g3path[p]);
+    snprintf(to, sizeof to, "%s/.kvplane-volume", f->g3path[p]);
+    assert_int_equal(rename(from, to), 0);
+  }
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(partitioned_advisors_delete_what_an_unpartitioned_one_left,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(an_advisor_without_scrub_leaves_the_sweep_to_one_with, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_holder_with_no_volume_online_hands_the_namespace_on, setup,
                                       teardown),
   };
   return kvp_test_run("scale_tier_legacy", tests, sizeof tests / sizeof tests[0], argc, argv);
