@@ -31,6 +31,7 @@ typedef struct {
   int want_write;       /* as nats.c last asked, while deferred (loop thread) */
   atomic_int has_write; /* as the adapter was last told, by any thread; a
                          * stale value costs one needless poll update */
+  atomic_uint told;     /* calls that went to the adapter, by any thread */
 } qev_t;
 
 /* The adapter whose write interest this thread is deferring: set by
@@ -123,6 +124,7 @@ static natsStatus qev_write(void *user, bool add) {
   natsStatus s = natsLibuv_Write(e->inner, add);
   if (s == NATS_OK)
     atomic_store(&e->has_write, add);
+  atomic_fetch_add(&e->told, 1);
   return s;
 }
 
@@ -141,7 +143,9 @@ static void on_check(uv_check_t *h) {
   kvp__adv_query_t *q = h->data;
   uint64_t before = q->answered;
   qev_t *e = q->ev;
+  unsigned told = 0;
   if (e != NULL) {
+    told = atomic_load(&e->told);
     e->want_write = atomic_load(&e->has_write);
     deferring = e;
   }
@@ -169,8 +173,12 @@ static void on_check(uv_check_t *h) {
   if (q->answered != before)
     natsConnection_ProcessWriteEvent(q->nc);
   deferring = NULL;
-  /* What is left unwritten (a full socket) waits for the socket. */
-  if (e != NULL && e->want_write != atomic_load(&e->has_write))
+  /* What is left unwritten (a full socket) waits for the socket. A write
+   * asked meanwhile by another thread (nats.c's pinger) is not taken back:
+   * its bytes may be in the buffer after the flush above (a write too
+   * many costs one poll; one too few, a PING sent with the next answer). */
+  if (e != NULL && e->want_write != atomic_load(&e->has_write) &&
+      (e->want_write || atomic_load(&e->told) == told))
     qev_write(e, e->want_write);
 }
 
