@@ -10,7 +10,9 @@
  *   idle seconds that tell it are not counted), over the block-events
  *   they applied. Per-advisor cost, not wall-clock
  *   speedup (this machine has 2 cores): flat means partitioning scales.
- *   Baseline: 1 advisor.
+ *   Baseline: 1 advisor. --rounds (3) rounds, each phase on a namespace
+ *   of its own and in another order per round; the medians are reported
+ *   (one round's figures moved by 10-30% from run to run here).
  * - scatter-gather match latency p50/p99 over the 4 advisors against one
  *   advisor owning every partition, in the same run, the queries
  *   alternating between the two (kvp_client_match_all for both; the same
@@ -42,6 +44,7 @@
 #define NPART 4
 #define NWORK 16
 #define MAXADV 4
+#define MAXROUNDS 9
 
 typedef struct badv_s {
   pid_t pid;
@@ -243,6 +246,11 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
 static long long file_bytes(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0 ? (long long)sb.st_size : 0;
@@ -329,7 +337,7 @@ static int restart_at_size(size_t nblocks) {
 KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events with 1, 2, 4 "
                        "advisors; scatter-gather match p50/p99 over 4 advisors vs 1") {
   char conf[128], map[1024];
-  int queries = 5000, warmup = 200, rc = 0;
+  int queries = 5000, warmup = 200, rounds = 3, rc = 0;
   long restart_blocks = 2000000;
   g.batches = 8000;
   g.events = 16;
@@ -342,14 +350,21 @@ KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events wit
       warmup = atoi(argv[++i]);
     else if (strcmp(argv[i], "--restart-blocks") == 0 && i + 1 < argc)
       restart_blocks = atol(argv[++i]);
+    else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+      rounds = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: kvp-bench scale [--batches N] [--queries N] [--warmup N] "
-                      "[--restart-blocks N (0: skip)]\n");
+      fprintf(stderr,
+              "usage: kvp-bench scale [--batches N] [--queries N] [--warmup N] "
+              "[--rounds N (1..%d)] [--restart-blocks N (0: skip)]\n",
+              MAXROUNDS);
       return 2;
     }
   }
-  if (queries < 1 || warmup < 0) {
-    fprintf(stderr, "kvp-bench scale: --queries is at least 1, --warmup at least 0\n");
+  if (queries < 1 || warmup < 0 || rounds < 1 || rounds > MAXROUNDS) {
+    fprintf(stderr,
+            "kvp-bench scale: --queries is at least 1, --warmup at least 0, --rounds "
+            "1..%d\n",
+            MAXROUNDS);
     return 2;
   }
   snprintf(g.dir, sizeof g.dir, "/tmp/kvp-bench-scale-XXXXXX");
@@ -378,35 +393,58 @@ KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events wit
   static const int ks[] = {1, 2, 4};
   badv_t adv[3][MAXADV] = {{{0}}};
   kvp_client_t *cl[3] = {0};
-  double per[3] = {0};
-  for (int i = 0; i < 3 && rc == 0; i++) {
-    char ns[16];
-    snprintf(ns, sizeof ns, "b%d", ks[i]);
-    /* The streams exist once an advisor made them: the first phase's
-     * advisor starts before anything is published, later phases publish
-     * into them first. */
-    if (i == 0) {
-      adv[0][0].pid = spawn_advisor("b0", "probe", "0-3");
-      usleep(1500000);
-      kill(adv[0][0].pid, SIGKILL);
-      waitpid(adv[0][0].pid, NULL, 0);
-      adv[0][0].pid = 0;
-    }
-    if (publish_events(ns, qh, &nq) != 0) {
-      fprintf(stderr, "bench scale: publishing failed\n");
-      rc = 1;
-      break;
-    }
-    per[i] = phase(ns, ks[i], adv[i], &cl[i]);
-    if (per[i] <= 0) {
-      rc = 1;
-      break;
+  double per[MAXROUNDS][3] = {{0}}, med[3];
+  /* Each round runs the three phases in another order (1 2 4, 2 4 1, 4 1
+   * 2, ...), each on a namespace of its own: what a phase pays for going
+   * first or last (the server's state, the page cache) is spread over all
+   * three. The advisors of the last round stay for the match. */
+  for (int r = 0; r < rounds && rc == 0; r++) {
+    for (int j = 0; j < 3 && rc == 0; j++) {
+      int i = (j + r) % 3;
+      char ns[16];
+      snprintf(ns, sizeof ns, "b%dr%d", ks[i], r);
+      /* The streams exist once an advisor made them: an advisor starts
+       * before anything is published, later phases publish into them
+       * first. */
+      if (r == 0 && j == 0) {
+        adv[0][0].pid = spawn_advisor("b0", "probe", "0-3");
+        usleep(1500000);
+        kill(adv[0][0].pid, SIGKILL);
+        waitpid(adv[0][0].pid, NULL, 0);
+        adv[0][0].pid = 0;
+      }
+      if (publish_events(ns, qh, &nq) != 0) {
+        fprintf(stderr, "bench scale: publishing failed\n");
+        rc = 1;
+        break;
+      }
+      if (r > 0) { /* the last round's processes and clients are kept */
+        stop_all(adv[i], MAXADV);
+        kvp_client_close(cl[i]);
+        cl[i] = NULL;
+      }
+      per[r][i] = phase(ns, ks[i], adv[i], &cl[i]);
+      if (per[r][i] <= 0)
+        rc = 1;
     }
   }
   if (rc == 0) {
-    kvp_bench_report("scale.cpu_s_per_mevents_1", per[0], "CPU-s", NULL, 0);
-    kvp_bench_report("scale.cpu_s_per_mevents_2", per[1], "CPU-s", "1-advisor", per[0]);
-    kvp_bench_report("scale.cpu_s_per_mevents_4", per[2], "CPU-s", "1-advisor", per[0]);
+    for (int i = 0; i < 3; i++) {
+      double v[MAXROUNDS];
+      for (int r = 0; r < rounds; r++)
+        v[r] = per[r][i];
+      qsort(v, (size_t)rounds, sizeof *v, cmp_double);
+      med[i] = rounds % 2 ? v[rounds / 2] : (v[rounds / 2 - 1] + v[rounds / 2]) / 2;
+    }
+    for (int r = 0; r < rounds && rounds > 1; r++)
+      printf("# round %d: 1 advisor %.3f, 2 advisors %.3f (%.3fx), 4 advisors %.3f (%.3fx) "
+             "CPU-s per million\n",
+             r, per[r][0], per[r][1], per[r][1] / per[r][0], per[r][2], per[r][2] / per[r][0]);
+    if (rounds > 1)
+      printf("# the medians of %d rounds:\n", rounds);
+    kvp_bench_report("scale.cpu_s_per_mevents_1", med[0], "CPU-s", NULL, 0);
+    kvp_bench_report("scale.cpu_s_per_mevents_2", med[1], "CPU-s", "1-advisor", med[0]);
+    kvp_bench_report("scale.cpu_s_per_mevents_4", med[2], "CPU-s", "1-advisor", med[0]);
     /* Scatter-gather over 4 (ns b4) against 1 (ns b1), alternating; the
      * 2-advisor phase's processes go first (idle, but 2 cores). */
     stop_all(adv[1], MAXADV);
