@@ -30,7 +30,8 @@
 
 /* The largest figure: 128M locations at one copy per block. */
 _Static_assert(KVP__INDEX_MAX_BLOCKS >= (1u << 27), "2^27 blocks fit the slot's record id");
-_Static_assert(sizeof(node_t) == 16 && sizeof(meta_t) == 16, "DESIGN.md's record bytes");
+_Static_assert(sizeof(node_t) == 16 && sizeof(meta_t) == 14, "DESIGN.md's record bytes");
+_Static_assert(NODE_PARENT_SIDE < 32, "the flags fit their 5 bits");
 
 static uint32_t secs_of(uint64_t ms) {
   uint64_t s = ms / 1000;
@@ -450,7 +451,7 @@ int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, 
   uint32_t now_s = secs_of(now_ms);
   double age = now_s > md->last_access_s ? (double)(now_s - md->last_access_s) : 0;
   md->freq = (float)(md->freq * exp2(-age / ix->half_life_s) + hits);
-  md->hits = md->hits + hits < md->hits ? UINT32_MAX : md->hits + hits;
+  md->hits = hits >= META_HITS_MAX - md->hits ? META_HITS_MAX : md->hits + hits;
   md->last_access_s = now_s;
   touch_node(ix, n, 0);
   return 0;
@@ -532,7 +533,7 @@ int kvp__index_load_block(kvp__index_t *ix, const kvp__index_block_t *b) {
     return rc;
   meta_t *md = &ix->meta[n];
   md->last_access_s = secs_of(b->last_access_ms);
-  md->hits = b->hits;
+  md->hits = b->hits < META_HITS_MAX ? b->hits : META_HITS_MAX;
   md->freq = (float)b->freq;
   return 0;
 }

@@ -1,7 +1,7 @@
 /* Advisor block index (DESIGN.md, "Advisor"): where every block lives.
  *
  * A map (open addressing, linear probing, 4-byte tagged slots filled to at
- * most 0.7, any number of slots) from sequence hash to a 32-byte block
+ * most 0.7, any number of slots) from sequence hash to a 30-byte block
  * record in a dense pool of two arrays by record id: what a lookup reads
  * (hash and locations, 16 bytes) and the rest (last access, hits, decayed
  * hit frequency, an interned size ("shape"), flags). The parent (the
@@ -52,8 +52,8 @@ typedef struct kvp__index_block_s {
   uint32_t tokens;
   uint64_t bytes;
   uint64_t last_access_ms;
-  uint32_t hits;
-  double freq; /* decayed hit frequency at last access */
+  uint32_t hits; /* saturates at 2^27 - 1 in the index */
+  double freq;   /* decayed hit frequency at last access */
 } kvp__index_block_t;
 
 typedef struct kvp__index_loc_s {
@@ -110,7 +110,8 @@ int kvp__index_store(kvp__index_t *ix, uint64_t hash, int has_parent, uint64_t p
  * when there was no such location (not an error for event streams). */
 int kvp__index_remove(kvp__index_t *ix, uint64_t hash, uint16_t worker, int tier, uint16_t volume);
 
-/* Counts hits on a block: hit counter, decayed frequency and last access
+/* Counts hits on a block: hit counter (saturating at 2^27 - 1), decayed
+ * frequency and last access
  * (the LRU position of all its locations; tier is accepted for the callers'
  * sake and no longer narrows it). KVP_ENOENT when the block is unknown. */
 int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, uint64_t now_ms);
