@@ -200,6 +200,47 @@ static void hit_frequency_decays_with_half_life(void **state) {
   kvp__index_destroy(ix);
 }
 
+/* The hit count shares a word with the record's flags: it stops at 2^27 -
+ * 1, on access and on load, and the flags around it stay as they were
+ * (the block still live, its parent still its parent). */
+static void hits_saturate_without_touching_the_flags(void **state) {
+  (void)state;
+  kvp__index_t *ix = NULL;
+  kvp__index_block_t b;
+  const uint32_t max = (1u << 27) - 1;
+  assert_int_equal(kvp__index_create(4, 10, &ix), 0);
+  uint16_t a = wid(ix, "a");
+  assert_int_equal(kvp__index_store(ix, 7, 0, 0, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
+  assert_int_equal(kvp__index_store(ix, 8, 1, 7, a, KVP_TIER_G1, 0, 16, 1, NOW), 0);
+  assert_int_equal(kvp__index_access(ix, 8, 0, max - 1, NOW), 0);
+  assert_int_equal(kvp__index_get(ix, 8, &b, NULL, 0, NULL), 0);
+  assert_int_equal(b.hits, max - 1);
+  assert_int_equal(kvp__index_access(ix, 8, 0, 5, NOW), 0);
+  assert_int_equal(kvp__index_access(ix, 8, 0, UINT32_MAX, NOW), 0);
+  assert_int_equal(kvp__index_get(ix, 8, &b, NULL, 0, NULL), 0);
+  assert_int_equal(b.hits, max);
+  assert_int_equal(b.parent, 7);
+  kvp__index_block_t in = {.hash = 9,
+                           .parent = 8,
+                           .tokens = 16,
+                           .bytes = 1,
+                           .last_access_ms = NOW,
+                           .hits = UINT32_MAX,
+                           .freq = 2.5};
+  assert_int_equal(kvp__index_load_block(ix, &in), 0);
+  assert_int_equal(kvp__index_get(ix, 9, &b, NULL, 0, NULL), 0);
+  assert_int_equal(b.hits, max);
+  assert_int_equal(b.parent, 8);
+  assert_true(b.freq > 2.49 && b.freq < 2.51);
+  kvp__index_loc_t loc = {.worker = a, .tier = KVP_TIER_G1, .volume = 0};
+  assert_int_equal(kvp__index_load_loc(ix, 9, &loc), 0);
+  kvp__index_stats_t st;
+  kvp__index_stats(ix, &st);
+  assert_int_equal(st.blocks, 3);
+  assert_int_equal(st.locations, 3);
+  kvp__index_destroy(ix);
+}
+
 static void drop_removes_worker_tiers_only(void **state) {
   (void)state;
   kvp__index_t *ix = mk();
@@ -774,6 +815,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(many_blocks_grow_and_shrink),
     cmocka_unit_test(lru_orders_by_last_touch),
     cmocka_unit_test(hit_frequency_decays_with_half_life),
+    cmocka_unit_test(hits_saturate_without_touching_the_flags),
     cmocka_unit_test(drop_removes_worker_tiers_only),
     cmocka_unit_test(drop_some_in_slices_drops_the_marked_workers),
     cmocka_unit_test(changes_list_each_block_once),
