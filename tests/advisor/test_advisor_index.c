@@ -225,7 +225,7 @@ static void hits_saturate_without_touching_the_flags(void **state) {
                            .tokens = 16,
                            .bytes = 1,
                            .last_access_ms = NOW,
-                           .hits = UINT32_MAX,
+                           .hits = 1u << 27,
                            .freq = 2.5};
   assert_int_equal(kvp__index_load_block(ix, &in), 0);
   assert_int_equal(kvp__index_get(ix, 9, &b, NULL, 0, NULL), 0);
