@@ -467,6 +467,31 @@ static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **st
   kvp_client_reply_free(st);
 }
 
+/* Three objects under "t" in w2's G3 and three in G4, as an unpartitioned
+ * deployment leaves them (hashes from base), then the server restarted
+ * with the partition mapping. */
+static void leave_three_and_map(fx_t *f, uint64_t base) {
+  char err[256];
+  static uint8_t payload[BLK];
+  for (int k = 0; k < 3; k++) {
+    kvp_frame_t m = {.hash = base + (uint64_t)k, .payload_len = BLK};
+    assert_int_equal(kvp_volume_put_block(f->g3[2], NS, &m, payload, err, sizeof err), 0);
+    m.hash += 0x100;
+    assert_int_equal(kvp_volume_put_block(f->g4, NS, &m, payload, err, sizeof err), 0);
+  }
+  f->natsd.opts.config = f->conf;
+  assert_int_equal(kvp_natsd_restart(&f->natsd), 0);
+}
+
+/* Waits up to 15 s until nothing is left under "t" in G4 and w2's G3;
+ * returns the ms waited. */
+static unsigned long long wait_w2_and_g4_swept(fx_t *f) {
+  uint64_t t0 = now_ms(), end = t0 + 15000;
+  while (now_ms() < end && (files_under(f->g4path, NS) > 0 || files_under(f->g3path[2], NS) > 0))
+    sleep_ms(100);
+  return (unsigned long long)(now_ms() - t0);
+}
+
 /* An advisor without scrub ([tiering] scrub_interval = 0) never sweeps
  * its volumes, so it must not hold the namespace's lease: held, it would
  * never hand it on, and the advisor with a scrub would never delete what
@@ -475,16 +500,7 @@ static void partitioned_advisors_delete_what_an_unpartitioned_one_left(void **st
  * deletes the "t" objects of w2's G3 and of G4. */
 static void an_advisor_without_scrub_leaves_the_sweep_to_one_with(void **state) {
   fx_t *f = *state;
-  char err[256];
-  static uint8_t payload[BLK];
-  for (int k = 0; k < 3; k++) { /* left by an unpartitioned deployment */
-    kvp_frame_t m = {.hash = 0x3000000000000000ull + (uint64_t)k, .payload_len = BLK};
-    assert_int_equal(kvp_volume_put_block(f->g3[2], NS, &m, payload, err, sizeof err), 0);
-    m.hash += 0x100;
-    assert_int_equal(kvp_volume_put_block(f->g4, NS, &m, payload, err, sizeof err), 0);
-  }
-  f->natsd.opts.config = f->conf;
-  assert_int_equal(kvp_natsd_restart(&f->natsd), 0);
+  leave_three_and_map(f, 0x3000000000000000ull);
   f->a[0].no_scrub = 1;
   adv_start(f, &f->a[0], "adv0", "0,1", 0, 1);
   wait_metric(&f->a[0], "kvplane_tier_leases_held", 2, 15000, "advisor 0 without scrub");
@@ -492,13 +508,10 @@ static void an_advisor_without_scrub_leaves_the_sweep_to_one_with(void **state) 
   printf("advisor 0 (no scrub) holds its partitions' leases; the namespace's: %g\n",
          metric(&f->a[0], "kvplane_tier_namespace_lease_held"));
   adv_start(f, &f->a[1], "adv1", "2,3", 2, 3);
-  uint64_t t0 = now_ms(), end = t0 + 15000;
-  while (now_ms() < end && (files_under(f->g4path, NS) > 0 || files_under(f->g3path[2], NS) > 0))
-    sleep_ms(100);
+  unsigned long long waited = wait_w2_and_g4_swept(f);
   printf("advisor 1 (scrub): %d objects left under \"t\" in G4, %d in w2's G3 after %llu ms; "
          "advisor 0 holds the namespace's lease: %g\n",
-         files_under(f->g4path, NS), files_under(f->g3path[2], NS),
-         (unsigned long long)(now_ms() - t0),
+         files_under(f->g4path, NS), files_under(f->g3path[2], NS), waited,
          metric(&f->a[0], "kvplane_tier_namespace_lease_held"));
   assert_int_equal(files_under(f->g4path, NS), 0);
   assert_int_equal(files_under(f->g3path[2], NS), 0);
@@ -515,16 +528,8 @@ static void an_advisor_without_scrub_leaves_the_sweep_to_one_with(void **state) 
  * kept the lease and advisor 1 deleted nothing. */
 static void a_holder_with_no_volume_online_hands_the_namespace_on(void **state) {
   fx_t *f = *state;
-  char err[256], from[400], to[400];
-  static uint8_t payload[BLK];
-  for (int k = 0; k < 3; k++) { /* left by an unpartitioned deployment */
-    kvp_frame_t m = {.hash = 0x5000000000000000ull + (uint64_t)k, .payload_len = BLK};
-    assert_int_equal(kvp_volume_put_block(f->g3[2], NS, &m, payload, err, sizeof err), 0);
-    m.hash += 0x100;
-    assert_int_equal(kvp_volume_put_block(f->g4, NS, &m, payload, err, sizeof err), 0);
-  }
-  f->natsd.opts.config = f->conf;
-  assert_int_equal(kvp_natsd_restart(&f->natsd), 0);
+  char from[400], to[400];
+  leave_three_and_map(f, 0x5000000000000000ull);
   f->a[0].no_g4 = 1;
   adv_start(f, &f->a[0], "adv0", "0,1", 0, 1);
   wait_metric(&f->a[0], "kvplane_tier_leases_held", 2, 15000, "advisor 0");
@@ -537,12 +542,9 @@ static void a_holder_with_no_volume_online_hands_the_namespace_on(void **state) 
   printf("advisor 0, every volume offline for 5 TTLs, holds the namespace's lease: %g\n",
          metric(&f->a[0], "kvplane_tier_namespace_lease_held"));
   adv_start(f, &f->a[1], "adv1", "2,3", 2, 3);
-  uint64_t t0 = now_ms(), end = t0 + 15000;
-  while (now_ms() < end && (files_under(f->g4path, NS) > 0 || files_under(f->g3path[2], NS) > 0))
-    sleep_ms(100);
+  unsigned long long waited = wait_w2_and_g4_swept(f);
   printf("advisor 1: %d objects left under \"t\" in G4, %d in w2's G3 after %llu ms\n",
-         files_under(f->g4path, NS), files_under(f->g3path[2], NS),
-         (unsigned long long)(now_ms() - t0));
+         files_under(f->g4path, NS), files_under(f->g3path[2], NS), waited);
   assert_int_equal(files_under(f->g4path, NS), 0);
   assert_int_equal(files_under(f->g3path[2], NS), 0);
   for (int p = 0; p < 2; p++) { /* the mounts come back */
