@@ -1,4 +1,4 @@
-/* Why this file is long: two cases, but their fixture (three advisors, four
+/* Why this file is long: three cases, but their fixture (three advisors, four
  * workers and their volumes, listings, database and /metrics reads) is
  * most of it.
  *
