@@ -1,4 +1,7 @@
-/* kvp-bench scale: partitioned advisors through one nats-server with the
+/* Why this file is long: the CPU rounds, the gathered match and the restart at size share one
+ * nats-server and its scratch files.
+ *
+ * kvp-bench scale: partitioned advisors through one nats-server with the
  * partition mapping (4 partitions). Two figures, as issue 26 asks:
  *
  * - advisor CPU-seconds per million block-events with 1, 2 and 4
