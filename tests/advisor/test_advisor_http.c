@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include "advfix.h"
+#include "advisor/routerapi.h"
 #include "harness.h"
+#include "kvplane/hash.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
 
@@ -274,7 +276,94 @@ static void address_in_use(void **state) {
   assert_non_null(strstr(err, "[http] listen"));
 }
 
+/* /query's hashes for body, decoded as the HTTP thread decodes it. */
+static int query_hashes(const char *body, kvp__rapi_req_t *req) {
+  char err[512];
+  return kvp__rapi_parse(0, body, strlen(body), 0, req, err, sizeof err);
+}
+
+/* "lora_id": 0 is the base model, as the relay reads an engine's lora_id
+ * (relay/apply.c: 0 is no adapter): the hashes are the unsalted ones (or
+ * cache_salt's), not those of an adapter named "lora_id:0", so a router
+ * that sends 0 for "no LoRA" is answered as NATS match of the relay's
+ * hashes would be; with lora_name it is not a conflict. */
+static void lora_id_0_is_the_base_model(void **state) {
+  static const uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  uint64_t want[2];
+  kvp__rapi_req_t req;
+  (void)state;
+
+  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed(NULL), want, 2), 2);
+  assert_int_equal(
+      query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, \"lora_id\": 0}", &req),
+      0);
+  assert_int_equal(req.n, 2);
+  assert_memory_equal(req.hashes, want, sizeof want);
+  kvp__rapi_req_free(&req);
+
+  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("s"), want, 2), 2);
+  assert_int_equal(query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, "
+                                "\"lora_id\": 0, \"cache_salt\": \"s\"}",
+                                &req),
+                   0);
+  assert_memory_equal(req.hashes, want, sizeof want);
+  kvp__rapi_req_free(&req);
+
+  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("a"), want, 2), 2);
+  assert_int_equal(query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, "
+                                "\"lora_id\": 0, \"lora_name\": \"a\"}",
+                                &req),
+                   0);
+  assert_memory_equal(req.hashes, want, sizeof want);
+  kvp__rapi_req_free(&req);
+
+  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("lora_id:7"), want, 2), 2);
+  assert_int_equal(
+      query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, \"lora_id\": 7}", &req),
+      0);
+  assert_memory_equal(req.hashes, want, sizeof want);
+  kvp__rapi_req_free(&req);
+}
+
+/* An integer instance_id is a u64 (Dynamo's instance ids): one above
+ * INT64_MAX is its decimal name, not the negative i64 with its bits. */
+static void a_u64_instance_id_keeps_its_name(void **state) {
+  kvp__rapi_req_t req;
+  (void)state;
+  assert_int_equal(query_hashes("{\"token_ids\": [], \"block_size\": 4, "
+                                "\"instance_id\": 18446744073709551615}",
+                                &req),
+                   0);
+  assert_string_equal(req.instance, "18446744073709551615");
+  kvp__rapi_req_free(&req);
+  assert_int_equal(
+      query_hashes("{\"token_ids\": [], \"block_size\": 4, \"instance_id\": 42}", &req), 0);
+  assert_string_equal(req.instance, "42");
+  kvp__rapi_req_free(&req);
+}
+
+/* The u64 widening does not turn bad JSON into good: a number with a
+ * leading zero is refused as jansson refuses it, however large. */
+static void leading_zeros_stay_bad_json(void **state) {
+  static const char *const bad[] = {
+      "{\"seq_hashes\": [09223372036854775808], \"block_size\": 1}",
+      "{\"seq_hashes\": [012], \"block_size\": 1}",
+  };
+  char err[512];
+  kvp__rapi_req_t req;
+  (void)state;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(kvp__rapi_parse(1, bad[i], strlen(bad[i]), 0, &req, err, sizeof err),
+                     KVP_EPROTO);
+    assert_non_null(strstr(err, "bad JSON"));
+    kvp__rapi_req_free(&req);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(lora_id_0_is_the_base_model),
+    cmocka_unit_test(a_u64_instance_id_keeps_its_name),
+    cmocka_unit_test(leading_zeros_stay_bad_json),
     cmocka_unit_test_setup_teardown(equals_nats_match, advfix_cm_setup_core, advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(stop_under_load, advfix_cm_setup_core, advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(address_in_use, advfix_cm_setup_core, advfix_cm_teardown),
