@@ -1130,7 +1130,7 @@ int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
     return 1;
   }
   seg_t *s = e->seg;
-  uint64_t off = e->off + sizeof(rec_t) + strlen(ns);
+  uint64_t e_off = e->off, off = e_off + sizeof(rec_t) + strlen(ns);
   size_t want = e->len, room = 0;
   s->refs++;
   pthread_mutex_unlock(&p->mu);
@@ -1149,9 +1149,19 @@ int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
       ssize_t r = pread(s->fd, (char *)iov[i].iov_base + got, n - got, (off_t)off);
       if (r < 0 && errno == EINTR)
         continue;
-      if (r <= 0) {
-        rc =
-            px_fail(KVP_EIO, err, errlen, "%s: packed read: %s", p->pack->dir, r < 0 ? errno : EIO);
+      if (r < 0) {
+        rc = px_fail(KVP_EIO, err, errlen, "%s: packed read: %s", p->pack->dir, errno);
+        break;
+      }
+      if (r == 0) {
+        /* The segment ends inside a record the index read whole: cut short
+         * on disk. The copy is bad, not the volume (as a block file cut
+         * short fails its frame check): quarantined, not retried. */
+        snprintf(err, errlen,
+                 "%s/%016" PRIx64 ".seg: %s/%016" PRIx64 ": the segment ends %" PRIu64
+                 " bytes into the record's payload (cut short on disk)",
+                 p->pack->dir, s->no, ns, hash, off - (e_off + sizeof(rec_t) + strlen(ns)));
+        rc = KVP_ECORRUPT;
         break;
       }
       got += (size_t)r;
@@ -1395,6 +1405,11 @@ int pk_compact(posix_t *p, char *err, size_t errlen) {
   pthread_mutex_unlock(&k->refreshing);
   if (c.v == NULL)
     goto out;
+  /* A victim cut short on disk: its pages past the end would fault
+   * (SIGBUS); the records that were there are lost, and go with it. */
+  struct stat vb;
+  if (fstat(c.v->fd, &vb) == 0 && (uint64_t)vb.st_size < size)
+    size = (uint64_t)vb.st_size;
 
   unsigned char *m = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, c.v->fd, 0) : NULL;
   if (size && m == MAP_FAILED) {

@@ -466,6 +466,49 @@ static void an_exclusive_holder_of_the_old_lock_is_refused(void **state) {
   expect(f, 1, 0, 100);
 }
 
+/* A segment cut short on disk while the volume is open (a truncate, lost
+ * blocks): a record the index knows but whose bytes are gone reads as a
+ * corrupt copy (KVP_ECORRUPT: the engine quarantines it, as for a block
+ * file cut short), not as an I/O error of the volume (which would back off
+ * every move out of it, round after round); and compacting that segment
+ * neither faults on its missing pages (SIGBUS) nor keeps the lost records:
+ * every object is then whole or gone, and a reopen agrees. */
+static void a_segment_cut_short_reads_as_corrupt(void **state) {
+  fx_t *f = *state;
+  char first[512], err[512] = "";
+  uint8_t b[8192];
+  size_t len = 0;
+  struct iovec iov = {b, sizeof b};
+
+  for (uint64_t i = 0; i < 24; i++)
+    put(f, i, 0, 1000);
+  del(f, 1); /* the first segment has dead bytes: compaction picks it */
+  snprintf(first, sizeof first, "%s/%016x.seg", f->segs, 1);
+  assert_int_equal(truncate(first, 3000), 0); /* within object 2's record */
+  expect(f, 0, 0, 1000);
+  assert_int_equal(f->o->get(f->h, NS, 2, &iov, 1, &len, err, sizeof err), KVP_ECORRUPT);
+  assert_int_equal(f->o->get(f->h, NS, 3, &iov, 1, &len, err, sizeof err), KVP_ECORRUPT);
+  compact_all(f);
+  assert_int_not_equal(access(first, F_OK), 0);
+  for (int pass = 0; pass < 2; pass++) {
+    uint64_t whole = 0;
+    for (uint64_t i = 0; i < 24; i++) {
+      int rc = f->o->get(f->h, NS, i, &iov, 1, &len, err, sizeof err);
+      if (rc == 0) {
+        expect(f, i, 0, 1000);
+        whole++;
+      } else {
+        assert_int_equal(rc, KVP_ENOENT);
+        assert_true(i >= 1 && i < 8); /* deleted, or in the lost part of the first segment */
+      }
+    }
+    expect(f, 0, 0, 1000);
+    expect(f, 23, 0, 1000);
+    stat_is(f, whole, whole * 1000);
+    assert_int_equal(reopen(f, "packed"), 0);
+  }
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(compaction_reclaims_dead_bytes, setup, teardown),
@@ -473,6 +516,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_crash_mid_compaction_keeps_each_object_once, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(torn_records_cost_only_their_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_segment_cut_short_reads_as_corrupt, setup, teardown),
       cmocka_unit_test_setup_teardown(an_object_changing_form_is_one_object, setup, teardown),
       cmocka_unit_test_setup_teardown(a_packed_volume_is_refused_as_files, setup, teardown),
       cmocka_unit_test_setup_teardown(a_second_open_shares_the_volume, setup, teardown),
