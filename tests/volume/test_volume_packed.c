@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -509,6 +511,44 @@ static void a_segment_cut_short_reads_as_corrupt(void **state) {
   }
 }
 
+/* A write that fails at a segment's end (the disk full: here the file
+ * size limit) leaves the segment shorter than the place it reserved, its
+ * bytes dead and the segment sealed; compacting it reads only what is on
+ * disk (it faulted on the missing pages: SIGBUS), and every acknowledged
+ * object stays. */
+static void a_failed_write_at_a_segments_end_is_compacted(void **state) {
+  fx_t *f = *state;
+  char first[512], err[512] = "";
+  struct stat sb;
+  struct rlimit old, lim;
+  uint8_t b[8192];
+  struct iovec iov = {b, body(9, 0, b, 1000)};
+
+  for (uint64_t i = 0; i < 3; i++)
+    put(f, i, 0, 1000);
+  snprintf(first, sizeof first, "%s/%016x.seg", f->segs, 1);
+  assert_int_equal(stat(first, &sb), 0);
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = (rlim_t)sb.st_size + 300; /* the next record is cut after 300 bytes */
+  signal(SIGXFSZ, SIG_IGN);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  int rc = f->o->put(f->h, NS, 9, &iov, 1, err, sizeof err);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  signal(SIGXFSZ, SIG_DFL);
+  assert_int_not_equal(rc, 0);
+  assert_int_equal(stat(first, &sb), 0);
+  assert_true(sb.st_size < 3 * 1056 + 1056);
+  compact_all(f);
+  for (uint64_t i = 0; i < 3; i++)
+    expect(f, i, 0, 1000);
+  expect_gone(f, 9);
+  assert_int_equal(reopen(f, "packed"), 0);
+  for (uint64_t i = 0; i < 3; i++)
+    expect(f, i, 0, 1000);
+  stat_is(f, 3, 3000);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(compaction_reclaims_dead_bytes, setup, teardown),
@@ -517,6 +557,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(torn_records_cost_only_their_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(a_segment_cut_short_reads_as_corrupt, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_failed_write_at_a_segments_end_is_compacted, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(an_object_changing_form_is_one_object, setup, teardown),
       cmocka_unit_test_setup_teardown(a_packed_volume_is_refused_as_files, setup, teardown),
       cmocka_unit_test_setup_teardown(a_second_open_shares_the_volume, setup, teardown),
