@@ -289,7 +289,10 @@ int kvp__rapi_http_start(uv_loop_t *loop, const kvp__index_t *ix, const char *ns
     goto fail;
   }
   h->wake.data = h;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+  /* poll(), not select(): an advisor holds more than FD_SETSIZE descriptors
+   * (a packed volume keeps one per segment), and select() refuses every
+   * socket numbered past it, the listening one included. */
+  unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
   if (v6)
     flags |= MHD_USE_IPv6;
   h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, h->fd,

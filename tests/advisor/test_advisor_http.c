@@ -6,6 +6,7 @@
  * tests/python/test_router_api.py being skipped there), a stop while
  * requests are in flight, and a listen address in use. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -360,6 +362,40 @@ static void leading_zeros_stay_bad_json(void **state) {
   }
 }
 
+/* An advisor with more than FD_SETSIZE (1024) descriptors open (a packed
+ * volume keeps one per segment: a few TB of 64 MiB segments) still serves
+ * the API: libmicrohttpd polls with poll(), not select(), which refused a
+ * listening socket numbered 1024 or more (the advisor did not start) and
+ * dropped every connection numbered so. */
+static void more_descriptors_than_select_takes(void **state) {
+  advfix_t *f = *state;
+  struct rlimit rl;
+  int fds[1100], n = 0;
+  char *reply = NULL;
+
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < 1300) {
+    rl.rlim_cur = rl.rlim_max < 1300 ? rl.rlim_max : 1300;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur < 1300)
+    skip();
+  while (n < 1100 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+    n++;
+  assert_int_equal(n, 1100);
+  int port = kvp_test_free_port();
+  f->cfg.http_enabled = 1;
+  snprintf(f->cfg.http_listen, sizeof f->cfg.http_listen, "127.0.0.1:%d", port);
+  assert_int_equal(advfix_start(f), 0);
+  assert_int_equal(post(port, "/query_by_hash", "{\"seq_hashes\": [1], \"block_size\": 1}", &reply),
+                   200);
+  assert_string_equal(reply, "{\"default\":{}}");
+  free(reply);
+  assert_int_equal(advfix_stop(f), 0);
+  while (n > 0)
+    close(fds[--n]);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(lora_id_0_is_the_base_model),
     cmocka_unit_test(a_u64_instance_id_keeps_its_name),
@@ -367,6 +403,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(equals_nats_match, advfix_cm_setup_core, advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(stop_under_load, advfix_cm_setup_core, advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(address_in_use, advfix_cm_setup_core, advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(more_descriptors_than_select_takes, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
 };
 
 int main(int argc, char **argv) {
