@@ -101,6 +101,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -449,6 +450,47 @@ static void seg_seal(pack_t *k, seg_t *s) {
 
 /* A new own segment, locked before it has its name: the active one. Under
  * p->mu. */
+/* Raises the process's soft limit on open files to its hard one (at most
+ * 2^20), once it ran out: a packed volume keeps a descriptor on each
+ * segment, more than the usual soft limit of 1024 at 64 GiB of 64M
+ * segments, and the hard limit is usually far above it. 1 when raised. */
+static int more_files(void) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  struct rlimit rl;
+  int raised = 0;
+  pthread_mutex_lock(&mu);
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rlim_t want =
+        rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (1u << 20) ? (1u << 20) : rl.rlim_max;
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = want;
+      raised = setrlimit(RLIMIT_NOFILE, &rl) == 0;
+    } else {
+      raised = 1; /* raised meanwhile by another thread: try again */
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return raised;
+}
+
+/* open(2) of a segment, with more files when the process ran out; -1
+ * with err set (saying what to raise when it is the file limit). */
+static int seg_open(const pack_t *k, const char *path, int flags, char *err, size_t errlen) {
+  int fd = open(path, flags, 0600);
+  if (fd < 0 && errno == EMFILE && more_files())
+    fd = open(path, flags, 0600);
+  int e = errno;
+  if (fd < 0 && e == EMFILE)
+    snprintf(err, errlen,
+             "%s: too many open files: a packed volume keeps a descriptor on each segment (%zu "
+             "now): raise the hard limit on open files (ulimit -Hn, LimitNOFILE) or segment_size",
+             path, k->nsegs);
+  else if (fd < 0)
+    snprintf(err, errlen, "%s: %s", path, strerror(e));
+  errno = e;
+  return fd;
+}
+
 static int seg_new(posix_t *p, char *err, size_t errlen) {
   pack_t *k = p->pack;
   char path[3400], tmp[3500];
@@ -459,10 +501,10 @@ static int seg_new(posix_t *p, char *err, size_t errlen) {
     no = atomic_fetch_add(&k->sh->segno, 1);
     seg_path(k, no, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if ((fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+    if ((fd = seg_open(k, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, err, errlen)) < 0) {
       if ((e = errno) == EEXIST)
         continue;
-      return px_fail(px_errno_code(e), err, errlen, "%s: %s", tmp, e);
+      return px_errno_code(e);
     }
     /* link, not rename: a number reused after a lost STATE page must not
      * replace a segment. */
@@ -741,11 +783,11 @@ static int relist(posix_t *p, int clean, char *err, size_t errlen) {
     }
     char path[3400];
     seg_path(k, nos[i], path, sizeof path);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = seg_open(k, path, O_RDWR | O_CLOEXEC, err, errlen);
     if (fd < 0) {
       if (errno == ENOENT)
         continue; /* compacted since the listing */
-      rc = px_fail(px_errno_code(errno), err, errlen, "%s: %s", path, errno);
+      rc = px_errno_code(errno);
       break;
     }
     seg_t *s = calloc(1, sizeof *s);

@@ -549,6 +549,51 @@ static void a_failed_write_at_a_segments_end_is_compacted(void **state) {
   stat_is(f, 3, 3000);
 }
 
+/* A packed volume keeps a descriptor on each of its segments: past the
+ * process's soft limit on open files (1024 by default for a shell or a
+ * systemd service, ~1000 segments: 64 GiB at the default 64M
+ * segment_size) its puts failed with EMFILE, and a reopen could not read
+ * it. The layout raises the soft limit towards the hard one when it runs
+ * out, so 200 segments under a soft limit of 128 are written and read. */
+static void more_segments_than_the_soft_file_limit(void **state) {
+  fx_t *f = *state;
+  struct rlimit old, lim;
+
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+  if (old.rlim_max != RLIM_INFINITY && old.rlim_max < 512)
+    skip();
+  lim = old;
+  lim.rlim_cur = 128;
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+  for (uint64_t i = 0; i < 1400; i++) /* 7 records a segment: 200 segments */
+    put(f, i, 0, 1000);
+  assert_true(nsegs(f) >= 190);
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 1400, 1400 * 1000);
+  expect(f, 0, 0, 1000);
+  expect(f, 1399, 0, 1000);
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+}
+
+/* Under a hard limit too low for the segments, a put fails saying what to
+ * raise. (Lowers this process's hard limit for good: each case runs in its
+ * own process.) */
+static void a_hard_file_limit_is_named(void **state) {
+  fx_t *f = *state;
+  struct rlimit lim = {128, 128};
+  char err[512] = "";
+  uint8_t b[1000];
+  struct iovec iov = {b, body(0, 0, b, sizeof b)};
+  int rc = 0;
+
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+  for (uint64_t i = 0; i < 1400 && rc == 0; i++)
+    rc = f->o->put(f->h, NS, i, &iov, 1, err, sizeof err);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(err, "open files"));
+  assert_non_null(strstr(err, "segment_size"));
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(compaction_reclaims_dead_bytes, setup, teardown),
@@ -559,6 +604,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_segment_cut_short_reads_as_corrupt, setup, teardown),
       cmocka_unit_test_setup_teardown(a_failed_write_at_a_segments_end_is_compacted, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(more_segments_than_the_soft_file_limit, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_hard_file_limit_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(an_object_changing_form_is_one_object, setup, teardown),
       cmocka_unit_test_setup_teardown(a_packed_volume_is_refused_as_files, setup, teardown),
       cmocka_unit_test_setup_teardown(a_second_open_shares_the_volume, setup, teardown),
