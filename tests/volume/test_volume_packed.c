@@ -4,8 +4,13 @@
  * compactions and reopens, torn writes and a crash mid-compaction
  * survived, an object that changes form (record or file) kept once, a
  * packed volume refused under layout=files, and two opens sharing one
- * (also past another's write in flight). The contract every plugin
- * keeps is the conformance suite's (conformance_posix_packed.*). */
+ * (also past another's write in flight); a segment cut short on disk, a
+ * write failed at a segment's end, more segments than the open-files limit.
+ * The contract every plugin
+ * keeps is the conformance suite's (conformance_posix_packed.*).
+ * Why this file is long: every case, damage and limits included, uses one
+ * fixture (a packed volume of tiny segments, objects whose bytes follow from
+ * their number) and its checks; split, each file would repeat them. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
