@@ -8,6 +8,8 @@ payload) frames ending at seq -1), with python3-zmq and
 python3-msgpack, against a real nats-server, kvplane workers publishing
 through the Python binding, and for the G3/G4 moves a real kvplane-advisor
 with tiering over posix volumes fed by kvplane-sim.
+Why this file is long: one Subscriber (sequence checks, replay) serves every
+case; split, each file would carry its own copy of it.
 
 Environment as test_binding.py, plus KVPLANE_RELAY and KVPLANE_SIM
 (tests/python/tests.cmake sets them).
