@@ -101,6 +101,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -449,6 +450,47 @@ static void seg_seal(pack_t *k, seg_t *s) {
 
 /* A new own segment, locked before it has its name: the active one. Under
  * p->mu. */
+/* Raises the process's soft limit on open files to its hard one (at most
+ * 2^20), once it ran out: a packed volume keeps a descriptor on each
+ * segment, more than the usual soft limit of 1024 at 64 GiB of 64M
+ * segments, and the hard limit is usually far above it. 1 when raised. */
+static int more_files(void) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  struct rlimit rl;
+  int raised = 0;
+  pthread_mutex_lock(&mu);
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rlim_t want =
+        rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (1u << 20) ? (1u << 20) : rl.rlim_max;
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = want;
+      raised = setrlimit(RLIMIT_NOFILE, &rl) == 0;
+    } else {
+      raised = 1; /* raised meanwhile by another thread: try again */
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return raised;
+}
+
+/* open(2) of a segment, with more files when the process ran out; -1
+ * with err set (saying what to raise when it is the file limit). */
+static int seg_open(const pack_t *k, const char *path, int flags, char *err, size_t errlen) {
+  int fd = open(path, flags, 0600);
+  if (fd < 0 && errno == EMFILE && more_files())
+    fd = open(path, flags, 0600);
+  int e = errno;
+  if (fd < 0 && e == EMFILE)
+    snprintf(err, errlen,
+             "%s: too many open files: a packed volume keeps a descriptor on each segment (%zu "
+             "now): raise the hard limit on open files (ulimit -Hn, LimitNOFILE) or segment_size",
+             path, k->nsegs);
+  else if (fd < 0)
+    snprintf(err, errlen, "%s: %s", path, strerror(e));
+  errno = e;
+  return fd;
+}
+
 static int seg_new(posix_t *p, char *err, size_t errlen) {
   pack_t *k = p->pack;
   char path[3400], tmp[3500];
@@ -459,10 +501,10 @@ static int seg_new(posix_t *p, char *err, size_t errlen) {
     no = atomic_fetch_add(&k->sh->segno, 1);
     seg_path(k, no, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if ((fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+    if ((fd = seg_open(k, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, err, errlen)) < 0) {
       if ((e = errno) == EEXIST)
         continue;
-      return px_fail(px_errno_code(e), err, errlen, "%s: %s", tmp, e);
+      return px_errno_code(e);
     }
     /* link, not rename: a number reused after a lost STATE page must not
      * replace a segment. */
@@ -741,11 +783,11 @@ static int relist(posix_t *p, int clean, char *err, size_t errlen) {
     }
     char path[3400];
     seg_path(k, nos[i], path, sizeof path);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = seg_open(k, path, O_RDWR | O_CLOEXEC, err, errlen);
     if (fd < 0) {
       if (errno == ENOENT)
         continue; /* compacted since the listing */
-      rc = px_fail(px_errno_code(errno), err, errlen, "%s: %s", path, errno);
+      rc = px_errno_code(errno);
       break;
     }
     seg_t *s = calloc(1, sizeof *s);
@@ -1130,7 +1172,7 @@ int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
     return 1;
   }
   seg_t *s = e->seg;
-  uint64_t off = e->off + sizeof(rec_t) + strlen(ns);
+  uint64_t e_off = e->off, off = e_off + sizeof(rec_t) + strlen(ns);
   size_t want = e->len, room = 0;
   s->refs++;
   pthread_mutex_unlock(&p->mu);
@@ -1149,9 +1191,19 @@ int pk_get(posix_t *p, const char *ns, uint64_t hash, const struct iovec *iov, i
       ssize_t r = pread(s->fd, (char *)iov[i].iov_base + got, n - got, (off_t)off);
       if (r < 0 && errno == EINTR)
         continue;
-      if (r <= 0) {
-        rc =
-            px_fail(KVP_EIO, err, errlen, "%s: packed read: %s", p->pack->dir, r < 0 ? errno : EIO);
+      if (r < 0) {
+        rc = px_fail(KVP_EIO, err, errlen, "%s: packed read: %s", p->pack->dir, errno);
+        break;
+      }
+      if (r == 0) {
+        /* The segment ends inside a record the index read whole: cut short
+         * on disk. The copy is bad, not the volume (as a block file cut
+         * short fails its frame check): quarantined, not retried. */
+        snprintf(err, errlen,
+                 "%s/%016" PRIx64 ".seg: %s/%016" PRIx64 ": the segment ends %" PRIu64
+                 " bytes into the record's payload (cut short on disk)",
+                 p->pack->dir, s->no, ns, hash, off - (e_off + sizeof(rec_t) + strlen(ns)));
+        rc = KVP_ECORRUPT;
         break;
       }
       got += (size_t)r;
@@ -1395,6 +1447,11 @@ int pk_compact(posix_t *p, char *err, size_t errlen) {
   pthread_mutex_unlock(&k->refreshing);
   if (c.v == NULL)
     goto out;
+  /* A victim cut short on disk: its pages past the end would fault
+   * (SIGBUS); the records that were there are lost, and go with it. */
+  struct stat vb;
+  if (fstat(c.v->fd, &vb) == 0 && (uint64_t)vb.st_size < size)
+    size = (uint64_t)vb.st_size;
 
   unsigned char *m = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, c.v->fd, 0) : NULL;
   if (size && m == MAP_FAILED) {

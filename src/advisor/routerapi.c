@@ -49,7 +49,10 @@ static char *widen_u64(const char *in, size_t len, size_t *outlen) {
       i++;
       continue;
     }
-    if (ch >= '0' && ch <= '9' && (i == 0 || !strchr("-+.eE", in[i - 1]))) {
+    /* A literal's first digit (not one of a fraction, an exponent or a
+     * negative number; a leading 0 is JSON only alone, so 0123... is left for
+     * the reader to refuse). */
+    if (ch >= '1' && ch <= '9' && (i == 0 || !strchr("-+.eE", in[i - 1]))) {
       size_t j = i;
       while (j < len && in[j] >= '0' && in[j] <= '9')
         j++;
@@ -87,7 +90,9 @@ static int get_name(json_t *root, const char *key, const char *def, char *dst, s
     return 0;
   }
   if (int_ok && json_is_integer(v)) {
-    snprintf(dst, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    /* An id is a u64 (Dynamo's instance ids): one above INT64_MAX came
+     * through widen_u64 as the negative i64 with its bits. */
+    snprintf(dst, cap, "%" PRIu64, kvp_hash_from_i64(json_integer_value(v)));
     return 0;
   }
   if (!json_is_string(v) || json_string_length(v) >= cap) {
@@ -141,6 +146,12 @@ static int get_salt(json_t *root, char *salt, size_t cap, char *err, size_t errl
       snprintf(err, errlen, "lora_id: expected an integer");
       return KVP_EPROTO;
     }
+    /* 0 is no adapter, as the relay reads an engine's lora_id (vLLM's
+     * LoRA ids start at 1): the base model's hashes, salted by cache_salt. */
+    if (json_integer_value(id) == 0)
+      id = NULL;
+  }
+  if (id != NULL && !json_is_null(id)) {
     if (lora[0]) {
       snprintf(err, errlen, "lora_id and lora_name: give one (lora_id is deprecated)");
       return KVP_EPROTO;

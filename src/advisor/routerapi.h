@@ -33,6 +33,9 @@
 
 /* Bodies larger than this are refused (413) before they are read whole. */
 #define KVP__RAPI_MAX_BODY (16u << 20)
+/* The bodies of all connections together: past it a request is refused
+ * (503) as it is read, so that 256 connections cannot hold 4 GiB. */
+#define KVP__RAPI_MAX_BUFFERED (64u << 20)
 #define KVP__RAPI_MAX_BLOCK_SIZE (1u << 20)
 #define KVP__RAPI_NAME_MAX 256
 

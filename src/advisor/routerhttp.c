@@ -35,8 +35,10 @@ struct kvp__rapi_http_s {
   uv_async_t wake; /* loop: answer the queued jobs */
   pthread_mutex_t lock;
   pthread_cond_t answered;
-  job_t *head; /* under lock */
-  int closed;  /* under lock: no more jobs, waiters leave */
+  job_t *head;     /* under lock */
+  int closed;      /* under lock: no more jobs, waiters leave */
+  size_t buffered; /* HTTP thread: the bytes held for request bodies, at most
+                    * KVP__RAPI_MAX_BUFFERED */
 };
 
 /* A request's body as it arrives. */
@@ -44,7 +46,16 @@ typedef struct body_s {
   char *buf;
   size_t len, cap;
   int too_big;
+  int crowded; /* refused: the bodies being read held KVP__RAPI_MAX_BUFFERED */
 } body_t;
+
+/* HTTP thread: drops b's buffer from what h holds. */
+static void body_drop(kvp__rapi_http_t *h, body_t *b) {
+  h->buffered -= b->cap < h->buffered ? b->cap : h->buffered;
+  free(b->buf);
+  b->buf = NULL;
+  b->len = b->cap = 0;
+}
 
 #define JSON_TYPE "application/json"
 
@@ -135,6 +146,12 @@ static enum MHD_Result answer_query(kvp__rapi_http_t *h, struct MHD_Connection *
     snprintf(err, sizeof err, "request body over %u bytes", KVP__RAPI_MAX_BODY);
     return error(c, MHD_HTTP_CONTENT_TOO_LARGE, err, NULL);
   }
+  if (b->crowded) {
+    snprintf(err, sizeof err,
+             "busy: the request bodies being read hold %u MiB, the most this server holds; retry",
+             KVP__RAPI_MAX_BUFFERED >> 20);
+    return error(c, MHD_HTTP_SERVICE_UNAVAILABLE, err, NULL);
+  }
   int rc = kvp__rapi_parse(by_hash, b->buf ? b->buf : "", b->len, h->default_block_size, &req, err,
                            sizeof err);
   if (rc == KVP_EPROTO)
@@ -177,17 +194,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (*upload_len > 0) {
     size_t n = *upload_len;
     *upload_len = 0;
-    if (b->too_big || b->len + n > KVP__RAPI_MAX_BODY) {
-      b->too_big = 1;
+    if (b->too_big || b->crowded || b->len + n > KVP__RAPI_MAX_BODY) {
+      b->too_big |= !b->crowded;
+      body_drop(h, b);
       return MHD_YES; /* read and dropped: the reply comes at the end */
     }
     if (b->len + n > b->cap) {
       size_t cap = b->cap ? b->cap : 4096;
       while (cap < b->len + n)
         cap *= 2;
+      /* All connections' bodies together are bounded too (256 connections
+       * of 16 MiB would be 4 GiB): past the bound this one is refused. */
+      if (h->buffered - b->cap + cap > KVP__RAPI_MAX_BUFFERED) {
+        b->crowded = 1;
+        body_drop(h, b);
+        return MHD_YES;
+      }
       char *nb = realloc(b->buf, cap);
       if (nb == NULL)
         return MHD_NO;
+      h->buffered += cap - b->cap;
       b->buf = nb;
       b->cap = cap;
     }
@@ -201,11 +227,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
   body_t *b = *req_cls;
-  (void)cls;
   (void)c;
   (void)toe;
   if (b != NULL) {
-    free(b->buf);
+    body_drop(cls, b);
     free(b);
     *req_cls = NULL;
   }
@@ -264,7 +289,10 @@ int kvp__rapi_http_start(uv_loop_t *loop, const kvp__index_t *ix, const char *ns
     goto fail;
   }
   h->wake.data = h;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+  /* poll(), not select(): an advisor holds more than FD_SETSIZE descriptors
+   * (a packed volume keeps one per segment), and select() refuses every
+   * socket numbered past it, the listening one included. */
+  unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
   if (v6)
     flags |= MHD_USE_IPv6;
   h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, h->fd,

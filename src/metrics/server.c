@@ -197,7 +197,10 @@ int kvp__metrics_server_start(const char *key, const char *addr, kvp__metrics_co
     free(s);
     return rc;
   }
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+  /* poll(), not select(): the process may hold more than FD_SETSIZE
+   * descriptors (a packed volume keeps one per segment), and select()
+   * refuses every socket numbered past it. */
+  unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
   if (sa.ss_family == AF_INET6)
     flags |= MHD_USE_IPv6;
   s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd,

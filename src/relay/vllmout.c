@@ -2,6 +2,7 @@
 #include "relay/vllmout.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <nats/nats.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -68,12 +69,17 @@ void kvp__vout_opts_init(kvp__vout_opts_t *o) {
   o->sndhwm = 100000;
 }
 
+/* A ROUTER is made mandatory: a reply past a peer's high-water mark fails
+ * (sent with ZMQ_DONTWAIT: EAGAIN) instead of being dropped without a word,
+ * which would leave a replay with a hole and no end marker. */
 static int bind_socket(void *zctx, int type, const char *url, int hwm, void **out, char *err,
                        size_t errlen, const char *what) {
-  int linger = 0;
+  int linger = 0, one = 1;
   void *s = zmq_socket(zctx, type);
   if (s == NULL || zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-      (hwm > 0 && zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0) || zmq_bind(s, url) != 0) {
+      (hwm > 0 && zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0) ||
+      (type == ZMQ_ROUTER && zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0) ||
+      zmq_bind(s, url) != 0) {
     snprintf(err, errlen, "%s %s: %s", what, url, zmq_strerror(zmq_errno()));
     if (s)
       zmq_close(s);
@@ -127,8 +133,12 @@ int kvp__vout_open(const kvp__vout_opts_t *o, kvp__vout_t **out, char *err, size
     }
     if ((rc = bind_socket(v->zctx, ZMQ_PUB, s->o.endpoint, o->sndhwm, &s->pub, err, errlen,
                           "--endpoint")) != 0 ||
-        (s->o.replay && (rc = bind_socket(v->zctx, ZMQ_ROUTER, s->o.replay, 0, &s->router, err,
-                                          errlen, "--replay")) != 0))
+        /* A whole replay (the buffer and the end marker) fits under the
+         * ROUTER's high-water mark (ZMQ's default, 1000, is below vLLM's
+         * buffer of 10000): a requester reads it when it likes. */
+        (s->o.replay && (rc = bind_socket(v->zctx, ZMQ_ROUTER, s->o.replay,
+                                          s->ring_cap < INT_MAX ? (int)s->ring_cap + 1 : INT_MAX,
+                                          &s->router, err, errlen, "--replay")) != 0))
       goto fail;
   }
   kvp__nats_conn_args_t a = {.name = "kvplane-relay-reverse"};
@@ -317,14 +327,16 @@ static void on_nats(kvp__vout_t *v, natsMsg *m, uint64_t now) {
   kvp_wire_batch_free(wb);
 }
 
-/* Sends one reply: [identity, ("",) topic, seq, payload]. */
+/* Sends one reply: [identity, ("",) topic, seq, payload]. Never blocks: a
+ * requester gone, or one that has not read an earlier replay (its pipe
+ * full), fails it (the ROUTER is mandatory, bind_socket). */
 static int reply(stream_t *s, const zmq_msg_t *id, int delim, const char *topic,
                  const uint8_t seq[8], const uint8_t *p, size_t len) {
-  if (zmq_send(s->router, zmq_msg_data((zmq_msg_t *)id), zmq_msg_size((zmq_msg_t *)id),
-               ZMQ_SNDMORE) < 0 ||
-      (delim && zmq_send(s->router, "", 0, ZMQ_SNDMORE) < 0) ||
-      zmq_send(s->router, topic, strlen(topic), ZMQ_SNDMORE) < 0 ||
-      zmq_send(s->router, seq, 8, ZMQ_SNDMORE) < 0 || zmq_send(s->router, p, len, 0) < 0)
+  const int f = ZMQ_DONTWAIT | ZMQ_SNDMORE;
+  if (zmq_send(s->router, zmq_msg_data((zmq_msg_t *)id), zmq_msg_size((zmq_msg_t *)id), f) < 0 ||
+      (delim && zmq_send(s->router, "", 0, f) < 0) ||
+      zmq_send(s->router, topic, strlen(topic), f) < 0 || zmq_send(s->router, seq, 8, f) < 0 ||
+      zmq_send(s->router, p, len, ZMQ_DONTWAIT) < 0)
     return KVP_EIO;
   return 0;
 }

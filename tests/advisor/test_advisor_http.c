@@ -6,6 +6,7 @@
  * tests/python/test_router_api.py being skipped there), a stop while
  * requests are in flight, and a listen address in use. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -13,11 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "advfix.h"
+#include "advisor/routerapi.h"
 #include "harness.h"
+#include "kvplane/hash.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
 
@@ -274,10 +278,133 @@ static void address_in_use(void **state) {
   assert_non_null(strstr(err, "[http] listen"));
 }
 
+/* /query's hashes for body, decoded as the HTTP thread decodes it. */
+static int query_hashes(const char *body, kvp__rapi_req_t *req) {
+  char err[512];
+  return kvp__rapi_parse(0, body, strlen(body), 0, req, err, sizeof err);
+}
+
+/* "lora_id": 0 is the base model, as the relay reads an engine's lora_id
+ * (relay/apply.c: 0 is no adapter): the hashes are the unsalted ones (or
+ * cache_salt's), not those of an adapter named "lora_id:0", so a router
+ * that sends 0 for "no LoRA" is answered as NATS match of the relay's
+ * hashes would be; with lora_name it is not a conflict. */
+static void lora_id_0_is_the_base_model(void **state) {
+  static const uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  uint64_t want[2];
+  kvp__rapi_req_t req;
+  (void)state;
+
+  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed(NULL), want, 2), 2);
+  assert_int_equal(
+      query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, \"lora_id\": 0}", &req),
+      0);
+  assert_int_equal(req.n, 2);
+  assert_memory_equal(req.hashes, want, sizeof want);
+  kvp__rapi_req_free(&req);
+
+  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("s"), want, 2), 2);
+  assert_int_equal(query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, "
+                                "\"lora_id\": 0, \"cache_salt\": \"s\"}",
+                                &req),
+                   0);
+  assert_memory_equal(req.hashes, want, sizeof want);
+  kvp__rapi_req_free(&req);
+
+  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("a"), want, 2), 2);
+  assert_int_equal(query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, "
+                                "\"lora_id\": 0, \"lora_name\": \"a\"}",
+                                &req),
+                   0);
+  assert_memory_equal(req.hashes, want, sizeof want);
+  kvp__rapi_req_free(&req);
+
+  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("lora_id:7"), want, 2), 2);
+  assert_int_equal(
+      query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, \"lora_id\": 7}", &req),
+      0);
+  assert_memory_equal(req.hashes, want, sizeof want);
+  kvp__rapi_req_free(&req);
+}
+
+/* An integer instance_id is a u64 (Dynamo's instance ids): one above
+ * INT64_MAX is its decimal name, not the negative i64 with its bits. */
+static void a_u64_instance_id_keeps_its_name(void **state) {
+  kvp__rapi_req_t req;
+  (void)state;
+  assert_int_equal(query_hashes("{\"token_ids\": [], \"block_size\": 4, "
+                                "\"instance_id\": 18446744073709551615}",
+                                &req),
+                   0);
+  assert_string_equal(req.instance, "18446744073709551615");
+  kvp__rapi_req_free(&req);
+  assert_int_equal(
+      query_hashes("{\"token_ids\": [], \"block_size\": 4, \"instance_id\": 42}", &req), 0);
+  assert_string_equal(req.instance, "42");
+  kvp__rapi_req_free(&req);
+}
+
+/* The u64 widening does not turn bad JSON into good: a number with a
+ * leading zero is refused as jansson refuses it, however large. */
+static void leading_zeros_stay_bad_json(void **state) {
+  static const char *const bad[] = {
+      "{\"seq_hashes\": [09223372036854775808], \"block_size\": 1}",
+      "{\"seq_hashes\": [012], \"block_size\": 1}",
+  };
+  char err[512];
+  kvp__rapi_req_t req;
+  (void)state;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(kvp__rapi_parse(1, bad[i], strlen(bad[i]), 0, &req, err, sizeof err),
+                     KVP_EPROTO);
+    assert_non_null(strstr(err, "bad JSON"));
+    kvp__rapi_req_free(&req);
+  }
+}
+
+/* An advisor with more than FD_SETSIZE (1024) descriptors open (a packed
+ * volume keeps one per segment: a few TB of 64 MiB segments) still serves
+ * the API: libmicrohttpd polls with poll(), not select(), which refused a
+ * listening socket numbered 1024 or more (the advisor did not start) and
+ * dropped every connection numbered so. */
+static void more_descriptors_than_select_takes(void **state) {
+  advfix_t *f = *state;
+  struct rlimit rl;
+  int fds[1100], n = 0;
+  char *reply = NULL;
+
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < 1300) {
+    rl.rlim_cur = rl.rlim_max < 1300 ? rl.rlim_max : 1300;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur < 1300)
+    skip();
+  while (n < 1100 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+    n++;
+  assert_int_equal(n, 1100);
+  int port = kvp_test_free_port();
+  f->cfg.http_enabled = 1;
+  snprintf(f->cfg.http_listen, sizeof f->cfg.http_listen, "127.0.0.1:%d", port);
+  assert_int_equal(advfix_start(f), 0);
+  assert_int_equal(post(port, "/query_by_hash", "{\"seq_hashes\": [1], \"block_size\": 1}", &reply),
+                   200);
+  assert_string_equal(reply, "{\"default\":{}}");
+  free(reply);
+  assert_int_equal(advfix_stop(f), 0);
+  while (n > 0)
+    close(fds[--n]);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(lora_id_0_is_the_base_model),
+    cmocka_unit_test(a_u64_instance_id_keeps_its_name),
+    cmocka_unit_test(leading_zeros_stay_bad_json),
     cmocka_unit_test_setup_teardown(equals_nats_match, advfix_cm_setup_core, advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(stop_under_load, advfix_cm_setup_core, advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(address_in_use, advfix_cm_setup_core, advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(more_descriptors_than_select_takes, advfix_cm_setup_core,
+                                    advfix_cm_teardown),
 };
 
 int main(int argc, char **argv) {

@@ -1,11 +1,13 @@
 /* metrics: the Prometheus exposition writer (prom.h) and the HTTP server
  * (server.h), the latter on a real loopback socket. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -241,6 +243,50 @@ static void server_answers_metrics_healthz_readyz_404_405(void **state) {
   kvp__metrics_server_stop(s);
 }
 
+/* With more than FD_SETSIZE (1024) descriptors open in the process (an
+ * advisor with a large packed volume: one per segment) the server still
+ * answers: it polls with poll(), not select(), which dropped every
+ * connection numbered 1024 or more (and refused a listening socket so
+ * numbered: the advisor did not start). */
+static void server_answers_past_fd_setsize(void **state) {
+  (void)state;
+  fake_t f;
+  kvp__metrics_server_t *s;
+  char err[256], buf[4096];
+  struct rlimit rl;
+  int fds[1100], n = 0;
+  atomic_init(&f.ready, 1);
+  atomic_init(&f.collects, 0);
+
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < 1300) {
+    rl.rlim_cur = rl.rlim_max < 1300 ? rl.rlim_max : 1300;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur < 1300)
+    skip();
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
+                                             &f, &s, err, sizeof err),
+                   0);
+  while (n < 1100 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+    n++;
+  assert_int_equal(n, 1100);
+  assert_int_equal(http(kvp__metrics_server_port(s), "GET", "/healthz", buf, sizeof buf), 200);
+  kvp__metrics_server_stop(s);
+  while (n > 0)
+    close(fds[--n]);
+  /* Started with its listening socket past FD_SETSIZE too. */
+  while (n < 1100 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+    n++;
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
+                                             &f, &s, err, sizeof err),
+                   0);
+  assert_int_equal(http(kvp__metrics_server_port(s), "GET", "/healthz", buf, sizeof buf), 200);
+  kvp__metrics_server_stop(s);
+  while (n > 0)
+    close(fds[--n]);
+}
+
 static void server_refuses_a_port_in_use_naming_key_and_address(void **state) {
   (void)state;
   fake_t f;
@@ -277,6 +323,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(parse_addr_accepts_ipv4_ipv6_localhost_and_names_bad_ones),
     cmocka_unit_test(server_answers_metrics_healthz_readyz_404_405),
     cmocka_unit_test(server_refuses_a_port_in_use_naming_key_and_address),
+    cmocka_unit_test(server_answers_past_fd_setsize),
 };
 
 KVP_TEST_MAIN("metrics", tests)

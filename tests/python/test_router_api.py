@@ -14,8 +14,10 @@ Run one case: /usr/bin/python3 test_router_api.py RouterApiTest.test_query_equal
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -342,6 +344,32 @@ class RouterApiTest(unittest.TestCase):
         self.assertEqual(self.plane.post("/query_by_hash", {"seq_hashes": [1],
                                                             "block_size": 1}),
                          (200, {"default": {}}))
+
+    def test_bodies_held_at_once_are_bounded(self):
+        """The bodies being read are bounded together, not only each one
+        (256 connections of 16 MiB would make the advisor hold 4 GiB): with
+        four unfinished 15 MiB bodies held (64 MiB), a fifth is refused
+        with a 503 saying to retry; once they are gone it is read again."""
+        self.start()
+        chunk = b" " * (1 << 20)
+        held = []
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", self.plane.http_port))
+            s.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 16000000\r\n\r\n")
+            for _ in range(15):
+                s.sendall(chunk)
+            held.append(s)
+        time.sleep(1.0)  # read by the server
+        big = b"{" + b" " * (15 << 20) + b"}"
+        st, got = self.plane.post("/query", None, raw=big)
+        self.assertEqual(st, 503, got)
+        self.assertIn("retry", got["error"])
+        for s in held:
+            s.close()
+        time.sleep(0.5)
+        st, got = self.plane.post("/query", None, raw=big)
+        self.assertEqual(st, 400, got)  # read whole: an object without block_size
+        self.assertIn("block_size", got["error"])
 
     def test_default_block_size(self):
         """[http] block_size stands in for a request without one."""

@@ -8,6 +8,8 @@ payload) frames ending at seq -1), with python3-zmq and
 python3-msgpack, against a real nats-server, kvplane workers publishing
 through the Python binding, and for the G3/G4 moves a real kvplane-advisor
 with tiering over posix volumes fed by kvplane-sim.
+Why this file is long: one Subscriber (sequence checks, replay) serves every
+case; split, each file would carry its own copy of it.
 
 Environment as test_binding.py, plus KVPLANE_RELAY and KVPLANE_SIM
 (tests/python/tests.cmake sets them).
@@ -248,6 +250,39 @@ class VllmEventsTest(unittest.TestCase):
         # Replay from 0: the whole buffer; from beyond the newest: nothing.
         self.assertEqual([q for q, _ in s2.replay(0)], list(range(7)))
         self.assertEqual(s2.replay(1000), [])
+
+    def test_a_full_buffer_replays_whole(self):
+        """A replay of a buffer of more messages than ZMQ's default
+        high-water mark (1000) to a requester that reads them after they were
+        all sent: every buffered message arrives, in order, then the end
+        marker (a ROUTER drops what is past a peer's high-water mark without
+        a word, so a replay could end at -1 with a hole in it)."""
+        self.plane.start_nats()
+        n = 2500
+        eps = self.start_relay(["wf"], ["--buffer", str(n)])
+        pub = self.publisher("wf")
+        hs = [(i + 1) * 7919 for i in range(n)]
+        for i in range(n):
+            pub.stored(block_hashes=hs[i:i + 1], parent_hash=hs[i - 1] if i else None)
+            pub.flush()
+        s = self.subscriber(eps["wf"])
+        until(lambda: s.replay(n - 1) != [], what="the last batch buffered")
+        d = self.ctx.socket(zmq.DEALER)
+        d.connect(eps["wf"][1])
+        try:
+            d.send_multipart([b"", (0).to_bytes(8, "big")])
+            time.sleep(1.5)  # the relay sends the whole reply before this reads any of it
+            seqs = []
+            while True:
+                self.assertTrue(d.poll(5000), "replay ended after %d messages" % len(seqs))
+                frames = d.recv_multipart()
+                seq = int.from_bytes(frames[2], "big")
+                if seq == END:
+                    break
+                seqs.append(seq)
+        finally:
+            d.close(0)
+        self.assertEqual(seqs, list(range(n)))
 
     def test_epoch_and_resync(self):
         """A worker that restarts (a new epoch) has its G1/G2 blocks removed

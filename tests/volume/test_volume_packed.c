@@ -4,15 +4,22 @@
  * compactions and reopens, torn writes and a crash mid-compaction
  * survived, an object that changes form (record or file) kept once, a
  * packed volume refused under layout=files, and two opens sharing one
- * (also past another's write in flight). The contract every plugin
- * keeps is the conformance suite's (conformance_posix_packed.*). */
+ * (also past another's write in flight); a segment cut short on disk, a
+ * write failed at a segment's end, more segments than the open-files limit.
+ * The contract every plugin
+ * keeps is the conformance suite's (conformance_posix_packed.*).
+ * Why this file is long: every case, damage and limits included, uses one
+ * fixture (a packed volume of tiny segments, objects whose bytes follow from
+ * their number) and its checks; split, each file would repeat them. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -466,6 +473,132 @@ static void an_exclusive_holder_of_the_old_lock_is_refused(void **state) {
   expect(f, 1, 0, 100);
 }
 
+/* A segment cut short on disk while the volume is open (a truncate, lost
+ * blocks): a record the index knows but whose bytes are gone reads as a
+ * corrupt copy (KVP_ECORRUPT: the engine quarantines it, as for a block
+ * file cut short), not as an I/O error of the volume (which would back off
+ * every move out of it, round after round); and compacting that segment
+ * neither faults on its missing pages (SIGBUS) nor keeps the lost records:
+ * every object is then whole or gone, and a reopen agrees. */
+static void a_segment_cut_short_reads_as_corrupt(void **state) {
+  fx_t *f = *state;
+  char first[512], err[512] = "";
+  uint8_t b[8192];
+  size_t len = 0;
+  struct iovec iov = {b, sizeof b};
+
+  for (uint64_t i = 0; i < 24; i++)
+    put(f, i, 0, 1000);
+  del(f, 1); /* the first segment has dead bytes: compaction picks it */
+  snprintf(first, sizeof first, "%s/%016x.seg", f->segs, 1);
+  assert_int_equal(truncate(first, 3000), 0); /* within object 2's record */
+  expect(f, 0, 0, 1000);
+  assert_int_equal(f->o->get(f->h, NS, 2, &iov, 1, &len, err, sizeof err), KVP_ECORRUPT);
+  assert_int_equal(f->o->get(f->h, NS, 3, &iov, 1, &len, err, sizeof err), KVP_ECORRUPT);
+  compact_all(f);
+  assert_int_not_equal(access(first, F_OK), 0);
+  for (int pass = 0; pass < 2; pass++) {
+    uint64_t whole = 0;
+    for (uint64_t i = 0; i < 24; i++) {
+      int rc = f->o->get(f->h, NS, i, &iov, 1, &len, err, sizeof err);
+      if (rc == 0) {
+        expect(f, i, 0, 1000);
+        whole++;
+      } else {
+        assert_int_equal(rc, KVP_ENOENT);
+        assert_true(i >= 1 && i < 8); /* deleted, or in the lost part of the first segment */
+      }
+    }
+    expect(f, 0, 0, 1000);
+    expect(f, 23, 0, 1000);
+    stat_is(f, whole, whole * 1000);
+    assert_int_equal(reopen(f, "packed"), 0);
+  }
+}
+
+/* A write that fails at a segment's end (the disk full: here the file
+ * size limit) leaves the segment shorter than the place it reserved, its
+ * bytes dead and the segment sealed; compacting it reads only what is on
+ * disk (it faulted on the missing pages: SIGBUS), and every acknowledged
+ * object stays. */
+static void a_failed_write_at_a_segments_end_is_compacted(void **state) {
+  fx_t *f = *state;
+  char first[512], err[512] = "";
+  struct stat sb;
+  struct rlimit old, lim;
+  uint8_t b[8192];
+  struct iovec iov = {b, body(9, 0, b, 1000)};
+
+  for (uint64_t i = 0; i < 3; i++)
+    put(f, i, 0, 1000);
+  snprintf(first, sizeof first, "%s/%016x.seg", f->segs, 1);
+  assert_int_equal(stat(first, &sb), 0);
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = (rlim_t)sb.st_size + 300; /* the next record is cut after 300 bytes */
+  signal(SIGXFSZ, SIG_IGN);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  int rc = f->o->put(f->h, NS, 9, &iov, 1, err, sizeof err);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  signal(SIGXFSZ, SIG_DFL);
+  assert_int_not_equal(rc, 0);
+  assert_int_equal(stat(first, &sb), 0);
+  assert_true(sb.st_size < 3 * 1056 + 1056);
+  compact_all(f);
+  for (uint64_t i = 0; i < 3; i++)
+    expect(f, i, 0, 1000);
+  expect_gone(f, 9);
+  assert_int_equal(reopen(f, "packed"), 0);
+  for (uint64_t i = 0; i < 3; i++)
+    expect(f, i, 0, 1000);
+  stat_is(f, 3, 3000);
+}
+
+/* A packed volume keeps a descriptor on each of its segments: past the
+ * process's soft limit on open files (1024 by default for a shell or a
+ * systemd service, ~1000 segments: 64 GiB at the default 64M
+ * segment_size) its puts failed with EMFILE, and a reopen could not read
+ * it. The layout raises the soft limit towards the hard one when it runs
+ * out, so 200 segments under a soft limit of 128 are written and read. */
+static void more_segments_than_the_soft_file_limit(void **state) {
+  fx_t *f = *state;
+  struct rlimit old, lim;
+
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+  if (old.rlim_max != RLIM_INFINITY && old.rlim_max < 512)
+    skip();
+  lim = old;
+  lim.rlim_cur = 128;
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+  for (uint64_t i = 0; i < 1400; i++) /* 7 records a segment: 200 segments */
+    put(f, i, 0, 1000);
+  assert_true(nsegs(f) >= 190);
+  assert_int_equal(reopen(f, "packed"), 0);
+  stat_is(f, 1400, 1400 * 1000);
+  expect(f, 0, 0, 1000);
+  expect(f, 1399, 0, 1000);
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+}
+
+/* Under a hard limit too low for the segments, a put fails saying what to
+ * raise. (Lowers this process's hard limit for good: each case runs in its
+ * own process.) */
+static void a_hard_file_limit_is_named(void **state) {
+  fx_t *f = *state;
+  struct rlimit lim = {128, 128};
+  char err[512] = "";
+  uint8_t b[1000];
+  struct iovec iov = {b, body(0, 0, b, sizeof b)};
+  int rc = 0;
+
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+  for (uint64_t i = 0; i < 1400 && rc == 0; i++)
+    rc = f->o->put(f->h, NS, i, &iov, 1, err, sizeof err);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(err, "open files"));
+  assert_non_null(strstr(err, "segment_size"));
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(compaction_reclaims_dead_bytes, setup, teardown),
@@ -473,6 +606,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_crash_mid_compaction_keeps_each_object_once, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(torn_records_cost_only_their_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_segment_cut_short_reads_as_corrupt, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_failed_write_at_a_segments_end_is_compacted, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(more_segments_than_the_soft_file_limit, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_hard_file_limit_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(an_object_changing_form_is_one_object, setup, teardown),
       cmocka_unit_test_setup_teardown(a_packed_volume_is_refused_as_files, setup, teardown),
       cmocka_unit_test_setup_teardown(a_second_open_shares_the_volume, setup, teardown),
