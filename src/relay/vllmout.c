@@ -65,6 +65,7 @@ void kvp__vout_opts_init(kvp__vout_opts_t *o) {
   kvp_nats_opts_init(&o->nats);
   o->ns = "default";
   o->topic = "";
+  o->replay_topic = 1;
   o->buffer_steps = 10000;
   o->sndhwm = 100000;
 }
@@ -327,23 +328,26 @@ static void on_nats(kvp__vout_t *v, natsMsg *m, uint64_t now) {
   kvp_wire_batch_free(wb);
 }
 
-/* Sends one reply: [identity, ("",) topic, seq, payload]. Never blocks: a
- * requester gone, or one that has not read an earlier replay (its pipe
- * full), fails it (the ROUTER is mandatory, bind_socket). */
+/* Sends one reply: [identity, ("",) (topic,) seq, payload], the topic
+ * frame unless topic is NULL. Never blocks: a requester gone, or one that
+ * has not read an earlier replay (its pipe full), fails it (the ROUTER is
+ * mandatory, bind_socket). */
 static int reply(stream_t *s, const zmq_msg_t *id, int delim, const char *topic,
                  const uint8_t seq[8], const uint8_t *p, size_t len) {
   const int f = ZMQ_DONTWAIT | ZMQ_SNDMORE;
   if (zmq_send(s->router, zmq_msg_data((zmq_msg_t *)id), zmq_msg_size((zmq_msg_t *)id), f) < 0 ||
       (delim && zmq_send(s->router, "", 0, f) < 0) ||
-      zmq_send(s->router, topic, strlen(topic), f) < 0 || zmq_send(s->router, seq, 8, f) < 0 ||
-      zmq_send(s->router, p, len, ZMQ_DONTWAIT) < 0)
+      (topic != NULL && zmq_send(s->router, topic, strlen(topic), f) < 0) ||
+      zmq_send(s->router, seq, 8, f) < 0 || zmq_send(s->router, p, len, ZMQ_DONTWAIT) < 0)
     return KVP_EIO;
   return 0;
 }
 
 /* Answers one replay request waiting on s's ROUTER: every buffered message
  * from the requested sequence on, then the end marker (an empty topic,
- * sequence -1, an empty payload), as vLLM's _service_replay does. */
+ * sequence -1, an empty payload), as vLLM 0.26+'s _service_replay does;
+ * topic NULL (--replay-no-topic): no topic frames, as vLLM before 0.26 and
+ * SGLang send them. */
 static void serve_replay(stream_t *s, const char *topic) {
   zmq_msg_t f[4];
   const uint8_t *data[4];
@@ -389,7 +393,7 @@ static void serve_replay(stream_t *s, const char *topic) {
     s->replayed++;
   }
   static const uint8_t end[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-  if (reply(s, &f[0], delim, "", end, (const uint8_t *)"", 0) != 0)
+  if (reply(s, &f[0], delim, topic != NULL ? "" : NULL, end, (const uint8_t *)"", 0) != 0)
     s->send_errors++;
 done:
   for (size_t i = 0; i < n; i++)
@@ -410,7 +414,7 @@ int kvp__vout_run(kvp__vout_t *v) {
     if (ni > 0 && zmq_poll(items, ni, 0) > 0)
       for (int i = 0; i < ni; i++)
         if (items[i].revents & ZMQ_POLLIN)
-          serve_replay(owner[i], v->o.topic);
+          serve_replay(owner[i], v->o.replay_topic ? v->o.topic : NULL);
     /* NATS next, up to 10 ms of waiting: a replay request waits at most that. */
     natsMsg *m = NULL;
     natsStatus st = natsSubscription_NextMsg(&m, v->sub, 10);

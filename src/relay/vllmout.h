@@ -10,7 +10,10 @@
  * socket answering replay requests as vLLM's ZmqEventPublisher does: a
  * request [identity, "", start] is answered with [identity, "", topic, seq,
  * payload] for every buffered message from start on, then [identity, "",
- * "", -1 as 8 bytes, ""]. Both sockets are bound. One stream per worker, not per
+ * "", -1 as 8 bytes, ""], as vLLM 0.26+ sends them (vllm#45177: the topic
+ * names the pod and model, which llm-d's router reads); without
+ * replay_topic the topic frames are left out, as vLLM before 0.26 and
+ * SGLang send them. Both sockets are bound. One stream per worker, not per
  * namespace: the vLLM format has no worker field (a stream is one engine),
  * and its sequence and replay buffer are per stream, as routers register
  * one endpoint per instance and dp rank.
@@ -46,6 +49,7 @@ typedef struct kvp__vout_opts_s {
   kvp_nats_opts_t nats;
   const char *ns;
   const char *topic; /* first frame of every message; default "" */
+  int replay_topic;  /* replay replies carry the topic frame (default 1) */
   kvp__vout_stream_opts_t streams[KVP_RELAY_MAX_ENDPOINTS];
   size_t nstreams;
   size_t buffer_steps; /* messages kept for replay; default 10000 (vLLM's) */

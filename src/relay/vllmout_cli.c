@@ -30,6 +30,9 @@ static void usage(FILE *f) {
       "      --dp-ranks N       each endpoint stands for N ranks of its worker: rank k\n"
       "                         at port + k (endpoint and replay), as vLLM numbers them\n"
       "  -t, --topic STR        first frame of every message (default empty)\n"
+      "      --replay-no-topic  replay replies without the topic frame, (seq, payload),\n"
+      "                         as vLLM before 0.26 and SGLang send them (default:\n"
+      "                         (topic, seq, payload), as vLLM 0.26+ and llm-d's router)\n"
       "  -s, --server URL       NATS server(s), comma-separated (default\n"
       "                         nats://127.0.0.1:4222)\n"
       "      --nats NAME=VALUE  other NATS option: user, password, token, creds,\n"
@@ -94,23 +97,16 @@ static int parse_uint(const char *name, const char *s, unsigned long max, unsign
 }
 
 int kvp__vout_main(int argc, char **argv) {
-  static const struct option opts[] = {{"reverse", no_argument, 0, 'R'},
-                                       {"endpoint", required_argument, 0, 'e'},
-                                       {"replay", required_argument, 0, 'r'},
-                                       {"worker", required_argument, 0, 'w'},
-                                       {"dp-ranks", required_argument, 0, 1},
-                                       {"topic", required_argument, 0, 't'},
-                                       {"server", required_argument, 0, 's'},
-                                       {"nats", required_argument, 0, 2},
-                                       {"ns", required_argument, 0, 'n'},
-                                       {"buffer", required_argument, 0, 3},
-                                       {"hwm", required_argument, 0, 4},
-                                       {"format", required_argument, 0, 5},
-                                       {"no-resync", no_argument, 0, 6},
-                                       {"media", required_argument, 0, 7},
-                                       {"partitions", required_argument, 0, 8},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"reverse", no_argument, 0, 'R'},        {"endpoint", required_argument, 0, 'e'},
+      {"replay", required_argument, 0, 'r'},   {"worker", required_argument, 0, 'w'},
+      {"dp-ranks", required_argument, 0, 1},   {"topic", required_argument, 0, 't'},
+      {"server", required_argument, 0, 's'},   {"nats", required_argument, 0, 2},
+      {"ns", required_argument, 0, 'n'},       {"buffer", required_argument, 0, 3},
+      {"hwm", required_argument, 0, 4},        {"format", required_argument, 0, 5},
+      {"no-resync", no_argument, 0, 6},        {"media", required_argument, 0, 7},
+      {"partitions", required_argument, 0, 8}, {"replay-no-topic", no_argument, 0, 9},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   kvp__vout_opts_t o;
   const char *ep[KVP_RELAY_MAX_ENDPOINTS] = {0}, *rp[KVP_RELAY_MAX_ENDPOINTS] = {0},
              *wk[KVP_RELAY_MAX_ENDPOINTS] = {0};
@@ -154,6 +150,9 @@ int kvp__vout_main(int argc, char **argv) {
       break;
     case 't':
       o.topic = optarg;
+      break;
+    case 9:
+      o.replay_topic = 0;
       break;
     case 's':
       if (kvp_nats_opts_set(&o.nats, "servers", optarg, err, sizeof err) != 0) {

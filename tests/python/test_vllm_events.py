@@ -4,7 +4,8 @@ events") from outside: a subscriber written from vLLM's KV-event format
 (vllm/distributed/kv_events.py: ZMQ PUB frames [topic, 8-byte big-endian
 sequence, msgpack KVEventBatch: [ts, events as maps tagged "type", dp
 rank]]; a ROUTER replay socket answering a start sequence with (topic, seq,
-payload) frames ending at seq -1), with python3-zmq and
+payload) frames ending at seq -1 as vLLM 0.26+, or (seq, payload) with
+--replay-no-topic as older vLLM and SGLang), with python3-zmq and
 python3-msgpack, against a real nats-server, kvplane workers publishing
 through the Python binding, and for the G3/G4 moves a real kvplane-advisor
 with tiering over posix volumes fed by kvplane-sim.
@@ -37,9 +38,10 @@ class Subscriber:
     """A vLLM KV-event consumer as a router writes one: SUB on the PUB
     endpoint, sequence checking, replay through a DEALER on the ROUTER."""
 
-    def __init__(self, ctx, endpoint, replay):
+    def __init__(self, ctx, endpoint, replay, topic_frame=True):
         self.ctx = ctx
         self.replay_ep = replay
+        self.topic_frame = topic_frame  # False: replies (seq, payload), --replay-no-topic
         self.topic = b""
         self.sub = ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -75,22 +77,24 @@ class Subscriber:
 
     def replay(self, start):
         """vLLM's replay: the start sequence as 8 bytes big-endian; replies
-        [topic, seq, payload] until seq -1 (with an empty topic and payload)."""
+        [topic, seq, payload] until seq -1 (with an empty topic and payload);
+        without topic_frame [seq, payload] until [-1, ""]."""
         d = self.ctx.socket(zmq.DEALER)
         d.connect(self.replay_ep)
+        t = 1 if self.topic_frame else 0
         try:
             d.send_multipart([b"", start.to_bytes(8, "big")])
             got = []
             while True:
                 assert d.poll(5000), "no replay reply"
                 frames = d.recv_multipart()
-                assert frames[0] == b"" and len(frames) == 4, frames
-                seq = int.from_bytes(frames[2], "big")
+                assert frames[0] == b"" and len(frames) == 3 + t, frames
+                seq = int.from_bytes(frames[1 + t], "big")
                 if seq == END:
-                    assert frames[1] == b"" and frames[3] == b""
+                    assert frames[2 + t] == b"" and (not t or frames[1] == b"")
                     return got
-                assert frames[1] == self.topic
-                got.append((seq, self.decode(frames[3])))
+                assert not t or frames[1] == self.topic
+                got.append((seq, self.decode(frames[2 + t])))
         finally:
             d.close(0)
 
@@ -250,6 +254,24 @@ class VllmEventsTest(unittest.TestCase):
         # Replay from 0: the whole buffer; from beyond the newest: nothing.
         self.assertEqual([q for q, _ in s2.replay(0)], list(range(7)))
         self.assertEqual(s2.replay(1000), [])
+
+    def test_replay_without_topic(self):
+        """With --replay-no-topic the replies are [seq, payload] and the end
+        marker [-1, empty payload], as vLLM before 0.26 and SGLang send
+        them (what a subscriber written from vLLM's older example reads);
+        the other cases read the default [topic, seq, payload]."""
+        self.plane.start_nats()
+        eps = self.start_relay(["wt"], ["--replay-no-topic", "-t", "kv-events"])
+        pub = self.publisher("wt")
+        hs = kvplane.hash_blocks(list(range(BS * 2)), BS)
+        pub.stored(block_hashes=hs)
+        pub.flush()
+        s = Subscriber(self.ctx, *eps["wt"], topic_frame=False)
+        self.closers.append(s)
+        until(lambda: s.replay(0) != [], what="the batch buffered")
+        got = s.replay(0)
+        self.assertEqual([q for q, _ in got], [0])
+        self.assertEqual(events(got)[0]["block_hashes"], hs)
 
     def test_a_full_buffer_replays_whole(self):
         """A replay of a buffer of more messages than ZMQ's default
