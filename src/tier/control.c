@@ -7,8 +7,8 @@
  * (the index's parent links), so that a pinned prefix is whole and the
  * plan's rule that a parent never leaves a tier before its children holds.
  * A pinned block's candidates are busy: never demoted, evicted or
- * de-duplicated, and a move to G4 or a delete naming one is refused. A pin that would put a
- * volume's pinned bytes over its capacity is refused, naming the volume.
+ * de-duplicated. A pin that would put a volume's pinned bytes over its
+ * capacity is refused, naming the volume.
  *
  * Moves and deletes now: validated against the index here, queued, and
  * taken by the next round ahead of its plan (a round is started at once
@@ -208,14 +208,6 @@ int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t 
     snprintf(err, errlen, "move: no G%d volume is online and out of backoff", tier);
     return KVP_EAGAIN;
   }
-  /* A pinned block is never demoted: a move to G4 of one is refused whole,
-   * as a delete is. */
-  for (size_t i = 0; i < n && tier == 4; i++)
-    if (kvp__map64_find(&e->pinned, hashes[i]) != NULL) {
-      snprintf(err, errlen, "move refused: block %016" PRIx64 " is pinned (unpin it first)",
-               hashes[i]);
-      return KVP_EBUSY;
-    }
   for (size_t i = 0; i < n; i++) {
     kvp__index_block_t b;
     size_t nl = 0;

@@ -3,7 +3,7 @@
  * refused past a volume's capacity (naming it), survives a reopen, and
  * keeps its blocks through rounds that demote the rest; a move and a
  * delete are queued, taken by the next round, journaled; a pinned block's
- * delete and its move to G4 are refused. (Against a running advisor, over NATS, with the CLI's
+ * delete is refused. (Against a running advisor, over NATS, with the CLI's
  * request format: python.test_operator_controls.) */
 #include "advisor/control.h"
 #include "kvplane/status.h"
@@ -136,18 +136,6 @@ static void moves_and_deletes_are_queued_and_journaled(void **state) {
   assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 3, &queued, &skipped, err, sizeof err),
                    KVP_EBUSY);
   assert_non_null(strstr(err, "pinned"));
-  /* Nor moved to G4 (a demotion), with the others of the request; to G3,
-   * where it is, it is skipped. */
-  uint64_t pair[2] = {8, 2};
-  assert_int_equal(kvp__tier_engine_move(e, pair, 2, 4, NULL, &queued, &skipped, err, sizeof err),
-                   KVP_EBUSY);
-  assert_non_null(strstr(err, "0000000000000002 is pinned"));
-  assert_int_equal(queued, 0);
-  assert_int_equal(kvp__tier_engine_move(e, &pin, 1, 3, NULL, &queued, &skipped, err, sizeof err),
-                   0);
-  assert_int_equal(skipped, 1);
-  round_and_wait(f, e);
-  assert_int_equal(locs_in(f, 8, 4), 0);
   close_engine(f);
 }
 
