@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -291,40 +290,27 @@ static int query_hashes(const char *body, kvp__rapi_req_t *req) {
  * hashes would be; with lora_name it is not a conflict. */
 static void lora_id_0_is_the_base_model(void **state) {
   static const uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  uint64_t want[2];
-  kvp__rapi_req_t req;
+  static const struct {
+    const char *extra, *seed; /* the request's fields beside the tokens; the hash seed */
+  } cases[] = {
+      {"\"lora_id\": 0", NULL},
+      {"\"lora_id\": 0, \"cache_salt\": \"s\"", "s"},
+      {"\"lora_id\": 0, \"lora_name\": \"a\"", "a"},
+      {"\"lora_id\": 7", "lora_id:7"},
+  };
   (void)state;
-
-  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed(NULL), want, 2), 2);
-  assert_int_equal(
-      query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, \"lora_id\": 0}", &req),
-      0);
-  assert_int_equal(req.n, 2);
-  assert_memory_equal(req.hashes, want, sizeof want);
-  kvp__rapi_req_free(&req);
-
-  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("s"), want, 2), 2);
-  assert_int_equal(query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, "
-                                "\"lora_id\": 0, \"cache_salt\": \"s\"}",
-                                &req),
-                   0);
-  assert_memory_equal(req.hashes, want, sizeof want);
-  kvp__rapi_req_free(&req);
-
-  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("a"), want, 2), 2);
-  assert_int_equal(query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, "
-                                "\"lora_id\": 0, \"lora_name\": \"a\"}",
-                                &req),
-                   0);
-  assert_memory_equal(req.hashes, want, sizeof want);
-  kvp__rapi_req_free(&req);
-
-  assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed("lora_id:7"), want, 2), 2);
-  assert_int_equal(
-      query_hashes("{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, \"lora_id\": 7}", &req),
-      0);
-  assert_memory_equal(req.hashes, want, sizeof want);
-  kvp__rapi_req_free(&req);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint64_t want[2];
+    kvp__rapi_req_t req;
+    char body[256];
+    snprintf(body, sizeof body, "{\"token_ids\": [1,2,3,4,5,6,7,8], \"block_size\": 4, %s}",
+             cases[i].extra);
+    assert_int_equal(kvp_hash_sequence(tok, 8, 4, kvp_hash_seed(cases[i].seed), want, 2), 2);
+    assert_int_equal(query_hashes(body, &req), 0);
+    assert_int_equal(req.n, 2);
+    assert_memory_equal(req.hashes, want, sizeof want);
+    kvp__rapi_req_free(&req);
+  }
 }
 
 /* An integer instance_id is a u64 (Dynamo's instance ids): one above
@@ -369,20 +355,12 @@ static void leading_zeros_stay_bad_json(void **state) {
  * dropped every connection numbered so. */
 static void more_descriptors_than_select_takes(void **state) {
   advfix_t *f = *state;
-  struct rlimit rl;
-  int fds[1100], n = 0;
+  int fds[1100], n;
   char *reply = NULL;
 
-  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-  if (rl.rlim_cur < 1300) {
-    rl.rlim_cur = rl.rlim_max < 1300 ? rl.rlim_max : 1300;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  if (rl.rlim_cur < 1300)
+  if (!kvp_test_nofile_at_least(1300))
     skip();
-  while (n < 1100 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
-    n++;
-  assert_int_equal(n, 1100);
+  assert_int_equal(n = kvp_test_hold_fds(fds, 1100), 1100);
   int port = kvp_test_free_port();
   f->cfg.http_enabled = 1;
   snprintf(f->cfg.http_listen, sizeof f->cfg.http_listen, "127.0.0.1:%d", port);

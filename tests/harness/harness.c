@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -180,4 +181,24 @@ pid_t kvp_test_spawn_server(char *const argv[], const char *log_path, int port, 
   fprintf(stderr, "%s: no answer on port %d after 20 s (log: %s)\n", who, port, log_path);
   kvp_test_kill_server(pid);
   return -1;
+}
+
+int kvp_test_nofile_at_least(unsigned long want) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return 0;
+  if (rl.rlim_cur < want) {
+    rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+      return 0;
+  }
+  return rl.rlim_cur >= want;
+}
+
+int kvp_test_hold_fds(int *fds, int n) {
+  int k = 0;
+  while (k < n && (fds[k] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+    k++;
+  return k;
 }

@@ -65,4 +65,13 @@ void kvp_test_kill_server(pid_t pid);
 /* A connected socket to 127.0.0.1:port, or -1. */
 int kvp_test_connect(int port);
 
+/* Raises the soft limit on open files to at least want (up to the hard
+ * limit); 1 when it is at least want then, else 0 (the caller skips). */
+int kvp_test_nofile_at_least(unsigned long want);
+
+/* Opens /dev/null until fds[0..n) are held (descriptors numbered past
+ * what select() takes, for the tests of servers that must not use it);
+ * returns how many were opened. */
+int kvp_test_hold_fds(int *fds, int n);
+
 #endif

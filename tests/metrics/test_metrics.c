@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -253,31 +252,22 @@ static void server_answers_past_fd_setsize(void **state) {
   fake_t f;
   kvp__metrics_server_t *s;
   char err[256], buf[4096];
-  struct rlimit rl;
-  int fds[1100], n = 0;
+  int fds[1100], n;
   atomic_init(&f.ready, 1);
   atomic_init(&f.collects, 0);
 
-  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-  if (rl.rlim_cur < 1300) {
-    rl.rlim_cur = rl.rlim_max < 1300 ? rl.rlim_max : 1300;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  if (rl.rlim_cur < 1300)
+  if (!kvp_test_nofile_at_least(1300))
     skip();
   assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
                                              &f, &s, err, sizeof err),
                    0);
-  while (n < 1100 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
-    n++;
-  assert_int_equal(n, 1100);
+  assert_int_equal(n = kvp_test_hold_fds(fds, 1100), 1100);
   assert_int_equal(http(kvp__metrics_server_port(s), "GET", "/healthz", buf, sizeof buf), 200);
   kvp__metrics_server_stop(s);
   while (n > 0)
     close(fds[--n]);
   /* Started with its listening socket past FD_SETSIZE too. */
-  while (n < 1100 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
-    n++;
+  n = kvp_test_hold_fds(fds, 1100);
   assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
                                              &f, &s, err, sizeof err),
                    0);
