@@ -1,6 +1,6 @@
 /* The s3 plugin's readers of outside text that need no server
- * (plugins/s3/s3_profile.c, compiled into this test): the AWS shared files
- * and the plain-http check; and the warning itself, through the plugin:
+ * (plugins/s3/s3_profile.c and s3_list.c, compiled into this test): the AWS
+ * shared files, the plain-http check and a listing page's keys; and the warning itself, through the plugin:
  * plain http:// to a host that is not loopback warns once per process,
  * loopback never. */
 #include <arpa/inet.h>
@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
+#include "s3_list.h"
 #include "s3_profile.h"
 #include "s3v.h"
 
@@ -223,7 +224,42 @@ static void s3_plain_http_to_a_remote_host_warns_once(void **state) {
   assert_int_not_equal(r.rc[1], 0);
 }
 
+static int list_seen(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
+  char *out = ctx;
+  size_t n = strlen(out);
+  snprintf(out + n, 512 - n, "%s/%016llx:%llu;", ns, (unsigned long long)hash,
+           (unsigned long long)bytes);
+  return 0;
+}
+
+/* A listing page (plugins/s3/s3_list.c, compiled in): only keys the plugin
+ * writes, <prefix><ns>/<16 lowercase hex>, are its; an uppercase, signed,
+ * "0x" or space-led name of 16 characters is another program's object (a
+ * get of its hash would name another key), and is passed over. */
+static void s3_list_page_takes_only_the_plugins_keys(void **state) {
+  (void)state;
+  static const char xml[] =
+      "<ListBucketResult><IsTruncated>false</IsTruncated>"
+      "<Contents><Key>kv/ns/00000000000000ab</Key><Size>3</Size></Contents>"
+      "<Contents><Key>kv/ns/00000000000000AB</Key><Size>4</Size></Contents>"
+      "<Contents><Key>kv/ns/0x000000000000ab</Key><Size>5</Size></Contents>"
+      "<Contents><Key>kv/ns/-000000000000001</Key><Size>6</Size></Contents>"
+      "<Contents><Key>kv/ns/+00000000000000a</Key><Size>7</Size></Contents>"
+      "<Contents><Key>kv/ns/ 00000000000000a</Key><Size>8</Size></Contents>"
+      "<Contents><Key>kv/n&amp;s/00000000000000ab</Key><Size>9</Size></Contents>"
+      "<Contents><Key>kv/ns/ffffffffffffffff</Key><Size>10</Size></Contents>"
+      "</ListBucketResult>";
+  char out[512] = "", token[64];
+  int truncated = -1;
+  assert_int_equal(kvp__s3_list_page(xml, "kv/", list_seen, out, token, sizeof token, &truncated),
+                   0);
+  assert_string_equal(out, "ns/00000000000000ab:3;ns/ffffffffffffffff:10;");
+  assert_int_equal(truncated, 0);
+  assert_string_equal(token, "");
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(s3_list_page_takes_only_the_plugins_keys),
     cmocka_unit_test(s3_ini_reads_the_profiles_own_section),
     cmocka_unit_test(s3_plain_http_remote_decides_by_host),
     cmocka_unit_test(s3_plain_http_to_loopback_does_not_warn),
