@@ -1,7 +1,8 @@
 /* The s3 plugin's readers of outside text that need no server
  * (plugins/s3/s3_profile.c and s3_list.c, compiled into this test): the AWS
- * shared files, the plain-http check and a listing page's keys; and the warning itself, through the
- * plugin: plain http:// to a host that is not loopback warns once per process, loopback never. */
+ * shared files, the plain-http check and a listing page's keys; and the
+ * warning itself, through the plugin: plain http:// to a host that is not
+ * loopback warns once per process, loopback never. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
