@@ -2,7 +2,8 @@
  * over HTTP(S), with libcurl. Parameters (docs/volumes.md):
  *
  *   endpoint        http(s)://host[:port] (default: the chain, below, then
- *                   https://s3.<region>.amazonaws.com, virtual-hosted)
+ *                   https://s3.<region>.amazonaws.com, virtual-hosted
+ *                   unless the bucket is not one DNS label: creds.c)
  *   bucket          (required)
  *   region          signing region (default: the chain, then us-east-1)
  *   prefix          key prefix (default ""): objects are <prefix><ns>/<hash hex>
