@@ -49,6 +49,19 @@ static void warn_plain_http(const char *endpoint) {
             endpoint);
 }
 
+/* 1 when name is one DNS label a bucket host can start with: 3..63 of
+ * a-z 0-9 '-', beginning and ending with a letter or digit. */
+static int dns_label(const char *name) {
+  size_t n = strlen(name);
+  if (n < 3 || n > 63 || name[0] == '-' || name[n - 1] == '-')
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+          name[i] == '-'))
+      return 0;
+  return 1;
+}
+
 int kvp__s3_resolve(s3_t *s, const s3_given_t *given, char *err, size_t errlen) {
   s3_prof_t p = {0};
   char path[1200];
@@ -129,10 +142,13 @@ int kvp__s3_resolve(s3_t *s, const s3_given_t *given, char *err, size_t errlen) 
     else if (p.endpoint[0])
       snprintf(s->endpoint, sizeof s->endpoint, "%s", p.endpoint);
     else {
-      /* AWS itself: virtual-hosted, as new buckets need. */
+      /* AWS itself: virtual-hosted, as new buckets need; but a bucket name
+       * that is not one DNS label (dots, which AWS's wildcard certificate
+       * does not cover over https; capitals or '_' of legacy buckets) goes
+       * path-style, as the AWS SDKs do (botocore's check_dns_name). */
       snprintf(s->endpoint, sizeof s->endpoint, "https://s3.%s.amazonaws.com", s->region);
       if (!given->addressing)
-        s->virtual_host = 1;
+        s->virtual_host = dns_label(s->bucket);
     }
     if (rc != 0)
       return rc;

@@ -292,6 +292,10 @@ int kvp__s3_perform(s3_t *s, const char *method, const char *url, req_t *r, cons
   for (;;) {
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
+    /* S3 keys are names, not paths: "a/./b" and "a/../b" are keys of their
+     * own, and libcurl would otherwise squash those segments (RFC 3986),
+     * writing elsewhere than the listing of the prefix finds. */
+    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
     curl_easy_setopt(c, CURLOPT_USERPWD, userpwd);

@@ -2,7 +2,8 @@
  * over HTTP(S), with libcurl. Parameters (docs/volumes.md):
  *
  *   endpoint        http(s)://host[:port] (default: the chain, below, then
- *                   https://s3.<region>.amazonaws.com, virtual-hosted)
+ *                   https://s3.<region>.amazonaws.com, virtual-hosted
+ *                   unless the bucket is not one DNS label: creds.c)
  *   bucket          (required)
  *   region          signing region (default: the chain, then us-east-1)
  *   prefix          key prefix (default ""): objects are <prefix><ns>/<hash hex>
@@ -204,6 +205,21 @@ static int s3_open(const kvp_volume_param_t *params, size_t n, void **vol, char 
   return 0;
 }
 
+/* 404 NoSuchBucket after open is the volume being away, not a missing key:
+ * a get or a delete that said KVP_ENOENT would have its caller drop the
+ * location (and the identity check, fresh for identity_ttl_ms, does not
+ * look). The next call looks at the marker again. */
+static int bucket_gone(s3_t *s, const req_t *r, int rc, char *err, size_t errlen) {
+  if (rc != KVP_ENOENT || strcmp(r->code, "NoSuchBucket") != 0)
+    return rc;
+  pthread_mutex_lock(&s->mu);
+  s->id_checked_ms = 0;
+  pthread_mutex_unlock(&s->mu);
+  size_t n = strlen(err);
+  snprintf(err + n, errlen - n, ": bucket %s is gone: offline", s->bucket);
+  return KVP_EOFFLINE;
+}
+
 static size_t iov_total(const struct iovec *iov, int n) {
   size_t t = 0;
   for (int i = 0; i < n; i++)
@@ -271,7 +287,7 @@ static int s3_put(void *vol, const char *ns, uint64_t hash, const struct iovec *
   kvp__s3_url_of(s, key, NULL, url, sizeof url);
   rc = kvp__s3_perform(s, "PUT", url, &r, what, err, errlen);
   if (rc == 0 && r.status != 200)
-    rc = kvp__s3_http_error(&r, what, err, errlen);
+    rc = bucket_gone(s, &r, kvp__s3_http_error(&r, what, err, errlen), err, errlen);
   free(r.text);
   pthread_mutex_lock(&s->mu);
   s->reserved -= len;
@@ -300,7 +316,7 @@ static int s3_get(void *vol, const char *ns, uint64_t hash, const struct iovec *
   req_t r = {.down = iov, .ndown = iovcnt, .cap = iov_total(iov, iovcnt)};
   rc = kvp__s3_perform(s, "GET", url, &r, what, err, errlen);
   if (rc == 0 && r.status != 200) {
-    rc = kvp__s3_http_error(&r, what, err, errlen);
+    rc = bucket_gone(s, &r, kvp__s3_http_error(&r, what, err, errlen), err, errlen);
   } else if (rc == 0 && r.overflow) {
     *len = r.got;
     snprintf(err, errlen, "%s: %zu bytes, more than the %zu-byte buffer", what, r.got, r.cap);
@@ -356,7 +372,7 @@ static int s3_del(void *vol, const char *ns, uint64_t hash, char *err, size_t er
   kvp__s3_url_of(s, key, NULL, url, sizeof url);
   rc = kvp__s3_perform(s, "DELETE", url, &r, what, err, errlen);
   if (rc == 0 && r.status != 204 && r.status != 200)
-    rc = kvp__s3_http_error(&r, what, err, errlen);
+    rc = bucket_gone(s, &r, kvp__s3_http_error(&r, what, err, errlen), err, errlen);
   free(r.text);
   if (rc == 0) {
     pthread_mutex_lock(&s->mu);

@@ -89,10 +89,19 @@ int kvp__s3_list_page(const char *xml, const char *prefix, kvp_volume_key_fn fn,
     const char *rest = key + plen, *slash = strrchr(rest, '/');
     if (slash == NULL || strlen(slash + 1) != 16 || slash == rest || slash - rest >= 80)
       continue;
-    char ns[80], *hend;
-    uint64_t hash = strtoull(slash + 1, &hend, 16);
+    /* Exactly the 16 lowercase hex digits kvp__s3_key_of writes: strtoull
+     * alone takes "0x", a sign, spaces and uppercase, keys that are not the
+     * plugin's (a get of the hash would name another object). */
+    char ns[80];
+    uint64_t hash = 0;
+    int hex = 1;
+    for (const char *h = slash + 1; *h && hex; h++) {
+      int d = *h >= '0' && *h <= '9' ? *h - '0' : *h >= 'a' && *h <= 'f' ? *h - 'a' + 10 : -1;
+      hex = d >= 0;
+      hash = hash << 4 | (uint64_t)(d & 15);
+    }
     snprintf(ns, sizeof ns, "%.*s", (int)(slash - rest), rest);
-    if (*hend == '\0' && kvp_plugin_ns_ok(ns))
+    if (hex && kvp_plugin_ns_ok(ns))
       rc = fn(ctx, ns, hash, strtoull(z + 6, NULL, 10));
   }
   if (rc != 0 || strstr(xml, "<IsTruncated>true</IsTruncated>") == NULL)

@@ -135,6 +135,19 @@ static int replay(kvp_relay_t *r, kvp__relay_ep_t *ep, int64_t start, int64_t un
       } else if (mode == REPLAY_LATE) {
         LOG(ep, "replay buffer begins at %" PRId64 ": the stream before it is not replayable", seq);
       }
+      if (mode == REPLAY_RESTART && ep->silent_until > 0 && seq <= ep->silent_until) {
+        /* Resuming from a map older than the buffer (a map file lost,
+         * unreadable, or saved long before): what was published before
+         * seq cannot be mapped again, so its later removals could not be
+         * told to the advisor. Cleared, and the buffer published again. */
+        CNTN(ep, lost, (uint64_t)(seq - next));
+        LOG(ep,
+            "replay buffer begins at %" PRId64 ": the map as of %" PRId64
+            " cannot be brought up to date",
+            seq, next - 1);
+        kvp__relay_clear(ep, "the relay's map is older than the engine's replay buffer");
+        ep->silent_until = 0;
+      }
       next = seq;
       if (ep->silent_until > 0 && seq > ep->silent_until)
         kvp__relay_clear(ep, "what came after the last sequence published before the relay "

@@ -203,8 +203,16 @@ int kvp_relay_run(kvp_relay_t *r) {
     items[i] = (zmq_pollitem_t){.socket = r->ep[i].sub, .events = ZMQ_POLLIN};
   uint64_t saved_at = now_ms();
   while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
-    for (size_t i = 0; i < r->nep; i++)
-      kvp_publisher_poll(r->ep[i].pub); /* answers a due resync with the map's blocks */
+    for (size_t i = 0; i < r->nep; i++) {
+      /* Answers a due resync with the map's blocks; but not from a resumed
+       * map older than what the last run published (a large map is saved
+       * less often than the state): its older set would take the advisor
+       * back, and the replay that brings the map up to date is silent for
+       * what was published. The first engine message replays it (recover.c). */
+      const kvp__relay_ep_t *ep = &r->ep[i];
+      if (ep->resume_seq < 0 || ep->map_seq >= ep->resume_seq)
+        kvp_publisher_poll(ep->pub);
+    }
     if (now_ms() - saved_at >= r->state_interval_ms) {
       for (size_t i = 0; i < r->nep; i++)
         kvp__relay_save(&r->ep[i], 0);

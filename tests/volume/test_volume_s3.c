@@ -240,7 +240,39 @@ static void s3_marker_is_the_volume_identity(void **state) {
   assert_int_equal(kvp_volume_exists(f->v, "k", 0x31), 1);
 }
 
+/* A 404 whose code is NoSuchBucket (the bucket deleted under a running
+ * volume) is the volume being away, KVP_EOFFLINE, not a missing key: the
+ * engine drops the location of a get that says KVP_ENOENT. Within
+ * identity_ttl_ms the marker is not looked at, so the code decides. A
+ * NoSuchKey stays KVP_ENOENT. */
+static void s3_no_such_bucket_is_offline_not_a_miss(void **state) {
+  fx_t *f = *state;
+  uint8_t in[100], out[100];
+  char err[512];
+  kvp_frame_t m = meta_of(0x41, sizeof in), got;
+  fill(in, sizeof in, 4);
+  assert_int_equal(kvp_volume_put_block(f->v, "k", &m, in, err, sizeof err), 0);
+  assert_int_equal(kvp_s3v_control(&f->s3, "fail=1&status=404&code=NoSuchBucket"), 0);
+  int rc = kvp_volume_get_block(f->v, "k", 0x41, &got, out, sizeof out, err, sizeof err);
+  print_message("get, bucket gone: %s\n", err);
+  assert_int_equal(rc, KVP_EOFFLINE);
+  assert_non_null(strstr(err, "NoSuchBucket"));
+  /* The next call reads the marker again (found: in place). A put looks
+   * first (HEAD: no body, so no code; a 404 is "new"), then the PUT itself
+   * says NoSuchBucket. */
+  kvp_volume_stat_t st;
+  assert_int_equal(kvp_volume_stat(f->v, &st, err, sizeof err), 0);
+  assert_int_equal(kvp_s3v_control(&f->s3, "fail=2&status=404&code=NoSuchBucket"), 0);
+  assert_int_equal(kvp_volume_put_block(f->v, "k", &m, in, err, sizeof err), KVP_EOFFLINE);
+  /* Back: the marker is in place, the object too. */
+  assert_int_equal(kvp_volume_get_block(f->v, "k", 0x41, &got, out, sizeof out, err, sizeof err),
+                   0);
+  assert_int_equal(kvp_volume_get_block(f->v, "k", 0x42, &got, out, sizeof out, err, sizeof err),
+                   KVP_ENOENT);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(s3_no_such_bucket_is_offline_not_a_miss, setup, teardown),
     cmocka_unit_test_setup_teardown(s3_wrong_or_damaged_objects_are_corrupt, setup, teardown),
     cmocka_unit_test_setup_teardown(s3_refuses_bad_credentials_and_missing_bucket, setup, teardown),
     cmocka_unit_test_setup_teardown(s3_server_stopped_mid_run_gives_a_clean_error, setup, teardown),

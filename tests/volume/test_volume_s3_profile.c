@@ -1,8 +1,9 @@
 /* The s3 plugin's readers of outside text that need no server
- * (plugins/s3/s3_profile.c, compiled into this test): the AWS shared files
- * and the plain-http check; and the warning itself, through the plugin:
- * plain http:// to a host that is not loopback warns once per process,
- * loopback never. */
+ * (plugins/s3/s3_profile.c, s3_list.c and creds.c, compiled into this test):
+ * the AWS shared files, the plain-http check, a listing page's keys and the
+ * default endpoint's addressing; and the warning itself, through the
+ * plugin: plain http:// to a host that is not loopback warns once per
+ * process, loopback never. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -15,6 +16,8 @@
 #include "harness.h"
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
+#include "s3.h"
+#include "s3_list.h"
 #include "s3_profile.h"
 #include "s3v.h"
 
@@ -223,7 +226,88 @@ static void s3_plain_http_to_a_remote_host_warns_once(void **state) {
   assert_int_not_equal(r.rc[1], 0);
 }
 
+static int list_seen(void *ctx, const char *ns, uint64_t hash, uint64_t bytes) {
+  char *out = ctx;
+  size_t n = strlen(out);
+  snprintf(out + n, 512 - n, "%s/%016llx:%llu;", ns, (unsigned long long)hash,
+           (unsigned long long)bytes);
+  return 0;
+}
+
+/* A listing page (plugins/s3/s3_list.c, compiled in): only keys the plugin
+ * writes, <prefix><ns>/<16 lowercase hex>, are its; an uppercase, signed,
+ * "0x" or space-led name of 16 characters is another program's object (a
+ * get of its hash would name another key), and is passed over. */
+static void s3_list_page_takes_only_the_plugins_keys(void **state) {
+  (void)state;
+  static const char xml[] =
+      "<ListBucketResult><IsTruncated>false</IsTruncated>"
+      "<Contents><Key>kv/ns/00000000000000ab</Key><Size>3</Size></Contents>"
+      "<Contents><Key>kv/ns/00000000000000AB</Key><Size>4</Size></Contents>"
+      "<Contents><Key>kv/ns/0x000000000000ab</Key><Size>5</Size></Contents>"
+      "<Contents><Key>kv/ns/-000000000000001</Key><Size>6</Size></Contents>"
+      "<Contents><Key>kv/ns/+00000000000000a</Key><Size>7</Size></Contents>"
+      "<Contents><Key>kv/ns/ 00000000000000a</Key><Size>8</Size></Contents>"
+      "<Contents><Key>kv/n&amp;s/00000000000000ab</Key><Size>9</Size></Contents>"
+      "<Contents><Key>kv/ns/ffffffffffffffff</Key><Size>10</Size></Contents>"
+      "</ListBucketResult>";
+  char out[512] = "", token[64];
+  int truncated = -1;
+  assert_int_equal(kvp__s3_list_page(xml, "kv/", list_seen, out, token, sizeof token, &truncated),
+                   0);
+  assert_string_equal(out, "ns/00000000000000ab:3;ns/ffffffffffffffff:10;");
+  assert_int_equal(truncated, 0);
+  assert_string_equal(token, "");
+}
+
+/* The default endpoint (AWS itself, no endpoint anywhere in the chain) is
+ * virtual-hosted for a bucket that is one DNS label, and path-style for one
+ * with dots (AWS's wildcard certificate covers one label: the TLS check
+ * would refuse bucket.with.dots.s3.<region>.amazonaws.com), capitals or
+ * '_', as the AWS SDKs choose; a given addressing stays (creds.c compiled
+ * in). */
+static void s3_default_endpoint_addressing_follows_the_bucket_name(void **state) {
+  (void)state;
+  static const struct {
+    const char *bucket;
+    int virtual_host;
+  } cases[] = {{"kv-blocks", 1}, {"kv.blocks", 0}, {"Legacy_Bucket", 0},
+               {"-dash", 0},     {"ab", 0},        {"abc", 1}};
+  const char *vars[] = {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL",   "AWS_PROFILE",
+                        "AWS_REGION",          "AWS_DEFAULT_REGION", "AWS_CA_BUNDLE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    unsetenv(vars[i]);
+  setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/kvp-credentials", 1);
+  setenv("AWS_CONFIG_FILE", "/nonexistent/kvp-config", 1);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    s3_t s;
+    char err[256];
+    memset(&s, 0, sizeof s);
+    snprintf(s.bucket, sizeof s.bucket, "%s", cases[i].bucket);
+    snprintf(s.region, sizeof s.region, "eu-west-3");
+    snprintf(s.access, sizeof s.access, "AK");
+    snprintf(s.secret, sizeof s.secret, "SK");
+    s3_given_t given = {.access = 1, .secret = 1};
+    assert_int_equal(kvp__s3_resolve(&s, &given, err, sizeof err), 0);
+    assert_string_equal(s.endpoint, "https://s3.eu-west-3.amazonaws.com");
+    if (s.virtual_host != cases[i].virtual_host)
+      print_error("bucket %s: virtual_host %d\n", cases[i].bucket, s.virtual_host);
+    assert_int_equal(s.virtual_host, cases[i].virtual_host);
+    /* addressing=virtual given: kept */
+    memset(s.endpoint, 0, sizeof s.endpoint);
+    memset(s.profile, 0, sizeof s.profile); /* the first call named "default" */
+    s.virtual_host = 1;
+    given.addressing = 1;
+    assert_int_equal(kvp__s3_resolve(&s, &given, err, sizeof err), 0);
+    assert_int_equal(s.virtual_host, 1);
+  }
+  unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+  unsetenv("AWS_CONFIG_FILE");
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(s3_default_endpoint_addressing_follows_the_bucket_name),
+    cmocka_unit_test(s3_list_page_takes_only_the_plugins_keys),
     cmocka_unit_test(s3_ini_reads_the_profiles_own_section),
     cmocka_unit_test(s3_plain_http_remote_decides_by_host),
     cmocka_unit_test(s3_plain_http_to_loopback_does_not_warn),

@@ -109,7 +109,10 @@ static void s3_keys_of_every_character_class(void **state) {
                                    "pct%25%/",
                                    "utf8-\xc3\xa9\xe4\xb8\xad/",
                                    "xml<>\"&amp;/",
-                                   "all +=&;,()!*' %\xc3\xb8/"};
+                                   "all +=&;,()!*' %\xc3\xb8/",
+                                   "dot/./seg/",
+                                   "up/../x/",
+                                   "dbl//slash/"};
   kvp_s3v_t s3;
   char err[512];
 

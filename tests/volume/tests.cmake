@@ -62,8 +62,10 @@ endforeach()
 # The s3 plugin's AWS shared-file reader and plain-http check
 # (plugins/s3/s3_profile.c, compiled in), and the warning through the plugin.
 kvp_add_test(volume_s3_profile volume/test_volume_s3_profile.c
-  ${PROJECT_SOURCE_DIR}/plugins/s3/s3_profile.c LABELS volume s3)
-target_include_directories(test_volume_s3_profile PRIVATE ${PROJECT_SOURCE_DIR}/plugins/s3)
+  ${PROJECT_SOURCE_DIR}/plugins/s3/s3_profile.c ${PROJECT_SOURCE_DIR}/plugins/s3/s3_list.c
+  ${PROJECT_SOURCE_DIR}/plugins/s3/creds.c LABELS volume s3)
+target_include_directories(test_volume_s3_profile PRIVATE ${PROJECT_SOURCE_DIR}/plugins/s3
+  ${PROJECT_SOURCE_DIR}/plugins)
 target_compile_definitions(test_volume_s3_profile PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_volume_s3_profile kvplane-volume-s3)
