@@ -47,6 +47,7 @@ typedef struct run_s {
   char expect[512];
   char *argv[11];
   char ports[2][16];
+  char script[512];
   int pub_rc;
 } run_t;
 
@@ -198,6 +199,18 @@ static const char *script_of(const char *name) {
   return "engine_pub.py";
 }
 
+/* The advisor of a run started, and two free ports for the engine's PUB
+ * and replay sockets (also in r->ports). */
+static void advisor_and_ports(run_t *r, int *pp, int *rp) {
+  assert_int_equal(advfix_setup(&r->f, 0), 0);
+  assert_int_equal(advfix_start(&r->f), 0);
+  *pp = kvp_test_free_port();
+  while ((*rp = kvp_test_free_port()) == *pp)
+    ;
+  snprintf(r->ports[0], sizeof r->ports[0], "%d", *pp);
+  snprintf(r->ports[1], sizeof r->ports[1], "%d", *rp);
+}
+
 /* Runs one scenario; *st gets the relay's figures. With resync, the relay's
  * publisher is asked for a resync once the blocks are in, and the advisor
  * must then hold the same blocks with the same parents. */
@@ -208,13 +221,8 @@ static void scenario_r(const char *name, const char *enc, const char *layout, in
   int64_t want[64][2], got[64][2];
   size_t nw = SIZE_MAX, ng = SIZE_MAX;
   assert_non_null(r);
-  assert_int_equal(advfix_setup(&r->f, 0), 0);
-  assert_int_equal(advfix_start(&r->f), 0);
-  int pp = kvp_test_free_port(), rp = kvp_test_free_port();
-  while (rp == pp)
-    rp = kvp_test_free_port();
-  snprintf(r->ports[0], sizeof r->ports[0], "%d", pp);
-  snprintf(r->ports[1], sizeof r->ports[1], "%d", rp);
+  int pp, rp;
+  advisor_and_ports(r, &pp, &rp);
   char ep[64], rep[64];
   snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", pp);
   snprintf(rep, sizeof rep, "tcp://127.0.0.1:%d", rp);
@@ -507,13 +515,8 @@ static void relay_restart(int sig) {
   int64_t want[256][2], got[256][2];
   size_t nw = SIZE_MAX, ng = SIZE_MAX;
   assert_non_null(r);
-  assert_int_equal(advfix_setup(&r->f, 0), 0);
-  assert_int_equal(advfix_start(&r->f), 0);
-  int pp = kvp_test_free_port(), rp = kvp_test_free_port();
-  while (rp == pp)
-    rp = kvp_test_free_port();
-  snprintf(r->ports[0], sizeof r->ports[0], "%d", pp);
-  snprintf(r->ports[1], sizeof r->ports[1], "%d", rp);
+  int pp, rp;
+  advisor_and_ports(r, &pp, &rp);
   snprintf(state_dir, sizeof state_dir, "%s", r->f.dir);
   pid_t relay = relay_spawn(r->f.natsd.url, pp, rp, state_dir);
   assert_true(relay > 0);
@@ -587,6 +590,29 @@ static int copy_file(const char *from, const char *to) {
   return rc;
 }
 
+/* The advisor, the relay process on two free ports and, on a thread, the
+ * engine script's "long" stream (a map, a topic; its buffer of buffer
+ * messages when not NULL), paced slower under the sanitizers (*pace).
+ * Returns the relay's pid; its ports are r->ports. */
+static pid_t start_relay_and_engine(run_t *r, const char *buffer, int *pace) {
+  char pace_s[8];
+  int pp, rp;
+  advisor_and_ports(r, &pp, &rp);
+  pid_t relay = relay_spawn(r->f.natsd.url, pp, rp, r->f.dir);
+  assert_true(relay > 0);
+  snprintf(r->script, sizeof r->script, "%s/relay/engine_pub.py", kvp_test_srcdir());
+  snprintf(r->expect, sizeof r->expect, "%s/expect.csv", r->f.dir);
+  char *argv[] = {
+      "/usr/bin/python3", r->script,      r->ports[0], r->ports[1], "long", "map", "topic",
+      r->expect,          (char *)buffer, NULL};
+  memcpy(r->argv, argv, sizeof argv);
+  *pace = getenv("KVP_TEST_SANITIZED") != NULL ? 4 : 1;
+  snprintf(pace_s, sizeof pace_s, "%d", *pace);
+  setenv("KVP_TEST_PACE", pace_s, 1);
+  assert_int_equal(pthread_create(&r->pub_th, NULL, pub_main, r), 0);
+  return relay;
+}
+
 /* A relay restarted while its engine is idle, with a map file older than
  * its state file (a large map is written less often than the state,
  * kvp__relay_save; here an older copy is put back): the advisor's resync
@@ -598,31 +624,15 @@ static int copy_file(const char *from, const char *to) {
 static void relay_resumed_idle_keeps_what_was_published(void **state) {
   (void)state;
   run_t *r = calloc(1, sizeof *r);
-  char script[512], map[600], old[600];
+  char map[600], old[600];
   int64_t want[256][2], got[256][2];
   size_t nw = SIZE_MAX, ng = SIZE_MAX;
+  int pace;
   assert_non_null(r);
-  assert_int_equal(advfix_setup(&r->f, 0), 0);
-  assert_int_equal(advfix_start(&r->f), 0);
-  int pp = kvp_test_free_port(), rp = kvp_test_free_port();
-  while (rp == pp)
-    rp = kvp_test_free_port();
-  snprintf(r->ports[0], sizeof r->ports[0], "%d", pp);
-  snprintf(r->ports[1], sizeof r->ports[1], "%d", rp);
+  pid_t relay = start_relay_and_engine(r, NULL, &pace);
+  int pp = atoi(r->ports[0]), rp = atoi(r->ports[1]);
   snprintf(map, sizeof map, "%s/eng0.map", r->f.dir);
   snprintf(old, sizeof old, "%s/eng0.map.old", r->f.dir);
-  pid_t relay = relay_spawn(r->f.natsd.url, pp, rp, r->f.dir);
-  assert_true(relay > 0);
-  snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
-  snprintf(r->expect, sizeof r->expect, "%s/expect.csv", r->f.dir);
-  char *argv[] = {"/usr/bin/python3", script, r->ports[0], r->ports[1], "long", "map", "topic",
-                  r->expect,          NULL};
-  memcpy(r->argv, argv, sizeof argv);
-  int pace = getenv("KVP_TEST_SANITIZED") != NULL ? 4 : 1;
-  char pace_s[8];
-  snprintf(pace_s, sizeof pace_s, "%d", pace);
-  setenv("KVP_TEST_PACE", pace_s, 1);
-  assert_int_equal(pthread_create(&r->pub_th, NULL, pub_main, r), 0);
   /* The map as of a part of the stream; the kill once the stream is over
    * (the engine writes what it holds 3 s after its last message, then only
    * answers replays for 2 s more). */
@@ -663,30 +673,14 @@ static void relay_resumed_idle_keeps_what_was_published(void **state) {
 static void relay_map_lost_is_cleared_once(void **state) {
   (void)state;
   run_t *r = calloc(1, sizeof *r);
-  char script[512], map[600], out[600];
+  char map[600], out[600];
   int64_t want[256][2], got[256][2];
+  int pace;
   assert_non_null(r);
-  assert_int_equal(advfix_setup(&r->f, 0), 0);
-  assert_int_equal(advfix_start(&r->f), 0);
-  int pp = kvp_test_free_port(), rp = kvp_test_free_port();
-  while (rp == pp)
-    rp = kvp_test_free_port();
-  snprintf(r->ports[0], sizeof r->ports[0], "%d", pp);
-  snprintf(r->ports[1], sizeof r->ports[1], "%d", rp);
+  pid_t relay = start_relay_and_engine(r, "25", &pace);
+  int pp = atoi(r->ports[0]), rp = atoi(r->ports[1]);
   snprintf(map, sizeof map, "%s/eng0.map", r->f.dir);
   snprintf(out, sizeof out, "%s/relay.out", r->f.dir);
-  pid_t relay = relay_spawn(r->f.natsd.url, pp, rp, r->f.dir);
-  assert_true(relay > 0);
-  snprintf(script, sizeof script, "%s/relay/engine_pub.py", kvp_test_srcdir());
-  snprintf(r->expect, sizeof r->expect, "%s/expect.csv", r->f.dir);
-  char *argv[] = {"/usr/bin/python3", script, r->ports[0], r->ports[1], "long", "map", "topic",
-                  r->expect,          "25",   NULL};
-  memcpy(r->argv, argv, sizeof argv);
-  int pace = getenv("KVP_TEST_SANITIZED") != NULL ? 4 : 1;
-  char pace_s[8];
-  snprintf(pace_s, sizeof pace_s, "%d", pace);
-  setenv("KVP_TEST_PACE", pace_s, 1);
-  assert_int_equal(pthread_create(&r->pub_th, NULL, pub_main, r), 0);
   usleep((useconds_t)(1000 + 1500 * pace) * 1000);
   kill(relay, SIGKILL);
   waitpid(relay, NULL, 0);
