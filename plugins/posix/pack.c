@@ -448,8 +448,6 @@ static void seg_seal(pack_t *k, seg_t *s) {
   }
 }
 
-/* A new own segment, locked before it has its name: the active one. Under
- * p->mu. */
 /* Raises the process's soft limit on open files to its hard one (at most
  * 2^20), once it ran out: a packed volume keeps a descriptor on each
  * segment, more than the usual soft limit of 1024 at 64 GiB of 64M
@@ -491,6 +489,8 @@ static int seg_open(const pack_t *k, const char *path, int flags, char *err, siz
   return fd;
 }
 
+/* A new own segment, locked before it has its name: the active one. Under
+ * p->mu. */
 static int seg_new(posix_t *p, char *err, size_t errlen) {
   pack_t *k = p->pack;
   char path[3400], tmp[3500];

@@ -116,12 +116,8 @@ typedef struct batch_s {
  * it. */
 #define READERS 2
 
-typedef struct pipe_s {
-  kvp__store_pipe_t q;
-} pipe_t;
-
 typedef struct reader_s {
-  pipe_t *p;
+  kvp__store_pipe_t *q;
   sqlite3 *db;
   sqlite3_stmt *b, *l;
   pthread_t th;
@@ -130,8 +126,8 @@ typedef struct reader_s {
 
 /* The next full batch (this thread), or a free one, emptied (the reader;
  * NULL once stopped). */
-static batch_t *pipe_take(pipe_t *p, int full) {
-  batch_t *b = (batch_t *)kvp__store_pipe_take(&p->q, full);
+static batch_t *pipe_take(kvp__store_pipe_t *q, int full) {
+  batch_t *b = (batch_t *)kvp__store_pipe_take(q, full);
   if (b != NULL && !full) {
     b->n = b->names_len = 0;
     b->last = b->rc = 0;
@@ -215,22 +211,22 @@ static batch_t *step_rows(sqlite3_stmt *bs, sqlite3_stmt *ls, batch_t *b, hand_f
 }
 
 static batch_t *to_pipe(void *ctx, batch_t *full) {
-  pipe_t *p = ctx;
-  kvp__store_pipe_put(&p->q, 1, &full->link);
-  return pipe_take(p, 0);
+  kvp__store_pipe_t *q = ctx;
+  kvp__store_pipe_put(q, 1, &full->link);
+  return pipe_take(q, 0);
 }
 
 static void *reader_main(void *arg) {
   reader_t *rd = arg;
-  batch_t *b = pipe_take(rd->p, 0);
+  batch_t *b = pipe_take(rd->q, 0);
   int rc = 0;
-  if (b == NULL || (b = step_rows(rd->b, rd->l, b, to_pipe, rd->p, &rc)) == NULL)
+  if (b == NULL || (b = step_rows(rd->b, rd->l, b, to_pipe, rd->q, &rc)) == NULL)
     return NULL; /* stopped */
   if (rc != 0)
     kvp_log_error("advisor: reading the rows of the database failed: %s", sqlite3_errmsg(rd->db));
   b->last = 1;
   b->rc = rc;
-  kvp__store_pipe_put(&rd->p->q, 1, &b->link);
+  kvp__store_pipe_put(rd->q, 1, &b->link);
   return NULL;
 }
 
@@ -352,47 +348,44 @@ static int load_rows_piped(loader_t *ld) {
   const char *path = sqlite3_db_filename(ld->st->db, "main");
   batch_t *bs[3 * READERS] = {NULL};
   reader_t rd[READERS];
-  pipe_t p;
-  int rc = KVP_ENOENT, n = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? READERS : 1, nrun = 0;
+  kvp__store_pipe_t q;
+  int rc = KVP_ENOENT, n = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? READERS : 1;
 
   memset(rd, 0, sizeof rd);
-  if (path == NULL || path[0] == '\0' || kvp__store_pipe_init(&p.q) != 0)
+  if (path == NULL || path[0] == '\0' || kvp__store_pipe_init(&q) != 0)
     return KVP_ENOENT;
   for (int k = 0; k < n; k++) {
-    rd[k].p = &p;
+    rd[k].q = &q;
     if (reader_open(&rd[k], path, k, n) != 0)
       goto out;
   }
   for (int i = 0; i < 3 * n; i++) {
     if ((bs[i] = malloc(sizeof *bs[i])) == NULL)
       goto out;
-    kvp__store_pipe_put(&p.q, 0, &bs[i]->link);
+    kvp__store_pipe_put(&q, 0, &bs[i]->link);
   }
-  for (int k = 0; k < n; k++)
-    if (pthread_create(&rd[k].th, NULL, reader_main, &rd[k]) == 0)
-      rd[k].started = 1, nrun++;
-    else
-      break;
-  if (nrun < n) { /* a range without its reader: start again serially */
+  for (int k = 0; k < n && (k == 0 || rd[k - 1].started); k++)
+    rd[k].started = pthread_create(&rd[k].th, NULL, reader_main, &rd[k]) == 0;
+  if (!rd[n - 1].started) { /* a range without its reader: start again serially */
     rc = KVP_ENOENT;
     goto out;
   }
   for (int lasts = 0; lasts < n;) {
-    batch_t *b = pipe_take(&p, 1);
+    batch_t *b = pipe_take(&q, 1);
     lasts += b->last;
     rc = b->rc != 0 ? b->rc : insert_batch(ld, b);
-    kvp__store_pipe_put(&p.q, 0, &b->link);
+    kvp__store_pipe_put(&q, 0, &b->link);
     if (rc != 0)
       break;
   }
 out:
-  kvp__store_pipe_stop(&p.q); /* a failure: the readers stop at their next batch */
+  kvp__store_pipe_stop(&q); /* a failure: the readers stop at their next batch */
   for (int k = 0; k < n; k++) {
     if (rd[k].started)
       pthread_join(rd[k].th, NULL);
     reader_close(&rd[k]);
   }
-  kvp__store_pipe_destroy(&p.q);
+  kvp__store_pipe_destroy(&q);
   for (int i = 0; i < 3 * n; i++)
     free(bs[i]);
   return rc;
