@@ -71,14 +71,23 @@ class Model:
         self.tiers, self.map = {}, {}
 
     def write(self, expect):
-        """EXPECT ("tier,signed hash" lines) and EXPECT.parents ("hash,parent"
-        for the blocks still held), written atomically, parents first."""
+        """EXPECT ("tier,signed hash" lines), EXPECT.engine (the same by engine
+        hash) and EXPECT.parents ("hash,parent" for the blocks still held),
+        written atomically, EXPECT last."""
         held = set().union(*self.tiers.values()) if self.tiers else set()
 
         def signed(h):
             return h - (1 << 64) if h >= 1 << 63 else h
 
         import os
+        # EXPECT.engine: "tier,signed engine hash" of the blocks held, for a
+        # block a relay could only publish under its engine hash (its parent
+        # was published before a replay buffer that a lost map needed).
+        with open(expect + ".engine.tmp", "w") as f:
+            for tier, hs in sorted(self.tiers.items()):
+                for e in sorted(e for e, k in self.map.items() if k in hs):
+                    f.write("%d,%d\n" % (tier, signed(e & MASK)))
+        os.rename(expect + ".engine.tmp", expect + ".engine")
         with open(expect + ".parents.tmp", "w") as f:
             for k in sorted(held):
                 if k in self.parents and self.parents[k] in held:

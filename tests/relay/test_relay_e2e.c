@@ -674,7 +674,7 @@ static void relay_map_lost_is_cleared_once(void **state) {
   (void)state;
   run_t *r = calloc(1, sizeof *r);
   char map[600], out[600];
-  int64_t want[256][2], got[256][2];
+  int64_t want[256][2], got[256][2], engine[256][2];
   int pace;
   assert_non_null(r);
   pid_t relay = start_relay_and_engine(r, "25", &pace);
@@ -692,6 +692,10 @@ static void relay_map_lost_is_cleared_once(void **state) {
     usleep(50 * 1000);
   size_t nw = read_expect(r->expect, want, 256);
   assert_true(nw != SIZE_MAX);
+  char engine_path[640];
+  snprintf(engine_path, sizeof engine_path, "%s.engine", r->expect);
+  size_t ne = read_expect(engine_path, engine, 256);
+  assert_true(ne != SIZE_MAX);
   usleep(1000 * 1000);
   size_t ng = read_db(r->f.db, got, 256);
   pthread_join(r->pub_th, NULL);
@@ -701,8 +705,13 @@ static void relay_map_lost_is_cleared_once(void **state) {
   advfix_stop(&r->f);
   advfix_teardown(&r->f);
   assert_true(ng != SIZE_MAX);
-  for (size_t j = 0; j < ng; j++) /* every block in the database is one the engine holds */
-    if (bsearch(got[j], want, nw, sizeof want[0], cmp_pair) == NULL) {
+  /* Every block in the database is one the engine holds: by its kvplane
+   * hash, or by its engine hash when its parent was published before the
+   * buffer began (the relay cannot chain it and publishes it as the engine
+   * names it). */
+  for (size_t j = 0; j < ng; j++)
+    if (bsearch(got[j], want, nw, sizeof want[0], cmp_pair) == NULL &&
+        bsearch(got[j], engine, ne, sizeof engine[0], cmp_pair) == NULL) {
       fprintf(stderr, "stale G%" PRId64 " %" PRId64 "\n", got[j][0], got[j][1]);
       fail();
     }
