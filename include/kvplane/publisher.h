@@ -53,6 +53,24 @@ typedef enum kvp_pub_overflow_e {
 typedef int (*kvp_snapshot_fn)(void *ctx, int tier, uint64_t **hashes, uint64_t **parents,
                                size_t *n);
 
+/* A run of a snapshot: the next n blocks of the tier's arrays, held on
+ * volume ("" for none), of block_tokens tokens and block_bytes bytes each. */
+typedef struct kvp_snapshot_run_s {
+  char volume[32];
+  uint32_t block_tokens;
+  uint64_t block_bytes;
+  size_t n;
+} kvp_snapshot_run_t;
+
+/* A tier's set that spans several volumes or block shapes (the tiering
+ * advisor's worker holds blocks on every G3 and G4 volume it manages): as
+ * kvp_snapshot_fn, and *runs (malloc'd, *nruns of them, freed by the
+ * publisher) splits the arrays into runs whose n add up to their length.
+ * Each run goes out in chunks of its own (a chunk names one volume and one
+ * shape); consumers replace the tier's set with the union of the runs. */
+typedef int (*kvp_snapshot_runs_fn)(void *ctx, int tier, uint64_t **hashes, uint64_t **parents,
+                                    kvp_snapshot_run_t **runs, size_t *nruns);
+
 /* Options. Initialise with kvp_publisher_opts_init(); strings are copied at
  * open. Zero numeric fields take the defaults listed. */
 typedef struct kvp_publisher_opts_s {
@@ -98,6 +116,9 @@ typedef struct kvp_publisher_opts_s {
   uint32_t partitions;
   /* Replicas of a stream the publisher creates (1..5); 0: 1. */
   uint32_t stream_replicas;
+  /* Used instead of snapshot when set (snapshot_ctx is its context too):
+   * snapshot_volumes, block_tokens and block_bytes are then the runs'. */
+  kvp_snapshot_runs_fn snapshot_runs;
 } kvp_publisher_opts_t;
 
 /* Fills o with the defaults (core mode, block on overflow, coalescing on). */

@@ -99,6 +99,9 @@ int kvp_partition_volume_ns(char *buf, size_t len, const char *ns, uint32_t p);
  * KVP_ETOOBIG (len too small) or KVP_ENOENT (no such name: not seen). */
 int kvp_partition_advisor_worker(char *buf, size_t len, uint32_t p, uint32_t count);
 
+/* The worker an unpartitioned tiering advisor announces its moves as. */
+#define KVP_ADVISOR_WORKER "_advisor"
+
 /* 1 when name is a tiering advisor's worker: an unpartitioned advisor's
  * "_advisor", or a partition's "_advisor-p<p>-<k>" (above), else 0. */
 int kvp_worker_is_advisor(const char *name);

@@ -73,6 +73,7 @@ class PublisherOpts(ctypes.Structure):
         ("first_event_id", ctypes.c_uint64),
         ("partitions", ctypes.c_uint32),
         ("stream_replicas", ctypes.c_uint32),
+        ("snapshot_runs", ctypes.c_void_p),  # kvp_snapshot_runs_fn: not offered in Python
     ]
 
 

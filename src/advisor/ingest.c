@@ -178,16 +178,70 @@ static void apply_accessed(kvp__adv_ingest_t *ing, const kvp_event_t *ev, uint64
     ing->opts.accessed(ing->opts.accessed_ctx, ev->tier, ev->hashes, ev->nhashes);
 }
 
-/* Replaces the worker's set of one tier with the staged snapshot. */
+/* A (hash, volume) of a snapshot's commit, and where it is staged. */
+typedef struct snap_key_s {
+  uint64_t hash;
+  uint32_t i;
+  uint16_t volume;
+} snap_key_t;
+
+static int cmp_key(const void *a, const void *b) {
+  const snap_key_t *x = a, *y = b;
+  if (x->hash != y->hash)
+    return x->hash < y->hash ? -1 : 1;
+  return x->volume < y->volume ? -1 : x->volume > y->volume;
+}
+
+/* Replaces the worker's set of one tier with the staged snapshot, as a
+ * difference: the locations it holds and the snapshot lacks go, the ones
+ * the snapshot adds come, and the ones in both stay as they are (their
+ * blocks keep their access times and hit counts, and their rows are not
+ * written again). Falls back to dropping the tier and storing the whole
+ * snapshot when the difference finds no memory. */
 static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint64_t now_ms) {
   staging_t *s = &ws->snap[tier];
+  kvp__index_held_t *held = NULL;
+  size_t nheld = 0, nw = 0;
+  snap_key_t *want = s->n ? malloc(s->n * sizeof *want) : NULL, *have = NULL;
   int rc = 0;
-  kvp__index_drop(ing->ix, ws->st.id, 1u << tier);
-  for (size_t i = 0; rc == 0 && i < s->n; i++) {
-    int hp = s->parents[i] != s->hashes[i];
-    rc = kvp__index_store(ing->ix, s->hashes[i], hp, s->parents[i], ws->st.id, tier, s->volumes[i],
-                          s->tokens[i], s->bytes[i], now_ms);
+
+  if ((s->n && want == NULL) || kvp__index_held(ing->ix, ws->st.id, tier, &held, &nheld) != 0 ||
+      (nheld && (have = malloc(nheld * sizeof *have)) == NULL)) {
+    kvp__index_drop(ing->ix, ws->st.id, 1u << tier);
+    for (size_t i = 0; rc == 0 && i < s->n; i++)
+      rc = kvp__index_store(ing->ix, s->hashes[i], s->parents[i] != s->hashes[i], s->parents[i],
+                            ws->st.id, tier, s->volumes[i], s->tokens[i], s->bytes[i], now_ms);
+    goto done;
   }
+  for (size_t i = 0; i < s->n; i++)
+    want[nw++] = (snap_key_t){.hash = s->hashes[i], .i = (uint32_t)i, .volume = s->volumes[i]};
+  for (size_t i = 0; i < nheld; i++)
+    have[i] = (snap_key_t){.hash = held[i].hash, .volume = held[i].volume};
+  qsort(want, nw, sizeof *want, cmp_key);
+  qsort(have, nheld, sizeof *have, cmp_key);
+  size_t a = 0, b = 0;
+  while (a < nw || b < nheld) {
+    int c = a == nw ? 1 : b == nheld ? -1 : cmp_key(&want[a], &have[b]);
+    if (c > 0) { /* held, not in the snapshot */
+      kvp__index_remove(ing->ix, have[b].hash, ws->st.id, tier, have[b].volume);
+      b++;
+      continue;
+    }
+    if (c < 0 && rc == 0) { /* in the snapshot, not held */
+      size_t i = want[a].i;
+      rc = kvp__index_store(ing->ix, s->hashes[i], s->parents[i] != s->hashes[i], s->parents[i],
+                            ws->st.id, tier, s->volumes[i], s->tokens[i], s->bytes[i], now_ms);
+    }
+    if (c == 0)
+      b++;
+    /* The same location twice in the snapshot: once. */
+    for (a++; a < nw && cmp_key(&want[a - 1], &want[a]) == 0;)
+      a++;
+  }
+done:
+  free(want);
+  free(have);
+  free(held);
   if (rc != 0)
     ing->c.bad_events++;
   ing->c.snapshots++;
@@ -296,6 +350,14 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
   int rc;
   const char *need_resync = NULL;
 
+  if (ing->opts.partitioned && strcmp(b->worker_id, KVP_ADVISOR_WORKER) == 0) {
+    if (ing->c.unpartitioned++ == 0)
+      kvp_log_warn("advisor: worker %s: an unpartitioned tiering advisor's events are ignored by "
+                   "a partitioned advisor (its objects are under the namespace's own key "
+                   "namespace; docs/SCALE.md)",
+                   b->worker_id);
+    return 0;
+  }
   if ((rc = kvp__index_worker(ing->ix, b->worker_id, b->dp_rank, &id)) != 0)
     return rc;
   if ((ws = wstate(ing, id)) == NULL)

@@ -52,6 +52,13 @@ typedef struct kvp__adv_ingest_opts_s {
    * engine prefetches behind G4 hits); may be NULL. Same thread as resync. */
   void (*accessed)(void *ctx, int tier, const uint64_t *hashes, size_t n);
   void *accessed_ctx;
+  /* A partitioned advisor: the batches of worker _advisor (an unpartitioned
+   * tiering advisor of the namespace, whose events the servers' mapping
+   * puts in a partition's stream) are counted and ignored. Its objects are
+   * under the namespace's own key namespace, which no partitioned worker
+   * reads and a partitioned advisor sweeps (docs/SCALE.md, "Switching a
+   * tiering deployment to partitions"): no router is sent to them. */
+  int partitioned;
 } kvp__adv_ingest_opts_t;
 
 /* Counters, all monotonic. */
@@ -59,13 +66,14 @@ typedef struct kvp__adv_ingest_counters_s {
   uint64_t messages; /* messages handed to kvp__adv_ingest_message */
   uint64_t batches;  /* batches applied (heartbeats included) */
   uint64_t heartbeats;
-  uint64_t events;       /* events applied */
-  uint64_t block_events; /* hashes in applied events */
-  uint64_t malformed;    /* messages that failed to decode */
-  uint64_t oversized;    /* of which: over the size limits */
-  uint64_t bad_events;   /* decoded events that could not be applied */
-  uint64_t duplicates;   /* events skipped as already applied */
-  uint64_t stale;        /* batches from an older epoch */
+  uint64_t events;        /* events applied */
+  uint64_t block_events;  /* hashes in applied events */
+  uint64_t malformed;     /* messages that failed to decode */
+  uint64_t oversized;     /* of which: over the size limits */
+  uint64_t bad_events;    /* decoded events that could not be applied */
+  uint64_t duplicates;    /* events skipped as already applied */
+  uint64_t stale;         /* batches from an older epoch */
+  uint64_t unpartitioned; /* batches of an unpartitioned _advisor ignored (opts.partitioned) */
   uint64_t gaps;
   uint64_t resyncs;         /* resync requests sent */
   uint64_t snapshots;       /* snapshots completed */

@@ -479,6 +479,32 @@ size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask) {
   return dropped;
 }
 
+int kvp__index_held(const kvp__index_t *ix, uint16_t worker, int tier, kvp__index_held_t **out,
+                    size_t *n) {
+  kvp__index_held_t *v = NULL;
+  size_t k = 0, cap = 0;
+  for (size_t nd = 1; nd < ix->nnodes; nd++) {
+    if (!(ix->meta[nd].flags & NODE_LIVE))
+      continue;
+    size_t cnt;
+    const uint32_t *l = kvp__index_locs(ix, (uint32_t)nd, &cnt);
+    for (size_t i = 0; i < cnt; i++) {
+      if (LOC_WORKER(l[i]) != worker || LOC_TIER(l[i]) != tier)
+        continue;
+      if (KVP_ARRAY_RESERVE(v, cap, k + 1, 256) != 0) {
+        free(v);
+        *out = NULL;
+        *n = 0;
+        return KVP_ENOMEM;
+      }
+      v[k++] = (kvp__index_held_t){.hash = ix->nodes[nd].hash, .volume = LOC_VOLUME(l[i])};
+    }
+  }
+  *out = v;
+  *n = k;
+  return 0;
+}
+
 int kvp__index_drop_some(kvp__index_t *ix, const uint8_t *workers, size_t nworkers,
                          unsigned tier_mask, size_t *next, size_t max_records, size_t *dropped) {
   size_t n = *next ? *next : 1, end = n + max_records;

@@ -119,6 +119,18 @@ int kvp__index_access(kvp__index_t *ix, uint64_t hash, int tier, uint32_t hits, 
 /* Drops every location of worker in the tiers of tier_mask (bit t for tier
  * t). Returns the number of locations dropped. */
 size_t kvp__index_drop(kvp__index_t *ix, uint16_t worker, unsigned tier_mask);
+/* A location of a worker (kvp__index_held). */
+typedef struct kvp__index_held_s {
+  uint64_t hash;
+  uint16_t volume;
+} kvp__index_held_t;
+
+/* The locations worker holds in tier, in record order: a linear pass over
+ * the records (a snapshot's commit, a resync's answer: rare). *out is
+ * malloc'd, NULL when *n is 0. Returns 0 or KVP_ENOMEM. */
+int kvp__index_held(const kvp__index_t *ix, uint16_t worker, int tier, kvp__index_held_t **out,
+                    size_t *n);
+
 /* kvp__index_drop of several workers (workers[w] != 0, for w < nworkers)
  * in slices, so a caller on a loop can answer between them: goes over at
  * most max_records records from *next (0 at the first call), advances

@@ -235,33 +235,43 @@ void kvp_publisher_request_resync(kvp_publisher_t *pub) {
     atomic_store(&pub->resync_due, 1);
 }
 
-/* Queues one tier's snapshot in chunks. */
 /* How long one kvp_publisher_poll waits, in all, for queue room for its
  * snapshot's chunks. */
 #define KVP__SNAPSHOT_WAIT_NS (200 * 1000000ull)
 
+/* Queues one tier's snapshot in chunks: each run's in chunks of its own,
+ * and one empty chunk when the tier holds nothing (the consumer empties its
+ * set). */
 static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint64_t *h,
-                         const uint64_t *p, size_t n, uint64_t deadline_ns) {
+                         const uint64_t *p, const kvp_snapshot_run_t *runs, size_t nruns,
+                         uint64_t deadline_ns) {
   size_t chunk = (pub->o.batch_max_bytes - 512) / 18;
   if (chunk > pub->o.batch_max_blocks)
     chunk = pub->o.batch_max_blocks;
   if (chunk == 0)
     chunk = 1;
   uint32_t c = 0;
-  size_t off = 0;
+  size_t off = 0, r = 0, run_left = nruns ? runs[0].n : 0;
+  /* The last run with blocks: the chunk that ends it is the last one. */
+  size_t last_run = 0;
+  for (size_t i = 0; i < nruns; i++)
+    if (runs[i].n > 0)
+      last_run = i;
   do {
-    size_t k = n - off < chunk ? n - off : chunk;
+    while (r + 1 < nruns && run_left == 0)
+      run_left = runs[++r].n;
+    size_t k = run_left < chunk ? run_left : chunk;
     kvp_event_t ev = {.type = KVP_EV_SNAPSHOT,
                       .tier = tier,
-                      .volume = pub->o.snapshot_volumes[tier],
+                      .volume = runs[r].volume,
                       .snapshot_id = id,
                       .chunk = c++,
-                      .last = off + k == n,
+                      .last = r >= last_run && k == run_left,
                       .hashes = h + off,
                       .nhashes = k,
                       .parent_hashes = p ? p + off : NULL,
-                      .block_tokens = pub->o.block_tokens,
-                      .block_bytes = pub->o.block_bytes};
+                      .block_tokens = runs[r].block_tokens,
+                      .block_bytes = runs[r].block_bytes};
     size_t before = 0;
     /* A full queue is waited on (until the poll's deadline) rather than
      * dropped into: a snapshot must get through whole, and a chunk it
@@ -272,7 +282,35 @@ static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint
     atomic_fetch_add(&pub->f_queued, 1);
     kvp__pub_wake(pub); /* snapshots are rare and must get through whole */
     off += k;
-  } while (off < n);
+    run_left -= k;
+    if (ev.last)
+      return 0;
+  } while (1);
+}
+
+/* One tier through whichever callback the options set: its arrays and runs
+ * (one run for kvp_snapshot_fn: the options' volume and shape). */
+static int take_tier(kvp_publisher_t *pub, int tier, uint64_t **h, uint64_t **p,
+                     kvp_snapshot_run_t **runs, size_t *nruns) {
+  size_t n = 0;
+  int rc;
+  if (pub->o.snapshot_runs != NULL) {
+    if ((rc = pub->o.snapshot_runs(pub->o.snapshot_ctx, tier, h, p, runs, nruns)) != 0)
+      return rc;
+    if (*nruns > 0)
+      return 0;
+    free(*runs); /* nothing held: one empty run */
+    *runs = NULL;
+  } else if ((rc = pub->o.snapshot(pub->o.snapshot_ctx, tier, h, p, &n)) != 0) {
+    return rc;
+  }
+  if ((*runs = calloc(1, sizeof **runs)) == NULL)
+    return KVP_ENOMEM;
+  memcpy((*runs)->volume, pub->o.snapshot_volumes[tier], sizeof(*runs)->volume);
+  (*runs)->block_tokens = pub->o.block_tokens;
+  (*runs)->block_bytes = pub->o.block_bytes;
+  (*runs)->n = n;
+  *nruns = 1;
   return 0;
 }
 
@@ -280,25 +318,28 @@ int kvp_publisher_poll(kvp_publisher_t *pub) {
   int rc = 0;
   if (pub == NULL)
     return KVP_EINVAL;
-  if (pub->o.snapshot == NULL || !atomic_load(&pub->resync_due) || !atomic_load(&pub->link_up))
+  if ((pub->o.snapshot == NULL && pub->o.snapshot_runs == NULL) || !atomic_load(&pub->resync_due) ||
+      !atomic_load(&pub->link_up))
     return 0;
   atomic_store(&pub->resync_due, 0);
   uint64_t id = atomic_fetch_add(&pub->snap_seq, 1) + 1;
   uint64_t deadline = kvp__now_ns() + KVP__SNAPSHOT_WAIT_NS;
   for (int tier = KVP_TIER_G1; tier <= KVP_TIER_MAX; tier++) {
     uint64_t *h = NULL, *p = NULL;
-    size_t n = 0;
+    kvp_snapshot_run_t *runs = NULL;
+    size_t nruns = 0;
     if (!(pub->o.snapshot_tiers & (1u << tier)))
       continue;
-    rc = pub->o.snapshot(pub->o.snapshot_ctx, tier, &h, &p, &n);
+    rc = take_tier(pub, tier, &h, &p, &runs, &nruns);
     if (rc == KVP_ETIER) {
       rc = 0;
       continue;
     }
     if (rc == 0)
-      rc = snapshot_tier(pub, id, tier, h, p, n, deadline);
+      rc = snapshot_tier(pub, id, tier, h, p, runs, nruns, deadline);
     free(h);
     free(p);
+    free(runs);
     if (rc != 0)
       goto fail;
   }

@@ -325,6 +325,7 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   kvp__tier_move_t *moves = NULL;
   size_t nmoves = 0;
 
+  kvp__tier_parts_poll(e); /* resyncs are answered while a job runs too */
   if (e->busy)
     return;
   /* Unpartitioned with a lease (engine.h, the gate): no round at all while
@@ -430,13 +431,27 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   }
 }
 
+/* The timer ticks every POLL_MS at most (a resync asked of the advisor
+ * workers is answered within a tick, whatever the interval) and a round
+ * runs once an interval has passed, give or take half a tick (a repeating
+ * timer drifts by what each callback takes). */
+#define POLL_MS 250u
+
 static void on_timer(uv_timer_t *t) {
-  kvp__tier_engine_round(t->data);
+  kvp__tier_engine_t *e = t->data;
+  uint64_t now = uv_now(e->loop), tick = e->interval_ms < POLL_MS ? e->interval_ms : POLL_MS;
+  kvp__tier_parts_poll(e);
+  if (e->tick_round_ms != 0 && now + tick / 2 < e->tick_round_ms + e->interval_ms)
+    return;
+  e->tick_round_ms = now;
+  kvp__tier_engine_round(e);
 }
 
 void kvp__tier_engine_start(kvp__tier_engine_t *e) {
+  uint64_t tick = e->interval_ms < POLL_MS ? e->interval_ms : POLL_MS;
   e->running = 1;
-  uv_timer_start(&e->timer, on_timer, e->interval_ms, e->interval_ms);
+  e->tick_round_ms = 0;
+  uv_timer_start(&e->timer, on_timer, e->interval_ms, tick);
 }
 
 int kvp__tier_engine_busy(const kvp__tier_engine_t *e) {

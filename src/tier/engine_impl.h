@@ -40,7 +40,7 @@
 #include "tier/engine.h"
 #include "tier/policy.h"
 
-#define ADVISOR_WORKER "_advisor"
+#define ADVISOR_WORKER KVP_ADVISOR_WORKER
 /* Backoff after a failed move, per volume: BACKOFF_BASE_MS doubled for each
  * failure in a row, at most BACKOFF_CAP_MS; a full volume (KVP_ENOSPC)
  * starts at BACKOFF_FULL_MS. */
@@ -99,8 +99,9 @@ typedef struct part_s {
   char ns[KVP_PARTITION_NS_MAX + 1];
   char worker[64];
   uint16_t worker_id;
-  kvp_publisher_t *pub; /* NULL: moves are not announced */
-  int retired;          /* dropped by a live rebalance: its objects are the next owner's */
+  kvp_publisher_t *pub;     /* NULL: moves are not announced */
+  struct part_snap_s *snap; /* its publisher's snapshot context (parts.c), with pub */
+  int retired;              /* dropped by a live rebalance: its objects are the next owner's */
 } part_t;
 
 /* One unit of work for the job, and its outcome. */
@@ -170,6 +171,7 @@ struct kvp__tier_engine_s {
   kvp__journal_t *db; /* the journal's connection: the job's, or the loop's before start */
   uv_timer_t timer;
   int timer_ready, running;
+  uint64_t tick_round_ms; /* the loop's time of the last round the timer ran */
   uv_work_t work;
   uv_async_t async; /* the job's batches of outcomes, ready for the loop */
   int async_ready, handles_open;
@@ -365,6 +367,10 @@ int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char 
 void kvp__tier_parts_close(kvp__tier_engine_t *e);
 /* 1 when the engine announces its moves at all (NATS options given). */
 int kvp__tier_parts_publish(const kvp__tier_engine_t *e);
+/* Answers the resyncs asked of the parts' advisor workers (a consumer
+ * that missed events, or joined late): each publisher's snapshot of the
+ * G3 and G4 locations its worker holds, per volume. Loop thread. */
+void kvp__tier_parts_poll(kvp__tier_engine_t *e);
 int kvp__tier_part_of(kvp__tier_engine_t *e, uint16_t worker);
 static inline const char *kvp__tier_ns(const kvp__tier_engine_t *e, uint16_t part) {
   return e->parts[part].ns;

@@ -37,6 +37,90 @@ int kvp__tier_parts_publish(const kvp__tier_engine_t *e) {
   return e->pub_nats != NULL && e->pub_nats->servers[0] != '\0';
 }
 
+/* A part's snapshot context: the engine and the part's index worker (a
+ * part_t moves when e->parts grows). */
+typedef struct part_snap_s {
+  kvp__tier_engine_t *e;
+  uint16_t worker;
+} part_snap_t;
+
+/* One of a part's locations in a snapshot: by volume, then shape, each
+ * run of equal ones goes out in chunks of its own. */
+typedef struct snap_loc_s {
+  kvp__index_block_t b;
+  uint16_t volume;
+} snap_loc_t;
+
+static int cmp_loc(const void *a, const void *b) {
+  const snap_loc_t *x = a, *y = b;
+  if (x->volume != y->volume)
+    return x->volume < y->volume ? -1 : 1;
+  if (x->b.tokens != y->b.tokens)
+    return x->b.tokens < y->b.tokens ? -1 : 1;
+  return x->b.bytes < y->b.bytes ? -1 : x->b.bytes > y->b.bytes;
+}
+
+/* kvp_snapshot_runs_fn of a part's publisher, called by its poll on the
+ * loop thread, where the index changes and the moves are announced: the
+ * snapshot is the stream's state at its point. The advisor worker holds G3
+ * and G4 locations only. */
+static int part_snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **parents,
+                         kvp_snapshot_run_t **runs, size_t *nruns) {
+  part_snap_t *c = ctx;
+  kvp__index_held_t *held = NULL;
+  size_t n = 0, k = 0, nr = 0;
+  int rc;
+
+  *hashes = *parents = NULL;
+  *runs = NULL;
+  *nruns = 0;
+  if ((rc = kvp__index_held(c->e->ix, c->worker, tier, &held, &n)) != 0 || n == 0)
+    return rc;
+  snap_loc_t *v = malloc(n * sizeof *v);
+  uint64_t *h = malloc(n * sizeof *h), *p = malloc(n * sizeof *p);
+  kvp_snapshot_run_t *r = malloc(n * sizeof *r); /* at most one run per location */
+  if (v == NULL || h == NULL || p == NULL || r == NULL) {
+    free(v);
+    free(h);
+    free(p);
+    free(r);
+    free(held);
+    return KVP_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (kvp__index_get(c->e->ix, held[i].hash, &v[k].b, NULL, 0, NULL) == 0)
+      v[k++].volume = held[i].volume;
+  free(held);
+  qsort(v, k, sizeof *v, cmp_loc);
+  for (size_t i = 0; i < k; i++) {
+    h[i] = v[i].b.hash;
+    p[i] = v[i].b.parent;
+    if (i == 0 || cmp_loc(&v[i - 1], &v[i]) != 0) {
+      const char *vol = kvp__index_volume_name(c->e->ix, v[i].volume);
+      r[nr] =
+          (kvp_snapshot_run_t){.block_tokens = v[i].b.tokens, .block_bytes = v[i].b.bytes, .n = 0};
+      snprintf(r[nr].volume, sizeof r[nr].volume, "%s", vol ? vol : "");
+      nr++;
+    }
+    r[nr - 1].n++;
+  }
+  free(v);
+  *hashes = h;
+  *parents = p;
+  *runs = r;
+  *nruns = nr;
+  return 0;
+}
+
+void kvp__tier_parts_poll(kvp__tier_engine_t *e) {
+  for (size_t i = 0; i < e->nparts; i++) {
+    int rc = e->parts[i].pub ? kvp_publisher_poll(e->parts[i].pub) : 0;
+    if (rc < 0 && rc != KVP_EOVERFLOW)
+      kvp_log_warn("tiering: worker %s: no snapshot for a resync: %s (tried again)",
+                   e->parts[i].worker, kvp_strerror(rc));
+  }
+}
+
 static int open_publisher(kvp__tier_engine_t *e, part_t *pt, char *err, size_t errlen) {
   kvp_publisher_opts_t po;
   char why[512];
@@ -44,6 +128,11 @@ static int open_publisher(kvp__tier_engine_t *e, part_t *pt, char *err, size_t e
 
   if (!kvp__tier_parts_publish(e))
     return 0;
+  free(pt->snap);
+  if ((pt->snap = malloc(sizeof *pt->snap)) == NULL)
+    return KVP_ENOMEM;
+  pt->snap->e = e;
+  pt->snap->worker = pt->worker_id;
   kvp_publisher_opts_init(&po);
   po.nats = *e->pub_nats;
   po.ns = e->ns;
@@ -53,7 +142,9 @@ static int open_publisher(kvp__tier_engine_t *e, part_t *pt, char *err, size_t e
   po.stream = e->pub_stream[0] ? e->pub_stream : NULL;
   po.partitions = e->partitions;
   po.overflow = KVP_OVERFLOW_DROP;
-  po.snapshot_tiers = 0;
+  po.snapshot_tiers = 1u << KVP_TIER_G3 | 1u << KVP_TIER_G4;
+  po.snapshot_runs = part_snapshot;
+  po.snapshot_ctx = pt->snap;
   if ((rc = kvp_publisher_open(&po, &pt->pub, why, sizeof why)) != 0)
     snprintf(err, errlen, "tiering: the publisher of worker %s: %s", pt->worker, why);
   return rc;
@@ -92,6 +183,8 @@ static void retire_publisher(kvp__tier_engine_t *e, part_t *pt) {
     }
   }
   pt->pub = NULL;
+  free(pt->snap); /* called only by a poll, and none polls it now */
+  pt->snap = NULL;
 }
 
 /* Appends the part of partition p (not partitioned: the one part). */
@@ -263,8 +356,10 @@ size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, siz
 }
 
 void kvp__tier_parts_close(kvp__tier_engine_t *e) {
-  for (size_t i = 0; i < e->nparts; i++)
+  for (size_t i = 0; i < e->nparts; i++) {
     kvp_publisher_close(e->parts[i].pub); /* flushes what is queued, within its close timeout */
+    free(e->parts[i].snap);
+  }
   free(e->parts);
   e->parts = NULL;
   e->nparts = 0;

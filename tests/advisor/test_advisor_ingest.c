@@ -313,7 +313,68 @@ static void out_of_order_snapshot_chunk_is_discarded(void **state) {
   assert_string_equal(f->last_reason, "snapshot");
 }
 
+/* A snapshot replaces a tier's set by its difference: a location in both
+ * keeps its block's access time and hits; one the snapshot lacks goes, one
+ * it adds comes; chunks of one snapshot may name different volumes (the
+ * tiering advisor's worker holds blocks on several). */
+static void a_snapshot_changes_only_what_differs(void **state) {
+  fx_t *f = *state;
+  uint64_t h[3] = {1, 2, 3}, h3[1] = {3};
+  uint32_t hits[1] = {5};
+  kvp_event_t ev[3] = {
+      stored(3, h, 3),
+      stored(3, h3, 1),
+      {.type = KVP_EV_ACCESSED, .tier = 3, .hashes = h, .nhashes = 1, .hit_counts = hits}};
+  ev[1].volume = "vol2";
+  assert_int_equal(feed(f, "w", 1, 1, ev, 3, 0, NOW), 0);
+  kvp_event_t g = stored(3, h3, 1);
+  assert_int_equal(feed(f, "w", 1, 9, &g, 1, 0, NOW), 0); /* a gap */
+  assert_int_equal(f->resyncs, 1);
+  /* The worker holds 1 and 4 on vol, 3 on vol2 (3 left vol, 2 is gone). */
+  uint64_t on_vol[2] = {1, 4}, on_vol2[1] = {3};
+  kvp_event_t s0 = {.type = KVP_EV_SNAPSHOT,
+                    .tier = 3,
+                    .volume = "vol",
+                    .snapshot_id = 2,
+                    .hashes = on_vol,
+                    .nhashes = 2,
+                    .block_tokens = 16,
+                    .block_bytes = 4096};
+  kvp_event_t s1 = s0;
+  s1.volume = "vol2";
+  s1.chunk = 1;
+  s1.last = 1;
+  s1.hashes = on_vol2;
+  s1.nhashes = 1;
+  assert_int_equal(feed(f, "w", 1, 10, &s0, 1, 0, NOW + 60000), 0);
+  assert_int_equal(feed(f, "w", 1, 11, &s1, 1, 0, NOW + 60000), 0);
+  assert_int_equal(kvp__adv_ingest_counters(f->ing)->snapshots, 1);
+  kvp__index_block_t b;
+  kvp__index_loc_t l[4];
+  size_t n = 0;
+  uint16_t vol, vol2;
+  assert_int_equal(kvp__index_volume(f->ix, "vol", &vol), 0);
+  assert_int_equal(kvp__index_volume(f->ix, "vol2", &vol2), 0);
+  /* 1: kept as it was, its hits and access time too. */
+  assert_int_equal(kvp__index_get(f->ix, 1, &b, l, 4, &n), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(l[0].volume, vol);
+  assert_int_equal(b.hits, 5);
+  assert_int_equal(b.last_access_ms / 1000, NOW / 1000);
+  /* 2: gone. 3: on vol2 only. 4: new, accessed as of the snapshot. */
+  assert_int_equal(kvp__index_get(f->ix, 2, NULL, NULL, 0, NULL), KVP_ENOENT);
+  assert_int_equal(kvp__index_get(f->ix, 3, NULL, l, 4, &n), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(l[0].volume, vol2);
+  assert_int_equal(kvp__index_get(f->ix, 4, &b, l, 4, &n), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(l[0].volume, vol);
+  assert_int_equal(b.last_access_ms / 1000, (NOW + 60000) / 1000);
+  assert_int_equal(locs_of(f, "w", 3), 3);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(a_snapshot_changes_only_what_differs, setup, teardown),
     cmocka_unit_test_setup_teardown(applies_stored_removed_accessed, setup, teardown),
     cmocka_unit_test_setup_teardown(duplicate_events_are_skipped, setup, teardown),
     cmocka_unit_test_setup_teardown(gap_requests_resync_and_snapshot_converges, setup, teardown),

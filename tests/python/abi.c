@@ -55,6 +55,7 @@ int main(void) {
   F(kvp_publisher_opts_t, first_event_id);
   F(kvp_publisher_opts_t, partitions);
   F(kvp_publisher_opts_t, stream_replicas);
+  F(kvp_publisher_opts_t, snapshot_runs);
 
   S(kvp_publisher_stats_t);
   F(kvp_publisher_stats_t, queued);

@@ -38,3 +38,7 @@ kvp_add_test(tier_control tier/test_tier_control.c LABELS tier volume)
 target_compile_definitions(test_tier_control PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(test_tier_control kvplane-volume-posix)
+# Resyncs asked of the tiering advisor's worker (src/tier/parts.c).
+kvp_add_test(tier_resync tier/test_tier_resync.c LABELS tier nats TIMEOUT 120)
+target_compile_definitions(test_tier_resync PRIVATE KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+add_dependencies(test_tier_resync kvplane-volume-posix)

@@ -1,0 +1,332 @@
+/* A resync asked of the tiering advisor's worker (_advisor) is answered:
+ *   - the engine's publisher answers a request on the worker's resync
+ *     subject with a snapshot of its G3 and G4 locations, one run of
+ *     chunks per volume and block shape, each naming its volume, and an
+ *     empty tier as one empty last chunk;
+ *   - end to end, in core mode: a second advisor started after the first
+ *     one's moves (a standby, a restarted consumer) asks for the resync
+ *     on the _advisor heartbeat it joins on, and ends with the same G4
+ *     locations in its database as the advisor that moved them.
+ * Real nats-server, real posix volumes, real SQLite; loopback only. */
+#include <pthread.h>
+#include <unistd.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "index/index.h"
+#include "store/store.h"
+#include "advisor/advisor.h"
+#include "harness.h"
+#include "natsd.h"
+#include <nats/nats.h>
+#include "kvplane/publisher.h"
+#include "kvplane/subjects.h"
+#include "kvplane/wire.h"
+#include "kvplane/status.h"
+#include "kvplane/volume.h"
+#include "tier/engine.h"
+
+#include "tier_fx.h"
+
+/* The snapshot chunks of worker _advisor a plain subscriber saw. */
+#define MAXSEEN 64
+typedef struct chunk_s {
+  int tier, last;
+  uint32_t chunk, tokens;
+  uint64_t snapshot_id;
+  char volume[32];
+  uint64_t hashes[16];
+  size_t n;
+} chunk_t;
+
+typedef struct seen_s {
+  pthread_mutex_t mu;
+  chunk_t c[MAXSEEN];
+  int n;
+} seen_t;
+
+static void on_event(natsConnection *nc, natsSubscription *sub, natsMsg *m, void *ctx) {
+  seen_t *seen = ctx;
+  kvp_wire_batch_t *wb = NULL;
+  (void)nc;
+  (void)sub;
+  if (kvp_wire_decode((const uint8_t *)natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), NULL,
+                      &wb) == 0) {
+    const kvp_batch_t *b = kvp_wire_batch_view(wb);
+    pthread_mutex_lock(&seen->mu);
+    for (size_t i = 0; i < b->nevents && seen->n < MAXSEEN; i++) {
+      const kvp_event_t *ev = &b->events[i];
+      if (ev->type != KVP_EV_SNAPSHOT)
+        continue;
+      chunk_t *c = &seen->c[seen->n++];
+      c->tier = ev->tier;
+      c->last = ev->last;
+      c->chunk = ev->chunk;
+      c->tokens = ev->block_tokens;
+      c->snapshot_id = ev->snapshot_id;
+      snprintf(c->volume, sizeof c->volume, "%s", ev->volume ? ev->volume : "");
+      for (size_t k = 0; k < ev->nhashes && c->n < 16; k++)
+        c->hashes[c->n++] = ev->hashes[k];
+    }
+    pthread_mutex_unlock(&seen->mu);
+    kvp_wire_batch_free(wb);
+  }
+  natsMsg_Destroy(m);
+}
+
+static int lasts(seen_t *seen) {
+  int k = 0;
+  pthread_mutex_lock(&seen->mu);
+  for (int i = 0; i < seen->n; i++)
+    k += seen->c[i].last;
+  pthread_mutex_unlock(&seen->mu);
+  return k;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void engine_answers_per_volume(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  char err[512], subj[KVP_SUBJECT_MAX], ctl[KVP_SUBJECT_MAX];
+  kvp_natsd_t d;
+  natsConnection *nc = NULL;
+  natsSubscription *sub = NULL;
+  seen_t seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  uint16_t adv, vx;
+
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", d.url);
+  f->cfg.mode = KVP_ADVISOR_CORE;
+  assert_int_equal(kvp_subject_events(subj, sizeof subj, "t", "_advisor"), 0);
+  assert_int_equal(kvp_subject_resync(ctl, sizeof ctl, "t", "_advisor"), 0);
+  assert_int_equal(natsConnection_ConnectTo(&nc, d.url), NATS_OK);
+  assert_int_equal(natsConnection_Subscribe(&sub, nc, subj, on_event, &seen), NATS_OK);
+  natsConnection_Flush(nc);
+  seed(f, 10); /* 10 of 10 blocks: the two coldest leaves (10, 9) go to G4 */
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  fx_engine = e;
+  round_and_wait(f, e);
+  round_and_wait(f, e); /* the sources deleted */
+  assert_int_equal(locs_in(f, 10, 4), 1);
+  assert_int_equal(locs_in(f, 9, 4), 1);
+  /* Two more of _advisor's locations, as moves the engine made before a
+   * restart would leave them: one on another G4 volume, of another shape. */
+  assert_int_equal(kvp__index_worker(f->ix, "_advisor", 0, &adv), 0);
+  assert_int_equal(kvp__index_volume(f->ix, "g4b", &vx), 0);
+  assert_int_equal(kvp__index_store(f->ix, 77, 0, 0, adv, 4, vx, 32, 5000, NOW_MS), 0);
+  /* Nothing is sent before a request. */
+  nats_Sleep(100);
+  assert_int_equal(lasts(&seen), 0);
+  assert_int_equal(natsConnection_PublishString(nc, ctl, ""), NATS_OK);
+  natsConnection_Flush(nc);
+  nats_Sleep(200); /* the publisher's subscription raises its flag */
+  for (int i = 0; i < 100 && lasts(&seen) < 2; i++) {
+    round_and_wait(f, e); /* the round polls the publishers first */
+    nats_Sleep(20);
+  }
+  assert_int_equal(lasts(&seen), 2); /* G3 and G4, once each */
+  pthread_mutex_lock(&seen.mu);
+  uint64_t g4[8];
+  size_t ng4 = 0;
+  int g3_chunks = 0, on_g4b = 0;
+  uint64_t id = seen.c[0].snapshot_id;
+  for (int i = 0; i < seen.n; i++) {
+    chunk_t *c = &seen.c[i];
+    assert_int_equal(c->snapshot_id, id); /* one snapshot, every tier in it */
+    if (c->tier == 3) {
+      /* _advisor holds nothing in G3: one empty chunk, the last. */
+      g3_chunks++;
+      assert_int_equal(c->n, 0);
+      assert_int_equal(c->last, 1);
+      assert_int_equal(c->chunk, 0);
+      continue;
+    }
+    assert_int_equal(c->tier, 4);
+    if (strcmp(c->volume, "g4b") == 0) {
+      on_g4b++;
+      assert_int_equal(c->n, 1);
+      assert_int_equal(c->hashes[0], 77);
+      assert_int_equal(c->tokens, 32);
+    } else {
+      assert_string_equal(c->volume, "g4");
+      assert_int_equal(c->tokens, 16);
+    }
+    for (size_t k = 0; k < c->n && ng4 < 8; k++)
+      g4[ng4++] = c->hashes[k];
+  }
+  pthread_mutex_unlock(&seen.mu);
+  assert_int_equal(g3_chunks, 1);
+  assert_int_equal(on_g4b, 1);
+  assert_int_equal(ng4, 3);
+  qsort(g4, ng4, sizeof g4[0], cmp_u64);
+  assert_int_equal(g4[0], 9);
+  assert_int_equal(g4[1], 10);
+  assert_int_equal(g4[2], 77);
+  kvp__tier_engine_stop(e, NULL, NULL);
+  kvp__tier_engine_close(e);
+  fx_engine = NULL;
+  natsSubscription_Destroy(sub);
+  natsConnection_Destroy(nc);
+  kvp_natsd_stop(&d);
+}
+
+/* An advisor run in-process on a thread of its own. */
+typedef struct adv_s {
+  kvp_advisor_config_t cfg;
+  kvp_advisor_t *adv;
+  pthread_t thread;
+  int running;
+} adv_t;
+
+static void *run_main(void *arg) {
+  kvp_advisor_run(((adv_t *)arg)->adv);
+  return NULL;
+}
+
+static void adv_start(adv_t *a, fx_t *f, const char *name, const char *url, int tiering) {
+  kvp_advisor_config_t *c = &a->cfg;
+  char err[512];
+  kvp_advisor_config_defaults(c);
+  snprintf(c->db_path, sizeof c->db_path, "%s/%s.db", f->dir, name);
+  snprintf(c->nats.servers, sizeof c->nats.servers, "%s", url);
+  snprintf(c->ns, sizeof c->ns, "t");
+  snprintf(c->consumer, sizeof c->consumer, "%s", name);
+  snprintf(c->plugin_dir, sizeof c->plugin_dir, "%s", KVP_BUILD_PLUGIN_DIR);
+  c->mode = KVP_ADVISOR_CORE;
+  c->flush_interval_ms = 50;
+  c->heartbeat_timeout_ms = 0;
+  c->log_level = 1;
+  if (tiering) {
+    c->tiering = 1;
+    c->tier_interval_ms = 100;
+    c->tier_residence_ms = 0;
+    c->tier_grace_ms = 0;
+    c->tier_high = 0.9;
+    c->tier_low = 0.5;
+    c->nvolumes = 2;
+    memcpy(c->volumes, f->cfg.volumes, 2 * sizeof c->volumes[0]);
+  }
+  if (kvp_advisor_open(c, &a->adv, err, sizeof err) != 0)
+    fail_msg("advisor %s: %s", name, err);
+  assert_int_equal(pthread_create(&a->thread, NULL, run_main, a), 0);
+  a->running = 1;
+}
+
+static void adv_stop(adv_t *a) {
+  if (!a->running)
+    return;
+  kvp_advisor_stop(a->adv);
+  pthread_join(a->thread, NULL);
+  kvp_advisor_close(a->adv);
+  a->running = 0;
+}
+
+/* The hashes _advisor holds in G4 by the database at path, sorted, as a
+ * comma-separated list ("" when none; "?" when it cannot be read). */
+static void advisor_g4(const char *path, char *out, size_t len) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  size_t k = 0;
+  snprintf(out, len, "?");
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 2000);
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT hash FROM block_locations WHERE worker = '_advisor' AND tier = 4 "
+            "AND volume = 'g4' ORDER BY hash",
+            -1, &s, NULL) == SQLITE_OK) {
+      out[0] = '\0';
+      while (sqlite3_step(s) == SQLITE_ROW && k + 24 < len)
+        k += (size_t)snprintf(out + k, len - k, "%s%lld", k ? "," : "",
+                              (long long)sqlite3_column_int64(s, 0));
+    }
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+}
+
+/* The entries of such a list. */
+static int items(const char *list) {
+  int n = list[0] != '\0' && list[0] != '?';
+  for (const char *p = list; *p; p++)
+    n += *p == ',';
+  return n;
+}
+
+static void a_late_advisor_learns_the_moves_made_before_it(void **state) {
+  fx_t *f = *state;
+  kvp_natsd_t d;
+  adv_t a = {0}, b = {0};
+  kvp_publisher_opts_t po;
+  kvp_publisher_t *pub = NULL;
+  char err[512], da[320], db[320], ga[512], gb[512];
+  uint64_t h[10];
+  uint8_t payload[1000];
+
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  /* Worker w puts a chain of 10 in its G3 (full: 10 of 10) and says so. */
+  for (int i = 0; i < 10; i++) {
+    h[i] = 0x7100000000000000ull + (uint64_t)i;
+    memset(payload, i, sizeof payload);
+    kvp_frame_t m = {.hash = h[i],
+                     .parent = i ? h[i - 1] : 0,
+                     .has_parent = i > 0,
+                     .payload_len = sizeof payload};
+    assert_int_equal(kvp_volume_put_block(f->g3, "t", &m, payload, err, sizeof err), 0);
+  }
+  adv_start(&a, f, "a", d.url, 1);
+  kvp_publisher_opts_init(&po);
+  snprintf(po.nats.servers, sizeof po.nats.servers, "%s", d.url);
+  po.ns = "t";
+  po.worker_id = "w";
+  po.max_delay_ms = 1;
+  assert_int_equal(kvp_publisher_open(&po, &pub, err, sizeof err), 0);
+  nats_Sleep(300); /* advisor a's subscription is up */
+  assert_int_equal(kvp_publisher_stored(pub, KVP_TIER_G3, "g3", NULL, h, 10, 16,
+                                        sizeof payload + KVP_FRAME_HEADER, 0),
+                   0);
+  assert_int_equal(kvp_publisher_flush(pub, 5000), 0);
+  /* a moves the coldest half to G4 as _advisor. */
+  snprintf(da, sizeof da, "%s/a.db", f->dir);
+  snprintf(db, sizeof db, "%s/b.db", f->dir);
+  advisor_g4(da, ga, sizeof ga);
+  for (int i = 0; i < 200 && items(ga) != 5; i++) {
+    nats_Sleep(50);
+    advisor_g4(da, ga, sizeof ga);
+  }
+  assert_int_equal(items(ga), 5); /* down to 0.5 of G3 */
+  /* b joins now: it has seen none of those moves, asks _advisor for a
+   * resync on its first heartbeat, and a's engine answers. */
+  adv_start(&b, f, "b", d.url, 0);
+  for (int i = 0; i < 200; i++) {
+    advisor_g4(db, gb, sizeof gb);
+    if (strcmp(ga, gb) == 0)
+      break;
+    nats_Sleep(50);
+  }
+  advisor_g4(db, gb, sizeof gb);
+  kvp_publisher_close(pub);
+  adv_stop(&b);
+  adv_stop(&a);
+  kvp_natsd_stop(&d);
+  if (strcmp(ga, gb) != 0)
+    fprintf(stderr, "advisor a holds [%s] in G4, b [%s]\n", ga, gb);
+  assert_string_equal(gb, ga);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(a_late_advisor_learns_the_moves_made_before_it, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(engine_answers_per_volume, setup, teardown),
+};
+
+KVP_TEST_MAIN("tier_resync", tests)
