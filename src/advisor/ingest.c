@@ -217,8 +217,10 @@ static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint
     want[nw++] = (snap_key_t){.hash = s->hashes[i], .i = (uint32_t)i, .volume = s->volumes[i]};
   for (size_t i = 0; i < nheld; i++)
     have[i] = (snap_key_t){.hash = held[i].hash, .volume = held[i].volume};
-  qsort(want, nw, sizeof *want, cmp_key);
-  qsort(have, nheld, sizeof *have, cmp_key);
+  if (nw)
+    qsort(want, nw, sizeof *want, cmp_key);
+  if (nheld)
+    qsort(have, nheld, sizeof *have, cmp_key);
   size_t a = 0, b = 0;
   while (a < nw || b < nheld) {
     int c = a == nw ? 1 : b == nheld ? -1 : cmp_key(&want[a], &have[b]);
