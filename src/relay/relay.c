@@ -55,27 +55,34 @@ static int snapshot(void *ctx, int tier, uint64_t **hashes, uint64_t **parents, 
 }
 
 void kvp__relay_save(kvp__relay_ep_t *ep, int closing) {
-  if (!ep->state_path[0] || !ep->pub || ep->last_seq < 0 || ep->last_seq == ep->saved_seq)
+  int rc;
+  if (!ep->state_path[0] || !ep->pub || ep->last_seq < 0)
     return;
-  kvp_publisher_stats_t ps;
   int64_t seq = ep->last_seq;
-  kvp_publisher_stats(ep->pub, &ps); /* before the flush: ids only grow after */
-  int rc = kvp_publisher_flush(ep->pub, 2000);
-  if (rc != 0) {
-    LOG(ep, "state not written: publisher flush: %s", kvp_strerror(rc));
-    return;
+  if (seq != ep->saved_seq) {
+    kvp_publisher_stats_t ps;
+    kvp_publisher_stats(ep->pub, &ps); /* before the flush: ids only grow after */
+    if ((rc = kvp_publisher_flush(ep->pub, 2000)) != 0) {
+      LOG(ep, "state not written: publisher flush: %s", kvp_strerror(rc));
+      return;
+    }
+    kvp__relay_saved_t sv = {.seq = seq,
+                             .epoch = kvp_publisher_epoch(ep->pub),
+                             .next_event_id = ep->first_event_id + ps.queued};
+    if ((rc = kvp__relay_state_write(ep->state_path, ep->endpoint, &sv)) != 0) {
+      LOG(ep, "state not written to %s: %s", ep->state_path, kvp_strerror(rc));
+      return;
+    }
+    ep->saved_seq = seq;
   }
-  kvp__relay_saved_t sv = {.seq = seq,
-                           .epoch = kvp_publisher_epoch(ep->pub),
-                           .next_event_id = ep->first_event_id + ps.queued};
-  if ((rc = kvp__relay_state_write(ep->state_path, ep->endpoint, &sv)) != 0) {
-    LOG(ep, "state not written to %s: %s", ep->state_path, kvp_strerror(rc));
-    return;
-  }
-  ep->saved_seq = seq;
   /* The map after the state: a crash between leaves a map behind the state,
    * which the replay buffer brings up to date, never one ahead of it. A
-   * large map is written less often (at most 5% of the time). */
+   * large map is written less often (at most 5% of the time), but always
+   * at a stop, also when the state was written before it: a restart then
+   * needs no replay (an engine's buffer may no longer reach back to an
+   * older map, and the relay would have to clear the worker). */
+  if (ep->map_file_seq == seq)
+    return;
   uint64_t t0 = now_ms();
   if (!closing && t0 - ep->map_saved_ms < 20 * ep->map_cost_ms)
     return;
@@ -83,6 +90,7 @@ void kvp__relay_save(kvp__relay_ep_t *ep, int closing) {
     LOG(ep, "map not written to %s: %s", ep->map_path, kvp_strerror(rc));
     return;
   }
+  ep->map_file_seq = seq;
   ep->map_saved_ms = now_ms();
   ep->map_cost_ms = ep->map_saved_ms - t0;
 }
@@ -127,6 +135,7 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     ep->resume_seq = -1;
     ep->saved_seq = -1;
     ep->map_seq = -1;
+    ep->map_file_seq = -1;
     if (!e->endpoint || strlen(e->endpoint) >= sizeof ep->endpoint ||
         (e->replay && strlen(e->replay) >= sizeof ep->replay)) {
       snprintf(err, errlen, "--endpoint: missing or too long (endpoint %zu)", i);
@@ -166,6 +175,7 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
           kvp__relay_map_clear(ep->map);
           ep->map_seq = -1;
         }
+        ep->map_file_seq = ep->map_seq;
         LOG(ep,
             "resuming epoch %" PRIu64 " after sequence %" PRId64 " (%s; map of %zu as of %" PRId64
             ")",

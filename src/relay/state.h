@@ -52,6 +52,7 @@ typedef struct kvp__relay_ep_s {
   uint64_t map_saved_ms, map_cost_ms; /* when the map file was written, how long it took */
   int64_t map_seq;                    /* resuming: the sequence the loaded map is as of, or -1 */
   int64_t saved_seq;                  /* what the state file holds */
+  int64_t map_file_seq;               /* what the map file holds (-1: none written or read) */
   uint64_t first_event_id;            /* the publisher's first id: ids used <= first + queued */
   kvp_relay_stats_t st;
   char unknown[KVP__RELAY_UNKNOWN_LOGGED][32]; /* media and kinds already logged */

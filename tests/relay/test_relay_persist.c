@@ -1,11 +1,16 @@
 /* The relay's restart state (src/relay/persist.c): the state file and the
  * map file written atomically and read back; a file of another endpoint, a
- * torn or foreign file is refused, never half-loaded. */
+ * torn or foreign file is refused, never half-loaded. And when the relay
+ * writes them (kvp__relay_save): a map skipped for its cost is written at
+ * the stop, also when the state was written before. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "natsd.h"
 #include "kvplane/status.h"
 #include "relay/state.h"
 
@@ -119,7 +124,58 @@ static void map_parents_and_v1_files(void **state) {
   kvp_test_rmtree(dir);
 }
 
+/* The state is saved at sequence 5 while the map's write is put off (a
+ * large map is written at most 5% of the time); nothing more comes: the
+ * stop writes the map as of 5, and a restart needs no replay. */
+static void a_map_put_off_is_written_at_the_stop(void **state) {
+  (void)state;
+  char dir[256], err[256];
+  kvp_natsd_t d;
+  kvp__relay_ep_t *ep = calloc(1, sizeof *ep);
+  kvp_publisher_opts_t po;
+  kvp__relay_saved_t sv;
+  int64_t seq = -1;
+  assert_non_null(ep);
+  assert_non_null(kvp_test_tmpdir(dir, sizeof dir));
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  kvp_publisher_opts_init(&po);
+  snprintf(po.nats.servers, sizeof po.nats.servers, "%s", d.url);
+  po.worker_id = "eng0";
+  assert_int_equal(kvp_publisher_open(&po, &ep->pub, err, sizeof err), 0);
+  assert_int_equal(kvp__relay_map_create(16, &ep->map), 0);
+  assert_int_equal(kvp__relay_map_put(ep->map, 1001, 77, 1, 0), 0);
+  snprintf(ep->endpoint, sizeof ep->endpoint, "tcp://127.0.0.1:1");
+  snprintf(ep->state_path, sizeof ep->state_path, "%s/eng0.state", dir);
+  snprintf(ep->map_path, sizeof ep->map_path, "%s/eng0.map", dir);
+  ep->saved_seq = ep->map_seq = ep->map_file_seq = ep->resume_seq = -1;
+  ep->first_event_id = 1;
+  ep->last_seq = 5;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts); /* the relay's clock */
+  ep->map_saved_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  ep->map_cost_ms = 60000; /* the last write took a minute: put off */
+  kvp__relay_save(ep, 0);
+  assert_int_equal(kvp__relay_state_read(ep->state_path, ep->endpoint, &sv), 0);
+  assert_int_equal(sv.seq, 5);
+  assert_int_equal(access(ep->map_path, F_OK), -1);
+  kvp__relay_save(ep, 0); /* nothing new: still put off */
+  assert_int_equal(access(ep->map_path, F_OK), -1);
+  kvp__relay_save(ep, 1); /* the stop */
+  kvp_relay_map_t *m = NULL;
+  assert_int_equal(kvp__relay_map_create(16, &m), 0);
+  assert_int_equal(kvp__relay_map_read(ep->map_path, &seq, m), 0);
+  assert_int_equal(seq, 5);
+  assert_int_equal(kvp__relay_map_size(m), 1);
+  kvp__relay_map_destroy(m);
+  kvp_publisher_close(ep->pub);
+  kvp__relay_map_destroy(ep->map);
+  free(ep);
+  kvp_natsd_stop(&d);
+  kvp_test_rmtree(dir);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(a_map_put_off_is_written_at_the_stop),
     cmocka_unit_test(state_round_trip),
     cmocka_unit_test(map_round_trip),
     cmocka_unit_test(map_parents_and_v1_files),
