@@ -84,6 +84,12 @@ int kvp__store_generation(kvp__store_t *st, uint64_t *generation);
  * always the rows, for the benchmark's row path and the tests). */
 void kvp__store_use_snapshot(kvp__store_t *st, int on);
 
+/* Whether a load of the rows may read them on threads of their own, each
+ * over its own connection (default on; off: serially on the store's
+ * connection, what a load falls back to when a reader cannot start: for
+ * the benchmark's baseline and the tests). */
+void kvp__store_use_readers(kvp__store_t *st, int on);
+
 /* Whether the last kvp__store_load read the snapshot. */
 int kvp__store_loaded_snapshot(const kvp__store_t *st);
 

@@ -51,6 +51,7 @@ struct kvp__store_s {
   uint64_t hist_keep_ms;
   _Atomic uint64_t hist_dropped;   /* also counted by a failed write, on its thread */
   int no_snapshot;                 /* kvp__store_use_snapshot(st, 0) */
+  int no_readers;                  /* kvp__store_use_readers(st, 0) */
   int loaded_snapshot;             /* the last load read the snapshot */
   kvp__store_progress_fn progress; /* of kvp__store_load */
   void *progress_ctx;

@@ -73,6 +73,10 @@ void kvp__store_use_snapshot(kvp__store_t *st, int on) {
   st->no_snapshot = !on;
 }
 
+void kvp__store_use_readers(kvp__store_t *st, int on) {
+  st->no_readers = !on;
+}
+
 int kvp__store_loaded_snapshot(const kvp__store_t *st) {
   return st->loaded_snapshot;
 }

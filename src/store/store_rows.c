@@ -414,7 +414,7 @@ int kvp__store_load_rows(kvp__store_t *st, kvp__index_t *ix) {
   if ((rc = kvp__index_reserve(ix, (size_t)nb)) != 0 || (rc = kvp__index_bulk_begin(ix)) != 0)
     goto done;
   bulk = 1;
-  if ((rc = load_rows_piped(ld)) != KVP_ENOENT)
+  if (!st->no_readers && (rc = load_rows_piped(ld)) != KVP_ENOENT)
     goto done;
   /* Serially, on this connection. */
   rc = KVP_EDB;

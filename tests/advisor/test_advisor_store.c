@@ -243,53 +243,60 @@ static void rows_load_keeps_matches_parents_and_chain_order(void **state) {
   assert_int_equal(kvp__index_get(ix, ch[1][0], &b0, NULL, 0, NULL), 0);
   assert_true(b0.parent == ch[1][1]);
 
-  assert_int_equal(kvp__index_create(16, 3600, &ix2), 0);
-  assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
-  kvp__store_use_snapshot(st, 0);
-  assert_int_equal(kvp__store_load(st, ix2, NULL, NULL, &seq), 0);
-  assert_false(kvp__store_loaded_snapshot(st));
-  kvp__index_stats_t s1, s2;
-  kvp__index_stats(ix, &s1);
-  kvp__index_stats(ix2, &s2);
-  assert_int_equal(s2.blocks, s1.blocks);
-  assert_int_equal(s2.locations, s1.locations);
-  /* Where a chain goes on from a block that has another child, one of the
-   * two children is a run of its own after the load as before (the one
-   * seen first in hash order then, the later stored before): no more side
-   * parents than before, the cycle's one counted. */
-  assert_true(s2.parents_side <= s1.parents_side + 1);
-  assert_true(s2.parents_side <= branches + 1);
-  for (int c = 0; c < C; c++) {
-    kvp__index_match_t m1[8], m2[8];
-    size_t n1 = 0, n2 = 0;
-    assert_int_equal(kvp__index_match(ix, ch[c], L, m1, 8, &n1), 0);
-    assert_int_equal(kvp__index_match(ix2, ch[c], L, m2, 8, &n2), 0);
-    assert_int_equal(n2, n1);
-    for (size_t r = 0; r < n2; r++) { /* the load interns the workers in its own order */
-      uint32_t dp;
-      const char *name = kvp__index_worker_name(ix2, m2[r].worker, &dp);
-      assert_non_null(name);
-      assert_int_equal(kvp__index_worker(ix, name, dp, &m2[r].worker), 0);
+  /* Through the reader threads, then serially on the store's connection
+   * (what a load falls back to when a reader cannot start): the same. */
+  for (int serial = 0; serial < 2; serial++) {
+    assert_int_equal(kvp__index_create(16, 3600, &ix2), 0);
+    assert_int_equal(kvp__store_open(f->path, &st, err, sizeof err), 0);
+    kvp__store_use_snapshot(st, 0);
+    kvp__store_use_readers(st, !serial);
+    assert_int_equal(kvp__store_load(st, ix2, NULL, NULL, &seq), 0);
+    assert_false(kvp__store_loaded_snapshot(st));
+    kvp__index_stats_t s1, s2;
+    kvp__index_stats(ix, &s1);
+    kvp__index_stats(ix2, &s2);
+    assert_int_equal(s2.blocks, s1.blocks);
+    assert_int_equal(s2.locations, s1.locations);
+    /* Where a chain goes on from a block that has another child, one of the
+     * two children is a run of its own after the load as before (the one
+     * seen first in hash order then, the later stored before): no more side
+     * parents than before, the cycle's one counted. */
+    assert_true(s2.parents_side <= s1.parents_side + 1);
+    assert_true(s2.parents_side <= branches + 1);
+    for (int c = 0; c < C; c++) {
+      kvp__index_match_t m1[8], m2[8];
+      size_t n1 = 0, n2 = 0;
+      assert_int_equal(kvp__index_match(ix, ch[c], L, m1, 8, &n1), 0);
+      assert_int_equal(kvp__index_match(ix2, ch[c], L, m2, 8, &n2), 0);
+      assert_int_equal(n2, n1);
+      for (size_t r = 0; r < n2; r++) { /* the load interns the workers in its own order */
+        uint32_t dp;
+        const char *name = kvp__index_worker_name(ix2, m2[r].worker, &dp);
+        assert_non_null(name);
+        assert_int_equal(kvp__index_worker(ix, name, dp, &m2[r].worker), 0);
+      }
+      qsort(m1, n1, sizeof *m1, cmp_match);
+      qsort(m2, n2, sizeof *m2, cmp_match);
+      for (size_t r = 0; r < n1; r++) {
+        assert_int_equal(m2[r].worker, m1[r].worker);
+        assert_int_equal(m2[r].tier, m1[r].tier);
+        assert_int_equal(m2[r].length, m1[r].length);
+      }
+      for (int i = 0; i < L; i++) {
+        kvp__index_block_t a, b;
+        int rc = kvp__index_get(ix, ch[c][i], &a, NULL, 0, NULL);
+        assert_int_equal(kvp__index_get(ix2, ch[c][i], &b, NULL, 0, NULL), rc);
+        if (rc == 0 && b.parent != a.parent)
+          fail_msg("chain %d block %d: parent %016llx after the load, %016llx before", c, i,
+                   (unsigned long long)b.parent, (unsigned long long)a.parent);
+      }
     }
-    qsort(m1, n1, sizeof *m1, cmp_match);
-    qsort(m2, n2, sizeof *m2, cmp_match);
-    for (size_t r = 0; r < n1; r++) {
-      assert_int_equal(m2[r].worker, m1[r].worker);
-      assert_int_equal(m2[r].tier, m1[r].tier);
-      assert_int_equal(m2[r].length, m1[r].length);
-    }
-    for (int i = 0; i < L; i++) {
-      kvp__index_block_t a, b;
-      int rc = kvp__index_get(ix, ch[c][i], &a, NULL, 0, NULL);
-      assert_int_equal(kvp__index_get(ix2, ch[c][i], &b, NULL, 0, NULL), rc);
-      if (rc == 0 && b.parent != a.parent)
-        fail_msg("chain %d block %d: parent %016llx after the load, %016llx before", c, i,
-                 (unsigned long long)b.parent, (unsigned long long)a.parent);
-    }
+    kvp__store_close(st);
+    kvp__index_destroy(ix2);
+    st = NULL;
+    ix2 = NULL;
   }
 #undef RND
-  kvp__store_close(st);
-  kvp__index_destroy(ix2);
   kvp__index_destroy(ix);
 }
 
