@@ -60,6 +60,8 @@ struct kvp__vout_s {
   uint64_t spoofed, undecodable, unrouted;
 };
 
+static void announce_start(kvp__vout_t *v, stream_t *s);
+
 void kvp__vout_opts_init(kvp__vout_opts_t *o) {
   memset(o, 0, sizeof *o);
   kvp_nats_opts_init(&o->nats);
@@ -123,9 +125,15 @@ int kvp__vout_open(const kvp__vout_opts_t *o, kvp__vout_t **out, char *err, size
     rc = KVP_ENOMEM;
     goto fail;
   }
+  /* A run's sequences start at its start time in microseconds: above
+   * every sequence of an earlier run (a clock set back by more than the
+   * time between two runs aside), so a consumer sees a restart as a jump
+   * forward and replays across it (announce_start). */
+  uint64_t first_seq = kvp__unix_ms() * 1000;
   for (size_t i = 0; i < o->nstreams; i++) {
     stream_t *s = &v->s[v->ns];
     s->o = o->streams[i];
+    s->next_seq = first_seq;
     v->ns++;
     s->ring_cap = v->o.buffer_steps;
     if ((s->ring = calloc(s->ring_cap, sizeof *s->ring)) == NULL) {
@@ -152,6 +160,8 @@ int kvp__vout_open(const kvp__vout_opts_t *o, kvp__vout_t **out, char *err, size
     goto fail;
   }
   natsConnection_Flush(v->nc);
+  for (size_t i = 0; i < v->ns; i++)
+    announce_start(v, &v->s[i]);
   *out = v;
   return 0;
 fail:
@@ -189,6 +199,31 @@ static void send_payload(kvp__vout_t *v, stream_t *s, uint8_t *p, size_t len) {
     s->send_errors++;
   s->messages++;
   ring_put(s, n, p, len);
+}
+
+static rank_t *rank_of(stream_t *s, uint32_t dp);
+
+/* The first message of a run: AllBlocksCleared. What an earlier run of the
+ * relay announced on this stream is unknown here, and the worker may have
+ * removed blocks meanwhile: a consumer drops it all, then learns what the
+ * worker holds from the stores that follow (a resync's snapshot when the
+ * relay joins the worker's stream late). Its sequence is the run's first
+ * (kvp__vout_open), above every one of an earlier run: a consumer that
+ * reconnects after the first messages sees a jump from its last sequence
+ * and replays from there, the clear included. A stream of every rank
+ * clears rank 0. */
+static void announce_start(kvp__vout_t *v, stream_t *s) {
+  kvp_event_t clr = {.type = KVP_EV_CLEARED, .tier = KVP_TIER_ALL};
+  uint32_t dp = s->o.dp_rank >= 0 ? (uint32_t)s->o.dp_rank : 0;
+  kvp_batch_t b = {.worker_id = s->o.worker,
+                   .dp_rank = dp,
+                   .events = &clr,
+                   .nevents = 1,
+                   .timestamp_ms = kvp__unix_ms()};
+  uint8_t *p = NULL;
+  size_t len, n;
+  if (kvp__vout_encode(&rank_of(s, dp)->st, &b, v->o.format, &v->media, &p, &len, &n) == 0 && p)
+    send_payload(v, s, p, len);
 }
 
 static void resync(kvp__vout_t *v, stream_t *s, rank_t *r, const char *worker, const char *why,

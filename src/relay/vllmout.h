@@ -6,7 +6,7 @@
  *
  * Per stream (one kvplane worker, one or every dp rank of it): a ZMQ PUB
  * socket sending [topic, 8-byte big-endian sequence, msgpack payload]
- * (vllmenc.h) with the sequence counting from 0, and optionally a ROUTER
+ * (vllmenc.h), and optionally a ROUTER
  * socket answering replay requests as vLLM's ZmqEventPublisher does: a
  * request [identity, "", start] is answered with [identity, "", topic, seq,
  * payload] for every buffered message from start on, then [identity, "",
@@ -17,6 +17,14 @@
  * namespace: the vLLM format has no worker field (a stream is one engine),
  * and its sequence and replay buffer are per stream, as routers register
  * one endpoint per instance and dp rank.
+ *
+ * A run's sequences count from its start time in microseconds since the
+ * Unix epoch (above every sequence of an earlier run), and its first
+ * message on every stream is AllBlocksCleared: what an earlier run
+ * announced is unknown to this one and the workers may have removed blocks
+ * meanwhile. A consumer that stays subscribed across a restart sees its
+ * sequence jump, replays from its last one + 1 and gets the clear, then the
+ * stores of the resyncs the new run asks for.
  *
  * Fed from NATS: one core subscription to kvplane.ev.<ns>.>; a batch whose
  * worker id differs from its subject is dropped (counted spoofed). Per

@@ -47,6 +47,7 @@ class Subscriber:
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.connect(endpoint)
         self.last = -1      # the last sequence taken
+        self.base = None    # the relay run's first sequence: its AllBlocksCleared, not returned
         self.gaps = []      # (first missing, first received) after the first message
         self.joined = None  # the same for messages sent before this subscriber joined
         self.pending = []
@@ -117,7 +118,19 @@ class Subscriber:
                 self.pending = [(q, b) for q, b in self.replay(self.last + 1) if q < seq]
             self.pending.append((seq, batch))
             self.last = seq
-        return self.pending.pop(0)
+        seq, batch = self.pending.pop(0)
+        if self.base is None:
+            # A run of the relay starts with AllBlocksCleared (what an
+            # earlier run announced is unknown), at a sequence above every
+            # one of an earlier run; taken once here, as the base.
+            assert batch["events"] == [{"type": "AllBlocksCleared"}], batch
+            self.base = seq
+            return self.take(timeout)
+        return seq, batch
+
+    def seq(self, k):
+        """The sequence of the run's k-th message after its start."""
+        return self.base + 1 + k
 
     def messages(self, n, timeout=10.0):
         """n messages in sequence order (fewer after timeout seconds)."""
@@ -187,7 +200,8 @@ class VllmEventsTest(unittest.TestCase):
     def test_stores_removes(self):
         """kvplane workers' stores and removes arrive as vLLM BlockStored and
         BlockRemoved, per worker stream, with kvplane's hashes, the token ids,
-        the medium of the tier, the dp rank, and sequences from 0."""
+        the medium of the tier, the dp rank, and sequences one by one from
+        the run's start (its AllBlocksCleared, a microsecond time)."""
         self.plane.start_nats()
         eps = self.start_relay(["wa", "wb"])
         sa, sb = self.subscriber(eps["wa"]), self.subscriber(eps["wb"])
@@ -203,7 +217,8 @@ class VllmEventsTest(unittest.TestCase):
         pb.stored(block_hashes=hs[1:2], parent_hash=hs[0], tier="G4", volume="s3")
         pb.flush()
         ma = sa.messages(3)
-        self.assertEqual([s for s, _ in ma], [0, 1, 2])
+        self.assertEqual([s for s, _ in ma], [sa.seq(0), sa.seq(1), sa.seq(2)])
+        self.assertLess(abs(sa.base / 1e6 - time.time()), 60)
         self.assertEqual({b["data_parallel_rank"] for _, b in ma}, {2})
         ev = events(ma)
         # (The binding's stored() sends hashes only: no token ids in the event.)
@@ -231,7 +246,7 @@ class VllmEventsTest(unittest.TestCase):
         hs = kvplane.hash_blocks(toks, BS)
         pub.stored(toks[:BS])
         pub.flush()
-        self.assertEqual(s.messages(1)[0][0], 0)
+        self.assertEqual(s.messages(1)[0][0], s.seq(0))
         # The subscriber goes away; five batches pass; a new one joins.
         s.close()
         self.closers.remove(s)
@@ -240,20 +255,21 @@ class VllmEventsTest(unittest.TestCase):
             pub.flush()
             time.sleep(0.05)
         s2 = self.subscriber(eps["wg"])
-        s2.last = 0  # it carries on from what the first subscriber had taken
+        s2.last, s2.base = s.seq(0), s.base  # it carries on from what the first one had taken
         pub.removed(hs[:1])
         pub.flush()
         got = s2.messages(6)
-        self.assertEqual(s2.gaps, [(1, 6)])
-        self.assertEqual([q for q, _ in got], list(range(1, 7)))
+        self.assertEqual(s2.gaps, [(s.seq(1), s.seq(6))])
+        self.assertEqual([q for q, _ in got], [s.seq(k) for k in range(1, 7)])
         ev = events(got)
         self.assertEqual([(e["type"], e["block_hashes"]) for e in ev],
                          [("BlockStored", hs[k:k + 1]) for k in range(1, 6)] +
                          [("BlockRemoved", hs[:1])])
         self.assertEqual([e["parent_block_hash"] for e in ev[:5]], hs[0:5])
-        # Replay from 0: the whole buffer; from beyond the newest: nothing.
-        self.assertEqual([q for q, _ in s2.replay(0)], list(range(7)))
-        self.assertEqual(s2.replay(1000), [])
+        # Replay from 0: the whole buffer, the run's start first; from beyond
+        # the newest: nothing.
+        self.assertEqual([q for q, _ in s2.replay(0)], [s.base] + [s.seq(k) for k in range(7)])
+        self.assertEqual(s2.replay(s.seq(1000)), [])
 
     def test_replay_without_topic(self):
         """With --replay-no-topic the replies are [seq, payload] and the end
@@ -268,10 +284,11 @@ class VllmEventsTest(unittest.TestCase):
         pub.flush()
         s = Subscriber(self.ctx, *eps["wt"], topic_frame=False)
         self.closers.append(s)
-        until(lambda: s.replay(0) != [], what="the batch buffered")
+        until(lambda: len(s.replay(0)) == 2, what="the batch buffered")
         got = s.replay(0)
-        self.assertEqual([q for q, _ in got], [0])
-        self.assertEqual(events(got)[0]["block_hashes"], hs)
+        self.assertEqual(events(got)[0], {"type": "AllBlocksCleared"})  # the run's start
+        self.assertEqual([q for q, _ in got], [got[0][0], got[0][0] + 1])
+        self.assertEqual(events(got)[1]["block_hashes"], hs)
 
     def test_a_full_buffer_replays_whole(self):
         """A replay of a buffer of more messages than ZMQ's default
@@ -288,14 +305,16 @@ class VllmEventsTest(unittest.TestCase):
             pub.stored(block_hashes=hs[i:i + 1], parent_hash=hs[i - 1] if i else None)
             pub.flush()
         s = self.subscriber(eps["wf"])
-        until(lambda: s.replay(n - 1) != [], what="the last batch buffered")
-        # The newest sequence buffered: n - 1, or more if the relay asked
+        # n stores after the run's start: the buffer holds the n stores.
+        until(lambda: len(s.replay(0)) == n and
+              events(s.replay(0)[-1:])[0]["block_hashes"] == hs[-1:], what="the last batch buffered")
+        # The newest sequence buffered: the n-th after the start, or more if the relay asked
         # for a resync on the way (a slow consumer's drop on a loaded
         # machine), whose snapshot came as more messages.
         def newest_if_still():
-            before = s.replay(n - 1)[-1][0]
+            before = s.replay(0)[-1][0]
             time.sleep(0.3)
-            return before if s.replay(n - 1)[-1][0] == before else None
+            return before if s.replay(0)[-1][0] == before else None
         top = until(newest_if_still, what="the relay quiet")
         d = self.ctx.socket(zmq.DEALER)
         d.connect(eps["wf"][1])
@@ -352,6 +371,72 @@ class VllmEventsTest(unittest.TestCase):
         self.assertEqual(ev[1]["type"], "BlockRemoved")
         self.assertEqual((ev[1]["medium"], ev[1]["block_hashes"]), ("CPU", hs[:1]))
 
+    def test_restart_clears_and_replays(self):
+        """The reverse relay killed and restarted while a router stays
+        subscribed, the worker removing blocks meanwhile: the new run starts
+        with AllBlocksCleared at a sequence above the old run's, the
+        router's reconnected SUB misses it, sees the jump, replays it, and
+        ends with what the worker holds (its resync's snapshot) and nothing
+        of what it removed while the relay was down."""
+        self.plane.start_nats()
+        eps = self.start_relay(["wk"])
+        argv = self.relay.args
+        s = self.subscriber(eps["wk"])
+        hs = kvplane.hash_blocks(list(range(9000, 9000 + BS * 4)), BS)
+        held = {1: hs}
+        pub = self.publisher("wk", snapshot=lambda tier: held.get(tier))
+        pub.stored(block_hashes=hs)
+        pub.flush()
+        have = set()
+
+        def apply(msgs):
+            for _, b in msgs:
+                for e in b["events"]:
+                    if e["type"] == "AllBlocksCleared":
+                        have.clear()
+                    elif e["type"] == "BlockStored":
+                        have.update(e["block_hashes"])
+                    else:
+                        have.difference_update(e["block_hashes"])
+        apply(s.messages(1))
+        self.assertEqual(have, set(hs))
+        first_base = s.base
+        self.relay.send_signal(signal.SIGKILL)
+        self.relay.wait(10)
+        pub.removed(hs[2:])
+        held[1] = hs[:2]
+        pub.flush()
+        log = open(os.path.join(self.tmp, "relay.log"), "a")
+        self.relay = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        until(lambda: self.plane.log("relay.log").count("vLLM events on") == 2,
+              what="the relay restarted")
+        # The worker's next batch (a heartbeat) shows the new run a worker
+        # first seen mid-stream: it asks for a resync, the worker answers.
+        until(lambda: "resync requested (unknown)" in self.plane.log("relay.log"),
+              what="the restarted relay's resync request")
+        until(lambda: pub.poll() or pub.stats()["resyncs"] >= 1, what="the worker's snapshot")
+        pub.flush()
+        # The worker goes on storing: a vLLM stream has no heartbeat, so a
+        # subscriber learns of what it missed from the next message it gets
+        # (its SUB reconnects to the new run within a second or two).
+        want = set(hs[:2])
+
+        def caught_up():
+            hz = kvplane.hash_blocks(list(range(100 + len(want), 100 + len(want) + BS)), BS)
+            pub.stored(block_hashes=hz)
+            pub.flush()
+            want.update(hz)
+            while True:
+                m = s.take(0.3)
+                if m is None:
+                    break
+                apply([m])
+            return s.gaps and have == want
+        until(caught_up, what="the router's view equal to the worker's")
+        self.assertEqual(len(s.gaps), 1)  # the jump to the new run, replayed
+        self.assertGreater(s.gaps[0][1], first_base)
+
     def test_ranks_apart(self):
         """Data-parallel ranks of one worker: a stream of every rank carries
         each batch's rank, and a restart of rank 0 removes rank 0's blocks
@@ -373,7 +458,7 @@ class VllmEventsTest(unittest.TestCase):
                                 for _, b in got), [(0, tuple(hs[:2])), (1, tuple(hs[2:4]))])
         one = sone.messages(1)
         self.assertEqual([(q, b["data_parallel_rank"], b["events"][0]["block_hashes"])
-                          for q, b in one], [(0, 1, hs[2:4])])
+                          for q, b in one], [(sone.seq(0), 1, hs[2:4])])
         p0.close()
         self.closers.remove(p0)
         p0b = self.publisher("wr", dp_rank=0)

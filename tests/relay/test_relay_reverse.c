@@ -3,14 +3,16 @@
  * frames (topic, 8-byte big-endian sequence, msgpack batch: vLLM's array
  * of ts, events as tagged maps and dp rank), a replay with the topic frame
  * through the ROUTER socket after messages were missed, a bad replay
- * request, and a tier's clear turned into the removal of what the stream
- * announced in it. The sanitizer builds run this one (the Python
+ * request, a tier's clear turned into the removal of what the stream
+ * announced in it, and the run's start: AllBlocksCleared at a sequence that
+ * is its start time in microseconds. The sanitizer builds run this one (the Python
  * subscriber of tests/python/test_vllm_events.py is skipped there). */
 #include <msgpack.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -155,63 +157,100 @@ static void emit(rev_t *r, int type, int tier, const uint64_t *h, size_t n) {
   assert_int_equal(kvp_publisher_flush(r->pub, 5000), 0);
 }
 
-static void stream_and_replay(void **state) {
-  rev_t *r = *state;
-  const uint64_t h[4] = {1, 2, 3, UINT64_MAX};
-  char d[256];
+static void be64(uint8_t out[8], uint64_t v) {
+  for (int i = 7; i >= 0; i--, v >>= 8)
+    out[i] = (uint8_t)v;
+}
 
-  emit(r, KVP_EV_STORED, 1, h, 4);
-  assert_int_equal(next(r, d, sizeof d), 0);
-  assert_string_equal(d, "BlockStored:GPU:4");
-  emit(r, KVP_EV_STORED, 2, h, 2);
-  assert_int_equal(next(r, d, sizeof d), 1);
-  assert_string_equal(d, "BlockStored:CPU:2");
-  emit(r, KVP_EV_REMOVED, 1, h + 3, 1);
-  assert_int_equal(next(r, d, sizeof d), 2);
-  assert_string_equal(d, "BlockRemoved:GPU:1");
-  /* A tier's clear: the removal of what the stream announced there. */
-  emit(r, KVP_EV_CLEARED, 1, NULL, 0);
-  assert_int_equal(next(r, d, sizeof d), 3);
-  assert_string_equal(d, "BlockRemoved:GPU:3");
-  emit(r, KVP_EV_CLEARED, 0, NULL, 0);
-  assert_int_equal(next(r, d, sizeof d), 4);
-  assert_string_equal(d, "AllBlocksCleared:-:0");
-
-  /* Replay from 2 with a buffer of 4 (1..4 kept): ["", topic, seq,
-   * payload] for 2, 3, 4, then ["", "", -1, ""]. */
+/* A replay from start through a DEALER: ["", topic, seq, payload] replies
+ * until ["", "", -1, ""]. The sequences into seqs and the descriptions
+ * into descs (cap of each); returns how many. */
+static size_t replay(rev_t *r, uint64_t start, uint64_t *seqs, char (*descs)[64], size_t cap) {
   void *dealer = zmq_socket(r->zctx, ZMQ_DEALER);
   int linger = 0, rcvtimeo = 5000;
+  size_t k = 0;
+  uint8_t st[8];
   zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
   assert_int_equal(zmq_connect(dealer, r->rep_url), 0);
-  const uint8_t start[8] = {0, 0, 0, 0, 0, 0, 0, 2};
+  be64(st, start);
   assert_int_equal(zmq_send(dealer, "", 0, ZMQ_SNDMORE), 0);
-  assert_int_equal(zmq_send(dealer, start, 8, 0), 8);
-  uint64_t want = 2;
+  assert_int_equal(zmq_send(dealer, st, 8, 0), 8);
   for (;;) {
     uint8_t delim[8], topic[8], seq[8], payload[4096];
+    int64_t dp;
     assert_int_equal(zmq_recv(dealer, delim, sizeof delim, 0), 0);
     int tn = zmq_recv(dealer, topic, sizeof topic, 0);
     assert_int_equal(zmq_recv(dealer, seq, sizeof seq, 0), 8);
     int n = zmq_recv(dealer, payload, sizeof payload, 0);
     assert_true(n >= 0);
-    uint64_t s = 0;
+    uint64_t q = 0;
     for (int i = 0; i < 8; i++)
-      s = s << 8 | seq[i];
-    if (s == UINT64_MAX) {
+      q = q << 8 | seq[i];
+    if (q == UINT64_MAX) {
       assert_int_equal(tn, 0);
       assert_int_equal(n, 0);
       break;
     }
     assert_int_equal(tn, 2);
     assert_memory_equal(topic, "kv", 2);
-    assert_int_equal(s, want++);
+    assert_true(k < cap);
+    seqs[k] = q;
+    describe(payload, (size_t)n, descs[k], sizeof descs[k], &dp);
+    k++;
   }
-  assert_int_equal(want, 5);
+  zmq_close(dealer);
+  return k;
+}
+
+static void stream_and_replay(void **state) {
+  rev_t *r = *state;
+  const uint64_t h[4] = {1, 2, 3, UINT64_MAX};
+  uint64_t seqs[8];
+  char d[256], ds[8][64];
+  struct timespec now;
+
+  /* The run starts with AllBlocksCleared at a sequence that is its start
+   * time in microseconds (sent before this subscriber joined: replayed). */
+  clock_gettime(CLOCK_REALTIME, &now);
+  assert_int_equal(replay(r, 0, seqs, ds, 8), 1);
+  assert_string_equal(ds[0], "AllBlocksCleared:-:0");
+  uint64_t base = seqs[0], us = (uint64_t)now.tv_sec * 1000000u;
+  assert_true(base <= us + 1000000u && base + 60000000u >= us);
+
+  emit(r, KVP_EV_STORED, 1, h, 4);
+  assert_int_equal(next(r, d, sizeof d), base + 1);
+  assert_string_equal(d, "BlockStored:GPU:4");
+  emit(r, KVP_EV_STORED, 2, h, 2);
+  assert_int_equal(next(r, d, sizeof d), base + 2);
+  assert_string_equal(d, "BlockStored:CPU:2");
+  emit(r, KVP_EV_REMOVED, 1, h + 3, 1);
+  assert_int_equal(next(r, d, sizeof d), base + 3);
+  assert_string_equal(d, "BlockRemoved:GPU:1");
+  /* A tier's clear: the removal of what the stream announced there. */
+  emit(r, KVP_EV_CLEARED, 1, NULL, 0);
+  assert_int_equal(next(r, d, sizeof d), base + 4);
+  assert_string_equal(d, "BlockRemoved:GPU:3");
+  emit(r, KVP_EV_CLEARED, 0, NULL, 0);
+  assert_int_equal(next(r, d, sizeof d), base + 5);
+  assert_string_equal(d, "AllBlocksCleared:-:0");
+
+  /* Replay from base + 3 with a buffer of 4 (base + 2 .. base + 5 kept):
+   * base + 3, + 4, + 5, then the end. */
+  assert_int_equal(replay(r, base + 3, seqs, ds, 8), 3);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(seqs[i], base + 3 + (uint64_t)i);
+  assert_string_equal(ds[0], "BlockRemoved:GPU:1");
   /* A request of the wrong shape gets no answer; the next good one does. */
+  void *dealer = zmq_socket(r->zctx, ZMQ_DEALER);
+  int linger = 0, rcvtimeo = 5000;
+  zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+  assert_int_equal(zmq_connect(dealer, r->rep_url), 0);
   assert_int_equal(zmq_send(dealer, "xyz", 3, 0), 3);
   assert_int_equal(zmq_send(dealer, "", 0, ZMQ_SNDMORE), 0);
-  const uint8_t late[8] = {0, 0, 0, 0, 0, 0, 1, 0};
+  uint8_t late[8];
+  be64(late, base + 256);
   assert_int_equal(zmq_send(dealer, late, 8, 0), 8);
   uint8_t b[16];
   assert_int_equal(zmq_recv(dealer, b, sizeof b, 0), 0);
