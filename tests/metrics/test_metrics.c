@@ -210,7 +210,7 @@ static void server_answers_metrics_healthz_readyz_404_405(void **state) {
   char err[256], buf[4096];
   atomic_init(&f.ready, 0);
   atomic_init(&f.collects, 0);
-  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", NULL, fake_collect, fake_ready,
                                              &f, &s, err, sizeof err),
                    0);
   int port = kvp__metrics_server_port(s);
@@ -258,7 +258,7 @@ static void server_answers_past_fd_setsize(void **state) {
 
   if (!kvp_test_nofile_at_least(1300))
     skip();
-  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", NULL, fake_collect, fake_ready,
                                              &f, &s, err, sizeof err),
                    0);
   assert_int_equal(n = kvp_test_hold_fds(fds, 1100), 1100);
@@ -268,7 +268,7 @@ static void server_answers_past_fd_setsize(void **state) {
     close(fds[--n]);
   /* Started with its listening socket past FD_SETSIZE too. */
   n = kvp_test_hold_fds(fds, 1100);
-  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", NULL, fake_collect, fake_ready,
                                              &f, &s, err, sizeof err),
                    0);
   assert_int_equal(http(kvp__metrics_server_port(s), "GET", "/healthz", buf, sizeof buf), 200);
@@ -284,18 +284,18 @@ static void server_refuses_a_port_in_use_naming_key_and_address(void **state) {
   char err[256], addr[64];
   atomic_init(&f.ready, 1);
   atomic_init(&f.collects, 0);
-  assert_int_equal(kvp__metrics_server_start("[metrics] listen", "127.0.0.1:0", fake_collect,
+  assert_int_equal(kvp__metrics_server_start("[metrics] listen", "127.0.0.1:0", NULL, fake_collect,
                                              fake_ready, &f, &a, err, sizeof err),
                    0);
   snprintf(addr, sizeof addr, "127.0.0.1:%d", kvp__metrics_server_port(a));
-  assert_int_equal(kvp__metrics_server_start("[metrics] listen", addr, fake_collect, fake_ready, &f,
+  assert_int_equal(kvp__metrics_server_start("[metrics] listen", addr, NULL, fake_collect, fake_ready, &f,
                                              &b, err, sizeof err),
                    KVP_EIO);
   assert_null(b);
   assert_non_null(strstr(err, "[metrics] listen"));
   assert_non_null(strstr(err, addr));
   assert_non_null(strstr(err, "in use"));
-  assert_int_equal(kvp__metrics_server_start("--metrics", "nowhere:1", fake_collect, fake_ready, &f,
+  assert_int_equal(kvp__metrics_server_start("--metrics", "nowhere:1", NULL, fake_collect, fake_ready, &f,
                                              &b, err, sizeof err),
                    KVP_ECONFIG);
   assert_non_null(strstr(err, "--metrics"));
