@@ -185,8 +185,8 @@ static const kvp_conf_key_t keys[] = {
      "host:port serving Prometheus /metrics, /healthz and /readyz over HTTP (e.g. "
      "127.0.0.1:9464); empty: off",
      NULL},
-    {"metrics", "request_timeout", KVP_CONF_DURATION, OFF(metrics_request_timeout_ms), 100,
-     3600000, NULL,
+    {"metrics", "request_timeout", KVP_CONF_DURATION, OFF(metrics_request_timeout_ms), 100, 3600000,
+     NULL,
      "a request whose headers and body are not all in this long after it began (its connection, "
      "or its first byte on a kept-alive one) is cut: connection closed, counted, logged",
      NULL},
@@ -205,8 +205,7 @@ static const kvp_conf_key_t keys[] = {
      NULL},
     {"http", "block_size", KVP_CONF_INT, OFF(http_block_size), 0, 1 << 20, NULL,
      "tokens per block for a request without block_size (0: the request must carry it)", NULL},
-    {"http", "request_timeout", KVP_CONF_DURATION, OFF(http_request_timeout_ms), 100, 3600000,
-     NULL,
+    {"http", "request_timeout", KVP_CONF_DURATION, OFF(http_request_timeout_ms), 100, 3600000, NULL,
      "a request whose headers and body are not all in this long after it began (its connection, "
      "or its first byte on a kept-alive one) is cut: connection closed, counted "
      "(kvplane_http_requests_timed_out_total), logged",

@@ -304,8 +304,8 @@ int kvp__rapi_http_start(uv_loop_t *loop, const kvp__index_t *ix, const char *ns
       .max_connections = KVP__RAPI_MAX_CONNECTIONS,
       .idle_timeout_s = 30,
   };
-  if ((rc = kvp__http_guard_start(key, &lim, counts, flags, h->fd, on_request, h, on_completed,
-                                  h, &h->guard)) != 0) {
+  if ((rc = kvp__http_guard_start(key, &lim, counts, flags, h->fd, on_request, h, on_completed, h,
+                                  &h->guard)) != 0) {
     snprintf(err, errlen, "%s: %s: the HTTP server (libmicrohttpd) did not start", key, addr);
     kvp__rapi_http_stop(h);
     return rc;

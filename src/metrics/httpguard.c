@@ -111,7 +111,8 @@ static void peer_name(const struct sockaddr *sa, char *out, size_t len) {
 }
 
 static conn_t *conn_of(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   return ci != NULL ? ci->socket_context : NULL;
 }
 
@@ -123,8 +124,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
   conn_t *k = *socket_context;
 
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    const union MHD_ConnectionInfo *sa = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *fd =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *sa =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     /* Without memory the connection goes unguarded (the idle timeout still
      * holds) rather than refused: nothing here can refuse it. */
     if (fd == NULL || (k = calloc(1, sizeof *k)) == NULL)
@@ -332,12 +335,12 @@ int kvp__http_guard_start(const char *what, const kvp__http_limits_t *lim,
     return KVP_ENOMEM;
   }
   /* The logger first: libmicrohttpd warns about it otherwise. */
-  g->d = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, g, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, g,
-      MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_NOTIFY_CONNECTION, on_connection, g, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g,
-      MHD_OPTION_CONNECTION_LIMIT, lim->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-      lim->per_client, MHD_OPTION_CONNECTION_TIMEOUT, lim->idle_timeout_s, MHD_OPTION_END);
+  g->d =
+      MHD_start_daemon(flags, 0, NULL, NULL, on_request, g, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+                       g, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+                       g, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g, MHD_OPTION_CONNECTION_LIMIT,
+                       lim->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim->per_client,
+                       MHD_OPTION_CONNECTION_TIMEOUT, lim->idle_timeout_s, MHD_OPTION_END);
   if (g->d == NULL) {
     kvp__http_guard_stop(g);
     return KVP_EIO;

@@ -272,7 +272,8 @@ static void a_slow_body_or_next_request_is_cut(void **state) {
   start(f, port, mport, "1s", "0");
   /* body: headers at once, then the body a byte per 100 ms. */
   int body = connect_from("127.0.0.1", port);
-  static const char head[] = "POST /query_by_hash HTTP/1.1\r\nHost: a\r\nContent-Length: 200\r\n\r\n";
+  static const char head[] =
+      "POST /query_by_hash HTTP/1.1\r\nHost: a\r\nContent-Length: 200\r\n\r\n";
   assert_int_equal(send(body, head, sizeof head - 1, MSG_NOSIGNAL), (ssize_t)sizeof head - 1);
   /* next: one answered request, 1.5 s idle, then the next trickled. */
   int next = connect_from("127.0.0.1", port), idle = connect_from("127.0.0.1", port);
@@ -325,12 +326,10 @@ static void a_slow_body_or_next_request_is_cut(void **state) {
 /* The new keys are checked like the others: a duration from 100 ms, a
  * per-client count within the server's connection limit. */
 static void limits_are_checked(void **state) {
-  static const char *const bad[] = {"http.request_timeout=50ms",
-                                    "http.request_timeout=2h",
-                                    "http.request_timeout=ten",
-                                    "http.max_connections_per_client=257",
-                                    "metrics.request_timeout=0",
-                                    "metrics.max_connections_per_client=65"};
+  static const char *const bad[] = {
+      "http.request_timeout=50ms", "http.request_timeout=2h",
+      "http.request_timeout=ten",  "http.max_connections_per_client=257",
+      "metrics.request_timeout=0", "metrics.max_connections_per_client=65"};
   kvp_advisor_config_t cfg;
   char err[512];
   (void)state;
