@@ -361,6 +361,13 @@ void kvp__http_guard_stop(kvp__http_guard_t *g) {
   pthread_cond_signal(&g->wake);
   pthread_mutex_unlock(&g->mu);
   pthread_join(g->watchdog, NULL);
+  /* libmicrohttpd reports every connection it closes at its stop; one it
+   * did not (a start that failed half-way) is freed here. */
+  while (g->conns != NULL) {
+    conn_t *k = g->conns;
+    g->conns = k->next;
+    free(k);
+  }
   pthread_mutex_destroy(&g->mhd_log_mu);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->wake);
