@@ -187,8 +187,10 @@ KVP_BENCH_SUITE(routerapi,
   loop_t l;
   pthread_t th;
   uv_loop_init(&l.loop);
-  if (kvp__rapi_http_start(&l.loop, ix, "default", 0, "bench", "127.0.0.1:0", &l.http, err,
-                           sizeof err) != 0) {
+  kvp__rapi_http_limits_t hl = {.request_timeout_ms = 10000, .per_client = 64};
+  static kvp__http_counts_t hc;
+  if (kvp__rapi_http_start(&l.loop, ix, "default", 0, "bench", "127.0.0.1:0", &hl, &hc, &l.http,
+                           err, sizeof err) != 0) {
     fprintf(stderr, "routerapi: %s\n", err);
     return 1;
   }

@@ -545,9 +545,12 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
     goto fail;
   /* After the load: the API answers from a loaded index. An address in use
    * is the operator's to change (exit 1), as for [metrics] listen. */
-  if (cfg->http_enabled && (rc = kvp__rapi_http_start(
-                                &adv->loop, adv->ix, cfg->ns, (uint32_t)cfg->http_block_size,
-                                "[http] listen", cfg->http_listen, &adv->http, err, errlen)) != 0) {
+  kvp__rapi_http_limits_t hl = {.request_timeout_ms = cfg->http_request_timeout_ms,
+                                .per_client = (unsigned)cfg->http_per_client};
+  if (cfg->http_enabled &&
+      (rc = kvp__rapi_http_start(&adv->loop, adv->ix, cfg->ns, (uint32_t)cfg->http_block_size,
+                                 "[http] listen", cfg->http_listen, &hl, &adv->metrics.http_counts,
+                                 &adv->http, err, errlen)) != 0) {
     if (rc == KVP_EIO)
       rc = KVP_ECONFIG;
     goto fail;

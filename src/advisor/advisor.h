@@ -106,11 +106,15 @@ typedef struct kvp_advisor_config_s {
     } keys[KVP_ADVISOR_VOLUME_LINES];
   } volume_at[KVP__TIER_MAX_VOLUMES];
   /* [metrics] */
-  char metrics_listen[128]; /* host:port of /metrics, /healthz, /readyz; empty: off */
+  char metrics_listen[128];           /* host:port of /metrics, /healthz, /readyz; empty: off */
+  int64_t metrics_request_timeout_ms; /* a request's headers and body within this */
+  int64_t metrics_per_client;         /* connections per client address; 0: no limit */
   /* [http]: the routers' indexer API (routerapi.h) */
   int http_enabled;
-  char http_listen[128];   /* host:port; default 127.0.0.1:13333 */
-  int64_t http_block_size; /* tokens per block when a request has none; 0: required */
+  char http_listen[128];           /* host:port; default 127.0.0.1:13333 */
+  int64_t http_block_size;         /* tokens per block when a request has none; 0: required */
+  int64_t http_request_timeout_ms; /* a request's headers and body within this */
+  int64_t http_per_client;         /* connections per client address; 0: no limit */
   /* [log] */
   int log_level; /* KVP_LOG_* as an enum index: error, warn, info, debug */
   char log_file[512];

@@ -185,6 +185,15 @@ static const kvp_conf_key_t keys[] = {
      "host:port serving Prometheus /metrics, /healthz and /readyz over HTTP (e.g. "
      "127.0.0.1:9464); empty: off",
      NULL},
+    {"metrics", "request_timeout", KVP_CONF_DURATION, OFF(metrics_request_timeout_ms), 100, 3600000,
+     NULL,
+     "a request whose headers and body are not all in this long after it began (its connection, "
+     "or its first byte on a kept-alive one) is cut: connection closed, counted, logged",
+     NULL},
+    {"metrics", "max_connections_per_client", KVP_CONF_INT, OFF(metrics_per_client), 0, 64, NULL,
+     "connections one client address may hold of the 64 (0: no limit); clients behind one NAT "
+     "or proxy share it",
+     NULL},
     {"http", "enabled", KVP_CONF_BOOL, OFF(http_enabled), 0, 0, NULL,
      "serve the routers' indexer API (the Mooncake conductor indexer API: POST /query, "
      "/query_by_hash) over HTTP on listen, answered from the same index as "
@@ -196,6 +205,15 @@ static const kvp_conf_key_t keys[] = {
      NULL},
     {"http", "block_size", KVP_CONF_INT, OFF(http_block_size), 0, 1 << 20, NULL,
      "tokens per block for a request without block_size (0: the request must carry it)", NULL},
+    {"http", "request_timeout", KVP_CONF_DURATION, OFF(http_request_timeout_ms), 100, 3600000, NULL,
+     "a request whose headers and body are not all in this long after it began (its connection, "
+     "or its first byte on a kept-alive one) is cut: connection closed, counted "
+     "(kvplane_http_requests_timed_out_total), logged",
+     NULL},
+    {"http", "max_connections_per_client", KVP_CONF_INT, OFF(http_per_client), 0, 256, NULL,
+     "connections one client address may hold of the 256 (0: no limit); all routers behind one "
+     "NAT or proxy share it: raise it for them",
+     NULL},
     {"log", "level", KVP_CONF_ENUM, OFF(log_level), 0, 0, levels, "error, warn, info or debug",
      NULL},
     {"log", "file", KVP_CONF_STR, OFF(log_file), 0, CAP(log_file), NULL,
@@ -243,6 +261,10 @@ void kvp_advisor_config_defaults(kvp_advisor_config_t *cfg) {
   cfg->tier_compact_ratio = 0.3;
   cfg->tier_prefetch_bytes = 64ll << 20;
   snprintf(cfg->http_listen, sizeof cfg->http_listen, "127.0.0.1:13333");
+  cfg->http_request_timeout_ms = 10000;
+  cfg->http_per_client = 64;
+  cfg->metrics_request_timeout_ms = KVP__METRICS_REQUEST_TIMEOUT_MS;
+  cfg->metrics_per_client = KVP__METRICS_PER_CLIENT;
 }
 
 /* One key of a [volume <name>] section: tier, plugin and capacity are the

@@ -467,8 +467,13 @@ int kvp__adv_metrics_start(kvp__adv_metrics_t *m, const kvp_advisor_config_t *cf
   snprintf(m->db_path, sizeof m->db_path, "%s", cfg->db_path);
   if (pthread_mutex_init(&m->mu, NULL) != 0)
     return KVP_ENOMEM;
-  if ((rc = kvp__metrics_server_start("[metrics] listen", cfg->metrics_listen, collect, ready, m,
-                                      &m->srv, err, errlen)) != 0) {
+  kvp__metrics_server_opts_t so;
+  kvp__metrics_server_opts_init(&so);
+  so.request_timeout_ms = cfg->metrics_request_timeout_ms;
+  so.per_client = (unsigned)cfg->metrics_per_client;
+  so.http = cfg->http_enabled ? &m->http_counts : NULL;
+  if ((rc = kvp__metrics_server_start("[metrics] listen", cfg->metrics_listen, &so, collect, ready,
+                                      m, &m->srv, err, errlen)) != 0) {
     pthread_mutex_destroy(&m->mu);
     return rc;
   }

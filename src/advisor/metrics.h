@@ -70,8 +70,9 @@ typedef enum kvp__adv_phase_e {
 } kvp__adv_phase_t;
 
 typedef struct kvp__adv_metrics_s {
-  kvp__metrics_server_t *srv; /* NULL when [metrics] listen is empty */
-  pthread_mutex_t mu;         /* guards snap and have */
+  kvp__metrics_server_t *srv;     /* NULL when [metrics] listen is empty */
+  kvp__http_counts_t http_counts; /* the [http] server's (routerhttp.h), shown on /metrics */
+  pthread_mutex_t mu;             /* guards snap and have */
   kvp__adv_metrics_snap_t snap;
   int have;
   atomic_int phase;           /* kvp__adv_phase_t */

@@ -14,6 +14,7 @@
 #include "advisor/routerapi.h"
 #include "common/log.h"
 #include "kvplane/status.h"
+#include "metrics/httpguard.h"
 #include "metrics/server.h"
 
 /* One decoded query waiting for the loop thread. */
@@ -26,7 +27,7 @@ typedef struct job_s {
 } job_t;
 
 struct kvp__rapi_http_s {
-  struct MHD_Daemon *d;
+  kvp__http_guard_t *guard;
   int fd, port;
   const kvp__index_t *ix;
   char ns[128];
@@ -224,6 +225,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   return answer_query(h, c, by_hash, b);
 }
 
+/* Called by the guard (httpguard.h) when a request ends. */
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
   body_t *b = *req_cls;
@@ -267,6 +269,7 @@ static int bind_socket(const char *key, const char *addr, int *fd_out, int *port
 
 int kvp__rapi_http_start(uv_loop_t *loop, const kvp__index_t *ix, const char *ns,
                          uint32_t default_block_size, const char *key, const char *addr,
+                         const kvp__rapi_http_limits_t *limits, kvp__http_counts_t *counts,
                          kvp__rapi_http_t **out, char *err, size_t errlen) {
   kvp__rapi_http_t *h;
   int rc, v6 = 0;
@@ -295,12 +298,15 @@ int kvp__rapi_http_start(uv_loop_t *loop, const kvp__index_t *ix, const char *ns
   unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
   if (v6)
     flags |= MHD_USE_IPv6;
-  h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, h->fd,
-                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
-                          256u, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
-  if (h->d == NULL) {
+  kvp__http_limits_t lim = {
+      .request_timeout_ms = limits->request_timeout_ms,
+      .per_client = limits->per_client,
+      .max_connections = KVP__RAPI_MAX_CONNECTIONS,
+      .idle_timeout_s = 30,
+  };
+  if ((rc = kvp__http_guard_start(key, &lim, counts, flags, h->fd, on_request, h, on_completed, h,
+                                  &h->guard)) != 0) {
     snprintf(err, errlen, "%s: %s: the HTTP server (libmicrohttpd) did not start", key, addr);
-    rc = KVP_EIO;
     kvp__rapi_http_stop(h);
     return rc;
   }
@@ -337,8 +343,8 @@ void kvp__rapi_http_stop(kvp__rapi_http_t *h) {
   /* MHD_stop_daemon joins its thread (no request is left) and closes the
    * listening socket it was given (it was not quiesced): closing it again
    * here could close a descriptor another thread has just been given. */
-  if (h->d != NULL)
-    MHD_stop_daemon(h->d);
+  if (h->guard != NULL)
+    kvp__http_guard_stop(h->guard);
   else
     close(h->fd);
   uv_close((uv_handle_t *)&h->wake, on_closed);

@@ -15,15 +15,28 @@
 #include <uv.h>
 
 #include "index/index.h"
+#include "metrics/httpguard.h"
+
+/* Clients are bounded (httpguard.h): a request whose headers and body are
+ * not complete within request_timeout_ms is cut, one address holds
+ * per_client connections at most (0: no limit; all routers behind one NAT
+ * or proxy share it), all of them KVP__RAPI_MAX_CONNECTIONS. */
+#define KVP__RAPI_MAX_CONNECTIONS 256u
+typedef struct kvp__rapi_http_limits_s {
+  int64_t request_timeout_ms;
+  unsigned per_client;
+} kvp__rapi_http_limits_t;
 
 typedef struct kvp__rapi_http_s kvp__rapi_http_t;
 
 /* Loop thread, before uv_run: binds addr (key names the setting in errors)
- * and starts answering from ix, serving namespace ns. Returns 0 with *out
+ * and starts answering from ix, serving namespace ns, under limits,
+ * counting into counts (which must outlive the server). Returns 0 with *out
  * set, KVP_ECONFIG (a bad address), KVP_EIO (cannot listen: in use, ...),
  * KVP_ENOMEM; err says which. */
 int kvp__rapi_http_start(uv_loop_t *loop, const kvp__index_t *ix, const char *ns,
                          uint32_t default_block_size, const char *key, const char *addr,
+                         const kvp__rapi_http_limits_t *limits, kvp__http_counts_t *counts,
                          kvp__rapi_http_t **out, char *err, size_t errlen);
 
 /* The port it listens on (the chosen one when the address said 0). */

@@ -1,6 +1,6 @@
 # Prometheus exposition and its HTTP server (libmicrohttpd), and what was
 # built (--version, kvplane_build_info).
-kvp_daemon_lib(metrics SOURCES metrics/prom.c metrics/server.c metrics/build_info.c
+kvp_daemon_lib(metrics SOURCES metrics/prom.c metrics/server.c metrics/httpguard.c metrics/build_info.c
   LIBS PkgConfig::MHD)
 # The git revision when CMake configures; "unknown" without git or outside a
 # checkout (a source tarball): never a build failure.

@@ -3,6 +3,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -13,9 +15,12 @@
 
 #include "common/log.h"
 #include "kvplane/status.h"
+#include "metrics/httpguard.h"
 
 struct kvp__metrics_server_s {
-  struct MHD_Daemon *d;
+  kvp__http_guard_t *guard;
+  kvp__http_counts_t counts;       /* this server's */
+  const kvp__http_counts_t *other; /* the daemon's [http] server's, or NULL */
   int fd;
   int port;
   kvp__metrics_collect_fn collect;
@@ -93,6 +98,34 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
   return ret;
 }
 
+/* The HTTP servers' own figures: this one's, and the other one's of the
+ * daemon when it has one (README "Metrics"). */
+static void write_http(const kvp__metrics_server_t *s, kvp__prom_t *p) {
+  static const struct {
+    const char *name, *help;
+    size_t off;
+  } fam[] = {
+      {"kvplane_http_requests_timed_out_total",
+       "Requests whose headers and body were not complete within request_timeout: connection "
+       "closed, by server ([metrics] or [http]).",
+       offsetof(kvp__http_counts_t, timed_out)},
+      {"kvplane_http_connections_refused_total",
+       "Connections refused at the server's connection limit or its per-client limit, by server.",
+       offsetof(kvp__http_counts_t, refused)},
+  };
+  for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+    kvp__prom_family(p, fam[i].name, "counter", fam[i].help);
+    const _Atomic uint64_t *v = (const _Atomic uint64_t *)((const char *)&s->counts + fam[i].off);
+    kvp__prom_sample(p, fam[i].name, (const char *[]){"server", "metrics", NULL},
+                     (double)atomic_load(v));
+    if (s->other != NULL) {
+      v = (const _Atomic uint64_t *)((const char *)s->other + fam[i].off);
+      kvp__prom_sample(p, fam[i].name, (const char *[]){"server", "http", NULL},
+                       (double)atomic_load(v));
+    }
+  }
+}
+
 #define TEXT "text/plain; charset=utf-8"
 #define EXPOSITION "text/plain; version=0.0.4; charset=utf-8"
 
@@ -114,6 +147,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (strcmp(url, "/metrics") == 0) {
     kvp__prom_reset(&s->text);
     int rc = s->collect(s->ctx, &s->text);
+    write_http(s, &s->text);
     if (rc == 0)
       rc = s->text.err;
     if (rc != 0) {
@@ -175,15 +209,27 @@ static int bind_socket(const char *key, const char *addr, const struct sockaddr 
   return 0;
 }
 
-int kvp__metrics_server_start(const char *key, const char *addr, kvp__metrics_collect_fn collect,
-                              kvp__metrics_ready_fn ready, void *ctx, kvp__metrics_server_t **out,
-                              char *err, size_t errlen) {
+void kvp__metrics_server_opts_init(kvp__metrics_server_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->request_timeout_ms = KVP__METRICS_REQUEST_TIMEOUT_MS;
+  o->per_client = KVP__METRICS_PER_CLIENT;
+}
+
+int kvp__metrics_server_start(const char *key, const char *addr,
+                              const kvp__metrics_server_opts_t *opts,
+                              kvp__metrics_collect_fn collect, kvp__metrics_ready_fn ready,
+                              void *ctx, kvp__metrics_server_t **out, char *err, size_t errlen) {
   struct sockaddr_storage sa;
   unsigned salen;
   kvp__metrics_server_t *s;
+  kvp__metrics_server_opts_t dflt;
   int rc;
 
   *out = NULL;
+  if (opts == NULL) {
+    kvp__metrics_server_opts_init(&dflt);
+    opts = &dflt;
+  }
   if ((rc = kvp__metrics_parse_addr(key, addr, &sa, &salen, err, errlen)) != 0)
     return rc;
   if ((s = calloc(1, sizeof *s)) == NULL)
@@ -191,6 +237,7 @@ int kvp__metrics_server_start(const char *key, const char *addr, kvp__metrics_co
   s->collect = collect;
   s->ready = ready;
   s->ctx = ctx;
+  s->other = opts->http;
   kvp__prom_init(&s->text);
   if ((rc = bind_socket(key, addr, (struct sockaddr *)&sa, salen, &s->fd, &s->port, err, errlen)) !=
       0) {
@@ -203,14 +250,18 @@ int kvp__metrics_server_start(const char *key, const char *addr, kvp__metrics_co
   unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
   if (sa.ss_family == AF_INET6)
     flags |= MHD_USE_IPv6;
-  s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd,
-                          MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-                          MHD_OPTION_END);
-  if (s->d == NULL) {
+  kvp__http_limits_t lim = {
+      .request_timeout_ms = opts->request_timeout_ms,
+      .per_client = opts->per_client,
+      .max_connections = KVP__METRICS_MAX_CONNECTIONS,
+      .idle_timeout_s = 10,
+  };
+  if ((rc = kvp__http_guard_start(key, &lim, &s->counts, flags, s->fd, on_request, s, NULL, NULL,
+                                  &s->guard)) != 0) {
     snprintf(err, errlen, "%s: %s: the HTTP server (libmicrohttpd) did not start", key, addr);
     close(s->fd);
     free(s);
-    return KVP_EIO;
+    return rc;
   }
   kvp_log_info("metrics: serving /metrics, /healthz, /readyz on %s (port %d)", addr, s->port);
   *out = s;
@@ -221,6 +272,10 @@ int kvp__metrics_server_port(const kvp__metrics_server_t *s) {
   return s->port;
 }
 
+const kvp__http_counts_t *kvp__metrics_server_counts(const kvp__metrics_server_t *s) {
+  return &s->counts;
+}
+
 void kvp__metrics_server_stop(kvp__metrics_server_t *s) {
   if (s == NULL)
     return;
@@ -228,7 +283,7 @@ void kvp__metrics_server_stop(kvp__metrics_server_t *s) {
    * was given (it was not quiesced): closing it again here could close a
    * descriptor another thread has just been given (the router API's
    * server had the same bug). */
-  MHD_stop_daemon(s->d);
+  kvp__http_guard_stop(s->guard);
   kvp__prom_free(&s->text);
   free(s);
 }

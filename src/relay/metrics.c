@@ -136,6 +136,6 @@ int kvp__relay_metrics_ready(void *relay, const char *partition, char *why, size
 
 int kvp__relay_metrics_start(kvp_relay_t *r, const char *addr, kvp__metrics_server_t **out,
                              char *err, size_t errlen) {
-  return kvp__metrics_server_start("--metrics", addr, kvp__relay_metrics_collect,
+  return kvp__metrics_server_start("--metrics", addr, NULL, kvp__relay_metrics_collect,
                                    kvp__relay_metrics_ready, r, out, err, errlen);
 }

@@ -33,3 +33,7 @@ set_tests_properties(advisor_config_reference_is_current PROPERTIES LABELS "advi
 # NATS match reply (the Python client's test does not run under sanitizers).
 kvp_add_test(advisor_http advisor/test_advisor_http.c advisor/advfix.c advisor/testworker.c
   LABELS advisor nats TIMEOUT 120)
+# Slow and greedy clients of both HTTP servers: request_timeout, the
+# per-client limit, others served meanwhile (src/metrics/httpguard.c).
+kvp_add_test(advisor_http_slow advisor/test_advisor_http_slow.c advisor/advfix.c
+  advisor/testworker.c LABELS advisor nats TIMEOUT 60)

@@ -3,7 +3,8 @@
 #   test_alert_rules.sh names SOURCE_DIR     every kvplane_* metric the alert
 #       rules and the Grafana dashboard use is one the daemons export (the names their metric writers
 #       pass to kvp__prom_*: src/advisor/metrics.c, src/relay/metrics.c,
-#       src/metrics/build_info.c; a histogram's _bucket, _sum, _count too)
+#       src/metrics/build_info.c, src/metrics/server.c; a histogram's _bucket,
+#       _sum, _count too)
 #   test_alert_rules.sh promtool SOURCE_DIR  promtool check rules accepts the
 #       rules and promtool check config the scrape example, and every query of
 #       the dashboard parses as PromQL (checked as recording rules; exit 77,
@@ -32,7 +33,7 @@ fail() {
 case $mode in
 names)
   exported=$(grep -oh '"kvplane_[a-z0-9_]*"' "$src/src/advisor/metrics.c" "$src/src/relay/metrics.c" \
-    "$src/src/metrics/build_info.c" | tr -d '"' | sort -u)
+    "$src/src/metrics/build_info.c" "$src/src/metrics/server.c" | tr -d '"' | sort -u)
   [ -n "$exported" ] || fail "no exported metric names found in the sources"
   exprs=$(dashboard_exprs) || fail "$dashboard is not a dashboard (JSON with panels and targets)"
   for f in rules dashboard; do

@@ -1,6 +1,7 @@
 /* metrics: the Prometheus exposition writer (prom.h) and the HTTP server
  * (server.h), the latter on a real loopback socket. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -210,8 +212,8 @@ static void server_answers_metrics_healthz_readyz_404_405(void **state) {
   char err[256], buf[4096];
   atomic_init(&f.ready, 0);
   atomic_init(&f.collects, 0);
-  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
-                                             &f, &s, err, sizeof err),
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", NULL, fake_collect,
+                                             fake_ready, &f, &s, err, sizeof err),
                    0);
   int port = kvp__metrics_server_port(s);
   assert_true(port > 0);
@@ -258,8 +260,8 @@ static void server_answers_past_fd_setsize(void **state) {
 
   if (!kvp_test_nofile_at_least(1300))
     skip();
-  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
-                                             &f, &s, err, sizeof err),
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", NULL, fake_collect,
+                                             fake_ready, &f, &s, err, sizeof err),
                    0);
   assert_int_equal(n = kvp_test_hold_fds(fds, 1100), 1100);
   assert_int_equal(http(kvp__metrics_server_port(s), "GET", "/healthz", buf, sizeof buf), 200);
@@ -268,8 +270,8 @@ static void server_answers_past_fd_setsize(void **state) {
     close(fds[--n]);
   /* Started with its listening socket past FD_SETSIZE too. */
   n = kvp_test_hold_fds(fds, 1100);
-  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", fake_collect, fake_ready,
-                                             &f, &s, err, sizeof err),
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", NULL, fake_collect,
+                                             fake_ready, &f, &s, err, sizeof err),
                    0);
   assert_int_equal(http(kvp__metrics_server_port(s), "GET", "/healthz", buf, sizeof buf), 200);
   kvp__metrics_server_stop(s);
@@ -284,23 +286,91 @@ static void server_refuses_a_port_in_use_naming_key_and_address(void **state) {
   char err[256], addr[64];
   atomic_init(&f.ready, 1);
   atomic_init(&f.collects, 0);
-  assert_int_equal(kvp__metrics_server_start("[metrics] listen", "127.0.0.1:0", fake_collect,
+  assert_int_equal(kvp__metrics_server_start("[metrics] listen", "127.0.0.1:0", NULL, fake_collect,
                                              fake_ready, &f, &a, err, sizeof err),
                    0);
   snprintf(addr, sizeof addr, "127.0.0.1:%d", kvp__metrics_server_port(a));
-  assert_int_equal(kvp__metrics_server_start("[metrics] listen", addr, fake_collect, fake_ready, &f,
-                                             &b, err, sizeof err),
+  assert_int_equal(kvp__metrics_server_start("[metrics] listen", addr, NULL, fake_collect,
+                                             fake_ready, &f, &b, err, sizeof err),
                    KVP_EIO);
   assert_null(b);
   assert_non_null(strstr(err, "[metrics] listen"));
   assert_non_null(strstr(err, addr));
   assert_non_null(strstr(err, "in use"));
-  assert_int_equal(kvp__metrics_server_start("--metrics", "nowhere:1", fake_collect, fake_ready, &f,
-                                             &b, err, sizeof err),
+  assert_int_equal(kvp__metrics_server_start("--metrics", "nowhere:1", NULL, fake_collect,
+                                             fake_ready, &f, &b, err, sizeof err),
                    KVP_ECONFIG);
   assert_non_null(strstr(err, "--metrics"));
   kvp__metrics_server_stop(a);
   kvp__metrics_server_stop(NULL);
+}
+
+/* The server as the relay runs it (no [http] server beside it): a client
+ * trickling a byte every 50 ms is cut at request_timeout, one address
+ * holds per_client connections, and /metrics counts both (server
+ * "metrics" only). Before httpguard.c the trickling clients were never
+ * cut (libmicrohttpd's timeout is per idle period) and every one was let
+ * in. */
+static void server_cuts_slow_requests_and_counts_them(void **state) {
+  (void)state;
+  fake_t f;
+  kvp__metrics_server_t *s;
+  kvp__metrics_server_opts_t o;
+  char err[256], buf[8192];
+  int fd[3], open = 0;
+  struct timespec t0, t1;
+  double cut[3] = {0, 0, 0};
+  atomic_init(&f.ready, 1);
+  atomic_init(&f.collects, 0);
+  kvp__metrics_server_opts_init(&o);
+  o.request_timeout_ms = 300;
+  o.per_client = 2;
+  assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", &o, fake_collect,
+                                             fake_ready, &f, &s, err, sizeof err),
+                   0);
+  int port = kvp__metrics_server_port(s);
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < 3; i++) {
+    assert_true((fd[i] = kvp_test_connect(port)) >= 0);
+    assert_int_equal(send(fd[i], "GET /metrics HTTP/1.1\r\n", 23, MSG_NOSIGNAL), 23);
+  }
+  for (int round = 0; round < 40; round++) {
+    usleep(50000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double t = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    open = 0;
+    for (int i = 0; i < 3; i++) {
+      char b[256];
+      if (cut[i] != 0)
+        continue;
+      ssize_t r = recv(fd[i], b, sizeof b, MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN) || send(fd[i], "X", 1, MSG_NOSIGNAL) != 1)
+        cut[i] = t;
+      else
+        open++;
+    }
+    if (open == 0)
+      break;
+  }
+  for (int i = 0; i < 3; i++)
+    close(fd[i]);
+  /* One refused at once (the third of one address), two cut at 300 ms. */
+  int refused = 0, timed = 0;
+  for (int i = 0; i < 3; i++) {
+    assert_true(cut[i] != 0);
+    if (cut[i] < 0.2)
+      refused++;
+    else if (cut[i] >= 0.28 && cut[i] < 1.5)
+      timed++;
+  }
+  assert_int_equal(refused, 1);
+  assert_int_equal(timed, 2);
+  assert_int_equal(http(port, "GET", "/metrics", buf, sizeof buf), 200);
+  assert_non_null(strstr(buf, "kvplane_http_requests_timed_out_total{server=\"metrics\"} 2\n"));
+  assert_non_null(strstr(buf, "kvplane_http_connections_refused_total{server=\"metrics\"} 1\n"));
+  assert_null(strstr(buf, "server=\"http\""));
+  assert_int_equal(atomic_load(&kvp__metrics_server_counts(s)->timed_out), 2);
+  kvp__metrics_server_stop(s);
 }
 
 static const struct CMUnitTest tests[] = {
@@ -314,6 +384,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(server_answers_metrics_healthz_readyz_404_405),
     cmocka_unit_test(server_refuses_a_port_in_use_naming_key_and_address),
     cmocka_unit_test(server_answers_past_fd_setsize),
+    cmocka_unit_test(server_cuts_slow_requests_and_counts_them),
 };
 
 KVP_TEST_MAIN("metrics", tests)

@@ -47,8 +47,8 @@ static void stop_closes_the_listening_socket_once(void **state) {
   char err[256];
   for (int i = 0; i < 3; i++) {
     kvp__metrics_server_t *s = NULL;
-    assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", collect, ready, NULL, &s,
-                                               err, sizeof err),
+    assert_int_equal(kvp__metrics_server_start("--metrics", "127.0.0.1:0", NULL, collect, ready,
+                                               NULL, &s, err, sizeof err),
                      0);
     kvp__metrics_server_stop(s);
   }
