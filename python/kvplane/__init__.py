@@ -668,8 +668,10 @@ class Client:
     def delete(self, hashes=None, *, token_ids=None, block_size=None, lora_name=None, tier=None,
                timeout_ms=None):
         """Deletes blocks from the advisor's G3 and G4 volumes (or tier 3 or
-        4 only), journaled and announced: {"op", "blocks", "queued",
-        "skipped"}. Refused (Error) for a pinned block."""
+        4 only), journaled and announced, and with them the prefix's
+        continuations there (the blocks below its last block; not the
+        siblings of its inner blocks): {"op", "blocks", "queued",
+        "skipped", "continuations"}. Refused (Error) for a pinned block."""
         return self._tier_control("delete", hashes, token_ids, block_size, lora_name, timeout_ms,
                                   tier=tier)
 

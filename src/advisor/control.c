@@ -10,7 +10,9 @@
  *           "tier": 3 | 4 (move; delete: optional, both when absent),
  *           "volume": "<name>" (move, optional), "note": "<text>" (pin)}
  * Reply:   {"op": ..., "blocks": N, then for pin/unpin "changed", "pins",
- *           "pinned_blocks"; for move/delete "queued", "skipped"} or
+ *           "pinned_blocks"; for move/delete "queued", "skipped"; for
+ *           delete "continuations" (blocks below the prefix deleted with
+ *           it, their evictions in "queued": src/tier/continuations.c)} or
  *          {"error": "<cause>"}, and in both "advisor": its name; an
  *          advisor with tiering off adds "tiering": false to its error.
  *          A partitioned advisor's success adds "partitions": {"count",
@@ -171,7 +173,7 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *off, const char *adv
   kvp__adv_ctl_t c;
   kvp__tier_stats_t st;
   char err[512] = "";
-  size_t a = 0, b = 0;
+  size_t a = 0, b = 0, d = 0;
   json_t *o = NULL;
   int rc;
 
@@ -191,7 +193,7 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *off, const char *adv
       rc = kvp__tier_engine_move(e, c.hashes, c.n, c.tier, c.volume, &a, &b, err, sizeof err);
       break;
     case KVP__CTL_DELETE:
-      rc = kvp__tier_engine_drop(e, c.hashes, c.n, c.tier, &a, &b, err, sizeof err);
+      rc = kvp__tier_engine_drop(e, c.hashes, c.n, c.tier, &a, &b, &d, err, sizeof err);
       break;
     }
   }
@@ -207,6 +209,8 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *off, const char *adv
   } else {
     o = json_pack("{s:s, s:I, s:I, s:I}", "op", op_names[c.op], "blocks", (json_int_t)c.n, "queued",
                   (json_int_t)a, "skipped", (json_int_t)b);
+    if (o != NULL && c.op == KVP__CTL_DELETE)
+      json_object_set_new(o, "continuations", json_integer((json_int_t)d));
   }
   if (o != NULL) {
     json_object_set_new(o, "advisor", json_string(advisor));

@@ -13,9 +13,13 @@
  * Moves and deletes now: validated against the index here, queued, and
  * taken by the next round ahead of its plan (a round is started at once
  * when no job runs), so that they are journaled, verified and announced
- * like every move. Their blocks are busy for the plan meanwhile. */
+ * like every move. Their blocks are busy for the plan meanwhile. A delete
+ * takes the prefix's continuations too (continuations.c), as evictions
+ * like its own blocks. A delete of a pinned block is refused; so is one
+ * with a pinned continuation, whose pin holds the prefix as its ancestors. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/array.h"
@@ -253,60 +257,100 @@ int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t 
   return 0;
 }
 
+/* Queues the evictions of hash's copies in the engine's volumes of tier
+ * (0: G3 and G4) held by workers of the partitions it tiers; adds them to
+ * *queued. Returns 0, KVP_ENOENT (unknown) or KVP_ENOMEM. */
+static int queue_drop(kvp__tier_engine_t *e, uint64_t hash, int tier, size_t *queued) {
+  kvp__index_block_t b;
+  size_t nl = 0;
+  int rc = kvp__tier_get_block(e, hash, &b, &nl);
+  if (rc != 0)
+    return rc;
+  uint32_t vols[KVP__TIER_MAX_VOLUMES];
+  uint16_t parts[KVP__TIER_MAX_VOLUMES];
+  size_t nv = 0;
+  for (size_t k = 0; k < nl && nv < KVP__TIER_MAX_VOLUMES; k++) {
+    long v = kvp__tier_vol_of(e, e->locs[k].tier, e->locs[k].volume);
+    int pk = v >= 0 ? kvp__tier_part_of(e, e->locs[k].worker) : -1;
+    if (pk >= 0 && (tier == 0 || e->vols[v].tier == tier)) {
+      parts[nv] = (uint16_t)pk;
+      vols[nv++] = (uint32_t)v;
+    }
+  }
+  for (size_t k = 0; k < nv; k++) {
+    op_t o = {.kind = KVP__TIER_EVICT,
+              .part = parts[k],
+              .hash = b.hash,
+              .parent = b.parent,
+              .has_parent = b.parent != b.hash,
+              .bytes = b.bytes,
+              .tokens = b.tokens,
+              .from = vols[k],
+              .to = KVP__TIER_NOWHERE,
+              .journal_id = -1};
+    if (queue(e, &o) != 0)
+      return KVP_ENOMEM;
+    (*queued)++;
+  }
+  return 0;
+}
+
 int kvp__tier_engine_drop(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
-                          size_t *queued, size_t *skipped, char *err, size_t errlen) {
-  *queued = *skipped = 0;
+                          size_t *queued, size_t *skipped, size_t *continued, char *err,
+                          size_t errlen) {
+  uint64_t *below = NULL;
+  size_t nbelow = 0;
+  int rc;
+  *queued = *skipped = *continued = 0;
   if (tier != 0 && tier != 3 && tier != 4) {
     snprintf(err, errlen, "delete: tier %d: the engine deletes from G3, G4 or both (0)", tier);
     return KVP_EINVAL;
   }
+  /* The pinned set as the index stands now (a pin's chain may have grown
+   * since the last round). A pinned continuation needs no check of its
+   * own: the pinned set holds its ancestors up the same parent links the
+   * continuations are found by, so the prefix's end is pinned too. */
+  kvp__tier_pins_rebuild(e);
   for (size_t i = 0; i < n; i++) {
     if (kvp__map64_find(&e->pinned, hashes[i]) != NULL) {
-      snprintf(err, errlen, "delete refused: block %016" PRIx64 " is pinned (unpin it first)",
+      snprintf(err, errlen,
+               "delete refused: block %016" PRIx64
+               " is pinned, itself or as an ancestor of a pinned block (unpin it first)",
                hashes[i]);
       return KVP_EBUSY;
     }
   }
-  for (size_t i = 0; i < n; i++) {
-    kvp__index_block_t b;
-    size_t nl = 0, before = *queued;
+  if ((rc = kvp__tier_continuations(e, hashes, n, tier, &below, &nbelow)) != 0)
+    return rc;
+  /* Leaves first (the continuations deepest first, then the request from
+   * its end): within a volume the job deletes in this order, so a crash
+   * midway leaves whole prefixes. */
+  for (size_t i = 0; i < nbelow; i++) {
+    size_t before = *queued;
+    if (kvp__map64_find(&e->opset, below[i]) != NULL)
+      continue; /* a move or delete of it waits already */
+    if ((rc = queue_drop(e, below[i], tier, queued)) != 0 && rc != KVP_ENOENT)
+      goto out;
+    *continued += *queued > before;
+  }
+  for (size_t i = n; i-- > 0;) {
+    size_t before = *queued;
     if (kvp__map64_find(&e->opset, hashes[i]) != NULL ||
-        kvp__tier_get_block(e, hashes[i], &b, &nl) != 0) {
+        (rc = queue_drop(e, hashes[i], tier, queued)) == KVP_ENOENT) {
       (*skipped)++;
       continue;
     }
-    uint32_t vols[KVP__TIER_MAX_VOLUMES];
-    uint16_t parts[KVP__TIER_MAX_VOLUMES];
-    size_t nv = 0;
-    for (size_t k = 0; k < nl && nv < KVP__TIER_MAX_VOLUMES; k++) {
-      long v = kvp__tier_vol_of(e, e->locs[k].tier, e->locs[k].volume);
-      int pk = v >= 0 ? kvp__tier_part_of(e, e->locs[k].worker) : -1;
-      if (pk >= 0 && (tier == 0 || e->vols[v].tier == tier)) {
-        parts[nv] = (uint16_t)pk;
-        vols[nv++] = (uint32_t)v;
-      }
-    }
-    for (size_t k = 0; k < nv; k++) {
-      op_t o = {.kind = KVP__TIER_EVICT,
-                .part = parts[k],
-                .hash = b.hash,
-                .parent = b.parent,
-                .has_parent = b.parent != b.hash,
-                .bytes = b.bytes,
-                .tokens = b.tokens,
-                .from = vols[k],
-                .to = KVP__TIER_NOWHERE,
-                .journal_id = -1};
-      if (queue(e, &o) != 0)
-        return KVP_ENOMEM;
-      (*queued)++;
-    }
+    if (rc != 0)
+      goto out;
     if (*queued == before)
       (*skipped)++;
   }
+  rc = 0;
+out:
+  free(below);
   if (*queued && !e->busy && e->running)
     kvp__tier_engine_round(e);
-  return 0;
+  return rc;
 }
 
 void kvp__tier_control_take(kvp__tier_engine_t *e) {

@@ -186,14 +186,21 @@ void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st);
  * already in that tier, unknown, or in no volume is skipped.
  *
  * drop (delete) hashes from the engine's volumes of tier (0: G3 and G4)
- * as evictions, queued the same way; KVP_EBUSY when one is pinned. */
+ * as evictions, queued the same way, and with them the prefix's
+ * continuations in those volumes: the blocks below the prefix's last
+ * block (continuations.c says which blocks end a prefix), which no match
+ * would reach any more. *queued: evictions queued (the continuations'
+ * too); *skipped: requested blocks with none; *continued: continuation
+ * blocks with at least one. KVP_EBUSY, nothing queued, when a requested
+ * block is pinned (a pinned continuation pins the prefix: its ancestors). */
 int kvp__tier_engine_pin(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int pin,
                          const char *note, size_t *changed, char *err, size_t errlen);
 int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
                           const char *volume, size_t *queued, size_t *skipped, char *err,
                           size_t errlen);
 int kvp__tier_engine_drop(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
-                          size_t *queued, size_t *skipped, char *err, size_t errlen);
+                          size_t *queued, size_t *skipped, size_t *continued, char *err,
+                          size_t errlen);
 /* 1 when hash is pinned (itself or as an ancestor of a pin). */
 int kvp__tier_engine_pinned(const kvp__tier_engine_t *e, uint64_t hash);
 
