@@ -235,6 +235,33 @@ static void a_prefix_delete_takes_its_continuations(void **state) {
   close_engine(f);
 }
 
+/* The prefix's end when the request is longer than what is cached (a
+ * prompt's tail never stored): the last requested block, which the index
+ * does not know, so the known block's other children are siblings of that
+ * tail and stay. A loop of parent links (bad events: 50 and 51 each
+ * other's parent) is walked by the first delete and ends it. */
+static void a_prefix_past_the_cache_ends_at_its_last_block(void **state) {
+  fx_t *f = *state;
+  char err[512] = "";
+  size_t queued, skipped, below;
+  uint64_t longer[4] = {1, 2, 3, 77}, loop = 50;
+
+  seed(f, 4); /* 1-2-3-4: 4 is a sibling of the request's 77 */
+  put_g3(f, 50, 51);
+  put_g3(f, 51, 50);
+  kvp__tier_engine_t *e = open_engine(f);
+  assert_int_equal(
+      kvp__tier_engine_drop(e, longer, 4, 0, &queued, &skipped, &below, err, sizeof err), 0);
+  assert_true(queued == 3 && skipped == 1 && below == 0);
+  round_and_wait(f, e);
+  assert_true(locs_in(f, 3, 3) == 0 && locs_in(f, 4, 3) == 1 && in_dir(f->p3, 4));
+  /* Deleted as a prefix, 50 has 51 below it. */
+  assert_int_equal(
+      kvp__tier_engine_drop(e, &loop, 1, 3, &queued, &skipped, &below, err, sizeof err), 0);
+  assert_true(queued == 2 && below == 1);
+  close_engine(f);
+}
+
 /* The request format, as the CLI and the binding send it. */
 static void requests_parse_or_say_why(void **state) {
   kvp__adv_ctl_t c;
@@ -273,6 +300,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(pin_past_capacity_is_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(moves_and_deletes_are_queued_and_journaled, setup, teardown),
     cmocka_unit_test_setup_teardown(a_prefix_delete_takes_its_continuations, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_prefix_past_the_cache_ends_at_its_last_block, setup,
+                                    teardown),
     cmocka_unit_test(requests_parse_or_say_why),
 };
 
