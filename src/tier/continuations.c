@@ -17,16 +17,18 @@
  * the sibling chain A-B'-C' below A only.
  *
  * The index has parent links, not child links: each block with a location
- * in the tiers asked (kvp__index_lru) is walked up its parents to an end
- * (a continuation), a root, a block the index does not know, or a block
- * already decided, each block once (a map of the verdicts), on the loop
- * thread: about the work of a round's candidates. A block the index does
+ * in the tiers asked (one pass over the index, kvp__index_each) is walked
+ * up its parents to an end (a continuation), a root, a block the index
+ * does not know, or a block already decided, each block once (a map of
+ * the verdicts), on the loop thread: less than an idle round's work
+ * (kvp-bench control). A block the index does
  * not know breaks the walk, so a continuation is found only through known
  * links; a prefix's end itself need not be known (the children of a block
  * deleted earlier keep its hash as their parent). */
 #include <stdlib.h>
 
 #include "common/array.h"
+#include "index/walk.h"
 #include "kvplane/status.h"
 #include "tier/engine_impl.h"
 
@@ -110,61 +112,65 @@ static int deeper_first(const void *a, const void *b) {
   return x->dist < y->dist ? 1 : x->dist > y->dist ? -1 : 0;
 }
 
+/* The walk's state, for each block of the index (kvp__index_each). */
+typedef struct walk_s {
+  kvp__tier_engine_t *e;
+  int tier;
+  kvp__map64_t asked, ends, seen;
+  uint64_t *stack;
+  size_t cap;
+  found_t *found;
+  size_t nfound, fcap;
+} walk_t;
+
+static int each(void *ctx, const kvp__index_block_t *b, const kvp__index_loc_t *locs, size_t n) {
+  walk_t *w = ctx;
+  uint64_t v;
+  int there = 0;
+  for (size_t k = 0; k < n && !there; k++)
+    there = (locs[k].tier == 3 || locs[k].tier == 4) && (w->tier == 0 || locs[k].tier == w->tier);
+  /* A requested block below another end is deleted as requested. */
+  if (!there || kvp__map64_find(&w->asked, b->hash) != NULL)
+    return 0;
+  int rc = verdict(w->e, &w->ends, &w->seen, &w->stack, &w->cap, b->hash, &v);
+  if (rc != 0 || (v & 3) != BELOW)
+    return rc;
+  if ((rc = KVP_ARRAY_RESERVE(w->found, w->fcap, w->nfound + 1, 64)) != 0)
+    return rc;
+  w->found[w->nfound++] = (found_t){.hash = b->hash, .dist = v >> 2};
+  return 0;
+}
+
 int kvp__tier_continuations(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
                             uint64_t **out, size_t *nout) {
-  kvp__map64_t asked = {0}, ends = {0}, seen = {0}, taken = {0};
-  uint64_t *stack = NULL;
-  found_t *found = NULL;
-  size_t cap = 0, fcap = 0, nfound = 0;
+  walk_t w = {.e = e, .tier = tier};
   int rc;
 
   *out = NULL;
   *nout = 0;
-  if ((rc = kvp__map64_init(&asked, n)) != 0 || (rc = kvp__map64_init(&ends, n)) != 0 ||
-      (rc = kvp__map64_init(&seen, 0)) != 0 || (rc = kvp__map64_init(&taken, 0)) != 0 ||
-      (rc = prefix_ends(e, hashes, n, &asked, &ends)) != 0 || kvp__map64_count(&ends) == 0)
+  if ((rc = kvp__map64_init(&w.asked, n)) != 0 || (rc = kvp__map64_init(&w.ends, n)) != 0 ||
+      (rc = kvp__map64_init(&w.seen, 0)) != 0 ||
+      (rc = prefix_ends(e, hashes, n, &w.asked, &w.ends)) != 0 || kvp__map64_count(&w.ends) == 0)
     goto done;
-  kvp__index_stats_t st;
-  kvp__index_stats(e->ix, &st);
-  for (int t = 3; t <= 4 && rc == 0; t++) {
-    size_t want = st.tier_locations[t];
-    if ((tier != 0 && tier != t) || want == 0)
-      continue;
-    if ((rc = KVP_ARRAY_RESERVE(e->lru, e->lru_cap, want, 1024)) != 0)
-      break;
-    size_t m = kvp__index_lru(e->ix, t, e->lru, want);
-    for (size_t i = 0; i < m && rc == 0; i++) {
-      uint64_t h = e->lru[i], v;
-      /* Taken already (in two volumes, or both tiers), or requested: a
-       * requested block below another end is deleted as requested. */
-      if (kvp__map64_find(&taken, h) != NULL || kvp__map64_find(&asked, h) != NULL)
-        continue;
-      if ((rc = verdict(e, &ends, &seen, &stack, &cap, h, &v)) != 0 || (v & 3) != BELOW)
-        continue;
-      if ((rc = kvp__map64_put(&taken, h, 1)) != 0 ||
-          (rc = KVP_ARRAY_RESERVE(found, fcap, nfound + 1, 64)) != 0)
-        break;
-      found[nfound++] = (found_t){.hash = h, .dist = v >> 2};
-    }
-  }
-  if (rc != 0 || nfound == 0)
+  /* Every block once, in record order: a block's locations come with it,
+   * and only the parent walks look blocks up. */
+  if ((rc = kvp__index_each(e->ix, each, &w)) != 0 || w.nfound == 0)
     goto done;
   /* Deepest first: the job deletes them in that order within a volume,
    * so that what is left of the chain at any moment is a whole prefix. */
-  qsort(found, nfound, sizeof *found, deeper_first);
-  if ((*out = malloc(nfound * sizeof **out)) == NULL) {
+  qsort(w.found, w.nfound, sizeof *w.found, deeper_first);
+  if ((*out = malloc(w.nfound * sizeof **out)) == NULL) {
     rc = KVP_ENOMEM;
     goto done;
   }
-  for (size_t i = 0; i < nfound; i++)
-    (*out)[i] = found[i].hash;
-  *nout = nfound;
+  for (size_t i = 0; i < w.nfound; i++)
+    (*out)[i] = w.found[i].hash;
+  *nout = w.nfound;
 done:
-  free(found);
-  free(stack);
-  kvp__map64_free(&asked);
-  kvp__map64_free(&ends);
-  kvp__map64_free(&seen);
-  kvp__map64_free(&taken);
+  free(w.found);
+  free(w.stack);
+  kvp__map64_free(&w.asked);
+  kvp__map64_free(&w.ends);
+  kvp__map64_free(&w.seen);
   return rc;
 }
