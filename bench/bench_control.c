@@ -126,7 +126,7 @@ KVP_BENCH_SUITE(control, "an operator's prefix delete on the loop thread vs an i
   size_t continued = 0;
   for (int r = 0; r < REPS && (size_t)r < chains; r++) {
     uint64_t req[SHARED + 4];
-    size_t queued, skipped, below;
+    kvp__tier_ctl_counts_t cn;
     for (int k = 0; k < SHARED; k++)
       req[k] = root_hash(k);
     for (int j = 0; j < 4; j++)
@@ -135,13 +135,12 @@ KVP_BENCH_SUITE(control, "an operator's prefix delete on the loop thread vs an i
     kvp__tier_engine_round(e); /* idle: nothing queued, nothing to move */
     double tr = (double)(kvp_bench_now_ns() - t0) / 1e6;
     t0 = kvp_bench_now_ns();
-    if (kvp__tier_engine_drop(e, req, SHARED + 4, 0, &queued, &skipped, &below, err, sizeof err) !=
-        0) {
+    if (kvp__tier_engine_drop(e, req, SHARED + 4, 0, &cn, err, sizeof err) != 0) {
       fprintf(stderr, "bench control: %s\n", err);
       goto out;
     }
     double td = (double)(kvp_bench_now_ns() - t0) / 1e6;
-    continued = below;
+    continued = cn.continuations;
     round_and_wait(&loop, e); /* the evictions, untimed */
     best_round = tr < best_round ? tr : best_round;
     best_drop = td < best_drop ? td : best_drop;

@@ -661,7 +661,8 @@ class Client:
     def move(self, tier, hashes=None, *, token_ids=None, block_size=None, lora_name=None,
              volume=None, timeout_ms=None):
         """Moves blocks to a G3 (tier 3) or G4 (tier 4) volume now, journaled
-        like every move: {"op", "blocks", "queued", "skipped"}."""
+        like every move: {"op", "blocks", "queued", "skipped", "in_flight"
+        (blocks a running round moves now: decided after it)}."""
         return self._tier_control("move", hashes, token_ids, block_size, lora_name, timeout_ms,
                                   tier=tier, volume=volume)
 
@@ -671,7 +672,8 @@ class Client:
         4 only), journaled and announced, and with them the prefix's
         continuations there (the blocks below its last block; not the
         siblings of its inner blocks): {"op", "blocks", "queued",
-        "skipped", "continuations"}. Refused (Error) for a pinned block."""
+        "skipped", "continuations", "in_flight"}. Refused (Error) for a
+        pinned block."""
         return self._tier_control("delete", hashes, token_ids, block_size, lora_name, timeout_ms,
                                   tier=tier)
 

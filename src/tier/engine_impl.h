@@ -113,6 +113,7 @@ typedef struct op_s {
   uint32_t tokens;
   int has_parent;
   uint32_t from, to; /* volume indexes; to unused for evict/delete */
+  int ctl_tier;      /* an operator's delete in opq: from G3 (3), G4 (4) or both (0) */
   int64_t journal_id;
   int rc;
   int src_missing;      /* a demotion's source was not in its volume */
@@ -233,7 +234,9 @@ struct kvp__tier_engine_s {
   uint64_t *pins; /* the pinned hashes, as pinned (the pins table) */
   size_t npins, pins_cap;
   kvp__map64_t pinned; /* the pins and their ancestors: never demoted or evicted */
-  op_t *opq;           /* operator moves and deletes for the next round */
+  op_t *opq;           /* operator moves and deletes for the next round: each a block
+                        * (hash, kind, to or ctl_tier) resolved against the index when
+                        * a round takes it (control.c) */
   size_t nopq, opq_cap;
   kvp__map64_t opset; /* their hashes, until their job is done: busy for the plan */
   uint64_t *keys;

@@ -103,15 +103,15 @@ static void pin_past_capacity_is_refused(void **state) {
 static void moves_and_deletes_are_queued_and_journaled(void **state) {
   fx_t *f = *state;
   char err[512] = "";
-  size_t queued, skipped, changed, below;
+  kvp__tier_ctl_counts_t n;
+  size_t changed;
   uint64_t leaf = 10, pin = 2, twice[2] = {9, 9};
 
   seed(f, 10); /* in a G3 of ten blocks' capacity: no demotion of its own */
   kvp__tier_engine_t *e = open_engine(f);
-  assert_int_equal(kvp__tier_engine_move(e, &leaf, 1, 4, NULL, &queued, &skipped, err, sizeof err),
-                   0);
-  assert_int_equal(queued, 1);
-  assert_int_equal(kvp__tier_engine_move(e, &leaf, 1, 4, "g3", &queued, &skipped, err, sizeof err),
+  assert_int_equal(kvp__tier_engine_move(e, &leaf, 1, 4, NULL, &n, err, sizeof err), 0);
+  assert_int_equal(n.queued, 1);
+  assert_int_equal(kvp__tier_engine_move(e, &leaf, 1, 4, "g3", &n, err, sizeof err),
                    KVP_EINVAL); /* g3 is not a G4 volume */
   round_and_wait(f, e);
   assert_int_equal(locs_in(f, 10, 4), 1);
@@ -121,14 +121,12 @@ static void moves_and_deletes_are_queued_and_journaled(void **state) {
                              "'g3' AND to_volume = 'g4'"),
                    1);
   /* Already in G4: skipped. A block given twice is queued once. */
-  assert_int_equal(kvp__tier_engine_move(e, &leaf, 1, 4, NULL, &queued, &skipped, err, sizeof err),
-                   0);
-  assert_int_equal(skipped, 1);
-  assert_int_equal(
-      kvp__tier_engine_drop(e, twice, 2, 0, &queued, &skipped, &below, err, sizeof err), 0);
-  assert_int_equal(queued, 2); /* 9 in G3, and 10 in G4 below it */
-  assert_int_equal(skipped, 1);
-  assert_int_equal(below, 1);
+  assert_int_equal(kvp__tier_engine_move(e, &leaf, 1, 4, NULL, &n, err, sizeof err), 0);
+  assert_int_equal(n.skipped, 1);
+  assert_int_equal(kvp__tier_engine_drop(e, twice, 2, 0, &n, err, sizeof err), 0);
+  assert_int_equal(n.queued, 2); /* 9 in G3, and 10 in G4 below it */
+  assert_int_equal(n.skipped, 1);
+  assert_int_equal(n.continuations, 1);
   round_and_wait(f, e);
   assert_int_equal(locs_in(f, 9, 3), 0);
   assert_int_equal(locs_in(f, 10, 4), 0);
@@ -138,8 +136,7 @@ static void moves_and_deletes_are_queued_and_journaled(void **state) {
   /* A pinned block (1 is 2's ancestor) cannot be deleted. */
   assert_int_equal(kvp__tier_engine_pin(e, &pin, 1, 1, NULL, &changed, err, sizeof err), 0);
   uint64_t one = 1;
-  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 3, &queued, &skipped, &below, err, sizeof err),
-                   KVP_EBUSY);
+  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 3, &n, err, sizeof err), KVP_EBUSY);
   assert_non_null(strstr(err, "pinned"));
   close_engine(f);
 }
@@ -174,7 +171,8 @@ static int in_dir(const char *root, uint64_t hash) {
 static void a_prefix_delete_takes_its_continuations(void **state) {
   fx_t *f = *state;
   char err[512] = "";
-  size_t queued, skipped, changed, below;
+  kvp__tier_ctl_counts_t n;
+  size_t changed;
   uint64_t to_g4[2] = {4, 34}, prefix[2] = {1, 2}, gone[6] = {1, 2, 3, 4, 33, 34};
 
   f->cfg.volumes[0].capacity = 20 * BLOCK;
@@ -184,20 +182,18 @@ static void a_prefix_delete_takes_its_continuations(void **state) {
   put_g3(f, 33, 2);
   put_g3(f, 34, 33);
   kvp__tier_engine_t *e = open_engine(f);
-  assert_int_equal(kvp__tier_engine_move(e, to_g4, 2, 4, NULL, &queued, &skipped, err, sizeof err),
-                   0);
-  assert_int_equal(queued, 2);
+  assert_int_equal(kvp__tier_engine_move(e, to_g4, 2, 4, NULL, &n, err, sizeof err), 0);
+  assert_int_equal(n.queued, 2);
   round_and_wait(f, e);
   round_and_wait(f, e); /* the sources deleted (grace 0) */
   assert_true(locs_in(f, 4, 4) == 1 && locs_in(f, 4, 3) == 0 && in_dir(f->p4, 34));
 
   /* The prefix 1-2 (as kvplane delete --tokens sends it: its blocks in
    * order): 1 and 2 themselves, and 3, 4, 33, 34 below 2 in G3 and G4. */
-  assert_int_equal(
-      kvp__tier_engine_drop(e, prefix, 2, 0, &queued, &skipped, &below, err, sizeof err), 0);
-  assert_int_equal(queued, 6);
-  assert_int_equal(skipped, 0);
-  assert_int_equal(below, 4);
+  assert_int_equal(kvp__tier_engine_drop(e, prefix, 2, 0, &n, err, sizeof err), 0);
+  assert_int_equal(n.queued, 6);
+  assert_int_equal(n.skipped, 0);
+  assert_int_equal(n.continuations, 4);
   round_and_wait(f, e);
   for (size_t i = 0; i < 6; i++) {
     assert_int_equal(locs_in(f, gone[i], 3) + locs_in(f, gone[i], 4), 0);
@@ -216,19 +212,16 @@ static void a_prefix_delete_takes_its_continuations(void **state) {
    * block's is; in G4 there are none. */
   uint64_t pin = 23, one = 1;
   assert_int_equal(kvp__tier_engine_pin(e, &pin, 1, 1, NULL, &changed, err, sizeof err), 0);
-  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 0, &queued, &skipped, &below, err, sizeof err),
-                   KVP_EBUSY);
+  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 0, &n, err, sizeof err), KVP_EBUSY);
   assert_non_null(strstr(err, "pinned"));
-  assert_int_equal(queued, 0);
+  assert_int_equal(n.queued, 0);
   round_and_wait(f, e);
   assert_true(locs_in(f, 22, 3) == 1 && locs_in(f, 23, 3) == 1);
   assert_int_equal(kvp__tier_engine_pin(e, &pin, 1, 0, NULL, &changed, err, sizeof err), 0);
-  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 4, &queued, &skipped, &below, err, sizeof err),
-                   0);
-  assert_true(queued == 0 && skipped == 1 && below == 0);
-  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 3, &queued, &skipped, &below, err, sizeof err),
-                   0);
-  assert_true(queued == 2 && skipped == 1 && below == 2);
+  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 4, &n, err, sizeof err), 0);
+  assert_true(n.queued == 0 && n.skipped == 1 && n.continuations == 0);
+  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 3, &n, err, sizeof err), 0);
+  assert_true(n.queued == 2 && n.skipped == 1 && n.continuations == 2);
   round_and_wait(f, e);
   assert_true(locs_in(f, 22, 3) == 0 && locs_in(f, 23, 3) == 0);
   assert_false(in_dir(f->p3, 22) || in_dir(f->p3, 23));
@@ -243,22 +236,54 @@ static void a_prefix_delete_takes_its_continuations(void **state) {
 static void a_prefix_past_the_cache_ends_at_its_last_block(void **state) {
   fx_t *f = *state;
   char err[512] = "";
-  size_t queued, skipped, below;
+  kvp__tier_ctl_counts_t n;
   uint64_t longer[4] = {1, 2, 3, 77}, loop = 50;
 
   seed(f, 4); /* 1-2-3-4: 4 is a sibling of the request's 77 */
   put_g3(f, 50, 51);
   put_g3(f, 51, 50);
   kvp__tier_engine_t *e = open_engine(f);
-  assert_int_equal(
-      kvp__tier_engine_drop(e, longer, 4, 0, &queued, &skipped, &below, err, sizeof err), 0);
-  assert_true(queued == 3 && skipped == 1 && below == 0);
+  assert_int_equal(kvp__tier_engine_drop(e, longer, 4, 0, &n, err, sizeof err), 0);
+  assert_true(n.queued == 3 && n.skipped == 1 && n.continuations == 0);
   round_and_wait(f, e);
   assert_true(locs_in(f, 3, 3) == 0 && locs_in(f, 4, 3) == 1 && in_dir(f->p3, 4));
   /* Deleted as a prefix, 50 has 51 below it. */
-  assert_int_equal(
-      kvp__tier_engine_drop(e, &loop, 1, 3, &queued, &skipped, &below, err, sizeof err), 0);
-  assert_true(queued == 2 && below == 1);
+  assert_int_equal(kvp__tier_engine_drop(e, &loop, 1, 3, &n, err, sizeof err), 0);
+  assert_true(n.queued == 2 && n.continuations == 1);
+  close_engine(f);
+}
+
+/* A move or delete asked while a round's job moves the block: decided
+ * again after that job, by where the block is then. The first round
+ * demotes every block (G3 of eight blocks' capacity holds ten, low
+ * watermark 0.1); asked before its job is done, a delete of 10 and a move
+ * of 9 back to G3 see both in G3 still. */
+static void controls_during_a_move_are_decided_after_it(void **state) {
+  fx_t *f = *state;
+  char err[512] = "";
+  kvp__tier_ctl_counts_t n;
+  uint64_t leaf = 10, nine = 9;
+
+  f->cfg.tier_high = 0.5;
+  f->cfg.tier_low = 0.1;
+  seed10(f);
+  kvp__tier_engine_t *e = open_engine(f);
+  kvp__tier_engine_round(e);
+  assert_true(kvp__tier_engine_busy(e));
+  assert_int_equal(kvp__tier_engine_drop(e, &leaf, 1, 0, &n, err, sizeof err), 0);
+  assert_true(n.in_flight == 1 && n.queued == 0 && n.skipped == 0);
+  assert_int_equal(kvp__tier_engine_move(e, &nine, 1, 3, NULL, &n, err, sizeof err), 0);
+  assert_true(n.in_flight == 1 && n.queued == 0 && n.skipped == 0); /* not "already there" */
+  while (kvp__tier_engine_busy(e))
+    uv_run(&f->loop, UV_RUN_ONCE);
+  assert_true(locs_in(f, 10, 4) == 1 && locs_in(f, 9, 4) == 1); /* the job's demotions */
+  /* The sources go (grace 0), then 9 comes back, then its G4 source goes. */
+  for (int r = 0; r < 3; r++)
+    round_and_wait(f, e);
+  /* 10 is gone from G4 too, and 9 is back in G3. */
+  assert_int_equal(locs_in(f, 10, 3) + locs_in(f, 10, 4), 0);
+  assert_false(in_dir(f->p4, 10) || in_dir(f->p3, 10));
+  assert_true(locs_in(f, 9, 3) == 1 && locs_in(f, 9, 4) == 0);
   close_engine(f);
 }
 
@@ -302,6 +327,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_prefix_delete_takes_its_continuations, setup, teardown),
     cmocka_unit_test_setup_teardown(a_prefix_past_the_cache_ends_at_its_last_block, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(controls_during_a_move_are_decided_after_it, setup, teardown),
     cmocka_unit_test(requests_parse_or_say_why),
 };
 
