@@ -418,7 +418,9 @@ static int resolve(kvp__tier_engine_t *e, const op_t *in) {
       return 0;
     for (size_t k = 0; k < nl && !wait; k++) {
       long v = kvp__tier_vol_of(e, e->locs[k].tier, e->locs[k].volume);
-      wait = v >= 0 && e->vols[v].offline && (in->ctl_tier == 0 || e->vols[v].tier == in->ctl_tier);
+      wait = v >= 0 && e->vols[v].offline &&
+             (in->ctl_tier == 0 || e->vols[v].tier == in->ctl_tier) &&
+             kvp__tier_part_of(e, e->locs[k].worker) >= 0;
     }
     drop_each(e, in->hash, in->ctl_tier, &b, take_online, &failed);
     return wait || failed;
