@@ -153,10 +153,12 @@ int kvp_client_request_all(kvp_client_t *c, const char *call, const char *body, 
  * each partition's tiering advisor acts on its own partitions' blocks, and
  * the call waits for all of them (or timeout_ms). *reply gets one merged
  * JSON object (free it with kvp_client_reply_free): the replies' "op" and
- * "blocks", the sums of "changed", "queued" and "pinned_blocks", the
- * largest "pins", the smallest "skipped", "advisors" (the names that
- * acted), "partitions", "missing", and "error" when an advisor refused
- * (every refusal, by advisor, in "errors"), a partition's advisor did not
+ * "blocks", the sums of "changed", "queued", "pinned_blocks",
+ * "continuations" (a delete's blocks below the prefix) and "in_flight"
+ * (blocks a running round moves: decided after it), the largest
+ * "pins", the smallest "skipped", "advisors" (the names that acted),
+ * "partitions", "missing", and "error" when an advisor refused (every
+ * refusal, by advisor, in "errors"), a partition's advisor did not
  * answer, or none tiers ("not_tiering": the advisors with tiering off).
  * Returns 0 (also with "error" in the reply), KVP_ETIMEDOUT when no
  * advisor answered, or KVP_EINVAL, KVP_ECONN, KVP_ENOMEM. */

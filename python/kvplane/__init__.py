@@ -661,15 +661,19 @@ class Client:
     def move(self, tier, hashes=None, *, token_ids=None, block_size=None, lora_name=None,
              volume=None, timeout_ms=None):
         """Moves blocks to a G3 (tier 3) or G4 (tier 4) volume now, journaled
-        like every move: {"op", "blocks", "queued", "skipped"}."""
+        like every move: {"op", "blocks", "queued", "skipped", "in_flight"
+        (blocks a running round moves now: decided after it)}."""
         return self._tier_control("move", hashes, token_ids, block_size, lora_name, timeout_ms,
                                   tier=tier, volume=volume)
 
     def delete(self, hashes=None, *, token_ids=None, block_size=None, lora_name=None, tier=None,
                timeout_ms=None):
         """Deletes blocks from the advisor's G3 and G4 volumes (or tier 3 or
-        4 only), journaled and announced: {"op", "blocks", "queued",
-        "skipped"}. Refused (Error) for a pinned block."""
+        4 only), journaled and announced, and with them the prefix's
+        continuations there (the blocks below its last block; not the
+        siblings of its inner blocks): {"op", "blocks", "queued",
+        "skipped", "continuations", "in_flight"}. Refused (Error) for a
+        pinned block."""
         return self._tier_control("delete", hashes, token_ids, block_size, lora_name, timeout_ms,
                                   tier=tier)
 

@@ -10,7 +10,11 @@
  *           "tier": 3 | 4 (move; delete: optional, both when absent),
  *           "volume": "<name>" (move, optional), "note": "<text>" (pin)}
  * Reply:   {"op": ..., "blocks": N, then for pin/unpin "changed", "pins",
- *           "pinned_blocks"; for move/delete "queued", "skipped"} or
+ *           "pinned_blocks"; for move/delete "queued", "skipped",
+ *           "in_flight" (blocks a running round moves now: decided after
+ *           it, src/tier/engine.h); for delete "continuations" (blocks
+ *           below the prefix deleted with it, their copies in "queued":
+ *           src/tier/continuations.c)} or
  *          {"error": "<cause>"}, and in both "advisor": its name; an
  *          advisor with tiering off adds "tiering": false to its error.
  *          A partitioned advisor's success adds "partitions": {"count",
@@ -171,7 +175,8 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *off, const char *adv
   kvp__adv_ctl_t c;
   kvp__tier_stats_t st;
   char err[512] = "";
-  size_t a = 0, b = 0;
+  kvp__tier_ctl_counts_t n = {0};
+  size_t a = 0;
   json_t *o = NULL;
   int rc;
 
@@ -188,10 +193,10 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *off, const char *adv
           kvp__tier_engine_pin(e, c.hashes, c.n, c.op == KVP__CTL_PIN, c.note, &a, err, sizeof err);
       break;
     case KVP__CTL_MOVE:
-      rc = kvp__tier_engine_move(e, c.hashes, c.n, c.tier, c.volume, &a, &b, err, sizeof err);
+      rc = kvp__tier_engine_move(e, c.hashes, c.n, c.tier, c.volume, &n, err, sizeof err);
       break;
     case KVP__CTL_DELETE:
-      rc = kvp__tier_engine_drop(e, c.hashes, c.n, c.tier, &a, &b, err, sizeof err);
+      rc = kvp__tier_engine_drop(e, c.hashes, c.n, c.tier, &n, err, sizeof err);
       break;
     }
   }
@@ -205,8 +210,11 @@ void kvp__adv_ctl_handle(kvp__tier_engine_t *e, const char *off, const char *adv
                   "changed", (json_int_t)a, "pins", (json_int_t)st.pins, "pinned_blocks",
                   (json_int_t)st.pinned_blocks);
   } else {
-    o = json_pack("{s:s, s:I, s:I, s:I}", "op", op_names[c.op], "blocks", (json_int_t)c.n, "queued",
-                  (json_int_t)a, "skipped", (json_int_t)b);
+    o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "op", op_names[c.op], "blocks", (json_int_t)c.n,
+                  "queued", (json_int_t)n.queued, "skipped", (json_int_t)n.skipped, "in_flight",
+                  (json_int_t)n.in_flight);
+    if (o != NULL && c.op == KVP__CTL_DELETE)
+      json_object_set_new(o, "continuations", json_integer((json_int_t)n.continuations));
   }
   if (o != NULL) {
     json_object_set_new(o, "advisor", json_string(advisor));

@@ -111,7 +111,11 @@ static const struct cmd_help_s {
      "volume). kvplane migrations shows them.\n"},
     {"delete", "kvplane delete [--tier 3|4] [NATS options] HASH... | --tokens ...",
      "Deletes blocks from the advisor's G3 and G4 volumes (or one tier), journaled\n"
-     "and announced as Removed; refused (exit 3) for a pinned block.\n"},
+     "and announced as Removed; refused (exit 3) for a pinned block. The prefix's\n"
+     "continuations go too: the blocks below its last block in those tiers (not\n"
+     "the siblings of its inner blocks), counted in the reply's continuations.\n"
+     "A block a running round is moving is counted in in_flight: its move or\n"
+     "delete is decided after that round, by where the block is then.\n"},
 };
 
 void kvp__cli_usage(FILE *f) {

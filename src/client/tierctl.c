@@ -11,9 +11,9 @@
  * shape kvp_client_request_all covers partitions by), so the gather waits
  * for every partition's advisor, and the merge says which did not answer.
  *
- * Merged reply: {"op", "blocks", then the sums of "changed", "queued" and
- * "pinned_blocks", the largest "pins" and the smallest "skipped" (a block
- * one advisor skips is another's), "advisors": [names that acted],
+ * Merged reply: {"op", "blocks", then the sums of "changed", "queued",
+ * "pinned_blocks", "continuations" and "in_flight", the largest "pins" and the
+ * smallest "skipped" (a block one advisor skips is another's), "advisors": [names that acted],
  * "partitions": C, "missing": [p, ...]}, plus "error" when any advisor
  * refused (its cause, named by advisor; every refusal is in "errors") or
  * a partition had no tiering advisor answering. Advisors with tiering off
@@ -37,7 +37,8 @@ static const struct {
   const char *key;
   how_t how;
 } fields[] = {
-    {"changed", SUM}, {"queued", SUM}, {"pinned_blocks", SUM}, {"pins", MAX}, {"skipped", MIN},
+    {"changed", SUM}, {"queued", SUM},        {"pinned_blocks", SUM}, {"pins", MAX},
+    {"skipped", MIN}, {"continuations", SUM}, {"in_flight", SUM},
 };
 
 static void merge_field(json_t *out, const char *key, how_t how, json_int_t v) {

@@ -186,14 +186,31 @@ void kvp__tier_engine_stats(const kvp__tier_engine_t *e, kvp__tier_stats_t *st);
  * already in that tier, unknown, or in no volume is skipped.
  *
  * drop (delete) hashes from the engine's volumes of tier (0: G3 and G4)
- * as evictions, queued the same way; KVP_EBUSY when one is pinned. */
+ * as evictions, queued the same way, and with them the prefix's
+ * continuations in those volumes: the blocks below the prefix's last
+ * block (continuations.c says which blocks end a prefix), which no match
+ * would reach any more. KVP_EBUSY, nothing queued, when a requested block
+ * is pinned (a pinned continuation pins the prefix: its ancestors).
+ *
+ * Both answer from the index as it stands at the call. A block the
+ * running job copies is still where it was there: its move or delete is
+ * queued whatever the index says (in_flight), and every queued move or
+ * delete is resolved again by the round that takes it, once no job runs,
+ * against where the block is then (a delete takes every copy in the
+ * tiers asked; a move of a block already there is dropped). */
+typedef struct kvp__tier_ctl_counts_s {
+  size_t queued;        /* moves queued; for a delete, the copies it would delete now */
+  size_t skipped;       /* requested blocks with nothing to do (or a move or delete waiting) */
+  size_t continuations; /* delete: blocks below the prefix queued with it */
+  size_t in_flight;     /* blocks the running job copies: decided after it */
+} kvp__tier_ctl_counts_t;
+
 int kvp__tier_engine_pin(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int pin,
                          const char *note, size_t *changed, char *err, size_t errlen);
 int kvp__tier_engine_move(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
-                          const char *volume, size_t *queued, size_t *skipped, char *err,
-                          size_t errlen);
+                          const char *volume, kvp__tier_ctl_counts_t *c, char *err, size_t errlen);
 int kvp__tier_engine_drop(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
-                          size_t *queued, size_t *skipped, char *err, size_t errlen);
+                          kvp__tier_ctl_counts_t *c, char *err, size_t errlen);
 /* 1 when hash is pinned (itself or as an ancestor of a pin). */
 int kvp__tier_engine_pinned(const kvp__tier_engine_t *e, uint64_t hash);
 

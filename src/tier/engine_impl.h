@@ -18,6 +18,7 @@
  *                  left under the key namespace <ns> (the scrub's passes);
  *   compact.c      compaction of volumes whose plugin reports dead bytes;
  *   control.c      the operator's pins, moves and deletes;
+ *   continuations.c the blocks below a prefix an operator deletes;
  *   parts.c        partitioned tiering: the partitions the engine tiers,
  *                  each with its key namespace, advisor worker and
  *                  publisher, and the filter from a location's worker to
@@ -112,6 +113,7 @@ typedef struct op_s {
   uint32_t tokens;
   int has_parent;
   uint32_t from, to; /* volume indexes; to unused for evict/delete */
+  int ctl_tier;      /* an operator's delete in opq: from G3 (3), G4 (4) or both (0) */
   int64_t journal_id;
   int rc;
   int src_missing;      /* a demotion's source was not in its volume */
@@ -232,7 +234,9 @@ struct kvp__tier_engine_s {
   uint64_t *pins; /* the pinned hashes, as pinned (the pins table) */
   size_t npins, pins_cap;
   kvp__map64_t pinned; /* the pins and their ancestors: never demoted or evicted */
-  op_t *opq;           /* operator moves and deletes for the next round */
+  op_t *opq;           /* operator moves and deletes for the next round: each a block
+                        * (hash, kind, to or ctl_tier) resolved against the index when
+                        * a round takes it (control.c) */
   size_t nopq, opq_cap;
   kvp__map64_t opset; /* their hashes, until their job is done: busy for the plan */
   uint64_t *keys;
@@ -344,6 +348,14 @@ int kvp__tier_pins_load(kvp__tier_engine_t *e);
 int kvp__tier_pins_rebuild(kvp__tier_engine_t *e);
 void kvp__tier_control_take(kvp__tier_engine_t *e);
 void kvp__tier_control_done(kvp__tier_engine_t *e);
+
+/* The continuations of a prefix delete of hashes (continuations.c, which
+ * says how the prefixes' ends are found): the blocks with a location in
+ * tier (0: G3 or G4) below an end, other than the requested ones, deepest
+ * first, into *out (malloc'd, NULL when *nout is 0). Returns 0 or
+ * KVP_ENOMEM (then none). Loop thread. */
+int kvp__tier_continuations(kvp__tier_engine_t *e, const uint64_t *hashes, size_t n, int tier,
+                            uint64_t **out, size_t *nout);
 
 /* The engine's volume at location (tier, index volume id), or -1 when the
  * engine has none there (G1/G2, or a volume it does not manage).

@@ -533,7 +533,8 @@ class BindingTest(unittest.TestCase):
         real posix volumes: a pinned prefix stays in G3 through rounds that
         demote the rest, and its pins survive a restart of the advisor; a
         move lands in G4 and is journaled; a delete of a pinned block is
-        refused, of an unpinned one journaled and announced. (A pin past a
+        refused, of an unpinned one journaled and announced, with its
+        continuation in the tier deleted from. (A pin past a
         volume's capacity: tier_control.pin_past_capacity_is_refused.)"""
         g3, g4 = os.path.join(self.tmp, "g3"), os.path.join(self.tmp, "g4")
         block = 4096
@@ -588,12 +589,85 @@ class BindingTest(unittest.TestCase):
         self.assertIn("pinned", str(e.exception))
         published = self.client.stats()["tiering"]["events_published"]
         self.assertEqual(self.client.unpin(token_ids=toks[:BS * 3], block_size=BS)["pins"], 0)
-        self.assertEqual(self.client.delete([hashes[0]], tier=3)["queued"], 1)
+        # From G3 only: the first block, and its continuation there (the
+        # second; the rest are in G4 and stay).
+        rep = self.client.delete([hashes[0]], tier=3)
+        self.assertEqual((rep["queued"], rep["continuations"]), (2, 1))
         until(lambda: ("%016x" % hashes[0], "g3", "", "source_deleted") in self.migrations(),
               timeout=20, what="the delete journaled")
+        until(lambda: ("%016x" % hashes[1], "g3", "", "source_deleted") in self.migrations(),
+              timeout=20, what="the continuation's delete journaled")
         until(lambda: self.client.stats()["tiering"]["events_published"] > published,
               timeout=10, what="the delete announced")
-        self.assertFalse(where(g3, hashes[0]))
+        self.assertEqual([where(g3, h) for h in hashes], [False] * 6)
+        self.assertEqual([where(g4, h) for h in hashes], [False] * 2 + [True] * 4)
+
+    def test_prefix_delete_takes_continuations(self):
+        """A prefix delete against the advisor and real posix volumes takes
+        the prefix's continuations with it: the chain A-B-C-D (C in G3, D
+        in G4), deleted as the prefix A-B, loses C and D from the volumes,
+        the index and the database, journaled and announced, and the reply
+        counts them; the sibling chain A-B'-C' (below A, not below B, the
+        prefix's last block) stays."""
+        g3, g4 = os.path.join(self.tmp, "g3"), os.path.join(self.tmp, "g4")
+        block = 4096
+        self.plane = Plane(self.tmp)
+        self.plane.start_nats()
+        os.makedirs(g3)
+        os.makedirs(g4)
+        toks = list(range(7000, 7000 + BS * 4))
+        sib = toks[:BS] + list(range(9000, 9000 + BS * 2))
+        a, b, c, d = kvplane.hash_blocks(toks, BS)
+        _, b2, c2 = kvplane.hash_blocks(sib, BS)
+        for h, parent, root in ((a, None, g3), (b, a, g3), (c, b, g3), (d, c, g4),
+                                (b2, a, g3), (c2, b2, g3)):
+            self.write_frame(root, h, parent, bytes([h & 0xff]) * block)
+        # No round of its own for an hour: only the delete starts one.
+        self.plane.start_advisor(
+            "[tiering]\nenabled = true\ninterval = 1h\ngrace = 0\nmin_residence = 0\n"
+            "[volume g3]\ntier = 3\nplugin = posix\ncapacity = 1GiB\npath = %s\nfsync = off\n"
+            "[volume g4]\ntier = 4\nplugin = posix\ncapacity = 1GiB\npath = %s\nfsync = off\n"
+            % (g3, g4))
+        self.client = kvplane.Client(self.plane.url, NS, timeout_ms=5000)
+        self.closers.append(self.client)
+        with kvplane.Publisher(self.plane.url, NS, "w0", BS, max_delay_ms=1,
+                               block_bytes=block + 64) as pub:
+            pub.stored(block_hashes=[d], parent_hash=c, tier="G4", volume="g4")
+            pub.stored(toks[:BS * 3], tier="G3", volume="g3")
+            pub.stored(sib, tier="G3", volume="g3")
+            pub.flush()
+        self.match_until([a, b2, c2], [kvplane.Match("w0", 0, 3, 3)], "w0 holds A-B'-C' in G3")
+        self.match_until([a, b, c], [kvplane.Match("w0", 0, 3, 3)], "w0 holds A-B-C in G3")
+        published = self.client.stats()["tiering"]["events_published"]
+
+        rep = self.client.delete(token_ids=toks[:BS * 2], block_size=BS)
+        self.assertEqual((rep["blocks"], rep["queued"], rep["skipped"], rep["continuations"]),
+                         (2, 4, 0, 2), rep)
+        want = {("%016x" % h, vol, "", "source_deleted")
+                for h, vol in ((a, "g3"), (b, "g3"), (c, "g3"), (d, "g4"))}
+        until(lambda: want <= set(self.migrations()), timeout=20, what="the deletes journaled")
+        until(lambda: self.client.stats()["tiering"]["events_published"] - published >= 4,
+              timeout=10, what="the deletes announced")
+        self.assertEqual(self.client.stats()["tiering"]["events_published"] - published, 4)
+        where = lambda root, h: os.path.exists(os.path.join(root, NS, "%02x" % (h >> 56),
+                                                            "%016x" % h))
+        self.assertEqual([where(g3, h) for h in (a, b, c, b2, c2)],
+                         [False, False, False, True, True])
+        self.assertFalse(where(g4, d))
+        # The index and the database: no location of A-B-C-D left, B' and
+        # C' still in G3.
+        import sqlite3
+
+        def located():
+            db = sqlite3.connect(self.plane.db)
+            try:
+                return {r[0] for r in db.execute(
+                    "SELECT printf('%016x', hash) FROM block_locations")}
+            finally:
+                db.close()
+        until(lambda: located() == {"%016x" % h for h in (b2, c2)}, timeout=10,
+              what="the database's locations: B' and C' only")
+        self.assertEqual(self.client.match([a, b, c, d]), [])
 
     def test_match_without_advisor(self):
         """With NATS up but no advisor, match fails at once with KVP_ENOENT

@@ -1,5 +1,5 @@
 /* Why this file is long: one fixture (two advisors, four workers and
- * their volumes) shared by its seven cases.
+ * their volumes) shared by its eight cases.
  *
  * Tiering across partitions (docs/SCALE.md): two real advisors, each
  * owning 2 of 4 partitions and tiering them at once, over real posix
@@ -20,6 +20,7 @@
  *     object for an orphan;
  *   - the operator's controls reach both advisors, each acting for its
  *     own partitions, and a stopped one's partitions are reported missing;
+ *     a delete of the shared prefix takes every partition's continuations;
  *   - a hot standby that tiers nothing ([tiering] partitions = none) takes
  *     the tiering over on a live request once the other advisor is gone.
  *   - tiering leases: of two advisors configured to tier the same
@@ -489,6 +490,65 @@ static void controls_reach_every_partitions_advisor(void **state) {
   assert_int_equal(int_of(doc, "changed"), 1);
   json_decref(doc);
   assert_int_equal(db_count(f, 0, "SELECT count(*) FROM pins"), 0);
+}
+
+/* A delete of the prefix every chain shares reaches every partition's
+ * advisor, and each deletes that prefix's continuations among its own
+ * partitions' blocks: the rest of every chain, in the workers' G3s and
+ * the shared G4. The merged reply counts them all. */
+static void a_prefix_delete_takes_every_partitions_continuations(void **state) {
+  fx_t *f = *state;
+  listing_t vol;
+  json_t *doc = NULL;
+  char body[256], ns[KVP_PARTITION_NS_MAX + 1];
+  adv_start(f, 0);
+  adv_start(f, 1);
+  for (uint32_t p = 0; p < NPART; p++)
+    worker_offloads(f, p);
+  settle(f, &vol, 4, 1, "first moves");
+  /* The chains' blocks below the shared prefix still in G3 or G4. */
+  json_int_t below = 0;
+  for (uint32_t p = 0; p < NPART; p++) {
+    kvp_partition_volume_ns(ns, sizeof ns, NS, p);
+    for (int k = SHARED; k < CHAIN; k++) {
+      obj_t want = {p, f->h[p][k], 0};
+      below += kvp_volume_exists(f->g3[p], ns, f->h[p][k]) == 1 ||
+               (vol.n && bsearch(&want, vol.o, vol.n, sizeof want, cmp_obj) != NULL);
+    }
+  }
+  assert_true(below >= NPART);
+
+  snprintf(body, sizeof body,
+           "{\"op\":\"delete\",\"hashes\":[\"%016llx\",\"%016llx\",\"%016llx\"]}",
+           (unsigned long long)f->h[0][0], (unsigned long long)f->h[0][1],
+           (unsigned long long)f->h[0][2]);
+  tier_all(f, body, 5000, &doc);
+  char *text = json_dumps(doc, JSON_COMPACT);
+  printf("delete, gathered: %s (%lld blocks below the prefix)\n", text, (long long)below);
+  free(text);
+  assert_null(json_object_get(doc, "error"));
+  assert_int_equal(json_array_size(json_object_get(doc, "advisors")), 2);
+  assert_int_equal(int_of(doc, "continuations"), below);
+  json_decref(doc);
+
+  /* Nothing of any chain is left in a volume or a database's G3/G4. */
+  uint64_t end = now_ms() + 20000;
+  long long left = -1;
+  while (now_ms() < end) {
+    list_g4(f, &vol);
+    left = (long long)vol.n;
+    for (uint32_t p = 0; p < NPART; p++) {
+      kvp_partition_volume_ns(ns, sizeof ns, NS, p);
+      for (int k = 0; k < CHAIN; k++)
+        left += kvp_volume_exists(f->g3[p], ns, f->h[p][k]) == 1;
+    }
+    for (int i = 0; i < 2; i++)
+      left += db_count(f, i, "SELECT count(*) FROM block_locations WHERE tier IN (3, 4)");
+    if (left == 0)
+      break;
+    sleep_ms(100);
+  }
+  assert_int_equal(left, 0);
 }
 
 static void ask_partitions(fx_t *f, int i, const char *body, char *out, size_t outlen);
@@ -995,6 +1055,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(a_tiered_partition_moves_live, setup, teardown),
       cmocka_unit_test_setup_teardown(controls_reach_every_partitions_advisor, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_prefix_delete_takes_every_partitions_continuations, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(a_standby_takes_over_the_tiering, setup, teardown),
       cmocka_unit_test_setup_teardown(tiering_is_exclusive_by_lease, setup, teardown),
       cmocka_unit_test_setup_teardown(a_dead_holders_lease_expires, setup, teardown),
