@@ -413,7 +413,7 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
   take_moves(e, moves, nmoves, first, e->nops);
   /* The policy's state follows the moves as planned; one that fails shows
    * in the next round's candidates. */
-  for (size_t i = first; i < e->nops; i++)
+  for (size_t i = 0; i < e->nops; i++) /* the operator's before first: kinds >= 0 too */
     if (e->ops[i].kind >= 0)
       kvp__tier_pol_move(e->pol, e->ops[i].hash, e->vols[e->ops[i].from].tier,
                          e->ops[i].kind == KVP__TIER_EVICT ? 0 : e->vols[e->ops[i].to].tier, now);

@@ -214,6 +214,52 @@ static void lfu_hears_reads_through_the_engine(void **state) {
   kvp__tier_engine_close(e);
 }
 
+/* An operator's delete reaches the policy as the engine's own evictions
+ * do (on_move to nowhere): lfu forgets what it counted of block 1, read
+ * three times, so block 1 put back in G3 later is as cold as a new one and
+ * goes with 3 (the least recently used of the rest). Before, operator ops
+ * were never told to the policy: lfu kept 1's reads and took 3 and 4. */
+static void lfu_hears_the_operators_deletes(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  kvp__tier_stats_t st;
+  kvp__tier_ctl_counts_t c;
+  char err[512];
+  const uint64_t one = 1;
+
+  f->cfg.tier_policy = policy_index("lfu");
+  seed(f, 1, 8);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  round_and_wait(f, e);
+  for (int k = 0; k < 3; k++) {
+    kvp__tier_engine_access(e, 1, 3);
+    kvp__tier_engine_access(e, 2, 3);
+  }
+  assert_int_equal(kvp__tier_engine_drop(e, &one, 1, 3, &c, err, sizeof err), 0);
+  assert_int_equal(c.queued, 1);
+  round_and_wait(f, e);
+  assert_int_equal(kvp__index_get(f->ix, 1, NULL, NULL, 0, NULL), KVP_ENOENT);
+  seed(f, 1, 1); /* the worker offloads block 1 again */
+  seed(f, 9, 10);
+  round_and_wait(f, e);
+  kvp__tier_engine_stats(e, &st);
+  assert_int_equal(st.demoted, 2);
+  for (uint64_t h = 1; h <= 4; h++) {
+    kvp__index_loc_t loc[4];
+    size_t nl = 0;
+    int in_g4 = 0;
+    assert_int_equal(kvp__index_get(f->ix, h, NULL, loc, 4, &nl), 0);
+    for (size_t k = 0; k < nl; k++)
+      in_g4 |= loc[k].tier == 4;
+    if (in_g4 != (h == 1 || h == 3))
+      fail_msg("block %llu %s G4", (unsigned long long)h, in_g4 ? "in" : "not in");
+  }
+  kvp__tier_engine_stop(e, NULL, NULL);
+  kvp__tier_engine_close(e);
+}
+
 static void an_unknown_policy_is_named(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
@@ -237,6 +283,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(hyperbolic_plans_the_rounds, setup, teardown),
     cmocka_unit_test_setup_teardown(s3fifo_plans_the_rounds, setup, teardown),
     cmocka_unit_test_setup_teardown(lfu_hears_reads_through_the_engine, setup, teardown),
+    cmocka_unit_test_setup_teardown(lfu_hears_the_operators_deletes, setup, teardown),
     cmocka_unit_test_setup_teardown(an_unknown_policy_is_named, setup, teardown),
 };
 
