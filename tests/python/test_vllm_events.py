@@ -32,6 +32,7 @@ from test_binding import NS, Plane, free_port, until
 
 BS = 16
 END = (1 << 64) - 1  # -1 as the 8-byte sequence
+SIM_BLOCK_TOKENS = 512  # kvplane-sim's blocks (src/sim/sim.h KVP_SIM_BLOCK_TOKENS)
 
 
 class Subscriber:
@@ -486,13 +487,10 @@ class VllmEventsTest(unittest.TestCase):
             fwd.send_signal(signal.SIGTERM)
             fwd.wait(10)
 
-    def test_advisor_moves(self):
-        """The advisor's G3 -> G4 demotions (worker _advisor) reach a router
-        as vLLM events: BlockStored EXTERNAL for each block the advisor moved
-        (a block the worker had announced as DISK), then BlockRemoved DISK
-        once the source is deleted; at the end the EXTERNAL set is exactly
-        the G4 volume's files. A real advisor with tiering over posix
-        volumes, fed by kvplane-sim's block managers (G3 offloads)."""
+    def start_tiering_advisor(self):
+        """nats-server and a real kvplane-advisor with tiering over posix
+        volumes (a small G3 per simulated worker, a shared G4), core mode;
+        returns the volumes' directory."""
         self.plane.start_nats()
         vols = os.path.join(self.tmp, "volumes")
         os.makedirs(os.path.join(vols, "g3"))
@@ -514,8 +512,11 @@ class VllmEventsTest(unittest.TestCase):
         log.close()
         until(lambda: "advisor: running" in self.plane.log("advisor.log"),
               what="the advisor running")
-        eps = self.start_relay(["_advisor", "sim-0"])
-        adv, wrk = self.subscriber(eps["_advisor"]), self.subscriber(eps["sim-0"])
+        return vols
+
+    def run_sim(self, vols):
+        """kvplane-sim's block managers (one worker, sim-0, offloading to its
+        G3 volume and announcing it), to the end of 1500 trace lines."""
         sim = subprocess.run([os.environ["KVPLANE_SIM"], "-t", os.environ["KVPLANE_TRACE"],
                               "-s", self.plane.url, "-n", NS, "-w", "1", "--volumes", vols,
                               "--plugin-dir", os.environ["KVPLANE_PLUGINS"],
@@ -523,11 +524,24 @@ class VllmEventsTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
 
-        def g4_files():
-            out = set()
-            for _, _, files in os.walk(os.path.join(vols, "g4")):
-                out |= {int(f, 16) for f in files if len(f) == 16}
-            return out
+    @staticmethod
+    def g4_files(vols):
+        out = set()
+        for _, _, files in os.walk(os.path.join(vols, "g4")):
+            out |= {int(f, 16) for f in files if len(f) == 16}
+        return out
+
+    def test_advisor_moves(self):
+        """The advisor's G3 -> G4 demotions (worker _advisor) reach a router
+        as vLLM events: BlockStored EXTERNAL for each block the advisor moved
+        (a block the worker had announced as DISK), then BlockRemoved DISK
+        once the source is deleted; at the end the EXTERNAL set is exactly
+        the G4 volume's files. A real advisor with tiering over posix
+        volumes, fed by kvplane-sim's block managers (G3 offloads)."""
+        vols = self.start_tiering_advisor()
+        eps = self.start_relay(["_advisor", "sim-0"])
+        adv, wrk = self.subscriber(eps["_advisor"]), self.subscriber(eps["sim-0"])
+        self.run_sim(vols)
         state = {"disk": set(), "ext": set(), "ext_removed": set(), "disk_removed": set()}
 
         def settled():
@@ -547,11 +561,56 @@ class VllmEventsTest(unittest.TestCase):
                                 e["medium"] == "DISK":
                             state["disk_removed"] |= hs
             ext = state["ext"] - state["ext_removed"]
-            return ext and ext == g4_files() and state["disk_removed"] == state["ext"]
+            return ext and ext == self.g4_files(vols) and state["disk_removed"] == state["ext"]
         until(settled, timeout=30, what="the advisor's moves on the _advisor stream: %r" % {
             k: len(v) for k, v in state.items()})
         # Every block the advisor moved is one the worker had announced in G3.
         self.assertTrue(state["ext"] <= state["disk"], state)
+
+    def test_a_late_relay_learns_the_advisor_moves(self):
+        """A router that joins after the advisor's G3 -> G4 demotions still
+        sees them: kvplane-relay --reverse, started once the moves are done,
+        asks _advisor for a resync when it first sees it (its heartbeat's
+        event id is past 1), and the advisor's snapshot of its G4 locations
+        goes out as BlockStored with G4's medium (EXTERNAL, the relay's
+        table), exactly the G4 volume's files, of the simulator's block
+        size. Nothing is removed: the relay had announced nothing."""
+        vols = self.start_tiering_advisor()
+        self.run_sim(vols)
+        # The moves are done: G4's files the same over 2 s (8 rounds).
+        seen = {"files": None, "since": 0.0}
+
+        def done():
+            files = self.g4_files(vols)
+            if files != seen["files"]:
+                seen["files"], seen["since"] = files, time.monotonic()
+            return files and time.monotonic() - seen["since"] >= 2.0
+        until(done, timeout=30, what="the advisor's moves done")
+        g4 = seen["files"]
+        eps = self.start_relay(["_advisor"])
+        adv = self.subscriber(eps["_advisor"])
+        got = {"stored": set(), "removed": 0, "sizes": set(), "media": set()}
+
+        def learned():
+            while True:
+                m = adv.take(0.05)
+                if m is None:
+                    break
+                for e in m[1]["events"]:
+                    if e["type"] == "BlockStored":
+                        got["stored"] |= set(e["block_hashes"])
+                        got["sizes"].add(e["block_size"])
+                        got["media"].add(e["medium"])
+                    else:
+                        got["removed"] += 1
+            return got["stored"] == g4
+        until(learned, timeout=20, what="the G4 blocks on the late relay's _advisor stream: "
+              "%d of %d" % (len(got["stored"]), len(g4)))
+        self.assertEqual(got["media"], {"EXTERNAL"})
+        self.assertEqual(got["sizes"], {SIM_BLOCK_TOKENS})
+        self.assertEqual(got["removed"], 0)
+        self.assertEqual(self.g4_files(vols), g4)  # no move since
+        self.assertIn("resync requested (unknown)", self.plane.log("relay.log"))
 
 
 if __name__ == "__main__":
