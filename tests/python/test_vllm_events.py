@@ -487,14 +487,18 @@ class VllmEventsTest(unittest.TestCase):
             fwd.send_signal(signal.SIGTERM)
             fwd.wait(10)
 
-    def start_tiering_advisor(self):
+    def start_tiering_advisor(self, log_name="advisor.log"):
         """nats-server and a real kvplane-advisor with tiering over posix
         volumes (a small G3 per simulated worker, a shared G4), core mode;
-        returns the volumes' directory."""
-        self.plane.start_nats()
+        returns the volumes' directory. Called again after the advisor was
+        stopped: the same advisor (its database, its volumes) restarted."""
         vols = os.path.join(self.tmp, "volumes")
-        os.makedirs(os.path.join(vols, "g3"))
         conf = os.path.join(self.tmp, "advisor.conf")
+        if os.path.exists(conf):
+            self.launch_advisor(conf, log_name)
+            return vols
+        self.plane.start_nats()
+        os.makedirs(os.path.join(vols, "g3"))
         with open(conf, "w") as f:
             f.write("[nats]\nservers = %s\nmode = core\n[advisor]\nnamespace = %s\n"
                     "[store]\npath = %s\nflush_interval = 50ms\n"
@@ -506,13 +510,16 @@ class VllmEventsTest(unittest.TestCase):
                     "path = %s\nfsync = off\n"
                     % (self.plane.url, NS, self.plane.db, os.environ["KVPLANE_PLUGINS"],
                        os.path.join(vols, "g3", "sim-0"), os.path.join(vols, "g4")))
-        log = open(os.path.join(self.tmp, "advisor.log"), "w")
+        self.launch_advisor(conf, log_name)
+        return vols
+
+    def launch_advisor(self, conf, log_name):
+        log = open(os.path.join(self.tmp, log_name), "w")
         self.plane.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
                                               stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        until(lambda: "advisor: running" in self.plane.log("advisor.log"),
+        until(lambda: "advisor: running" in self.plane.log(log_name),
               what="the advisor running")
-        return vols
 
     def run_sim(self, vols):
         """kvplane-sim's block managers (one worker, sim-0, offloading to its
@@ -567,6 +574,45 @@ class VllmEventsTest(unittest.TestCase):
         # Every block the advisor moved is one the worker had announced in G3.
         self.assertTrue(state["ext"] <= state["disk"], state)
 
+    def moves_done(self, vols):
+        """The G4 volume's files once the same over 2 s (8 tiering rounds):
+        the advisor's moves are done."""
+        seen = {"files": None, "since": 0.0}
+
+        def done():
+            files = self.g4_files(vols)
+            if files != seen["files"]:
+                seen["files"], seen["since"] = files, time.monotonic()
+            return files and time.monotonic() - seen["since"] >= 2.0
+        until(done, timeout=30, what="the advisor's moves done")
+        return seen["files"]
+
+    def g4_learned(self, sub, g4):
+        """Takes sub's messages until the blocks stored in G4's medium are
+        g4; returns what it took: the stored and removed hashes by medium,
+        and the block sizes stored."""
+        got = {"stored": {}, "removed": {}, "sizes": set()}
+
+        def learned():
+            while True:
+                m = sub.take(0.05)
+                if m is None:
+                    break
+                for e in m[1]["events"]:
+                    if e["type"] == "BlockStored":
+                        got["stored"].setdefault(e["medium"], set()).update(e["block_hashes"])
+                        got["sizes"].add(e["block_size"])
+                    elif e["type"] == "BlockRemoved":
+                        got["removed"].setdefault(e["medium"], set()).update(e["block_hashes"])
+            return got["stored"].get("EXTERNAL") == g4
+        try:
+            until(learned, timeout=20, what="the G4 blocks on the _advisor stream")
+        except AssertionError:
+            raise AssertionError("%d of the %d G4 blocks seen as BlockStored EXTERNAL (%r)" % (
+                len(got["stored"].get("EXTERNAL", set()) & g4), len(g4),
+                {k: len(v) for k, v in got["stored"].items()}))
+        return got
+
     def test_a_late_relay_learns_the_advisor_moves(self):
         """A router that joins after the advisor's G3 -> G4 demotions still
         sees them: kvplane-relay --reverse, started once the moves are done,
@@ -577,40 +623,34 @@ class VllmEventsTest(unittest.TestCase):
         size. Nothing is removed: the relay had announced nothing."""
         vols = self.start_tiering_advisor()
         self.run_sim(vols)
-        # The moves are done: G4's files the same over 2 s (8 rounds).
-        seen = {"files": None, "since": 0.0}
-
-        def done():
-            files = self.g4_files(vols)
-            if files != seen["files"]:
-                seen["files"], seen["since"] = files, time.monotonic()
-            return files and time.monotonic() - seen["since"] >= 2.0
-        until(done, timeout=30, what="the advisor's moves done")
-        g4 = seen["files"]
+        g4 = self.moves_done(vols)
         eps = self.start_relay(["_advisor"])
-        adv = self.subscriber(eps["_advisor"])
-        got = {"stored": set(), "removed": 0, "sizes": set(), "media": set()}
-
-        def learned():
-            while True:
-                m = adv.take(0.05)
-                if m is None:
-                    break
-                for e in m[1]["events"]:
-                    if e["type"] == "BlockStored":
-                        got["stored"] |= set(e["block_hashes"])
-                        got["sizes"].add(e["block_size"])
-                        got["media"].add(e["medium"])
-                    else:
-                        got["removed"] += 1
-            return got["stored"] == g4
-        until(learned, timeout=20, what="the G4 blocks on the late relay's _advisor stream: "
-              "%d of %d" % (len(got["stored"]), len(g4)))
-        self.assertEqual(got["media"], {"EXTERNAL"})
+        got = self.g4_learned(self.subscriber(eps["_advisor"]), g4)
+        self.assertEqual(set(got["stored"]), {"EXTERNAL"})
         self.assertEqual(got["sizes"], {SIM_BLOCK_TOKENS})
-        self.assertEqual(got["removed"], 0)
+        self.assertEqual(got["removed"], {})
         self.assertEqual(self.g4_files(vols), g4)  # no move since
         self.assertIn("resync requested (unknown)", self.plane.log("relay.log"))
+
+    def test_a_relay_up_before_the_advisor_restarts_learns_its_moves(self):
+        """G3/G4 blocks outlive a worker's epoch: a relay that first sees a
+        worker at the first event of an epoch (it started while the worker
+        was away) still asks it for a resync. Here the advisor made its G4
+        moves, stopped, the relay started, and the advisor restarted with
+        its database: its _advisor publisher begins a new epoch at event 1,
+        and the relay learns the G4 blocks from its snapshot."""
+        vols = self.start_tiering_advisor()
+        self.run_sim(vols)
+        g4 = self.moves_done(vols)
+        self.plane.advisor.send_signal(signal.SIGTERM)
+        self.assertEqual(self.plane.advisor.wait(30), 0)
+        eps = self.start_relay(["_advisor"])
+        sub = self.subscriber(eps["_advisor"])
+        self.start_tiering_advisor("advisor2.log")
+        got = self.g4_learned(sub, g4)
+        self.assertEqual(got["sizes"], {SIM_BLOCK_TOKENS})
+        self.assertEqual(self.g4_files(vols), g4)
+        self.assertIn("resync requested (joined)", self.plane.log("relay.log"))
 
 
 if __name__ == "__main__":
