@@ -416,6 +416,14 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
     need_resync = "down";
   }
   ws->st.last_seen_ms = now_ms;
+  /* This process's tiering engine announced these events after applying
+   * them here (index.h, kvp__index_set_source): applied again now, late, a
+   * store would bring back a location removed since, and a snapshot (taken
+   * before the engine's later moves) would remove those moves. Their ids
+   * are followed; nothing is applied and no resync asked of oneself. */
+  int own = b->epoch != 0 && kvp__index_source(ing->ix, id) == b->epoch;
+  if (own)
+    need_resync = NULL;
   if (need_resync) {
     if (strcmp(need_resync, "gap") == 0)
       ing->c.gaps++;
@@ -437,7 +445,10 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
       ing->c.duplicates++;
       continue;
     }
-    apply_event(ing, ws, ev, now_ms);
+    if (own)
+      ing->c.own++;
+    else
+      apply_event(ing, ws, ev, now_ms);
     ws->st.last_event_id = eid;
   }
   return 0;

@@ -145,8 +145,14 @@ static int open_publisher(kvp__tier_engine_t *e, part_t *pt, char *err, size_t e
   po.snapshot_tiers = 1u << KVP_TIER_G3 | 1u << KVP_TIER_G4;
   po.snapshot_runs = part_snapshot;
   po.snapshot_ctx = pt->snap;
-  if ((rc = kvp_publisher_open(&po, &pt->pub, why, sizeof why)) != 0)
+  if ((rc = kvp_publisher_open(&po, &pt->pub, why, sizeof why)) != 0) {
     snprintf(err, errlen, "tiering: the publisher of worker %s: %s", pt->worker, why);
+    return rc;
+  }
+  /* Its events are applied here as they are announced: the advisor's
+   * ingest skips them when NATS brings them back (index.h). */
+  if ((rc = kvp__index_set_source(e->ix, pt->worker_id, kvp_publisher_epoch(pt->pub))) != 0)
+    snprintf(err, errlen, "tiering: worker %s: %s", pt->worker, kvp_strerror(rc));
   return rc;
 }
 
@@ -183,6 +189,7 @@ static void retire_publisher(kvp__tier_engine_t *e, part_t *pt) {
     }
   }
   pt->pub = NULL;
+  kvp__index_set_source(e->ix, pt->worker_id, 0); /* its last epoch's echo is applied */
   free(pt->snap); /* called only by a poll, and none polls it now */
   pt->snap = NULL;
 }
@@ -358,6 +365,8 @@ size_t kvp__tier_engine_tiered(const kvp__tier_engine_t *e, uint32_t *parts, siz
 void kvp__tier_parts_close(kvp__tier_engine_t *e) {
   for (size_t i = 0; i < e->nparts; i++) {
     kvp_publisher_close(e->parts[i].pub); /* flushes what is queued, within its close timeout */
+    if (e->parts[i].pub != NULL)
+      kvp__index_set_source(e->ix, e->parts[i].worker_id, 0);
     free(e->parts[i].snap);
   }
   free(e->parts);
