@@ -189,8 +189,9 @@ static void retire_publisher(kvp__tier_engine_t *e, part_t *pt) {
     }
   }
   pt->pub = NULL;
-  kvp__index_set_source(e->ix, pt->worker_id, 0); /* its last epoch's echo is applied */
-  free(pt->snap);                                 /* called only by a poll, and none polls it now */
+  /* The echo of its last epoch, still on its way, is applied. */
+  kvp__index_set_source(e->ix, pt->worker_id, 0);
+  free(pt->snap); /* called only by a poll, and none polls it now */
   pt->snap = NULL;
 }
 
