@@ -258,6 +258,17 @@ int kvp__tier_parts_open(kvp__tier_engine_t *e, const kvp__tier_opts_t *o, char 
   e->partitions = o->partitions;
   e->leased = o->leased;
   e->pub_nats = o->nats;
+  /* Every announcement of a move names its volume, and so does each run of
+   * a snapshot: a name the publisher cannot carry would leave them all out
+   * (kvp_publisher_stored refuses it) and the snapshots would cut it. */
+  for (size_t v = 0; kvp__tier_parts_publish(e) && v < e->nvols; v++)
+    if (strlen(e->vols[v].name) >= sizeof(((kvp_snapshot_run_t *)0)->volume)) {
+      snprintf(err, errlen,
+               "tiering: volume %s: its moves are announced on NATS, which takes a volume name "
+               "of at most %zu characters",
+               e->vols[v].name, sizeof(((kvp_snapshot_run_t *)0)->volume) - 1);
+      return KVP_ECONFIG;
+    }
   e->pub_js = o->jetstream;
   snprintf(e->pub_stream, sizeof e->pub_stream, "%s", o->stream ? o->stream : "");
   for (size_t v = 0; v < e->nvols; v++)

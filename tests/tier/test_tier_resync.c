@@ -6,6 +6,7 @@
  *   - the advisor's ingest does not apply its own engine's events when NATS
  *     brings them back: the echo of a snapshot taken before later moves
  *     would remove those moves from the engine's own index;
+ *   - a volume whose name no announcement can carry is refused;
  *   - end to end, in core mode: a second advisor started after the first
  *     one's moves (a standby, a restarted consumer) asks for the resync
  *     on the _advisor heartbeat it joins on, and ends with the same G4
@@ -334,6 +335,36 @@ static void an_advisors_own_echo_undoes_nothing(void **state) {
   assert_int_equal(last, later);
 }
 
+/* A volume whose name the publisher cannot carry (32 characters or more:
+ * the config takes 63) is refused when the engine announces its moves:
+ * before, every announcement of a move into or out of it failed
+ * (KVP_EINVAL, counted in events_dropped only) and the snapshots cut its
+ * name to 31 characters, a volume no consumer knew. */
+static void a_volume_name_too_long_to_announce_is_refused(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  kvp_natsd_t d;
+  char err[512];
+  const char *name = "g4-a-name-of-forty-characters-0123456789";
+
+  assert_int_equal(strlen(name), 40);
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", d.url);
+  f->cfg.mode = KVP_ADVISOR_CORE;
+  snprintf(f->cfg.volumes[1].name, sizeof f->cfg.volumes[1].name, "%s", name);
+  int rc = kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err,
+                                 sizeof err);
+  fx_engine = e;
+  if (rc == 0) {
+    kvp__tier_engine_close(e);
+    fx_engine = NULL;
+  }
+  kvp_natsd_stop(&d);
+  assert_int_equal(rc, KVP_ECONFIG);
+  assert_non_null(strstr(err, name));
+  print_message("%s\n", err);
+}
+
 /* An advisor run in-process on a thread of its own. */
 typedef struct adv_s {
   kvp_advisor_config_t cfg;
@@ -483,6 +514,7 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(engine_answers_per_volume, setup, teardown),
     cmocka_unit_test_setup_teardown(an_advisors_own_echo_undoes_nothing, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_volume_name_too_long_to_announce_is_refused, setup, teardown),
 };
 
 KVP_TEST_MAIN("tier_resync", tests)
