@@ -166,12 +166,14 @@ void kvp_publisher_request_resync(kvp_publisher_t *pub);
 /* Call from the thread that owns the snapshot source (see the top of this
  * file). When a resync is due and the link is up, takes a snapshot of every
  * tier of snapshot_tiers through the callback and queues it in chunks.
- * When the queue is full, poll waits for room (up to 200 ms in all, under
- * either overflow policy) instead of dropping chunks; a chunk that still
- * finds no room ends that snapshot unfinished (its last chunk never goes
- * out) and is not counted as a dropped event. Returns 1 when a snapshot was
- * queued, 0 when nothing was due, or a KVP_E code (KVP_EOVERFLOW: no room
- * in time; the resync stays due and the next poll tries again). */
+ * When the queue is full, poll waits for room (under either overflow
+ * policy) instead of dropping chunks, as long as the publisher's thread
+ * sends: a snapshot larger than the queue takes as long as sending it
+ * does. A chunk that finds no room for 200 ms (the link stalled) ends that
+ * snapshot unfinished (its last chunk never goes out) and is not counted
+ * as a dropped event. Returns 1 when a snapshot was queued, 0 when nothing
+ * was due, or a KVP_E code (KVP_EOVERFLOW: no room in time; the resync
+ * stays due and the next poll tries again). */
 int kvp_publisher_poll(kvp_publisher_t *pub);
 
 /* Waits until every event queued before the call is sent (core: handed to

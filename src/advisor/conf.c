@@ -625,7 +625,10 @@ void kvp_advisor_config_reference(FILE *f) {
         "other key is handed to the plugin as a parameter (the posix plugin takes\n"
         "`path` and `fsync`; the s3 plugin its endpoint, bucket and credentials: see\n"
         "`plugins/`). A volume whose plugin fails to open stops the advisor, naming\n"
-        "the volume.\n",
+        "the volume. NAME is 1..63 characters without blanks or `/`, and at most 31\n"
+        "when the advisor announces its moves on NATS (its events and snapshots name\n"
+        "the volume, and a publisher takes no longer name: the advisor refuses to\n"
+        "start otherwise).\n",
         f);
 }
 

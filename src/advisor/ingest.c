@@ -192,12 +192,20 @@ static int cmp_key(const void *a, const void *b) {
   return x->volume < y->volume ? -1 : x->volume > y->volume;
 }
 
+static int cmp_staged(const void *a, const void *b) {
+  const snap_key_t *x = a, *y = b;
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
 /* Replaces the worker's set of one tier with the staged snapshot, as a
  * difference: the locations it holds and the snapshot lacks go, the ones
  * the snapshot adds come, and the ones in both stay as they are (their
  * blocks keep their access times and hit counts, and their rows are not
- * written again). Falls back to dropping the tier and storing the whole
- * snapshot when the difference finds no memory. */
+ * written again). The ones it adds are stored in the snapshot's order, as
+ * the events that stored them were: a chain then takes consecutive records
+ * (its parents need no side table: index.c, "near"). Falls back to dropping
+ * the tier and storing the whole snapshot when the difference finds no
+ * memory. */
 static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint64_t now_ms) {
   staging_t *s = &ws->snap[tier];
   kvp__index_held_t *held = NULL;
@@ -221,7 +229,7 @@ static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint
     qsort(want, nw, sizeof *want, cmp_key);
   if (nheld)
     qsort(have, nheld, sizeof *have, cmp_key);
-  size_t a = 0, b = 0;
+  size_t a = 0, b = 0, nadd = 0;
   while (a < nw || b < nheld) {
     int c = a == nw ? 1 : b == nheld ? -1 : cmp_key(&want[a], &have[b]);
     if (c > 0) { /* held, not in the snapshot */
@@ -229,16 +237,23 @@ static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint
       b++;
       continue;
     }
-    if (c < 0 && rc == 0) { /* in the snapshot, not held */
-      size_t i = want[a].i;
-      rc = kvp__index_store(ing->ix, s->hashes[i], s->parents[i] != s->hashes[i], s->parents[i],
-                            ws->st.id, tier, s->volumes[i], s->tokens[i], s->bytes[i], now_ms);
-    }
+    /* In the snapshot, not held: its staged position noted in want[nadd]
+     * (nadd <= a; only .i is written, which the merge no longer reads
+     * below a). */
+    if (c < 0)
+      want[nadd++].i = want[a].i;
     if (c == 0)
       b++;
     /* The same location twice in the snapshot: once. */
     for (a++; a < nw && cmp_key(&want[a - 1], &want[a]) == 0;)
       a++;
+  }
+  if (nadd > 1)
+    qsort(want, nadd, sizeof *want, cmp_staged);
+  for (size_t k = 0; rc == 0 && k < nadd; k++) {
+    size_t i = want[k].i;
+    rc = kvp__index_store(ing->ix, s->hashes[i], s->parents[i] != s->hashes[i], s->parents[i],
+                          ws->st.id, tier, s->volumes[i], s->tokens[i], s->bytes[i], now_ms);
   }
 done:
   free(want);
@@ -401,6 +416,14 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
     need_resync = "down";
   }
   ws->st.last_seen_ms = now_ms;
+  /* This process's tiering engine announced these events after applying
+   * them here (index.h, kvp__index_set_source): applied again now, late, a
+   * store would bring back a location removed since, and a snapshot (taken
+   * before the engine's later moves) would remove those moves. Their ids
+   * are followed; nothing is applied and no resync asked of oneself. */
+  int own = b->epoch != 0 && kvp__index_source(ing->ix, id) == b->epoch;
+  if (own)
+    need_resync = NULL;
   if (need_resync) {
     if (strcmp(need_resync, "gap") == 0)
       ing->c.gaps++;
@@ -422,7 +445,10 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
       ing->c.duplicates++;
       continue;
     }
-    apply_event(ing, ws, ev, now_ms);
+    if (own)
+      ing->c.own++;
+    else
+      apply_event(ing, ws, ev, now_ms);
     ws->st.last_event_id = eid;
   }
   return 0;

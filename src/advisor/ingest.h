@@ -19,6 +19,9 @@
  *     in its state for the workers table); when it speaks again they are
  *     cleared and a resync is requested because its G1/G2 set is no longer
  *     known.
+ * The events of this process's own tiering worker in its current epoch
+ * (kvp__index_set_source) are followed by id but not applied: the engine
+ * applied them as it announced them.
  * Snapshot chunks (snapshot_id, chunk 0..n, last) are staged and replace the
  * worker's set for that tier when the last chunk arrives; a chunk out of
  * order discards the staging and asks for a new resync.
@@ -74,6 +77,7 @@ typedef struct kvp__adv_ingest_counters_s {
   uint64_t duplicates;    /* events skipped as already applied */
   uint64_t stale;         /* batches from an older epoch */
   uint64_t unpartitioned; /* batches of an unpartitioned _advisor ignored (opts.partitioned) */
+  uint64_t own;           /* events of this process's tiering engine, applied at the source */
   uint64_t gaps;
   uint64_t resyncs;         /* resync requests sent */
   uint64_t snapshots;       /* snapshots completed */

@@ -100,6 +100,7 @@ int kvp__index_create(size_t cap_hint, double half_life_s, kvp__index_t **out) {
   if (grow_nodes(ix, cap_hint + 1) != 0)
     goto fail;
   kvp__map64_init(&ix->parents, 0);
+  kvp__map64_init(&ix->sources, 0);
   kvp__index_intern_init(&ix->workers, KVP__INDEX_MAX_WORKERS);
   kvp__index_intern_init(&ix->volumes, KVP__INDEX_MAX_VOLUMES);
   uint16_t none;
@@ -121,6 +122,7 @@ void kvp__index_destroy(kvp__index_t *ix) {
   kvp__index_intern_free(&ix->volumes);
   kvp__index_changelog_free(&ix->log);
   kvp__map64_free(&ix->parents);
+  kvp__map64_free(&ix->sources);
   kvp__index_bulk_free(ix); /* a bulk load that never ended */
   free(ix->slots);
   free(ix->nodes);

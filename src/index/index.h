@@ -88,6 +88,15 @@ int kvp__index_worker(kvp__index_t *ix, const char *name, uint32_t dp_rank, uint
 /* Name and dp rank of an interned worker; NULL for an unknown id. */
 const char *kvp__index_worker_name(const kvp__index_t *ix, uint16_t id, uint32_t *dp_rank);
 size_t kvp__index_worker_count(const kvp__index_t *ix);
+/* Marks the events of worker's epoch as applied at their source: the
+ * tiering engine of this process stores and removes its worker's
+ * locations in the index as it announces them, so the advisor's ingest
+ * skips those events when NATS brings them back (applied again later, a
+ * store, a removal or a snapshot would undo what the engine did since:
+ * advisor/ingest.c). epoch 0 clears the mark. Returns 0 or KVP_ENOMEM. */
+int kvp__index_set_source(kvp__index_t *ix, uint16_t worker, uint64_t epoch);
+/* The epoch kvp__index_set_source marked for worker; 0 when none. */
+uint64_t kvp__index_source(const kvp__index_t *ix, uint16_t worker);
 
 /* Interns a volume name; NULL or "" is volume 0. Returns 0, KVP_EINVAL for a
  * name over 255 bytes, or KVP_ENOSPC. */

@@ -114,6 +114,7 @@ struct kvp__index_s {
   kvp__index_intern_t workers;
   kvp__index_intern_t volumes;    /* [0] = "" */
   kvp__map64_t parents;           /* hash -> parent of the blocks flagged NODE_PARENT_SIDE */
+  kvp__map64_t sources;           /* worker -> epoch applied at its source (names.c) */
   struct kvp__index_bulk_s *bulk; /* during a bulk load (parents.c), else NULL */
   kvp__index_changelog_t log;
   int track_dirty;

@@ -39,3 +39,18 @@ const char *kvp__index_volume_name(const kvp__index_t *ix, uint16_t id) {
 size_t kvp__index_volume_count(const kvp__index_t *ix) {
   return ix->volumes.n;
 }
+
+int kvp__index_set_source(kvp__index_t *ix, uint16_t worker, uint64_t epoch) {
+  if (epoch == 0) {
+    kvp__map64_del(&ix->sources, worker, NULL);
+    return 0;
+  }
+  return kvp__map64_put(&ix->sources, worker, epoch) == 0 ? 0 : KVP_ENOMEM;
+}
+
+uint64_t kvp__index_source(const kvp__index_t *ix, uint16_t worker) {
+  uint64_t epoch = 0;
+  if (kvp__map64_count(&ix->sources) == 0 || kvp__map64_get(&ix->sources, worker, &epoch) != 0)
+    return 0;
+  return epoch;
+}

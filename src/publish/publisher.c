@@ -235,16 +235,18 @@ void kvp_publisher_request_resync(kvp_publisher_t *pub) {
     atomic_store(&pub->resync_due, 1);
 }
 
-/* How long one kvp_publisher_poll waits, in all, for queue room for its
- * snapshot's chunks. */
+/* How long a snapshot's chunk waits for queue room: the publisher's thread
+ * sent nothing in that time (the link stalled). Not a bound on the whole
+ * snapshot: one larger than what the thread sends in it (a few million
+ * blocks here, fewer over JetStream's acks) then never got through, each
+ * poll queueing its first chunks again. */
 #define KVP__SNAPSHOT_WAIT_NS (200 * 1000000ull)
 
 /* Queues one tier's snapshot in chunks: each run's in chunks of its own,
  * and one empty chunk when the tier holds nothing (the consumer empties its
  * set). */
 static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint64_t *h,
-                         const uint64_t *p, const kvp_snapshot_run_t *runs, size_t nruns,
-                         uint64_t deadline_ns) {
+                         const uint64_t *p, const kvp_snapshot_run_t *runs, size_t nruns) {
   size_t chunk = (pub->o.batch_max_bytes - 512) / 18;
   if (chunk > pub->o.batch_max_blocks)
     chunk = pub->o.batch_max_blocks;
@@ -273,10 +275,10 @@ static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint
                       .block_tokens = runs[r].block_tokens,
                       .block_bytes = runs[r].block_bytes};
     size_t before = 0;
-    /* A full queue is waited on (until the poll's deadline) rather than
-     * dropped into: a snapshot must get through whole, and a chunk it
-     * could not queue is not an event lost. */
-    int rc = kvp__pubq_push_wait(&pub->q, &ev, &before, deadline_ns);
+    /* A full queue is waited on (while the publisher's thread drains it)
+     * rather than dropped into: a snapshot must get through whole, and a
+     * chunk it could not queue is not an event lost. */
+    int rc = kvp__pubq_push_wait(&pub->q, &ev, &before, kvp__now_ns() + KVP__SNAPSHOT_WAIT_NS);
     if (rc != 0)
       return rc;
     atomic_fetch_add(&pub->f_queued, 1);
@@ -323,7 +325,6 @@ int kvp_publisher_poll(kvp_publisher_t *pub) {
     return 0;
   atomic_store(&pub->resync_due, 0);
   uint64_t id = atomic_fetch_add(&pub->snap_seq, 1) + 1;
-  uint64_t deadline = kvp__now_ns() + KVP__SNAPSHOT_WAIT_NS;
   for (int tier = KVP_TIER_G1; tier <= KVP_TIER_MAX; tier++) {
     uint64_t *h = NULL, *p = NULL;
     kvp_snapshot_run_t *runs = NULL;
@@ -336,7 +337,7 @@ int kvp_publisher_poll(kvp_publisher_t *pub) {
       continue;
     }
     if (rc == 0)
-      rc = snapshot_tier(pub, id, tier, h, p, runs, nruns, deadline);
+      rc = snapshot_tier(pub, id, tier, h, p, runs, nruns);
     free(h);
     free(p);
     free(runs);

@@ -48,16 +48,19 @@ void kvp__vout_state_init(kvp__vout_state_t *st) {
   memset(st, 0, sizeof *st);
   kvp__map64_init(&st->held, 0);
   kvp__map64_init(&st->stage, 0);
+  kvp__map64_init(&st->stage_odd, 0);
 }
 
 void kvp__vout_state_free(kvp__vout_state_t *st) {
   kvp__map64_free(&st->held);
   kvp__map64_free(&st->stage);
+  kvp__map64_free(&st->stage_odd);
 }
 
 void kvp__vout_state_reset(kvp__vout_state_t *st) {
   kvp__map64_clear(&st->held);
   kvp__map64_clear(&st->stage);
+  kvp__map64_clear(&st->stage_odd);
   st->stage_tier = 0;
 }
 
@@ -184,31 +187,46 @@ static void apply_snapshot(out_t *o, kvp__vout_state_t *st) {
       mark(o, st, gone[i], tier, 0);
   }
   free(gone);
+  int odd = kvp__map64_count(&st->stage_odd) > 0;
   while (kvp__map64_next(&st->stage, &it, &h, &parent)) {
+    uint64_t tokens = st->stage_tokens;
     if (kvp__map64_get(&st->held, h, &bits) == 0 && (bits & 1u << tier))
       continue;
-    stored(o, tier, &h, 1, parent != h, parent, NULL, 0, st->stage_tokens, 0);
+    if (odd)
+      kvp__map64_get(&st->stage_odd, h, &tokens);
+    stored(o, tier, &h, 1, parent != h, parent, NULL, 0, (uint32_t)tokens, 0);
   }
   it = 0;
   while (kvp__map64_next(&st->stage, &it, &h, NULL))
     mark(o, st, h, tier, 1);
   kvp__map64_clear(&st->stage);
+  kvp__map64_clear(&st->stage_odd);
   st->stage_tier = 0;
 }
 
+/* Stages a chunk. A block's vLLM block_size is its chunk's block_tokens:
+ * the first chunk's for most (stage_tokens), stage_odd for the blocks of
+ * chunks of another shape; a block staged twice keeps its last chunk's. */
 static void snapshot(out_t *o, kvp__vout_state_t *st, const kvp_event_t *e) {
   if (e->tier < 1 || e->tier > KVP_TIER_MAX)
     return;
   if (st->stage_tier != e->tier || st->stage_id != e->snapshot_id) {
     kvp__map64_clear(&st->stage); /* a new snapshot: an unfinished one is dropped */
+    kvp__map64_clear(&st->stage_odd);
     st->stage_tier = e->tier;
     st->stage_id = e->snapshot_id;
+    st->stage_tokens = e->block_tokens;
   }
-  st->stage_tokens = e->block_tokens;
-  for (size_t i = 0; i < e->nhashes; i++)
-    if (kvp__map64_put(&st->stage, e->hashes[i],
-                       e->parent_hashes ? e->parent_hashes[i] : e->hashes[i]) != 0)
+  int odd = e->block_tokens != st->stage_tokens;
+  for (size_t i = 0; i < e->nhashes; i++) {
+    uint64_t h = e->hashes[i];
+    if (kvp__map64_put(&st->stage, h, e->parent_hashes ? e->parent_hashes[i] : h) != 0)
       o->oom = 1;
+    if (odd && kvp__map64_put(&st->stage_odd, h, e->block_tokens) != 0)
+      o->oom = 1;
+    else if (!odd && kvp__map64_count(&st->stage_odd) > 0)
+      kvp__map64_del(&st->stage_odd, h, NULL);
+  }
   if (e->last)
     apply_snapshot(o, st);
 }

@@ -50,8 +50,12 @@ typedef struct kvp__vout_state_s {
   kvp__map64_t held;  /* hash -> bit t set when announced stored in tier t */
   kvp__map64_t stage; /* the snapshot being received: hash -> parent (itself: none) */
   uint64_t stage_id;
-  int stage_tier; /* 0: no snapshot staged */
-  uint32_t stage_tokens;
+  int stage_tier;        /* 0: no snapshot staged */
+  uint32_t stage_tokens; /* the first chunk's block_tokens */
+  /* hash -> block_tokens of the staged blocks whose chunk's differ from
+   * stage_tokens (a snapshot with runs of several block shapes, as the
+   * tiering advisor's worker sends): empty in the common case. */
+  kvp__map64_t stage_odd;
 } kvp__vout_state_t;
 
 void kvp__vout_state_init(kvp__vout_state_t *st);

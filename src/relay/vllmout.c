@@ -294,8 +294,13 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
     r->epoch = b->epoch;
     r->last_id = b->first_event_id ? b->first_event_id - 1 : 0;
     r->resync_ms = 0;
-    if (b->first_event_id > 1 && why == NULL)
-      why = "unknown";
+    /* Whatever its first event id: G3/G4 blocks outlive a worker's epoch,
+     * and a worker first seen at the start of one (it started after this
+     * relay, an advisor restarted with its database) may hold some this
+     * stream never announced. The advisor keeps what it learnt in its
+     * database; this relay keeps nothing past its run. */
+    if (why == NULL)
+      why = b->first_event_id > 1 ? "unknown" : "joined";
   } else if (b->first_event_id > r->last_id + 1 || b->dropped_events > 0) {
     why = "gap";
     s->gaps++;

@@ -29,8 +29,9 @@
  * Fed from NATS: one core subscription to kvplane.ev.<ns>.>; a batch whose
  * worker id differs from its subject is dropped (counted spoofed). Per
  * (worker, dp rank) the relay follows epochs and event ids as the advisor
- * does: on first sight after events it missed, after a gap and after a new
- * epoch (whose G1/G2 blocks it first announces removed) it asks the worker
+ * does, and on first sight (after events it missed, or at an epoch's first
+ * event: G3/G4 blocks outlive epochs), after a gap and after a new epoch
+ * (whose G1/G2 blocks it first announces removed) it asks the worker
  * for a resync (kvplane.ctl.<ns>.<worker>.resync), whose snapshots
  * vllmenc.c turns into the removals and stores that repair the stream.
  *

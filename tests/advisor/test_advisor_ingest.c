@@ -373,8 +373,49 @@ static void a_snapshot_changes_only_what_differs(void **state) {
   assert_int_equal(locs_of(f, "w", 3), 3);
 }
 
+/* The blocks a snapshot adds are stored in the snapshot's order, not in
+ * the difference's (hash) order: a chain then takes consecutive records,
+ * each block's parent the record before (no side-table entry, the
+ * index's bytes per location), as the events that stored it would. */
+static void a_snapshot_stores_its_chains_in_order(void **state) {
+  fx_t *f = *state;
+  enum { N = 64 };
+  uint64_t chain[N], parents[N];
+  for (size_t i = 0; i < N; i++) {
+    chain[i] = 0x9e3779b97f4a7c15ull * (i + 1); /* hash order is not chain order */
+    parents[i] = i ? chain[i - 1] : chain[i];
+  }
+  /* The first 10 arrive as an event, the worker then resyncs (a gap). */
+  kvp_event_t e = stored(1, chain, 10);
+  assert_int_equal(feed(f, "w", 1, 1, &e, 1, 0, NOW), 0);
+  kvp_event_t g = stored(2, chain, 1);
+  assert_int_equal(feed(f, "w", 1, 9, &g, 1, 0, NOW), 0);
+  assert_int_equal(f->resyncs, 1);
+  kvp_event_t sn = {.type = KVP_EV_SNAPSHOT,
+                    .tier = 1,
+                    .snapshot_id = 1,
+                    .last = 1,
+                    .hashes = chain,
+                    .parent_hashes = parents,
+                    .nhashes = N,
+                    .block_tokens = 16,
+                    .block_bytes = 4096};
+  assert_int_equal(feed(f, "w", 1, 10, &sn, 1, 0, NOW), 0);
+  assert_int_equal(kvp__adv_ingest_counters(f->ing)->snapshots, 1);
+  kvp__index_stats_t st;
+  kvp__index_stats(f->ix, &st);
+  assert_int_equal(st.tier_locations[1], N);
+  assert_int_equal(st.parents_side, 0);
+  for (size_t i = 1; i < N; i++) {
+    kvp__index_block_t b;
+    assert_int_equal(kvp__index_get(f->ix, chain[i], &b, NULL, 0, NULL), 0);
+    assert_int_equal(b.parent, chain[i - 1]);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_snapshot_changes_only_what_differs, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_snapshot_stores_its_chains_in_order, setup, teardown),
     cmocka_unit_test_setup_teardown(applies_stored_removed_accessed, setup, teardown),
     cmocka_unit_test_setup_teardown(duplicate_events_are_skipped, setup, teardown),
     cmocka_unit_test_setup_teardown(gap_requests_resync_and_snapshot_converges, setup, teardown),

@@ -1,7 +1,8 @@
 /* Publisher tests that break the server or the credentials: JetStream with
  * nats-server killed and restarted mid-stream (nothing acked lost, nothing
  * duplicated), kill -STOP / -CONT mid-stream in both modes (no crash, no hang
- * past a bound, recovery), and user/password and token authentication. */
+ * past a bound, recovery), a snapshot larger than the queue queued across
+ * such stalls, and user/password and token authentication. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -192,6 +193,87 @@ static void stop_cont_jetstream(void **state) {
   stop_cont(*state, 1);
 }
 
+/* A snapshot of SNAP_N blocks of G4 in two runs (volumes a and b, 16 and
+ * 32 tokens): 54 MB of chunks, more than the queue and the loopback
+ * socket buffers hold, so its chunks wait for room while the server is
+ * stopped. */
+#define SNAP_N 3000000u
+static int big_runs(void *ctx, int tier, uint64_t **h, uint64_t **p, kvp_snapshot_run_t **r,
+                    size_t *nr) {
+  (void)ctx;
+  (void)tier;
+  *h = malloc(SNAP_N * sizeof **h);
+  *p = malloc(SNAP_N * sizeof **p);
+  *r = calloc(2, sizeof **r);
+  assert_non_null(*h);
+  assert_non_null(*p);
+  assert_non_null(*r);
+  for (size_t i = 0; i < SNAP_N; i++)
+    (*h)[i] = (*p)[i] = i + 1;
+  (*r)[0] = (kvp_snapshot_run_t){.volume = "a", .block_tokens = 16, .n = SNAP_N / 2};
+  (*r)[1] = (kvp_snapshot_run_t){.volume = "b", .block_tokens = 32, .n = SNAP_N - SNAP_N / 2};
+  *nr = 2;
+  return 0;
+}
+
+typedef struct staller_s {
+  pid_t pid;
+  int stops, stop_ms, run_ms;
+} staller_t;
+
+static void *staller(void *arg) {
+  staller_t *s = arg;
+  for (int i = 0; i < s->stops; i++) {
+    kill(s->pid, SIGSTOP);
+    pf_sleep_ms(s->stop_ms);
+    kill(s->pid, SIGCONT);
+    pf_sleep_ms(s->run_ms);
+  }
+  return NULL;
+}
+
+/* A snapshot whose chunks wait for queue room several times, each time
+ * less than 200 ms (nats-server stopped 120 ms, 3 times, while it is
+ * queued), gets through whole: the publisher's thread sends between the
+ * stalls. 200 ms was the bound of the whole snapshot: one larger than what
+ * the thread sends in 200 ms never got through (KVP_EOVERFLOW at every
+ * poll, each queueing its first chunks again), as a tiering advisor's
+ * G4 set of millions of blocks does. */
+static void snapshot_waits_while_the_queue_drains(void **state) {
+  kvp_natsd_t *d = *state;
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  pf_sub_t s;
+  char err[256];
+  pthread_t th;
+  staller_t st = {.pid = d->pid, .stops = 3, .stop_ms = 120, .run_ms = 30};
+
+  opts_for(&o, d, "w-snap", 0);
+  o.snapshot_runs = big_runs;
+  o.snapshot_tiers = 1u << KVP_TIER_G4;
+  assert_int_equal(pf_sub_open(&s, d->url, "f", 0, NULL, NULL), 0);
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  pf_sleep_ms(200);
+  kvp_publisher_request_resync(pub);
+  assert_int_equal(pthread_create(&th, NULL, staller, &st), 0);
+  pf_sleep_ms(5);
+  uint64_t t0 = pf_now_ms();
+  int rc = kvp_publisher_poll(pub);
+  uint64_t took = pf_now_ms() - t0;
+  pthread_join(th, NULL);
+  print_message("poll: %s in %llu ms\n", rc < 0 ? kvp_err_name(rc) : "queued",
+                (unsigned long long)took);
+  assert_int_equal(rc, 1);
+  assert_true(took > 200); /* it did wait past the old bound */
+  assert_int_equal(kvp_publisher_flush(pub, 30000), 0);
+  pf_sub_drain(&s, 500, 30000);
+  assert_int_equal(s.decode_errors, 0);
+  assert_int_equal(s.snapshots_done, 1);
+  assert_int_equal(s.tier[KVP_TIER_G4].n, SNAP_N);
+  kvp_publisher_close(pub);
+  pf_sub_close(&s);
+}
+
 static void auth(kvp_natsd_t *d, const char *user, const char *pass, const char *token) {
   kvp_publisher_opts_t o;
   kvp_publisher_t *pub = NULL;
@@ -231,6 +313,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(jetstream_acks_everything, pf_setup_js, pf_teardown),
     cmocka_unit_test_setup_teardown(jetstream_kill_restart, pf_setup_js, pf_teardown),
     cmocka_unit_test_setup_teardown(stop_cont_core, pf_setup_core, pf_teardown),
+    cmocka_unit_test_setup_teardown(snapshot_waits_while_the_queue_drains, pf_setup_core,
+                                    pf_teardown),
     cmocka_unit_test_setup_teardown(stop_cont_jetstream, pf_setup_js, pf_teardown),
     cmocka_unit_test_setup_teardown(auth_user_password, pf_setup_user, pf_teardown),
     cmocka_unit_test_setup_teardown(auth_token, pf_setup_token, pf_teardown),

@@ -32,6 +32,7 @@ from test_binding import NS, Plane, free_port, until
 
 BS = 16
 END = (1 << 64) - 1  # -1 as the 8-byte sequence
+SIM_BLOCK_TOKENS = 512  # kvplane-sim's blocks (src/sim/sim.h KVP_SIM_BLOCK_TOKENS)
 
 
 class Subscriber:
@@ -571,17 +572,18 @@ class VllmEventsTest(unittest.TestCase):
             fwd.send_signal(signal.SIGTERM)
             fwd.wait(10)
 
-    def test_advisor_moves(self):
-        """The advisor's G3 -> G4 demotions (worker _advisor) reach a router
-        as vLLM events: BlockStored EXTERNAL for each block the advisor moved
-        (a block the worker had announced as DISK), then BlockRemoved DISK
-        once the source is deleted; at the end the EXTERNAL set is exactly
-        the G4 volume's files. A real advisor with tiering over posix
-        volumes, fed by kvplane-sim's block managers (G3 offloads)."""
-        self.plane.start_nats()
+    def start_tiering_advisor(self, log_name="advisor.log"):
+        """nats-server and a real kvplane-advisor with tiering over posix
+        volumes (a small G3 per simulated worker, a shared G4), core mode;
+        returns the volumes' directory. Called again after the advisor was
+        stopped: the same advisor (its database, its volumes) restarted."""
         vols = os.path.join(self.tmp, "volumes")
-        os.makedirs(os.path.join(vols, "g3"))
         conf = os.path.join(self.tmp, "advisor.conf")
+        if os.path.exists(conf):
+            self.launch_advisor(conf, log_name)
+            return vols
+        self.plane.start_nats()
+        os.makedirs(os.path.join(vols, "g3"))
         with open(conf, "w") as f:
             f.write("[nats]\nservers = %s\nmode = core\n[advisor]\nnamespace = %s\n"
                     "[store]\npath = %s\nflush_interval = 50ms\n"
@@ -593,14 +595,20 @@ class VllmEventsTest(unittest.TestCase):
                     "path = %s\nfsync = off\n"
                     % (self.plane.url, NS, self.plane.db, os.environ["KVPLANE_PLUGINS"],
                        os.path.join(vols, "g3", "sim-0"), os.path.join(vols, "g4")))
-        log = open(os.path.join(self.tmp, "advisor.log"), "w")
+        self.launch_advisor(conf, log_name)
+        return vols
+
+    def launch_advisor(self, conf, log_name):
+        log = open(os.path.join(self.tmp, log_name), "w")
         self.plane.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
                                               stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        until(lambda: "advisor: running" in self.plane.log("advisor.log"),
+        until(lambda: "advisor: running" in self.plane.log(log_name),
               what="the advisor running")
-        eps = self.start_relay(["_advisor", "sim-0"])
-        adv, wrk = self.subscriber(eps["_advisor"]), self.subscriber(eps["sim-0"])
+
+    def run_sim(self, vols):
+        """kvplane-sim's block managers (one worker, sim-0, offloading to its
+        G3 volume and announcing it), to the end of 1500 trace lines."""
         sim = subprocess.run([os.environ["KVPLANE_SIM"], "-t", os.environ["KVPLANE_TRACE"],
                               "-s", self.plane.url, "-n", NS, "-w", "1", "--volumes", vols,
                               "--plugin-dir", os.environ["KVPLANE_PLUGINS"],
@@ -608,11 +616,24 @@ class VllmEventsTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
 
-        def g4_files():
-            out = set()
-            for _, _, files in os.walk(os.path.join(vols, "g4")):
-                out |= {int(f, 16) for f in files if len(f) == 16}
-            return out
+    @staticmethod
+    def g4_files(vols):
+        out = set()
+        for _, _, files in os.walk(os.path.join(vols, "g4")):
+            out |= {int(f, 16) for f in files if len(f) == 16}
+        return out
+
+    def test_advisor_moves(self):
+        """The advisor's G3 -> G4 demotions (worker _advisor) reach a router
+        as vLLM events: BlockStored EXTERNAL for each block the advisor moved
+        (a block the worker had announced as DISK), then BlockRemoved DISK
+        once the source is deleted; at the end the EXTERNAL set is exactly
+        the G4 volume's files. A real advisor with tiering over posix
+        volumes, fed by kvplane-sim's block managers (G3 offloads)."""
+        vols = self.start_tiering_advisor()
+        eps = self.start_relay(["_advisor", "sim-0"])
+        adv, wrk = self.subscriber(eps["_advisor"]), self.subscriber(eps["sim-0"])
+        self.run_sim(vols)
         state = {"disk": set(), "ext": set(), "ext_removed": set(), "disk_removed": set()}
 
         def settled():
@@ -632,11 +653,89 @@ class VllmEventsTest(unittest.TestCase):
                                 e["medium"] == "DISK":
                             state["disk_removed"] |= hs
             ext = state["ext"] - state["ext_removed"]
-            return ext and ext == g4_files() and state["disk_removed"] == state["ext"]
+            return ext and ext == self.g4_files(vols) and state["disk_removed"] == state["ext"]
         until(settled, timeout=30, what="the advisor's moves on the _advisor stream: %r" % {
             k: len(v) for k, v in state.items()})
         # Every block the advisor moved is one the worker had announced in G3.
         self.assertTrue(state["ext"] <= state["disk"], state)
+
+    def moves_done(self, vols):
+        """The G4 volume's files once the same over 2 s (8 tiering rounds):
+        the advisor's moves are done."""
+        seen = {"files": None, "since": 0.0}
+
+        def done():
+            files = self.g4_files(vols)
+            if files != seen["files"]:
+                seen["files"], seen["since"] = files, time.monotonic()
+            return files and time.monotonic() - seen["since"] >= 2.0
+        until(done, timeout=30, what="the advisor's moves done")
+        return seen["files"]
+
+    def g4_learned(self, sub, g4):
+        """Takes sub's messages until the blocks stored in G4's medium are
+        g4; returns what it took: the stored and removed hashes by medium,
+        and the block sizes stored."""
+        got = {"stored": {}, "removed": {}, "sizes": set()}
+
+        def learned():
+            while True:
+                m = sub.take(0.05)
+                if m is None:
+                    break
+                for e in m[1]["events"]:
+                    if e["type"] == "BlockStored":
+                        got["stored"].setdefault(e["medium"], set()).update(e["block_hashes"])
+                        got["sizes"].add(e["block_size"])
+                    elif e["type"] == "BlockRemoved":
+                        got["removed"].setdefault(e["medium"], set()).update(e["block_hashes"])
+            return got["stored"].get("EXTERNAL") == g4
+        try:
+            until(learned, timeout=20, what="the G4 blocks on the _advisor stream")
+        except AssertionError:
+            raise AssertionError("%d of the %d G4 blocks seen as BlockStored EXTERNAL (%r)" % (
+                len(got["stored"].get("EXTERNAL", set()) & g4), len(g4),
+                {k: len(v) for k, v in got["stored"].items()}))
+        return got
+
+    def test_a_late_relay_learns_the_advisor_moves(self):
+        """A router that joins after the advisor's G3 -> G4 demotions still
+        sees them: kvplane-relay --reverse, started once the moves are done,
+        asks _advisor for a resync when it first sees it (its heartbeat's
+        event id is past 1), and the advisor's snapshot of its G4 locations
+        goes out as BlockStored with G4's medium (EXTERNAL, the relay's
+        table), exactly the G4 volume's files, of the simulator's block
+        size. Nothing is removed: the relay had announced nothing."""
+        vols = self.start_tiering_advisor()
+        self.run_sim(vols)
+        g4 = self.moves_done(vols)
+        eps = self.start_relay(["_advisor"])
+        got = self.g4_learned(self.subscriber(eps["_advisor"]), g4)
+        self.assertEqual(set(got["stored"]), {"EXTERNAL"})
+        self.assertEqual(got["sizes"], {SIM_BLOCK_TOKENS})
+        self.assertEqual(got["removed"], {})
+        self.assertEqual(self.g4_files(vols), g4)  # no move since
+        self.assertIn("resync requested (unknown)", self.plane.log("relay.log"))
+
+    def test_a_relay_up_before_the_advisor_restarts_learns_its_moves(self):
+        """G3/G4 blocks outlive a worker's epoch: a relay that first sees a
+        worker at the first event of an epoch (it started while the worker
+        was away) still asks it for a resync. Here the advisor made its G4
+        moves, stopped, the relay started, and the advisor restarted with
+        its database: its _advisor publisher begins a new epoch at event 1,
+        and the relay learns the G4 blocks from its snapshot."""
+        vols = self.start_tiering_advisor()
+        self.run_sim(vols)
+        g4 = self.moves_done(vols)
+        self.plane.advisor.send_signal(signal.SIGTERM)
+        self.assertEqual(self.plane.advisor.wait(30), 0)
+        eps = self.start_relay(["_advisor"])
+        sub = self.subscriber(eps["_advisor"])
+        self.start_tiering_advisor("advisor2.log")
+        got = self.g4_learned(sub, g4)
+        self.assertEqual(got["sizes"], {SIM_BLOCK_TOKENS})
+        self.assertEqual(self.g4_files(vols), g4)
+        self.assertIn("resync requested (joined)", self.plane.log("relay.log"))
 
 
 if __name__ == "__main__":

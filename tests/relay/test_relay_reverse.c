@@ -5,7 +5,9 @@
  * through the ROUTER socket after messages were missed, a bad replay
  * request, a tier's clear turned into the removal of what the stream
  * announced in it, and the run's start: AllBlocksCleared at a sequence that
- * is its start time in microseconds. The sanitizer builds run this one (the Python
+ * is its start time in microseconds; and, without sockets, the block_size
+ * of each block a snapshot of several block shapes stores. The sanitizer
+ * builds run this one (the Python
  * subscriber of tests/python/test_vllm_events.py is skipped there). */
 #include <msgpack.h>
 #include <pthread.h>
@@ -20,6 +22,7 @@
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
 #include "natsd.h"
+#include "relay/vllmenc.h"
 #include "relay/vllmout.h"
 
 typedef struct rev_s {
@@ -261,7 +264,115 @@ static void stream_and_replay(void **state) {
   zmq_close(dealer);
 }
 
+/* The block_size of every BlockStored of a payload (vLLM's layout: a
+ * tagged map per event), by its one hash, in want order. */
+static void block_sizes(const uint8_t *p, size_t len, const uint64_t *hashes, uint32_t *sizes,
+                        size_t n) {
+  msgpack_unpacked u;
+  size_t off = 0, found = 0;
+  msgpack_unpacked_init(&u);
+  assert_int_equal(msgpack_unpack_next(&u, (const char *)p, len, &off), MSGPACK_UNPACK_SUCCESS);
+  const msgpack_object_array *ev = &u.data.via.array.ptr[1].via.array;
+  for (uint32_t i = 0; i < ev->size; i++) {
+    const msgpack_object_map *m = &ev->ptr[i].via.map;
+    uint64_t h = 0;
+    uint32_t bs = 0;
+    int is_stored = 0;
+    for (uint32_t k = 0; k < m->size; k++) {
+      const msgpack_object_str *key = &m->ptr[k].key.via.str;
+      const msgpack_object *v = &m->ptr[k].val;
+      if (key->size == 4 && memcmp(key->ptr, "type", 4) == 0)
+        is_stored = v->via.str.size == 11 && memcmp(v->via.str.ptr, "BlockStored", 11) == 0;
+      else if (key->size == 10 && memcmp(key->ptr, "block_size", 10) == 0)
+        bs = (uint32_t)v->via.u64;
+      else if (key->size == 12 && memcmp(key->ptr, "block_hashes", 12) == 0) {
+        assert_int_equal(v->via.array.size, 1);
+        h = v->via.array.ptr[0].via.u64;
+      }
+    }
+    if (!is_stored)
+      continue;
+    for (size_t j = 0; j < n; j++)
+      if (hashes[j] == h) {
+        sizes[j] = bs;
+        found++;
+      }
+  }
+  assert_int_equal(found, n);
+  msgpack_unpacked_destroy(&u);
+}
+
+/* A snapshot whose runs have different block shapes (the tiering
+ * advisor's worker: one run per volume and shape): every block stored
+ * with its own chunk's block_tokens, not the last chunk's. */
+static void snapshot_of_shapes_keeps_each_blocks_size(void **state) {
+  (void)state;
+  kvp__vout_state_t st;
+  kvp__vout_media_t media;
+  const uint64_t a[2] = {11, 12}, b[1] = {21}, c[2] = {31, 12};
+  kvp_event_t ev[3] = {
+      {.type = KVP_EV_SNAPSHOT,
+       .tier = 4,
+       .volume = "g4",
+       .snapshot_id = 1,
+       .chunk = 0,
+       .hashes = a,
+       .nhashes = 2,
+       .block_tokens = 16},
+      {.type = KVP_EV_SNAPSHOT,
+       .tier = 4,
+       .volume = "g4b",
+       .snapshot_id = 1,
+       .chunk = 1,
+       .hashes = b,
+       .nhashes = 1,
+       .block_tokens = 32},
+      /* 12 again, in a chunk of the first shape: its last chunk's, 16. */
+      {.type = KVP_EV_SNAPSHOT,
+       .tier = 4,
+       .volume = "g4",
+       .snapshot_id = 1,
+       .chunk = 2,
+       .last = 1,
+       .hashes = c,
+       .nhashes = 2,
+       .block_tokens = 16},
+  };
+  kvp_batch_t bt = {.worker_id = "_advisor", .events = ev, .nevents = 3, .first_event_id = 1};
+  uint8_t *p = NULL;
+  size_t len = 0, n = 0;
+  const uint64_t want_h[4] = {11, 12, 21, 31};
+  const uint32_t want_bs[4] = {16, 16, 32, 16};
+  uint32_t got[4] = {0};
+
+  kvp__vout_media_init(&media);
+  kvp__vout_state_init(&st);
+  assert_int_equal(kvp__vout_encode(&st, &bt, KVP__VOUT_VLLM, &media, &p, &len, &n), 0);
+  assert_int_equal(n, 4);
+  block_sizes(p, len, want_h, got, 4);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(got[i], want_bs[i]);
+  free(p);
+  /* The next snapshot starts over: its first chunk's shape is the common
+   * one, 21 now of it. */
+  ev[1].block_tokens = 64;
+  ev[0].snapshot_id = ev[1].snapshot_id = ev[2].snapshot_id = 2;
+  ev[0].block_tokens = ev[2].block_tokens = 64;
+  kvp_event_t clr = {.type = KVP_EV_CLEARED, .tier = 4};
+  kvp_batch_t cb = {.worker_id = "_advisor", .events = &clr, .nevents = 1};
+  assert_int_equal(kvp__vout_encode(&st, &cb, KVP__VOUT_VLLM, &media, &p, &len, &n), 0);
+  free(p);
+  assert_int_equal(kvp__vout_encode(&st, &bt, KVP__VOUT_VLLM, &media, &p, &len, &n), 0);
+  assert_int_equal(n, 4);
+  block_sizes(p, len, want_h, got, 4);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(got[i], 64);
+  free(p);
+  kvp__vout_state_free(&st);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(snapshot_of_shapes_keeps_each_blocks_size),
     cmocka_unit_test_setup_teardown(stream_and_replay, setup, teardown),
 };
 

@@ -3,6 +3,10 @@
  *     subject with a snapshot of its G3 and G4 locations, one run of
  *     chunks per volume and block shape, each naming its volume, and an
  *     empty tier as one empty last chunk;
+ *   - the advisor's ingest does not apply its own engine's events when NATS
+ *     brings them back: the echo of a snapshot taken before later moves
+ *     would remove those moves from the engine's own index;
+ *   - a volume whose name no announcement can carry is refused;
  *   - end to end, in core mode: a second advisor started after the first
  *     one's moves (a standby, a restarted consumer) asks for the resync
  *     on the _advisor heartbeat it joins on, and ends with the same G4
@@ -28,6 +32,7 @@
 #include "kvplane/status.h"
 #include "kvplane/volume.h"
 #include "tier/engine.h"
+#include "advisor/ingest.h"
 
 #include "tier_fx.h"
 
@@ -179,6 +184,187 @@ static void engine_answers_per_volume(void **state) {
   kvp_natsd_stop(&d);
 }
 
+/* Every message on worker _advisor's subject, as NATS delivered it. */
+typedef struct echo_s {
+  pthread_mutex_t mu;
+  uint8_t *msg[256];
+  size_t len[256];
+  int n;
+  int snap_end;     /* the message with the first snapshot's last G4 chunk; -1 */
+  size_t g4_stored; /* hashes in G4 Stored events so far */
+} echo_t;
+
+static void on_echo(natsConnection *nc, natsSubscription *sub, natsMsg *m, void *ctx) {
+  echo_t *e = ctx;
+  kvp_wire_batch_t *wb = NULL;
+  size_t len = (size_t)natsMsg_GetDataLength(m);
+  (void)nc;
+  (void)sub;
+  pthread_mutex_lock(&e->mu);
+  if (e->n < 256 && (e->msg[e->n] = malloc(len ? len : 1)) != NULL) {
+    memcpy(e->msg[e->n], natsMsg_GetData(m), len);
+    e->len[e->n] = len;
+    if (kvp_wire_decode(e->msg[e->n], len, NULL, &wb) == 0) {
+      const kvp_batch_t *b = kvp_wire_batch_view(wb);
+      for (size_t i = 0; i < b->nevents; i++) {
+        const kvp_event_t *ev = &b->events[i];
+        if (ev->type == KVP_EV_SNAPSHOT && ev->tier == 4 && ev->last && e->snap_end < 0)
+          e->snap_end = e->n;
+        if (ev->type == KVP_EV_STORED && ev->tier == 4)
+          e->g4_stored += ev->nhashes;
+      }
+      kvp_wire_batch_free(wb);
+    }
+    e->n++;
+  }
+  pthread_mutex_unlock(&e->mu);
+  natsMsg_Destroy(m);
+}
+
+/* The G4 locations worker w holds by the index. */
+static size_t held_g4(fx_t *f, uint16_t w) {
+  kvp__index_held_t *h = NULL;
+  size_t n = 0;
+  assert_int_equal(kvp__index_held(f->ix, w, 4, &h, &n), 0);
+  free(h);
+  return n;
+}
+
+/* The advisor's ingest reads its own engine's events back from NATS, late
+ * (its inbox behind, under load). The engine had made two moves to G4,
+ * answered a resync with a snapshot of them, then made more; the ingest
+ * then applied the echo up to that snapshot as a difference and removed
+ * the later moves from the index the engine itself works on (their objects
+ * in G4, no location: a resync answered meanwhile said so to every
+ * consumer, for good). Its own events are now followed by id, not applied
+ * again. */
+static void an_advisors_own_echo_undoes_nothing(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  kvp__adv_ingest_t *ing = NULL;
+  char err[512], subj[KVP_SUBJECT_MAX], ctl[KVP_SUBJECT_MAX];
+  kvp_natsd_t d;
+  natsConnection *nc = NULL;
+  natsSubscription *sub = NULL;
+  echo_t echo = {.mu = PTHREAD_MUTEX_INITIALIZER, .snap_end = -1};
+  uint16_t adv;
+  uint8_t payload[1000];
+  kvp__adv_ingest_opts_t io = {.resync_retry_ms = 1000};
+
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", d.url);
+  f->cfg.mode = KVP_ADVISOR_CORE;
+  assert_int_equal(kvp_subject_events(subj, sizeof subj, "t", "_advisor"), 0);
+  assert_int_equal(kvp_subject_resync(ctl, sizeof ctl, "t", "_advisor"), 0);
+  assert_int_equal(natsConnection_ConnectTo(&nc, d.url), NATS_OK);
+  assert_int_equal(natsConnection_Subscribe(&sub, nc, subj, on_echo, &echo), NATS_OK);
+  natsConnection_Flush(nc);
+  seed(f, 10);
+  assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
+                                         &e, err, sizeof err),
+                   0);
+  fx_engine = e;
+  assert_int_equal(kvp__index_worker(f->ix, "_advisor", 0, &adv), 0);
+  round_and_wait(f, e);
+  round_and_wait(f, e);
+  size_t first = held_g4(f, adv);
+  assert_true(first > 0);
+  /* A resync: the snapshot holds the moves so far. */
+  assert_int_equal(natsConnection_PublishString(nc, ctl, ""), NATS_OK);
+  natsConnection_Flush(nc);
+  nats_Sleep(200);
+  for (int i = 0; i < 100; i++) {
+    pthread_mutex_lock(&echo.mu);
+    int done = echo.snap_end >= 0;
+    pthread_mutex_unlock(&echo.mu);
+    if (done)
+      break;
+    round_and_wait(f, e);
+    nats_Sleep(20);
+  }
+  assert_true(echo.snap_end >= 0);
+  /* The worker fills G3 again: more moves, after the snapshot. */
+  for (int i = 11; i <= 12; i++) {
+    memset(payload, i, sizeof payload);
+    kvp_frame_t m = {.hash = (uint64_t)i,
+                     .parent = (uint64_t)i - 1,
+                     .has_parent = 1,
+                     .payload_len = sizeof payload};
+    assert_int_equal(kvp_volume_put_block(f->g3, "t", &m, payload, err, sizeof err), 0);
+    assert_int_equal(kvp__index_store(f->ix, (uint64_t)i, 1, (uint64_t)i - 1, f->w, 3, f->v3, 16,
+                                      sizeof payload + KVP_FRAME_HEADER,
+                                      NOW_MS + (uint64_t)i * 1000),
+                     0);
+  }
+  round_and_wait(f, e);
+  round_and_wait(f, e);
+  size_t later = held_g4(f, adv);
+  assert_true(later > first);
+  for (int i = 0; i < 100; i++) { /* their Stored events are out */
+    pthread_mutex_lock(&echo.mu);
+    size_t got = echo.g4_stored;
+    pthread_mutex_unlock(&echo.mu);
+    if (got >= later)
+      break;
+    nats_Sleep(20);
+  }
+  /* The echo, late: up to the snapshot, then the rest. */
+  assert_int_equal(kvp__adv_ingest_create(f->ix, &io, &ing), 0);
+  pthread_mutex_lock(&echo.mu);
+  int n = echo.n, end = echo.snap_end;
+  pthread_mutex_unlock(&echo.mu);
+  for (int i = 0; i <= end; i++)
+    assert_int_equal(kvp__adv_ingest_message(ing, echo.msg[i], echo.len[i], NULL, NOW_MS), 0);
+  size_t mid = held_g4(f, adv);
+  for (int i = end + 1; i < n; i++)
+    assert_int_equal(kvp__adv_ingest_message(ing, echo.msg[i], echo.len[i], NULL, NOW_MS), 0);
+  size_t last = held_g4(f, adv);
+  print_message("_advisor's G4 locations: %zu after the first moves, %zu after the later ones, "
+                "%zu once the echo up to the snapshot was applied, %zu at its end\n",
+                first, later, mid, last);
+  kvp__adv_ingest_destroy(ing);
+  kvp__tier_engine_stop(e, NULL, NULL);
+  kvp__tier_engine_close(e);
+  fx_engine = NULL;
+  natsSubscription_Destroy(sub);
+  natsConnection_Destroy(nc);
+  kvp_natsd_stop(&d);
+  for (int i = 0; i < n; i++)
+    free(echo.msg[i]);
+  assert_int_equal(mid, later);
+  assert_int_equal(last, later);
+}
+
+/* A volume whose name the publisher cannot carry (32 characters or more:
+ * the config takes 63) is refused when the engine announces its moves:
+ * before, every announcement of a move into or out of it failed
+ * (KVP_EINVAL, counted in events_dropped only) and the snapshots cut its
+ * name to 31 characters, a volume no consumer knew. */
+static void a_volume_name_too_long_to_announce_is_refused(void **state) {
+  fx_t *f = *state;
+  kvp__tier_engine_t *e = NULL;
+  kvp_natsd_t d;
+  char err[512];
+  const char *name = "g4-a-name-of-forty-characters-0123456789";
+
+  assert_int_equal(strlen(name), 40);
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", d.url);
+  f->cfg.mode = KVP_ADVISOR_CORE;
+  snprintf(f->cfg.volumes[1].name, sizeof f->cfg.volumes[1].name, "%s", name);
+  int rc = kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix, &e, err,
+                                 sizeof err);
+  fx_engine = e;
+  if (rc == 0) {
+    kvp__tier_engine_close(e);
+    fx_engine = NULL;
+  }
+  kvp_natsd_stop(&d);
+  assert_int_equal(rc, KVP_ECONFIG);
+  assert_non_null(strstr(err, name));
+  print_message("%s\n", err);
+}
+
 /* An advisor run in-process on a thread of its own. */
 typedef struct adv_s {
   kvp_advisor_config_t cfg;
@@ -327,6 +513,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_late_advisor_learns_the_moves_made_before_it, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(engine_answers_per_volume, setup, teardown),
+    cmocka_unit_test_setup_teardown(an_advisors_own_echo_undoes_nothing, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_volume_name_too_long_to_announce_is_refused, setup, teardown),
 };
 
 KVP_TEST_MAIN("tier_resync", tests)
