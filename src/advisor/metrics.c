@@ -1,5 +1,7 @@
 /* The advisor's Prometheus metrics; see metrics.h. The names, types and
- * labels are listed in the README's "Metrics" section. */
+ * labels are listed in the README's "Metrics" section.
+ * Why this file is long: one family after another, each a few lines, in
+ * the order of the README's table; split, the table would be in pieces. */
 #include "advisor/metrics.h"
 
 #include <inttypes.h>

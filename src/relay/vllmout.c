@@ -1,4 +1,7 @@
-/* kvplane-relay --reverse: streams, sockets and the loop; see vllmout.h. */
+/* kvplane-relay --reverse: streams, sockets and the loop; see vllmout.h.
+ * Why this file is long: a stream's state (ranks, epochs, resyncs), its
+ * sockets and its replay ring are one object the loop drives; vllmenc.c
+ * already holds the format. */
 #include "relay/vllmout.h"
 
 #include <inttypes.h>

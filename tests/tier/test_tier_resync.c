@@ -11,7 +11,10 @@
  *     one's moves (a standby, a restarted consumer) asks for the resync
  *     on the _advisor heartbeat it joins on, and ends with the same G4
  *     locations in its database as the advisor that moved them.
- * Real nats-server, real posix volumes, real SQLite; loopback only. */
+ * Real nats-server, real posix volumes, real SQLite; loopback only.
+ * Why this file is long: its cases share the engine fixture (tier_fx.h),
+ * the snapshot subscriber and an in-process advisor; each is one
+ * behaviour of the resync. */
 #include <pthread.h>
 #include <unistd.h>
 #include <sqlite3.h>
