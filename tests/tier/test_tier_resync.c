@@ -38,6 +38,7 @@
 #include "advisor/ingest.h"
 
 #include "tier_fx.h"
+#include "../scale/scale_tier_fx.h" /* adv_t, run_main, adv_stop */
 
 /* The snapshot chunks of worker _advisor a plain subscriber saw. */
 #define MAXSEEN 64
@@ -99,24 +100,32 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* A nats-server for the engine (core mode) and a plain subscriber to
+ * worker _advisor's events through cb; ctl receives its resync subject. */
+static void listen_advisor(fx_t *f, kvp_natsd_t *d, natsConnection **nc, natsSubscription **sub,
+                           natsMsgHandler cb, void *ctx, char ctl[KVP_SUBJECT_MAX]) {
+  char subj[KVP_SUBJECT_MAX];
+  assert_int_equal(kvp_natsd_start(d, NULL), 0);
+  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", d->url);
+  f->cfg.mode = KVP_ADVISOR_CORE;
+  assert_int_equal(kvp_subject_events(subj, sizeof subj, "t", "_advisor"), 0);
+  assert_int_equal(kvp_subject_resync(ctl, KVP_SUBJECT_MAX, "t", "_advisor"), 0);
+  assert_int_equal(natsConnection_ConnectTo(nc, d->url), NATS_OK);
+  assert_int_equal(natsConnection_Subscribe(sub, *nc, subj, cb, ctx), NATS_OK);
+  natsConnection_Flush(*nc);
+}
+
 static void engine_answers_per_volume(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
-  char err[512], subj[KVP_SUBJECT_MAX], ctl[KVP_SUBJECT_MAX];
+  char err[512], ctl[KVP_SUBJECT_MAX];
   kvp_natsd_t d;
   natsConnection *nc = NULL;
   natsSubscription *sub = NULL;
   seen_t seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
   uint16_t adv, vx;
 
-  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
-  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", d.url);
-  f->cfg.mode = KVP_ADVISOR_CORE;
-  assert_int_equal(kvp_subject_events(subj, sizeof subj, "t", "_advisor"), 0);
-  assert_int_equal(kvp_subject_resync(ctl, sizeof ctl, "t", "_advisor"), 0);
-  assert_int_equal(natsConnection_ConnectTo(&nc, d.url), NATS_OK);
-  assert_int_equal(natsConnection_Subscribe(&sub, nc, subj, on_event, &seen), NATS_OK);
-  natsConnection_Flush(nc);
+  listen_advisor(f, &d, &nc, &sub, on_event, &seen, ctl);
   seed(f, 10); /* 10 of 10 blocks: the two coldest leaves (10, 9) go to G4 */
   assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
                                          &e, err, sizeof err),
@@ -245,7 +254,7 @@ static void an_advisors_own_echo_undoes_nothing(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
   kvp__adv_ingest_t *ing = NULL;
-  char err[512], subj[KVP_SUBJECT_MAX], ctl[KVP_SUBJECT_MAX];
+  char err[512], ctl[KVP_SUBJECT_MAX];
   kvp_natsd_t d;
   natsConnection *nc = NULL;
   natsSubscription *sub = NULL;
@@ -254,14 +263,7 @@ static void an_advisors_own_echo_undoes_nothing(void **state) {
   uint8_t payload[1000];
   kvp__adv_ingest_opts_t io = {.resync_retry_ms = 1000};
 
-  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
-  snprintf(f->cfg.nats.servers, sizeof f->cfg.nats.servers, "%s", d.url);
-  f->cfg.mode = KVP_ADVISOR_CORE;
-  assert_int_equal(kvp_subject_events(subj, sizeof subj, "t", "_advisor"), 0);
-  assert_int_equal(kvp_subject_resync(ctl, sizeof ctl, "t", "_advisor"), 0);
-  assert_int_equal(natsConnection_ConnectTo(&nc, d.url), NATS_OK);
-  assert_int_equal(natsConnection_Subscribe(&sub, nc, subj, on_echo, &echo), NATS_OK);
-  natsConnection_Flush(nc);
+  listen_advisor(f, &d, &nc, &sub, on_echo, &echo, ctl);
   seed(f, 10);
   assert_int_equal(kvp__tier_engine_open(kvp__adv_tier_opts(&f->cfg, &f->topts), &f->loop, f->ix,
                                          &e, err, sizeof err),
@@ -368,19 +370,6 @@ static void a_volume_name_too_long_to_announce_is_refused(void **state) {
   print_message("%s\n", err);
 }
 
-/* An advisor run in-process on a thread of its own. */
-typedef struct adv_s {
-  kvp_advisor_config_t cfg;
-  kvp_advisor_t *adv;
-  pthread_t thread;
-  int running;
-} adv_t;
-
-static void *run_main(void *arg) {
-  kvp_advisor_run(((adv_t *)arg)->adv);
-  return NULL;
-}
-
 static void adv_start(adv_t *a, fx_t *f, const char *name, const char *url, int tiering) {
   kvp_advisor_config_t *c = &a->cfg;
   char err[512];
@@ -408,15 +397,6 @@ static void adv_start(adv_t *a, fx_t *f, const char *name, const char *url, int 
     fail_msg("advisor %s: %s", name, err);
   assert_int_equal(pthread_create(&a->thread, NULL, run_main, a), 0);
   a->running = 1;
-}
-
-static void adv_stop(adv_t *a) {
-  if (!a->running)
-    return;
-  kvp_advisor_stop(a->adv);
-  pthread_join(a->thread, NULL);
-  kvp_advisor_close(a->adv);
-  a->running = 0;
 }
 
 /* The hashes _advisor holds in G4 by the database at path, sorted, as a
