@@ -115,6 +115,17 @@ static void listen_advisor(fx_t *f, kvp_natsd_t *d, natsConnection **nc, natsSub
   natsConnection_Flush(*nc);
 }
 
+/* Undoes listen_advisor, the engine closed first. */
+static void unlisten(kvp__tier_engine_t *e, kvp_natsd_t *d, natsConnection *nc,
+                     natsSubscription *sub) {
+  kvp__tier_engine_stop(e, NULL, NULL);
+  kvp__tier_engine_close(e);
+  fx_engine = NULL;
+  natsSubscription_Destroy(sub);
+  natsConnection_Destroy(nc);
+  kvp_natsd_stop(d);
+}
+
 static void engine_answers_per_volume(void **state) {
   fx_t *f = *state;
   kvp__tier_engine_t *e = NULL;
@@ -188,12 +199,7 @@ static void engine_answers_per_volume(void **state) {
   assert_int_equal(g4[0], 9);
   assert_int_equal(g4[1], 10);
   assert_int_equal(g4[2], 77);
-  kvp__tier_engine_stop(e, NULL, NULL);
-  kvp__tier_engine_close(e);
-  fx_engine = NULL;
-  natsSubscription_Destroy(sub);
-  natsConnection_Destroy(nc);
-  kvp_natsd_stop(&d);
+  unlisten(e, &d, nc, sub);
 }
 
 /* Every message on worker _advisor's subject, as NATS delivered it. */
@@ -328,12 +334,7 @@ static void an_advisors_own_echo_undoes_nothing(void **state) {
                 "%zu once the echo up to the snapshot was applied, %zu at its end\n",
                 first, later, mid, last);
   kvp__adv_ingest_destroy(ing);
-  kvp__tier_engine_stop(e, NULL, NULL);
-  kvp__tier_engine_close(e);
-  fx_engine = NULL;
-  natsSubscription_Destroy(sub);
-  natsConnection_Destroy(nc);
-  kvp_natsd_stop(&d);
+  unlisten(e, &d, nc, sub);
   for (int i = 0; i < n; i++)
     free(echo.msg[i]);
   assert_int_equal(mid, later);
