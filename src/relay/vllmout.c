@@ -23,6 +23,7 @@
 
 #define MAX_RANKS 16          /* (dp rank, epoch, next id) followed per stream */
 #define RESYNC_RETRY_MS 1000u /* between two resync requests of one rank */
+#define RESYNC_AGAIN_MS 5000u /* an unanswered one is asked again after (the advisor's default) */
 
 typedef struct rank_s {
   uint32_t dp;
@@ -307,6 +308,11 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   } else if (b->first_event_id > r->last_id + 1 || b->dropped_events > 0) {
     why = "gap";
     s->gaps++;
+  } else if (r->resync_ms && now - r->resync_ms >= RESYNC_AGAIN_MS) {
+    /* Asked and never answered (core NATS drops a request nobody was
+     * subscribed to: the worker's publisher was reconnecting): again, at
+     * the worker's next batch, as the advisor does (ingest.c, "retry"). */
+    why = "retry";
   }
   if (why)
     resync(v, s, r, b->worker_id, why, now);

@@ -20,8 +20,12 @@
 
 #include "harness.h"
 #include "kvplane/publisher.h"
+#include "common/clock.h"
 #include "kvplane/status.h"
+#include "kvplane/subjects.h"
+#include "kvplane/wire.h"
 #include "natsd.h"
+#include <nats/nats.h>
 #include "relay/vllmenc.h"
 #include "relay/vllmout.h"
 
@@ -371,7 +375,50 @@ static void snapshot_of_shapes_keeps_each_blocks_size(void **state) {
   kvp__vout_state_free(&st);
 }
 
+/* A resync request nobody heard (core NATS: the worker's publisher was
+ * reconnecting) is asked again at the worker's batches after 5 s. Worker
+ * w0's batches come raw here (no publisher, so nothing listens on its
+ * resync subject at first): the first is at event 5 of a new epoch (the
+ * relay asks, "unknown", lost), then heartbeats; the test then listens and
+ * hears the relay ask again ("retry"). */
+static void an_unanswered_resync_is_asked_again(void **state) {
+  rev_t *r = *state;
+  natsConnection *nc = NULL;
+  natsSubscription *ctl = NULL;
+  natsMsg *m = NULL;
+  char subj[KVP_SUBJECT_MAX], rsubj[KVP_SUBJECT_MAX];
+  uint8_t buf[512];
+  size_t len;
+  kvp_publisher_stats_t ps;
+  kvp_publisher_stats(r->pub, &ps);
+  assert_int_equal(kvp_subject_events(subj, sizeof subj, "rv", "w0"), 0);
+  assert_int_equal(kvp_subject_resync(rsubj, sizeof rsubj, "rv", "w0"), 0);
+  assert_int_equal(natsConnection_ConnectTo(&nc, r->natsd.url), NATS_OK);
+  kvp_publisher_close(r->pub); /* its resync subscription goes with it */
+  r->pub = NULL;
+  uint64_t epoch = kvp__unix_ms() * 1000000u + 1;
+  int asked_again = 0;
+  for (int i = 0; i < 18 && !asked_again; i++) { /* 9 s at most */
+    kvp_batch_t b = {.worker_id = "w0", .dp_rank = 3, .epoch = epoch, .first_event_id = 5};
+    assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
+    assert_int_equal(natsConnection_Publish(nc, subj, buf, (int)len), NATS_OK);
+    natsConnection_Flush(nc);
+    if (i == 1) /* the first request went unheard: listen from now on */
+      assert_int_equal(natsConnection_SubscribeSync(&ctl, nc, rsubj), NATS_OK);
+    if (ctl != NULL && natsSubscription_NextMsg(&m, ctl, 500) == NATS_OK) {
+      asked_again = strstr(natsMsg_GetData(m), "\"reason\":\"retry\"") != NULL;
+      natsMsg_Destroy(m);
+    } else if (ctl == NULL) {
+      nats_Sleep(500);
+    }
+  }
+  natsSubscription_Destroy(ctl);
+  natsConnection_Destroy(nc);
+  assert_true(asked_again);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(an_unanswered_resync_is_asked_again, setup, teardown),
     cmocka_unit_test(snapshot_of_shapes_keeps_each_blocks_size),
     cmocka_unit_test_setup_teardown(stream_and_replay, setup, teardown),
 };
