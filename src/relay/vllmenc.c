@@ -65,15 +65,45 @@ void kvp__vout_state_reset(kvp__vout_state_t *st) {
 }
 
 /* The events of one payload, packed one after the other; the header that
- * counts them is written when the batch is done. */
+ * counts them is written when the payload is done (flush). */
 typedef struct out_s {
   msgpack_sbuffer ev;
   msgpack_packer pk;
-  size_t n;
+  size_t n, total; /* events in ev; events handed to the sink before */
   int format;
   const kvp__vout_media_t *media;
   int oom;
+  kvp__vout_sink_fn sink;
+  void *sink_ctx;
+  uint32_t dp_rank;
+  uint64_t ts_ms;
 } out_t;
+
+static int finish(out_t *o, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload, size_t *len);
+
+/* The events so far as one payload, handed to the sink. */
+static void flush(out_t *o) {
+  uint8_t *p = NULL;
+  size_t len = 0;
+  if (o->n == 0 || o->oom)
+    return;
+  if (finish(o, o->dp_rank, o->ts_ms, &p, &len) != 0) {
+    o->oom = 1;
+    return;
+  }
+  o->sink(o->sink_ctx, p, len);
+  o->total += o->n;
+  o->n = 0;
+  msgpack_sbuffer_clear(&o->ev);
+}
+
+/* Past KVP__VOUT_MSG_BYTES the payload goes and the next events start
+ * another: a snapshot of millions of blocks becomes messages a consumer
+ * decodes one at a time, not one of hundreds of MB. */
+static void maybe_flush(out_t *o) {
+  if (o->ev.size >= KVP__VOUT_MSG_BYTES)
+    flush(o);
+}
 
 static void str(msgpack_packer *pk, const char *s) {
   size_t n = strlen(s);
@@ -138,6 +168,15 @@ static void removed(out_t *o, int tier, const uint64_t *h, size_t n) {
   str(&o->pk, o->media->name[tier]);
 }
 
+/* removed for a set of any size: events of KVP__VOUT_EVENT_HASHES hashes at
+ * most, each payload bounded. */
+static void removed_all(out_t *o, int tier, const uint64_t *h, size_t n) {
+  for (size_t off = 0; off < n; off += KVP__VOUT_EVENT_HASHES) {
+    removed(o, tier, h + off, n - off < KVP__VOUT_EVENT_HASHES ? n - off : KVP__VOUT_EVENT_HASHES);
+    maybe_flush(o);
+  }
+}
+
 static void mark(out_t *o, kvp__vout_state_t *st, uint64_t h, int tier, int on) {
   uint64_t bits = 0;
   int had = kvp__map64_get(&st->held, h, &bits) == 0;
@@ -167,7 +206,7 @@ static void clear_tier(out_t *o, kvp__vout_state_t *st, int tier) {
   size_t n;
   uint64_t *h = held_in(st, tier, NULL, &n);
   if (n) {
-    removed(o, tier, h, n);
+    removed_all(o, tier, h, n);
     for (size_t i = 0; i < n; i++)
       mark(o, st, h[i], tier, 0);
   }
@@ -182,7 +221,7 @@ static void apply_snapshot(out_t *o, kvp__vout_state_t *st) {
   uint64_t *gone = held_in(st, tier, &st->stage, &n), h, parent, bits;
 
   if (n) {
-    removed(o, tier, gone, n);
+    removed_all(o, tier, gone, n);
     for (size_t i = 0; i < n; i++)
       mark(o, st, gone[i], tier, 0);
   }
@@ -195,6 +234,7 @@ static void apply_snapshot(out_t *o, kvp__vout_state_t *st) {
     if (odd)
       kvp__map64_get(&st->stage_odd, h, &tokens);
     stored(o, tier, &h, 1, parent != h, parent, NULL, 0, (uint32_t)tokens, 0);
+    maybe_flush(o);
   }
   it = 0;
   while (kvp__map64_next(&st->stage, &it, &h, NULL))
@@ -245,7 +285,7 @@ static void event(out_t *o, kvp__vout_state_t *st, const kvp_event_t *e) {
   case KVP_EV_REMOVED:
     if (tier < 1 || tier > KVP_TIER_MAX || e->nhashes == 0)
       return;
-    removed(o, tier, e->hashes, e->nhashes);
+    removed_all(o, tier, e->hashes, e->nhashes);
     for (size_t i = 0; i < e->nhashes; i++)
       mark(o, st, e->hashes[i], tier, 0);
     return;
@@ -297,26 +337,26 @@ static int finish(out_t *o, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload,
 }
 
 int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int format,
-                     const kvp__vout_media_t *media, uint8_t **payload, size_t *len,
+                     const kvp__vout_media_t *media, kvp__vout_sink_fn sink, void *sink_ctx,
                      size_t *nevents) {
-  out_t o = {.format = format, .media = media};
-  int rc = 0;
+  out_t o = {.format = format,
+             .media = media,
+             .sink = sink,
+             .sink_ctx = sink_ctx,
+             .dp_rank = b->dp_rank,
+             .ts_ms = b->timestamp_ms ? b->timestamp_ms : kvp__unix_ms()};
 
-  *payload = NULL;
-  *len = 0;
   *nevents = 0;
   msgpack_sbuffer_init(&o.ev);
   msgpack_packer_init(&o.pk, &o.ev, msgpack_sbuffer_write);
-  for (size_t i = 0; i < b->nevents; i++)
+  for (size_t i = 0; i < b->nevents && !o.oom; i++) {
     event(&o, st, &b->events[i]);
-  if (o.oom)
-    rc = KVP_ENOMEM;
-  else if (o.n > 0)
-    rc = finish(&o, b->dp_rank, b->timestamp_ms ? b->timestamp_ms : kvp__unix_ms(), payload, len);
-  if (rc == 0)
-    *nevents = o.n;
+    maybe_flush(&o);
+  }
+  flush(&o);
+  *nevents = o.total;
   msgpack_sbuffer_destroy(&o.ev);
-  return rc;
+  return o.oom ? KVP_ENOMEM : 0;
 }
 
 int kvp__vout_replay_request(const uint8_t *const *frames, const size_t *lens, size_t nframes,

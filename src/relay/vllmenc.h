@@ -64,13 +64,25 @@ void kvp__vout_state_free(kvp__vout_state_t *st);
 /* Forgets everything announced (after an AllBlocksCleared was sent). */
 void kvp__vout_state_reset(kvp__vout_state_t *st);
 
-/* The vLLM payload for batch b (from one worker, dp rank b->dp_rank),
- * updating st. *payload is malloc'd (free it) or NULL when the batch has
- * nothing a vLLM consumer reads (a heartbeat, accesses, a snapshot chunk
- * that is not the last); *nevents is the number of vLLM events. Returns 0
- * or KVP_ENOMEM (st may then have been updated for part of the batch). */
+/* Takes one payload (malloc'd: the sink frees or keeps it). */
+typedef void (*kvp__vout_sink_fn)(void *ctx, uint8_t *payload, size_t len);
+
+/* A payload's events are cut after the one that takes it past this many
+ * bytes, and an event names at most KVP__VOUT_EVENT_HASHES hashes where
+ * the relay makes it up (a tier's clear, a snapshot's removals): a
+ * snapshot of millions of blocks goes out as messages of about 1 MiB. */
+#define KVP__VOUT_MSG_BYTES (1u << 20)
+#define KVP__VOUT_EVENT_HASHES 16384u
+
+/* The vLLM payloads for batch b (from one worker, dp rank b->dp_rank),
+ * updating st, handed to sink in order: none when the batch has nothing a
+ * vLLM consumer reads (a heartbeat, accesses, a snapshot chunk that is not
+ * the last), usually one, more for a large snapshot. *nevents is the
+ * number of vLLM events in them. Returns 0 or KVP_ENOMEM (st may then have
+ * been updated for part of the batch, and payloads handed over for part
+ * of it). */
 int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int format,
-                     const kvp__vout_media_t *media, uint8_t **payload, size_t *len,
+                     const kvp__vout_media_t *media, kvp__vout_sink_fn sink, void *sink_ctx,
                      size_t *nevents);
 
 /* Reads a replay request as a ROUTER socket receives it (outside bytes:

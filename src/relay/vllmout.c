@@ -207,6 +207,17 @@ static void send_payload(kvp__vout_t *v, stream_t *s, uint8_t *p, size_t len) {
 
 static rank_t *rank_of(stream_t *s, uint32_t dp);
 
+/* kvp__vout_encode's sink: each payload goes out on the stream. */
+typedef struct to_stream_s {
+  kvp__vout_t *v;
+  stream_t *s;
+} to_stream_t;
+
+static void to_stream(void *ctx, uint8_t *p, size_t len) {
+  to_stream_t *t = ctx;
+  send_payload(t->v, t->s, p, len);
+}
+
 /* The first message of a run: AllBlocksCleared. What an earlier run of the
  * relay announced on this stream is unknown here, and the worker may have
  * removed blocks meanwhile: a consumer drops it all, then learns what the
@@ -224,10 +235,9 @@ static void announce_start(kvp__vout_t *v, stream_t *s) {
                    .events = &clr,
                    .nevents = 1,
                    .timestamp_ms = kvp__unix_ms()};
-  uint8_t *p = NULL;
-  size_t len, n;
-  if (kvp__vout_encode(&rank_of(s, dp)->st, &b, v->o.format, &v->media, &p, &len, &n) == 0 && p)
-    send_payload(v, s, p, len);
+  to_stream_t t = {v, s};
+  size_t n;
+  (void)kvp__vout_encode(&rank_of(s, dp)->st, &b, v->o.format, &v->media, to_stream, &t, &n);
 }
 
 static void resync(kvp__vout_t *v, stream_t *s, rank_t *r, const char *worker, const char *why,
@@ -272,8 +282,8 @@ static rank_t *rank_of(stream_t *s, uint32_t dp) {
 static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now) {
   rank_t *r = rank_of(s, b->dp_rank);
   const char *why = NULL;
-  uint8_t *p;
-  size_t len, n;
+  to_stream_t t = {v, s};
+  size_t n;
 
   s->batches++;
   if (r->known && b->epoch < r->epoch)
@@ -287,8 +297,7 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
                       .events = clr,
                       .nevents = 2,
                       .timestamp_ms = b->timestamp_ms};
-    if (kvp__vout_encode(&r->st, &cb, v->o.format, &v->media, &p, &len, &n) == 0 && p)
-      send_payload(v, s, p, len);
+    (void)kvp__vout_encode(&r->st, &cb, v->o.format, &v->media, to_stream, &t, &n);
     s->epochs++;
     r->known = 0;
     why = "epoch";
@@ -337,14 +346,9 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   for (size_t i = 0; i < view.nevents; i++)
     if (view.events[i].type == KVP_EV_SNAPSHOT && view.events[i].last)
       r->resync_ms = 0; /* answered */
-  if (kvp__vout_encode(&r->st, &view, v->o.format, &v->media, &p, &len, &n) != 0) {
+  if (kvp__vout_encode(&r->st, &view, v->o.format, &v->media, to_stream, &t, &n) != 0)
     kvp_log_warn("relay --reverse: worker %s: out of memory encoding a batch", b->worker_id);
-    return;
-  }
-  if (p != NULL) {
-    s->events += n;
-    send_payload(v, s, p, len);
-  }
+  s->events += n;
 }
 
 static void on_nats(kvp__vout_t *v, natsMsg *m, uint64_t now) {

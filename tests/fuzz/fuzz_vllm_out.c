@@ -7,8 +7,9 @@
  *   First byte >= 0x80: the rest is an EventBatch from NATS; decoded, it is
  *   encoded as a vLLM payload (the layout chosen by the size) through one
  *   stream state kept across inputs (stores, removes, clears and snapshots
- *   accumulate), and the payload must be one well-formed msgpack batch of
- *   ts, events (maps, or arrays in the array layout) and data_parallel_rank.
+ *   accumulate), and each payload must be one well-formed msgpack batch of
+ *   ts, events (maps, or arrays in the array layout; at least one) and
+ *   data_parallel_rank, their events adding up to the count returned.
  * Properties: no crash, no leak, the checks above. */
 #include <msgpack.h>
 #include <stdint.h>
@@ -49,13 +50,49 @@ static void replay(const uint8_t *data, size_t size) {
   }
 }
 
+/* Each payload: one well-formed batch of the format; its events counted
+ * into the sum. */
+typedef struct check_s {
+  int format;
+  size_t events;
+} check_t;
+
+static void check(void *ctx, uint8_t *p, size_t len) {
+  check_t *c = ctx;
+  msgpack_unpacked u;
+  size_t off = 0, n;
+  msgpack_unpacked_init(&u);
+  if (msgpack_unpack_next(&u, (const char *)p, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
+    abort();
+  const msgpack_object *o = &u.data;
+  if (c->format != KVP__VOUT_MAP) {
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 ||
+        o->via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY)
+      abort();
+    n = o->via.array.ptr[1].via.array.size;
+    for (uint32_t i = 0; i < n; i++)
+      if (o->via.array.ptr[1].via.array.ptr[i].type !=
+          (c->format == KVP__VOUT_ARRAY ? MSGPACK_OBJECT_ARRAY : MSGPACK_OBJECT_MAP))
+        abort();
+  } else {
+    if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size != 3 ||
+        o->via.map.ptr[1].val.type != MSGPACK_OBJECT_ARRAY)
+      abort();
+    n = o->via.map.ptr[1].val.via.array.size;
+  }
+  if (n == 0) /* a payload is sent only with events in it */
+    abort();
+  c->events += n;
+  msgpack_unpacked_destroy(&u);
+  free(p);
+}
+
 static void encode(const uint8_t *data, size_t size) {
   static kvp__vout_state_t st;
   static kvp__vout_media_t media;
   static int ready;
   kvp_wire_batch_t *wb = NULL;
-  uint8_t *p = NULL;
-  size_t len = 0, n = 0;
+  size_t n = 0;
 
   if (!ready) {
     kvp__vout_state_init(&st);
@@ -64,34 +101,13 @@ static void encode(const uint8_t *data, size_t size) {
   }
   if (kvp_wire_decode(data, size, NULL, &wb) != 0)
     return;
-  int format = (int)(size % 3); /* KVP__VOUT_VLLM, _MAP, _ARRAY */
-  int rc = kvp__vout_encode(&st, kvp_wire_batch_view(wb), format, &media, &p, &len, &n);
+  check_t c = {.format = (int)(size % 3)}; /* KVP__VOUT_VLLM, _MAP, _ARRAY */
+  int rc = kvp__vout_encode(&st, kvp_wire_batch_view(wb), c.format, &media, check, &c, &n);
   kvp_wire_batch_free(wb);
   if (rc != 0 && rc != KVP_ENOMEM)
     abort();
-  if (p == NULL)
-    return;
-  msgpack_unpacked u;
-  size_t off = 0;
-  msgpack_unpacked_init(&u);
-  if (msgpack_unpack_next(&u, (const char *)p, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
+  if (rc == 0 && n != c.events) /* the count is what the payloads hold */
     abort();
-  const msgpack_object *o = &u.data;
-  if (format != KVP__VOUT_MAP) {
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 ||
-        o->via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY || o->via.array.ptr[1].via.array.size != n)
-      abort();
-    for (uint32_t i = 0; i < n; i++)
-      if (o->via.array.ptr[1].via.array.ptr[i].type !=
-          (format == KVP__VOUT_ARRAY ? MSGPACK_OBJECT_ARRAY : MSGPACK_OBJECT_MAP))
-        abort();
-  } else if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size != 3 ||
-             o->via.map.ptr[1].val.type != MSGPACK_OBJECT_ARRAY ||
-             o->via.map.ptr[1].val.via.array.size != n) {
-    abort();
-  }
-  msgpack_unpacked_destroy(&u);
-  free(p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

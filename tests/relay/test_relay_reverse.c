@@ -8,7 +8,11 @@
  * is its start time in microseconds; and, without sockets, the block_size
  * of each block a snapshot of several block shapes stores. The sanitizer
  * builds run this one (the Python
- * subscriber of tests/python/test_vllm_events.py is skipped there). */
+ * subscriber of tests/python/test_vllm_events.py is skipped there); and a
+ * snapshot of 200,000 blocks cut into bounded messages and events.
+ * Why this file is long: the socket cases share the in-process relay and
+ * its C subscriber, the encoder cases the msgpack readers; each case is
+ * one behaviour of the reverse relay. */
 #include <msgpack.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -306,6 +310,30 @@ static void block_sizes(const uint8_t *p, size_t len, const uint64_t *hashes, ui
   msgpack_unpacked_destroy(&u);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The payloads kvp__vout_encode hands over, kept in order. */
+typedef struct payloads_s {
+  uint8_t *p[256];
+  size_t len[256], n;
+} payloads_t;
+
+static void collect(void *ctx, uint8_t *p, size_t len) {
+  payloads_t *pl = ctx;
+  assert_true(pl->n < 256);
+  pl->p[pl->n] = p;
+  pl->len[pl->n++] = len;
+}
+
+static void payloads_free(payloads_t *pl) {
+  for (size_t i = 0; i < pl->n; i++)
+    free(pl->p[i]);
+  pl->n = 0;
+}
+
 /* A snapshot whose runs have different block shapes (the tiering
  * advisor's worker: one run per volume and shape): every block stored
  * with its own chunk's block_tokens, not the last chunk's. */
@@ -343,20 +371,21 @@ static void snapshot_of_shapes_keeps_each_blocks_size(void **state) {
        .block_tokens = 16},
   };
   kvp_batch_t bt = {.worker_id = "_advisor", .events = ev, .nevents = 3, .first_event_id = 1};
-  uint8_t *p = NULL;
-  size_t len = 0, n = 0;
+  payloads_t pl = {0};
+  size_t n = 0;
   const uint64_t want_h[4] = {11, 12, 21, 31};
   const uint32_t want_bs[4] = {16, 16, 32, 16};
   uint32_t got[4] = {0};
 
   kvp__vout_media_init(&media);
   kvp__vout_state_init(&st);
-  assert_int_equal(kvp__vout_encode(&st, &bt, KVP__VOUT_VLLM, &media, &p, &len, &n), 0);
+  assert_int_equal(kvp__vout_encode(&st, &bt, KVP__VOUT_VLLM, &media, collect, &pl, &n), 0);
   assert_int_equal(n, 4);
-  block_sizes(p, len, want_h, got, 4);
+  assert_int_equal(pl.n, 1);
+  block_sizes(pl.p[0], pl.len[0], want_h, got, 4);
   for (int i = 0; i < 4; i++)
     assert_int_equal(got[i], want_bs[i]);
-  free(p);
+  payloads_free(&pl);
   /* The next snapshot starts over: its first chunk's shape is the common
    * one, 21 now of it. */
   ev[1].block_tokens = 64;
@@ -364,14 +393,102 @@ static void snapshot_of_shapes_keeps_each_blocks_size(void **state) {
   ev[0].block_tokens = ev[2].block_tokens = 64;
   kvp_event_t clr = {.type = KVP_EV_CLEARED, .tier = 4};
   kvp_batch_t cb = {.worker_id = "_advisor", .events = &clr, .nevents = 1};
-  assert_int_equal(kvp__vout_encode(&st, &cb, KVP__VOUT_VLLM, &media, &p, &len, &n), 0);
-  free(p);
-  assert_int_equal(kvp__vout_encode(&st, &bt, KVP__VOUT_VLLM, &media, &p, &len, &n), 0);
+  assert_int_equal(kvp__vout_encode(&st, &cb, KVP__VOUT_VLLM, &media, collect, &pl, &n), 0);
+  payloads_free(&pl);
+  assert_int_equal(kvp__vout_encode(&st, &bt, KVP__VOUT_VLLM, &media, collect, &pl, &n), 0);
   assert_int_equal(n, 4);
-  block_sizes(p, len, want_h, got, 4);
+  assert_int_equal(pl.n, 1);
+  block_sizes(pl.p[0], pl.len[0], want_h, got, 4);
   for (int i = 0; i < 4; i++)
     assert_int_equal(got[i], 64);
-  free(p);
+  payloads_free(&pl);
+  kvp__vout_state_free(&st);
+}
+
+/* The hashes of the events of one type in a payload (vLLM's layout),
+ * appended to out (*n of cap); the largest event's count in *most. */
+static void hashes_of(const uint8_t *p, size_t len, const char *type, uint64_t *out, size_t *n,
+                      size_t cap, size_t *most) {
+  msgpack_unpacked u;
+  size_t off = 0, tl = strlen(type);
+  msgpack_unpacked_init(&u);
+  assert_int_equal(msgpack_unpack_next(&u, (const char *)p, len, &off), MSGPACK_UNPACK_SUCCESS);
+  const msgpack_object_array *ev = &u.data.via.array.ptr[1].via.array;
+  for (uint32_t i = 0; i < ev->size; i++) {
+    const msgpack_object_map *m = &ev->ptr[i].via.map;
+    const msgpack_object *hs = NULL;
+    int match = 0;
+    for (uint32_t k = 0; k < m->size; k++) {
+      const msgpack_object_str *key = &m->ptr[k].key.via.str;
+      const msgpack_object *v = &m->ptr[k].val;
+      if (key->size == 4 && memcmp(key->ptr, "type", 4) == 0)
+        match = v->via.str.size == tl && memcmp(v->via.str.ptr, type, tl) == 0;
+      else if (key->size == 12 && memcmp(key->ptr, "block_hashes", 12) == 0)
+        hs = v;
+    }
+    if (!match || hs == NULL)
+      continue;
+    if (hs->via.array.size > *most)
+      *most = hs->via.array.size;
+    for (uint32_t k = 0; k < hs->via.array.size && *n < cap; k++)
+      out[(*n)++] = hs->via.array.ptr[k].via.u64;
+  }
+  msgpack_unpacked_destroy(&u);
+}
+
+/* A snapshot of 200,000 blocks (the tiering advisor's G4 at scale) goes
+ * out as messages of about KVP__VOUT_MSG_BYTES, each a whole batch, every
+ * block stored once; an empty snapshot then removes them all in events of
+ * KVP__VOUT_EVENT_HASHES at most. Before, one message of ~20 MB, and one
+ * BlockRemoved of 200,000 hashes. */
+static void a_large_snapshot_goes_out_in_bounded_messages(void **state) {
+  (void)state;
+  enum { N = 200000 };
+  kvp__vout_state_t st;
+  kvp__vout_media_t media;
+  static uint64_t h[N], got[N];
+  payloads_t pl = {0};
+  size_t n = 0, ng = 0, most = 0;
+  for (size_t i = 0; i < N; i++)
+    h[i] = 0x4000000000000000ull + i;
+  kvp_event_t ev = {.type = KVP_EV_SNAPSHOT,
+                    .tier = 4,
+                    .volume = "g4",
+                    .snapshot_id = 1,
+                    .last = 1,
+                    .hashes = h,
+                    .nhashes = N,
+                    .block_tokens = 16};
+  kvp_batch_t bt = {.worker_id = "_advisor", .events = &ev, .nevents = 1, .first_event_id = 1};
+  kvp__vout_media_init(&media);
+  kvp__vout_state_init(&st);
+  assert_int_equal(kvp__vout_encode(&st, &bt, KVP__VOUT_VLLM, &media, collect, &pl, &n), 0);
+  assert_int_equal(n, N);
+  assert_true(pl.n > 1);
+  for (size_t i = 0; i < pl.n; i++) {
+    assert_true(pl.len[i] <= KVP__VOUT_MSG_BYTES + 4096);
+    hashes_of(pl.p[i], pl.len[i], "BlockStored", got, &ng, N, &most);
+  }
+  print_message("%d blocks stored in %zu messages of %zu bytes at most\n", N, pl.n, pl.len[0]);
+  assert_int_equal(ng, N);
+  qsort(got, ng, sizeof got[0], cmp_u64);
+  assert_memory_equal(got, h, sizeof h);
+  payloads_free(&pl);
+  /* Nothing held now: every block removed, in bounded events. */
+  ev.snapshot_id = 2;
+  ev.nhashes = 0;
+  ng = 0;
+  assert_int_equal(kvp__vout_encode(&st, &bt, KVP__VOUT_VLLM, &media, collect, &pl, &n), 0);
+  for (size_t i = 0; i < pl.n; i++) {
+    assert_true(pl.len[i] <= KVP__VOUT_MSG_BYTES + 16 * KVP__VOUT_EVENT_HASHES);
+    hashes_of(pl.p[i], pl.len[i], "BlockRemoved", got, &ng, N, &most);
+  }
+  assert_int_equal(ng, N);
+  assert_true(most <= KVP__VOUT_EVENT_HASHES);
+  assert_int_equal(n, (N + KVP__VOUT_EVENT_HASHES - 1) / KVP__VOUT_EVENT_HASHES);
+  qsort(got, ng, sizeof got[0], cmp_u64);
+  assert_memory_equal(got, h, sizeof h);
+  payloads_free(&pl);
   kvp__vout_state_free(&st);
 }
 
@@ -420,6 +537,7 @@ static void an_unanswered_resync_is_asked_again(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(an_unanswered_resync_is_asked_again, setup, teardown),
     cmocka_unit_test(snapshot_of_shapes_keeps_each_blocks_size),
+    cmocka_unit_test(a_large_snapshot_goes_out_in_bounded_messages),
     cmocka_unit_test_setup_teardown(stream_and_replay, setup, teardown),
 };
 
