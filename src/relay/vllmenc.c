@@ -359,6 +359,15 @@ int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int format,
   return o.oom ? KVP_ENOMEM : 0;
 }
 
+int kvp__vout_encode_empty(int format, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload,
+                           size_t *len) {
+  out_t o = {.format = format};
+  msgpack_sbuffer_init(&o.ev);
+  int rc = finish(&o, dp_rank, ts_ms, payload, len);
+  msgpack_sbuffer_destroy(&o.ev);
+  return rc;
+}
+
 int kvp__vout_replay_request(const uint8_t *const *frames, const size_t *lens, size_t nframes,
                              uint64_t *start, int *delim) {
   const uint8_t *s;

@@ -85,6 +85,11 @@ int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int format,
                      const kvp__vout_media_t *media, kvp__vout_sink_fn sink, void *sink_ctx,
                      size_t *nevents);
 
+/* An empty batch (no events) of the format, for a stream with nothing to
+ * say: its sequence tells a subscriber what it missed. 0 or KVP_ENOMEM. */
+int kvp__vout_encode_empty(int format, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload,
+                           size_t *len);
+
 /* Reads a replay request as a ROUTER socket receives it (outside bytes:
  * fuzz_vllm_out): [identity, "", start] as vLLM's subscribers send it
  * (REQ, or DEALER with the empty delimiter) or [identity, start] (DEALER

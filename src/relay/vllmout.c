@@ -45,7 +45,8 @@ typedef struct stream_s {
   rank_t ranks[MAX_RANKS];
   size_t nranks;
   uint64_t next_seq;
-  msg_t *ring; /* buffer_steps messages, oldest at ring_head */
+  uint64_t sent_ms; /* monotonic: when its last message went out */
+  msg_t *ring;      /* buffer_steps messages, oldest at ring_head */
   size_t ring_cap, ring_head, ring_n;
   /* figures */
   uint64_t batches, events, messages, gaps, epochs, resyncs, replays, replayed, bad_replays,
@@ -74,6 +75,7 @@ void kvp__vout_opts_init(kvp__vout_opts_t *o) {
   o->replay_topic = 1;
   o->buffer_steps = 10000;
   o->sndhwm = 100000;
+  o->idle_ms = 10000;
 }
 
 /* A ROUTER is made mandatory: a reply past a peer's high-water mark fails
@@ -202,10 +204,25 @@ static void send_payload(kvp__vout_t *v, stream_t *s, uint8_t *p, size_t len) {
       zmq_send(s->pub, seq, 8, ZMQ_SNDMORE) < 0 || zmq_send(s->pub, p, len, 0) < 0)
     s->send_errors++;
   s->messages++;
+  s->sent_ms = kvp__now_ns() / 1000000u;
   ring_put(s, n, p, len);
 }
 
 static rank_t *rank_of(stream_t *s, uint32_t dp);
+
+/* An empty batch on a stream silent for idle_ms (a stream of every rank
+ * speaks for rank 0). */
+static void send_idle(kvp__vout_t *v, stream_t *s) {
+  uint8_t *p = NULL;
+  size_t len = 0;
+  if (kvp__now_ns() / 1000000u - s->sent_ms < v->o.idle_ms)
+    return;
+  uint32_t dp = s->o.dp_rank >= 0 ? (uint32_t)s->o.dp_rank : 0;
+  if (kvp__vout_encode_empty(v->o.format, dp, kvp__unix_ms(), &p, &len) == 0)
+    send_payload(v, s, p, len);
+  else
+    s->sent_ms = kvp__now_ns() / 1000000u; /* no memory: not again at once */
+}
 
 /* kvp__vout_encode's sink: each payload goes out on the stream. */
 typedef struct to_stream_s {
@@ -479,6 +496,8 @@ int kvp__vout_run(kvp__vout_t *v) {
     }
     if (st == NATS_OK)
       natsMsg_Destroy(m);
+    for (size_t i = 0; v->o.idle_ms && i < v->ns; i++)
+      send_idle(v, &v->s[i]);
   }
   return 0;
 }

@@ -66,6 +66,9 @@ typedef struct kvp__vout_opts_s {
   int format;          /* KVP__VOUT_VLLM (default), _MAP or _ARRAY (vllmenc.h) */
   const char *media;   /* "G<n>=NAME,..." overrides of the medium names, or NULL */
   int no_resync;       /* never ask workers for a resync */
+  uint32_t idle_ms;    /* an empty batch on a stream silent this long (0: never); default
+                        * 10000: a router learns of a gap (a restart of the relay) on an
+                        * idle stream too, as TensorRT-LLM's publisher sends them */
   int partitioned;     /* the servers partition the event subjects (kvplane nats-config):
                         * subscribe to kvplane.pev.<ns>.*.*, where they map
                         * kvplane.ev.<ns>.<worker> to */

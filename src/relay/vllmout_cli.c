@@ -51,6 +51,9 @@ static void usage(FILE *f) {
       "      --media LIST       medium names by tier, G<n>=NAME,... (default G1=GPU,\n"
       "                         G2=CPU, G3=DISK, G4=EXTERNAL; vLLM itself names its\n"
       "                         offloaded tier STORAGE)\n"
+      "      --idle-ms N        an empty batch on a stream silent for N ms (default\n"
+      "                         10000; 0: never): its sequence tells a router what it\n"
+      "                         missed on an idle stream (a restart of this relay)\n"
       "      --no-resync        never ask a worker for a resync (by default one is asked\n"
       "                         on first sight after missed events, after a gap and\n"
       "                         after a new epoch)\n\n"
@@ -97,16 +100,25 @@ static int parse_uint(const char *name, const char *s, unsigned long max, unsign
 }
 
 int kvp__vout_main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"reverse", no_argument, 0, 'R'},        {"endpoint", required_argument, 0, 'e'},
-      {"replay", required_argument, 0, 'r'},   {"worker", required_argument, 0, 'w'},
-      {"dp-ranks", required_argument, 0, 1},   {"topic", required_argument, 0, 't'},
-      {"server", required_argument, 0, 's'},   {"nats", required_argument, 0, 2},
-      {"ns", required_argument, 0, 'n'},       {"buffer", required_argument, 0, 3},
-      {"hwm", required_argument, 0, 4},        {"format", required_argument, 0, 5},
-      {"no-resync", no_argument, 0, 6},        {"media", required_argument, 0, 7},
-      {"partitions", required_argument, 0, 8}, {"replay-no-topic", no_argument, 0, 9},
-      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  static const struct option opts[] = {{"reverse", no_argument, 0, 'R'},
+                                       {"endpoint", required_argument, 0, 'e'},
+                                       {"replay", required_argument, 0, 'r'},
+                                       {"worker", required_argument, 0, 'w'},
+                                       {"dp-ranks", required_argument, 0, 1},
+                                       {"topic", required_argument, 0, 't'},
+                                       {"server", required_argument, 0, 's'},
+                                       {"nats", required_argument, 0, 2},
+                                       {"ns", required_argument, 0, 'n'},
+                                       {"buffer", required_argument, 0, 3},
+                                       {"hwm", required_argument, 0, 4},
+                                       {"format", required_argument, 0, 5},
+                                       {"no-resync", no_argument, 0, 6},
+                                       {"media", required_argument, 0, 7},
+                                       {"partitions", required_argument, 0, 8},
+                                       {"replay-no-topic", no_argument, 0, 9},
+                                       {"idle-ms", required_argument, 0, 10},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   kvp__vout_opts_t o;
   const char *ep[KVP_RELAY_MAX_ENDPOINTS] = {0}, *rp[KVP_RELAY_MAX_ENDPOINTS] = {0},
              *wk[KVP_RELAY_MAX_ENDPOINTS] = {0};
@@ -209,6 +221,11 @@ int kvp__vout_main(int argc, char **argv) {
       if (parse_uint("partitions", optarg, KVP_PARTITIONS_MAX, &v) != 0 || v == 0)
         return 1;
       o.partitioned = 1;
+      break;
+    case 10:
+      if (parse_uint("idle-ms", optarg, 86400000ul, &v) != 0)
+        return 1;
+      o.idle_ms = (uint32_t)v;
       break;
     case 'h':
       usage(stdout);

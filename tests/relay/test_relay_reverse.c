@@ -47,6 +47,8 @@ static void *run(void *arg) {
   return NULL;
 }
 
+static uint32_t setup_idle_ms; /* the relay's idle_ms for the next setup; 0: its default */
+
 static int setup(void **state) {
   rev_t *r = calloc(1, sizeof *r);
   kvp__vout_opts_t o;
@@ -57,6 +59,9 @@ static int setup(void **state) {
   snprintf(r->pub_url, sizeof r->pub_url, "tcp://127.0.0.1:%d", kvp_test_free_port());
   snprintf(r->rep_url, sizeof r->rep_url, "tcp://127.0.0.1:%d", kvp_test_free_port());
   kvp__vout_opts_init(&o);
+  if (setup_idle_ms)
+    o.idle_ms = setup_idle_ms;
+  setup_idle_ms = 0;
   snprintf(o.nats.servers, sizeof o.nats.servers, "%s", r->natsd.url);
   o.ns = "rv";
   o.topic = "kv";
@@ -132,10 +137,9 @@ static void describe(const void *p, size_t len, char *out, size_t cap, int64_t *
   msgpack_unpacked_destroy(&u);
 }
 
-/* The next message: its sequence and description. */
-static uint64_t next(rev_t *r, char *desc, size_t cap) {
+/* The next message: its sequence and description, its dp rank in *dp. */
+static uint64_t next_dp(rev_t *r, char *desc, size_t cap, int64_t *dp) {
   zmq_msg_t f[3];
-  int64_t dp;
   int rcvtimeo = 5000;
   zmq_setsockopt(r->sub, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
   for (int i = 0; i < 3; i++) {
@@ -151,10 +155,17 @@ static uint64_t next(rev_t *r, char *desc, size_t cap) {
   uint64_t seq = 0;
   for (int i = 0; i < 8; i++)
     seq = seq << 8 | s[i];
-  describe(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), desc, cap, &dp);
-  assert_int_equal(dp, 3);
+  describe(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), desc, cap, dp);
   for (int i = 0; i < 3; i++)
     zmq_msg_close(&f[i]);
+  return seq;
+}
+
+/* next_dp of a message of the publisher's rank, 3. */
+static uint64_t next(rev_t *r, char *desc, size_t cap) {
+  int64_t dp;
+  uint64_t seq = next_dp(r, desc, cap, &dp);
+  assert_int_equal(dp, 3);
   return seq;
 }
 
@@ -534,7 +545,46 @@ static void an_unanswered_resync_is_asked_again(void **state) {
   assert_true(asked_again);
 }
 
+static int setup_idle(void **state) {
+  setup_idle_ms = 300;
+  return setup(state);
+}
+
+/* A stream with nothing to say sends an empty batch every idle_ms (300 ms
+ * here): its next sequence, so that a router that missed messages (the
+ * run's start clear, after a restart of the relay) learns of it on an idle
+ * stream too; a stored event in between puts the next one off. */
+static void an_idle_stream_sends_empty_batches(void **state) {
+  rev_t *r = *state;
+  uint64_t seqs[16];
+  char ds[16][64], d[256];
+  usleep(1000 * 1000);
+  /* The start clear, then one about every 300 ms: the newest 4 (the
+   * buffer), two empty ones at least. */
+  size_t n = replay(r, 0, seqs, ds, 16), empty = 0;
+  assert_int_equal(n, 4);
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0 || strcmp(ds[0], "AllBlocksCleared:-:0") != 0) {
+      assert_string_equal(ds[i], "");
+      empty++;
+    }
+    assert_int_equal(seqs[i], seqs[0] + i);
+  }
+  assert_true(empty >= 3);
+  const uint64_t h[1] = {7};
+  emit(r, KVP_EV_STORED, 1, h, 1);
+  uint64_t q;
+  int64_t dp;
+  do /* the empty batches the subscriber got meanwhile (rank 0), then the store */
+    q = next_dp(r, d, sizeof d, &dp);
+  while (d[0] == '\0');
+  assert_int_equal(dp, 3);
+  assert_string_equal(d, "BlockStored:GPU:1");
+  assert_true(q > seqs[n - 1]);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(an_idle_stream_sends_empty_batches, setup_idle, teardown),
     cmocka_unit_test_setup_teardown(an_unanswered_resync_is_asked_again, setup, teardown),
     cmocka_unit_test(snapshot_of_shapes_keeps_each_blocks_size),
     cmocka_unit_test(a_large_snapshot_goes_out_in_bounded_messages),
