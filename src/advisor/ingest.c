@@ -192,6 +192,19 @@ static int cmp_key(const void *a, const void *b) {
   return x->volume < y->volume ? -1 : x->volume > y->volume;
 }
 
+/* The index's side of the merge, in the same order. */
+static int cmp_held(const void *a, const void *b) {
+  const kvp__index_held_t *x = a, *y = b;
+  if (x->hash != y->hash)
+    return x->hash < y->hash ? -1 : 1;
+  return x->volume < y->volume ? -1 : x->volume > y->volume;
+}
+
+static int key_vs_held(const snap_key_t *k, const kvp__index_held_t *h) {
+  kvp__index_held_t x = {.hash = k->hash, .volume = k->volume};
+  return cmp_held(&x, h);
+}
+
 static int cmp_staged(const void *a, const void *b) {
   const snap_key_t *x = a, *y = b;
   return x->i < y->i ? -1 : x->i > y->i;
@@ -210,11 +223,10 @@ static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint
   staging_t *s = &ws->snap[tier];
   kvp__index_held_t *held = NULL;
   size_t nheld = 0, nw = 0;
-  snap_key_t *want = s->n ? malloc(s->n * sizeof *want) : NULL, *have = NULL;
+  snap_key_t *want = s->n ? malloc(s->n * sizeof *want) : NULL;
   int rc = 0;
 
-  if ((s->n && want == NULL) || kvp__index_held(ing->ix, ws->st.id, tier, &held, &nheld) != 0 ||
-      (nheld && (have = malloc(nheld * sizeof *have)) == NULL)) {
+  if ((s->n && want == NULL) || kvp__index_held(ing->ix, ws->st.id, tier, &held, &nheld) != 0) {
     kvp__index_drop(ing->ix, ws->st.id, 1u << tier);
     for (size_t i = 0; rc == 0 && i < s->n; i++)
       rc = kvp__index_store(ing->ix, s->hashes[i], s->parents[i] != s->hashes[i], s->parents[i],
@@ -223,17 +235,15 @@ static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint
   }
   for (size_t i = 0; i < s->n; i++)
     want[nw++] = (snap_key_t){.hash = s->hashes[i], .i = (uint32_t)i, .volume = s->volumes[i]};
-  for (size_t i = 0; i < nheld; i++)
-    have[i] = (snap_key_t){.hash = held[i].hash, .volume = held[i].volume};
   if (nw)
     qsort(want, nw, sizeof *want, cmp_key);
   if (nheld)
-    qsort(have, nheld, sizeof *have, cmp_key);
+    qsort(held, nheld, sizeof *held, cmp_held);
   size_t a = 0, b = 0, nadd = 0;
   while (a < nw || b < nheld) {
-    int c = a == nw ? 1 : b == nheld ? -1 : cmp_key(&want[a], &have[b]);
+    int c = a == nw ? 1 : b == nheld ? -1 : key_vs_held(&want[a], &held[b]);
     if (c > 0) { /* held, not in the snapshot */
-      kvp__index_remove(ing->ix, have[b].hash, ws->st.id, tier, have[b].volume);
+      kvp__index_remove(ing->ix, held[b].hash, ws->st.id, tier, held[b].volume);
       b++;
       continue;
     }
@@ -257,7 +267,6 @@ static void snapshot_commit(kvp__adv_ingest_t *ing, wstate_t *ws, int tier, uint
   }
 done:
   free(want);
-  free(have);
   free(held);
   if (rc != 0)
     ing->c.bad_events++;

@@ -67,6 +67,10 @@ struct kvp__vout_s {
 
 static void announce_start(kvp__vout_t *v, stream_t *s);
 
+static uint64_t mono_ms(void) {
+  return kvp__now_ns() / 1000000u;
+}
+
 void kvp__vout_opts_init(kvp__vout_opts_t *o) {
   memset(o, 0, sizeof *o);
   kvp_nats_opts_init(&o->nats);
@@ -204,24 +208,28 @@ static void send_payload(kvp__vout_t *v, stream_t *s, uint8_t *p, size_t len) {
       zmq_send(s->pub, seq, 8, ZMQ_SNDMORE) < 0 || zmq_send(s->pub, p, len, 0) < 0)
     s->send_errors++;
   s->messages++;
-  s->sent_ms = kvp__now_ns() / 1000000u;
+  s->sent_ms = mono_ms();
   ring_put(s, n, p, len);
 }
 
 static rank_t *rank_of(stream_t *s, uint32_t dp);
 
-/* An empty batch on a stream silent for idle_ms (a stream of every rank
- * speaks for rank 0). */
+/* The rank a stream speaks for in what the relay says on its own (its
+ * start, its empty batches): its rank, or 0 for a stream of every rank. */
+static uint32_t own_rank(const stream_t *s) {
+  return s->o.dp_rank >= 0 ? (uint32_t)s->o.dp_rank : 0;
+}
+
+/* An empty batch on a stream silent for idle_ms. */
 static void send_idle(kvp__vout_t *v, stream_t *s) {
   uint8_t *p = NULL;
   size_t len = 0;
-  if (kvp__now_ns() / 1000000u - s->sent_ms < v->o.idle_ms)
+  if (mono_ms() - s->sent_ms < v->o.idle_ms)
     return;
-  uint32_t dp = s->o.dp_rank >= 0 ? (uint32_t)s->o.dp_rank : 0;
-  if (kvp__vout_encode_empty(v->o.format, dp, kvp__unix_ms(), &p, &len) == 0)
+  if (kvp__vout_encode_empty(v->o.format, own_rank(s), kvp__unix_ms(), &p, &len) == 0)
     send_payload(v, s, p, len);
   else
-    s->sent_ms = kvp__now_ns() / 1000000u; /* no memory: not again at once */
+    s->sent_ms = mono_ms(); /* no memory: not again at once */
 }
 
 /* kvp__vout_encode's sink: each payload goes out on the stream. */
@@ -246,7 +254,7 @@ static void to_stream(void *ctx, uint8_t *p, size_t len) {
  * clears rank 0. */
 static void announce_start(kvp__vout_t *v, stream_t *s) {
   kvp_event_t clr = {.type = KVP_EV_CLEARED, .tier = KVP_TIER_ALL};
-  uint32_t dp = s->o.dp_rank >= 0 ? (uint32_t)s->o.dp_rank : 0;
+  uint32_t dp = own_rank(s);
   kvp_batch_t b = {.worker_id = s->o.worker,
                    .dp_rank = dp,
                    .events = &clr,

@@ -440,9 +440,10 @@ void kvp__tier_engine_round(kvp__tier_engine_t *e) {
 static void on_timer(uv_timer_t *t) {
   kvp__tier_engine_t *e = t->data;
   uint64_t now = uv_now(e->loop), tick = e->interval_ms < POLL_MS ? e->interval_ms : POLL_MS;
-  kvp__tier_parts_poll(e);
-  if (e->tick_round_ms != 0 && now + tick / 2 < e->tick_round_ms + e->interval_ms)
+  if (e->tick_round_ms != 0 && now + tick / 2 < e->tick_round_ms + e->interval_ms) {
+    kvp__tier_parts_poll(e); /* a round polls them first itself */
     return;
+  }
   e->tick_round_ms = now;
   kvp__tier_engine_round(e);
 }
