@@ -3,4 +3,4 @@
 kvp_daemon_lib(relay
   SOURCES relay/mpread.c relay/decode.c relay/scan.c relay/map.c relay/apply.c relay/recover.c relay/persist.c relay/relay.c
           relay/metrics.c relay/cli.c relay/serve.c relay/vllmenc.c relay/vllmout.c relay/vllmout_cli.c
-  LIBS kvplane_metrics PkgConfig::ZMQ PkgConfig::MSGPACK)
+  LIBS kvplane_metrics kvplane_config PkgConfig::ZMQ PkgConfig::MSGPACK)

@@ -48,6 +48,7 @@ typedef struct stream_s {
   uint64_t sent_ms; /* monotonic: when its last message went out */
   msg_t *ring;      /* buffer_steps messages, oldest at ring_head */
   size_t ring_cap, ring_head, ring_n;
+  size_t ring_bytes; /* their payloads' bytes: at most buffer_bytes, or one message */
   /* figures */
   uint64_t batches, events, messages, gaps, epochs, resyncs, replays, replayed, bad_replays,
       send_errors;
@@ -78,6 +79,7 @@ void kvp__vout_opts_init(kvp__vout_opts_t *o) {
   o->topic = "";
   o->replay_topic = 1;
   o->buffer_steps = 10000;
+  o->buffer_bytes = (size_t)128 << 20;
   o->sndhwm = 100000;
   o->idle_ms = 10000;
 }
@@ -179,17 +181,27 @@ fail:
   return rc;
 }
 
-static void ring_put(stream_t *s, uint64_t seq, uint8_t *p, size_t len) {
-  size_t cap = s->ring_cap, at;
-  if (s->ring_n == cap) {
-    free(s->ring[s->ring_head].payload);
-    at = s->ring_head;
-    s->ring_head = (s->ring_head + 1) % cap;
-  } else {
-    at = (s->ring_head + s->ring_n) % cap;
-    s->ring_n++;
-  }
-  s->ring[at] = (msg_t){seq, p, len};
+static void ring_drop_oldest(stream_t *s) {
+  msg_t *m = &s->ring[s->ring_head];
+  s->ring_bytes -= m->len;
+  free(m->payload);
+  *m = (msg_t){0};
+  s->ring_head = (s->ring_head + 1) % s->ring_cap;
+  s->ring_n--;
+}
+
+/* Keeps a sent payload (taking it) for replay: the oldest go past
+ * buffer_steps messages or buffer_bytes bytes, the newest stays. A replay
+ * from a sequence that went answers with what is left, whose first
+ * sequence tells the requester what it lost (vLLM's buffer does the same). */
+static void ring_put(kvp__vout_t *v, stream_t *s, uint64_t seq, uint8_t *p, size_t len) {
+  if (s->ring_n == s->ring_cap)
+    ring_drop_oldest(s);
+  while (s->ring_n > 0 && s->ring_bytes + len > v->o.buffer_bytes)
+    ring_drop_oldest(s);
+  s->ring[(s->ring_head + s->ring_n) % s->ring_cap] = (msg_t){seq, p, len};
+  s->ring_n++;
+  s->ring_bytes += len;
 }
 
 static void be64(uint8_t out[8], uint64_t v) {
@@ -209,7 +221,7 @@ static void send_payload(kvp__vout_t *v, stream_t *s, uint8_t *p, size_t len) {
     s->send_errors++;
   s->messages++;
   s->sent_ms = mono_ms();
-  ring_put(s, n, p, len);
+  ring_put(v, s, n, p, len);
 }
 
 static rank_t *rank_of(stream_t *s, uint32_t dp);
@@ -243,26 +255,31 @@ static void to_stream(void *ctx, uint8_t *p, size_t len) {
   send_payload(t->v, t->s, p, len);
 }
 
-/* The first message of a run: AllBlocksCleared. What an earlier run of the
- * relay announced on this stream is unknown here, and the worker may have
- * removed blocks meanwhile: a consumer drops it all, then learns what the
- * worker holds from the stores that follow (a resync's snapshot when the
- * relay joins the worker's stream late). Its sequence is the run's first
- * (kvp__vout_open), above every one of an earlier run: a consumer that
- * reconnects after the first messages sees a jump from its last sequence
- * and replays from there, the clear included. A stream of every rank
- * clears rank 0. */
-static void announce_start(kvp__vout_t *v, stream_t *s) {
+/* AllBlocksCleared for rank r: what an earlier run of the relay announced
+ * for it is unknown here, and the worker may have removed blocks meanwhile:
+ * a consumer drops it all, then learns what the worker holds from the
+ * stores that follow (a resync's snapshot when the relay joins the
+ * worker's stream late). */
+static void announce_clear(kvp__vout_t *v, stream_t *s, rank_t *r) {
   kvp_event_t clr = {.type = KVP_EV_CLEARED, .tier = KVP_TIER_ALL};
-  uint32_t dp = own_rank(s);
   kvp_batch_t b = {.worker_id = s->o.worker,
-                   .dp_rank = dp,
+                   .dp_rank = r->dp,
                    .events = &clr,
                    .nevents = 1,
                    .timestamp_ms = kvp__unix_ms()};
   to_stream_t t = {v, s};
   size_t n;
-  (void)kvp__vout_encode(&rank_of(s, dp)->st, &b, v->o.format, &v->media, to_stream, &t, &n);
+  (void)kvp__vout_encode(&r->st, &b, v->o.format, &v->media, to_stream, &t, &n);
+}
+
+/* The first message of a run clears the stream's rank (rank 0 for a
+ * stream of every rank, whose other ranks are cleared when first seen:
+ * feed). Its sequence is the run's first (kvp__vout_open), above every one
+ * of an earlier run: a consumer that reconnects after the first messages
+ * sees a jump from its last sequence and replays from there, the clear
+ * included. */
+static void announce_start(kvp__vout_t *v, stream_t *s) {
+  announce_clear(v, s, rank_of(s, own_rank(s)));
 }
 
 static void resync(kvp__vout_t *v, stream_t *s, rank_t *r, const char *worker, const char *why,
@@ -284,10 +301,17 @@ static void resync(kvp__vout_t *v, stream_t *s, rank_t *r, const char *worker, c
   }
 }
 
-static rank_t *rank_of(stream_t *s, uint32_t dp) {
+static rank_t *rank_find(stream_t *s, uint32_t dp) {
   for (size_t i = 0; i < s->nranks; i++)
     if (s->ranks[i].dp == dp)
       return &s->ranks[i];
+  return NULL;
+}
+
+static rank_t *rank_of(stream_t *s, uint32_t dp) {
+  rank_t *r = rank_find(s, dp);
+  if (r != NULL)
+    return r;
   /* Past MAX_RANKS ranks on one stream a slot is taken over, its state
    * forgotten: a stream is one engine, with one rank or a few. */
   size_t at;
@@ -305,10 +329,18 @@ static rank_t *rank_of(stream_t *s, uint32_t dp) {
 /* Announces b on s: epochs, gaps and duplicates first, as the advisor
  * follows them (ingest.c). */
 static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now) {
-  rank_t *r = rank_of(s, b->dp_rank);
+  rank_t *r = rank_find(s, b->dp_rank);
   const char *why = NULL;
   to_stream_t t = {v, s};
   size_t n;
+
+  if (r == NULL) {
+    /* A rank of a stream of every rank, first seen in this run (or taken
+     * over past MAX_RANKS): cleared first, as the stream's first rank was
+     * at the start. The resync asked below brings back what it holds. */
+    r = rank_of(s, b->dp_rank);
+    announce_clear(v, s, r);
+  }
 
   s->batches++;
   if (r->known && b->epoch < r->epoch)
@@ -522,10 +554,11 @@ void kvp__vout_stats_print(const kvp__vout_t *v, FILE *f) {
             ",\"events\":%" PRIu64 ",\"messages\":%" PRIu64 ",\"gaps\":%" PRIu64
             ",\"epochs\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"replays\":%" PRIu64
             ",\"replayed\":%" PRIu64 ",\"bad_replays\":%" PRIu64 ",\"send_errors\":%" PRIu64
-            ",\"spoofed\":%" PRIu64 ",\"undecodable\":%" PRIu64 "}\n",
+            ",\"spoofed\":%" PRIu64 ",\"undecodable\":%" PRIu64 ",\"buffered\":%zu"
+            ",\"buffered_bytes\":%zu}\n",
             s->o.worker, s->o.dp_rank, s->o.endpoint, s->batches, s->events, s->messages, s->gaps,
             s->epochs, s->resyncs, s->replays, s->replayed, s->bad_replays, s->send_errors,
-            v->spoofed, v->undecodable);
+            v->spoofed, v->undecodable, s->ring_n, s->ring_bytes);
   }
   fflush(f);
 }

@@ -62,6 +62,9 @@ typedef struct kvp__vout_opts_s {
   kvp__vout_stream_opts_t streams[KVP_RELAY_MAX_ENDPOINTS];
   size_t nstreams;
   size_t buffer_steps; /* messages kept for replay; default 10000 (vLLM's) */
+  size_t buffer_bytes; /* and their payloads' bytes at most, per stream; default 128 MiB (the
+                        * newest message is kept whatever its size): a message is up to
+                        * KVP__VOUT_MSG_BYTES, so 10000 of them could be 10 GiB */
   int sndhwm;          /* PUB high-water mark; default 100000 (vLLM's) */
   int format;          /* KVP__VOUT_VLLM (default), _MAP or _ARRAY (vllmenc.h) */
   const char *media;   /* "G<n>=NAME,..." overrides of the medium names, or NULL */

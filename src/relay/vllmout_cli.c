@@ -11,6 +11,7 @@
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
 #include "relay/vllmenc.h"
+#include "config/config.h"
 #include "relay/vllmout.h"
 
 static void usage(FILE *f) {
@@ -43,6 +44,9 @@ static void usage(FILE *f) {
       "                         map them (kvplane.pev.<ns>.*.*); without it nothing\n"
       "                         arrives from a partitioned deployment\n"
       "      --buffer N         messages kept per stream for replay (default 10000)\n"
+      "      --buffer-bytes SIZE  and their bytes at most, per stream (default 128MiB;\n"
+      "                         the newest message is kept whatever its size); a replay\n"
+      "                         from a sequence no longer kept starts at the oldest kept\n"
       "      --hwm N            ZMQ send high-water mark (default 100000)\n"
       "      --format F         vllm (default: the batch an array [ts, events, dp], the\n"
       "                         events maps tagged \"type\", as vLLM's msgspec structs\n"
@@ -100,25 +104,17 @@ static int parse_uint(const char *name, const char *s, unsigned long max, unsign
 }
 
 int kvp__vout_main(int argc, char **argv) {
-  static const struct option opts[] = {{"reverse", no_argument, 0, 'R'},
-                                       {"endpoint", required_argument, 0, 'e'},
-                                       {"replay", required_argument, 0, 'r'},
-                                       {"worker", required_argument, 0, 'w'},
-                                       {"dp-ranks", required_argument, 0, 1},
-                                       {"topic", required_argument, 0, 't'},
-                                       {"server", required_argument, 0, 's'},
-                                       {"nats", required_argument, 0, 2},
-                                       {"ns", required_argument, 0, 'n'},
-                                       {"buffer", required_argument, 0, 3},
-                                       {"hwm", required_argument, 0, 4},
-                                       {"format", required_argument, 0, 5},
-                                       {"no-resync", no_argument, 0, 6},
-                                       {"media", required_argument, 0, 7},
-                                       {"partitions", required_argument, 0, 8},
-                                       {"replay-no-topic", no_argument, 0, 9},
-                                       {"idle-ms", required_argument, 0, 10},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"reverse", no_argument, 0, 'R'},        {"endpoint", required_argument, 0, 'e'},
+      {"replay", required_argument, 0, 'r'},   {"worker", required_argument, 0, 'w'},
+      {"dp-ranks", required_argument, 0, 1},   {"topic", required_argument, 0, 't'},
+      {"server", required_argument, 0, 's'},   {"nats", required_argument, 0, 2},
+      {"ns", required_argument, 0, 'n'},       {"buffer", required_argument, 0, 3},
+      {"hwm", required_argument, 0, 4},        {"format", required_argument, 0, 5},
+      {"no-resync", no_argument, 0, 6},        {"media", required_argument, 0, 7},
+      {"partitions", required_argument, 0, 8}, {"replay-no-topic", no_argument, 0, 9},
+      {"idle-ms", required_argument, 0, 10},   {"buffer-bytes", required_argument, 0, 11},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   kvp__vout_opts_t o;
   const char *ep[KVP_RELAY_MAX_ENDPOINTS] = {0}, *rp[KVP_RELAY_MAX_ENDPOINTS] = {0},
              *wk[KVP_RELAY_MAX_ENDPOINTS] = {0};
@@ -194,6 +190,16 @@ int kvp__vout_main(int argc, char **argv) {
         return 1;
       o.buffer_steps = v;
       break;
+    case 11: {
+      int64_t bytes;
+      if (kvp__parse_size(optarg, &bytes) != 0 || bytes <= 0) {
+        fprintf(stderr, "kvplane-relay: --buffer-bytes: '%s' is not a size above 0 (e.g. 64MiB)\n",
+                optarg);
+        return 1;
+      }
+      o.buffer_bytes = (size_t)bytes;
+      break;
+    }
     case 4:
       if (parse_uint("hwm", optarg, 1ul << 30, &v) != 0)
         return 1;

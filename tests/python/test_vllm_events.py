@@ -217,11 +217,15 @@ class VllmEventsTest(unittest.TestCase):
         pb.stored(block_hashes=hs[:1], tier="G3", volume="ssd0")
         pb.stored(block_hashes=hs[1:2], parent_hash=hs[0], tier="G4", volume="s3")
         pb.flush()
-        ma = sa.messages(3)
-        self.assertEqual([s for s, _ in ma], [sa.seq(0), sa.seq(1), sa.seq(2)])
+        ma = sa.messages(4)
+        self.assertEqual([s for s, _ in ma], [sa.seq(0), sa.seq(1), sa.seq(2), sa.seq(3)])
         self.assertLess(abs(sa.base / 1e6 - time.time()), 60)
         self.assertEqual({b["data_parallel_rank"] for _, b in ma}, {2})
         ev = events(ma)
+        # wa's stream is of every rank; its start cleared rank 0, and rank 2,
+        # first seen, is cleared before its first event.
+        self.assertEqual(ev[0], {"type": "AllBlocksCleared"})
+        ev = ev[1:]
         # (The binding's stored() sends hashes only: no token ids in the event.)
         self.assertEqual(ev[0], {"type": "BlockStored", "block_hashes": hs, "parent_block_hash": None,
                                  "token_ids": [], "block_size": BS, "lora_id": None,
@@ -454,9 +458,16 @@ class VllmEventsTest(unittest.TestCase):
         p0.flush()
         p1.stored(block_hashes=hs[2:4])
         p1.flush()
-        got = sall.messages(2)
-        self.assertEqual(sorted((b["data_parallel_rank"], tuple(b["events"][0]["block_hashes"]))
-                                for _, b in got), [(0, tuple(hs[:2])), (1, tuple(hs[2:4]))])
+        got = sall.messages(3)
+        per_rank = {}
+        for _, b in got:
+            for e in b["events"]:
+                per_rank.setdefault(b["data_parallel_rank"], []).append(
+                    (e["type"], tuple(e.get("block_hashes", ()))))
+        # Rank 1, first seen on the stream of every rank, is cleared first
+        # (the stream's start cleared rank 0).
+        self.assertEqual(per_rank, {0: [("BlockStored", tuple(hs[:2]))],
+                                    1: [("AllBlocksCleared", ()), ("BlockStored", tuple(hs[2:4]))]})
         one = sone.messages(1)
         self.assertEqual([(q, b["data_parallel_rank"], b["events"][0]["block_hashes"])
                           for q, b in one], [(sone.seq(0), 1, hs[2:4])])

@@ -47,7 +47,8 @@ static void *run(void *arg) {
   return NULL;
 }
 
-static uint32_t setup_idle_ms; /* the relay's idle_ms for the next setup; 0: its default */
+static uint32_t setup_idle_ms;    /* the relay's idle_ms for the next setup; 0: its default */
+static size_t setup_buffer_bytes; /* the relay's buffer_bytes for the next setup; 0: default */
 
 static int setup(void **state) {
   rev_t *r = calloc(1, sizeof *r);
@@ -62,6 +63,9 @@ static int setup(void **state) {
   if (setup_idle_ms)
     o.idle_ms = setup_idle_ms;
   setup_idle_ms = 0;
+  if (setup_buffer_bytes)
+    o.buffer_bytes = setup_buffer_bytes;
+  setup_buffer_bytes = 0;
   snprintf(o.nats.servers, sizeof o.nats.servers, "%s", r->natsd.url);
   o.ns = "rv";
   o.topic = "kv";
@@ -240,28 +244,32 @@ static void stream_and_replay(void **state) {
   uint64_t base = seqs[0], us = (uint64_t)now.tv_sec * 1000000u;
   assert_true(base <= us + 1000000u && base + 60000000u >= us);
 
+  /* The stream is of every rank: rank 3, first seen, is cleared before its
+   * first event (an earlier run may have announced its blocks). */
   emit(r, KVP_EV_STORED, 1, h, 4);
   assert_int_equal(next(r, d, sizeof d), base + 1);
+  assert_string_equal(d, "AllBlocksCleared:-:0");
+  assert_int_equal(next(r, d, sizeof d), base + 2);
   assert_string_equal(d, "BlockStored:GPU:4");
   emit(r, KVP_EV_STORED, 2, h, 2);
-  assert_int_equal(next(r, d, sizeof d), base + 2);
+  assert_int_equal(next(r, d, sizeof d), base + 3);
   assert_string_equal(d, "BlockStored:CPU:2");
   emit(r, KVP_EV_REMOVED, 1, h + 3, 1);
-  assert_int_equal(next(r, d, sizeof d), base + 3);
+  assert_int_equal(next(r, d, sizeof d), base + 4);
   assert_string_equal(d, "BlockRemoved:GPU:1");
   /* A tier's clear: the removal of what the stream announced there. */
   emit(r, KVP_EV_CLEARED, 1, NULL, 0);
-  assert_int_equal(next(r, d, sizeof d), base + 4);
+  assert_int_equal(next(r, d, sizeof d), base + 5);
   assert_string_equal(d, "BlockRemoved:GPU:3");
   emit(r, KVP_EV_CLEARED, 0, NULL, 0);
-  assert_int_equal(next(r, d, sizeof d), base + 5);
+  assert_int_equal(next(r, d, sizeof d), base + 6);
   assert_string_equal(d, "AllBlocksCleared:-:0");
 
-  /* Replay from base + 3 with a buffer of 4 (base + 2 .. base + 5 kept):
-   * base + 3, + 4, + 5, then the end. */
-  assert_int_equal(replay(r, base + 3, seqs, ds, 8), 3);
+  /* Replay from base + 4 with a buffer of 4 (base + 3 .. base + 6 kept):
+   * base + 4, + 5, + 6, then the end. */
+  assert_int_equal(replay(r, base + 4, seqs, ds, 8), 3);
   for (int i = 0; i < 3; i++)
-    assert_int_equal(seqs[i], base + 3 + (uint64_t)i);
+    assert_int_equal(seqs[i], base + 4 + (uint64_t)i);
   assert_string_equal(ds[0], "BlockRemoved:GPU:1");
   /* A request of the wrong shape gets no answer; the next good one does. */
   void *dealer = zmq_socket(r->zctx, ZMQ_DEALER);
@@ -575,15 +583,63 @@ static void an_idle_stream_sends_empty_batches(void **state) {
   emit(r, KVP_EV_STORED, 1, h, 1);
   uint64_t q;
   int64_t dp;
-  do /* the empty batches the subscriber got meanwhile (rank 0), then the store */
+  do /* the empty batches the subscriber got meanwhile (rank 0), then rank 3's first */
     q = next_dp(r, d, sizeof d, &dp);
   while (d[0] == '\0');
+  assert_int_equal(dp, 3);
+  assert_string_equal(d, "AllBlocksCleared:-:0");
+  q = next_dp(r, d, sizeof d, &dp);
   assert_int_equal(dp, 3);
   assert_string_equal(d, "BlockStored:GPU:1");
   assert_true(q > seqs[n - 1]);
 }
 
+static int setup_small_buffer(void **state) {
+  setup_buffer_bytes = 1500;
+  return setup(state);
+}
+
+/* The replay buffer is bounded in bytes too (1500 here, 4 messages): three
+ * stores of 64 blocks (about 650 bytes each) leave the newest two; one of
+ * 200 blocks, larger than the bound, is kept alone (the newest message
+ * always is). A replay from the start gets what is kept, its first
+ * sequence telling what went. */
+static void the_replay_buffer_is_bounded_in_bytes(void **state) {
+  rev_t *r = *state;
+  uint64_t h[200], seqs[8], first;
+  char ds[8][64], d[256];
+  int64_t dp;
+  for (size_t i = 0; i < 200; i++)
+    h[i] = 0x9e3779b97f4a7c15ull * (i + 1); /* 9 bytes each in msgpack */
+  assert_int_equal(replay(r, 0, seqs, ds, 8), 1); /* the start clear */
+  uint64_t base = seqs[0];
+  emit(r, KVP_EV_STORED, 1, h, 64);
+  emit(r, KVP_EV_STORED, 1, h + 64, 64);
+  emit(r, KVP_EV_STORED, 1, h + 128, 64);
+  do
+    first = next_dp(r, d, sizeof d, &dp);
+  while (strcmp(d, "BlockStored:GPU:64") != 0);
+  /* base: start clear, base + 1 rank 3's clear, base + 2 .. + 4 the stores. */
+  assert_int_equal(first, base + 2);
+  assert_int_equal(next(r, d, sizeof d), base + 3);
+  assert_int_equal(next(r, d, sizeof d), base + 4);
+  assert_int_equal(replay(r, 0, seqs, ds, 8), 2);
+  assert_int_equal(seqs[0], base + 3);
+  assert_int_equal(seqs[1], base + 4);
+  assert_string_equal(ds[0], "BlockStored:GPU:64");
+  assert_string_equal(ds[1], "BlockStored:GPU:64");
+  assert_int_equal(kvp_publisher_stored(r->pub, 2, NULL, NULL, h, 200, 16, 0, 0), 0);
+  assert_int_equal(kvp_publisher_flush(r->pub, 5000), 0);
+  assert_int_equal(next(r, d, sizeof d), base + 5);
+  assert_string_equal(d, "BlockStored:CPU:200");
+  assert_int_equal(replay(r, base + 3, seqs, ds, 8), 1);
+  assert_int_equal(seqs[0], base + 5);
+  assert_string_equal(ds[0], "BlockStored:CPU:200");
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(the_replay_buffer_is_bounded_in_bytes, setup_small_buffer,
+                                    teardown),
     cmocka_unit_test_setup_teardown(an_idle_stream_sends_empty_batches, setup_idle, teardown),
     cmocka_unit_test_setup_teardown(an_unanswered_resync_is_asked_again, setup, teardown),
     cmocka_unit_test(snapshot_of_shapes_keeps_each_blocks_size),
