@@ -34,6 +34,8 @@ typedef struct conn_s {
   uint64_t start_ms; /* READING: when the request began */
   uint64_t rx_mark;  /* IDLE: bytes received when the last answer was done */
   char peer[64];     /* address:port */
+  int family;        /* of the client's address: AF_INET, AF_INET6, or 0 (unknown) */
+  uint8_t addr[16];  /* the address without its port, for the per-client limit */
 } conn_t;
 
 /* A log line at most every LOG_INTERVAL_MS; the next says how many were
@@ -59,6 +61,7 @@ struct kvp__http_guard_s {
   ratelog_t cut_log;
   pthread_mutex_t mhd_log_mu; /* libmicrohttpd's messages (its thread, and stop's) */
   ratelog_t mhd_log;
+  ratelog_t refuse_log; /* under mhd_log_mu */
   pthread_t watchdog;
 };
 
@@ -110,6 +113,21 @@ static void peer_name(const struct sockaddr *sa, char *out, size_t len) {
   }
 }
 
+/* The client's address without its port: its family (0 when unknown) and
+ * bytes. */
+static int addr_key(const struct sockaddr *sa, uint8_t out[16]) {
+  memset(out, 0, 16);
+  if (sa != NULL && sa->sa_family == AF_INET) {
+    memcpy(out, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    return AF_INET;
+  }
+  if (sa != NULL && sa->sa_family == AF_INET6) {
+    memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    return AF_INET6;
+  }
+  return 0;
+}
+
 static conn_t *conn_of(struct MHD_Connection *c) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -117,6 +135,43 @@ static conn_t *conn_of(struct MHD_Connection *c) {
 }
 
 /* --- libmicrohttpd's thread ------------------------------------------------ */
+
+/* libmicrohttpd's accept policy: the connection limits, in all and per
+ * client address, counted here over the guarded connections (libmicrohttpd
+ * runs one thread: a connection accepted is in g->conns before the next
+ * accept). Its own per-address option only logged its refusals, in words
+ * that change between its releases. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+  kvp__http_guard_t *g = cls;
+  uint8_t key[16];
+  int family = addr_key(addrlen > 0 ? addr : NULL, key);
+  unsigned all = 0, same = 0;
+  pthread_mutex_lock(&g->mu);
+  for (const conn_t *k = g->conns; k != NULL; k = k->next) {
+    all++;
+    if (family != 0 && k->family == family && memcmp(k->addr, key, 16) == 0)
+      same++;
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (all < g->lim.max_connections && (g->lim.per_client == 0 || same < g->lim.per_client))
+    return MHD_YES;
+  atomic_fetch_add(&g->counts->refused, 1);
+  char peer[64];
+  uint64_t skipped, now = mono_ms();
+  peer_name(addrlen > 0 ? addr : NULL, peer, sizeof peer);
+  pthread_mutex_lock(&g->mhd_log_mu);
+  int take = ratelog_take(&g->refuse_log, now, &skipped);
+  pthread_mutex_unlock(&g->mhd_log_mu);
+  if (take)
+    kvp_log_warn("%s: %s: connection refused: %s (%u connections in all, %u per client "
+                 "address)%s",
+                 g->what, peer,
+                 all >= g->lim.max_connections ? "the server is at its connection limit"
+                                               : "its address is at the per-client limit",
+                 g->lim.max_connections, g->lim.per_client,
+                 skipped ? " (and more in the last 10 s)" : "");
+  return MHD_NO;
+}
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
@@ -137,6 +192,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     k->state = READING;
     k->start_ms = mono_ms();
     peer_name(sa ? sa->client_addr : NULL, k->peer, sizeof k->peer);
+    k->family = addr_key(sa ? sa->client_addr : NULL, k->addr);
     pthread_mutex_lock(&g->mu);
     k->next = g->conns;
     if (g->conns)
@@ -335,12 +391,11 @@ int kvp__http_guard_start(const char *what, const kvp__http_limits_t *lim,
     return KVP_ENOMEM;
   }
   /* The logger first: libmicrohttpd warns about it otherwise. */
-  g->d =
-      MHD_start_daemon(flags, 0, NULL, NULL, on_request, g, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-                       g, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-                       g, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g, MHD_OPTION_CONNECTION_LIMIT,
-                       lim->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim->per_client,
-                       MHD_OPTION_CONNECTION_TIMEOUT, lim->idle_timeout_s, MHD_OPTION_END);
+  g->d = MHD_start_daemon(flags, 0, on_accept, g, on_request, g, MHD_OPTION_EXTERNAL_LOGGER,
+                          on_mhd_log, g, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_CONNECTION,
+                          on_connection, g, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g,
+                          MHD_OPTION_CONNECTION_LIMIT, lim->max_connections + 1,
+                          MHD_OPTION_CONNECTION_TIMEOUT, lim->idle_timeout_s, MHD_OPTION_END);
   if (g->d == NULL) {
     kvp__http_guard_stop(g);
     return KVP_EIO;
