@@ -32,6 +32,22 @@ NS = "pyt"
 BS = 16  # tokens per block
 
 
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    # In the child between fork and exec: a bound libc call, nothing else.
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn(argv, **kw):
+    """subprocess.Popen that dies with this test process: ctest kills a test
+    at its timeout, not the servers it started (PR_SET_PDEATHSIG, as the C
+    harness's kvp_test_spawn_child does)."""
+    return subprocess.Popen(argv, preexec_fn=_die_with_parent, **kw)
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -89,7 +105,7 @@ class Plane:
         argv = ["nats-server", "-a", "127.0.0.1", "-p", str(self.port)]
         if self.js:
             argv += ["-js", "-sd", os.path.join(self.tmp, "js")]
-        self.natsd = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.natsd = spawn(argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
 
         def up():
@@ -110,7 +126,7 @@ class Plane:
                     "[store]\npath = %s\nflush_interval = 50ms\n"
                     % (self.url, "jetstream" if self.js else "core", NS, self.db) + extra)
         log = open(os.path.join(self.tmp, "advisor.log"), "w")
-        self.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+        self.advisor = spawn([os.environ["KVPLANE_ADVISOR"], "-c", conf],
                                         stdout=log, stderr=subprocess.STDOUT)
         log.close()
         with kvplane.Client(self.url, NS, timeout_ms=500) as c:

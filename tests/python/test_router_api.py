@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 
 import kvplane
-from test_binding import NS, Plane, free_port, until
+from test_binding import spawn, NS, Plane, free_port, until
 
 BS = 16
 MEDIUM = {1: "GPU", 2: "CPU", 3: "DISK", 4: "EXTERNAL"}
@@ -42,7 +42,7 @@ class HttpPlane(Plane):
                     "[http]\nenabled = true\nlisten = 127.0.0.1:%d\n%s"
                     % (self.url, NS, self.db, self.http_port, extra))
         log = open(os.path.join(self.tmp, "advisor.log"), "w")
-        self.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+        self.advisor = spawn([os.environ["KVPLANE_ADVISOR"], "-c", conf],
                                         stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

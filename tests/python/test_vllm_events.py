@@ -28,7 +28,7 @@ import msgpack
 import zmq
 
 import kvplane
-from test_binding import NS, Plane, free_port, until
+from test_binding import spawn, NS, Plane, free_port, until
 
 BS = 16
 END = (1 << 64) - 1  # -1 as the 8-byte sequence
@@ -176,7 +176,7 @@ class VllmEventsTest(unittest.TestCase):
             eps[w] = ("tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port())
             argv += ["-e", eps[w][0], "-r", eps[w][1], "-w", w]
         log = open(os.path.join(self.tmp, "relay.log"), "w")
-        self.relay = subprocess.Popen(argv + list(extra), stdout=log, stderr=subprocess.STDOUT)
+        self.relay = spawn(argv + list(extra), stdout=log, stderr=subprocess.STDOUT)
         log.close()
 
         def up():
@@ -412,7 +412,7 @@ class VllmEventsTest(unittest.TestCase):
         held[1] = hs[:2]
         pub.flush()
         log = open(os.path.join(self.tmp, "relay.log"), "a")
-        self.relay = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.relay = spawn(argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         until(lambda: self.plane.log("relay.log").count("vLLM events on") == 2,
               what="the relay restarted")
@@ -495,7 +495,7 @@ class VllmEventsTest(unittest.TestCase):
         procs = []
         for fmt, ep in (("array", arr_ep), ("map", map_ep)):
             log = open(os.path.join(self.tmp, "relay-%s.log" % fmt), "w")
-            procs.append(subprocess.Popen(argv + ["--format", fmt, "-e", ep[0], "-r", ep[1],
+            procs.append(spawn(argv + ["--format", fmt, "-e", ep[0], "-r", ep[1],
                                                   "-w", "wf"], stdout=log, stderr=subprocess.STDOUT))
             log.close()
         try:
@@ -560,12 +560,12 @@ class VllmEventsTest(unittest.TestCase):
                     "[store]\npath = %s\nflush_interval = 50ms\n"
                     % (self.plane.url, ns2, os.path.join(self.tmp, "advisor2.db")))
         log = open(os.path.join(self.tmp, "advisor2.log"), "w")
-        self.plane.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+        self.plane.advisor = spawn([os.environ["KVPLANE_ADVISOR"], "-c", conf],
                                               stdout=log, stderr=subprocess.STDOUT)
         log.close()
         until(lambda: "advisor: running" in self.plane.log("advisor2.log"), what="advisor 2")
         log = open(os.path.join(self.tmp, "forward.log"), "w")
-        fwd = subprocess.Popen([os.environ["KVPLANE_RELAY"], "-s", self.plane.url, "-n", ns2,
+        fwd = spawn([os.environ["KVPLANE_RELAY"], "-s", self.plane.url, "-n", ns2,
                                 "-e", eps["wa"][0], "-r", eps["wa"][1], "-w", "wa-copy"],
                                stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -611,7 +611,7 @@ class VllmEventsTest(unittest.TestCase):
 
     def launch_advisor(self, conf, log_name):
         log = open(os.path.join(self.tmp, log_name), "w")
-        self.plane.advisor = subprocess.Popen([os.environ["KVPLANE_ADVISOR"], "-c", conf],
+        self.plane.advisor = spawn([os.environ["KVPLANE_ADVISOR"], "-c", conf],
                                               stdout=log, stderr=subprocess.STDOUT)
         log.close()
         until(lambda: "advisor: running" in self.plane.log(log_name),
