@@ -53,6 +53,10 @@ static void usage(FILE *f) {
              "                         0: only at exit and on SIGUSR1)\n"
              "      --metrics ADDR     serve Prometheus /metrics, /healthz and /readyz over\n"
              "                         HTTP on host:port, e.g. 127.0.0.1:9465 (default: off)\n"
+             "      --metrics-timeout T  a request's headers and body within T (default 10s);\n"
+             "                         slower clients are cut\n"
+             "      --metrics-per-client N  connections one client address may hold (default\n"
+             "                         16; 0: no limit), 64 in all\n"
              "  -V, --version          print the version and build, and exit\n"
              "  -h, --help             this text\n\n"
              "With --reverse it runs the other way: kvplane workers' events from NATS\n"
@@ -93,6 +97,8 @@ int main(int argc, char **argv) {
                                        {"state-dir", required_argument, 0, 10},
                                        {"join-window", required_argument, 0, 11},
                                        {"partitions", required_argument, 0, 12},
+                                       {"metrics-timeout", required_argument, 0, 13},
+                                       {"metrics-per-client", required_argument, 0, 14},
                                        {"version", no_argument, 0, 'V'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};

@@ -10,6 +10,7 @@
 
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
+#include "config/config.h"
 #include "metrics/server.h"
 
 #define MAXN KVP_RELAY_MAX_ENDPOINTS
@@ -18,6 +19,7 @@ void kvp__relay_cli_init(kvp__relay_cli_t *c) {
   memset(c, 0, sizeof *c);
   kvp_relay_opts_init(&c->o);
   c->dp_ranks = 1;
+  kvp__metrics_server_opts_init(&c->metrics_opts);
 }
 
 /* An integer option in [min, max]; 0 or KVP_ECONFIG. */
@@ -120,6 +122,17 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
     unsigned salen;
     if ((rc = kvp__metrics_parse_addr("--metrics", value, &sa, &salen, err, errlen)) == 0)
       c->metrics = value;
+  } else if (strcmp(name, "metrics-timeout") == 0) {
+    int64_t ms;
+    if (kvp__parse_duration_ms(value, &ms) != 0 || ms <= 0) {
+      snprintf(err, errlen, "--metrics-timeout: '%s' is not a duration above 0 (e.g. 10s, 500ms)",
+               value);
+      return KVP_ECONFIG;
+    }
+    c->metrics_opts.request_timeout_ms = ms;
+  } else if (strcmp(name, "metrics-per-client") == 0) {
+    if ((rc = count("--metrics-per-client", value, 0, 1u << 16, &v, err, errlen)) == 0)
+      c->metrics_opts.per_client = (unsigned)v;
   } else {
     snprintf(err, errlen, "--%s: unknown option", name);
     return KVP_ECONFIG;

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "metrics/server.h"
 #include "relay/relay.h"
 
 typedef struct kvp__relay_cli_s {
@@ -25,6 +26,7 @@ typedef struct kvp__relay_cli_s {
   unsigned dp_ranks;                        /* 1: no expansion */
   unsigned stats_interval;                  /* seconds between figures on stdout; 0: none */
   const char *metrics;                      /* --metrics host:port, or NULL */
+  kvp__metrics_server_opts_t metrics_opts;  /* --metrics-timeout, --metrics-per-client */
   char *owned[3 * KVP_RELAY_MAX_ENDPOINTS]; /* URLs and worker ids made by _finish */
   size_t nowned;
 } kvp__relay_cli_t;

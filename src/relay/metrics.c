@@ -134,8 +134,9 @@ int kvp__relay_metrics_ready(void *relay, const char *partition, char *why, size
   return 1;
 }
 
-int kvp__relay_metrics_start(kvp_relay_t *r, const char *addr, kvp__metrics_server_t **out,
+int kvp__relay_metrics_start(kvp_relay_t *r, const char *addr,
+                             const kvp__metrics_server_opts_t *opts, kvp__metrics_server_t **out,
                              char *err, size_t errlen) {
-  return kvp__metrics_server_start("--metrics", addr, NULL, kvp__relay_metrics_collect,
+  return kvp__metrics_server_start("--metrics", addr, opts, kvp__relay_metrics_collect,
                                    kvp__relay_metrics_ready, r, out, err, errlen);
 }

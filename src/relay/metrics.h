@@ -26,11 +26,11 @@ int kvp__relay_metrics_collect(void *relay, kvp__prom_t *p);
 int kvp__relay_metrics_ready(void *relay, const char *partition, char *why, size_t len);
 
 /* Serves the relay's /metrics, /healthz and /readyz on addr ("host:port",
- * named --metrics in errors) until kvp__metrics_server_stop(*out), which
- * must come before kvp_relay_close(r). Returns 0 with *out set, or
- * kvp__metrics_server_start's codes (KVP_ECONFIG, KVP_EIO, KVP_ENOMEM) with
- * err. */
-int kvp__relay_metrics_start(kvp_relay_t *r, const char *addr, kvp__metrics_server_t **out,
+ * named --metrics in errors; opts: its limits, NULL for the defaults) until
+ * kvp__metrics_server_stop(*out), which must come before kvp_relay_close(r). Returns 0 with *out
+ * set, or kvp__metrics_server_start's codes (KVP_ECONFIG, KVP_EIO, KVP_ENOMEM) with err. */
+int kvp__relay_metrics_start(kvp_relay_t *r, const char *addr,
+                             const kvp__metrics_server_opts_t *opts, kvp__metrics_server_t **out,
                              char *err, size_t errlen);
 
 /* relay.c's side: the endpoints' count, worker ids, publishers. */

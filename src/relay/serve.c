@@ -67,8 +67,8 @@ int kvp__relay_serve(const kvp__relay_cli_t *c) {
     fprintf(stderr, "kvplane-relay: %s (%s)\n", err, kvp_err_name(rc));
     return (rc == KVP_ECONFIG || rc == KVP_EINVAL) ? 1 : 2;
   }
-  if (c->metrics != NULL &&
-      (rc = kvp__relay_metrics_start(r, c->metrics, &msrv, err, sizeof err)) != 0) {
+  if (c->metrics != NULL && (rc = kvp__relay_metrics_start(r, c->metrics, &c->metrics_opts, &msrv,
+                                                           err, sizeof err)) != 0) {
     fprintf(stderr, "kvplane-relay: %s (%s)\n", err, kvp_err_name(rc));
     status = 1;
     goto out;

@@ -413,6 +413,50 @@ def test_relay(tmp):
         procs.close()
 
 
+def test_relay_http_limits(tmp):
+    """kvplane-relay --metrics-timeout and --metrics-per-client: with 400ms
+    and 2, a third connection of one address is refused at once, the two
+    whose request never ends are cut near 0.4 s (not the default 10 s), and
+    /metrics counts both."""
+    procs = Procs(tmp)
+    try:
+        nport, mport = free_port(), free_port()
+        start_nats(procs, nport, js=False)
+        relay = procs.start("relay", [os.path.join(BIN, "tools/kvplane-relay"), "-e",
+                                      "tcp://127.0.0.1:%d" % free_port(), "-w", "w0", "-s",
+                                      "nats://127.0.0.1:%d" % nport, "--metrics",
+                                      "127.0.0.1:%d" % mport, "--metrics-timeout", "400ms",
+                                      "--metrics-per-client", "2"])
+        wait_for("relay /readyz 200", lambda: curl("http://127.0.0.1:%d/readyz" % mport)[0] == 200)
+        time.sleep(0.2)  # curl's connection closed on the server's side too
+        t0 = time.monotonic()
+        socks = []
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", mport), timeout=5)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")  # and never the rest
+            socks.append(s)
+            time.sleep(0.05)
+        closed = []
+        for s in (socks[2], socks[0], socks[1]):  # the refused one first
+            try:
+                got = s.recv(256)
+            except (ConnectionResetError, socket.timeout):
+                got = b""
+            closed.append(time.monotonic() - t0)
+            assert got == b"", got
+            s.close()
+        assert closed[0] < 0.3, closed  # refused at once
+        assert 0.3 <= closed[1] < 2.0 and 0.3 <= closed[2] < 2.0, closed  # cut at the deadline
+        fams, _ = scrape(mport)
+        assert value(fams, "kvplane_http_requests_timed_out", server="metrics") == 2, \
+            value(fams, "kvplane_http_requests_timed_out", server="metrics")
+        assert value(fams, "kvplane_http_connections_refused", server="metrics") == 1
+        procs.stop(relay)
+        assert relay.returncode == 0, procs.log("relay")
+    finally:
+        procs.close()
+
+
 def test_advisor_tiering_lease(tmp):
     """Two unpartitioned advisors (a standby pair: each its own consumer and
     database) configured to tier the same G3 and G4 volumes, JetStream mode:
@@ -544,7 +588,8 @@ def test_advisor_tiering_lease(tmp):
 def main():
     tests = {"advisor": test_advisor, "advisor_tiering": test_advisor_tiering,
              "advisor_tiering_lease": test_advisor_tiering_lease,
-             "advisor_errors": test_advisor_errors, "relay": test_relay}
+             "advisor_errors": test_advisor_errors, "relay": test_relay,
+             "relay_http_limits": test_relay_http_limits}
     name = sys.argv[1] if len(sys.argv) > 1 else ""
     if name not in tests:
         sys.exit("usage: test_metrics_scrape.py %s" % "|".join(tests))

@@ -4,7 +4,8 @@ kvp_add_test(metrics_close metrics/test_metrics_close.c LABELS metrics)
 target_link_options(test_metrics_close PRIVATE -Wl,--wrap=close)
 # The real daemons scraped with curl, the exposition parsed with Debian's
 # python3-prometheus-client (tests/metrics/test_metrics_scrape.py).
-foreach(case advisor advisor_tiering advisor_tiering_lease advisor_errors relay)
+foreach(case advisor advisor_tiering advisor_tiering_lease advisor_errors relay
+    relay_http_limits)
   add_test(NAME metrics_scrape.${case}
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/metrics/test_metrics_scrape.py ${case})
   set_tests_properties(metrics_scrape.${case} PROPERTIES TIMEOUT 60
