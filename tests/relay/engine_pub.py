@@ -11,6 +11,7 @@ topic (["", topic, seq, payload], vLLM 0.26+), empty (["", seq, payload],
 older vLLM), bare ([seq, payload], SGLang). Writes EXPECT_FILE with the
 blocks the index must end with ("tier,signed hash" lines), computing
 kvplane's sequence hashes independently (python3-xxhash)."""
+import os
 import struct
 import sys
 import time
@@ -102,13 +103,18 @@ seq = 0
 TOPIC = b"kv-events"
 
 
-def serve_replay(wait_ms):
-    """Answers replay requests for up to wait_ms."""
+def serve_replay(wait_ms, done=None):
+    """Answers replay requests for up to wait_ms, or until the file done
+    exists."""
     if router is None:
-        time.sleep(wait_ms / 1000)
+        deadline = time.time() + wait_ms / 1000
+        while time.time() < deadline and not (done is not None and os.path.exists(done)):
+            time.sleep(0.02)
         return
     deadline = time.time() + wait_ms / 1000
     while time.time() < deadline:
+        if done is not None and os.path.exists(done):
+            break
         if not router.poll(20):
             continue
         ident, empty, start = router.recv_multipart()
@@ -237,6 +243,10 @@ elif scenario == "restart":
     # relay sees the sequence go back from 1 to 1, and replays 0 first.
     send(batch([stored(m, [6001], tok[:4])]), drop=True)
     send(batch([stored(m, [7001], tok[8:12])]))
-serve_replay(3000)
+if scenario == "long":
+    serve_replay(3000)  # the restart tests act once the relay took the whole stream
 m.write(expect)
-serve_replay(2000)
+# Replays asked until the test has what it wants (it creates EXPECT_FILE.done)
+# or 10 s: a relay asks when its next message shows it a gap, and a
+# restarted one when it starts.
+serve_replay(10000, done=expect + ".done")
