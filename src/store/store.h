@@ -90,6 +90,10 @@ void kvp__store_use_snapshot(kvp__store_t *st, int on);
  * the benchmark's baseline and the tests). */
 void kvp__store_use_readers(kvp__store_t *st, int on);
 
+/* The size the snapshot's chunks are cut at, about (default 8 MiB; 0: the
+ * default): the tests cover several chunks with few blocks. */
+void kvp__store_snapshot_chunk_bytes(kvp__store_t *st, size_t bytes);
+
 /* Whether the last kvp__store_load read the snapshot. */
 int kvp__store_loaded_snapshot(const kvp__store_t *st);
 

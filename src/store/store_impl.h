@@ -53,6 +53,7 @@ struct kvp__store_s {
   int no_snapshot;                 /* kvp__store_use_snapshot(st, 0) */
   int no_readers;                  /* kvp__store_use_readers(st, 0) */
   int loaded_snapshot;             /* the last load read the snapshot */
+  size_t snapshot_chunk;           /* kvp__store_snapshot_chunk_bytes; 0: CHUNK_BYTES */
   kvp__store_progress_fn progress; /* of kvp__store_load */
   void *progress_ctx;
 };

@@ -156,7 +156,9 @@ static int write_block(void *ctx, const kvp__index_block_t *b, const kvp__index_
   w->blocks++;
   w->locations += n;
   w->in_chunk++;
-  return w->chunk.n >= CHUNK_BYTES ? chunk_flush(w) : 0;
+  return w->chunk.n >= (w->st->snapshot_chunk ? w->st->snapshot_chunk : CHUNK_BYTES)
+             ? chunk_flush(w)
+             : 0;
 }
 
 static int write_header(writer_t *w, const kvp__index_t *ix, uint64_t generation) {
@@ -220,6 +222,10 @@ static int generation_get(sqlite3 *db, uint64_t *g) {
 
 int kvp__store_generation(kvp__store_t *st, uint64_t *generation) {
   return generation_get(st->db, generation);
+}
+
+void kvp__store_snapshot_chunk_bytes(kvp__store_t *st, size_t bytes) {
+  st->snapshot_chunk = bytes;
 }
 
 int kvp__store_snapshot_write(kvp__store_t *st, const kvp__index_t *ix, uint64_t *bytes) {
