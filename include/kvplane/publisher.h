@@ -94,7 +94,7 @@ typedef struct kvp_publisher_opts_s {
   uint32_t heartbeat_ms;     /* empty batch when idle this long; default 2000 */
   uint32_t ack_wait_ms;      /* JetStream ack timeout before a retry; default 2000 */
   uint32_t close_timeout_ms; /* bound of the flush done by close; default 5000 */
-  uint32_t js_max_inflight;  /* JetStream batches awaiting acks; default 256 */
+  uint32_t js_max_inflight;  /* JetStream batches awaiting acks, at most; default 256 */
   unsigned snapshot_tiers;   /* bit (1 << tier); default G1|G2|G3 */
   char snapshot_volumes[KVP_TIER_MAX + 1][32]; /* volume named in each tier's snapshot
                                                   (G3/G4); "" for none */
@@ -169,7 +169,8 @@ void kvp_publisher_request_resync(kvp_publisher_t *pub);
  * When the queue is full, poll waits for room (under either overflow
  * policy) instead of dropping chunks, as long as the publisher's thread
  * sends: a snapshot larger than the queue takes as long as sending it
- * does. A chunk that finds no room for 200 ms (the link stalled) ends that
+ * does (in JetStream mode, js_max_inflight batches per ack round trip). A
+ * chunk that finds no room for 200 ms (the link stalled) ends that
  * snapshot unfinished (its last chunk never goes out) and is not counted
  * as a dropped event. Returns 1 when a snapshot was queued, 0 when nothing
  * was due, or a KVP_E code (KVP_EOVERFLOW: no room in time; the resync

@@ -230,8 +230,16 @@ static void retry_unacked(kvp_publisher_t *pub) {
 
 static void drain(kvp_publisher_t *pub);
 
+/* 1 when the loop may publish a batch now: in JetStream mode at most
+ * js_max_inflight batches await their acks, and none goes out while
+ * unacked ones wait to be resent. */
+static int may_emit(const kvp_publisher_t *pub) {
+  return pub->o.mode != KVP_PUB_JETSTREAM || (pcount(pub) < pub->o.js_max_inflight && !pub->retry);
+}
+
 /* Ends every loop callback. With a window open (its max-delay timer
- * running, started by drain) producers need not wake the loop: armed = 1.
+ * running, started by drain, or in JetStream mode an ack to come, whose
+ * wake-up drains) producers need not wake the loop: armed = 1.
  * Otherwise armed = 0, then whatever a producer queued while it still saw
  * armed = 1 is drained: a producer that reads armed = 1 queued before the
  * store of 0, so the peek after that store sees its event. */
@@ -257,7 +265,7 @@ static void settle(kvp_publisher_t *pub) {
 static void on_delay(uv_timer_t *t) {
   kvp_publisher_t *pub = t->data;
   drain(pub); /* what producers queued without waking the loop */
-  if (pub->batch.nev > 0)
+  if (pub->batch.nev > 0 && may_emit(pub))
     emit_window(pub, 0);
   settle(pub);
 }
@@ -279,24 +287,34 @@ static int full(const kvp_publisher_t *pub) {
          b->est_bytes + 64 >= pub->o.batch_max_bytes;
 }
 
+/* Drains the queue into the window, publishing full windows, while the
+ * loop may publish (may_emit): in JetStream mode it stops at the
+ * js_max_inflight-th batch awaiting its ack, between two queued items or
+ * inside one (pub->item_from keeps its place), and gives back the room of
+ * the items it consumed; the acks' wake-ups run it again. So the loop never
+ * blocks in nats.c's stall on pending acks, and a producer waiting for room
+ * (a snapshot's chunk) gets it as each ack comes in. */
 static void drain(kvp_publisher_t *pub) {
-  int js = pub->o.mode == KVP_PUB_JETSTREAM;
-  for (;;) {
+  int stalled = 0;
+  while (!stalled && may_emit(pub)) {
     uint64_t first;
     size_t n;
-    if (js && (pcount(pub) >= pub->o.js_max_inflight || pub->retry))
-      break;
     kvp__pubq_peek(&pub->q, &first, &n);
     if (n == 0)
       break;
     if (n > 4096)
       n = 4096;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && !stalled; i++) {
       const kvp__pubq_item_t *it = kvp__pubq_at(&pub->q, first + i);
-      size_t from = 0;
+      size_t from = pub->item_from;
       do {
-        if (full(pub))
+        if (full(pub)) {
+          if (!may_emit(pub)) {
+            stalled = 1;
+            break;
+          }
           emit_window(pub, 0);
+        }
         if (pub->batch.nev == 0)
           pub->batch.oldest_ns = kvp__now_ns();
         size_t count = it->nhashes - from;
@@ -308,6 +326,10 @@ static void drain(kvp_publisher_t *pub) {
           count = room_y;
         if (it->type == KVP_EV_SNAPSHOT && count < it->nhashes && pub->batch.nev > 0) {
           /* A snapshot chunk is never split: it keeps its chunk number. */
+          if (!may_emit(pub)) {
+            stalled = 1;
+            break;
+          }
           emit_window(pub, 0);
           pub->batch.oldest_ns = kvp__now_ns();
           continue;
@@ -324,13 +346,21 @@ static void drain(kvp_publisher_t *pub) {
         }
         from += count;
       } while (from < it->nhashes);
+      if (stalled) {
+        pub->item_from = from; /* the window holds the item's hashes before it */
+        break;
+      }
+      pub->item_from = 0;
       pub->consumed = first + i + 1;
-      if (full(pub))
+      if (full(pub) && may_emit(pub))
         emit_window(pub, 0);
     }
-    kvp__pubq_release(&pub->q, first + n);
+    /* The window copied the items' words: their room goes back now. */
+    kvp__pubq_release(&pub->q, pub->consumed);
   }
-  if (pub->batch.nev > 0 && !uv_is_active((uv_handle_t *)&pub->delay_timer)) {
+  /* A window the loop may not publish yet waits for acks, not for its
+   * timer: the step an ack wakes drains again and starts it. */
+  if (pub->batch.nev > 0 && may_emit(pub) && !uv_is_active((uv_handle_t *)&pub->delay_timer)) {
     uint64_t age_ms = (kvp__now_ns() - pub->batch.oldest_ns) / 1000000u;
     uint64_t wait = age_ms >= pub->o.max_delay_ms ? 0 : pub->o.max_delay_ms - age_ms;
     uv_timer_start(&pub->delay_timer, on_delay, wait, 0);
@@ -362,7 +392,8 @@ static void step(kvp_publisher_t *pub) {
   }
   drain(pub);
   uint64_t fw = atomic_exchange(&pub->flush_want, 0);
-  if (fw != 0 && pub->batch.nev > 0)
+  /* A flush that finds no room for a batch asks again (every 20 ms). */
+  if (fw != 0 && pub->batch.nev > 0 && may_emit(pub))
     emit_window(pub, 0);
   if (atomic_load(&pub->stop))
     stop_loop(pub);

@@ -41,6 +41,7 @@ struct kvp_publisher_s {
   kvp__batch_t batch;
   uint64_t next_id;
   uint64_t consumed; /* queue items fully added to the window */
+  size_t item_from;  /* hashes of the item at consumed already in the window */
   uint64_t last_send_ns;
   uint64_t core_lost; /* events of failed core publishes, for the next batch */
   kvp__pend_t *pend;  /* ring */

@@ -90,6 +90,12 @@ int kvp__pub_connect(kvp_publisher_t *pub, char *err, size_t errlen) {
       /* JetStream: nothing is buffered while reconnecting, so no new batch
        * can reach the stream ahead of the resend of older lost ones. */
       .reconnect_buf_bytes = o->mode == KVP_PUB_JETSTREAM ? 1 : 32 << 20,
+      /* JetStream: a batch goes out at once, not at nats.c's flusher's
+       * next pass (it waits 1 ms for more): the loop publishes again only
+       * when acks come back, so that 1 ms per round trip capped it at
+       * js_max_inflight batches a millisecond. Core batches keep the
+       * buffer: nothing waits on them. */
+      .send_asap = o->mode == KVP_PUB_JETSTREAM,
       .disconnected = on_disconnected,
       .reconnected = on_reconnected,
       .closed = on_closed,

@@ -2,7 +2,8 @@
  * nats-server killed and restarted mid-stream (nothing acked lost, nothing
  * duplicated), kill -STOP / -CONT mid-stream in both modes (no crash, no hang
  * past a bound, recovery), a snapshot larger than the queue queued across
- * such stalls, and user/password and token authentication. */
+ * such stalls or through one tiny JetStream batch in flight at a time, and
+ * user/password and token authentication. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -103,7 +104,14 @@ static void jetstream_kill_restart(void **state) {
   pthread_create(&th, NULL, feeder, &f);
   while (atomic_load(&f.done) < n / 4)
     pf_sleep_ms(5);
-  kvp_natsd_kill(d);
+  /* Frozen first and killed frozen (kvp_natsd_kill would wake it first):
+   * the batches published in its last 50 ms are in flight, unacked, when
+   * it dies, and must be resent. Killed at once, it often died with every
+   * batch acked (retries 0). */
+  kvp_natsd_signal(d, SIGSTOP);
+  pf_sleep_ms(50);
+  kvp_natsd_signal(d, SIGKILL);
+  kvp_natsd_kill(d); /* reaps it */
   pf_sleep_ms(500);
   assert_int_equal(kvp_natsd_restart(d), 0);
   pthread_join(th, NULL);
@@ -274,6 +282,72 @@ static void snapshot_waits_while_the_queue_drains(void **state) {
   pf_sub_close(&s);
 }
 
+/* One run of JS_SNAP_N blocks of G4, with parents. */
+#define JS_SNAP_N 300000u
+static int js_runs(void *ctx, int tier, uint64_t **h, uint64_t **p, kvp_snapshot_run_t **r,
+                   size_t *nr) {
+  (void)ctx;
+  (void)tier;
+  *h = malloc(JS_SNAP_N * sizeof **h);
+  *p = malloc(JS_SNAP_N * sizeof **p);
+  *r = calloc(1, sizeof **r);
+  assert_non_null(*h);
+  assert_non_null(*p);
+  assert_non_null(*r);
+  for (size_t i = 0; i < JS_SNAP_N; i++)
+    (*h)[i] = (*p)[i] = i + 1;
+  (*r)[0] = (kvp_snapshot_run_t){.volume = "g4", .block_tokens = 16, .n = JS_SNAP_N};
+  *nr = 1;
+  return 0;
+}
+
+/* JetStream with the smallest batches (1024 bytes: 28 blocks a chunk,
+ * 10,715 chunks, more than the queue's word arena holds) and one batch
+ * awaiting its ack: a snapshot of 300,000 blocks is queued whole and
+ * arrives whole, at more than 1500 batches a second. The loop published a
+ * range of up to 4096 queued items past js_max_inflight, held up by
+ * nats.c's stall on pending acks, and released none of their room before
+ * the range's end: a chunk waited more than 200 ms (KVP_EOVERFLOW at every
+ * poll). */
+static void jetstream_snapshot_one_tiny_batch_in_flight(void **state) {
+  kvp_natsd_t *d = *state;
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  pf_sub_t s;
+  char err[256];
+
+  opts_for(&o, d, "w-jstiny", 1);
+  o.js_max_inflight = 1;
+  o.batch_max_bytes = 1024;
+  o.snapshot_runs = js_runs;
+  o.snapshot_tiers = 1u << KVP_TIER_G4;
+  assert_int_equal(pf_sub_open(&s, d->url, "f", 0, NULL, NULL), 0);
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  kvp_publisher_request_resync(pub);
+  uint64_t t0 = pf_now_ms();
+  int rc = kvp_publisher_poll(pub);
+  uint64_t took = pf_now_ms() - t0;
+  print_message("poll: %s in %llu ms\n", rc < 0 ? kvp_err_name(rc) : "queued",
+                (unsigned long long)took);
+  assert_int_equal(rc, 1);
+  assert_int_equal(kvp_publisher_flush(pub, 15000), 0);
+  uint64_t all = pf_now_ms() - t0;
+  kvp_publisher_stats_t f;
+  kvp_publisher_stats(pub, &f);
+  print_message("acked %llu batches in %llu ms (%.0f/s), %llu retries\n",
+                (unsigned long long)f.batches, (unsigned long long)all,
+                f.batches * 1000.0 / (all ? all : 1), (unsigned long long)f.retries);
+  /* One batch per ack round trip, each sent at once: nats.c's flusher,
+   * which waits 1 ms before it writes, held it under 1000 a second. */
+  assert_true(f.batches * 1000 > 1500 * all);
+  pf_sub_drain(&s, 500, 15000);
+  assert_int_equal(s.decode_errors, 0);
+  assert_int_equal(s.snapshots_done, 1);
+  assert_int_equal(s.tier[KVP_TIER_G4].n, JS_SNAP_N);
+  kvp_publisher_close(pub);
+  pf_sub_close(&s);
+}
+
 static void auth(kvp_natsd_t *d, const char *user, const char *pass, const char *token) {
   kvp_publisher_opts_t o;
   kvp_publisher_t *pub = NULL;
@@ -316,6 +390,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(snapshot_waits_while_the_queue_drains, pf_setup_core,
                                     pf_teardown),
     cmocka_unit_test_setup_teardown(stop_cont_jetstream, pf_setup_js, pf_teardown),
+    cmocka_unit_test_setup_teardown(jetstream_snapshot_one_tiny_batch_in_flight, pf_setup_js,
+                                    pf_teardown),
     cmocka_unit_test_setup_teardown(auth_user_password, pf_setup_user, pf_teardown),
     cmocka_unit_test_setup_teardown(auth_token, pf_setup_token, pf_teardown),
 };
