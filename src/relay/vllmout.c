@@ -337,9 +337,23 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   if (r == NULL) {
     /* A rank of a stream of every rank, first seen in this run (or taken
      * over past MAX_RANKS): cleared first, as the stream's first rank was
-     * at the start. The resync asked below brings back what it holds. */
+     * at the start (an earlier run may have announced its blocks); the
+     * resync asked below brings back what it holds. Routers read a clear
+     * two ways: one keyed by (worker, rank) drops that rank's blocks,
+     * Dynamo's indexer the worker's, every rank. So the relay forgets what
+     * it announced for the stream's other ranks and asks each for a resync
+     * too: their snapshots announce their blocks again, to either kind. */
     r = rank_of(s, b->dp_rank);
     announce_clear(v, s, r);
+    for (size_t i = 0; i < s->nranks; i++) {
+      rank_t *o = &s->ranks[i];
+      if (o == r || !o->known)
+        continue;
+      kvp__vout_state_free(&o->st);
+      kvp__vout_state_init(&o->st);
+      o->resync_ms = 0; /* asked now, whenever it was asked before */
+      resync(v, s, o, b->worker_id, "cleared", now);
+    }
   }
 
   s->batches++;

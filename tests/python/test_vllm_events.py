@@ -453,21 +453,35 @@ class VllmEventsTest(unittest.TestCase):
                               "-e", argv_eps["one"][0], "-r", argv_eps["one"][1], "-w", "wr:1"])
         sall, sone = self.subscriber(argv_eps["all"]), self.subscriber(argv_eps["one"])
         hs = kvplane.hash_blocks(list(range(BS * 4)), BS)
-        p0, p1 = self.publisher("wr", dp_rank=0), self.publisher("wr", dp_rank=1)
+        held0 = {1: hs[:2]}
+        p0 = self.publisher("wr", dp_rank=0, snapshot=lambda tier: held0.get(tier))
+        p1 = self.publisher("wr", dp_rank=1)
         p0.stored(block_hashes=hs[:2])
         p0.flush()
         p1.stored(block_hashes=hs[2:4])
         p1.flush()
-        got = sall.messages(3)
-        per_rank = {}
-        for _, b in got:
-            for e in b["events"]:
-                per_rank.setdefault(b["data_parallel_rank"], []).append(
-                    (e["type"], tuple(e.get("block_hashes", ()))))
+        until(lambda: "dp 0: resync requested (cleared)" in self.plane.log("relay.log"),
+              what="the relay's resync request of rank 0 after rank 1's clear")
+        until(lambda: p0.poll() or p0.stats()["resyncs"] >= 1, what="rank 0's snapshot")
+        p0.flush()
+        per_rank = {0: [], 1: []}
+
+        def again0():
+            return sorted(h for t, hz in per_rank[0][1:] if t == "BlockStored" for h in hz)
+
+        while not (len(per_rank[1]) >= 2 and again0() == sorted(hs[:2])):
+            m = sall.take(5.0)
+            self.assertIsNotNone(m, per_rank)
+            for e in m[1]["events"]:
+                per_rank[m[1]["data_parallel_rank"]].append(
+                    (e["type"], tuple(sorted(e.get("block_hashes", ())))))
         # Rank 1, first seen on the stream of every rank, is cleared first
-        # (the stream's start cleared rank 0).
-        self.assertEqual(per_rank, {0: [("BlockStored", tuple(hs[:2]))],
-                                    1: [("AllBlocksCleared", ()), ("BlockStored", tuple(hs[2:4]))]})
+        # (the stream's start cleared rank 0); a router that reads a clear
+        # as the whole worker's (Dynamo's) dropped rank 0's blocks with it,
+        # so rank 0's resync announces them again (after its first store).
+        self.assertEqual(per_rank[1], [("AllBlocksCleared", ()),
+                                       ("BlockStored", tuple(sorted(hs[2:4])))])
+        self.assertEqual(per_rank[0][0], ("BlockStored", tuple(sorted(hs[:2]))))
         one = sone.messages(1)
         self.assertEqual([(q, b["data_parallel_rank"], b["events"][0]["block_hashes"])
                           for q, b in one], [(sone.seq(0), 1, hs[2:4])])
