@@ -359,9 +359,8 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
       rank_t *o = &s->ranks[i];
       if (o == r || !o->known)
         continue;
-      kvp__vout_state_free(&o->st);
-      kvp__vout_state_init(&o->st);
-      o->resync_ms = 0; /* asked now, whenever it was asked before */
+      kvp__vout_state_forget(&o->st); /* a snapshot in flight still completes */
+      o->resync_ms = 0;               /* asked now, whenever it was asked before */
       resync(v, s, o, b->worker_id, "cleared", now);
     }
   }

@@ -620,6 +620,48 @@ static void many_ranks_are_each_cleared_once(void **state) {
   natsConnection_Destroy(nc);
 }
 
+/* A rank's resync answer in flight when another rank is first seen: its
+ * snapshot, staged from before that rank's clear, still announces every
+ * block it has at its last chunk (a router reading the clear as the
+ * worker's, Dynamo's, dropped them all). Rank 0's snapshot of G1 comes in
+ * two chunks, {A} and {B}; rank 1 first appears between them. */
+static void a_snapshot_in_flight_outlives_another_ranks_clear(void **state) {
+  rev_t *r = *state;
+  natsConnection *nc = NULL;
+  char d[256];
+  int64_t dp;
+  const uint64_t a = 0xa, b = 0xb;
+  kvp_publisher_close(r->pub); /* the test plays the worker */
+  r->pub = NULL;
+  assert_int_equal(natsConnection_ConnectTo(&nc, r->natsd.url), NATS_OK);
+  uint64_t epoch = kvp__unix_ms() * 1000000u + 1;
+  kvp_event_t c0 = {.type = KVP_EV_SNAPSHOT,
+                    .tier = 1,
+                    .hashes = &a,
+                    .nhashes = 1,
+                    .block_tokens = 16,
+                    .snapshot_id = 1,
+                    .chunk = 0};
+  kvp_event_t c1 = c0;
+  c1.hashes = &b;
+  c1.chunk = 1;
+  c1.last = 1;
+  raw_batch(nc, 0, epoch, 1, &c0);
+  raw_store(nc, 1, epoch, 1, 0xc);
+  raw_batch(nc, 0, epoch, 2, &c1);
+  natsConnection_Flush(nc);
+  next_dp(r, d, sizeof d, &dp);
+  assert_int_equal(dp, 1);
+  assert_string_equal(d, "AllBlocksCleared:-:0");
+  next_dp(r, d, sizeof d, &dp);
+  assert_int_equal(dp, 1);
+  assert_string_equal(d, "BlockStored:GPU:1");
+  next_dp(r, d, sizeof d, &dp);
+  assert_int_equal(dp, 0);
+  assert_string_equal(d, "BlockStored:GPU:1 BlockStored:GPU:1");
+  natsConnection_Destroy(nc);
+}
+
 static int setup_idle(void **state) {
   setup_idle_ms = 300;
   return setup(state);
@@ -710,6 +752,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(an_idle_stream_sends_empty_batches, setup_idle, teardown),
     cmocka_unit_test_setup_teardown(an_unanswered_resync_is_asked_again, setup, teardown),
     cmocka_unit_test_setup_teardown(many_ranks_are_each_cleared_once, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_snapshot_in_flight_outlives_another_ranks_clear, setup,
+                                    teardown),
     cmocka_unit_test(snapshot_of_shapes_keeps_each_blocks_size),
     cmocka_unit_test(a_large_snapshot_goes_out_in_bounded_messages),
     cmocka_unit_test_setup_teardown(stream_and_replay, setup, teardown),
