@@ -57,6 +57,10 @@ void kvp__vout_state_free(kvp__vout_state_t *st) {
   kvp__map64_free(&st->stage_odd);
 }
 
+void kvp__vout_state_forget(kvp__vout_state_t *st) {
+  kvp__map64_clear(&st->held);
+}
+
 void kvp__vout_state_reset(kvp__vout_state_t *st) {
   kvp__map64_clear(&st->held);
   kvp__map64_clear(&st->stage);
@@ -292,7 +296,7 @@ static void event(out_t *o, kvp__vout_state_t *st, const kvp_event_t *e) {
   case KVP_EV_CLEARED:
     if (tier == KVP_TIER_ALL) {
       begin(o, "AllBlocksCleared", 0);
-      kvp__map64_clear(&st->held);
+      kvp__vout_state_forget(st);
     } else if (tier >= 1 && tier <= KVP_TIER_MAX) {
       clear_tier(o, st, tier);
     }

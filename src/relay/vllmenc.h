@@ -64,6 +64,12 @@ void kvp__vout_state_free(kvp__vout_state_t *st);
 /* Forgets everything announced (after an AllBlocksCleared was sent). */
 void kvp__vout_state_reset(kvp__vout_state_t *st);
 
+/* Forgets what was announced stored, as an AllBlocksCleared does (a
+ * consumer then holds none of it), and keeps a snapshot being received:
+ * its last chunk announces every block it has, those of the chunks
+ * before the clear too. */
+void kvp__vout_state_forget(kvp__vout_state_t *st);
+
 /* Takes one payload (malloc'd: the sink frees or keeps it). */
 typedef void (*kvp__vout_sink_fn)(void *ctx, uint8_t *payload, size_t len);
 

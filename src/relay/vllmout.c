@@ -13,6 +13,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "kvplane/status.h"
@@ -21,7 +22,10 @@
 #include "nats/conn.h"
 #include "relay/vllmenc.h"
 
-#define MAX_RANKS 16          /* (dp rank, epoch, next id) followed per stream */
+/* (dp rank, epoch, next id) followed per stream at most: a stream of every
+ * rank follows as many as its worker runs (data parallel 32, 64 and more);
+ * a batch of a rank past them is dropped and counted (untracked). */
+#define MAX_RANKS 1024
 #define RESYNC_RETRY_MS 1000u /* between two resync requests of one rank */
 #define RESYNC_AGAIN_MS 5000u /* an unanswered one is asked again after (the advisor's default) */
 
@@ -42,8 +46,8 @@ typedef struct msg_s {
 typedef struct stream_s {
   kvp__vout_stream_opts_t o;
   void *pub, *router;
-  rank_t ranks[MAX_RANKS];
-  size_t nranks;
+  rank_t *ranks; /* grown as ranks are seen, up to MAX_RANKS */
+  size_t nranks, ranks_cap;
   uint64_t next_seq;
   uint64_t sent_ms; /* monotonic: when its last message went out */
   msg_t *ring;      /* buffer_steps messages, oldest at ring_head */
@@ -51,7 +55,7 @@ typedef struct stream_s {
   size_t ring_bytes; /* their payloads' bytes: at most buffer_bytes, or one message */
   /* figures */
   uint64_t batches, events, messages, gaps, epochs, resyncs, replays, replayed, bad_replays,
-      send_errors;
+      send_errors, untracked;
 } stream_t;
 
 struct kvp__vout_s {
@@ -148,7 +152,9 @@ int kvp__vout_open(const kvp__vout_opts_t *o, kvp__vout_t **out, char *err, size
     s->next_seq = first_seq;
     v->ns++;
     s->ring_cap = v->o.buffer_steps;
-    if ((s->ring = calloc(s->ring_cap, sizeof *s->ring)) == NULL) {
+    /* Room for the rank announce_start clears: the start never fails. */
+    if ((s->ring = calloc(s->ring_cap, sizeof *s->ring)) == NULL ||
+        KVP_ARRAY_RESERVE(s->ranks, s->ranks_cap, 1, 4) != 0) {
       rc = KVP_ENOMEM;
       goto fail;
     }
@@ -308,22 +314,21 @@ static rank_t *rank_find(stream_t *s, uint32_t dp) {
   return NULL;
 }
 
+/* The rank's state, made when first seen; NULL past MAX_RANKS ranks or
+ * without memory. A rank is never taken over by another: the two would
+ * each be seen anew at their next batch, cleared (feed) and make the
+ * stream's other ranks resync, batch after batch. Pointers into s->ranks
+ * go when a rank is added. */
 static rank_t *rank_of(stream_t *s, uint32_t dp) {
   rank_t *r = rank_find(s, dp);
   if (r != NULL)
     return r;
-  /* Past MAX_RANKS ranks on one stream a slot is taken over, its state
-   * forgotten: a stream is one engine, with one rank or a few. */
-  size_t at;
-  if (s->nranks < MAX_RANKS) {
-    at = s->nranks++;
-  } else {
-    at = dp % MAX_RANKS;
-    kvp__vout_state_free(&s->ranks[at].st);
-  }
-  s->ranks[at] = (rank_t){.dp = dp};
-  kvp__vout_state_init(&s->ranks[at].st);
-  return &s->ranks[at];
+  if (s->nranks == MAX_RANKS || KVP_ARRAY_RESERVE(s->ranks, s->ranks_cap, s->nranks + 1, 4) != 0)
+    return NULL;
+  r = &s->ranks[s->nranks++];
+  *r = (rank_t){.dp = dp};
+  kvp__vout_state_init(&r->st);
+  return r;
 }
 
 /* Announces b on s: epochs, gaps and duplicates first, as the advisor
@@ -335,23 +340,27 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   size_t n;
 
   if (r == NULL) {
-    /* A rank of a stream of every rank, first seen in this run (or taken
-     * over past MAX_RANKS): cleared first, as the stream's first rank was
-     * at the start (an earlier run may have announced its blocks); the
-     * resync asked below brings back what it holds. Routers read a clear
-     * two ways: one keyed by (worker, rank) drops that rank's blocks,
-     * Dynamo's indexer the worker's, every rank. So the relay forgets what
-     * it announced for the stream's other ranks and asks each for a resync
-     * too: their snapshots announce their blocks again, to either kind. */
-    r = rank_of(s, b->dp_rank);
+    /* A rank of a stream of every rank, first seen in this run: cleared first, as the stream's
+     * first rank was at the start (an earlier run may have announced its blocks); the resync asked
+     * below brings back what it holds. Routers read a clear two ways: one keyed by (worker, rank)
+     * drops that rank's blocks, Dynamo's indexer the worker's, every rank. So the relay forgets
+     * what it announced for the stream's other ranks and asks each for a resync too: their
+     * snapshots announce their blocks again, to either kind. */
+    if ((r = rank_of(s, b->dp_rank)) == NULL) {
+      if (s->untracked++ == 0)
+        kvp_log_warn("relay --reverse: worker %s dp %" PRIu32 ": not relayed: the stream "
+                     "follows %zu ranks at most (or no memory); its batches are dropped "
+                     "(counted untracked)",
+                     b->worker_id, b->dp_rank, (size_t)MAX_RANKS);
+      return;
+    }
     announce_clear(v, s, r);
     for (size_t i = 0; i < s->nranks; i++) {
       rank_t *o = &s->ranks[i];
       if (o == r || !o->known)
         continue;
-      kvp__vout_state_free(&o->st);
-      kvp__vout_state_init(&o->st);
-      o->resync_ms = 0; /* asked now, whenever it was asked before */
+      kvp__vout_state_forget(&o->st); /* a snapshot in flight still completes */
+      o->resync_ms = 0;               /* asked now, whenever it was asked before */
       resync(v, s, o, b->worker_id, "cleared", now);
     }
   }
@@ -569,10 +578,10 @@ void kvp__vout_stats_print(const kvp__vout_t *v, FILE *f) {
             ",\"epochs\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"replays\":%" PRIu64
             ",\"replayed\":%" PRIu64 ",\"bad_replays\":%" PRIu64 ",\"send_errors\":%" PRIu64
             ",\"spoofed\":%" PRIu64 ",\"undecodable\":%" PRIu64 ",\"buffered\":%zu"
-            ",\"buffered_bytes\":%zu}\n",
+            ",\"buffered_bytes\":%zu,\"ranks\":%zu,\"untracked\":%" PRIu64 "}\n",
             s->o.worker, s->o.dp_rank, s->o.endpoint, s->batches, s->events, s->messages, s->gaps,
             s->epochs, s->resyncs, s->replays, s->replayed, s->bad_replays, s->send_errors,
-            v->spoofed, v->undecodable, s->ring_n, s->ring_bytes);
+            v->spoofed, v->undecodable, s->ring_n, s->ring_bytes, s->nranks, s->untracked);
   }
   fflush(f);
 }
@@ -596,6 +605,7 @@ void kvp__vout_close(kvp__vout_t *v) {
     free(s->ring);
     for (size_t k = 0; k < s->nranks; k++)
       kvp__vout_state_free(&s->ranks[k].st);
+    free(s->ranks);
   }
   free(v->s);
   if (v->zctx)

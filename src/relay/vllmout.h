@@ -34,6 +34,8 @@
  * (whose G1/G2 blocks it first announces removed) it asks the worker
  * for a resync (kvplane.ctl.<ns>.<worker>.resync), whose snapshots
  * vllmenc.c turns into the removals and stores that repair the stream.
+ * A stream of every rank follows 1024 ranks at most: the batches of a rank
+ * past them are dropped (counted untracked in the stats line).
  *
  * Threads: kvp__vout_run runs everything on the caller's thread;
  * kvp__vout_stop may be called from any thread or a signal handler. */

@@ -137,6 +137,84 @@ static void jetstream_kill_restart(void **state) {
   pf_sub_close(&s);
 }
 
+/* Feeds n stored events of `per` hashes each (hashes 1..n*per in order). */
+typedef struct feed_wide_s {
+  kvp_publisher_t *pub;
+  uint64_t n, per;
+  int errors;
+  _Atomic uint64_t done;
+} feed_wide_t;
+
+static void *feeder_wide(void *arg) {
+  feed_wide_t *f = arg;
+  uint64_t h[256];
+  for (uint64_t i = 0; i < f->n; i++) {
+    for (uint64_t k = 0; k < f->per; k++)
+      h[k] = i * f->per + k + 1;
+    if (kvp_publisher_stored(f->pub, KVP_TIER_G1, NULL, NULL, h, f->per, 16, 0, 0) != 0)
+      f->errors++;
+    if (i % 20 == 0)
+      pf_sleep_ms(1);
+    atomic_store(&f->done, i + 1);
+  }
+  return NULL;
+}
+
+/* JetStream with one batch in flight and batches smaller than an event
+ * (250 hashes, about 100 a batch): every event is split across windows,
+ * the loop stopping inside one at each batch awaiting its ack; the server
+ * frozen then killed mid-stream and restarted. Every hash arrives exactly
+ * once, in order, the event ids contiguous. */
+static void jetstream_split_events_across_a_restart(void **state) {
+  kvp_natsd_t *d = *state;
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  pf_sub_t s;
+  char err[256];
+  pthread_t th;
+  const uint64_t n = 2000, per = 250;
+
+  opts_for(&o, d, "w-jssplit", 1);
+  o.js_max_inflight = 1;
+  o.batch_max_bytes = 1024;
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  feed_wide_t f = {.pub = pub, .n = n, .per = per};
+  pthread_create(&th, NULL, feeder_wide, &f);
+  while (atomic_load(&f.done) < n / 4)
+    pf_sleep_ms(5);
+  kvp_natsd_signal(d, SIGSTOP);
+  pf_sleep_ms(50);
+  kvp_natsd_signal(d, SIGKILL);
+  kvp_natsd_kill(d);
+  pf_sleep_ms(500);
+  assert_int_equal(kvp_natsd_restart(d), 0);
+  pthread_join(th, NULL);
+  assert_int_equal(f.errors, 0);
+  int rc = kvp_publisher_flush(pub, 60000);
+  kvp_publisher_stats_t fig;
+  kvp_publisher_stats(pub, &fig);
+  print_message("flush %d: batches %llu acked %llu sent %llu retries %llu reconnects %llu\n", rc,
+                (unsigned long long)fig.batches, (unsigned long long)fig.acked,
+                (unsigned long long)fig.sent, (unsigned long long)fig.retries,
+                (unsigned long long)fig.reconnects);
+  assert_int_equal(rc, 0);
+  assert_true(fig.reconnects >= 1);
+  kvp_publisher_close(pub);
+  assert_int_equal(pf_sub_open(&s, d->url, "f", 1, NULL, NULL), 0);
+  pf_sub_wait_events(&s, fig.acked, 30000);
+  pf_sub_drain(&s, 500, 5000);
+  assert_int_equal(s.decode_errors, 0);
+  assert_int_equal(s.id_errors, 0);
+  for (size_t i = 0; i < s.ids.n; i++)
+    if (s.ids.v[i] != i + 1)
+      fail_msg("stream position %zu holds event id %llu", i, (unsigned long long)s.ids.v[i]);
+  assert_int_equal(s.stored.n, n * per);
+  for (size_t i = 0; i < s.stored.n; i++)
+    if (s.stored.v[i] != i + 1)
+      fail_msg("stored position %zu holds hash %llu", i, (unsigned long long)s.stored.v[i]);
+  pf_sub_close(&s);
+}
+
 static void stop_cont(kvp_natsd_t *d, int js) {
   kvp_publisher_opts_t o;
   kvp_publisher_t *pub = NULL;
@@ -391,6 +469,8 @@ static const struct CMUnitTest tests[] = {
                                     pf_teardown),
     cmocka_unit_test_setup_teardown(stop_cont_jetstream, pf_setup_js, pf_teardown),
     cmocka_unit_test_setup_teardown(jetstream_snapshot_one_tiny_batch_in_flight, pf_setup_js,
+                                    pf_teardown),
+    cmocka_unit_test_setup_teardown(jetstream_split_events_across_a_restart, pf_setup_js,
                                     pf_teardown),
     cmocka_unit_test_setup_teardown(auth_user_password, pf_setup_user, pf_teardown),
     cmocka_unit_test_setup_teardown(auth_token, pf_setup_token, pf_teardown),

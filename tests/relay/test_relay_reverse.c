@@ -553,6 +553,115 @@ static void an_unanswered_resync_is_asked_again(void **state) {
   assert_true(asked_again);
 }
 
+/* Publishes one raw batch of worker w0, of one event (no publisher: the
+ * test plays the worker's ranks). */
+static void raw_batch(natsConnection *nc, uint32_t dp, uint64_t epoch, uint64_t id,
+                      const kvp_event_t *ev) {
+  char subj[KVP_SUBJECT_MAX];
+  uint8_t buf[4096];
+  size_t len;
+  kvp_batch_t b = {.worker_id = "w0",
+                   .dp_rank = dp,
+                   .epoch = epoch,
+                   .first_event_id = id,
+                   .events = ev,
+                   .nevents = 1};
+  assert_int_equal(kvp_subject_events(subj, sizeof subj, "rv", "w0"), 0);
+  assert_int_equal(kvp_wire_encode(&b, buf, sizeof buf, &len), 0);
+  assert_int_equal(natsConnection_Publish(nc, subj, buf, (int)len), NATS_OK);
+}
+
+static void raw_store(natsConnection *nc, uint32_t dp, uint64_t epoch, uint64_t id, uint64_t h) {
+  kvp_event_t e = {
+      .type = KVP_EV_STORED, .tier = 1, .hashes = &h, .nhashes = 1, .block_tokens = 16};
+  raw_batch(nc, dp, epoch, id, &e);
+}
+
+/* A stream of every rank follows a worker of more ranks than a few (the
+ * default stream of --worker without :DP; vLLM runs data parallel 32 and
+ * more): 20 ranks here. Each is cleared once, when first seen; their next
+ * batches are announced as they are, no rank taking another's place (a
+ * rank that did was seen anew at its next batch: cleared again, the
+ * stream's other ranks reset and asked for a resync, the two ranks doing it
+ * to each other at every batch). */
+static void many_ranks_are_each_cleared_once(void **state) {
+  rev_t *r = *state;
+  natsConnection *nc = NULL;
+  char d[256];
+  int64_t dp;
+  enum { RANKS = 20 };
+  kvp_publisher_close(r->pub); /* the test plays the worker */
+  r->pub = NULL;
+  assert_int_equal(natsConnection_ConnectTo(&nc, r->natsd.url), NATS_OK);
+  uint64_t epoch = kvp__unix_ms() * 1000000u + 1;
+  for (uint32_t k = 0; k < RANKS; k++)
+    raw_store(nc, k, epoch, 1, 100 + k);
+  natsConnection_Flush(nc);
+  for (uint32_t k = 0; k < RANKS; k++) {
+    if (k > 0) { /* rank 0 was cleared at the run's start */
+      next_dp(r, d, sizeof d, &dp);
+      assert_int_equal(dp, k);
+      assert_string_equal(d, "AllBlocksCleared:-:0");
+    }
+    next_dp(r, d, sizeof d, &dp);
+    assert_int_equal(dp, k);
+    assert_string_equal(d, "BlockStored:GPU:1");
+  }
+  for (int round = 0; round < 2; round++) {
+    for (uint32_t k = 0; k < RANKS; k++)
+      raw_store(nc, k, epoch, 2 + (uint64_t)round, 200 + k);
+    natsConnection_Flush(nc);
+    for (uint32_t k = 0; k < RANKS; k++) {
+      next_dp(r, d, sizeof d, &dp);
+      assert_int_equal(dp, k);
+      assert_string_equal(d, "BlockStored:GPU:1");
+    }
+  }
+  natsConnection_Destroy(nc);
+}
+
+/* A rank's resync answer in flight when another rank is first seen: its
+ * snapshot, staged from before that rank's clear, still announces every
+ * block it has at its last chunk (a router reading the clear as the
+ * worker's, Dynamo's, dropped them all). Rank 0's snapshot of G1 comes in
+ * two chunks, {A} and {B}; rank 1 first appears between them. */
+static void a_snapshot_in_flight_outlives_another_ranks_clear(void **state) {
+  rev_t *r = *state;
+  natsConnection *nc = NULL;
+  char d[256];
+  int64_t dp;
+  const uint64_t a = 0xa, b = 0xb;
+  kvp_publisher_close(r->pub); /* the test plays the worker */
+  r->pub = NULL;
+  assert_int_equal(natsConnection_ConnectTo(&nc, r->natsd.url), NATS_OK);
+  uint64_t epoch = kvp__unix_ms() * 1000000u + 1;
+  kvp_event_t c0 = {.type = KVP_EV_SNAPSHOT,
+                    .tier = 1,
+                    .hashes = &a,
+                    .nhashes = 1,
+                    .block_tokens = 16,
+                    .snapshot_id = 1,
+                    .chunk = 0};
+  kvp_event_t c1 = c0;
+  c1.hashes = &b;
+  c1.chunk = 1;
+  c1.last = 1;
+  raw_batch(nc, 0, epoch, 1, &c0);
+  raw_store(nc, 1, epoch, 1, 0xc);
+  raw_batch(nc, 0, epoch, 2, &c1);
+  natsConnection_Flush(nc);
+  next_dp(r, d, sizeof d, &dp);
+  assert_int_equal(dp, 1);
+  assert_string_equal(d, "AllBlocksCleared:-:0");
+  next_dp(r, d, sizeof d, &dp);
+  assert_int_equal(dp, 1);
+  assert_string_equal(d, "BlockStored:GPU:1");
+  next_dp(r, d, sizeof d, &dp);
+  assert_int_equal(dp, 0);
+  assert_string_equal(d, "BlockStored:GPU:1 BlockStored:GPU:1");
+  natsConnection_Destroy(nc);
+}
+
 static int setup_idle(void **state) {
   setup_idle_ms = 300;
   return setup(state);
@@ -610,7 +719,7 @@ static void the_replay_buffer_is_bounded_in_bytes(void **state) {
   char ds[8][64], d[256];
   int64_t dp;
   for (size_t i = 0; i < 200; i++)
-    h[i] = 0x9e3779b97f4a7c15ull * (i + 1); /* 9 bytes each in msgpack */
+    h[i] = 0x9e3779b97f4a7c15ull * (i + 1);       /* 9 bytes each in msgpack */
   assert_int_equal(replay(r, 0, seqs, ds, 8), 1); /* the start clear */
   uint64_t base = seqs[0];
   emit(r, KVP_EV_STORED, 1, h, 64);
@@ -642,6 +751,9 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(an_idle_stream_sends_empty_batches, setup_idle, teardown),
     cmocka_unit_test_setup_teardown(an_unanswered_resync_is_asked_again, setup, teardown),
+    cmocka_unit_test_setup_teardown(many_ranks_are_each_cleared_once, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_snapshot_in_flight_outlives_another_ranks_clear, setup,
+                                    teardown),
     cmocka_unit_test(snapshot_of_shapes_keeps_each_blocks_size),
     cmocka_unit_test(a_large_snapshot_goes_out_in_bounded_messages),
     cmocka_unit_test_setup_teardown(stream_and_replay, setup, teardown),
