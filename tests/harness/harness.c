@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -18,8 +19,18 @@
 
 int kvp_test_run(const char *group, const struct CMUnitTest *tests, size_t n, int argc,
                  char **argv) {
-  if (argc > 1)
+  if (argc > 1) {
+    /* A name that matches no case is an error, not a pass of 0 cases: a
+     * stale binary or a renamed case would otherwise pass unseen. */
+    size_t match = 0;
+    for (size_t i = 0; i < n; i++)
+      match += fnmatch(argv[1], tests[i].name, 0) == 0;
+    if (match == 0) {
+      fprintf(stderr, "%s: no case named '%s'\n", group, argv[1]);
+      return 2;
+    }
     cmocka_set_test_filter(argv[1]);
+  }
   return _cmocka_run_group_tests(group, tests, n, NULL, NULL);
 }
 
