@@ -344,8 +344,11 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
      * first rank was at the start (an earlier run may have announced its blocks); the resync asked
      * below brings back what it holds. Routers read a clear two ways: one keyed by (worker, rank)
      * drops that rank's blocks, Dynamo's indexer the worker's, every rank. So the relay forgets
-     * what it announced for the stream's other ranks and asks each for a resync too: their
-     * snapshots announce their blocks again, to either kind. */
+     * what it announced for the stream's other ranks: the resync the new rank asks below reaches
+     * every rank's publisher (the subject is the worker's), and their snapshots announce their
+     * blocks again, to either kind of router. Each is marked asked now, and asks again at its
+     * next batch after RESYNC_AGAIN_MS unanswered. With --no-resync nothing would bring the other
+     * ranks back: no clear then. */
     if ((r = rank_of(s, b->dp_rank)) == NULL) {
       if (s->untracked++ == 0)
         kvp_log_warn("relay --reverse: worker %s dp %" PRIu32 ": not relayed: the stream "
@@ -354,14 +357,21 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
                      b->worker_id, b->dp_rank, (size_t)MAX_RANKS);
       return;
     }
-    announce_clear(v, s, r);
-    for (size_t i = 0; i < s->nranks; i++) {
-      rank_t *o = &s->ranks[i];
-      if (o == r || !o->known)
-        continue;
-      kvp__vout_state_forget(&o->st); /* a snapshot in flight still completes */
-      o->resync_ms = 0;               /* asked now, whenever it was asked before */
-      resync(v, s, o, b->worker_id, "cleared", now);
+    if (!v->o.no_resync) {
+      size_t others = 0;
+      announce_clear(v, s, r);
+      for (size_t i = 0; i < s->nranks; i++) {
+        rank_t *o = &s->ranks[i];
+        if (o == r || !o->known)
+          continue;
+        kvp__vout_state_forget(&o->st); /* a snapshot in flight still completes */
+        o->resync_ms = now;
+        others++;
+      }
+      kvp_log_info("relay --reverse: worker %s dp %" PRIu32 ": first seen: cleared; what the "
+                   "stream announced for its %zu other rank(s) is announced again from the "
+                   "resync",
+                   b->worker_id, b->dp_rank, others);
     }
   }
 

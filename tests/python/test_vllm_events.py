@@ -460,8 +460,8 @@ class VllmEventsTest(unittest.TestCase):
         p0.flush()
         p1.stored(block_hashes=hs[2:4])
         p1.flush()
-        until(lambda: "dp 0: resync requested (cleared)" in self.plane.log("relay.log"),
-              what="the relay's resync request of rank 0 after rank 1's clear")
+        until(lambda: "dp 1: first seen: cleared" in self.plane.log("relay.log"),
+              what="rank 1's clear (its resync request reaches rank 0's publisher too)")
         until(lambda: p0.poll() or p0.stats()["resyncs"] >= 1, what="rank 0's snapshot")
         p0.flush()
         per_rank = {0: [], 1: []}
