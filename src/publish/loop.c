@@ -237,6 +237,14 @@ static int may_emit(const kvp_publisher_t *pub) {
   return pub->o.mode != KVP_PUB_JETSTREAM || (pcount(pub) < pub->o.js_max_inflight && !pub->retry);
 }
 
+/* Publishes the window when the loop may; 0 when it must wait for an ack. */
+static int try_emit(kvp_publisher_t *pub) {
+  if (!may_emit(pub))
+    return 0;
+  emit_window(pub, 0);
+  return 1;
+}
+
 /* Ends every loop callback. With a window open (its max-delay timer
  * running, started by drain, or in JetStream mode an ack to come, whose
  * wake-up drains) producers need not wake the loop: armed = 1.
@@ -265,8 +273,8 @@ static void settle(kvp_publisher_t *pub) {
 static void on_delay(uv_timer_t *t) {
   kvp_publisher_t *pub = t->data;
   drain(pub); /* what producers queued without waking the loop */
-  if (pub->batch.nev > 0 && may_emit(pub))
-    emit_window(pub, 0);
+  if (pub->batch.nev > 0)
+    try_emit(pub);
   settle(pub);
 }
 
@@ -308,12 +316,9 @@ static void drain(kvp_publisher_t *pub) {
       const kvp__pubq_item_t *it = kvp__pubq_at(&pub->q, first + i);
       size_t from = pub->item_from;
       do {
-        if (full(pub)) {
-          if (!may_emit(pub)) {
-            stalled = 1;
-            break;
-          }
-          emit_window(pub, 0);
+        if (full(pub) && !try_emit(pub)) {
+          stalled = 1;
+          break;
         }
         if (pub->batch.nev == 0)
           pub->batch.oldest_ns = kvp__now_ns();
@@ -326,11 +331,10 @@ static void drain(kvp_publisher_t *pub) {
           count = room_y;
         if (it->type == KVP_EV_SNAPSHOT && count < it->nhashes && pub->batch.nev > 0) {
           /* A snapshot chunk is never split: it keeps its chunk number. */
-          if (!may_emit(pub)) {
+          if (!try_emit(pub)) {
             stalled = 1;
             break;
           }
-          emit_window(pub, 0);
           pub->batch.oldest_ns = kvp__now_ns();
           continue;
         }
@@ -352,8 +356,8 @@ static void drain(kvp_publisher_t *pub) {
       }
       pub->item_from = 0;
       pub->consumed = first + i + 1;
-      if (full(pub) && may_emit(pub))
-        emit_window(pub, 0);
+      if (full(pub))
+        try_emit(pub);
     }
     /* The window copied the items' words: their room goes back now. */
     kvp__pubq_release(&pub->q, pub->consumed);
@@ -393,8 +397,8 @@ static void step(kvp_publisher_t *pub) {
   drain(pub);
   uint64_t fw = atomic_exchange(&pub->flush_want, 0);
   /* A flush that finds no room for a batch asks again (every 20 ms). */
-  if (fw != 0 && pub->batch.nev > 0 && may_emit(pub))
-    emit_window(pub, 0);
+  if (fw != 0 && pub->batch.nev > 0)
+    try_emit(pub);
   if (atomic_load(&pub->stop))
     stop_loop(pub);
   settle(pub);

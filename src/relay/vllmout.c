@@ -201,9 +201,7 @@ static void ring_drop_oldest(stream_t *s) {
  * from a sequence that went answers with what is left, whose first
  * sequence tells the requester what it lost (vLLM's buffer does the same). */
 static void ring_put(kvp__vout_t *v, stream_t *s, uint64_t seq, uint8_t *p, size_t len) {
-  if (s->ring_n == s->ring_cap)
-    ring_drop_oldest(s);
-  while (s->ring_n > 0 && s->ring_bytes + len > v->o.buffer_bytes)
+  while (s->ring_n > 0 && (s->ring_n == s->ring_cap || s->ring_bytes + len > v->o.buffer_bytes))
     ring_drop_oldest(s);
   s->ring[(s->ring_head + s->ring_n) % s->ring_cap] = (msg_t){seq, p, len};
   s->ring_n++;
@@ -230,7 +228,7 @@ static void send_payload(kvp__vout_t *v, stream_t *s, uint8_t *p, size_t len) {
   ring_put(v, s, n, p, len);
 }
 
-static rank_t *rank_of(stream_t *s, uint32_t dp);
+static rank_t *rank_add(stream_t *s, uint32_t dp);
 
 /* The rank a stream speaks for in what the relay says on its own (its
  * start, its empty batches): its rank, or 0 for a stream of every rank. */
@@ -285,7 +283,7 @@ static void announce_clear(kvp__vout_t *v, stream_t *s, rank_t *r) {
  * sees a jump from its last sequence and replays from there, the clear
  * included. */
 static void announce_start(kvp__vout_t *v, stream_t *s) {
-  announce_clear(v, s, rank_of(s, own_rank(s)));
+  announce_clear(v, s, rank_add(s, own_rank(s))); /* room reserved at open */
 }
 
 static void resync(kvp__vout_t *v, stream_t *s, rank_t *r, const char *worker, const char *why,
@@ -314,18 +312,15 @@ static rank_t *rank_find(stream_t *s, uint32_t dp) {
   return NULL;
 }
 
-/* The rank's state, made when first seen; NULL past MAX_RANKS ranks or
- * without memory. A rank is never taken over by another: the two would
- * each be seen anew at their next batch, cleared (feed) and make the
- * stream's other ranks resync, batch after batch. Pointers into s->ranks
- * go when a rank is added. */
-static rank_t *rank_of(stream_t *s, uint32_t dp) {
-  rank_t *r = rank_find(s, dp);
-  if (r != NULL)
-    return r;
+/* A rank's state, made when first seen (the caller found none); NULL past
+ * MAX_RANKS ranks or without memory. A rank is never taken over by
+ * another: the two would each be seen anew at their next batch, cleared
+ * (feed) and make the stream's other ranks resync, batch after batch.
+ * Pointers into s->ranks go when a rank is added. */
+static rank_t *rank_add(stream_t *s, uint32_t dp) {
   if (s->nranks == MAX_RANKS || KVP_ARRAY_RESERVE(s->ranks, s->ranks_cap, s->nranks + 1, 4) != 0)
     return NULL;
-  r = &s->ranks[s->nranks++];
+  rank_t *r = &s->ranks[s->nranks++];
   *r = (rank_t){.dp = dp};
   kvp__vout_state_init(&r->st);
   return r;
@@ -349,7 +344,7 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
      * blocks again, to either kind of router. Each is marked asked now, and asks again at its
      * next batch after RESYNC_AGAIN_MS unanswered. With --no-resync nothing would bring the other
      * ranks back: no clear then. */
-    if ((r = rank_of(s, b->dp_rank)) == NULL) {
+    if ((r = rank_add(s, b->dp_rank)) == NULL) {
       if (s->untracked++ == 0)
         kvp_log_warn("relay --reverse: worker %s dp %" PRIu32 ": not relayed: the stream "
                      "follows %zu ranks at most (or no memory); its batches are dropped "
