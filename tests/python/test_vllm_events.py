@@ -554,6 +554,10 @@ class VllmEventsTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=30)
         self.assertEqual(bad.returncode, 1)
         self.assertIn("G5=X", bad.stderr)
+        bad = subprocess.run(argv[:6] + ["--buffer-bytes", "0", "-e", arr_ep[0], "-w", "wf"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("--buffer-bytes: '0' is not a size", bad.stderr)
 
     def test_read_by_kvplane_relay(self):
         """kvplane-relay itself, a consumer written against vLLM engines,

@@ -183,6 +183,10 @@ static void option_errors(void **state) {
   set_fails((const char *const[]){"nats", "nope", NULL}, "--nats: 'nope' is not NAME=VALUE");
   set_fails((const char *const[]){"nats", "nope=1", NULL}, "nope");
   set_fails((const char *const[]){"metrics", "zzz", NULL}, "--metrics");
+  set_fails((const char *const[]){"metrics-timeout", "0", NULL},
+            "--metrics-timeout: '0' is not a duration above 0");
+  set_fails((const char *const[]){"metrics-timeout", "soon", NULL}, "--metrics-timeout");
+  set_fails((const char *const[]){"metrics-per-client", "-1", NULL}, "--metrics-per-client");
   set_fails((const char *const[]){"bogus", "1", NULL}, "--bogus: unknown option");
   /* at most KVP_RELAY_MAX_ENDPOINTS endpoints */
   const char *kv[2 * (KVP_RELAY_MAX_ENDPOINTS + 1) + 1];
