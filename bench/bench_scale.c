@@ -21,7 +21,9 @@
  *   alternating between the two (kvp_client_match_all for both; the same
  *   queries, the same count, the first --warmup of each side not counted).
  *   The machine's load average is printed with them: on a shared machine it
- *   says how much of the figure is other people's work. */
+ *   says how much of the figure is other people's work. Then the floor
+ *   (bench_natsfloor.c) on the same server: the ratio of 4 answering
+ *   processes to 1 when they do nothing but the protocol. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <nats/nats.h>
@@ -36,6 +38,7 @@
 #include <sys/stat.h>
 
 #include "bench.h"
+#include "bench_natsfloor.h"
 #include "index/index.h"
 #include "store/store.h"
 #include "harness.h"
@@ -486,6 +489,23 @@ KVP_BENCH_SUITE(scale, "partitioned advisors: CPU-s per million block-events wit
                      "1-advisor", (double)lat1[queries * 99 / 100] / 1e3);
     if (incomplete)
       printf("# %d gathered answers were incomplete or failed\n", incomplete);
+    /* The floor in the same run: the same nats-server, the same counts,
+     * answered by processes that do nothing but the protocol. */
+    double r50 = (double)lat4[queries / 2] / (double)lat1[queries / 2],
+           r99 = (double)lat4[queries * 99 / 100] / (double)lat1[queries * 99 / 100];
+    if (kvp_bench_nats_floor(g.d.port, queries, warmup, 512, lat1, lat4) == 0) {
+      qsort(lat1, (size_t)queries, sizeof *lat1, cmp_u64);
+      qsort(lat4, (size_t)queries, sizeof *lat4, cmp_u64);
+      printf("# the floor (kvp-bench natsfloor): 5 processes that speak only the NATS protocol "
+             "(blocking sockets, 512-byte answers), 4 answering one request against 1\n");
+      kvp_bench_report("scale.floor_p50_us_4", (double)lat4[queries / 2] / 1e3, "us", "1-responder",
+                       (double)lat1[queries / 2] / 1e3);
+      kvp_bench_report("scale.floor_p99_us_4", (double)lat4[queries * 99 / 100] / 1e3, "us",
+                       "1-responder", (double)lat1[queries * 99 / 100] / 1e3);
+      printf("# gathered match ratio over the floor's ratio: p50 %.3f, p99 %.3f\n",
+             r50 / ((double)lat4[queries / 2] / (double)lat1[queries / 2]),
+             r99 / ((double)lat4[queries * 99 / 100] / (double)lat1[queries * 99 / 100]));
+    }
     free(lat1);
     free(lat4);
   }
