@@ -170,9 +170,10 @@ void kvp_publisher_request_resync(kvp_publisher_t *pub);
  * policy) instead of dropping chunks, as long as the publisher's thread
  * sends: a snapshot larger than the queue takes as long as sending it
  * does (in JetStream mode, js_max_inflight batches per ack round trip). A
- * chunk that finds no room for 200 ms (the link stalled) ends that
- * snapshot unfinished (its last chunk never goes out) and is not counted
- * as a dropped event. Returns 1 when a snapshot was queued, 0 when nothing
+ * chunk that finds no room for 200 ms in core mode, or for ack_wait_ms (at
+ * least 200 ms) in JetStream mode, where only an ack frees room (the link
+ * stalled), ends that snapshot unfinished (its last chunk never goes out)
+ * and is not counted as a dropped event. Returns 1 when a snapshot was queued, 0 when nothing
  * was due, or a KVP_E code (KVP_EOVERFLOW: no room in time; the resync
  * stays due and the next poll tries again). */
 int kvp_publisher_poll(kvp_publisher_t *pub);

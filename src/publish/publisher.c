@@ -239,8 +239,18 @@ void kvp_publisher_request_resync(kvp_publisher_t *pub) {
  * sent nothing in that time (the link stalled). Not a bound on the whole
  * snapshot: one larger than what the thread sends in it (a few million
  * blocks here, fewer over JetStream's acks) then never got through, each
- * poll queueing its first chunks again. */
+ * poll queueing its first chunks again. In JetStream mode only an ack frees
+ * room once js_max_inflight batches are out, and one ack may take up to
+ * ack_wait_ms (a slow or distant stream leader) before the publisher gives
+ * up on it: the chunk waits that long there. With 200 ms there, a leader
+ * whose acks took longer failed every snapshot. */
 #define KVP__SNAPSHOT_WAIT_NS (200 * 1000000ull)
+
+static uint64_t snapshot_wait_ns(const kvp_publisher_t *pub) {
+  uint64_t ack = (uint64_t)pub->o.ack_wait_ms * 1000000u;
+  return pub->o.mode == KVP_PUB_JETSTREAM && ack > KVP__SNAPSHOT_WAIT_NS ? ack
+                                                                         : KVP__SNAPSHOT_WAIT_NS;
+}
 
 /* Queues one tier's snapshot in chunks: each run's in chunks of its own,
  * and one empty chunk when the tier holds nothing (the consumer empties its
@@ -278,7 +288,7 @@ static int snapshot_tier(kvp_publisher_t *pub, uint64_t id, int tier, const uint
     /* A full queue is waited on (while the publisher's thread drains it)
      * rather than dropped into: a snapshot must get through whole, and a
      * chunk it could not queue is not an event lost. */
-    int rc = kvp__pubq_push_wait(&pub->q, &ev, &before, kvp__now_ns() + KVP__SNAPSHOT_WAIT_NS);
+    int rc = kvp__pubq_push_wait(&pub->q, &ev, &before, kvp__now_ns() + snapshot_wait_ns(pub));
     if (rc != 0)
       return rc;
     atomic_fetch_add(&pub->f_queued, 1);

@@ -2,7 +2,8 @@
  * nats-server killed and restarted mid-stream (nothing acked lost, nothing
  * duplicated), kill -STOP / -CONT mid-stream in both modes (no crash, no hang
  * past a bound, recovery), a snapshot larger than the queue queued across
- * such stalls or through one tiny JetStream batch in flight at a time, and
+ * such stalls, through one tiny JetStream batch in flight at a time or
+ * past one slow JetStream ack, and
  * user/password and token authentication. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -426,6 +427,47 @@ static void jetstream_snapshot_one_tiny_batch_in_flight(void **state) {
   pf_sub_close(&s);
 }
 
+/* JetStream, one batch in flight, and an ack that takes 600 ms (the server
+ * stopped that long while the snapshot is queued: a slow stream leader):
+ * the chunk that finds the queue full waits for the ack, up to ack_wait_ms
+ * (1000 here), and the snapshot gets through whole in one poll. A chunk
+ * waited 200 ms there, whatever the mode: KVP_EOVERFLOW, and the next poll
+ * began again from the first chunk, into the same slow acks. */
+static void jetstream_snapshot_waits_for_a_slow_ack(void **state) {
+  kvp_natsd_t *d = *state;
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  pf_sub_t s;
+  char err[256];
+  pthread_t th;
+  staller_t st = {.pid = d->pid, .stops = 1, .stop_ms = 600, .run_ms = 0};
+
+  opts_for(&o, d, "w-jsslow", 1);
+  o.js_max_inflight = 1;
+  o.batch_max_bytes = 1024;
+  o.snapshot_runs = js_runs;
+  o.snapshot_tiers = 1u << KVP_TIER_G4;
+  assert_int_equal(pf_sub_open(&s, d->url, "f", 0, NULL, NULL), 0);
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  kvp_publisher_request_resync(pub);
+  assert_int_equal(pthread_create(&th, NULL, staller, &st), 0);
+  uint64_t t0 = pf_now_ms();
+  int rc = kvp_publisher_poll(pub);
+  uint64_t took = pf_now_ms() - t0;
+  pthread_join(th, NULL);
+  print_message("poll: %s in %llu ms\n", rc < 0 ? kvp_err_name(rc) : "queued",
+                (unsigned long long)took);
+  assert_int_equal(rc, 1);
+  assert_true(took > 600); /* it waited through the stop */
+  assert_int_equal(kvp_publisher_flush(pub, 15000), 0);
+  pf_sub_drain(&s, 500, 15000);
+  assert_int_equal(s.decode_errors, 0);
+  assert_int_equal(s.snapshots_done, 1);
+  assert_int_equal(s.tier[KVP_TIER_G4].n, JS_SNAP_N);
+  kvp_publisher_close(pub);
+  pf_sub_close(&s);
+}
+
 static void auth(kvp_natsd_t *d, const char *user, const char *pass, const char *token) {
   kvp_publisher_opts_t o;
   kvp_publisher_t *pub = NULL;
@@ -471,6 +513,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(jetstream_snapshot_one_tiny_batch_in_flight, pf_setup_js,
                                     pf_teardown),
     cmocka_unit_test_setup_teardown(jetstream_split_events_across_a_restart, pf_setup_js,
+                                    pf_teardown),
+    cmocka_unit_test_setup_teardown(jetstream_snapshot_waits_for_a_slow_ack, pf_setup_js,
                                     pf_teardown),
     cmocka_unit_test_setup_teardown(auth_user_password, pf_setup_user, pf_teardown),
     cmocka_unit_test_setup_teardown(auth_token, pf_setup_token, pf_teardown),
