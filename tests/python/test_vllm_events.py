@@ -311,8 +311,20 @@ class VllmEventsTest(unittest.TestCase):
             pub.flush()
         s = self.subscriber(eps["wf"])
         # n stores after the run's start: the buffer holds the n stores.
-        until(lambda: len(s.replay(0)) == n and
-              events(s.replay(0)[-1:])[0]["block_hashes"] == hs[-1:], what="the last batch buffered")
+        seen = {}
+
+        def buffered():
+            got = s.replay(0)
+            last = events(got[-1:])[0] if got else {}
+            seen.update(messages=len(got), first_seq=got[0][0] if got else None,
+                        last_seq=got[-1][0] if got else None, last_event=last.get("type"),
+                        last_hashes=last.get("block_hashes", [])[-2:])
+            return len(got) == n and last.get("block_hashes") == hs[-1:]
+        try:
+            until(buffered, what="the last batch buffered")
+        except AssertionError as e:  # what the buffer held instead (seen once under load)
+            raise AssertionError("%s; the replay: %r, the last hash %d; relay log: %s" % (
+                e, seen, hs[-1], self.plane.log("relay.log")[-3000:]))
         # The newest sequence buffered: the n-th after the start, or more if the relay asked
         # for a resync on the way (a slow consumer's drop on a loaded
         # machine), whose snapshot came as more messages.
