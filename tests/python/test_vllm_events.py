@@ -313,11 +313,13 @@ class VllmEventsTest(unittest.TestCase):
         # n stores after the run's start: the buffer holds the n stores.
         seen = {}
 
-        # The last store is the newest message with events: the worker's
-        # publisher sends an empty batch after 2 s idle, which the relay
-        # passes on as an empty vLLM batch (a sequence, no events), so a
-        # replay that came late ended with those, and waiting for the last
-        # store to be the newest message failed (seen here under load).
+        # The last store is the last event of the newest message with
+        # events: after 10 s silent (--idle-ms) the relay sends an empty
+        # batch, which a replay then ends with. This wait failed twice in
+        # full ctest -j2 runs on a loaded machine, the second time (with
+        # the diagnostics below) on such an empty batch at the end of the
+        # 10 s, so the condition had been false for 10 s before it; why is
+        # not known yet: a failure now says what the buffer held.
         def buffered():
             got = s.replay(0)
             full = [b["events"] for _, b in got if b["events"]]
