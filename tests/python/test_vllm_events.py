@@ -315,8 +315,9 @@ class VllmEventsTest(unittest.TestCase):
 
         # The last store is the last event of the newest message with
         # events: after 10 s silent (--idle-ms) the relay sends an empty
-        # batch, which a replay then ends with. This wait failed twice in
-        # full ctest -j2 runs on a loaded machine, the second time (with
+        # batch, which a replay then ends with. This wait failed twice on
+        # a loaded machine (in a full ctest -j2, then alone beside two
+        # other builds and test runs), the second time (with
         # the diagnostics below) on such an empty batch at the end of the
         # 10 s, so the condition had been false for 10 s before it; why is
         # not known yet: a failure now says what the buffer held.
