@@ -2,6 +2,7 @@
 #include "relay/vllmenc.h"
 
 #include <msgpack.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,13 +86,27 @@ typedef struct out_s {
 
 static int finish(out_t *o, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload, size_t *len);
 
+static atomic_uint fail_payloads; /* kvp__vout_test_fail_payloads */
+
+void kvp__vout_test_fail_payloads(unsigned n) {
+  atomic_store(&fail_payloads, n);
+}
+
+/* Takes one injected failure, if any is left. */
+static int injected_failure(void) {
+  unsigned n = atomic_load(&fail_payloads);
+  while (n > 0 && !atomic_compare_exchange_weak(&fail_payloads, &n, n - 1))
+    ;
+  return n > 0;
+}
+
 /* The events so far as one payload, handed to the sink. */
 static void flush(out_t *o) {
   uint8_t *p = NULL;
   size_t len = 0;
   if (o->n == 0 || o->oom)
     return;
-  if (finish(o, o->dp_rank, o->ts_ms, &p, &len) != 0) {
+  if (injected_failure() || finish(o, o->dp_rank, o->ts_ms, &p, &len) != 0) {
     o->oom = 1;
     return;
   }

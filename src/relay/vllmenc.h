@@ -91,6 +91,11 @@ int kvp__vout_encode(kvp__vout_state_t *st, const kvp_batch_t *b, int format,
                      const kvp__vout_media_t *media, kvp__vout_sink_fn sink, void *sink_ctx,
                      size_t *nevents);
 
+/* Fault injection for tests: the next n payloads the encoder finishes fail
+ * as out of memory would (kvp__vout_encode then returns KVP_ENOMEM). 0:
+ * none, the default; never set outside tests. */
+void kvp__vout_test_fail_payloads(unsigned n);
+
 /* An empty batch (no events) of the format, for a stream with nothing to
  * say: its sequence tells a subscriber what it missed. 0 or KVP_ENOMEM. */
 int kvp__vout_encode_empty(int format, uint32_t dp_rank, uint64_t ts_ms, uint8_t **payload,

@@ -34,6 +34,8 @@ typedef struct rank_s {
   int known;
   uint64_t epoch, last_id;
   uint64_t resync_ms;   /* when a resync was last asked; 0: none pending */
+  int lost;             /* a batch not announced whole (out of memory): the worker is
+                         * cleared and asked for a resync at the next chance (recover) */
   kvp__vout_state_t st; /* what the stream announced for this rank */
 } rank_t;
 
@@ -55,7 +57,7 @@ typedef struct stream_s {
   size_t ring_bytes; /* their payloads' bytes: at most buffer_bytes, or one message */
   /* figures */
   uint64_t batches, events, messages, gaps, epochs, resyncs, replays, replayed, bad_replays,
-      send_errors, untracked;
+      send_errors, untracked, encode_errors;
 } stream_t;
 
 struct kvp__vout_s {
@@ -264,7 +266,7 @@ static void to_stream(void *ctx, uint8_t *p, size_t len) {
  * a consumer drops it all, then learns what the worker holds from the
  * stores that follow (a resync's snapshot when the relay joins the
  * worker's stream late). */
-static void announce_clear(kvp__vout_t *v, stream_t *s, rank_t *r) {
+static int announce_clear(kvp__vout_t *v, stream_t *s, rank_t *r) {
   kvp_event_t clr = {.type = KVP_EV_CLEARED, .tier = KVP_TIER_ALL};
   kvp_batch_t b = {.worker_id = s->o.worker,
                    .dp_rank = r->dp,
@@ -273,7 +275,7 @@ static void announce_clear(kvp__vout_t *v, stream_t *s, rank_t *r) {
                    .timestamp_ms = kvp__unix_ms()};
   to_stream_t t = {v, s};
   size_t n;
-  (void)kvp__vout_encode(&r->st, &b, v->o.format, &v->media, to_stream, &t, &n);
+  return kvp__vout_encode(&r->st, &b, v->o.format, &v->media, to_stream, &t, &n);
 }
 
 /* The first message of a run clears the stream's rank (rank 0 for a
@@ -283,7 +285,7 @@ static void announce_clear(kvp__vout_t *v, stream_t *s, rank_t *r) {
  * sees a jump from its last sequence and replays from there, the clear
  * included. */
 static void announce_start(kvp__vout_t *v, stream_t *s) {
-  announce_clear(v, s, rank_add(s, own_rank(s))); /* room reserved at open */
+  (void)announce_clear(v, s, rank_add(s, own_rank(s))); /* room reserved at open */
 }
 
 static void resync(kvp__vout_t *v, stream_t *s, rank_t *r, const char *worker, const char *why,
@@ -326,6 +328,55 @@ static rank_t *rank_add(stream_t *s, uint32_t dp) {
   return r;
 }
 
+/* Clears rank r on the stream and forgets what the stream announced for
+ * its other ranks. Routers read a clear two ways: one keyed by (worker,
+ * rank) drops that rank's blocks, Dynamo's indexer the worker's, every
+ * rank. So the other ranks' announced state goes too (a snapshot of
+ * theirs in flight still completes), and each is marked asked: the resync
+ * the caller asks for r reaches every rank's publisher (the subject is the
+ * worker's), their snapshots announce their blocks again, to either kind
+ * of router, and each asks again at its next batch after RESYNC_AGAIN_MS
+ * unanswered. Returns 0, or KVP_ENOMEM when the clear could not be
+ * encoded (nothing forgotten then). *others: the ranks forgotten. */
+static int clear_worker(kvp__vout_t *v, stream_t *s, rank_t *r, uint64_t now, size_t *others) {
+  int rc = announce_clear(v, s, r);
+  *others = 0;
+  if (rc != 0)
+    return rc;
+  for (size_t i = 0; i < s->nranks; i++) {
+    rank_t *o = &s->ranks[i];
+    if (o == r || !o->known)
+      continue;
+    kvp__vout_state_forget(&o->st);
+    o->resync_ms = now;
+    (*others)++;
+  }
+  return 0;
+}
+
+/* After a batch of r that was not announced whole: what the encoder
+ * marked announced may not have gone out (or may have, in part), so
+ * neither what the stream says nor what it remembers can be trusted. The
+ * worker is cleared and asked for a resync, whose snapshots announce it
+ * again. When the clear itself finds no memory, r stays lost and the next
+ * batch tries again. With --no-resync nothing would bring the worker back:
+ * the log said so, and r is left as it is. */
+static void recover(kvp__vout_t *v, stream_t *s, rank_t *r, const char *worker, uint64_t now) {
+  size_t others;
+  if (v->o.no_resync) {
+    r->lost = 0;
+    return;
+  }
+  if (clear_worker(v, s, r, now, &others) != 0)
+    return;
+  r->lost = 0;
+  r->resync_ms = 0; /* asked now, whatever was pending */
+  resync(v, s, r, worker, "out of memory", now);
+  kvp_log_info("relay --reverse: worker %s dp %" PRIu32 ": cleared after a batch not announced "
+               "whole; it and its %zu other rank(s) are announced again from the resync",
+               worker, r->dp, others);
+}
+
 /* Announces b on s: epochs, gaps and duplicates first, as the advisor
  * follows them (ingest.c). */
 static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now) {
@@ -337,13 +388,8 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   if (r == NULL) {
     /* A rank of a stream of every rank, first seen in this run: cleared first, as the stream's
      * first rank was at the start (an earlier run may have announced its blocks); the resync asked
-     * below brings back what it holds. Routers read a clear two ways: one keyed by (worker, rank)
-     * drops that rank's blocks, Dynamo's indexer the worker's, every rank. So the relay forgets
-     * what it announced for the stream's other ranks: the resync the new rank asks below reaches
-     * every rank's publisher (the subject is the worker's), and their snapshots announce their
-     * blocks again, to either kind of router. Each is marked asked now, and asks again at its
-     * next batch after RESYNC_AGAIN_MS unanswered. With --no-resync nothing would bring the other
-     * ranks back: no clear then. */
+     * below brings back what it holds, and the other ranks' (clear_worker). With --no-resync
+     * nothing would bring the other ranks back: no clear then. */
     if ((r = rank_add(s, b->dp_rank)) == NULL) {
       if (s->untracked++ == 0)
         kvp_log_warn("relay --reverse: worker %s dp %" PRIu32 ": not relayed: the stream "
@@ -354,15 +400,8 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
     }
     if (!v->o.no_resync) {
       size_t others = 0;
-      announce_clear(v, s, r);
-      for (size_t i = 0; i < s->nranks; i++) {
-        rank_t *o = &s->ranks[i];
-        if (o == r || !o->known)
-          continue;
-        kvp__vout_state_forget(&o->st); /* a snapshot in flight still completes */
-        o->resync_ms = now;
-        others++;
-      }
+      if (clear_worker(v, s, r, now, &others) != 0)
+        r->lost = 1; /* the clear did not go out: again at its next batch */
       kvp_log_info("relay --reverse: worker %s dp %" PRIu32 ": first seen: cleared; what the "
                    "stream announced for its %zu other rank(s) is announced again from the "
                    "resync",
@@ -371,6 +410,8 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   }
 
   s->batches++;
+  if (r->lost && r->known)
+    recover(v, s, r, b->worker_id, now);
   if (r->known && b->epoch < r->epoch)
     return; /* a previous life's batch */
   if (r->known && b->epoch > r->epoch) {
@@ -382,7 +423,8 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
                       .events = clr,
                       .nevents = 2,
                       .timestamp_ms = b->timestamp_ms};
-    (void)kvp__vout_encode(&r->st, &cb, v->o.format, &v->media, to_stream, &t, &n);
+    if (kvp__vout_encode(&r->st, &cb, v->o.format, &v->media, to_stream, &t, &n) != 0)
+      r->lost = 1; /* recovered after this batch */
     s->epochs++;
     r->known = 0;
     why = "epoch";
@@ -431,9 +473,19 @@ static void feed(kvp__vout_t *v, stream_t *s, const kvp_batch_t *b, uint64_t now
   for (size_t i = 0; i < view.nevents; i++)
     if (view.events[i].type == KVP_EV_SNAPSHOT && view.events[i].last)
       r->resync_ms = 0; /* answered */
-  if (kvp__vout_encode(&r->st, &view, v->o.format, &v->media, to_stream, &t, &n) != 0)
-    kvp_log_warn("relay --reverse: worker %s: out of memory encoding a batch", b->worker_id);
+  if (kvp__vout_encode(&r->st, &view, v->o.format, &v->media, to_stream, &t, &n) != 0) {
+    s->encode_errors++;
+    kvp_log_warn("relay --reverse: worker %s dp %" PRIu32 ": out of memory encoding a batch "
+                 "(event ids %" PRIu64 "..%" PRIu64 "): %s",
+                 b->worker_id, b->dp_rank, b->first_event_id, r->last_id,
+                 v->o.no_resync ? "what routers hold of the worker may be wrong until it restarts "
+                                  "(--no-resync: no resync to ask)"
+                                : "the worker is cleared and asked for a resync");
+    r->lost = 1;
+  }
   s->events += n;
+  if (r->lost)
+    recover(v, s, r, b->worker_id, now);
 }
 
 static void on_nats(kvp__vout_t *v, natsMsg *m, uint64_t now) {
@@ -583,10 +635,12 @@ void kvp__vout_stats_print(const kvp__vout_t *v, FILE *f) {
             ",\"epochs\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"replays\":%" PRIu64
             ",\"replayed\":%" PRIu64 ",\"bad_replays\":%" PRIu64 ",\"send_errors\":%" PRIu64
             ",\"spoofed\":%" PRIu64 ",\"undecodable\":%" PRIu64 ",\"buffered\":%zu"
-            ",\"buffered_bytes\":%zu,\"ranks\":%zu,\"untracked\":%" PRIu64 "}\n",
+            ",\"buffered_bytes\":%zu,\"ranks\":%zu,\"untracked\":%" PRIu64
+            ",\"encode_errors\":%" PRIu64 "}\n",
             s->o.worker, s->o.dp_rank, s->o.endpoint, s->batches, s->events, s->messages, s->gaps,
             s->epochs, s->resyncs, s->replays, s->replayed, s->bad_replays, s->send_errors,
-            v->spoofed, v->undecodable, s->ring_n, s->ring_bytes, s->nranks, s->untracked);
+            v->spoofed, v->undecodable, s->ring_n, s->ring_bytes, s->nranks, s->untracked,
+            s->encode_errors);
   }
   fflush(f);
 }

@@ -680,6 +680,66 @@ static void a_snapshot_in_flight_outlives_another_ranks_clear(void **state) {
   natsConnection_Destroy(nc);
 }
 
+/* A batch the relay could not encode whole (out of memory; the encoder's
+ * fault injection fails its payload): what the encoder marked announced
+ * may not have gone out, so the relay clears the worker on the stream,
+ * asks it for a resync ("out of memory") and announces its next batch as
+ * usual. Before, the batch was lost with a log line: a router missed its
+ * block for good, and the relay, which had marked it announced, would not
+ * have announced it from a later snapshot either. */
+static void a_batch_not_encoded_clears_and_resyncs(void **state) {
+  rev_t *r = *state;
+  natsConnection *nc = NULL;
+  natsSubscription *ctl = NULL;
+  natsMsg *m = NULL;
+  char d[256], rsubj[KVP_SUBJECT_MAX];
+  int64_t dp;
+  kvp_publisher_close(r->pub); /* the test plays the worker */
+  r->pub = NULL;
+  assert_int_equal(kvp_subject_resync(rsubj, sizeof rsubj, "rv", "w0"), 0);
+  assert_int_equal(natsConnection_ConnectTo(&nc, r->natsd.url), NATS_OK);
+  assert_int_equal(natsConnection_SubscribeSync(&ctl, nc, rsubj), NATS_OK);
+  natsConnection_Flush(nc);
+  uint64_t epoch = kvp__unix_ms() * 1000000u + 1;
+  raw_store(nc, 0, epoch, 1, 100);
+  natsConnection_Flush(nc);
+  next_dp(r, d, sizeof d, &dp);
+  assert_string_equal(d, "BlockStored:GPU:1");
+  assert_int_equal(natsSubscription_NextMsg(&m, ctl, 5000), NATS_OK); /* its first sight */
+  assert_non_null(strstr(natsMsg_GetData(m), "\"reason\":\"joined\""));
+  natsMsg_Destroy(m);
+
+  kvp__vout_test_fail_payloads(1);
+  raw_store(nc, 0, epoch, 2, 101);
+  natsConnection_Flush(nc);
+  next_dp(r, d, sizeof d, &dp);
+  assert_int_equal(dp, 0);
+  assert_string_equal(d, "AllBlocksCleared:-:0");
+  assert_int_equal(natsSubscription_NextMsg(&m, ctl, 5000), NATS_OK);
+  print_message("resync request: %s\n", natsMsg_GetData(m));
+  assert_non_null(strstr(natsMsg_GetData(m), "\"reason\":\"out of memory\""));
+  natsMsg_Destroy(m);
+
+  raw_store(nc, 0, epoch, 3, 102);
+  natsConnection_Flush(nc);
+  next_dp(r, d, sizeof d, &dp);
+  assert_string_equal(d, "BlockStored:GPU:1");
+  natsSubscription_Destroy(ctl);
+  natsConnection_Destroy(nc);
+  char *text = NULL;
+  size_t len = 0;
+  kvp__vout_stop(r->v);
+  pthread_join(r->th, NULL);
+  r->stopped = 1;
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  kvp__vout_stats_print(r->v, f);
+  fclose(f);
+  assert_non_null(strstr(text, "\"encode_errors\":1}"));
+  assert_non_null(strstr(text, "\"resyncs\":2,"));
+  free(text);
+}
+
 static int setup_idle(void **state) {
   setup_idle_ms = 300;
   return setup(state);
@@ -770,6 +830,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(an_idle_stream_sends_empty_batches, setup_idle, teardown),
     cmocka_unit_test_setup_teardown(an_unanswered_resync_is_asked_again, setup, teardown),
     cmocka_unit_test_setup_teardown(many_ranks_are_each_cleared_once, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_batch_not_encoded_clears_and_resyncs, setup, teardown),
     cmocka_unit_test_setup_teardown(a_snapshot_in_flight_outlives_another_ranks_clear, setup,
                                     teardown),
     cmocka_unit_test(snapshot_of_shapes_keeps_each_blocks_size),
