@@ -173,13 +173,10 @@ int kvp_match_merge(const char *const *replies, const size_t *lens, size_t n, kv
     return kvp__errf(err, errlen, KVP_ENOMEM, "merge: out of memory");
   }
   info->replies = (uint32_t)n;
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    json_error_t jerr;
-    if ((docs[i] = keep[i] = json_loadb(replies[i], lens[i], 0, &jerr)) == NULL)
-      rc = kvp__errf(err, errlen, KVP_EPROTO, "reply %zu is not JSON: %s", i, jerr.text);
-  }
-  if (rc == 0)
-    rc = merge(docs, n, out, cap, nmatches, info, err, errlen);
+  for (size_t i = 0; i < n; i++) /* not JSON: not a match reply, counted as one */
+    if ((docs[i] = keep[i] = json_loadb(replies[i], lens[i], 0, NULL)) == NULL)
+      info->errors++;
+  rc = merge(docs, n, out, cap, nmatches, info, err, errlen);
   for (size_t i = 0; i < n; i++)
     json_decref(keep[i]);
   free(docs);
@@ -363,16 +360,15 @@ int kvp_client_match_all(kvp_client_t *c, const uint64_t *hashes, size_t n, uint
   if (rc != 0)
     return rc;
   for (size_t i = 0; i < g->n; i++) {
-    if (g->doc[i] == NULL) {
-      rc = kvp__errf(err, errlen, KVP_EPROTO, "reply %zu is not JSON", i);
-      goto out;
-    }
+    /* A reply that is not JSON (whoever answered on the subject) is not a
+     * match reply: counted and skipped as one, not the whole answer's
+     * failure (every router's query would fail while it answers). */
+    info->errors += g->doc[i] == NULL;
     docs[i] = g->doc[i];
   }
   info->replies = (uint32_t)g->n;
   rc = merge(docs, g->n, out, cap, nmatches, info, err, errlen);
   info->elapsed_us = g->elapsed_us;
-out:
   gathered_free(g);
   return rc;
 }
