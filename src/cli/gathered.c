@@ -22,8 +22,14 @@ static json_int_t position_of(const json_t *r, json_int_t p) {
   return -1;
 }
 
-static int usable(const json_t *r) {
-  return json_is_object(r) && json_object_get(r, "error") == NULL;
+/* A reply whose figures count: no error, and of the deployment's count
+ * (an unpartitioned advisor still answering beside partitioned ones, while
+ * the servers are switched to the mapping, reads a stream that takes
+ * nothing any more: listed, not summed). */
+static int usable(const json_t *r, json_int_t count) {
+  return json_is_object(r) && json_object_get(r, "error") == NULL &&
+         (count == 0 ||
+          json_integer_value(json_object_get(json_object_get(r, "partitions"), "count")) == count);
 }
 
 /* Adds the integers of src into dst (objects: recursively); freshness
@@ -124,7 +130,7 @@ static long cover_pick(const json_t *reps, size_t n, json_int_t count, size_t *p
   for (size_t i = 0; i < n; i++)
     for (json_int_t p = 0; p < parts; p++) {
       const json_t *r = json_array_get(reps, i);
-      json_int_t q = !usable(r) ? -1 : count ? position_of(r, p) : 0;
+      json_int_t q = !usable(r, count) ? -1 : count ? position_of(r, p) : 0;
       pos[i * (size_t)parts + (size_t)p] = q;
       at[p + 1] += q >= 0;
     }
@@ -248,7 +254,7 @@ json_t *kvp__cli_stats_merge(const json_t *g) {
     for (size_t i = 0; row && i < n; i++) {
       json_t *r = json_array_get(reps, i);
       json_int_t q = count ? position_of(r, p) : 0;
-      if (usable(r) && q >= 0)
+      if (usable(r, count) && q >= 0)
         json_array_append_new(
             ans, json_pack("{s:O?, s:I}", "advisor", json_object_get(r, "advisor"), "position", q));
     }

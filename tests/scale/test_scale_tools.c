@@ -438,6 +438,22 @@ static void stats_merge_avoids_overlapping_standbys(void **state) {
   assert_int_equal(json_integer_value(json_object_get(m, "locations")), 101);
   json_decref(m);
   json_decref(g);
+  /* An unpartitioned advisor beside them (count 0, "owned": [0]) is not a
+   * partition 0 advisor: listed, not summed, nor named as 0's. */
+  g = json_loads("{\"partitions\": 2, \"missing\": [0], \"replies\": ["
+                 "{\"advisor\": \"u\", \"locations\": 1000,"
+                 " \"partitions\": {\"count\": 0, \"owned\": [0], \"positions\": [99]}},"
+                 "{\"advisor\": \"a\", \"locations\": 1,"
+                 " \"partitions\": {\"count\": 2, \"owned\": [1], \"positions\": [5]}}]}",
+                 0, NULL);
+  assert_non_null(m = kvp__cli_stats_merge(g));
+  assert_int_equal(json_integer_value(json_object_get(m, "locations")), 1);
+  json_t *gu = json_object_get(m, "gathered");
+  assert_int_equal(json_array_size(json_object_get(gu, "advisors")), 2);
+  json_t *p0 = json_array_get(json_object_get(gu, "partitions"), 0);
+  assert_int_equal(json_array_size(json_object_get(p0, "answered")), 0);
+  json_decref(m);
+  json_decref(g);
 }
 
 int main(int argc, char **argv) {
