@@ -104,7 +104,7 @@ typedef struct kvp_gather_info_s {
   uint32_t partitions; /* the deployment's count; 0: not partitioned */
   uint32_t replies;    /* replies received (errors included) */
   uint32_t used;       /* replies that gave rows to the answer */
-  uint32_t errors;     /* {"error": ...} replies */
+  uint32_t errors;     /* {"error": ...} replies, and replies that are not match replies */
   uint32_t nmissing;   /* partitions no reply covered (1 for an unanswered unpartitioned) */
   uint32_t missing[KVP_GATHER_MISSING_MAX]; /* the first of them */
   uint64_t elapsed_us;                      /* from the request to the last reply used */
@@ -115,7 +115,7 @@ typedef struct kvp_gather_info_s {
  * into *nmatches, and the coverage into *info. Replies that disagree on the
  * partition count, or malformed rows in a reply the merge takes rows from,
  * are KVP_EPROTO; {"error"} replies and replies that are not match replies
- * are counted in errors and skipped. Returns 0, KVP_EPROTO or KVP_ENOMEM;
+ * (not JSON included) are counted in errors and skipped. Returns 0, KVP_EPROTO or KVP_ENOMEM;
  * err (may be NULL) says why. Used by kvp_client_match_all, the kvplane
  * CLI and the Python binding, so they merge alike. */
 int kvp_match_merge(const char *const *replies, const size_t *lens, size_t n, kvp_match_t *out,

@@ -372,7 +372,7 @@ static int load_state(kvp_advisor_t *adv, char *err, size_t errlen) {
       .resync_ctx = adv,
       .accessed = on_accessed,
       .accessed_ctx = adv,
-      .partitioned = cfg->partitions > 0,
+      .partitions = (uint32_t)cfg->partitions,
   };
   kvp__index_stats_t st;
   int rc;

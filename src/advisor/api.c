@@ -197,19 +197,19 @@ int kvp__adv_api_stats(const kvp__index_t *ix, const kvp__adv_ingest_t *ing,
     json_object_set_new(tiers, kvp_tier_name(t),
                         json_pack("{s:I, s:I}", "locations", (json_int_t)s.tier_locations[t],
                                   "bytes", (json_int_t)s.tier_bytes[t]));
-  json_t *ingest =
-      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-                "s:I, s:I, s:I, s:I}",
-                "messages", (json_int_t)c->messages, "batches", (json_int_t)c->batches,
-                "heartbeats", (json_int_t)c->heartbeats, "events", (json_int_t)c->events,
-                "block_events", (json_int_t)c->block_events, "malformed", (json_int_t)c->malformed,
-                "oversized", (json_int_t)c->oversized, "bad_events", (json_int_t)c->bad_events,
-                "duplicates", (json_int_t)c->duplicates, "stale", (json_int_t)c->stale, "gaps",
-                (json_int_t)c->gaps, "resyncs", (json_int_t)c->resyncs, "snapshots",
-                (json_int_t)c->snapshots, "epochs", (json_int_t)c->epochs, "downs",
-                (json_int_t)c->downs, "unknown_removes", (json_int_t)c->unknown_removes, "foreign",
-                (json_int_t)c->foreign, "spoofed", (json_int_t)c->spoofed, "unpartitioned",
-                (json_int_t)c->unpartitioned, "own", (json_int_t)c->own);
+  json_t *ingest = json_pack(
+      "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+      "s:I, s:I, s:I, s:I, s:I}",
+      "messages", (json_int_t)c->messages, "batches", (json_int_t)c->batches, "heartbeats",
+      (json_int_t)c->heartbeats, "events", (json_int_t)c->events, "block_events",
+      (json_int_t)c->block_events, "malformed", (json_int_t)c->malformed, "oversized",
+      (json_int_t)c->oversized, "bad_events", (json_int_t)c->bad_events, "duplicates",
+      (json_int_t)c->duplicates, "stale", (json_int_t)c->stale, "gaps", (json_int_t)c->gaps,
+      "resyncs", (json_int_t)c->resyncs, "snapshots", (json_int_t)c->snapshots, "epochs",
+      (json_int_t)c->epochs, "downs", (json_int_t)c->downs, "unknown_removes",
+      (json_int_t)c->unknown_removes, "foreign", (json_int_t)c->foreign, "mispartitioned",
+      (json_int_t)c->mispartitioned, "spoofed", (json_int_t)c->spoofed, "unpartitioned",
+      (json_int_t)c->unpartitioned, "own", (json_int_t)c->own);
   json_t *store =
       json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream_seq", (json_int_t)x->stream_seq,
                 "committed_seq", (json_int_t)x->committed_seq, "flushes", (json_int_t)x->flushes,

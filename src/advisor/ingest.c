@@ -376,7 +376,7 @@ int kvp__adv_ingest_apply(kvp__adv_ingest_t *ing, const kvp_batch_t *b, uint64_t
   int rc;
   const char *need_resync = NULL;
 
-  if (ing->opts.partitioned && strcmp(b->worker_id, KVP_ADVISOR_WORKER) == 0) {
+  if (ing->opts.partitions > 0 && strcmp(b->worker_id, KVP_ADVISOR_WORKER) == 0) {
     if (ing->c.unpartitioned++ == 0)
       kvp_log_warn("advisor: worker %s: an unpartitioned tiering advisor's events are ignored by "
                    "a partitioned advisor (its objects are under the namespace's own key "
@@ -528,6 +528,24 @@ int kvp__adv_ingest_message_on(kvp__adv_ingest_t *ing, const char *subject, cons
       kvp_log_warn("advisor: message on %s is outside kvplane.ev.%s.<worker>: skipped (%" PRIu64
                    " so far)",
                    subject ? subject : "(none)", ns, ing->c.foreign);
+    return KVP_EPROTO;
+  }
+  /* The servers' mapping chose part; this advisor's count must choose the
+   * same, or its partitions hold other workers than the merge, the drops of
+   * a move and the other advisors take them to (rows answered for the
+   * wrong partition, then dropped at the next restart as not owned). */
+  if (part != UINT32_MAX && ing->opts.partitions > 0 &&
+      kvp_partition_of(worker, ing->opts.partitions) != part) {
+    ing->c.messages++;
+    ing->c.mispartitioned++;
+    if (worth_logging(ing->c.mispartitioned))
+      kvp_log_error("advisor: message on %s skipped: the servers' mapping put worker %s in "
+                    "partition %" PRIu32 ", [partitions] count = %" PRIu32 " puts it in %" PRIu32
+                    ": the count disagrees with the servers' mapping (kvplane nats-config %" PRIu32
+                    " prints the mapping for this count) (%" PRIu64 " so far)",
+                    subject, worker, part, ing->opts.partitions,
+                    kvp_partition_of(worker, ing->opts.partitions), ing->opts.partitions,
+                    ing->c.mispartitioned);
     return KVP_EPROTO;
   }
   return decode_apply(ing, subject, sns, worker, buf, len, lim, now_ms);

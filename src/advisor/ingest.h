@@ -60,8 +60,12 @@ typedef struct kvp__adv_ingest_opts_s {
    * puts in a partition's stream) are counted and ignored. Its objects are
    * under the namespace's own key namespace, which no partitioned worker
    * reads and a partitioned advisor sweeps (docs/SCALE.md, "Switching a
-   * tiering deployment to partitions"): no router is sent to them. */
-  int partitioned;
+   * tiering deployment to partitions"): no router is sent to them.
+   * Also the [partitions] count: a message on kvplane.pev.<ns>.<p>.<worker>
+   * whose worker is not in partition p by this count (kvp_partition_of) is
+   * counted as mispartitioned and skipped, with an error naming both: the
+   * servers' mapping was made for another count (0: not partitioned). */
+  uint32_t partitions;
 } kvp__adv_ingest_opts_t;
 
 /* Counters, all monotonic. */
@@ -76,7 +80,7 @@ typedef struct kvp__adv_ingest_counters_s {
   uint64_t bad_events;    /* decoded events that could not be applied */
   uint64_t duplicates;    /* events skipped as already applied */
   uint64_t stale;         /* batches from an older epoch */
-  uint64_t unpartitioned; /* batches of an unpartitioned _advisor ignored (opts.partitioned) */
+  uint64_t unpartitioned; /* batches of an unpartitioned _advisor ignored (opts.partitions) */
   uint64_t own;           /* events of this process's tiering engine, applied at the source */
   uint64_t gaps;
   uint64_t resyncs;         /* resync requests sent */
@@ -84,9 +88,11 @@ typedef struct kvp__adv_ingest_counters_s {
   uint64_t epochs;          /* worker restarts seen */
   uint64_t downs;           /* workers marked down */
   uint64_t unknown_removes; /* removes of blocks or locations not indexed */
-  uint64_t foreign;    /* messages on a subject outside kvplane.ev.<ns>.<worker> (not decoded) */
-  uint64_t spoofed;    /* batches whose worker or namespace disagrees with their subject */
-  uint64_t by_type[6]; /* events applied, by KVP_EV_* type ([0] unused); they sum to events */
+  uint64_t foreign; /* messages on a subject outside kvplane.ev.<ns>.<worker> (not decoded) */
+  uint64_t mispartitioned; /* messages whose partition by the servers' mapping is not the
+                            * worker's by opts.partitions (not decoded) */
+  uint64_t spoofed;        /* batches whose worker or namespace disagrees with their subject */
+  uint64_t by_type[6];     /* events applied, by KVP_EV_* type ([0] unused); they sum to events */
 } kvp__adv_ingest_counters_t;
 
 /* The persistent part of a worker's state (the store's workers table). */

@@ -42,9 +42,10 @@ static void write_ingest(const kvp__adv_metrics_snap_t *s, kvp__prom_t *p) {
   kvp__prom_family(p, "kvplane_advisor_skipped_total", "counter",
                    "Messages, batches or events not applied, by cause.");
   static const char *const causes[] = {"bad_event",       "duplicate", "stale_epoch",
-                                       "foreign_subject", "spoofed",   "unpartitioned_advisor"};
-  const uint64_t vals[] = {c->bad_events, c->duplicates, c->stale,
-                           c->foreign,    c->spoofed,    c->unpartitioned};
+                                       "foreign_subject", "spoofed",   "unpartitioned_advisor",
+                                       "mispartitioned"};
+  const uint64_t vals[] = {c->bad_events, c->duplicates,    c->stale,         c->foreign,
+                           c->spoofed,    c->unpartitioned, c->mispartitioned};
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
     kvp__prom_sample(p, "kvplane_advisor_skipped_total", (const char *[]){"cause", causes[i], NULL},
                      (double)vals[i]);

@@ -78,9 +78,10 @@ int kvp__cli_stats_all(const kvp__cli_args_t *a, long timeout, int quiet, json_t
 /* The gathered stats g ({"partitions": C, "missing": [...], "replies":
  * [...]}, kvp_client_request_all's reply) as one stats object, new
  * reference, NULL when there is no reply: one unpartitioned advisor's reply
- * as it is; else the figures of a cover of the partitions (per partition
- * not yet covered, its freshest advisor with everything it owns, so that a
- * standby is not counted twice) summed, freshness lags their maximum,
+ * as it is; else the figures of a cover of the partitions (whole advisors
+ * whose owned sets do not overlap, the freshest of each partition first,
+ * so that a standby is not counted twice, also beside advisors owning
+ * uneven sets) summed, freshness lags their maximum,
  * uptime the youngest's, tiering the tiering advisor's, and "gathered":
  * {"count", "missing", "partitions": [{"partition", "answered":
  * [{"advisor", "position"}]}], "advisors": [{"advisor", "owned", "ready",

@@ -289,10 +289,17 @@ int kvp__cli_cmd_stats(const kvp__cli_args_t *a) {
 int kvp__cli_cmd_nats_config(const kvp__cli_args_t *a) {
   char buf[1024];
   char *end = NULL;
-  unsigned long n = a->nrest == 1 ? strtoul(a->rest[0], &end, 10) : 0;
-  if (a->nrest != 1 || end == a->rest[0] || *end != '\0' ||
-      kvp_partition_mapping_conf(buf, sizeof buf, (uint32_t)n) != 0) {
+  if (a->nrest != 1) {
     fprintf(stderr, "kvplane nats-config: give the partition count, 1..%d\n", KVP_PARTITIONS_MAX);
+    return KVP__CLI_EXIT_USAGE;
+  }
+  /* Digits only, compared before any narrowing: 4294967304 is not 8. */
+  const char *s = a->rest[0];
+  unsigned long n = s[0] >= '0' && s[0] <= '9' ? strtoul(s, &end, 10) : 0;
+  if (end == NULL || *end != '\0' || n < 1 || n > KVP_PARTITIONS_MAX ||
+      kvp_partition_mapping_conf(buf, sizeof buf, (uint32_t)n) != 0) {
+    fprintf(stderr, "kvplane nats-config: '%s' is not a partition count (1..%d)\n", s,
+            KVP_PARTITIONS_MAX);
     return KVP__CLI_EXIT_USAGE;
   }
   fputs(buf, stdout);

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <nats/nats.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ struct kvp_client_s {
   natsConnection *nc;
   char ns[KVP_SUBJECT_TOKEN_MAX + 1];
   uint32_t grace_ms;
+  atomic_uint parts_seen; /* kvp__client_parts_seen */
   /* The gathering calls' reply subscription, on <inbox>.*, made once: a
    * request is <inbox>.<id>, so the server adds and removes no
    * subscription per request. One call uses it at a time (rmu); a call
@@ -64,6 +66,14 @@ void kvp_client_set_grace(kvp_client_t *c, uint32_t grace_ms) {
 
 uint32_t kvp__client_grace_ms(const kvp_client_t *c) {
   return c->grace_ms;
+}
+
+uint32_t kvp__client_parts_seen(kvp_client_t *c) {
+  return atomic_load(&c->parts_seen);
+}
+
+void kvp__client_parts_saw(kvp_client_t *c, uint32_t count) {
+  atomic_store(&c->parts_seen, count);
 }
 
 int kvp_client_open(const kvp_nats_opts_t *nats, const char *ns, kvp_client_t **out, char *err,

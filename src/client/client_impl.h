@@ -25,6 +25,12 @@ void *kvp__client_conn(kvp_client_t *c);
 const char *kvp__client_ns(const kvp_client_t *c);
 uint32_t kvp__client_grace_ms(const kvp_client_t *c);
 
+/* The partition count the client's last gather found (0: unpartitioned or
+ * none yet): while it is set, replies of unpartitioned advisors alone do
+ * not end a gather (gather.c). Any thread. */
+uint32_t kvp__client_parts_seen(kvp_client_t *c);
+void kvp__client_parts_saw(kvp_client_t *c, uint32_t count);
+
 /* The client's long-lived reply subscription (a natsSubscription * in
  * *sub) and a fresh reply subject under it for one request; returns 1, and
  * the caller gives it back with kvp__client_reply_give. Returns 0 (nothing

@@ -65,13 +65,31 @@ static int merge(json_t **docs, size_t n, kvp_match_t *out, size_t cap, size_t *
   int best[KVP_PARTITIONS_MAX];
   uint64_t bestpos[KVP_PARTITIONS_MAX];
   uint32_t count = 0;
-  int have_count = 0, rc = 0;
+  int rc = 0;
   kvp_match_t *rows = NULL;
   size_t nrows = 0, rcap = 0;
 
   *nmatches = 0;
   for (size_t i = 0; i < KVP_PARTITIONS_MAX; i++)
     best[i] = none;
+  /* The deployment's count is the partitioned replies' (they must agree).
+   * An unpartitioned advisor answering beside them (one still running
+   * while the servers are switched to the mapping, docs/SCALE.md: its
+   * stream takes nothing from then on) is counted as an error and skipped
+   * below, not the answer's failure. */
+  for (size_t i = 0; i < n; i++) {
+    json_t *owned, *pos;
+    uint32_t c;
+    if (docs[i] == NULL || json_object_get(docs[i], "error") != NULL ||
+        where(docs[i], &c, &owned, &pos) != 0 || c == 0)
+      continue;
+    if (count != 0 && c != count)
+      return kvp__errf(err, errlen, KVP_EPROTO,
+                       "the advisors disagree on the partition count (%u and %u): check their "
+                       "[partitions] count against the servers' mapping",
+                       count, c);
+    count = c;
+  }
   for (size_t i = 0; i < n; i++) {
     json_t *owned, *pos;
     uint32_t c;
@@ -90,13 +108,11 @@ static int merge(json_t **docs, size_t n, kvp_match_t *out, size_t cap, size_t *
       docs[i] = NULL;
       continue;
     }
-    if (have_count && c != count)
-      return kvp__errf(err, errlen, KVP_EPROTO,
-                       "the advisors disagree on the partition count (%u and %u): check their "
-                       "[partitions] count against the servers' mapping",
-                       count, c);
-    count = c;
-    have_count = 1;
+    if (c != count) { /* unpartitioned, beside partitioned replies */
+      info->errors++;
+      docs[i] = NULL;
+      continue;
+    }
     size_t k = owned ? json_array_size(owned) : 0;
     if (c == 0 && k == 0) { /* an old advisor: the whole stream, position unknown */
       if (best[0] == none)
@@ -173,13 +189,10 @@ int kvp_match_merge(const char *const *replies, const size_t *lens, size_t n, kv
     return kvp__errf(err, errlen, KVP_ENOMEM, "merge: out of memory");
   }
   info->replies = (uint32_t)n;
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    json_error_t jerr;
-    if ((docs[i] = keep[i] = json_loadb(replies[i], lens[i], 0, &jerr)) == NULL)
-      rc = kvp__errf(err, errlen, KVP_EPROTO, "reply %zu is not JSON: %s", i, jerr.text);
-  }
-  if (rc == 0)
-    rc = merge(docs, n, out, cap, nmatches, info, err, errlen);
+  for (size_t i = 0; i < n; i++) /* not JSON: not a match reply, counted as one */
+    if ((docs[i] = keep[i] = json_loadb(replies[i], lens[i], 0, NULL)) == NULL)
+      info->errors++;
+  rc = merge(docs, n, out, cap, nmatches, info, err, errlen);
   for (size_t i = 0; i < n; i++)
     json_decref(keep[i]);
   free(docs);
@@ -192,8 +205,9 @@ typedef struct gathered_s {
   natsMsg *msg[KVP_PARTITIONS_MAX];
   json_t *doc[KVP_PARTITIONS_MAX];
   size_t n;
-  uint32_t count;
-  int have_count;
+  uint32_t count;         /* the partitioned replies' count; 0: none yet */
+  int have_count;         /* a valid reply came, partitioned or not */
+  uint32_t unpartitioned; /* valid replies of unpartitioned advisors */
   uint8_t covered[KVP_PARTITIONS_MAX];
   uint32_t ncovered;
   uint64_t elapsed_us;
@@ -207,24 +221,37 @@ static void gathered_free(gathered_t *g) {
   free(g);
 }
 
-/* Notes which partitions a reply covers; 1 once every partition is. */
-static int note(gathered_t *g, json_t *doc) {
+/* Notes which partitions a reply covers. */
+static void note(gathered_t *g, json_t *doc) {
   json_t *owned, *pos;
   uint32_t c;
   if (doc == NULL || json_object_get(doc, "error") != NULL || where(doc, &c, &owned, &pos) != 0)
-    return 0;
-  if (!g->have_count)
-    g->count = c, g->have_count = 1;
+    return;
+  g->have_count = 1;
+  if (c == 0) {
+    g->unpartitioned++;
+    return;
+  }
+  if (g->count == 0)
+    g->count = c;
   if (c != g->count)
-    return 0; /* the merge reports the disagreement */
-  if (c == 0)
-    return 1;
+    return; /* the merge reports the disagreement */
   for (size_t j = 0; j < json_array_size(owned); j++) {
     uint32_t p = (uint32_t)json_integer_value(json_array_get(owned, j));
-    if (!g->covered[p]++)
+    if (!g->covered[p])
       g->ncovered++;
+    g->covered[p] = 1;
   }
-  return g->ncovered == c;
+}
+
+/* Whether the replies so far cover every partition: an unpartitioned
+ * advisor covers everything, unless partitioned ones answered too (the
+ * merge takes theirs: see merge) or did in the client's last gather
+ * (seen: their count). An unpartitioned advisor left running while the
+ * servers are switched to the mapping often answers first; its answer
+ * alone, from a stream that takes nothing any more, is not the answer. */
+static int is_covered(const gathered_t *g, uint32_t seen) {
+  return g->count ? g->ncovered == g->count : g->unpartitioned > 0 && seen == 0;
 }
 
 /* Publishes data on kvplane.api.<ns>.<call> with a reply subject and takes
@@ -251,6 +278,7 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
   if ((g = calloc(1, sizeof *g)) == NULL)
     return kvp__errf(err, errlen, KVP_ENOMEM, "%s: out of memory", subj);
   uint64_t t0 = now_us(), deadline = t0 + (uint64_t)timeout_ms * 1000u;
+  uint32_t seen = kvp__client_parts_seen(c);
   own = !kvp__client_reply_take(c, &shared, reply, sizeof reply);
   if (own) {
     if ((s = natsInbox_Create(&inbox)) == NATS_OK)
@@ -308,10 +336,13 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
     }
     g->msg[g->n] = m;
     g->doc[g->n] = json_loadb(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), 0, NULL);
-    int done = note(g, g->doc[g->n]);
+    note(g, g->doc[g->n]);
     g->n++;
     if (!covered)
       g->elapsed_us = now_us() - t0;
+    int done = is_covered(g, seen);
+    if (!done)
+      covered = 0; /* partitioned replies after an unpartitioned one's cover */
     if (done && !covered) {
       /* Every partition has an answer: standbys' replies already here are
        * taken too (the merge prefers the freshest), and more for the
@@ -322,6 +353,10 @@ static int gather(kvp_client_t *c, const char *call, const void *data, size_t le
         grace_end = deadline;
     }
   }
+  /* What the next gather expects: this one's partitioned count; 0 when
+   * only unpartitioned advisors answered (the deployment went back). */
+  if (g->count || g->unpartitioned)
+    kvp__client_parts_saw(c, g->count);
 out:
   if (own) {
     natsSubscription_Destroy(sub);
@@ -363,16 +398,15 @@ int kvp_client_match_all(kvp_client_t *c, const uint64_t *hashes, size_t n, uint
   if (rc != 0)
     return rc;
   for (size_t i = 0; i < g->n; i++) {
-    if (g->doc[i] == NULL) {
-      rc = kvp__errf(err, errlen, KVP_EPROTO, "reply %zu is not JSON", i);
-      goto out;
-    }
+    /* A reply that is not JSON (whoever answered on the subject) is not a
+     * match reply: counted and skipped as one, not the whole answer's
+     * failure (every router's query would fail while it answers). */
+    info->errors += g->doc[i] == NULL;
     docs[i] = g->doc[i];
   }
   info->replies = (uint32_t)g->n;
   rc = merge(docs, g->n, out, cap, nmatches, info, err, errlen);
   info->elapsed_us = g->elapsed_us;
-out:
   gathered_free(g);
   return rc;
 }

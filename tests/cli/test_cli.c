@@ -240,6 +240,14 @@ static void exit_statuses(void **state) {
   assert_int_equal(cli_run(c, (char *[]){"nats-config", "0", NULL}), 1);
   assert_int_equal(cli_run(c, (char *[]){"nats-config", NULL}), 1);
   assert_int_equal(cli_run(c, (char *[]){"nats-config", "4x", NULL}), 1);
+  /* 2^32 + 8 is not 8 (it printed the block for 8 partitions), nor are
+   * signs and spaces counts; the largest count is taken. */
+  assert_int_equal(cli_run(c, (char *[]){"nats-config", "4294967304", NULL}), 1);
+  assert_null(strstr(c->text, "partition("));
+  assert_int_equal(cli_run(c, (char *[]){"nats-config", "+8", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"nats-config", "1025", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"nats-config", "1024", NULL}), 0);
+  assert_non_null(strstr(c->text, "{{partition(1024,2)}}"));
   /* kvplane bench without kvp-bench says it is not installed, exit 5. */
   char sh[1200];
   snprintf(sh, sizeof sh, "KVPLANE_BENCH=%s/no-kvp-bench %s bench hash 2>&1", c->f.dir, c->prog);

@@ -324,6 +324,32 @@ static void merge_prefers_the_freshest_and_reports_missing(void **state) {
   assert_int_equal(info.errors, 2);
   assert_int_equal(info.nmissing, 3);
   assert_int_equal(n, 1);
+  /* Nor is one that is not JSON (a responder on the subject answering
+   * garbage): counted, skipped; the others' rows stay (it failed the whole
+   * merge, "reply 1 is not JSON"). */
+  const char *reps6[] = {r[2], "garbage", r[0]};
+  size_t lens6[] = {strlen(r[2]), 7, strlen(r[0])};
+  assert_int_equal(kvp_match_merge(reps6, lens6, 3, m, 8, &n, &info, err, sizeof err), 0);
+  assert_int_equal(info.replies, 3);
+  assert_int_equal(info.errors, 1);
+  assert_int_equal(info.nmissing, 1);
+  assert_int_equal(info.missing[0], 3);
+  assert_int_equal(n, 3);
+  /* An unpartitioned advisor answering beside partitioned ones (left
+   * running while the servers are switched to the mapping) is skipped and
+   * counted, in any order: it failed the merge ("disagree ... 4 and 0"). */
+  const char *unp = "{\"hashes\":1,\"matches\":[{\"worker\":\"x\",\"dp_rank\":0,\"tier\":"
+                    "\"G1\",\"length\":1}],\"partitions\":{\"count\":0,\"owned\":[0],"
+                    "\"positions\":[7]}}";
+  const char *reps7[] = {unp, r[2], r[0]};
+  size_t lens7[] = {strlen(unp), strlen(r[2]), strlen(r[0])};
+  assert_int_equal(kvp_match_merge(reps7, lens7, 3, m, 8, &n, &info, err, sizeof err), 0);
+  assert_int_equal(info.partitions, 4);
+  assert_int_equal(info.errors, 1);
+  assert_int_equal(info.nmissing, 1);
+  assert_int_equal(n, 3);
+  for (size_t i = 0; i < n; i++)
+    assert_string_not_equal(m[i].worker, "x");
   /* An unpartitioned advisor covers everything. */
   const char *reps4[] = {"{\"hashes\":1,\"matches\":[{\"worker\":\"x\",\"dp_rank\":0,\"tier\":"
                          "\"G1\",\"length\":1}],\"partitions\":{\"count\":0,\"owned\":[0],"

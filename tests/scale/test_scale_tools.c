@@ -397,9 +397,69 @@ static void stats_merge_counts_a_standby_once(void **state) {
   json_decref(g);
 }
 
+/* Uneven sets over 8 partitions: a0 owns 0-4, a1 5,6, a2 7 and s, a
+ * standby of 0 and 7, answered first and fresher for 0. Summing s for
+ * partition 0 and then a0 for 1 counted partition 0's workers twice (seen
+ * with kvplane status over four kvplane-advisor processes: 8728 locations
+ * where the workers held 8129); the cover is a0, a1 and a2. */
+static void stats_merge_avoids_overlapping_standbys(void **state) {
+  (void)state;
+  const char *text = "{\"partitions\": 8, \"missing\": [], \"replies\": ["
+                     "{\"advisor\": \"s\", \"locations\": 300,"
+                     " \"partitions\": {\"count\": 8, \"owned\": [0, 7], \"positions\": [9, 4]}},"
+                     "{\"advisor\": \"a0\", \"locations\": 1000,"
+                     " \"partitions\": {\"count\": 8, \"owned\": [0, 1, 2, 3, 4], \"positions\": "
+                     "[8, 4, 3, 2, 4]}},"
+                     "{\"advisor\": \"a1\", \"locations\": 200,"
+                     " \"partitions\": {\"count\": 8, \"owned\": [5, 6], \"positions\": [3, 4]}},"
+                     "{\"advisor\": \"a2\", \"locations\": 100,"
+                     " \"partitions\": {\"count\": 8, \"owned\": [7], \"positions\": [4]}}]}";
+  json_t *g = json_loads(text, 0, NULL), *m;
+  assert_non_null(g);
+  assert_non_null(m = kvp__cli_stats_merge(g));
+  assert_int_equal(json_integer_value(json_object_get(m, "locations")), 1300);
+  json_t *summed = json_object_get(json_object_get(m, "gathered"), "summed");
+  assert_int_equal(json_array_size(summed), 3);
+  assert_string_equal(json_string_value(json_array_get(summed, 0)), "a0");
+  json_decref(m);
+  json_decref(g);
+  /* Sets that cannot be split evenly (a: 0,1; b: 1,2; c: 2,0): a, then c
+   * for partition 2 (b overlaps a, c too but it is the freshest left):
+   * every partition is in the sum, one of them twice. */
+  g = json_loads("{\"partitions\": 3, \"missing\": [], \"replies\": ["
+                 "{\"advisor\": \"a\", \"locations\": 1,"
+                 " \"partitions\": {\"count\": 3, \"owned\": [0, 1], \"positions\": [5, 5]}},"
+                 "{\"advisor\": \"b\", \"locations\": 10,"
+                 " \"partitions\": {\"count\": 3, \"owned\": [1, 2], \"positions\": [5, 5]}},"
+                 "{\"advisor\": \"c\", \"locations\": 100,"
+                 " \"partitions\": {\"count\": 3, \"owned\": [2, 0], \"positions\": [6, 5]}}]}",
+                 0, NULL);
+  assert_non_null(m = kvp__cli_stats_merge(g));
+  assert_int_equal(json_integer_value(json_object_get(m, "locations")), 101);
+  json_decref(m);
+  json_decref(g);
+  /* An unpartitioned advisor beside them (count 0, "owned": [0]) is not a
+   * partition 0 advisor: listed, not summed, nor named as 0's. */
+  g = json_loads("{\"partitions\": 2, \"missing\": [0], \"replies\": ["
+                 "{\"advisor\": \"u\", \"locations\": 1000,"
+                 " \"partitions\": {\"count\": 0, \"owned\": [0], \"positions\": [99]}},"
+                 "{\"advisor\": \"a\", \"locations\": 1,"
+                 " \"partitions\": {\"count\": 2, \"owned\": [1], \"positions\": [5]}}]}",
+                 0, NULL);
+  assert_non_null(m = kvp__cli_stats_merge(g));
+  assert_int_equal(json_integer_value(json_object_get(m, "locations")), 1);
+  json_t *gu = json_object_get(m, "gathered");
+  assert_int_equal(json_array_size(json_object_get(gu, "advisors")), 2);
+  json_t *p0 = json_array_get(json_object_get(gu, "partitions"), 0);
+  assert_int_equal(json_array_size(json_object_get(p0, "answered")), 0);
+  json_decref(m);
+  json_decref(g);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stats_merge_counts_a_standby_once),
+      cmocka_unit_test(stats_merge_avoids_overlapping_standbys),
       cmocka_unit_test_setup_teardown(status_and_top_gather_across_partitions, setup, teardown),
       cmocka_unit_test_setup_teardown(sim_needs_partitions_to_publish, setup, teardown),
       cmocka_unit_test_setup_teardown(sim_keeps_objects_under_the_partition_namespace, setup,

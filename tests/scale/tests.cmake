@@ -23,3 +23,9 @@ kvp_add_test(scale_move scale/test_scale_move.c LABELS scale nats rebalance TIME
 kvp_add_test(scale_tier_legacy scale/test_scale_tier_legacy.c LABELS scale nats tier TIMEOUT 120)
 target_compile_definitions(test_scale_tier_legacy PRIVATE
   KVP_BUILD_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
+# Layouts and faults the tests above do not use (another engineer's
+# checks): a [partitions] count that disagrees with the servers' mapping;
+# 8 partitions over uneven advisors and a standby, kill -9 of an advisor
+# and of the server, a garbage responder, frozen advisors, status's sums.
+kvp_add_test(scale_chaos scale/test_scale_chaos.c advisor/testworker.c
+  LABELS scale nats TIMEOUT 180)
