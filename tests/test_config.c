@@ -112,6 +112,19 @@ static void missing_file_is_eio(void **state) {
   assert_non_null(strstr(err, "/nonexistent/kvp.conf"));
 }
 
+/* A path that opens but cannot be read (a directory: -c /etc/kvplane) was
+ * read as an empty file, so the daemon ran on the defaults; it is an error
+ * naming the path and the cause. */
+static void unreadable_file_is_eio(void **state) {
+  (void)state;
+  conf_t c;
+  char err[512] = "";
+  const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  assert_int_equal(kvp__conf_load(dir, keys, NKEYS, &c, err, sizeof err), KVP_EIO);
+  assert_non_null(strstr(err, dir));
+  assert_non_null(strstr(err, "Is a directory"));
+}
+
 static void command_line_override(void **state) {
   (void)state;
   conf_t c = {0};
@@ -126,9 +139,8 @@ static void command_line_override(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(loads_every_type),
-    cmocka_unit_test(errors_name_file_line_key),
-    cmocka_unit_test(missing_file_is_eio),
+    cmocka_unit_test(loads_every_type),      cmocka_unit_test(errors_name_file_line_key),
+    cmocka_unit_test(missing_file_is_eio),   cmocka_unit_test(unreadable_file_is_eio),
     cmocka_unit_test(command_line_override),
 };
 

@@ -187,8 +187,9 @@ struct load_ctx {
   size_t errlen;
   int failed;
   FILE *f;
-  int lineno;   /* line most recently started by the reader */
-  int at_start; /* the next chunk starts a new line */
+  int lineno;     /* line most recently started by the reader */
+  int at_start;   /* the next chunk starts a new line */
+  int read_errno; /* set when reading failed (a directory: EISDIR) */
   const char *dyn_prefix;
   kvp__conf_dyn_fn dyn;
   void *dyn_ctx;
@@ -235,8 +236,11 @@ static char *read_line(char *str, int num, void *stream) {
   size_t len;
   int ch;
 
-  if (r == NULL)
+  if (r == NULL) {
+    if (ferror(c->f))
+      c->read_errno = errno ? errno : EIO;
     return NULL;
+  }
   if (c->at_start)
     c->lineno++;
   len = strlen(r);
@@ -295,8 +299,16 @@ int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, v
 int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj,
                        const char *dyn_prefix, kvp__conf_dyn_fn dyn, void *dyn_ctx, char *err,
                        size_t errlen) {
-  struct load_ctx c = {keys, nkeys, obj,        path, err,     errlen, 0, NULL,
-                       0,    1,     dyn_prefix, dyn,  dyn_ctx, NULL,   0, 0};
+  struct load_ctx c = {.keys = keys,
+                       .nkeys = nkeys,
+                       .obj = obj,
+                       .path = path,
+                       .err = err,
+                       .errlen = errlen,
+                       .at_start = 1,
+                       .dyn_prefix = dyn_prefix,
+                       .dyn = dyn,
+                       .dyn_ctx = dyn_ctx};
   FILE *f = fopen(path, "r");
   int rc;
 
@@ -308,6 +320,12 @@ int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkey
   rc = ini_parse_stream(read_line, &c, on_entry, &c);
   fclose(f);
   free(c.seen);
+  /* fopen succeeds on a directory and only reading fails: without this
+   * the file read as empty and the program ran on the defaults. */
+  if (c.read_errno != 0) {
+    snprintf(err, errlen, "%s: cannot read: %s", path, strerror(c.read_errno));
+    return KVP_EIO;
+  }
   if (c.failed)
     return KVP_ECONFIG;
   if (rc != 0) {
