@@ -188,6 +188,19 @@ static void option_errors(void **state) {
   set_fails((const char *const[]){"metrics-timeout", "soon", NULL}, "--metrics-timeout");
   set_fails((const char *const[]){"metrics-per-client", "-1", NULL}, "--metrics-per-client");
   set_fails((const char *const[]){"bogus", "1", NULL}, "--bogus: unknown option");
+  /* libzmq reads a port past 65535 modulo 65536 (70000: 4464) without an
+   * error: the relay would subscribe to another engine's port. */
+  set_fails((const char *const[]){"endpoint", "tcp://a:70000", NULL},
+            "--endpoint tcp://a:70000: port '70000' is not a number in 1..65535");
+  set_fails((const char *const[]){"endpoint", "tcp://a:0", NULL}, "port '0'");
+  set_fails((const char *const[]){"endpoint", "tcp://a", NULL}, "--endpoint tcp://a: port ''");
+  set_fails((const char *const[]){"endpoint", "tcp://a:1", "replay", "tcp://a:99999", NULL},
+            "--replay tcp://a:99999: port '99999'");
+  set_fails((const char *const[]){"endpoint", "tcp://a:1", "replay", "", NULL},
+            "--replay of tcp://a:1: empty");
+  /* An empty namespace was published as "default". */
+  set_fails((const char *const[]){"ns", "", NULL}, "--ns: '' is not");
+  set_fails((const char *const[]){"ns", "a.b", NULL}, "--ns: 'a.b' is not");
   /* at most KVP_RELAY_MAX_ENDPOINTS endpoints */
   const char *kv[2 * (KVP_RELAY_MAX_ENDPOINTS + 1) + 1];
   for (size_t i = 0; i <= KVP_RELAY_MAX_ENDPOINTS; i++) {
@@ -217,11 +230,9 @@ static void finish_errors(void **state) {
                "--worker of tcp://a:1: missing");
   finish_fails((const char *const[]){"endpoint", "tcp://a:1", "worker", "bad.id", NULL},
                "--worker of tcp://a:1: not 1..64 characters");
-  finish_fails((const char *const[]){"endpoint", "tcp://a", "worker", "w", "dp-ranks", "2", NULL},
-               "--dp-ranks: tcp://a has no port to add the rank to");
-  finish_fails((const char *const[]){"endpoint", "tcp://a:1", "replay", "tcp://a:x", "worker", "w",
-                                     "dp-ranks", "2", NULL},
-               "--dp-ranks: tcp://a:x has no port");
+  finish_fails(
+      (const char *const[]){"endpoint", "ipc:///tmp/a", "worker", "w", "dp-ranks", "2", NULL},
+      "--dp-ranks: ipc:///tmp/a has no port to add the rank to");
   finish_fails(
       (const char *const[]){"endpoint", "tcp://a:65535", "worker", "w", "dp-ranks", "2", NULL},
       "tcp://a:65535 has no port"); /* rank 1 would be port 65536 */
@@ -243,6 +254,14 @@ static void finish_errors(void **state) {
   finish_fails((const char *const[]){"endpoint", "tcp://a:1", "worker", "w", "nats",
                                      "creds=/nonexistent/relay.creds", NULL},
                "--nats ");
+  /* Two endpoints publishing as one worker: each with its own epoch and
+   * event ids on one subject. */
+  finish_fails((const char *const[]){"endpoint", "tcp://h:1", "worker", "w", "endpoint",
+                                     "tcp://h:2", "worker", "w", NULL},
+               "--worker w is the worker of both tcp://h:1 and tcp://h:2");
+  finish_fails((const char *const[]){"endpoint", "tcp://h:1", "worker", "w", "endpoint",
+                                     "tcp://h:5", "worker", "w", "dp-ranks", "2", NULL},
+               "--worker w-dp0 is the worker of both tcp://h:1 and tcp://h:5");
 }
 
 static int run(const char *a1, const char *a2, const char *a3, const char *a4, const char *a5,
