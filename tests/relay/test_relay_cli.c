@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 #include "kvplane/status.h"
@@ -287,6 +288,39 @@ static void help_and_config_errors(void **state) {
   assert_int_equal(run("-e", "tcp://127.0.0.1:5557", "-w", "w", "--nats", "nope=1"), 1);
 }
 
+/* kvplane-relay --reverse ARGS with stderr: exits 1 with a line holding
+ * want. NATS is never reached: each case fails at its option. */
+static void reverse_fails(const char *args, const char *want) {
+  char cmd[1024], out[4096];
+  snprintf(cmd, sizeof cmd, "'%s/tools/kvplane-relay' --reverse -s nats://127.0.0.1:1 %s 2>&1",
+           getenv("KVP_TEST_BINDIR"), args);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || strstr(out, want) == NULL)
+    fail_msg("kvplane-relay --reverse %s: status %d, output '%s' lacks '%s'", args,
+             WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, want);
+}
+
+/* The reverse direction's bad values, each named: --buffer 0, --dp-ranks 0
+ * and --partitions 0 exited 1 without a word; --hwm 0 (libzmq: no limit,
+ * an unbounded queue) and a bind port past 65535 (libzmq binds it modulo
+ * 65536: 99999 is 34463) were taken. */
+static void reverse_option_errors(void **state) {
+  (void)state;
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --buffer 0", "--buffer: '0' is not a number in 1..");
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --dp-ranks 0",
+                "--dp-ranks: '0' is not a number in 1..64");
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --partitions 0", "--partitions: '0' is not");
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --hwm 0", "--hwm: '0' is not a number in 1..");
+  reverse_fails("-e tcp://127.0.0.1:99999 -w w",
+                "--endpoint tcp://127.0.0.1:99999: port '99999' is not a number in 1..65535");
+  reverse_fails("-e tcp://127.0.0.1:5557 -r tcp://127.0.0.1:0 -w w", "--replay tcp://127.0.0.1:0");
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --idle-ms -1", "--idle-ms: '-1' is not a number");
+}
+
 static void unreachable_nats_exits_2(void **state) {
   (void)state;
   char url[64];
@@ -301,6 +335,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(option_errors),
     cmocka_unit_test(finish_errors),
     cmocka_unit_test(help_and_config_errors),
+    cmocka_unit_test(reverse_option_errors),
     cmocka_unit_test(unreachable_nats_exits_2),
 };
 
