@@ -362,6 +362,10 @@ static void top_replay_and_bench(void **state) {
 
   assert_int_equal(cli_run(c, (char *[]){"replay", NULL}), 1);
   assert_int_equal(cli_run(c, (char *[]){"replay", trace, "--mode", "fast", NULL}), 1);
+  /* An empty namespace was replayed into "default" (exit 0), an invalid one
+   * failed after the trace was read with exit 2: both are bad arguments. */
+  assert_int_equal(cli_run(c, (char *[]){"replay", trace, "-n", "", "--limit", "1", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"replay", trace, "-n", "a.b", "--limit", "1", NULL}), 1);
   assert_int_equal(cli_run(c, (char *[]){"top", "--interval", "1ms", "--db", db, NULL}), 1);
 
   /* kvp-bench is built with the benchmarks (KVP_BENCH, on in scripts/). */
