@@ -338,7 +338,7 @@ int kvp__adv_metrics_partition_ready(const kvp__adv_metrics_snap_t *s, int have,
     return 0;
   }
   if (s->part_count == 0) {
-    snprintf(why, len, "this advisor is not partitioned ([nats] partitions = 0)");
+    snprintf(why, len, "this advisor is not partitioned ([partitions] count = 0)");
     return KVP_ENOENT;
   }
   for (int i = 0; i < s->nparts; i++) {
