@@ -223,6 +223,8 @@ static void exit_statuses(void **state) {
 
   assert_int_equal(cli_run(c, (char *[]){"--help", NULL}), 0);
   assert_non_null(strstr(c->text, "exit status"));
+  /* Every option is listed: -N had no long form in the help. */
+  assert_non_null(strstr(c->text, "-N, --count COUNT"));
   assert_int_equal(cli_run(c, (char *[]){"blocks", "--help", NULL}), 0);
   assert_non_null(strstr(c->text, "usage: kvplane blocks"));
   assert_int_equal(cli_run(c, (char *[]){NULL}), 1);
