@@ -370,7 +370,7 @@ static void write_load(kvp__adv_metrics_t *m, kvp__prom_t *out) {
   one(out, "kvplane_advisor_load_blocks", "gauge",
       "Blocks loaded from the database so far (with their locations).",
       (double)atomic_load(&m->load_done));
-  one(out, "kvplane_advisor_load_blocks_total", "gauge", "Blocks the database holds at start.",
+  one(out, "kvplane_advisor_load_blocks_at_start", "gauge", "Blocks the database holds at start.",
       (double)atomic_load(&m->load_total));
   one(out, "kvplane_advisor_loaded", "gauge",
       "1 once the database is loaded into the index, else 0.", (double)atomic_load(&m->loaded));
