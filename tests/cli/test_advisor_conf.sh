@@ -61,6 +61,13 @@ colour = red"
 expect "an unknown plugin parameter" "volume g3 (plugin posix): unknown parameter 'colour'" 10
 [ ! -e "$tmp/vol" ] || fail "the check made the volume's directory $tmp/vol"
 
+# An empty path: --print-config checked the plugin against its scratch
+# directory in place of it and passed, while the start refused it.
+conf "plugin = posix
+capacity = 1MiB
+path ="
+expect "an empty path" "volume g3 (plugin posix): path: required" 9
+
 conf "plugin = posix
 path = $tmp/vol"
 expect "a G3 volume without capacity" "capacity (a G3 volume's watermarks are fractions of it): required" 6
