@@ -77,6 +77,15 @@ static void errors_name_file_line_key(void **state) {
   expect_error("[nope]\nurl = x\n", ":2: unknown section [nope]");
   expect_error("[batch]\nmax_events = lots\n", ":2: [batch] max_events: 'lots' is not an integer");
   expect_error("[batch]\nmax_events = 0\n", "[batch] max_events: 0 is out of range");
+  /* Digits past int64 are out of range, not "not an integer". */
+  expect_error("[batch]\nmax_events = 99999999999999999999\n",
+               "[batch] max_events: 99999999999999999999 is out of range [1, 65536]");
+  expect_error("[batch]\nmax_delay = 99999999999999999999s\n",
+               "max_delay: 99999999999999999999s is out of range");
+  expect_error("[batch]\nmax_bytes = 9999999999999TiB\n",
+               "max_bytes: 9999999999999TiB is out of range");
+  expect_error("[batch]\nmax_events = 99999999999999999999x\n",
+               "'99999999999999999999x' is not an integer");
   expect_error("[batch]\nmax_delay = 5 fortnights\n",
                "max_delay: '5 fortnights' is not a duration");
   expect_error("[batch]\nmax_bytes = 12XB\n", "max_bytes: '12XB' is not a size");

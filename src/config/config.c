@@ -13,10 +13,16 @@
 
 #include "kvplane/status.h"
 
+/* KVP_ETOOBIG for digits past the int64 range (strtoll's ERANGE), so that
+ * the message says out of range, not "not an integer". */
 static int parse_i64(const char *s, int64_t *out, char **end) {
   errno = 0;
   long long v = strtoll(s, end, 10);
-  if (errno != 0 || *end == s)
+  if (*end == s)
+    return KVP_ECONFIG;
+  if (errno == ERANGE)
+    return KVP_ETOOBIG;
+  if (errno != 0)
     return KVP_ECONFIG;
   *out = v;
   return 0;
@@ -31,13 +37,19 @@ typedef struct unit_s {
 static int parse_units(const char *s, const unit_t *units, size_t nunits, int64_t *out) {
   char *end;
   int64_t v;
+  int rc = parse_i64(s, &v, &end);
 
-  if (parse_i64(s, &v, &end) != 0 || v < 0)
+  if (rc == KVP_ETOOBIG && strspn(end, "0123456789") == 0) {
+    for (size_t i = 0; i < nunits; i++)
+      if (strcmp(end, units[i].suffix) == 0)
+        return s[0] == '-' ? KVP_ECONFIG : KVP_ETOOBIG;
+  }
+  if (rc != 0 || v < 0)
     return KVP_ECONFIG;
   for (size_t i = 0; i < nunits; i++) {
     if (strcmp(end, units[i].suffix) == 0) {
       if (v > INT64_MAX / units[i].mul)
-        return KVP_ECONFIG;
+        return KVP_ETOOBIG;
       *out = v * units[i].mul;
       return 0;
     }
@@ -152,7 +164,10 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const cha
     }
     return KVP_ECONFIG;
   case KVP_CONF_INT:
-    if (parse_i64(value, &v, &end) != 0 || *end != '\0')
+    rc = parse_i64(value, &v, &end);
+    if (rc == 0 && *end != '\0')
+      rc = KVP_ECONFIG;
+    if (rc == KVP_ETOOBIG && *end != '\0')
       rc = KVP_ECONFIG;
     break;
   case KVP_CONF_DURATION:
@@ -161,6 +176,11 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const cha
   case KVP_CONF_SIZE:
     rc = kvp__parse_size(value, &v);
     break;
+  }
+  if (rc == KVP_ETOOBIG) {
+    snprintf(err, errlen, "[%s] %s: %s is out of range [%" PRId64 ", %" PRId64 "]", section, name,
+             value, k->min, k->max);
+    return KVP_ECONFIG;
   }
   if (rc != 0) {
     static const char *const what[] = {[KVP_CONF_INT] = "an integer",
