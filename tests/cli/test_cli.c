@@ -163,6 +163,16 @@ static void views_read_the_database(void **state) {
   assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, "-n", "t", NULL}), 0);
   assert_non_null(strstr(c->text, "advisor: no answer"));
   assert_non_null(strstr(c->text, "G2"));
+  /* ... saying why: nobody on the subject, or the server named. */
+  assert_non_null(strstr(c->text, "kvplane.api.t.stats"));
+  char gone[64];
+  snprintf(gone, sizeof gone, "nats://127.0.0.1:%d", kvp_test_free_port());
+  assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", gone, "-n", "t", NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: no answer over NATS: "));
+  assert_non_null(strstr(c->text, gone));
+  assert_int_equal(cli_run(c, (char *[]){"top", "--db", db, "-s", gone, "-N", "1", NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: no answer: "));
+  assert_non_null(strstr(c->text, gone));
 }
 
 static void match_by_tokens(void **state) {
