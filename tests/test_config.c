@@ -77,6 +77,15 @@ static void errors_name_file_line_key(void **state) {
   expect_error("[nope]\nurl = x\n", ":2: unknown section [nope]");
   expect_error("[batch]\nmax_events = lots\n", ":2: [batch] max_events: 'lots' is not an integer");
   expect_error("[batch]\nmax_events = 0\n", "[batch] max_events: 0 is out of range");
+  /* Digits past int64 are out of range, not "not an integer". */
+  expect_error("[batch]\nmax_events = 99999999999999999999\n",
+               "[batch] max_events: 99999999999999999999 is out of range [1, 65536]");
+  expect_error("[batch]\nmax_delay = 99999999999999999999s\n",
+               "max_delay: 99999999999999999999s is out of range");
+  expect_error("[batch]\nmax_bytes = 9999999999999TiB\n",
+               "max_bytes: 9999999999999TiB is out of range");
+  expect_error("[batch]\nmax_events = 99999999999999999999x\n",
+               "'99999999999999999999x' is not an integer");
   expect_error("[batch]\nmax_delay = 5 fortnights\n",
                "max_delay: '5 fortnights' is not a duration");
   expect_error("[batch]\nmax_bytes = 12XB\n", "max_bytes: '12XB' is not a size");
@@ -112,6 +121,19 @@ static void missing_file_is_eio(void **state) {
   assert_non_null(strstr(err, "/nonexistent/kvp.conf"));
 }
 
+/* A path that opens but cannot be read (a directory: -c /etc/kvplane) was
+ * read as an empty file, so the daemon ran on the defaults; it is an error
+ * naming the path and the cause. */
+static void unreadable_file_is_eio(void **state) {
+  (void)state;
+  conf_t c;
+  char err[512] = "";
+  const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  assert_int_equal(kvp__conf_load(dir, keys, NKEYS, &c, err, sizeof err), KVP_EIO);
+  assert_non_null(strstr(err, dir));
+  assert_non_null(strstr(err, "Is a directory"));
+}
+
 static void command_line_override(void **state) {
   (void)state;
   conf_t c = {0};
@@ -126,9 +148,8 @@ static void command_line_override(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(loads_every_type),
-    cmocka_unit_test(errors_name_file_line_key),
-    cmocka_unit_test(missing_file_is_eio),
+    cmocka_unit_test(loads_every_type),      cmocka_unit_test(errors_name_file_line_key),
+    cmocka_unit_test(missing_file_is_eio),   cmocka_unit_test(unreadable_file_is_eio),
     cmocka_unit_test(command_line_override),
 };
 

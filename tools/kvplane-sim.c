@@ -3,8 +3,10 @@
  * With --expect the final registered sets are written as CSV
  * (worker,tier,hash as signed 64-bit) for comparison with the advisor's
  * database. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,10 +62,13 @@ static void usage(FILE *f) {
           KVP_SIM_MAX_BATCH, o.batch);
 }
 
+/* Digits only: strtoull takes "-1" as 2^64 - 1 and clamps an overflow to
+ * it, which --g3-capacity (up to UINT64_MAX) would have taken. */
 static uint64_t parse_count(const char *opt, const char *s, uint64_t min, uint64_t max) {
   char *end;
+  errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || v < min || v > max) {
+  if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v < min || v > max) {
     fprintf(stderr, "kvplane-sim: %s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]\n", opt,
             s, min, max);
     exit(1);
@@ -108,9 +113,20 @@ int main(int argc, char **argv) {
       o.trace = optarg;
       break;
     case 's':
+      if (optarg[0] == '\0') { /* the publisher would take "" for its default server */
+        fprintf(stderr, "kvplane-sim: --server: empty\n");
+        return 1;
+      }
       o.servers = optarg;
       break;
     case 'n':
+      /* Checked here: "" would be published as "default", and another bad
+       * name failed only once the trace was read, with exit status 2. */
+      if (!kvp_subject_token_valid(optarg)) {
+        fprintf(stderr, "kvplane-sim: --ns: '%s' is not 1..64 characters of [A-Za-z0-9_-]\n",
+                optarg);
+        return 1;
+      }
       o.ns = optarg;
       break;
     case 'w':
@@ -146,8 +162,10 @@ int main(int argc, char **argv) {
       break;
     case 'x': {
       char *end;
+      errno = 0;
       o.speedup = strtod(optarg, &end);
-      if (*optarg == '\0' || *end != '\0' || !(o.speedup >= 0)) {
+      if (*optarg == '\0' || *end != '\0' || errno != 0 || !isfinite(o.speedup) ||
+          !(o.speedup >= 0)) {
         fprintf(stderr, "kvplane-sim: --speedup: '%s' is not a number >= 0\n", optarg);
         return 1;
       }

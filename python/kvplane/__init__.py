@@ -120,6 +120,24 @@ def _text(v, what, allow_none=True):
     return v.encode()
 
 
+def _uint(v, what, lo, hi):
+    """v when it is an int in lo..hi, else Error naming what: ctypes would
+    store a larger int in a uint32 field modulo 2^32 (2^32 + 5 as 5) and a
+    negative one as a huge one, without a word."""
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        _invalid("%s: %r is not an int in %d..%d" % (what, v, lo, hi))
+    return v
+
+
+_U32 = 0xFFFFFFFF
+_U64 = _MASK64
+
+
+def _timeout(v, what="timeout_ms"):
+    # The library's timeouts are uint32 milliseconds; 0 would never wait.
+    return _uint(v, what, 1, _U32)
+
+
 def _block_size(block_size):
     if isinstance(block_size, bool) or not isinstance(block_size, int) or not (
             0 < block_size <= 0xFFFFFFFF):
@@ -233,11 +251,12 @@ class Publisher:
             _invalid("mode: %r is not 'core' or 'jetstream'" % (mode,))
         if overflow not in self._OVERFLOW:
             _invalid("overflow: %r is not 'block' or 'drop'" % (overflow,))
-        for name, v in (("dp_rank", dp_rank), ("block_bytes", block_bytes),
-                        ("max_delay_ms", max_delay_ms), ("queue_capacity", queue_capacity),
-                        ("heartbeat_ms", heartbeat_ms), ("close_timeout_ms", close_timeout_ms)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                _invalid("%s: %r is not a non-negative int" % (name, v))
+        for name, v, hi in (("dp_rank", dp_rank, _U32), ("block_bytes", block_bytes, _U64),
+                            ("max_delay_ms", max_delay_ms, _U32),
+                            ("queue_capacity", queue_capacity, _U32),
+                            ("heartbeat_ms", heartbeat_ms, _U32),
+                            ("close_timeout_ms", close_timeout_ms, _U32)):
+            _uint(v, name, 0, hi)
         o = _lib.PublisherOpts()
         L.kvp_publisher_opts_init(ctypes.byref(o))
         o.nats = _nats_opts(servers, nats)
@@ -527,7 +546,7 @@ class Client:
         L = _lib.lib()
         self._c = None
         self.ns = ns
-        self.timeout_ms = timeout_ms
+        self.timeout_ms = _timeout(timeout_ms)
         o = _nats_opts(servers, nats)
         c = ctypes.c_void_p()
         err = ctypes.create_string_buffer(_ERRLEN)
@@ -536,6 +555,10 @@ class Client:
         if rc:
             _fail(rc, err, "client")
         self._c = c
+
+    def _wait(self, timeout_ms):
+        """The call's timeout: timeout_ms, checked, else the client's."""
+        return self.timeout_ms if timeout_ms is None else _timeout(timeout_ms)
 
     def _handle(self):
         if self._c is None:
@@ -556,7 +579,7 @@ class Client:
             rows = (_lib.Match * cap)()
             got = ctypes.c_size_t()
             rc = L.kvp_client_match(self._handle(), arr, n,
-                                    self.timeout_ms if timeout_ms is None else timeout_ms, rows,
+                                    self._wait(timeout_ms), rows,
                                     cap, ctypes.byref(got), err, _ERRLEN)
             if rc:
                 _fail(rc, err)
@@ -584,7 +607,7 @@ class Client:
             got = ctypes.c_size_t()
             info = _lib.GatherInfo()
             rc = L.kvp_client_match_all(self._handle(), arr, n,
-                                        self.timeout_ms if timeout_ms is None else timeout_ms,
+                                        self._wait(timeout_ms),
                                         rows, cap, ctypes.byref(got), ctypes.byref(info), err,
                                         _ERRLEN)
             if rc:
@@ -629,7 +652,7 @@ class Client:
         out = ctypes.c_void_p()
         err = ctypes.create_string_buffer(_ERRLEN)
         rc = L.kvp_client_tier_all(self._handle(), json.dumps(req).encode(),
-                                   self.timeout_ms if timeout_ms is None else timeout_ms,
+                                   self._wait(timeout_ms),
                                    ctypes.byref(out), err, _ERRLEN)
         if rc:
             _fail(rc, err)
@@ -682,7 +705,7 @@ class Client:
         rep = ctypes.c_void_p()
         err = ctypes.create_string_buffer(_ERRLEN)
         rc = L.kvp_client_request(self._handle(), call.encode(), body.encode(),
-                                  self.timeout_ms if timeout_ms is None else timeout_ms,
+                                  self._wait(timeout_ms),
                                   ctypes.byref(rep), err, _ERRLEN)
         if rc:
             _fail(rc, err)

@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "advisor/advisor_impl.h"
+#include "advisor/dblock.h"
 #include "advisor/api.h"
 #include "advisor/control.h"
 #include "advisor/query.h"
@@ -491,6 +492,7 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   if ((adv = calloc(1, sizeof *adv)) == NULL)
     return KVP_ENOMEM;
   adv->cfg = *cfg;
+  adv->db_lock = -1;
   /* Checked above: cannot fail. */
   (void)kvp__adv_partset_parse(&adv->parts, (uint32_t)cfg->partitions, cfg->owned, err, errlen);
   adv->start_ms = kvp__unix_ms();
@@ -512,10 +514,15 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
   if ((rc = kvp__adv_inbox_init(&adv->inbox, (size_t)cfg->queue_max, &adv->wake)) != 0)
     goto fail;
   adv->inbox_ready = 1;
+  /* Before NATS: a second advisor on this database would remake the first
+   * one's durable consumer. A database made below is locked once made. */
+  if ((rc = kvp__adv_db_lock(cfg->db_path, &adv->db_lock, err, errlen)) != 0)
+    goto fail;
   /* NATS first: a wrong URL or credentials must not leave a new database
    * file behind. */
   if ((rc = kvp__adv_consumer_open(&adv->cfg, &adv->inbox, &adv->consumer, err, errlen)) != 0 ||
-      (rc = load_state(adv, err, errlen)) != 0)
+      (rc = load_state(adv, err, errlen)) != 0 ||
+      (adv->db_lock < 0 && (rc = kvp__adv_db_lock(cfg->db_path, &adv->db_lock, err, errlen)) != 0))
     goto fail;
   kvp__adv_metrics_set_conn(&adv->metrics, adv->consumer->nc);
   kvp__adv_wb_init(&adv->wb, &adv->loop, adv->store, adv->ix, adv->ing, adv->applied_seq);
@@ -623,5 +630,6 @@ void kvp_advisor_close(kvp_advisor_t *adv) {
   kvp__store_close(adv->store);
   kvp__adv_ingest_destroy(adv->ing);
   kvp__index_destroy(adv->ix);
+  kvp__adv_db_unlock(adv->db_lock); /* after every SQLite connection: see dblock.h */
   free(adv);
 }

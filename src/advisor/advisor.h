@@ -169,7 +169,8 @@ typedef struct kvp_advisor_s kvp_advisor_t;
 
 /* Opens the database (loading the index from it), connects to NATS, creates
  * the JetStream stream and consumer if absent and subscribes. Returns 0 or
- * KVP_ECONFIG, KVP_EDB, KVP_EIO, KVP_ECONN, KVP_EAUTH, KVP_ENOMEM with err
+ * KVP_ECONFIG, KVP_EDB, KVP_EIO, KVP_ECONN, KVP_EAUTH, KVP_ENOMEM, or
+ * KVP_EBUSY when another advisor holds the database (dblock.h), with err
  * describing the cause; nothing is left open on error. */
 int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char *err,
                      size_t errlen);

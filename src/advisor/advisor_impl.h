@@ -35,6 +35,7 @@ struct kvp_advisor_s {
   kvp__index_t *ix;
   kvp__adv_ingest_t *ing;
   kvp__store_t *store;
+  int db_lock; /* the flock on the database file (dblock.h), or -1 */
   kvp__adv_consumer_t *consumer;
   kvp__adv_query_t *query; /* match and stats requests (query.h) */
   kvp_wire_limits_t lim;

@@ -333,6 +333,14 @@ int kvp_advisor_config_load(kvp_advisor_config_t *cfg, const char *path, char *e
 
 int kvp_advisor_config_set(kvp_advisor_config_t *cfg, const char *assignment, char *err,
                            size_t errlen) {
+  /* "volume g3.path=..." would read as the unknown section [volume g3],
+   * which the file does know. */
+  if (strncmp(assignment, "volume ", 7) == 0 || strncmp(assignment, "volume.", 7) == 0) {
+    snprintf(err, errlen,
+             "'%s': [volume NAME] sections are set in the configuration file (-c), not with -o",
+             assignment);
+    return KVP_ECONFIG;
+  }
   return kvp__conf_override(assignment, keys, NKEYS, cfg, err, errlen);
 }
 
@@ -628,7 +636,8 @@ void kvp_advisor_config_reference(FILE *f) {
         "the volume. NAME is 1..63 characters without blanks or `/`, and at most 31\n"
         "when the advisor announces its moves on NATS (its events and snapshots name\n"
         "the volume, and a publisher takes no longer name: the advisor refuses to\n"
-        "start otherwise).\n",
+        "start otherwise). These sections are read from the file only: `-o` sets\n"
+        "the keys of the sections above.\n",
         f);
 }
 

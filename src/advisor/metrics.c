@@ -339,7 +339,7 @@ int kvp__adv_metrics_partition_ready(const kvp__adv_metrics_snap_t *s, int have,
     return 0;
   }
   if (s->part_count == 0) {
-    snprintf(why, len, "this advisor is not partitioned ([nats] partitions = 0)");
+    snprintf(why, len, "this advisor is not partitioned ([partitions] count = 0)");
     return KVP_ENOENT;
   }
   for (int i = 0; i < s->nparts; i++) {
@@ -371,7 +371,7 @@ static void write_load(kvp__adv_metrics_t *m, kvp__prom_t *out) {
   one(out, "kvplane_advisor_load_blocks", "gauge",
       "Blocks loaded from the database so far (with their locations).",
       (double)atomic_load(&m->load_done));
-  one(out, "kvplane_advisor_load_blocks_total", "gauge", "Blocks the database holds at start.",
+  one(out, "kvplane_advisor_load_blocks_at_start", "gauge", "Blocks the database holds at start.",
       (double)atomic_load(&m->load_total));
   one(out, "kvplane_advisor_loaded", "gauge",
       "1 once the database is loaded into the index, else 0.", (double)atomic_load(&m->loaded));

@@ -7,5 +7,5 @@ kvp_daemon_lib(advisor
           advisor/freshness.c advisor/history.c advisor/metrics.c advisor/figures.c
           advisor/control.c advisor/routerapi.c advisor/routerpath.c
           advisor/routerhttp.c advisor/advisor.c advisor/rebalance.c advisor/rebalance_move.c
-          advisor/lease.c advisor/sdnotify.c
+          advisor/lease.c advisor/sdnotify.c advisor/dblock.c
   LIBS kvplane_index kvplane_store kvplane_tier kvplane_metrics kvplane_config PkgConfig::MHD)

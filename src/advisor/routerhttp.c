@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -187,6 +188,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                    "not found: the paths are POST /query and POST /query_by_hash", NULL);
     if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
       return error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed: use POST", "POST");
+    /* A client that waits for "100 Continue" before its body is told now
+     * that the body is too large (RFC 9110, 10.1.1), rather than sent the
+     * go-ahead, read 16 MiB and more, and told then. Without Expect the
+     * body is on its way: it is read and dropped as before, so that the
+     * client reads the answer instead of a reset. */
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    const char *clen =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (expect != NULL && strcasecmp(expect, "100-continue") == 0 && clen != NULL &&
+        strtoull(clen, NULL, 10) > KVP__RAPI_MAX_BODY) {
+      char why[128];
+      snprintf(why, sizeof why, "request body over %u bytes", KVP__RAPI_MAX_BODY);
+      return error(c, MHD_HTTP_CONTENT_TOO_LARGE, why, NULL);
+    }
     if ((b = calloc(1, sizeof *b)) == NULL)
       return MHD_NO;
     *req_cls = b;

@@ -50,13 +50,16 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 }
 
 /* The parameter key the plugin's message is about: one it quotes ('key') or
- * begins with (key: ...); NULL when none. */
+ * begins with (key: ..., after the loader's "volume NAME (plugin P): ");
+ * NULL when none. */
 static const char *key_in(const char *why, const kvp_volume_param_t *p, size_t n) {
-  char q[80];
+  char q[80], c[80];
   for (size_t k = 0; k < n; k++) {
     size_t kl = strlen(p[k].key);
     snprintf(q, sizeof q, "'%s'", p[k].key);
-    if (strstr(why, q) != NULL || (strncmp(why, p[k].key, kl) == 0 && why[kl] == ':'))
+    snprintf(c, sizeof c, "): %s:", p[k].key);
+    if (strstr(why, q) != NULL || (strncmp(why, p[k].key, kl) == 0 && why[kl] == ':') ||
+        strstr(why, c) != NULL)
       return p[k].key;
   }
   return NULL;
@@ -93,8 +96,8 @@ static int check_one(const kvp_advisor_config_t *cfg, int i, char *err, size_t e
    * makes only the last component), and the plugin checks the parameters
    * against a scratch directory, so that the check writes nothing there. */
   for (size_t k = 0; k < n; k++) {
-    if (strcmp(p[k].key, "path") != 0)
-      continue;
+    if (strcmp(p[k].key, "path") != 0 || p[k].value[0] == '\0')
+      continue; /* an empty path goes to the plugin as it is: it refuses it */
     has_path = 1;
     char copy[sizeof v->params];
     struct stat st;

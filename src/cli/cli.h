@@ -57,8 +57,11 @@ void kvp__cli_help(const char *name, FILE *f);
 
 /* Checks --ns and the NATS options and opens a client (*c, closed by the
  * caller). Returns KVP__CLI_EXIT_OK, _USAGE (bad options, said on stderr)
- * or _UNREACHABLE (said unless quiet). (query.c) */
+ * or _UNREACHABLE (said on stderr, or with quiet into why when why is not
+ * NULL). (query.c) */
 int kvp__cli_client_open(const kvp__cli_args_t *a, int quiet, kvp_client_t **c);
+int kvp__cli_client_open_why(const kvp__cli_args_t *a, int quiet, kvp_client_t **c, char *why,
+                             size_t whylen);
 
 /* Sends body to kvplane.api.<ns>.<what> through the advisor client
  * (kvplane/client.h), waiting timeout ms; *doc gets the reply (NULL when
@@ -72,8 +75,12 @@ int kvp__cli_request(const kvp__cli_args_t *a, const char *what, const char *bod
 /* The stats of every advisor of a's namespace, gathered as `kvplane stats`
  * does (kvp_client_request_all, until every partition is covered or
  * timeout ms) and merged by kvp__cli_stats_merge into *doc (NULL when none
- * answered). Returns as kvp__cli_request. (gathered.c) */
+ * answered). Returns as kvp__cli_request. With quiet and why, the cause of
+ * no answer (the server that could not be reached, the subject nobody
+ * answered on) is written into why instead of stderr. (gathered.c) */
 int kvp__cli_stats_all(const kvp__cli_args_t *a, long timeout, int quiet, json_t **doc);
+int kvp__cli_stats_all_why(const kvp__cli_args_t *a, long timeout, int quiet, json_t **doc,
+                           char *why, size_t whylen);
 
 /* The gathered stats g ({"partitions": C, "missing": [...], "replies":
  * [...]}, kvp_client_request_all's reply) as one stats object, new

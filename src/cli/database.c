@@ -118,14 +118,15 @@ int kvp__cli_cmd_db(const kvp__cli_args_t *a) {
   if (strcmp(a->cmd, "status") == 0) {
     json_t *stats = NULL;
     kvp__cli_args_t live;
-    char ns[128];
+    char ns[128], why[512] = "";
     /* The live figures are optional (a short wait, no complaint), but never
      * those of another namespace's advisor. */
     if ((rc = kvp__cli_live_args(a, db, &live, ns, sizeof ns)) != 0) {
       sqlite3_close(db);
       return rc;
     }
-    kvp__cli_stats_all(&live, a->timeout_set ? a->timeout : 1000, 1, &stats);
+    kvp__cli_stats_all_why(&live, a->timeout_set ? a->timeout : 1000, 1, &stats, why, sizeof why);
+    o.no_answer = why;
     if ((rc = kvp__cli_live_check(&live, stats)) != 0) {
       json_decref(stats);
       sqlite3_close(db);

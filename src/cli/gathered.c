@@ -291,12 +291,17 @@ fail:
 }
 
 int kvp__cli_stats_all(const kvp__cli_args_t *a, long timeout, int quiet, json_t **doc) {
+  return kvp__cli_stats_all_why(a, timeout, quiet, doc, NULL, 0);
+}
+
+int kvp__cli_stats_all_why(const kvp__cli_args_t *a, long timeout, int quiet, json_t **doc,
+                           char *why, size_t whylen) {
   char err[512], *reply = NULL;
   kvp_client_t *c = NULL;
   int rc;
 
   *doc = NULL;
-  if ((rc = kvp__cli_client_open(a, quiet, &c)) != KVP__CLI_EXIT_OK)
+  if ((rc = kvp__cli_client_open_why(a, quiet, &c, why, whylen)) != KVP__CLI_EXIT_OK)
     return rc;
   kvp_client_set_grace(c, 100); /* standbys answering just after the cover are listed too */
   rc = kvp_client_request_all(c, KVP_API_STATS, "{}", (uint32_t)timeout, &reply, err, sizeof err);
@@ -304,6 +309,8 @@ int kvp__cli_stats_all(const kvp__cli_args_t *a, long timeout, int quiet, json_t
   if (rc != 0) {
     if (!quiet)
       fprintf(stderr, "kvplane: %s\n", err);
+    else if (why != NULL)
+      snprintf(why, whylen, "%s", err);
     return KVP__CLI_EXIT_UNREACHABLE;
   }
   json_t *g = json_loads(reply, 0, NULL);

@@ -325,7 +325,8 @@ int kvp__cli_status(sqlite3 *db, const json_t *stats, const kvp__cli_out_t *o, c
   }
   char a[32], b[32], c[32], d[32], e[32];
   if (stats == NULL) {
-    fprintf(o->f, "\nadvisor: no answer over NATS (the figures above are the database's)\n");
+    fprintf(o->f, "\nadvisor: no answer over NATS%s%s (the figures above are the database's)\n",
+            o->no_answer && o->no_answer[0] ? ": " : "", o->no_answer ? o->no_answer : "");
     return 0;
   }
   fprintf(o->f,

@@ -20,7 +20,8 @@ int kvp__cli_db_open(const char *path, sqlite3 **out, char *err, size_t errlen);
 typedef struct kvp__cli_out_s {
   FILE *f;
   int json;
-  uint64_t now_ms; /* ages are printed relative to this */
+  uint64_t now_ms;       /* ages are printed relative to this */
+  const char *no_answer; /* why the advisor's stats are missing, or NULL */
 } kvp__cli_out_t;
 
 /* Per tier and volume: blocks, bytes, capacity, fill; workers up and down;

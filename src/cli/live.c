@@ -58,7 +58,8 @@ void kvp__cli_rates(const json_t *prev, const json_t *cur, uint64_t dt_ms, kvp__
     memset(r, 0, sizeof *r);
 }
 
-void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__cli_rates_t *r) {
+void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__cli_rates_t *r,
+                       const char *why) {
   time_t t = (time_t)(now_ms / 1000);
   struct tm tm;
   char when[32];
@@ -66,7 +67,7 @@ void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__c
   gmtime_r(&t, &tm);
   strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
   if (cur == NULL) {
-    fprintf(f, "%s advisor: no answer\n", when);
+    fprintf(f, "%s advisor: no answer%s%s\n", when, why && why[0] ? ": " : "", why ? why : "");
     return;
   }
   fprintf(f, "%s", when);
@@ -324,14 +325,15 @@ int kvp__cli_cmd_top(const kvp__cli_args_t *a) {
     if (interrupted)
       break;
     uint64_t now = kvp__unix_ms();
-    kvp__cli_stats_all(&live, a->timeout_set ? a->timeout : 1000, 1, &cur);
+    char why[512] = "";
+    kvp__cli_stats_all_why(&live, a->timeout_set ? a->timeout : 1000, 1, &cur, why, sizeof why);
     if ((rc = kvp__cli_live_check(&live, cur)) != 0) {
       json_decref(cur);
       break;
     }
     kvp__cli_rates(prev, cur, now - prev_ms, &r);
     if (tty) {
-      kvp__cli_out_t o = {.f = stdout, .json = 0, .now_ms = now};
+      kvp__cli_out_t o = {.f = stdout, .json = 0, .now_ms = now, .no_answer = why};
       fputs("\033[H\033[2J", stdout);
       printf("kvplane top: %s, every %.1f s (Ctrl-C quits)\n", path,
              (double)a->interval_ms / 1000.0);
@@ -348,7 +350,7 @@ int kvp__cli_cmd_top(const kvp__cli_args_t *a) {
       }
       fflush(stdout);
     } else {
-      kvp__cli_top_line(stdout, now, cur, &r);
+      kvp__cli_top_line(stdout, now, cur, &r, why);
     }
     json_decref(prev);
     prev = cur;

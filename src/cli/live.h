@@ -25,8 +25,9 @@ typedef struct kvp__cli_rates_s {
 void kvp__cli_rates(const json_t *prev, const json_t *cur, uint64_t dt_ms, kvp__cli_rates_t *r);
 
 /* One line for a log or a pipe: Unix time, rates, blocks, locations, lags;
- * "advisor: no answer" when cur is NULL. */
-void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__cli_rates_t *r);
+ * "advisor: no answer" when cur is NULL, with why (the cause) when given. */
+void kvp__cli_top_line(FILE *f, uint64_t now_ms, const json_t *cur, const kvp__cli_rates_t *r,
+                       const char *why);
 
 /* replay: runs the simulated workers of o, and while they run draws a
  * progress bar on f when tty is set (else a line every 10%). Returns

@@ -14,6 +14,11 @@
 #include "kvplane/subjects.h"
 
 int kvp__cli_client_open(const kvp__cli_args_t *a, int quiet, kvp_client_t **c) {
+  return kvp__cli_client_open_why(a, quiet, c, NULL, 0);
+}
+
+int kvp__cli_client_open_why(const kvp__cli_args_t *a, int quiet, kvp_client_t **c, char *why,
+                             size_t whylen) {
   char err[512];
   *c = NULL;
   if (!kvp_subject_token_valid(a->ns)) {
@@ -27,6 +32,8 @@ int kvp__cli_client_open(const kvp__cli_args_t *a, int quiet, kvp_client_t **c) 
   if (kvp_client_open(&a->nats, a->ns, c, err, sizeof err) != 0) {
     if (!quiet)
       fprintf(stderr, "kvplane: %s\n", err);
+    else if (why != NULL)
+      snprintf(why, whylen, "%s", err);
     return KVP__CLI_EXIT_UNREACHABLE;
   }
   return KVP__CLI_EXIT_OK;

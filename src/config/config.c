@@ -13,10 +13,16 @@
 
 #include "kvplane/status.h"
 
+/* KVP_ETOOBIG for digits past the int64 range (strtoll's ERANGE), so that
+ * the message says out of range, not "not an integer". */
 static int parse_i64(const char *s, int64_t *out, char **end) {
   errno = 0;
   long long v = strtoll(s, end, 10);
-  if (errno != 0 || *end == s)
+  if (*end == s)
+    return KVP_ECONFIG;
+  if (errno == ERANGE)
+    return KVP_ETOOBIG;
+  if (errno != 0)
     return KVP_ECONFIG;
   *out = v;
   return 0;
@@ -31,13 +37,19 @@ typedef struct unit_s {
 static int parse_units(const char *s, const unit_t *units, size_t nunits, int64_t *out) {
   char *end;
   int64_t v;
+  int rc = parse_i64(s, &v, &end);
 
-  if (parse_i64(s, &v, &end) != 0 || v < 0)
+  if (rc == KVP_ETOOBIG && strspn(end, "0123456789") == 0) {
+    for (size_t i = 0; i < nunits; i++)
+      if (strcmp(end, units[i].suffix) == 0)
+        return s[0] == '-' ? KVP_ECONFIG : KVP_ETOOBIG;
+  }
+  if (rc != 0 || v < 0)
     return KVP_ECONFIG;
   for (size_t i = 0; i < nunits; i++) {
     if (strcmp(end, units[i].suffix) == 0) {
       if (v > INT64_MAX / units[i].mul)
-        return KVP_ECONFIG;
+        return KVP_ETOOBIG;
       *out = v * units[i].mul;
       return 0;
     }
@@ -152,7 +164,10 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const cha
     }
     return KVP_ECONFIG;
   case KVP_CONF_INT:
-    if (parse_i64(value, &v, &end) != 0 || *end != '\0')
+    rc = parse_i64(value, &v, &end);
+    if (rc == 0 && *end != '\0')
+      rc = KVP_ECONFIG;
+    if (rc == KVP_ETOOBIG && *end != '\0')
       rc = KVP_ECONFIG;
     break;
   case KVP_CONF_DURATION:
@@ -161,6 +176,11 @@ int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const cha
   case KVP_CONF_SIZE:
     rc = kvp__parse_size(value, &v);
     break;
+  }
+  if (rc == KVP_ETOOBIG) {
+    snprintf(err, errlen, "[%s] %s: %s is out of range [%" PRId64 ", %" PRId64 "]", section, name,
+             value, k->min, k->max);
+    return KVP_ECONFIG;
   }
   if (rc != 0) {
     static const char *const what[] = {[KVP_CONF_INT] = "an integer",
@@ -187,8 +207,9 @@ struct load_ctx {
   size_t errlen;
   int failed;
   FILE *f;
-  int lineno;   /* line most recently started by the reader */
-  int at_start; /* the next chunk starts a new line */
+  int lineno;     /* line most recently started by the reader */
+  int at_start;   /* the next chunk starts a new line */
+  int read_errno; /* set when reading failed (a directory: EISDIR) */
   const char *dyn_prefix;
   kvp__conf_dyn_fn dyn;
   void *dyn_ctx;
@@ -235,8 +256,11 @@ static char *read_line(char *str, int num, void *stream) {
   size_t len;
   int ch;
 
-  if (r == NULL)
+  if (r == NULL) {
+    if (ferror(c->f))
+      c->read_errno = errno ? errno : EIO;
     return NULL;
+  }
   if (c->at_start)
     c->lineno++;
   len = strlen(r);
@@ -295,8 +319,16 @@ int kvp__conf_load(const char *path, const kvp_conf_key_t *keys, size_t nkeys, v
 int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkeys, void *obj,
                        const char *dyn_prefix, kvp__conf_dyn_fn dyn, void *dyn_ctx, char *err,
                        size_t errlen) {
-  struct load_ctx c = {keys, nkeys, obj,        path, err,     errlen, 0, NULL,
-                       0,    1,     dyn_prefix, dyn,  dyn_ctx, NULL,   0, 0};
+  struct load_ctx c = {.keys = keys,
+                       .nkeys = nkeys,
+                       .obj = obj,
+                       .path = path,
+                       .err = err,
+                       .errlen = errlen,
+                       .at_start = 1,
+                       .dyn_prefix = dyn_prefix,
+                       .dyn = dyn,
+                       .dyn_ctx = dyn_ctx};
   FILE *f = fopen(path, "r");
   int rc;
 
@@ -308,6 +340,12 @@ int kvp__conf_load_dyn(const char *path, const kvp_conf_key_t *keys, size_t nkey
   rc = ini_parse_stream(read_line, &c, on_entry, &c);
   fclose(f);
   free(c.seen);
+  /* fopen succeeds on a directory and only reading fails: without this
+   * the file read as empty and the program ran on the defaults. */
+  if (c.read_errno != 0) {
+    snprintf(err, errlen, "%s: cannot read: %s", path, strerror(c.read_errno));
+    return KVP_EIO;
+  }
   if (c.failed)
     return KVP_ECONFIG;
   if (rc != 0) {

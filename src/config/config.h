@@ -62,7 +62,8 @@ int kvp__conf_override(const char *assignment, const kvp_conf_key_t *keys, size_
 int kvp__conf_set(const kvp_conf_key_t *keys, size_t nkeys, void *obj, const char *section,
                   const char *name, const char *value, char *err, size_t errlen);
 
-/* Parsers shared with command-line handling. Return 0 or KVP_ECONFIG. */
+/* Parsers shared with command-line handling. Return 0, KVP_ECONFIG, or
+ * (duration, size) KVP_ETOOBIG for a well-formed value past int64. */
 int kvp__parse_duration_ms(const char *s, int64_t *out);
 int kvp__parse_size(const char *s, int64_t *out);
 int kvp__parse_bool(const char *s, int *out);

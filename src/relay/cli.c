@@ -36,6 +36,23 @@ static int count(const char *opt, const char *s, uint64_t min, uint64_t max, uin
   return 0;
 }
 
+int kvp__relay_url_port_check(const char *opt, const char *url, char *err, size_t errlen) {
+  const char *colon = strrchr(url, ':');
+  unsigned long port = 0;
+
+  if (strncmp(url, "tcp://", 6) != 0)
+    return 0;
+  if (colon != NULL && colon > url + 5 && colon[1] >= '0' && colon[1] <= '9' &&
+      strspn(colon + 1, "0123456789") == strlen(colon + 1) && strlen(colon + 1) <= 5)
+    port = strtoul(colon + 1, NULL, 10);
+  if (port < 1 || port > 65535) {
+    snprintf(err, errlen, "%s %s: port '%s' is not a number in 1..65535", opt, url,
+             colon != NULL && colon > url + 5 ? colon + 1 : "");
+    return KVP_ECONFIG;
+  }
+  return 0;
+}
+
 /* --server URL, or --nats NAME=VALUE. */
 static int nats_option(kvp__relay_cli_t *c, int is_server, const char *arg, char *err,
                        size_t errlen) {
@@ -63,6 +80,8 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
       snprintf(err, errlen, "--endpoint: at most %d", MAXN);
       return KVP_ECONFIG;
     }
+    if ((rc = kvp__relay_url_port_check("--endpoint", value, err, errlen)) != 0)
+      return rc;
     c->endpoint[c->nargs++] = value;
   } else if (strcmp(name, "replay") == 0 || strcmp(name, "worker") == 0) {
     const char **slot =
@@ -71,6 +90,12 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
       snprintf(err, errlen, "--%s must follow its --endpoint (one each)", name);
       return KVP_ECONFIG;
     }
+    if (name[0] == 'r' && value[0] == '\0') {
+      snprintf(err, errlen, "--replay of %s: empty", c->endpoint[c->nargs - 1]);
+      return KVP_ECONFIG;
+    }
+    if (name[0] == 'r' && (rc = kvp__relay_url_port_check("--replay", value, err, errlen)) != 0)
+      return rc;
     *slot = value;
   } else if (strcmp(name, "dp-ranks") == 0) {
     if ((rc = count("--dp-ranks", value, 1, MAXN, &v, err, errlen)) == 0)
@@ -80,6 +105,10 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
   } else if (strcmp(name, "server") == 0 || strcmp(name, "nats") == 0) {
     rc = nats_option(c, name[0] == 's', value, err, errlen);
   } else if (strcmp(name, "ns") == 0) {
+    if (!kvp_subject_token_valid(value)) { /* "" would silently be "default" */
+      snprintf(err, errlen, "--ns: '%s' is not 1..64 characters of [A-Za-z0-9_-]", value);
+      return KVP_ECONFIG;
+    }
     c->o.pub.ns = value;
   } else if (strcmp(name, "mode") == 0) {
     if (strcmp(value, "core") != 0 && strcmp(value, "jetstream") != 0) {
@@ -235,6 +264,17 @@ int kvp__relay_cli_finish(kvp__relay_cli_t *c, char *err, size_t errlen) {
         return KVP_ECONFIG;
       }
     }
+  /* One publisher per worker id: two endpoints publishing as one worker
+   * would each announce its own epoch and event ids on the same subject,
+   * and the advisor would take every switch for a restart of the worker. */
+  for (size_t a = 0; a < n; a++)
+    for (size_t b = a + 1; b < n; b++)
+      if (strcmp(c->o.endpoints[a].worker_id, c->o.endpoints[b].worker_id) == 0) {
+        snprintf(
+            err, errlen, "--worker %s is the worker of both %s and %s (one worker id per endpoint)",
+            c->o.endpoints[a].worker_id, c->o.endpoints[a].endpoint, c->o.endpoints[b].endpoint);
+        return KVP_ECONFIG;
+      }
   if (kvp_nats_opts_check(&c->o.pub.nats, "--nats ", err, errlen) != 0)
     return KVP_ECONFIG;
   return 0;

@@ -50,6 +50,13 @@ int kvp__relay_cli_set(kvp__relay_cli_t *c, const char *name, const char *value,
  * a worker id too long with its -dp<k>, a bad NATS option), or KVP_ENOMEM. */
 int kvp__relay_cli_finish(kvp__relay_cli_t *c, char *err, size_t errlen);
 
+/* For a tcp:// ZMQ endpoint given to option opt ("--endpoint"), checks that
+ * its port (after the last ':') is a decimal in 1..65535: libzmq takes
+ * 70000 as port 4464 (the value mod 65536) without an error. Other
+ * transports (ipc://, inproc://) are not checked. Returns 0, or
+ * KVP_ECONFIG with err naming the option, the URL and the port. */
+int kvp__relay_url_port_check(const char *opt, const char *url, char *err, size_t errlen);
+
 /* Frees what _finish made. Calling it again, or before _finish, is harmless. */
 void kvp__relay_cli_cleanup(kvp__relay_cli_t *c);
 

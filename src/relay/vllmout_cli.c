@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "kvplane/status.h"
 #include "kvplane/subjects.h"
+#include "relay/cli.h"
 #include "relay/vllmenc.h"
 #include "config/config.h"
 #include "relay/vllmout.h"
@@ -91,12 +92,14 @@ static char *port_plus(const char *url, unsigned k) {
   return out;
 }
 
-static int parse_uint(const char *name, const char *s, unsigned long max, unsigned long *out) {
+/* An integer option in min..max; else -1 after an error naming it. */
+static int parse_uint(const char *name, const char *s, unsigned long min, unsigned long max,
+                      unsigned long *out) {
   char *end;
   errno = 0;
   unsigned long v = strtoul(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || errno != 0 || v > max || s[0] == '-') {
-    fprintf(stderr, "kvplane-relay: --%s: '%s' is not a number in 0..%lu\n", name, s, max);
+  if (*s == '\0' || *end != '\0' || errno != 0 || v < min || v > max || s[0] == '-') {
+    fprintf(stderr, "kvplane-relay: --%s: '%s' is not a number in %lu..%lu\n", name, s, min, max);
     return -1;
   }
   *out = v;
@@ -136,6 +139,10 @@ int kvp__vout_main(int argc, char **argv) {
         fprintf(stderr, "kvplane-relay: more than %d endpoints\n", KVP_RELAY_MAX_ENDPOINTS);
         return 1;
       }
+      if (kvp__relay_url_port_check("--endpoint", optarg, err, sizeof err) != 0) {
+        fprintf(stderr, "kvplane-relay: %s\n", err);
+        return 1;
+      }
       ep[nep++] = optarg;
       break;
     case 'r':
@@ -147,13 +154,17 @@ int kvp__vout_main(int argc, char **argv) {
       }
       /* Not (c == 'r' ? rp : wk)[nep - 1]: GCC's UndefinedBehaviorSanitizer
        * (object-size) took that store for one past a single pointer. */
+      if (c == 'r' && kvp__relay_url_port_check("--replay", optarg, err, sizeof err) != 0) {
+        fprintf(stderr, "kvplane-relay: %s\n", err);
+        return 1;
+      }
       if (c == 'r')
         rp[nep - 1] = optarg;
       else
         wk[nep - 1] = optarg;
       break;
     case 1:
-      if (parse_uint("dp-ranks", optarg, 64, &dp_ranks) != 0 || dp_ranks == 0)
+      if (parse_uint("dp-ranks", optarg, 1, 64, &dp_ranks) != 0)
         return 1;
       break;
     case 't':
@@ -186,7 +197,7 @@ int kvp__vout_main(int argc, char **argv) {
       o.ns = optarg;
       break;
     case 3:
-      if (parse_uint("buffer", optarg, 1ul << 24, &v) != 0 || v == 0)
+      if (parse_uint("buffer", optarg, 1, 1ul << 24, &v) != 0)
         return 1;
       o.buffer_steps = v;
       break;
@@ -201,7 +212,8 @@ int kvp__vout_main(int argc, char **argv) {
       break;
     }
     case 4:
-      if (parse_uint("hwm", optarg, 1ul << 30, &v) != 0)
+      /* 0 would be libzmq's "no limit": an unbounded queue per slow router. */
+      if (parse_uint("hwm", optarg, 1, 1ul << 30, &v) != 0)
         return 1;
       o.sndhwm = (int)v;
       break;
@@ -224,12 +236,12 @@ int kvp__vout_main(int argc, char **argv) {
       o.media = optarg;
       break;
     case 8: /* any count: every partition of the namespace is taken */
-      if (parse_uint("partitions", optarg, KVP_PARTITIONS_MAX, &v) != 0 || v == 0)
+      if (parse_uint("partitions", optarg, 1, KVP_PARTITIONS_MAX, &v) != 0)
         return 1;
       o.partitioned = 1;
       break;
     case 10:
-      if (parse_uint("idle-ms", optarg, 86400000ul, &v) != 0)
+      if (parse_uint("idle-ms", optarg, 0, 86400000ul, &v) != 0)
         return 1;
       o.idle_ms = (uint32_t)v;
       break;
@@ -263,7 +275,7 @@ int kvp__vout_main(int argc, char **argv) {
     char *colon = strchr(w, ':');
     if (colon != NULL) {
       *colon = '\0';
-      if (parse_uint("worker", colon + 1, UINT32_MAX, &v) != 0 || dp_ranks > 1) {
+      if (parse_uint("worker", colon + 1, 0, UINT32_MAX, &v) != 0 || dp_ranks > 1) {
         if (dp_ranks > 1)
           fprintf(stderr, "kvplane-relay: --worker %s: a rank with --dp-ranks\n", wk[i]);
         goto out;

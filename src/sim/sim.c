@@ -223,6 +223,16 @@ int kvp__sim_create(const kvp__sim_opts_t *o, kvp__sim_t **out, char *err, size_
              KVP_SIM_MAX_WORKERS, KVP_SIM_MAX_BATCH);
     return KVP_EINVAL;
   }
+  /* Before the trace is read; the publisher would take "" for its defaults. */
+  if (!kvp_subject_token_valid(o->ns)) {
+    snprintf(err, errlen, "namespace: '%s' is not 1..64 characters of [A-Za-z0-9_-]",
+             o->ns ? o->ns : "");
+    return KVP_EINVAL;
+  }
+  if (o->servers == NULL || o->servers[0] == '\0') {
+    snprintf(err, errlen, "servers: empty");
+    return KVP_EINVAL;
+  }
   if ((s = calloc(1, sizeof *s)) == NULL ||
       (s->w = calloc((size_t)o->workers, sizeof *s->w)) == NULL) {
     free(s);

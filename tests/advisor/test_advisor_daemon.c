@@ -415,6 +415,31 @@ static void open_fails_cleanly(void **state) {
   assert_non_null(strstr(err, c.db_path));
 }
 
+/* A second advisor on a running advisor's database is refused, naming the
+ * file, before it touches NATS; it started and ran beside the first (both
+ * writing the file; in JetStream mode remaking each other's consumer). */
+static void one_advisor_per_database(void **state) {
+  advfix_t *f = *state;
+  kvp_advisor_t *adv = NULL;
+  char err[512] = "";
+
+  assert_int_equal(advfix_start(f), 0);
+  assert_int_equal(kvp_advisor_open(&f->cfg, &adv, err, sizeof err), KVP_EBUSY);
+  assert_null(adv);
+  assert_non_null(strstr(err, f->cfg.db_path));
+  assert_non_null(strstr(err, "in use by another kvplane-advisor"));
+  /* The first one is unharmed, and its database is free once it stops. */
+  char *reply = advfix_request(f, "stats", "{}", 2);
+  assert_non_null(reply);
+  assert_null(strstr(reply, "\"error\""));
+  free(reply);
+  assert_int_equal(advfix_stop(f), 0);
+  int rc = kvp_advisor_open(&f->cfg, &adv, err, sizeof err);
+  if (rc != 0)
+    fail_msg("open after the first stopped: %s", err);
+  kvp_advisor_close(adv);
+}
+
 /* One integer from the database (-2 for NULL, -1 on error). */
 static long long db_int(advfix_t *f, const char *sql) {
   sqlite3 *db = NULL;
@@ -523,6 +548,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(sqlite3_shell_reads_views_while_writing, advfix_cm_setup_core,
                                     advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(open_fails_cleanly, advfix_cm_setup_core, advfix_cm_teardown),
+    cmocka_unit_test_setup_teardown(one_advisor_per_database, advfix_cm_setup_js,
+                                    advfix_cm_teardown),
     cmocka_unit_test_setup_teardown(down_worker_row_says_when_and_how_many, advfix_cm_setup_core,
                                     advfix_cm_teardown),
 };

@@ -61,6 +61,13 @@ colour = red"
 expect "an unknown plugin parameter" "volume g3 (plugin posix): unknown parameter 'colour'" 10
 [ ! -e "$tmp/vol" ] || fail "the check made the volume's directory $tmp/vol"
 
+# An empty path: --print-config checked the plugin against its scratch
+# directory in place of it and passed, while the start refused it.
+conf "plugin = posix
+capacity = 1MiB
+path ="
+expect "an empty path" "volume g3 (plugin posix): path: required" 9
+
 conf "plugin = posix
 path = $tmp/vol"
 expect "a G3 volume without capacity" "capacity (a G3 volume's watermarks are fractions of it): required" 6
@@ -75,6 +82,11 @@ grep -q "^\[volume g3\]" "$tmp/out" || grep -q "g3" "$tmp/out" || fail "--print-
 # past libinih's 200-byte line).
 "$adv" -c "$tmp/out" --print-config >"$tmp/out2" 2>"$tmp/err" || fail "--print-config's output does not read back: $(cat "$tmp/err")"
 cmp -s "$tmp/out" "$tmp/out2" || fail "--print-config's output read back prints differently"
+# -o cannot set a [volume] key: said so, not "unknown section [volume g3]".
+rc=0
+"$adv" -o "volume g3.path=$tmp/vol" --print-config >"$tmp/out" 2>"$tmp/err" || rc=$?
+[ "$rc" = 1 ] && grep -qF "[volume NAME] sections are set in the configuration file" "$tmp/err" ||
+  fail "-o volume g3.path: exit $rc: $(cat "$tmp/err")"
 # The units etc/kvplane-advisor.conf names: 7d, 10TiB.
 printf '[store]\npath = %s/a.db\nhistory_keep = 7d\n[volume g4]\ntier = 4\nplugin = posix\ncapacity = 10TiB\npath = %s/vol4\n' \
   "$tmp" "$tmp" >"$tmp/units.conf"

@@ -163,6 +163,16 @@ static void views_read_the_database(void **state) {
   assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", url, "-n", "t", NULL}), 0);
   assert_non_null(strstr(c->text, "advisor: no answer"));
   assert_non_null(strstr(c->text, "G2"));
+  /* ... saying why: nobody on the subject, or the server named. */
+  assert_non_null(strstr(c->text, "kvplane.api.t.stats"));
+  char gone[64];
+  snprintf(gone, sizeof gone, "nats://127.0.0.1:%d", kvp_test_free_port());
+  assert_int_equal(cli_run(c, (char *[]){"status", "--db", db, "-s", gone, "-n", "t", NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: no answer over NATS: "));
+  assert_non_null(strstr(c->text, gone));
+  assert_int_equal(cli_run(c, (char *[]){"top", "--db", db, "-s", gone, "-N", "1", NULL}), 0);
+  assert_non_null(strstr(c->text, "advisor: no answer: "));
+  assert_non_null(strstr(c->text, gone));
 }
 
 static void match_by_tokens(void **state) {
@@ -223,6 +233,8 @@ static void exit_statuses(void **state) {
 
   assert_int_equal(cli_run(c, (char *[]){"--help", NULL}), 0);
   assert_non_null(strstr(c->text, "exit status"));
+  /* Every option is listed: -N had no long form in the help. */
+  assert_non_null(strstr(c->text, "-N, --count COUNT"));
   assert_int_equal(cli_run(c, (char *[]){"blocks", "--help", NULL}), 0);
   assert_non_null(strstr(c->text, "usage: kvplane blocks"));
   assert_int_equal(cli_run(c, (char *[]){NULL}), 1);
@@ -370,6 +382,10 @@ static void top_replay_and_bench(void **state) {
 
   assert_int_equal(cli_run(c, (char *[]){"replay", NULL}), 1);
   assert_int_equal(cli_run(c, (char *[]){"replay", trace, "--mode", "fast", NULL}), 1);
+  /* An empty namespace was replayed into "default" (exit 0), an invalid one
+   * failed after the trace was read with exit 2: both are bad arguments. */
+  assert_int_equal(cli_run(c, (char *[]){"replay", trace, "-n", "", "--limit", "1", NULL}), 1);
+  assert_int_equal(cli_run(c, (char *[]){"replay", trace, "-n", "a.b", "--limit", "1", NULL}), 1);
   assert_int_equal(cli_run(c, (char *[]){"top", "--interval", "1ms", "--db", db, NULL}), 1);
 
   /* kvp-bench is built with the benchmarks (KVP_BENCH, on in scripts/). */

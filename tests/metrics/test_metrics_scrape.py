@@ -67,6 +67,17 @@ def scrape(port):
     return {f.name: f for f in text_string_to_metric_families(r.stdout)}, r.stdout
 
 
+def lint(text):
+    """promtool check metrics (Prometheus' own linter) finds nothing in an
+    exposition; skipped without promtool (apt-get install prometheus)."""
+    if shutil.which("promtool") is None:
+        return
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), \
+        "promtool check metrics:\n" + r.stdout + r.stderr
+
+
 def value(fams, name, **labels):
     """Sum of the samples of family name (prometheus_client strips _total from
     counter family names) whose labels include labels."""
@@ -203,8 +214,9 @@ def test_advisor(tmp):
         code, _ = curl("http://127.0.0.1:%d/metrics" % mport, method="POST")
         assert code == 405, code
 
-        fams, _ = scrape(mport)
+        fams, text = scrape(mport)
         check_advisor_families(fams)
+        lint(text)
         assert value(fams, "kvplane_advisor_events") == 0
 
         sim = procs.start("sim", [os.path.join(BIN, "tools/kvplane-sim"), "--trace",
@@ -381,6 +393,7 @@ def test_relay(tmp):
         assert curl("http://127.0.0.1:%d/healthz" % mport) == (200, "ok")
         assert curl("http://127.0.0.1:%d/x" % mport)[0] == 404
         fams, text = scrape(mport)
+        lint(text)
         for n in ["kvplane_relay_events_in", "kvplane_relay_events_out", "kvplane_relay_skipped",
                   "kvplane_relay_gaps", "kvplane_relay_replays", "kvplane_relay_clears",
                   "kvplane_relay_decode_errors", "kvplane_relay_messages"]:

@@ -685,6 +685,29 @@ class BindingTest(unittest.TestCase):
               what="the database's locations: B' and C' only")
         self.assertEqual(self.client.match([a, b, c, d]), [])
 
+    def test_bad_timeouts_and_sizes(self):
+        """A timeout or size outside its C type is refused naming it: ctypes
+        stored timeout_ms=-1 as 4294967295 ms (49 days), 2**40 as 0 (no
+        wait), dp_rank=2**32 as 0; "x" and 1.5 raised ctypes.ArgumentError,
+        not kvplane.Error."""
+        self.start(advisor=False)
+        for bad in (-1, 0, 2 ** 40, "x", 1.5, True):
+            with self.assertRaises(kvplane.Error) as cm:
+                self.client.match([1], timeout_ms=bad)
+            self.assertEqual(cm.exception.name, "KVP_EINVAL")
+            self.assertIn("timeout_ms: %r" % (bad,), str(cm.exception))
+            with self.assertRaises(kvplane.Error):
+                self.client.stats(timeout_ms=bad)
+            with self.assertRaises(kvplane.Error):
+                self.client.pin([1], timeout_ms=bad)
+            with self.assertRaises(kvplane.Error):
+                kvplane.Client(self.plane.url, NS, timeout_ms=bad)
+        for name in ("dp_rank", "heartbeat_ms", "close_timeout_ms", "max_delay_ms"):
+            with self.assertRaises(kvplane.Error) as cm:
+                kvplane.Publisher(self.plane.url, NS, "w0", BS, **{name: 2 ** 32})
+            self.assertIn("%s: %d is not an int in 0..4294967295" % (name, 2 ** 32),
+                          str(cm.exception))
+
     def test_match_without_advisor(self):
         """With NATS up but no advisor, match fails at once with KVP_ENOENT
         naming the subject, not after the timeout."""

@@ -345,6 +345,27 @@ class RouterApiTest(unittest.TestCase):
                                                             "block_size": 1}),
                          (200, {"default": {}}))
 
+    def test_expect_continue_too_large_is_refused_first(self):
+        """A client that sends Expect: 100-continue with a Content-Length over
+        16 MiB is answered 413 at once, not told to go on and send the body
+        first (curl does this for large bodies): the server answered 100
+        Continue and waited for 17 MiB it would refuse. Under the bound it
+        still gets 100 Continue."""
+        self.start()
+        def head(length):
+            s = socket.create_connection(("127.0.0.1", self.plane.http_port))
+            s.settimeout(5)
+            s.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                      b"Content-Length: %d\r\n\r\n" % length)
+            try:
+                return s.recv(4096)
+            finally:
+                s.close()
+        got = head(17 << 20)
+        self.assertTrue(got.startswith(b"HTTP/1.1 413"), got)
+        self.assertIn(b"body over", got)
+        self.assertTrue(head(1000).startswith(b"HTTP/1.1 100"))
+
     def test_bodies_held_at_once_are_bounded(self):
         """The bodies being read are bounded together, not only each one
         (256 connections of 16 MiB would make the advisor hold 4 GiB): with

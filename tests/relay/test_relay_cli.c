@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 #include "kvplane/status.h"
@@ -188,6 +189,19 @@ static void option_errors(void **state) {
   set_fails((const char *const[]){"metrics-timeout", "soon", NULL}, "--metrics-timeout");
   set_fails((const char *const[]){"metrics-per-client", "-1", NULL}, "--metrics-per-client");
   set_fails((const char *const[]){"bogus", "1", NULL}, "--bogus: unknown option");
+  /* libzmq reads a port past 65535 modulo 65536 (70000: 4464) without an
+   * error: the relay would subscribe to another engine's port. */
+  set_fails((const char *const[]){"endpoint", "tcp://a:70000", NULL},
+            "--endpoint tcp://a:70000: port '70000' is not a number in 1..65535");
+  set_fails((const char *const[]){"endpoint", "tcp://a:0", NULL}, "port '0'");
+  set_fails((const char *const[]){"endpoint", "tcp://a", NULL}, "--endpoint tcp://a: port ''");
+  set_fails((const char *const[]){"endpoint", "tcp://a:1", "replay", "tcp://a:99999", NULL},
+            "--replay tcp://a:99999: port '99999'");
+  set_fails((const char *const[]){"endpoint", "tcp://a:1", "replay", "", NULL},
+            "--replay of tcp://a:1: empty");
+  /* An empty namespace was published as "default". */
+  set_fails((const char *const[]){"ns", "", NULL}, "--ns: '' is not");
+  set_fails((const char *const[]){"ns", "a.b", NULL}, "--ns: 'a.b' is not");
   /* at most KVP_RELAY_MAX_ENDPOINTS endpoints */
   const char *kv[2 * (KVP_RELAY_MAX_ENDPOINTS + 1) + 1];
   for (size_t i = 0; i <= KVP_RELAY_MAX_ENDPOINTS; i++) {
@@ -217,11 +231,9 @@ static void finish_errors(void **state) {
                "--worker of tcp://a:1: missing");
   finish_fails((const char *const[]){"endpoint", "tcp://a:1", "worker", "bad.id", NULL},
                "--worker of tcp://a:1: not 1..64 characters");
-  finish_fails((const char *const[]){"endpoint", "tcp://a", "worker", "w", "dp-ranks", "2", NULL},
-               "--dp-ranks: tcp://a has no port to add the rank to");
-  finish_fails((const char *const[]){"endpoint", "tcp://a:1", "replay", "tcp://a:x", "worker", "w",
-                                     "dp-ranks", "2", NULL},
-               "--dp-ranks: tcp://a:x has no port");
+  finish_fails(
+      (const char *const[]){"endpoint", "ipc:///tmp/a", "worker", "w", "dp-ranks", "2", NULL},
+      "--dp-ranks: ipc:///tmp/a has no port to add the rank to");
   finish_fails(
       (const char *const[]){"endpoint", "tcp://a:65535", "worker", "w", "dp-ranks", "2", NULL},
       "tcp://a:65535 has no port"); /* rank 1 would be port 65536 */
@@ -243,6 +255,14 @@ static void finish_errors(void **state) {
   finish_fails((const char *const[]){"endpoint", "tcp://a:1", "worker", "w", "nats",
                                      "creds=/nonexistent/relay.creds", NULL},
                "--nats ");
+  /* Two endpoints publishing as one worker: each with its own epoch and
+   * event ids on one subject. */
+  finish_fails((const char *const[]){"endpoint", "tcp://h:1", "worker", "w", "endpoint",
+                                     "tcp://h:2", "worker", "w", NULL},
+               "--worker w is the worker of both tcp://h:1 and tcp://h:2");
+  finish_fails((const char *const[]){"endpoint", "tcp://h:1", "worker", "w", "endpoint",
+                                     "tcp://h:5", "worker", "w", "dp-ranks", "2", NULL},
+               "--worker w-dp0 is the worker of both tcp://h:1 and tcp://h:5");
 }
 
 static int run(const char *a1, const char *a2, const char *a3, const char *a4, const char *a5,
@@ -268,6 +288,39 @@ static void help_and_config_errors(void **state) {
   assert_int_equal(run("-e", "tcp://127.0.0.1:5557", "-w", "w", "--nats", "nope=1"), 1);
 }
 
+/* kvplane-relay --reverse ARGS with stderr: exits 1 with a line holding
+ * want. NATS is never reached: each case fails at its option. */
+static void reverse_fails(const char *args, const char *want) {
+  char cmd[1024], out[4096];
+  snprintf(cmd, sizeof cmd, "'%s/tools/kvplane-relay' --reverse -s nats://127.0.0.1:1 %s 2>&1",
+           getenv("KVP_TEST_BINDIR"), args);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || strstr(out, want) == NULL)
+    fail_msg("kvplane-relay --reverse %s: status %d, output '%s' lacks '%s'", args,
+             WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, want);
+}
+
+/* The reverse direction's bad values, each named: --buffer 0, --dp-ranks 0
+ * and --partitions 0 exited 1 without a word; --hwm 0 (libzmq: no limit,
+ * an unbounded queue) and a bind port past 65535 (libzmq binds it modulo
+ * 65536: 99999 is 34463) were taken. */
+static void reverse_option_errors(void **state) {
+  (void)state;
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --buffer 0", "--buffer: '0' is not a number in 1..");
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --dp-ranks 0",
+                "--dp-ranks: '0' is not a number in 1..64");
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --partitions 0", "--partitions: '0' is not");
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --hwm 0", "--hwm: '0' is not a number in 1..");
+  reverse_fails("-e tcp://127.0.0.1:99999 -w w",
+                "--endpoint tcp://127.0.0.1:99999: port '99999' is not a number in 1..65535");
+  reverse_fails("-e tcp://127.0.0.1:5557 -r tcp://127.0.0.1:0 -w w", "--replay tcp://127.0.0.1:0");
+  reverse_fails("-e tcp://127.0.0.1:5557 -w w --idle-ms -1", "--idle-ms: '-1' is not a number");
+}
+
 static void unreachable_nats_exits_2(void **state) {
   (void)state;
   char url[64];
@@ -282,6 +335,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(option_errors),
     cmocka_unit_test(finish_errors),
     cmocka_unit_test(help_and_config_errors),
+    cmocka_unit_test(reverse_option_errors),
     cmocka_unit_test(unreachable_nats_exits_2),
 };
 

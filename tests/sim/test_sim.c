@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -115,6 +116,42 @@ static void sim_replays_against_nats(void **state) {
   kvp_test_rmtree(dir);
 }
 
+/* kvplane-sim ARGS (after --trace of the bundled trace, against a server
+ * that is not there): exits 1 with stderr holding want, before any NATS. */
+static void sim_fails(const char *args, const char *want) {
+  char cmd[1024], out[4096];
+  snprintf(cmd, sizeof cmd,
+           "'%s/tools/kvplane-sim' -t '%s/../data/conversation_trace.jsonl.gz' -l 1 "
+           "-s nats://127.0.0.1:1 %s 2>&1",
+           getenv("KVP_TEST_BINDIR"), kvp_test_srcdir(), args);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || strstr(out, want) == NULL)
+    fail_msg("kvplane-sim %s: status %d, output '%s' lacks '%s'", args,
+             WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, want);
+}
+
+/* Bad values are refused by name, exit 1: "-1" and an overflow were taken
+ * as 2^64 - 1 by --g3-capacity, inf and 1e400 as a speedup, an empty --ns
+ * was published as "default", an invalid one failed after the trace was
+ * read with exit status 2, and an empty --server meant 127.0.0.1:4222. */
+static void sim_option_errors(void **state) {
+  (void)state;
+  if (getenv("KVP_TEST_BINDIR") == NULL)
+    skip();
+  sim_fails("--g3-capacity -1", "--g3-capacity: '-1' is not an integer");
+  sim_fails("--g3-capacity 99999999999999999999", "--g3-capacity: '99999999999999999999'");
+  sim_fails("--workers ' 3'", "--workers: ' 3'");
+  sim_fails("--speedup inf", "--speedup: 'inf' is not a number");
+  sim_fails("--speedup 1e400", "--speedup: '1e400'");
+  sim_fails("--ns ''", "--ns: '' is not");
+  sim_fails("--ns a.b", "--ns: 'a.b' is not");
+  sim_fails("--server ''", "--server: empty");
+}
+
 /* The simulated workers run in-process (src/sim): JetStream mode, the
  * distinct events counted once, the expect file holding every registered
  * block; bad options and a missing trace are named errors. */
@@ -203,10 +240,9 @@ static void sim_runs_in_process(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(trace_reads_bundled_file),
-    cmocka_unit_test(trace_errors_name_the_line),
-    cmocka_unit_test(sim_replays_against_nats),
-    cmocka_unit_test(sim_runs_in_process),
+    cmocka_unit_test(trace_reads_bundled_file), cmocka_unit_test(trace_errors_name_the_line),
+    cmocka_unit_test(sim_replays_against_nats), cmocka_unit_test(sim_runs_in_process),
+    cmocka_unit_test(sim_option_errors),
 };
 
 KVP_TEST_MAIN("sim", tests)
