@@ -190,6 +190,19 @@ static void match_and_stats_answer(void **state) {
   rep = advfix_request(f, "match", bin, sizeof bin);
   assert_non_null(strstr(rep, "\"length\":10"));
   free(rep);
+  /* JSON integers, "read as the same 64 bits" (client.h): the u64 above
+   * 2^63 (half of all hashes) was refused as "too big integer", and its
+   * i64 form as SQLite shows it. */
+  const char *qn = "{\"hashes\":[11529215046068469760,11529215046068469761,11529215046068469762]}";
+  rep = advfix_request(f, "match", qn, (int)strlen(qn));
+  assert_non_null(rep);
+  if (strstr(rep, "\"length\":3") == NULL)
+    fail_msg("u64 JSON numbers: %s", rep);
+  free(rep);
+  const char *qi = "{\"hashes\":[-6917529027641081856,-6917529027641081855]}";
+  rep = advfix_request(f, "match", qi, (int)strlen(qi));
+  assert_non_null(strstr(rep, "\"length\":2"));
+  free(rep);
   rep = advfix_request(f, "match", "{\"hashes\":[\"zz\"]}", 17);
   assert_non_null(strstr(rep, "\"error\""));
   free(rep);
