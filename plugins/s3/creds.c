@@ -49,50 +49,6 @@ static void warn_plain_http(const char *endpoint) {
             endpoint);
 }
 
-/* 0 when endpoint (http:// or https://, checked before) has a host and
- * either no port or a decimal one in 1..65535; else KVP_ECONFIG naming it.
- * libcurl refuses such a URL only at the first request, "URL using
- * bad/illegal format", read as the store being unreachable. */
-static int endpoint_authority(const char *endpoint, char *err, size_t errlen) {
-  const char *a = strstr(endpoint, "://") + 3, *end = a + strcspn(a, "/?#"), *at, *port = NULL;
-  for (at = a; at < end; at++)
-    if (*at == '@')
-      a = at + 1; /* user info: the host follows */
-  if (*a == '[') {
-    const char *close = memchr(a, ']', (size_t)(end - a));
-    if (close == NULL || close == a + 1) {
-      snprintf(err, errlen, "endpoint: '%s' has no host", endpoint);
-      return KVP_ECONFIG;
-    }
-    port = close + 1 < end && close[1] == ':' ? close + 1 : NULL;
-    if (close + 1 < end && port == NULL) {
-      snprintf(err, errlen, "endpoint: '%s': unexpected text after the address", endpoint);
-      return KVP_ECONFIG;
-    }
-  } else {
-    for (const char *c = a; c < end; c++)
-      if (*c == ':')
-        port = c;
-    if ((port ? port : end) == a) {
-      snprintf(err, errlen, "endpoint: '%s' has no host", endpoint);
-      return KVP_ECONFIG;
-    }
-  }
-  if (port != NULL) {
-    size_t n = (size_t)(end - port - 1);
-    unsigned long v = 0;
-    for (size_t i = 0; i < n && n <= 5; i++)
-      v = port[1 + i] >= '0' && port[1 + i] <= '9' ? v * 10 + (unsigned long)(port[1 + i] - '0')
-                                                   : 100000;
-    if (n == 0 || n > 5 || v < 1 || v > 65535) {
-      snprintf(err, errlen, "endpoint: '%s': port '%.*s' is not a number in 1..65535", endpoint,
-               (int)n, port + 1);
-      return KVP_ECONFIG;
-    }
-  }
-  return 0;
-}
-
 /* 1 when name is one DNS label a bucket host can start with: 3..63 of
  * a-z 0-9 '-', beginning and ending with a letter or digit. */
 static int dns_label(const char *name) {
@@ -217,7 +173,7 @@ int kvp__s3_resolve(s3_t *s, const s3_given_t *given, char *err, size_t errlen) 
     snprintf(err, errlen, "endpoint: '%s' is not http:// or https://", s->endpoint);
     return KVP_ECONFIG;
   }
-  if ((rc = endpoint_authority(s->endpoint, err, errlen)) != 0)
+  if ((rc = kvp__s3_endpoint_check(s->endpoint, err, errlen)) != 0)
     return rc;
   warn_plain_http(s->endpoint);
   return 0;
