@@ -46,8 +46,9 @@ static void usage(FILE *f) {
         "signals: SIGTERM or SIGINT applies what was received, flushes and exits 0;\n"
         "SIGHUP reopens the log file.\n"
         "exit status: 0 after a clean stop, 1 for a configuration error (a [metrics]\n"
-        "or [http] listen address in use included, as kvplane-relay --metrics), 2 when the\n"
-        "database or NATS cannot be opened, 3 when the final flush failed.\n",
+        "or [http] listen address in use included, as kvplane-relay --metrics, and a\n"
+        "[log] file that cannot be opened), 2 when the database or NATS cannot be\n"
+        "opened (or another advisor holds the database), 3 when the final flush failed.\n",
         f);
 }
 

@@ -173,6 +173,8 @@ int kvp__s3_resolve(s3_t *s, const s3_given_t *given, char *err, size_t errlen) 
     snprintf(err, errlen, "endpoint: '%s' is not http:// or https://", s->endpoint);
     return KVP_ECONFIG;
   }
+  if ((rc = kvp__s3_endpoint_check(s->endpoint, err, errlen)) != 0)
+    return rc;
   warn_plain_http(s->endpoint);
   return 0;
 }

@@ -1,6 +1,8 @@
 /* The AWS shared files and the endpoint's host, read (s3_profile.h). */
 #include "s3_profile.h"
 
+#include "kvplane/status.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -96,4 +98,50 @@ int kvp__s3_plain_http_remote(const char *endpoint) {
         sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) == 4 && b < 256 && c < 256 && d < 256;
   }
   return !loop;
+}
+
+int kvp__s3_endpoint_check(const char *endpoint, char *err, size_t errlen) {
+  const char *a = strstr(endpoint, "://"), *end, *at, *port = NULL;
+  if (a == NULL) {
+    snprintf(err, errlen, "endpoint: '%s' is not http:// or https://", endpoint);
+    return KVP_ECONFIG;
+  }
+  a += 3;
+  end = a + strcspn(a, "/?#");
+  for (at = a; at < end; at++)
+    if (*at == '@')
+      a = at + 1; /* user info: the host follows */
+  if (*a == '[') {
+    const char *close = memchr(a, ']', (size_t)(end - a));
+    if (close == NULL || close == a + 1) {
+      snprintf(err, errlen, "endpoint: '%s' has no host", endpoint);
+      return KVP_ECONFIG;
+    }
+    port = close + 1 < end && close[1] == ':' ? close + 1 : NULL;
+    if (close + 1 < end && port == NULL) {
+      snprintf(err, errlen, "endpoint: '%s': unexpected text after the address", endpoint);
+      return KVP_ECONFIG;
+    }
+  } else {
+    for (const char *c = a; c < end; c++)
+      if (*c == ':')
+        port = c;
+    if ((port ? port : end) == a) {
+      snprintf(err, errlen, "endpoint: '%s' has no host", endpoint);
+      return KVP_ECONFIG;
+    }
+  }
+  if (port != NULL) {
+    size_t n = (size_t)(end - port - 1);
+    unsigned long v = 0;
+    for (size_t i = 0; i < n && n <= 5; i++)
+      v = port[1 + i] >= '0' && port[1 + i] <= '9' ? v * 10 + (unsigned long)(port[1 + i] - '0')
+                                                   : 100000;
+    if (n == 0 || n > 5 || v < 1 || v > 65535) {
+      snprintf(err, errlen, "endpoint: '%s': port '%.*s' is not a number in 1..65535", endpoint,
+               (int)n, port + 1);
+      return KVP_ECONFIG;
+    }
+  }
+  return 0;
 }

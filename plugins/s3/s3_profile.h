@@ -31,4 +31,10 @@ void kvp__s3_ini_read(FILE *f, const char *profile, int config, s3_prof_t *p);
  * unencrypted. 0 for https:// and for loopback. */
 int kvp__s3_plain_http_remote(const char *endpoint);
 
+/* 0 when endpoint (after its "scheme://") has a host and either no port or
+ * a decimal one in 1..65535; else KVP_ECONFIG with err naming it. libcurl
+ * refuses such a URL only at the first request ("URL using bad/illegal
+ * format"), which would read as the store being unreachable. */
+int kvp__s3_endpoint_check(const char *endpoint, char *err, size_t errlen);
+
 #endif

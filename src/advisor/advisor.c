@@ -317,9 +317,11 @@ static int setup_log(const kvp_advisor_config_t *cfg, char *err, size_t errlen) 
   kvp__log_setup(cfg->log_level, "kvplane-advisor");
   if (cfg->log_syslog)
     kvp__log_use_syslog(1);
+  /* The operator's to change, as a listen address in use: exit 1 (a
+   * configuration error), with the cause. */
   if (cfg->log_file[0] && kvp__log_set_file(cfg->log_file) != 0) {
-    snprintf(err, errlen, "[log] file: cannot open %s", cfg->log_file);
-    return KVP_EIO;
+    snprintf(err, errlen, "[log] file: cannot open %s: %s", cfg->log_file, strerror(errno));
+    return KVP_ECONFIG;
   }
   return 0;
 }

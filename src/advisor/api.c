@@ -1,6 +1,7 @@
 /* Advisor queries; see api.h. */
 #include "advisor/api.h"
 
+#include "advisor/routerapi.h"
 #include "tier/engine.h"
 
 #include <errno.h>
@@ -58,7 +59,14 @@ int kvp__adv_api_parse_match(const void *data, size_t len, uint64_t **hashes, si
     *n = cnt;
     return 0;
   }
-  root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+  /* u64 hashes as JSON numbers above INT64_MAX (client.h: "read as the
+   * same 64 bits"): jansson refused them as "too big integer". */
+  size_t wlen;
+  char *text = kvp__rapi_widen_u64(data, len, &wlen);
+  if (text == NULL)
+    return KVP_ENOMEM;
+  root = json_loadb(text, wlen, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
   if (root == NULL) {
     snprintf(err, errlen, "bad JSON: %s", jerr.text);
     return KVP_EPROTO;

@@ -23,7 +23,7 @@ static const char *const medium[KVP_TIER_MAX + 1] = {NULL, "GPU", "CPU", "DISK",
  * hashes as plain numbers. Strings, negative numbers and the digits of a
  * fraction or an exponent are copied untouched. A rewritten literal has at
  * least 19 digits and grows by at most one character. */
-static char *widen_u64(const char *in, size_t len, size_t *outlen) {
+char *kvp__rapi_widen_u64(const char *in, size_t len, size_t *outlen) {
   char *out = malloc(len + len / 16 + 16), *o = out;
   int in_str = 0, esc = 0;
   size_t i = 0;
@@ -91,7 +91,7 @@ static int get_name(json_t *root, const char *key, const char *def, char *dst, s
   }
   if (int_ok && json_is_integer(v)) {
     /* An id is a u64 (Dynamo's instance ids): one above INT64_MAX came
-     * through widen_u64 as the negative i64 with its bits. */
+     * through kvp__rapi_widen_u64 as the negative i64 with its bits. */
     snprintf(dst, cap, "%" PRIu64, kvp_hash_from_i64(json_integer_value(v)));
     return 0;
   }
@@ -212,7 +212,7 @@ int kvp__rapi_parse(int by_hash, const void *body, size_t len, uint32_t default_
   int rc = KVP_EPROTO;
 
   memset(req, 0, sizeof *req);
-  if ((text = widen_u64(body, len, &wlen)) == NULL)
+  if ((text = kvp__rapi_widen_u64(body, len, &wlen)) == NULL)
     return KVP_ENOMEM;
   root = json_loadb(text, wlen, JSON_REJECT_DUPLICATES, &jerr);
   free(text);

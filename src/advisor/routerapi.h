@@ -85,4 +85,10 @@ int kvp__rapi_paths(const kvp__index_t *ix, const uint64_t *hashes, size_t n, co
 /* {"error": msg} as malloc'd JSON, or NULL when out of memory. */
 char *kvp__rapi_error_json(const char *msg);
 
+/* A copy of the JSON text in (malloc'd, *outlen bytes, NULL without
+ * memory) with every integer literal in (INT64_MAX, UINT64_MAX] rewritten
+ * as the int64 of the same 64 bits, for jansson, which refuses them: u64
+ * hashes as plain numbers (routerapi.c; the NATS match request, api.c). */
+char *kvp__rapi_widen_u64(const char *in, size_t len, size_t *outlen);
+
 #endif

@@ -82,6 +82,14 @@ grep -q "^\[volume g3\]" "$tmp/out" || grep -q "g3" "$tmp/out" || fail "--print-
 # past libinih's 200-byte line).
 "$adv" -c "$tmp/out" --print-config >"$tmp/out2" 2>"$tmp/err" || fail "--print-config's output does not read back: $(cat "$tmp/err")"
 cmp -s "$tmp/out" "$tmp/out2" || fail "--print-config's output read back prints differently"
+# A log file that cannot be opened: a configuration error (exit 1) with the
+# cause (it was exit 2, as for an unreachable database, without one).
+rc=0
+"$adv" -o "log.file=$tmp/missing/advisor.log" -o "store.path=$tmp/l.db" \
+  -o nats.servers=nats://127.0.0.1:1 >"$tmp/out" 2>"$tmp/err" || rc=$?
+[ "$rc" = 1 ] && grep -qF "[log] file: cannot open $tmp/missing/advisor.log: No such file or directory" "$tmp/err" ||
+  fail "log.file in a missing directory: exit $rc: $(cat "$tmp/err")"
+
 # -o cannot set a [volume] key: said so, not "unknown section [volume g3]".
 rc=0
 "$adv" -o "volume g3.path=$tmp/vol" --print-config >"$tmp/out" 2>"$tmp/err" || rc=$?

@@ -1,14 +1,15 @@
 /* libFuzzer target: an AWS shared file (~/.aws/credentials or
  * ~/.aws/config, outside text an operator or a tool wrote) through the s3
  * plugin's INI reader (plugins/s3/s3_profile.c), and the same bytes as an
- * endpoint for the plain-http check. The first byte picks the file kind and
- * the profile. Nothing is an error; crashes, overruns and values that are
- * not strings are. */
+ * endpoint for the plain-http check and the endpoint's host and port check. The first byte picks
+ * the file kind and the profile. Nothing is an error; crashes, overruns and values that are not
+ * strings are. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvplane/status.h"
 #include "s3_profile.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -48,6 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   text[size - 1] = '\0';
   int r = kvp__s3_plain_http_remote(text);
   if (r != 0 && r != 1)
+    abort();
+  char err[160];
+  r = kvp__s3_endpoint_check(text, err, sizeof err);
+  if (r != 0 && (r != KVP_ECONFIG || memchr(err, '\0', sizeof err) == NULL))
     abort();
   free(text);
   return 0;

@@ -163,6 +163,26 @@ static void open_loopbacks(void *ctx) {
   kvp_volume_close(v);
 }
 
+/* An endpoint whose port is not 1..65535, or without a host, is refused at
+ * open naming it (KVP_ECONFIG, before any request): libcurl refused it at
+ * the first request ("URL using bad/illegal format"), which the advisor
+ * took for a store that does not answer, and --print-config let pass. */
+static void s3_endpoint_port_and_host_are_checked(void **state) {
+  (void)state;
+  static const char *const bad[] = {"http://127.0.0.1:99999", "http://127.0.0.1:0", "https://h:",
+                                    "http://h:12x",           "http://:9000",       "http://",
+                                    "http://[::1]x",          "http://[]:80"};
+  char err[512];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kvp_volume_t *v = NULL;
+    err[0] = '\0';
+    int rc = open_at(bad[i], &v, err, sizeof err);
+    if (rc != KVP_ECONFIG || strstr(err, bad[i]) == NULL)
+      fail_msg("endpoint %s: rc %d, '%s'", bad[i], rc, err);
+    assert_null(v);
+  }
+}
+
 /* Loopback endpoints (here the verifying server on 127.0.0.1 and
  * localhost): no warning. */
 static void s3_plain_http_to_loopback_does_not_warn(void **state) {
@@ -307,6 +327,7 @@ static void s3_default_endpoint_addressing_follows_the_bucket_name(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(s3_default_endpoint_addressing_follows_the_bucket_name),
+    cmocka_unit_test(s3_endpoint_port_and_host_are_checked),
     cmocka_unit_test(s3_list_page_takes_only_the_plugins_keys),
     cmocka_unit_test(s3_ini_reads_the_profiles_own_section),
     cmocka_unit_test(s3_plain_http_remote_decides_by_host),
