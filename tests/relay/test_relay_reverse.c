@@ -580,6 +580,21 @@ static void raw_store(natsConnection *nc, uint32_t dp, uint64_t epoch, uint64_t 
   raw_batch(nc, dp, epoch, id, &e);
 }
 
+/* Stops the relay and returns its stats line (malloc'd): its figures,
+ * read once its thread is done. */
+static char *stop_and_stats(rev_t *r) {
+  char *text = NULL;
+  size_t len = 0;
+  kvp__vout_stop(r->v);
+  pthread_join(r->th, NULL);
+  r->stopped = 1;
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  kvp__vout_stats_print(r->v, f);
+  fclose(f);
+  return text;
+}
+
 /* A stream of every rank follows a worker of more ranks than a few (the
  * default stream of --worker without :DP; vLLM runs data parallel 32 and
  * more): 20 ranks here. Each is cleared once, when first seen; their next
@@ -625,15 +640,7 @@ static void many_ranks_are_each_cleared_once(void **state) {
    * worker's, so it also brings back the ranks a later rank's clear made
    * the relay forget, without one request per rank for each new rank (190
    * here). */
-  char *text = NULL;
-  size_t len = 0;
-  kvp__vout_stop(r->v); /* its figures, read once its thread is done */
-  pthread_join(r->th, NULL);
-  r->stopped = 1;
-  FILE *f = open_memstream(&text, &len);
-  assert_non_null(f);
-  kvp__vout_stats_print(r->v, f);
-  fclose(f);
+  char *text = stop_and_stats(r);
   assert_non_null(strstr(text, "\"resyncs\":20,"));
   free(text);
 }
@@ -726,15 +733,7 @@ static void a_batch_not_encoded_clears_and_resyncs(void **state) {
   assert_string_equal(d, "BlockStored:GPU:1");
   natsSubscription_Destroy(ctl);
   natsConnection_Destroy(nc);
-  char *text = NULL;
-  size_t len = 0;
-  kvp__vout_stop(r->v);
-  pthread_join(r->th, NULL);
-  r->stopped = 1;
-  FILE *f = open_memstream(&text, &len);
-  assert_non_null(f);
-  kvp__vout_stats_print(r->v, f);
-  fclose(f);
+  char *text = stop_and_stats(r);
   assert_non_null(strstr(text, "\"encode_errors\":1}"));
   assert_non_null(strstr(text, "\"resyncs\":2,"));
   free(text);
