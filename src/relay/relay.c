@@ -3,6 +3,7 @@
  * recover.c and apply.c. */
 #include "relay/relay.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/flock.h"
 #include "kvplane/status.h"
 #include "relay/metrics.h"
 #include "relay/state.h"
@@ -130,6 +132,7 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     const kvp_relay_endpoint_t *e = &o->endpoints[i];
     kvp__relay_ep_t *ep = &r->ep[i];
     r->nep++;
+    ep->lock_fd = -1;
     ep->last_seq = -1;
     ep->st.last_seq = -1;
     ep->resume_seq = -1;
@@ -160,6 +163,28 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
                                 "map") != 0) {
         snprintf(err, errlen, "--state-dir: path too long");
         rc = KVP_ECONFIG;
+        goto fail;
+      }
+      /* One relay per worker and state directory: two would each publish
+       * the worker under an epoch of their own (the advisor then takes
+       * every batch of one as a restart of the other) and overwrite each
+       * other's restart state. The lock file is never replaced, unlike the
+       * state file (renamed over), so its lock holds across saves. */
+      char lock[512];
+      if (kvp__relay_state_path(lock, sizeof lock, o->state_dir, ep->worker, "lock") != 0) {
+        snprintf(err, errlen, "--state-dir: path too long");
+        rc = KVP_ECONFIG;
+        goto fail;
+      }
+      if ((rc = kvp__flock_take(lock, 1, &ep->lock_fd)) != 0) {
+        if (rc == KVP_EBUSY)
+          snprintf(err, errlen,
+                   "--state-dir %s: worker %s is relayed by another kvplane-relay (%s is locked): "
+                   "one relay per worker and state directory",
+                   o->state_dir, ep->worker, lock);
+        else
+          snprintf(err, errlen, "--state-dir %s: cannot lock %s: %s", o->state_dir, lock,
+                   strerror(errno));
         goto fail;
       }
       rc = kvp__relay_state_read(ep->state_path, ep->endpoint, &sv);
@@ -261,6 +286,7 @@ void kvp_relay_close(kvp_relay_t *r) {
     kvp__relay_save(&r->ep[i], 1);
     kvp_publisher_close(r->ep[i].pub);
     kvp__relay_map_destroy(r->ep[i].map);
+    kvp__flock_release(r->ep[i].lock_fd); /* after the last save */
   }
   if (r->zctx)
     zmq_ctx_term(r->zctx);

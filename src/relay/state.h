@@ -49,6 +49,7 @@ typedef struct kvp__relay_ep_s {
   int silent;           /* applying without publishing */
   char state_path[512]; /* "" without --state-dir */
   char map_path[512];
+  int lock_fd; /* the flock on <state-dir>/<worker>.lock, held while open; -1: none */
   uint64_t map_saved_ms, map_cost_ms; /* when the map file was written, how long it took */
   int64_t map_seq;                    /* resuming: the sequence the loaded map is as of, or -1 */
   int64_t saved_seq;                  /* what the state file holds */

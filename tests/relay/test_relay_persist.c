@@ -12,6 +12,7 @@
 #include "harness.h"
 #include "natsd.h"
 #include "kvplane/status.h"
+#include "relay/relay.h"
 #include "relay/state.h"
 
 static void state_round_trip(void **state) {
@@ -174,8 +175,49 @@ static void a_map_put_off_is_written_at_the_stop(void **state) {
   kvp_test_rmtree(dir);
 }
 
+/* One relay per worker and state directory: a second kvplane-relay for
+ * worker eng0 with the same --state-dir is refused (KVP_EBUSY, naming the
+ * directory, the worker and the lock file) before it publishes anything;
+ * once the first closes, it opens. Another worker in the same directory is
+ * not held up. Before, both ran: each published eng0 under an epoch of its
+ * own and overwrote the other's restart state. */
+static void one_relay_per_worker_and_state_dir(void **state) {
+  (void)state;
+  char dir[256], err[512];
+  kvp_natsd_t d;
+  kvp_relay_t *a = NULL, *b = NULL, *c = NULL;
+  kvp_relay_opts_t o;
+  assert_non_null(kvp_test_tmpdir(dir, sizeof dir));
+  assert_int_equal(kvp_natsd_start(&d, NULL), 0);
+  kvp_relay_opts_init(&o);
+  snprintf(o.pub.nats.servers, sizeof o.pub.nats.servers, "%s", d.url);
+  o.pub.ns = "t";
+  o.state_dir = dir;
+  o.endpoints[0] = (kvp_relay_endpoint_t){.endpoint = "tcp://127.0.0.1:1", .worker_id = "eng0"};
+  o.nendpoints = 1;
+  if (kvp_relay_open(&o, &a, err, sizeof err) != 0)
+    fail_msg("the first relay: %s", err);
+  assert_int_equal(kvp_relay_open(&o, &b, err, sizeof err), KVP_EBUSY);
+  assert_null(b);
+  print_message("the second: %s\n", err);
+  assert_non_null(strstr(err, "worker eng0 is relayed by another kvplane-relay"));
+  assert_non_null(strstr(err, "eng0.lock"));
+  o.endpoints[0].worker_id = "eng1";
+  if (kvp_relay_open(&o, &c, err, sizeof err) != 0)
+    fail_msg("another worker in the same directory: %s", err);
+  kvp_relay_close(c);
+  kvp_relay_close(a);
+  o.endpoints[0].worker_id = "eng0";
+  if (kvp_relay_open(&o, &b, err, sizeof err) != 0)
+    fail_msg("after the first closed: %s", err);
+  kvp_relay_close(b);
+  kvp_natsd_stop(&d);
+  kvp_test_rmtree(dir);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(a_map_put_off_is_written_at_the_stop),
+    cmocka_unit_test(one_relay_per_worker_and_state_dir),
     cmocka_unit_test(state_round_trip),
     cmocka_unit_test(map_round_trip),
     cmocka_unit_test(map_parents_and_v1_files),
