@@ -61,8 +61,10 @@ static void body_drop(kvp__rapi_http_t *h, body_t *b) {
 
 #define JSON_TYPE "application/json"
 
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, char *json,
-                             const char *allow) {
+/* allow: an Allow header's value, or NULL; close: the connection closes
+ * after this reply. */
+static enum MHD_Result reply_on(struct MHD_Connection *c, unsigned status, char *json,
+                                const char *allow, int close) {
   static const char oom[] = "{\"error\":\"out of memory\"}";
   struct MHD_Response *r =
       json ? MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_FREE)
@@ -76,14 +78,58 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, char *js
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
   if (allow)
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+  if (close)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result ret = MHD_queue_response(c, status, r);
   MHD_destroy_response(r);
   return ret;
 }
 
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, char *json,
+                             const char *allow) {
+  return reply_on(c, status, json, allow, 0);
+}
+
 static enum MHD_Result error(struct MHD_Connection *c, unsigned status, const char *msg,
                              const char *allow) {
   return reply(c, status, kvp__rapi_error_json(msg), allow);
+}
+
+/* The headers that frame a request's body. */
+typedef struct framing_s {
+  const char *length; /* the first Content-Length */
+  int lengths, differ, chunked;
+} framing_t;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+  framing_t *f = cls;
+  (void)kind;
+  if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+    if (f->lengths++ == 0)
+      f->length = value;
+    else if (value == NULL || f->length == NULL || strcmp(value, f->length) != 0)
+      f->differ = 1;
+  } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+    f->chunked = 1;
+  }
+  return MHD_YES;
+}
+
+/* A body framed two ways: Content-Length headers that disagree, or one
+ * beside Transfer-Encoding. libmicrohttpd takes the first length; a proxy
+ * in front may take the other framing, and the rest of the connection is
+ * then a request to one and a body to the other (request smuggling). RFC
+ * 9112 6.3: a 400, and the connection closed. NULL when the framing is
+ * one. */
+static const char *framed_twice(struct MHD_Connection *c) {
+  framing_t f = {0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+  if (f.differ)
+    return "bad request: Content-Length headers that disagree";
+  if (f.lengths > 0 && f.chunked)
+    return "bad request: Content-Length beside Transfer-Encoding";
+  return NULL;
 }
 
 /* Loop thread: answers every queued job. */
@@ -188,6 +234,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                    "not found: the paths are POST /query and POST /query_by_hash", NULL);
     if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
       return error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed: use POST", "POST");
+    const char *twice = framed_twice(c);
+    if (twice != NULL)
+      return reply_on(c, MHD_HTTP_BAD_REQUEST, kvp__rapi_error_json(twice), NULL, 1);
     /* A client that waits for "100 Continue" before its body is told now
      * that the body is too large (RFC 9110, 10.1.1), rather than sent the
      * go-ahead, read 16 MiB and more, and told then. Without Expect the

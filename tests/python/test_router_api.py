@@ -366,6 +366,42 @@ class RouterApiTest(unittest.TestCase):
         self.assertIn(b"body over", got)
         self.assertTrue(head(1000).startswith(b"HTTP/1.1 100"))
 
+    def test_a_body_framed_two_ways_is_refused(self):
+        """A request whose body is framed two ways, two Content-Length
+        headers that disagree or Content-Length beside Transfer-Encoding,
+        is refused with 400 and the connection closed (RFC 9112, 6.3): a
+        proxy in front may frame it the other way, and the rest would be
+        a request to one and a body to the other (request smuggling).
+        libmicrohttpd took the first Content-Length and answered the
+        request. A plain request on the same server still answers."""
+        self.start()
+        def send(head, body):
+            s = socket.create_connection(("127.0.0.1", self.plane.http_port))
+            s.settimeout(5)
+            s.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n" + body)
+            got = b""
+            try:
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    got += d
+            except socket.timeout:
+                pass
+            finally:
+                s.close()
+            return got
+        body = json.dumps({"model": "m", "token_ids": list(range(BS)), "block_size": BS}).encode()
+        self.assertTrue(send(b"Content-Length: %d\r\n" % len(body), body).startswith(
+            b"HTTP/1.1 200"))
+        two = send(b"Content-Length: %d\r\nContent-Length: 5\r\n" % len(body), body)
+        self.assertTrue(two.startswith(b"HTTP/1.1 400"), two[:200])
+        self.assertIn(b"Content-Length", two)
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        both = send(b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n" % len(chunked),
+                    chunked)
+        self.assertTrue(both.startswith(b"HTTP/1.1 400"), both[:200])
+
     def test_bodies_held_at_once_are_bounded(self):
         """The bodies being read are bounded together, not only each one
         (256 connections of 16 MiB would make the advisor hold 4 GiB): with
