@@ -483,6 +483,16 @@ static int open_leases(kvp_advisor_t *adv, char *err, size_t errlen) {
   return 0;
 }
 
+/* The routers' HTTP API answers as the NATS match request does: not from
+ * an index still catching up with its streams (kvp__adv_match_json). */
+static int http_ready(void *ctx, uint64_t *behind) {
+  kvp_advisor_t *adv = ctx;
+  if (kvp__adv_check_ready(adv))
+    return 1;
+  kvp__adv_consumer_caught_up(adv->consumer, adv->applied_pos, behind);
+  return 0;
+}
+
 int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char *err,
                      size_t errlen) {
   kvp_advisor_t *adv;
@@ -564,6 +574,8 @@ int kvp_advisor_open(const kvp_advisor_config_t *cfg, kvp_advisor_t **out, char 
       rc = KVP_ECONFIG;
     goto fail;
   }
+  if (adv->http != NULL)
+    kvp__rapi_http_set_ready(adv->http, http_ready, adv);
   kvp__adv_publish_metrics(adv);
   *out = adv;
   return 0;

@@ -23,7 +23,8 @@ typedef struct job_s {
   struct job_s *next;
   const kvp__rapi_req_t *req;
   char *json; /* the answer (malloc'd), set by the loop */
-  int rc;
+  int rc;     /* KVP_EAGAIN: not ready (behind: messages still to apply) */
+  uint64_t behind;
   int done;
 } job_t;
 
@@ -33,6 +34,8 @@ struct kvp__rapi_http_s {
   const kvp__index_t *ix;
   char ns[128];
   uint32_t default_block_size;
+  kvp__rapi_ready_fn ready; /* NULL: always */
+  void *ready_ctx;
 
   uv_async_t wake; /* loop: answer the queued jobs */
   pthread_mutex_t lock;
@@ -139,13 +142,16 @@ static void on_wake(uv_async_t *a) {
   job_t *j = h->head;
   h->head = NULL;
   pthread_mutex_unlock(&h->lock);
+  uint64_t behind = 0;
+  int ready = j == NULL || h->ready == NULL || h->ready(h->ready_ctx, &behind);
   while (j) {
     job_t *next = j->next;
     char *json = NULL;
-    int rc = kvp__rapi_answer(h->ix, h->ns, j->req, &json);
+    int rc = ready ? kvp__rapi_answer(h->ix, h->ns, j->req, &json) : KVP_EAGAIN;
     pthread_mutex_lock(&h->lock);
     j->json = json;
     j->rc = rc;
+    j->behind = behind;
     j->done = 1;
     pthread_mutex_unlock(&h->lock);
     j = next;
@@ -177,6 +183,13 @@ static enum MHD_Result ask_loop(kvp__rapi_http_t *h, struct MHD_Connection *c,
   pthread_mutex_unlock(&h->lock);
   if (!j.done)
     return error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the advisor is stopping", NULL);
+  if (j.rc == KVP_EAGAIN) { /* never an answer from an index still catching up */
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "not ready: catching up with the stream, %llu messages still to apply",
+             (unsigned long long)j.behind);
+    return error(c, MHD_HTTP_SERVICE_UNAVAILABLE, msg, NULL);
+  }
   if (j.rc != 0) {
     free(j.json);
     return error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, kvp_strerror(j.rc), NULL);
@@ -384,6 +397,11 @@ fail:
   pthread_mutex_destroy(&h->lock);
   free(h);
   return rc;
+}
+
+void kvp__rapi_http_set_ready(kvp__rapi_http_t *h, kvp__rapi_ready_fn ready, void *ctx) {
+  h->ready = ready;
+  h->ready_ctx = ctx;
 }
 
 int kvp__rapi_http_port(const kvp__rapi_http_t *h) {

@@ -39,6 +39,14 @@ int kvp__rapi_http_start(uv_loop_t *loop, const kvp__index_t *ix, const char *ns
                          const kvp__rapi_http_limits_t *limits, kvp__http_counts_t *counts,
                          kvp__rapi_http_t **out, char *err, size_t errlen);
 
+/* Loop thread, before uv_run: queries are answered only while ready(ctx)
+ * returns 1 (the advisor has loaded and caught up with its streams); until
+ * then 503 {"error": "not ready: catching up with the stream, N messages
+ * still to apply"}, N from *behind, as the NATS match request answers "not
+ * ready". Without it, always. */
+typedef int (*kvp__rapi_ready_fn)(void *ctx, uint64_t *behind);
+void kvp__rapi_http_set_ready(kvp__rapi_http_t *h, kvp__rapi_ready_fn ready, void *ctx);
+
 /* The port it listens on (the chosen one when the address said 0). */
 int kvp__rapi_http_port(const kvp__rapi_http_t *h);
 

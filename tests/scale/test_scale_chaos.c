@@ -8,10 +8,13 @@
  *   of an advisor and of the server mid-run; the gathered match ignores a
  *   responder that answers garbage, takes partition 7 from the standby
  *   while its owner is frozen (SIGSTOP) and reports it missing within the
- *   deadline when both are; `kvplane status` counts no partition twice.
+ *   deadline when both are; `kvplane status` counts no partition twice;
+ *   an unpartitioned advisor answering beside them is not the answer;
+ * - the routers' HTTP API of an advisor catching up with a backlog answers
+ *   "not ready", never from the index as loaded.
  * Loopback only; every wait is bounded.
  *
- * Why this file is long: the two cases share one fixture (server,
+ * Why this file is long: the cases share one fixture (server,
  * advisor processes, publishing, the database and gather checks), which
  * is most of it. */
 #define _GNU_SOURCE
@@ -238,6 +241,10 @@ static int setup_with(void **state, uint32_t map_parts, uint32_t parts) {
 
 static int setup_2_4(void **state) {
   return setup_with(state, 2, 4);
+}
+
+static int setup_4_4(void **state) {
+  return setup_with(state, 4, 4);
 }
 
 static int setup_8_8(void **state) {
@@ -554,11 +561,121 @@ static void eight_partitions_uneven_advisors_and_faults(void **state) {
     assert_int_equal(status_locations(f), total);
 }
 
+/* POST body to path on 127.0.0.1:port (HTTP/1.0); the status, the reply
+ * in out; -1 when nothing answers. */
+static int http_post(int port, const char *path, const char *body, char *out, size_t outlen) {
+  int fd = kvp_test_connect(port), code = -1;
+  char req[4096];
+  size_t got = 0;
+  out[0] = '\0';
+  if (fd < 0)
+    return -1;
+  int n = snprintf(req, sizeof req,
+                   "POST %s HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %zu\r\n\r\n%s",
+                   path, strlen(body), body);
+  if (write(fd, req, (size_t)n) == n) {
+    ssize_t r;
+    while (got < outlen - 1 && (r = read(fd, out + got, outlen - 1 - got)) > 0)
+      got += (size_t)r;
+    out[got] = '\0';
+    if (sscanf(out, "HTTP/1.%*d %d", &code) != 1)
+      code = -1;
+  }
+  close(fd);
+  return code;
+}
+
+/* The routers' HTTP indexer API ([http]) of an advisor restarting with a
+ * backlog of 2,000 batches in its stream (fetched 4 at a time): it answers 503 "not ready" until
+ * caught up, and its first answer holds the whole backlog. It answered
+ * from the index as loaded, before the backlog was applied (the NATS match
+ * request said "not ready" meanwhile; the HTTP API had no such check). */
+static void the_http_api_answers_only_when_caught_up(void **state) {
+  fx_t *f = *state;
+  char name[16], hp[64], body[4096], out[8192];
+  adv_t *a = adv_add(f, "a", "0-3");
+  wait_answering(f, a, 30000); /* its streams made */
+  kill(a->pid, SIGTERM);
+  waitpid(a->pid, NULL, 0);
+  a->pid = 0;
+  worker_name(name, sizeof name, 1, 4, 0, 0);
+  f->w[f->nw++] = tw_create(NS, name, 0, 3000, 99);
+  publish(f, f->w[0], 2000);
+  uint64_t q[16];
+  size_t nq = tw_hashes(f->w[0], 1, q, 16);
+  nq = nq > 16 ? 16 : nq;
+  assert_true(nq >= 4);
+  int n = snprintf(body, sizeof body, "{\"block_size\": 16, \"seq_hashes\": [");
+  for (size_t i = 0; i < nq; i++)
+    n += snprintf(body + n, sizeof body - (size_t)n, "%s%llu", i ? ", " : "",
+                  (unsigned long long)q[i]);
+  snprintf(body + n, sizeof body - (size_t)n, "]}");
+  char want[64];
+  snprintf(want, sizeof want, "\"longest_matched\":%zu", nq * 16);
+
+  int port = kvp_test_free_port();
+  char bin[512], servers[128], db[400], listen[64];
+  snprintf(bin, sizeof bin, "%s/tools/kvplane-advisor", getenv("KVP_TEST_BINDIR"));
+  snprintf(servers, sizeof servers, "nats.servers=%s", f->d.url);
+  snprintf(db, sizeof db, "store.path=%s", a->db);
+  snprintf(listen, sizeof listen, "http.listen=127.0.0.1:%d", port);
+  snprintf(hp, sizeof hp, "partitions.owned=%s", a->owned);
+  char *argv[] = {bin,
+                  "-o",
+                  servers,
+                  "-o",
+                  db,
+                  "-o",
+                  hp,
+                  "-o",
+                  "jetstream.consumer=a",
+                  "-o",
+                  "partitions.count=4",
+                  "-o",
+                  "advisor.namespace=" NS,
+                  "-o",
+                  "nats.mode=jetstream",
+                  "-o",
+                  "workers.heartbeat_timeout=0",
+                  "-o",
+                  "http.enabled=true",
+                  "-o",
+                  listen,
+                  "-o",
+                  "jetstream.fetch_batch=4", /* a catch-up long enough to be seen */
+                  NULL};
+  a->pid = kvp_test_spawn_child(argv, a->log);
+  assert_true(a->pid > 0);
+  uint64_t t0 = now_ms();
+  int not_ready = 0, code = -1;
+  while (now_ms() - t0 < 60000) {
+    code = http_post(port, "/query_by_hash", body, out, sizeof out);
+    if (code == 200)
+      break;
+    if (code == 503) {
+      assert_non_null(strstr(out, "not ready: catching up with the stream"));
+      not_ready++;
+    }
+    usleep(2000);
+  }
+  if (code != 200 || strstr(out, name) == NULL || strstr(out, want) == NULL) {
+    show_log(a->log);
+    fail_msg("the HTTP API's first answer, %llu ms after the start (%d 'not ready' before), does "
+             "not hold %s's %zu blocks (%s): %s",
+             (unsigned long long)(now_ms() - t0), not_ready, name, nq, want, out);
+  }
+  printf("HTTP API: %d 'not ready' answers, then the whole backlog after %llu ms\n", not_ready,
+         (unsigned long long)(now_ms() - t0));
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_count_the_mapping_disagrees_with_is_named, setup_2_4,
                                       teardown),
       cmocka_unit_test_setup_teardown(eight_partitions_uneven_advisors_and_faults, setup_8_8,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(the_http_api_answers_only_when_caught_up, setup_4_4,
                                       teardown),
   };
   return kvp_test_run("scale_chaos", tests, sizeof tests / sizeof tests[0], argc, argv);
