@@ -1,4 +1,8 @@
-/* Publisher tests that break the server or the credentials: JetStream with
+/* Why this file is long: each fault (a kill, a stop, a slow ack, wrong
+ * credentials) needs its own server set-up and its own checks of what
+ * arrived; they share the feeders and the staller.
+ *
+ * Publisher tests that break the server or the credentials: JetStream with
  * nats-server killed and restarted mid-stream (nothing acked lost, nothing
  * duplicated), kill -STOP / -CONT mid-stream in both modes (no crash, no hang
  * past a bound, recovery), a snapshot larger than the queue queued across

@@ -1,4 +1,7 @@
-/* kvplane-relay --reverse in-process (src/relay/vllmout.c and vllmenc.c)
+/* Why this file is long: one in-process relay fixture and its frame reader
+ * shared by every case of the reverse direction, each a short scenario.
+ *
+ * kvplane-relay --reverse in-process (src/relay/vllmout.c and vllmenc.c)
  * against a real nats-server, read by a C ZMQ subscriber: the stream's
  * frames (topic, 8-byte big-endian sequence, msgpack batch: vLLM's array
  * of ts, events as tagged maps and dp rank), a replay with the topic frame

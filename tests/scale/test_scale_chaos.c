@@ -1,4 +1,8 @@
-/* Scale-out under layouts and faults the other scale tests do not use, on
+/* Why this file is long: the processes of a partitioned deployment (a
+ * server, advisors, workers) set up once per case, and the exactness checks
+ * each fault is followed by.
+ *
+ * Scale-out under layouts and faults the other scale tests do not use, on
  * one nats-server (JetStream, the partition mapping of the case) with
  * kvplane-advisor processes and simulated workers (testworker.c):
  * - a [partitions] count that disagrees with the servers' mapping is named
