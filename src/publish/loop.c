@@ -213,10 +213,29 @@ static void retry_unacked(kvp_publisher_t *pub) {
       !kvp__pub_connected(pub))
     return;
   pub->retry = 0;
+  /* One line a 10 s at most: a cause that stays (no stream takes the
+   * subject) resends every retry interval. */
+  uint64_t now = kvp__now_ns();
   for (size_t j = pub->ptail; j < pub->phead; j++)
     if (pat(pub, j)->state == 0) {
-      kvp_log_warn("publisher %s: resending unacked JetStream batches from event id %llu",
-                   pub->o.worker_id, (unsigned long long)pat(pub, j)->first_id);
+      char why[sizeof pub->ack_err];
+      pthread_mutex_lock(&pub->amu);
+      snprintf(why, sizeof why, "%s", pub->ack_err);
+      pub->ack_err[0] = '\0';
+      pthread_mutex_unlock(&pub->amu);
+      if (pub->resend_logged_ns != 0 && now - pub->resend_logged_ns < 10000000000ull) {
+        pub->resends_unlogged++;
+        break;
+      }
+      char more[64] = "";
+      if (pub->resends_unlogged > 0)
+        snprintf(more, sizeof more, "; %llu more resends since the last line",
+                 (unsigned long long)pub->resends_unlogged);
+      kvp_log_warn("publisher %s: resending unacked JetStream batches from event id %llu%s%s%s%s",
+                   pub->o.worker_id, (unsigned long long)pat(pub, j)->first_id,
+                   why[0] ? " (an ack failed: " : "", why, why[0] ? ")" : "", more);
+      pub->resend_logged_ns = now;
+      pub->resends_unlogged = 0;
       break;
     }
   for (size_t j = pub->ptail; j < pub->phead && !pub->retry; j++) {

@@ -49,6 +49,8 @@ struct kvp_publisher_s {
   size_t inflight;
   int retry; /* an ack failed: resend unacked batches in order */
   uint64_t retry_at_ns;
+  uint64_t resend_logged_ns; /* the last resend's log line; at most one a 10 s */
+  uint64_t resends_unlogged; /* resends since that line */
   int stopping;
   /* nats */
   natsConnection *nc;
@@ -58,6 +60,7 @@ struct kvp_publisher_s {
   pthread_mutex_t amu;
   uint64_t *acks; /* first ids; top bit set = failed */
   size_t nacks, ackcap;
+  char ack_err[160]; /* why the last failed ack failed ("" none); under amu */
   /* flush */
   pthread_mutex_t fmu;
   pthread_cond_t fcond;

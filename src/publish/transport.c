@@ -59,16 +59,38 @@ static void on_resync(natsConnection *nc, natsSubscription *sub, natsMsg *msg, v
   atomic_store(&pub->resync_due, 1);
 }
 
+/* Why an ack failed, kept for the resend's log line (under amu). No
+ * responders: no stream takes the subject the servers made of it, which in
+ * a partitioned deployment is a partition count the servers' mapping and
+ * this publisher do not share (the publisher made or found the stream of
+ * its own count's partition). */
+static void ack_cause(kvp_publisher_t *pub, natsMsg *msg, const jsPubAckErr *pae) {
+  if (pae->Err == NATS_NO_RESPONDERS) {
+    if (pub->o.partitions > 0)
+      snprintf(pub->ack_err, sizeof pub->ack_err,
+               "no JetStream stream takes %s as the servers map it: check partitions (%u here) "
+               "against the servers' mapping (kvplane nats-config)",
+               natsMsg_GetSubject(msg), (unsigned)pub->o.partitions);
+    else
+      snprintf(pub->ack_err, sizeof pub->ack_err, "no JetStream stream takes %s",
+               natsMsg_GetSubject(msg));
+  } else {
+    snprintf(pub->ack_err, sizeof pub->ack_err, "%s%s%s", natsStatus_GetText(pae->Err),
+             pae->ErrText ? ": " : "", pae->ErrText ? pae->ErrText : "");
+  }
+}
+
 static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure) {
   kvp_publisher_t *pub = closure;
   const char *id = NULL;
   (void)js;
-  (void)pae;
   if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != NULL) {
     const char *c = strrchr(id, ':');
     uint64_t first = c ? strtoull(c + 1, NULL, 10) : 0;
     uint64_t v = first | (pa != NULL ? 0 : (1ull << 63));
     pthread_mutex_lock(&pub->amu);
+    if (pa == NULL && pae != NULL)
+      ack_cause(pub, msg, pae);
     /* Without room the ack is lost: the batch times out and is resent,
      * which the duplicate window absorbs. */
     if (KVP_ARRAY_RESERVE(pub->acks, pub->ackcap, pub->nacks + 1, 256) == 0)

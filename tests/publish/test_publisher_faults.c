@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/log.h"
 #include "harness.h"
 #include "kvplane/publisher.h"
 #include "kvplane/status.h"
@@ -472,6 +474,44 @@ static void jetstream_snapshot_waits_for_a_slow_ack(void **state) {
   pf_sub_close(&s);
 }
 
+/* A partitioned publisher whose partition count the servers do not map
+ * (here the servers map nothing): no stream takes the subject its batches
+ * go out on, every ack fails with no responders, and the resend's warning
+ * names that and the count to check. It said only "resending unacked
+ * JetStream batches from event id 1", again and again. */
+static void a_partition_count_the_servers_do_not_map_is_named(void **state) {
+  kvp_natsd_t *d = *state;
+  kvp_publisher_opts_t o;
+  kvp_publisher_t *pub = NULL;
+  char err[256], log[300], text[8192] = "";
+  uint64_t h = 1;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(log, sizeof log, "%s/kvp-pubfaults-%d.log", tmp ? tmp : "/tmp", (int)getpid());
+  unlink(log);
+  assert_int_equal(kvp__log_set_file(log), 0);
+  opts_for(&o, d, "w-part", 1);
+  o.partitions = 4; /* its stream: KVPLANE_EVENTS_P<p>, taking kvplane.pev.*.<p>.> */
+  o.close_timeout_ms = 200;
+  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
+  assert_int_equal(kvp_publisher_stored(pub, KVP_TIER_G1, NULL, NULL, &h, 1, 16, 0, 0), 0);
+  assert_int_equal(kvp_publisher_flush(pub, 1500), KVP_ETIMEDOUT); /* never acked */
+  for (int i = 0; i < 50 && strstr(text, "partitions (4 here)") == NULL; i++) {
+    FILE *f = fopen(log, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    if (f)
+      fclose(f);
+    pf_sleep_ms(100);
+  }
+  kvp_publisher_close(pub);
+  kvp__log_set_file(NULL);
+  unlink(log);
+  print_message("%s", text);
+  assert_non_null(strstr(text, "resending unacked JetStream batches from event id 1 (an ack "
+                               "failed: no JetStream stream takes kvplane.ev.f.w-part"));
+  assert_non_null(strstr(text, "check partitions (4 here) against the servers' mapping"));
+}
+
 static void auth(kvp_natsd_t *d, const char *user, const char *pass, const char *token) {
   kvp_publisher_opts_t o;
   kvp_publisher_t *pub = NULL;
@@ -519,6 +559,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(jetstream_split_events_across_a_restart, pf_setup_js,
                                     pf_teardown),
     cmocka_unit_test_setup_teardown(jetstream_snapshot_waits_for_a_slow_ack, pf_setup_js,
+                                    pf_teardown),
+    cmocka_unit_test_setup_teardown(a_partition_count_the_servers_do_not_map_is_named, pf_setup_js,
                                     pf_teardown),
     cmocka_unit_test_setup_teardown(auth_user_password, pf_setup_user, pf_teardown),
     cmocka_unit_test_setup_teardown(auth_token, pf_setup_token, pf_teardown),
