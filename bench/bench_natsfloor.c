@@ -120,7 +120,8 @@ static int pc_next_msg(pconn_t *c, char *reply, size_t replylen, int timeout_ms)
     char *eol = memmem(c->buf, c->len, "\r\n", 2);
     if (eol != NULL) {
       size_t ll = (size_t)(eol - c->buf) + 2, need = ll;
-      if (ll >= 4 && memcmp(c->buf, "MSG ", 4) == 0) {
+      int msg = ll >= 4 && memcmp(c->buf, "MSG ", 4) == 0;
+      if (msg) {
         const char *f[5];
         size_t fl[5], size = 0;
         int k = fields(c->buf + 4, ll - 6, f, fl);
@@ -149,10 +150,9 @@ static int pc_next_msg(pconn_t *c, char *reply, size_t replylen, int timeout_ms)
                                memcmp(c->buf, "+OK", 3) == 0))) {
         return -1; /* -ERR, or a line this floor does not speak */
       }
-      int was_msg = memcmp(c->buf, "MSG ", 4) == 0;
       memmove(c->buf, c->buf + need, c->len - need);
       c->len -= need;
-      if (was_msg)
+      if (msg)
         return 0;
       continue;
     }

@@ -218,16 +218,15 @@ static void retry_unacked(kvp_publisher_t *pub) {
   uint64_t now = kvp__now_ns();
   for (size_t j = pub->ptail; j < pub->phead; j++)
     if (pat(pub, j)->state == 0) {
-      char why[sizeof pub->ack_err];
-      pthread_mutex_lock(&pub->amu);
-      snprintf(why, sizeof why, "%s", pub->ack_err);
-      pub->ack_err[0] = '\0';
-      pthread_mutex_unlock(&pub->amu);
       if (pub->resend_logged_ns != 0 && now - pub->resend_logged_ns < 10000000000ull) {
         pub->resends_unlogged++;
         break;
       }
-      char more[64] = "";
+      char why[sizeof pub->ack_err], more[64] = "";
+      pthread_mutex_lock(&pub->amu);
+      snprintf(why, sizeof why, "%s", pub->ack_err);
+      pub->ack_err[0] = '\0';
+      pthread_mutex_unlock(&pub->amu);
       if (pub->resends_unlogged > 0)
         snprintf(more, sizeof more, "; %llu more resends since the last line",
                  (unsigned long long)pub->resends_unlogged);

@@ -157,10 +157,12 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
     po.snapshot_ctx = ep;
     if (o->state_dir && o->state_dir[0]) {
       kvp__relay_saved_t sv;
+      char lock[512];
       if (kvp__relay_state_path(ep->state_path, sizeof ep->state_path, o->state_dir, ep->worker,
                                 "state") != 0 ||
           kvp__relay_state_path(ep->map_path, sizeof ep->map_path, o->state_dir, ep->worker,
-                                "map") != 0) {
+                                "map") != 0 ||
+          kvp__relay_state_path(lock, sizeof lock, o->state_dir, ep->worker, "lock") != 0) {
         snprintf(err, errlen, "--state-dir: path too long");
         rc = KVP_ECONFIG;
         goto fail;
@@ -170,12 +172,6 @@ int kvp_relay_open(const kvp_relay_opts_t *o, kvp_relay_t **out, char *err, size
        * every batch of one as a restart of the other) and overwrite each
        * other's restart state. The lock file is never replaced, unlike the
        * state file (renamed over), so its lock holds across saves. */
-      char lock[512];
-      if (kvp__relay_state_path(lock, sizeof lock, o->state_dir, ep->worker, "lock") != 0) {
-        snprintf(err, errlen, "--state-dir: path too long");
-        rc = KVP_ECONFIG;
-        goto fail;
-      }
       if ((rc = kvp__flock_take(lock, 1, &ep->lock_fd)) != 0) {
         if (rc == KVP_EBUSY)
           snprintf(err, errlen,

@@ -386,6 +386,32 @@ static int js_runs(void *ctx, int tier, uint64_t **h, uint64_t **p, kvp_snapshot
   return 0;
 }
 
+/* A JetStream publisher of JS_SNAP_N G4 blocks in the smallest batches
+ * (1024 bytes) with one batch awaiting its ack, a subscriber beside it, and
+ * a resync due: the next poll queues the snapshot. */
+static void open_tiny_js(kvp_natsd_t *d, const char *worker, pf_sub_t *s, kvp_publisher_t **pub) {
+  kvp_publisher_opts_t o;
+  char err[256];
+  opts_for(&o, d, worker, 1);
+  o.js_max_inflight = 1;
+  o.batch_max_bytes = 1024;
+  o.snapshot_runs = js_runs;
+  o.snapshot_tiers = 1u << KVP_TIER_G4;
+  assert_int_equal(pf_sub_open(s, d->url, "f", 0, NULL, NULL), 0);
+  assert_int_equal(kvp_publisher_open(&o, pub, err, sizeof err), 0);
+  kvp_publisher_request_resync(*pub);
+}
+
+/* The snapshot of open_tiny_js arrived whole and once; both closed. */
+static void whole_tiny_js(pf_sub_t *s, kvp_publisher_t *pub) {
+  pf_sub_drain(s, 500, 15000);
+  assert_int_equal(s->decode_errors, 0);
+  assert_int_equal(s->snapshots_done, 1);
+  assert_int_equal(s->tier[KVP_TIER_G4].n, JS_SNAP_N);
+  kvp_publisher_close(pub);
+  pf_sub_close(s);
+}
+
 /* JetStream with the smallest batches (1024 bytes: 28 blocks a chunk,
  * 10,715 chunks, more than the queue's word arena holds) and one batch
  * awaiting its ack: a snapshot of 300,000 blocks is queued whole and
@@ -395,20 +421,10 @@ static int js_runs(void *ctx, int tier, uint64_t **h, uint64_t **p, kvp_snapshot
  * the range's end: a chunk waited more than 200 ms (KVP_EOVERFLOW at every
  * poll). */
 static void jetstream_snapshot_one_tiny_batch_in_flight(void **state) {
-  kvp_natsd_t *d = *state;
-  kvp_publisher_opts_t o;
   kvp_publisher_t *pub = NULL;
   pf_sub_t s;
-  char err[256];
 
-  opts_for(&o, d, "w-jstiny", 1);
-  o.js_max_inflight = 1;
-  o.batch_max_bytes = 1024;
-  o.snapshot_runs = js_runs;
-  o.snapshot_tiers = 1u << KVP_TIER_G4;
-  assert_int_equal(pf_sub_open(&s, d->url, "f", 0, NULL, NULL), 0);
-  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
-  kvp_publisher_request_resync(pub);
+  open_tiny_js(*state, "w-jstiny", &s, &pub);
   uint64_t t0 = pf_now_ms();
   int rc = kvp_publisher_poll(pub);
   uint64_t took = pf_now_ms() - t0;
@@ -425,12 +441,7 @@ static void jetstream_snapshot_one_tiny_batch_in_flight(void **state) {
   /* One batch per ack round trip, each sent at once: nats.c's flusher,
    * which waits 1 ms before it writes, held it under 1000 a second. */
   assert_true(f.batches * 1000 > 1500 * all);
-  pf_sub_drain(&s, 500, 15000);
-  assert_int_equal(s.decode_errors, 0);
-  assert_int_equal(s.snapshots_done, 1);
-  assert_int_equal(s.tier[KVP_TIER_G4].n, JS_SNAP_N);
-  kvp_publisher_close(pub);
-  pf_sub_close(&s);
+  whole_tiny_js(&s, pub);
 }
 
 /* JetStream, one batch in flight, and an ack that takes 600 ms (the server
@@ -441,21 +452,12 @@ static void jetstream_snapshot_one_tiny_batch_in_flight(void **state) {
  * began again from the first chunk, into the same slow acks. */
 static void jetstream_snapshot_waits_for_a_slow_ack(void **state) {
   kvp_natsd_t *d = *state;
-  kvp_publisher_opts_t o;
   kvp_publisher_t *pub = NULL;
   pf_sub_t s;
-  char err[256];
   pthread_t th;
   staller_t st = {.pid = d->pid, .stops = 1, .stop_ms = 600, .run_ms = 0};
 
-  opts_for(&o, d, "w-jsslow", 1);
-  o.js_max_inflight = 1;
-  o.batch_max_bytes = 1024;
-  o.snapshot_runs = js_runs;
-  o.snapshot_tiers = 1u << KVP_TIER_G4;
-  assert_int_equal(pf_sub_open(&s, d->url, "f", 0, NULL, NULL), 0);
-  assert_int_equal(kvp_publisher_open(&o, &pub, err, sizeof err), 0);
-  kvp_publisher_request_resync(pub);
+  open_tiny_js(d, "w-jsslow", &s, &pub);
   assert_int_equal(pthread_create(&th, NULL, staller, &st), 0);
   uint64_t t0 = pf_now_ms();
   int rc = kvp_publisher_poll(pub);
@@ -466,12 +468,7 @@ static void jetstream_snapshot_waits_for_a_slow_ack(void **state) {
   assert_int_equal(rc, 1);
   assert_true(took > 600); /* it waited through the stop */
   assert_int_equal(kvp_publisher_flush(pub, 15000), 0);
-  pf_sub_drain(&s, 500, 15000);
-  assert_int_equal(s.decode_errors, 0);
-  assert_int_equal(s.snapshots_done, 1);
-  assert_int_equal(s.tier[KVP_TIER_G4].n, JS_SNAP_N);
-  kvp_publisher_close(pub);
-  pf_sub_close(&s);
+  whole_tiny_js(&s, pub);
 }
 
 /* A partitioned publisher whose partition count the servers do not map
